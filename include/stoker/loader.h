@@ -1,0 +1,205 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/sample_spec.h"
+#include "stoker/source.h"
+#include "stoker/status.h"
+#include "stoker/transform.h"
+
+namespace stoker {
+
+class BatchSlot;
+class BatchPool;
+
+/// What happens to a sample that cannot be read or transformed.
+enum class ErrorPolicy {
+  kRaise,  // its batch reaches the consumer as an error naming the sample
+  kSkip,   // it is left out of its batch and recorded in Loader::Skipped()
+};
+
+/// What the user sets. Resolved and checked once by Loader::Make.
+struct LoaderOptions {
+  std::shared_ptr<const Source> source;        // required
+  std::shared_ptr<const Transform> transform;  // required
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  /// Distributed sharding: this process's rank among world_size.
+  int rank = 0;
+  int world_size = 1;
+  bool pad_shards = true;  // see PlanOptions::pad_shards
+  /// Worker threads; 0 = the consumer's thread does the work in Next().
+  int workers = 2;
+  /// Prefetch bound: at most this many batches started and not yet delivered,
+  /// and at most prefetch_bytes of their buffers (at least one batch always).
+  int prefetch_batches = 4;
+  size_t prefetch_bytes = size_t{1} << 30;
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+  /// true: batches arrive in plan order; false: as soon as each is ready.
+  bool ordered = true;
+  /// Epoch the first Next() starts.
+  int64_t start_epoch = 0;
+};
+
+/// One sample left out under ErrorPolicy::kSkip.
+struct SkipRecord {
+  int64_t epoch = 0;
+  int64_t index = 0;  // the sample's index in the source
+  std::string key;    // the source's key for it (a path)
+  std::string reason;
+};
+
+/// A delivered batch: `size()` samples, contiguous, each `spec().bytes()`
+/// long, in a buffer aligned to 4096 bytes. Move-only; its buffer goes back to
+/// the loader's pool when the Batch is destroyed, and stays valid until then,
+/// even after the loader has moved on or been destroyed.
+/// Not thread-safe; may be moved to and read from any thread.
+class Batch {
+ public:
+  Batch();
+  Batch(Batch&& other) noexcept;
+  Batch& operator=(Batch&& other) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+  ~Batch();
+
+  bool valid() const { return slot_ != nullptr; }
+  int64_t epoch() const;
+  /// Batch number within its epoch.
+  int64_t index() const;
+  /// Samples delivered (short for the last batch or after skips).
+  int64_t size() const;
+  const SampleSpec& spec() const;
+  /// size() * spec().bytes() bytes of sample data.
+  std::span<const std::byte> data() const;
+  std::span<std::byte> mutable_data();
+  std::span<const int64_t> labels() const;
+  /// Source index of each delivered sample.
+  std::span<const int64_t> sample_indices() const;
+
+ private:
+  friend class Loader;
+  Batch(std::unique_ptr<BatchSlot> slot, std::shared_ptr<BatchPool> pool);
+  void Release();
+
+  std::unique_ptr<BatchSlot> slot_;
+  std::shared_ptr<BatchPool> pool_;
+};
+
+/// Where an epoch stands, to resume it later with any worker count.
+struct LoaderState {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  /// Batches delivered in this epoch: all of [0, position), plus `beyond`
+  /// (only in unordered delivery, batches past the prefix already delivered).
+  int64_t position = 0;
+  std::vector<int64_t> beyond;
+};
+
+/// Counters for the tuner and for people. Cumulative since the loader was
+/// made; rates come from the difference of two snapshots.
+struct WorkerMetrics {
+  int id = 0;
+  int64_t samples = 0;
+  int64_t busy_ns = 0;  // wall time spent on tasks
+  int64_t cpu_ns = 0;   // thread CPU time spent on tasks
+};
+
+struct LoaderMetrics {
+  int64_t time_ns = 0;  // steady clock when taken
+  int workers_target = 0;
+  int workers_running = 0;
+  int prefetch_batches = 0;
+  size_t prefetch_bytes = 0;
+  int64_t batches_delivered = 0;
+  int64_t samples_delivered = 0;
+  int64_t samples_produced = 0;  // by workers and the consumer's thread
+  int64_t busy_ns = 0;           // all workers' task wall time
+  int64_t cpu_ns = 0;            // all workers' task CPU time
+  int64_t consumer_wait_ns = 0;  // time spent inside Next()
+  int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
+  int64_t next_calls = 0;
+  int ready_batches = 0;         // finished, not yet delivered
+  int open_batches = 0;          // started, not yet delivered
+  size_t bytes_in_flight = 0;    // buffers of open batches
+  size_t batch_bytes = 0;        // one batch buffer
+  std::vector<WorkerMetrics> workers;  // threads running now
+};
+
+/// The data loader: a plan of batches, produced by a live-resizable pool of
+/// workers into recycled buffers, delivered to one consumer.
+///
+/// Thread contract: Next, WaitReady, SetEpoch, State and Restore belong to
+/// one consumer thread at a time. Resize, SetPrefetch, Metrics, Skipped,
+/// workers and Stop are safe from any thread, concurrently with the consumer.
+class Loader {
+ public:
+  /// Checks and resolves `options`; the error names the option at fault.
+  static Result<std::unique_ptr<Loader>> Make(LoaderOptions options);
+
+  /// Stops and joins every worker; returns promptly mid-epoch.
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// The next batch of the current epoch, or nullopt at its end (the call
+  /// after that starts the next epoch). A failed sample under kRaise returns
+  /// an error naming its index, key and cause; that batch is then consumed
+  /// and the following call continues with the next one. Blocks until a
+  /// batch is ready; after Stop returns kCancelled.
+  Result<std::optional<Batch>> Next();
+
+  /// Waits up to `timeout` until Next() would not block. True when it would.
+  bool WaitReady(std::chrono::nanoseconds timeout);
+
+  /// Makes `epoch` the one the next Next() starts; abandons an epoch in
+  /// progress (its remaining batches are dropped).
+  void SetEpoch(int64_t epoch);
+
+  /// The epoch in progress, or the one the next Next() starts.
+  int64_t epoch() const;
+  int64_t batches_per_epoch() const;
+  int64_t samples_per_epoch() const;
+  const SampleSpec& spec() const;
+
+  /// Where the current epoch stands. After the last batch of an epoch was
+  /// delivered, this is the start of the next one.
+  LoaderState State() const;
+  /// Resumes at `state`: the following Next() calls deliver exactly the
+  /// batches of that epoch not yet delivered. Errors if the seed differs or
+  /// the position is out of range.
+  Status Restore(const LoaderState& state);
+
+  /// Sets the worker count, at any moment; 0 makes the consumer's thread do
+  /// the work. Growing starts threads; shrinking lets workers finish their
+  /// current task and leave. Never loses or repeats a sample.
+  void Resize(int workers);
+  int workers() const;
+
+  /// Sets the prefetch bound (batches >= 1; bytes >= 1).
+  void SetPrefetch(int batches, size_t bytes);
+
+  LoaderMetrics Metrics() const;
+  /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
+  std::vector<SkipRecord> Skipped() const;
+
+  /// Stops the loader: waiting calls return kCancelled, workers leave after
+  /// at most the sample they are on. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  explicit Loader(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,119 @@
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace stoker {
+
+/// What kind of failure a Status carries. Callers branch on the code; the
+/// message is for people and names the file, sample or option involved.
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,  // an option or argument is out of range or malformed
+  kNotFound,         // a file, class folder or member is missing
+  kIoError,          // the OS refused a read, open or stat
+  kDataError,        // the bytes are not what they claim (corrupt, truncated)
+  kUnsupported,      // valid input this build cannot handle
+  kResourceExhausted,  // a budget or cap was hit (pixels, memory)
+  kCancelled,        // the loader was stopped
+  kInternal,         // a bug
+};
+
+/// Returns a short stable name for `code`, e.g. "data error".
+const char* StatusCodeName(StatusCode code);
+
+/// The outcome of an operation: ok, or a code and a message.
+/// A value type; safe to copy and to move across threads.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  /// "data error: <message>", or "ok".
+  std::string ToString() const;
+
+  /// Returns a copy whose message is "<context>: <message>".
+  Status WithContext(const std::string& context) const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
+inline Status DataError(std::string m) { return {StatusCode::kDataError, std::move(m)}; }
+inline Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+/// Builds an IoError from errno: "<what>: <strerror(err)>".
+Status ErrnoError(const std::string& what, int err);
+
+/// A value of type T, or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+    assert(!status_.ok() && "a Result made from a Status must carry an error");
+  }
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+
+  /// REQUIRES: ok().
+  T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace stoker
+
+#define STOKER_CONCAT_INNER(a, b) a##b
+#define STOKER_CONCAT(a, b) STOKER_CONCAT_INNER(a, b)
+
+/// Returns the Status of `expr` from the enclosing function if it is an error.
+#define STOKER_RETURN_IF_ERROR(expr)          \
+  do {                                        \
+    ::stoker::Status stoker_status_ = (expr); \
+    if (!stoker_status_.ok()) return stoker_status_; \
+  } while (0)
+
+/// Evaluates `rexpr` (a Result<T>); on error returns its Status, else moves
+/// the value into `lhs` (which may be a declaration).
+#define STOKER_ASSIGN_OR_RETURN(lhs, rexpr) \
+  STOKER_ASSIGN_OR_RETURN_IMPL(STOKER_CONCAT(stoker_result_, __LINE__), lhs, rexpr)
+#define STOKER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                                 \
+  if (!tmp.ok()) return tmp.status();                 \
+  lhs = std::move(tmp).value()

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/rng.h"
+#include "stoker/sample_spec.h"
+#include "stoker/source.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+/// Per-worker scratch memory a transform may keep between samples (decode
+/// buffers, resize tables). Created once per worker, never shared.
+class TransformScratch {
+ public:
+  virtual ~TransformScratch() = default;
+};
+
+/// Turns one record into one output sample, written in place into the
+/// sample's slot of a batch buffer.
+///
+/// Immutable after construction and shared by every worker: Apply and
+/// NewScratch are safe for concurrent use from many threads. All randomness
+/// must come from the `rng` passed in, never from worker identity or time,
+/// so that output depends only on (record, seed, epoch, sample index).
+class Transform {
+ public:
+  virtual ~Transform() = default;
+
+  /// The shape every output sample has.
+  virtual SampleSpec spec() const = 0;
+
+  /// Scratch for one worker; nullptr when the transform needs none.
+  virtual std::unique_ptr<TransformScratch> NewScratch() const { return nullptr; }
+
+  /// Writes the sample for `record` into `out` (exactly spec().bytes() long).
+  /// Errors say what is wrong with the bytes; the engine adds the sample
+  /// index and source key. On error `out` may hold partial output.
+  virtual Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
+                       TransformScratch* scratch) const = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,37 @@
+#include "stoker/status.h"
+
+#include <cstring>
+
+namespace stoker {
+
+const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kDataError: return "data error";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  return std::string(StatusCodeName(code_)) + ": " + message_;
+}
+
+Status Status::WithContext(const std::string& context) const {
+  if (ok()) return *this;
+  return Status(code_, context + ": " + message_);
+}
+
+Status ErrnoError(const std::string& what, int err) {
+  StatusCode code = (err == ENOENT || err == ENOTDIR) ? StatusCode::kNotFound : StatusCode::kIoError;
+  return Status(code, what + ": " + std::strerror(err));
+}
+
+}  // namespace stoker

@@ -1,0 +1,598 @@
+#include "stoker/loader.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "engine/batch_pool.h"
+#include "engine/worker_pool.h"
+#include "plan/epoch_plan.h"
+
+namespace stoker {
+namespace {
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t ThreadCpuNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What one thread (a worker, or the consumer when it does the work) keeps
+// between tasks, so that producing a sample allocates nothing once warm.
+struct WorkerContext {
+  int id = -1;
+  ReadBuffer read;
+  std::unique_ptr<TransformScratch> scratch;
+  std::atomic<int64_t> samples{0};
+  std::atomic<int64_t> busy_ns{0};
+  std::atomic<int64_t> cpu_ns{0};
+};
+
+// A claimed run of consecutive positions of one batch.
+struct Task {
+  std::shared_ptr<const EpochPlan> plan;
+  BatchSlot* slot = nullptr;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+}  // namespace
+
+class Loader::Impl {
+ public:
+  Impl(LoaderOptions options, PlanOptions plan_options)
+      : options_(std::move(options)),
+        plan_options_(plan_options),
+        spec_(options_.transform->spec()),
+        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size)),
+        num_batches_(EpochPlan(plan_options_, 0).num_batches()),
+        samples_per_epoch_(EpochPlan(plan_options_, 0).num_samples()),
+        next_epoch_(options_.start_epoch),
+        prefetch_batches_(options_.prefetch_batches),
+        prefetch_bytes_(options_.prefetch_bytes),
+        workers_([this](int id) { WorkerMain(id); }) {
+    consumer_ctx_.scratch = options_.transform->NewScratch();
+    pool_->set_max_free(static_cast<size_t>(prefetch_batches_) + 2);
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_.Resize(options_.workers);
+  }
+
+  ~Impl() { Stop(); }
+
+  Result<std::optional<Batch>> Next() {
+    const int64_t enter = SteadyNanos();
+    if (last_return_ns_ != 0) {
+      consumer_step_ns_.fetch_add(enter - last_return_ns_, std::memory_order_relaxed);
+    }
+    auto result = NextImpl();
+    last_return_ns_ = SteadyNanos();
+    consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+    next_calls_.fetch_add(1, std::memory_order_relaxed);
+    return result;
+  }
+
+  bool WaitReady(std::chrono::nanoseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return ready_cv_.wait_for(lock, timeout, [&] {
+      return stopped_ || plan_ == nullptr || delivered_count_ == num_batches_ ||
+             workers_.target() == 0 || DeliverableLocked() != nullptr;
+    });
+  }
+
+  void SetEpoch(int64_t epoch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    AbandonEpochLocked();
+    next_epoch_ = epoch;
+    pending_restore_.reset();
+  }
+
+  int64_t epoch() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plan_ ? plan_->epoch() : next_epoch_;
+  }
+
+  int64_t batches_per_epoch() const { return num_batches_; }
+  int64_t samples_per_epoch() const { return samples_per_epoch_; }
+  const SampleSpec& spec() const { return spec_; }
+
+  LoaderState State() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    LoaderState state;
+    state.seed = options_.seed;
+    if (pending_restore_) return *pending_restore_;
+    if (plan_ == nullptr) {
+      state.epoch = next_epoch_;
+      return state;
+    }
+    if (delivered_count_ == num_batches_) {
+      state.epoch = plan_->epoch() + 1;
+      return state;
+    }
+    state.epoch = plan_->epoch();
+    int64_t prefix = 0;
+    while (prefix < num_batches_ && delivered_[static_cast<size_t>(prefix)]) ++prefix;
+    state.position = prefix;
+    for (int64_t b = prefix; b < num_batches_; ++b) {
+      if (delivered_[static_cast<size_t>(b)]) state.beyond.push_back(b);
+    }
+    return state;
+  }
+
+  Status Restore(const LoaderState& state) {
+    if (state.seed != options_.seed) {
+      return InvalidArgument("checkpoint seed " + std::to_string(state.seed) +
+                             " differs from the loader's seed " + std::to_string(options_.seed));
+    }
+    if (state.epoch < 0) {
+      return InvalidArgument("checkpoint epoch must be >= 0, got " + std::to_string(state.epoch));
+    }
+    if (state.position < 0 || state.position > num_batches_) {
+      return InvalidArgument("checkpoint position " + std::to_string(state.position) +
+                             " is outside [0, " + std::to_string(num_batches_) + "]");
+    }
+    for (int64_t b : state.beyond) {
+      if (b <= state.position || b >= num_batches_) {
+        return InvalidArgument("checkpoint batch " + std::to_string(b) +
+                               " in 'beyond' is outside (position, " +
+                               std::to_string(num_batches_) + ")");
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    AbandonEpochLocked();
+    next_epoch_ = state.epoch;
+    pending_restore_ = state;
+    return Status::Ok();
+  }
+
+  void Resize(int workers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    workers_.Resize(workers);
+    work_cv_.notify_all();
+    ready_cv_.notify_all();
+  }
+
+  int workers() const { return workers_.target(); }
+
+  void SetPrefetch(int batches, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefetch_batches_ = std::max(batches, 1);
+    prefetch_bytes_ = std::max<size_t>(bytes, 1);
+    pool_->set_max_free(static_cast<size_t>(DepthLocked()) + 2);
+    work_cv_.notify_all();
+  }
+
+  LoaderMetrics Metrics() const {
+    LoaderMetrics m;
+    m.time_ns = SteadyNanos();
+    m.batches_delivered = batches_delivered_.load(std::memory_order_relaxed);
+    m.samples_delivered = samples_delivered_.load(std::memory_order_relaxed);
+    m.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
+    m.consumer_step_ns = consumer_step_ns_.load(std::memory_order_relaxed);
+    m.next_calls = next_calls_.load(std::memory_order_relaxed);
+    m.batch_bytes = pool_->batch_bytes();
+    std::lock_guard<std::mutex> lock(mu_);
+    m.workers_target = workers_.target();
+    m.workers_running = workers_.running();
+    m.prefetch_batches = prefetch_batches_;
+    m.prefetch_bytes = prefetch_bytes_;
+    m.ready_batches = ready_count_;
+    m.open_batches = open_count_;
+    m.bytes_in_flight = static_cast<size_t>(open_count_) * pool_->batch_bytes();
+    m.samples_produced = retired_samples_;
+    m.busy_ns = retired_busy_ns_;
+    m.cpu_ns = retired_cpu_ns_;
+    auto add = [&m](const WorkerContext& c) {
+      WorkerMetrics w{c.id, c.samples.load(std::memory_order_relaxed),
+                      c.busy_ns.load(std::memory_order_relaxed),
+                      c.cpu_ns.load(std::memory_order_relaxed)};
+      m.samples_produced += w.samples;
+      m.busy_ns += w.busy_ns;
+      m.cpu_ns += w.cpu_ns;
+      return w;
+    };
+    for (const WorkerContext* c : live_workers_) m.workers.push_back(add(*c));
+    add(consumer_ctx_);
+    return m;
+  }
+
+  std::vector<SkipRecord> Skipped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return skipped_;
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      stop_flag_.store(true, std::memory_order_release);
+      workers_.Stop();
+      work_cv_.notify_all();
+      ready_cv_.notify_all();
+    }
+    workers_.Join();
+  }
+
+ private:
+  // Batches that may be started and not yet delivered.
+  int DepthLocked() const {
+    size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
+    return static_cast<int>(std::max<size_t>(
+        1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
+  }
+
+  void StartEpochLocked() {
+    plan_ = std::make_shared<const EpochPlan>(plan_options_, next_epoch_);
+    ++generation_;
+    delivered_.assign(static_cast<size_t>(num_batches_), 0);
+    open_.clear();
+    open_.resize(static_cast<size_t>(num_batches_));
+    ready_fifo_.clear();
+    ready_fifo_.reserve(static_cast<size_t>(num_batches_));
+    ready_head_ = 0;
+    delivered_count_ = 0;
+    if (pending_restore_) {
+      for (int64_t b = 0; b < pending_restore_->position; ++b) delivered_[static_cast<size_t>(b)] = 1;
+      for (int64_t b : pending_restore_->beyond) delivered_[static_cast<size_t>(b)] = 1;
+      delivered_count_ = static_cast<int64_t>(
+          std::count(delivered_.begin(), delivered_.end(), uint8_t{1}));
+      pending_restore_.reset();
+    }
+    claim_batch_ = 0;
+    claim_offset_ = 0;
+    deliver_pos_ = 0;
+    open_count_ = 0;
+    ready_count_ = 0;
+    work_cv_.notify_all();
+  }
+
+  // Drops the epoch in progress. Slots still being written by workers move to
+  // stale_, and whoever finishes them last returns them to the pool.
+  void AbandonEpochLocked() {
+    if (plan_ == nullptr) return;
+    for (int64_t b = 0; b < num_batches_; ++b) {
+      auto& slot = open_[static_cast<size_t>(b)];
+      if (slot == nullptr) continue;
+      bool release_now = slot->ready;
+      if (!release_now && b == claim_batch_ && claim_offset_ > 0) {
+        // Nobody will claim the rest of this batch: count it done ourselves.
+        int64_t unclaimed = slot->length - claim_offset_;
+        release_now = slot->remaining.fetch_sub(unclaimed, std::memory_order_acq_rel) == unclaimed;
+      }
+      if (release_now) {
+        pool_->Release(std::move(slot));
+      } else {
+        stale_.push_back(std::move(slot));
+      }
+    }
+    plan_.reset();
+    ++generation_;
+    open_count_ = 0;
+    ready_count_ = 0;
+    work_cv_.notify_all();
+  }
+
+  // Claims the next run of positions, opening a batch if the prefetch bound
+  // allows. Chunks shrink when many workers share a small window, so that
+  // every worker finds work; with few workers a task is a whole batch.
+  bool ClaimLocked(Task* task) {
+    if (plan_ == nullptr || stopped_) return false;
+    while (claim_batch_ < num_batches_ && claim_offset_ == 0 &&
+           delivered_[static_cast<size_t>(claim_batch_)]) {
+      ++claim_batch_;
+    }
+    if (claim_batch_ >= num_batches_) return false;
+    auto& slot = open_[static_cast<size_t>(claim_batch_)];
+    const int64_t length = plan_->batch_length(claim_batch_);
+    if (claim_offset_ == 0) {
+      if (open_count_ >= DepthLocked()) return false;
+      slot = pool_->Acquire();
+      slot->Reset(plan_->epoch(), claim_batch_, generation_, length);
+      ++open_count_;
+    }
+    const int64_t threads = std::max(1, workers_.running());
+    const int64_t window = static_cast<int64_t>(DepthLocked()) * options_.batch_size;
+    const int64_t chunk = std::clamp<int64_t>(window / (2 * threads), 1, length - claim_offset_);
+    task->plan = plan_;
+    task->slot = slot.get();
+    task->offset = claim_offset_;
+    task->length = chunk;
+    claim_offset_ += chunk;
+    if (claim_offset_ == length) {
+      ++claim_batch_;
+      claim_offset_ = 0;
+    }
+    return true;
+  }
+
+  void RunTask(WorkerContext& ctx, const Task& task) {
+    const int64_t wall0 = SteadyNanos();
+    const int64_t cpu0 = ThreadCpuNanos();
+    BatchSlot* slot = task.slot;
+    const EpochPlan& plan = *task.plan;
+    const int64_t begin = plan.batch_begin(slot->batch);
+    const auto epoch = static_cast<uint64_t>(plan.epoch());
+    int64_t done = 0;
+    for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
+      if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
+      const auto up = static_cast<size_t>(p);
+      const int64_t index = plan.sample(begin + p);
+      slot->indices[up] = index;
+      SampleRng rng(options_.seed, epoch, static_cast<uint64_t>(index));
+      Record record;
+      Status st = options_.source->Read(index, ctx.read, &record);
+      if (st.ok()) {
+        st = options_.transform->Apply(record, rng, {slot->sample(p), slot->sample_bytes()},
+                                       ctx.scratch.get());
+      }
+      if (st.ok()) {
+        slot->labels[up] = record.label;
+      } else {
+        slot->outcomes[up] = st.WithContext("sample " + std::to_string(index) + " (" +
+                                            options_.source->Key(index) + ")");
+        slot->failed.store(true, std::memory_order_relaxed);
+      }
+      ++done;
+    }
+    ctx.samples.fetch_add(done, std::memory_order_relaxed);
+    ctx.busy_ns.fetch_add(SteadyNanos() - wall0, std::memory_order_relaxed);
+    ctx.cpu_ns.fetch_add(ThreadCpuNanos() - cpu0, std::memory_order_relaxed);
+    if (slot->remaining.fetch_sub(task.length, std::memory_order_acq_rel) == task.length) {
+      FinishBatch(slot);
+    }
+  }
+
+  // Runs on the thread that completed the batch's last position.
+  void FinishBatch(BatchSlot* slot) {
+    if (slot->failed.load(std::memory_order_relaxed) &&
+        options_.on_error == ErrorPolicy::kSkip) {
+      std::vector<int64_t> failed;
+      slot->CompactFailures(&failed);
+      for (int64_t p : failed) {
+        int64_t index = slot->indices[static_cast<size_t>(p)];
+        slot->skips.push_back({slot->epoch, index, options_.source->Key(index),
+                               slot->outcomes[static_cast<size_t>(p)].ToString()});
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slot->generation != generation_) {
+      auto it = std::find_if(stale_.begin(), stale_.end(),
+                             [slot](const auto& s) { return s.get() == slot; });
+      pool_->Release(std::move(*it));
+      stale_.erase(it);
+      return;
+    }
+    slot->ready = true;
+    ++ready_count_;
+    if (!options_.ordered) ready_fifo_.push_back(slot->batch);
+    ready_cv_.notify_all();
+  }
+
+  BatchSlot* DeliverableLocked() {
+    if (plan_ == nullptr) return nullptr;
+    if (options_.ordered) {
+      while (deliver_pos_ < num_batches_ && delivered_[static_cast<size_t>(deliver_pos_)]) {
+        ++deliver_pos_;
+      }
+      if (deliver_pos_ >= num_batches_) return nullptr;
+      BatchSlot* s = open_[static_cast<size_t>(deliver_pos_)].get();
+      return (s != nullptr && s->ready) ? s : nullptr;
+    }
+    if (ready_head_ < ready_fifo_.size()) {
+      return open_[static_cast<size_t>(ready_fifo_[ready_head_])].get();
+    }
+    return nullptr;
+  }
+
+  Result<std::optional<Batch>> NextImpl() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (stopped_) return Cancelled("the loader was stopped");
+      if (plan_ == nullptr) StartEpochLocked();
+      if (delivered_count_ == num_batches_) {
+        next_epoch_ = plan_->epoch() + 1;
+        plan_.reset();
+        return std::optional<Batch>();
+      }
+      if (BatchSlot* s = DeliverableLocked()) return DeliverLocked(s);
+      if (workers_.target() == 0) {
+        Task task;
+        if (ClaimLocked(&task)) {
+          lock.unlock();
+          RunTask(consumer_ctx_, task);
+          lock.lock();
+          continue;
+        }
+      }
+      ready_cv_.wait(lock);
+    }
+  }
+
+  Result<std::optional<Batch>> DeliverLocked(BatchSlot* s) {
+    const auto b = static_cast<size_t>(s->batch);
+    if (!options_.ordered) ++ready_head_;
+    std::unique_ptr<BatchSlot> slot = std::move(open_[b]);
+    delivered_[b] = 1;
+    ++delivered_count_;
+    --open_count_;
+    --ready_count_;
+    if (idle_workers_ > 0) work_cv_.notify_all();
+    batches_delivered_.fetch_add(1, std::memory_order_relaxed);
+    if (slot->failed.load(std::memory_order_relaxed) && options_.on_error == ErrorPolicy::kRaise) {
+      Status first;
+      for (int64_t p = 0; p < slot->length && first.ok(); ++p) first = slot->outcomes[static_cast<size_t>(p)];
+      pool_->Release(std::move(slot));
+      return first.WithContext("batch " + std::to_string(b) + " of epoch " +
+                               std::to_string(plan_->epoch()));
+    }
+    for (auto& skip : slot->skips) skipped_.push_back(std::move(skip));
+    samples_delivered_.fetch_add(slot->count, std::memory_order_relaxed);
+    return std::optional<Batch>(Batch(std::move(slot), pool_));
+  }
+
+  void WorkerMain(int id) {
+    WorkerContext ctx;
+    ctx.id = id;
+    ctx.scratch = options_.transform->NewScratch();
+    std::unique_lock<std::mutex> lock(mu_);
+    live_workers_.push_back(&ctx);
+    while (!workers_.TryLeave()) {
+      Task task;
+      if (ClaimLocked(&task)) {
+        lock.unlock();
+        RunTask(ctx, task);
+        task.plan.reset();
+        lock.lock();
+        continue;
+      }
+      ++idle_workers_;
+      work_cv_.wait(lock);
+      --idle_workers_;
+    }
+    std::erase(live_workers_, &ctx);
+    retired_samples_ += ctx.samples.load(std::memory_order_relaxed);
+    retired_busy_ns_ += ctx.busy_ns.load(std::memory_order_relaxed);
+    retired_cpu_ns_ += ctx.cpu_ns.load(std::memory_order_relaxed);
+  }
+
+  const LoaderOptions options_;
+  const PlanOptions plan_options_;
+  const SampleSpec spec_;
+  const std::shared_ptr<BatchPool> pool_;
+  const int64_t num_batches_;
+  const int64_t samples_per_epoch_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // workers: work, resize or stop
+  std::condition_variable ready_cv_;  // consumer: a batch is ready, resize or stop
+  bool stopped_ = false;
+  std::atomic<bool> stop_flag_{false};  // read per sample without the lock
+  std::shared_ptr<const EpochPlan> plan_;  // null between epochs
+  int64_t generation_ = 0;
+  int64_t next_epoch_;
+  std::optional<LoaderState> pending_restore_;
+  std::vector<uint8_t> delivered_;
+  std::vector<std::unique_ptr<BatchSlot>> open_;  // by batch; open and not delivered
+  std::vector<std::unique_ptr<BatchSlot>> stale_;
+  std::vector<int64_t> ready_fifo_;  // unordered delivery
+  size_t ready_head_ = 0;
+  int64_t delivered_count_ = 0;
+  int64_t claim_batch_ = 0;
+  int64_t claim_offset_ = 0;
+  int64_t deliver_pos_ = 0;
+  int open_count_ = 0;
+  int ready_count_ = 0;
+  int idle_workers_ = 0;
+  int prefetch_batches_;
+  size_t prefetch_bytes_;
+  std::vector<SkipRecord> skipped_;
+  std::vector<const WorkerContext*> live_workers_;
+  int64_t retired_samples_ = 0;
+  int64_t retired_busy_ns_ = 0;
+  int64_t retired_cpu_ns_ = 0;
+
+  WorkerContext consumer_ctx_;
+  int64_t last_return_ns_ = 0;  // consumer thread only
+  std::atomic<int64_t> consumer_wait_ns_{0};
+  std::atomic<int64_t> consumer_step_ns_{0};
+  std::atomic<int64_t> next_calls_{0};
+  std::atomic<int64_t> batches_delivered_{0};
+  std::atomic<int64_t> samples_delivered_{0};
+
+  WorkerPool workers_;  // last: its threads use everything above
+};
+
+Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
+  if (o.source == nullptr) return InvalidArgument("option 'source' is required");
+  if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
+  if (o.workers < 0) {
+    return InvalidArgument("option 'workers' must be >= 0, got " + std::to_string(o.workers));
+  }
+  if (o.prefetch_batches < 1) {
+    return InvalidArgument("option 'prefetch_batches' must be >= 1, got " +
+                           std::to_string(o.prefetch_batches));
+  }
+  if (o.prefetch_bytes < 1) return InvalidArgument("option 'prefetch_bytes' must be >= 1");
+  if (o.start_epoch < 0) {
+    return InvalidArgument("option 'start_epoch' must be >= 0, got " +
+                           std::to_string(o.start_epoch));
+  }
+  if (o.transform->spec().bytes() == 0) {
+    return InvalidArgument("the transform's sample spec has zero bytes");
+  }
+  PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,       o.seed,
+                   o.drop_last,      o.rank,       o.world_size,    o.pad_shards};
+  STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
+  if (EpochPlan(plan, 0).num_batches() == 0) {
+    return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +
+                           " samples over world_size " + std::to_string(o.world_size) +
+                           " is less than batch_size " + std::to_string(o.batch_size));
+  }
+  return std::unique_ptr<Loader>(new Loader(std::make_unique<Impl>(std::move(o), plan)));
+}
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::~Loader() = default;
+Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
+bool Loader::WaitReady(std::chrono::nanoseconds timeout) { return impl_->WaitReady(timeout); }
+void Loader::SetEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }
+int64_t Loader::epoch() const { return impl_->epoch(); }
+int64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
+int64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
+const SampleSpec& Loader::spec() const { return impl_->spec(); }
+LoaderState Loader::State() const { return impl_->State(); }
+Status Loader::Restore(const LoaderState& state) { return impl_->Restore(state); }
+void Loader::Resize(int workers) { impl_->Resize(workers); }
+int Loader::workers() const { return impl_->workers(); }
+void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches, bytes); }
+LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
+std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
+void Loader::Stop() { impl_->Stop(); }
+
+// Batch
+
+Batch::Batch() = default;
+Batch::Batch(std::unique_ptr<BatchSlot> slot, std::shared_ptr<BatchPool> pool)
+    : slot_(std::move(slot)), pool_(std::move(pool)) {}
+Batch::Batch(Batch&& other) noexcept = default;
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    Release();
+    slot_ = std::move(other.slot_);
+    pool_ = std::move(other.pool_);
+  }
+  return *this;
+}
+Batch::~Batch() { Release(); }
+void Batch::Release() {
+  if (slot_ != nullptr) pool_->Release(std::move(slot_));
+  pool_.reset();
+}
+int64_t Batch::epoch() const { return slot_->epoch; }
+int64_t Batch::index() const { return slot_->batch; }
+int64_t Batch::size() const { return slot_->count; }
+const SampleSpec& Batch::spec() const { return slot_->spec(); }
+std::span<const std::byte> Batch::data() const {
+  return {slot_->data(), static_cast<size_t>(slot_->count) * slot_->sample_bytes()};
+}
+std::span<std::byte> Batch::mutable_data() {
+  return {slot_->data(), static_cast<size_t>(slot_->count) * slot_->sample_bytes()};
+}
+std::span<const int64_t> Batch::labels() const {
+  return {slot_->labels.data(), static_cast<size_t>(slot_->count)};
+}
+std::span<const int64_t> Batch::sample_indices() const {
+  return {slot_->indices.data(), static_cast<size_t>(slot_->count)};
+}
+
+}  // namespace stoker

@@ -1,0 +1,70 @@
+#include "engine/worker_pool.h"
+
+#include <algorithm>
+
+namespace stoker {
+
+WorkerPool::WorkerPool(Body body) : body_(std::move(body)) {}
+
+WorkerPool::~WorkerPool() {
+  Stop();
+  Join();
+}
+
+void WorkerPool::Resize(int target) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_.load(std::memory_order_acquire)) return;
+  target = std::max(target, 0);
+  target_.store(target, std::memory_order_release);
+  ReapLocked();
+  int running = running_.load(std::memory_order_acquire);
+  for (; running < target; ++running) {
+    running_.fetch_add(1, std::memory_order_acq_rel);
+    auto t = std::make_unique<Thread>();
+    Thread* raw = t.get();
+    int id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    raw->thread = std::thread([this, raw, id] {
+      body_(id);
+      raw->done.store(true, std::memory_order_release);
+    });
+    threads_.push_back(std::move(t));
+  }
+}
+
+bool WorkerPool::TryLeave() {
+  int running = running_.load(std::memory_order_acquire);
+  while (running > target_.load(std::memory_order_acquire)) {
+    if (running_.compare_exchange_weak(running, running - 1, std::memory_order_acq_rel)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void WorkerPool::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_.store(true, std::memory_order_release);
+  target_.store(0, std::memory_order_release);
+}
+
+void WorkerPool::Join() {
+  std::vector<std::unique_ptr<Thread>> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) {
+    if (t->thread.joinable()) t->thread.join();
+  }
+}
+
+void WorkerPool::ReapLocked() {
+  auto it = std::remove_if(threads_.begin(), threads_.end(), [](std::unique_ptr<Thread>& t) {
+    if (!t->done.load(std::memory_order_acquire)) return false;
+    t->thread.join();
+    return true;
+  });
+  threads_.erase(it, threads_.end());
+}
+
+}  // namespace stoker

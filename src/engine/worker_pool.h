@@ -1,0 +1,68 @@
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace stoker {
+
+/// Threads whose number can change at any moment. The only place in stoker
+/// that creates threads; its destructor joins every one.
+///
+/// Each thread runs `body(worker_id)`. A body pulls work from its owner and,
+/// between tasks, calls TryLeave(): when the pool is larger than its target,
+/// exactly (running - target) callers get true and must return promptly.
+/// Shrinking therefore never interrupts a task.
+///
+/// Resize, TryLeave and the accessors are safe from any thread. The owner
+/// must wake bodies that are waiting for work after Resize or Stop, so that
+/// they reach TryLeave.
+class WorkerPool {
+ public:
+  using Body = std::function<void(int worker_id)>;
+
+  explicit WorkerPool(Body body);
+  /// Stops (target 0) and joins every thread. The owner must make waiting
+  /// bodies return first (see Stop).
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  /// Sets the target; starts threads when below it. Threads that already left
+  /// are joined here. Ignored after Stop.
+  void Resize(int target);
+
+  /// True (at most running - target times) when the caller must leave.
+  bool TryLeave();
+
+  /// Target 0 for good; later Resize calls are ignored. Does not join.
+  void Stop();
+  /// Joins every thread. REQUIRES: Stop() was called and bodies were woken.
+  void Join();
+
+  int target() const { return target_.load(std::memory_order_acquire); }
+  /// Threads that have not yet decided to leave.
+  int running() const { return running_.load(std::memory_order_acquire); }
+  /// Threads started since the pool was made.
+  int started() const { return next_id_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Thread {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void ReapLocked();
+
+  Body body_;
+  std::atomic<int> target_{0};
+  std::atomic<int> running_{0};
+  std::atomic<int> next_id_{0};
+  std::atomic<bool> stopped_{false};
+  std::mutex mu_;                                 // guards threads_
+  std::vector<std::unique_ptr<Thread>> threads_;  // guarded by mu_
+};
+
+}  // namespace stoker

@@ -1,0 +1,12 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace stoker::cli {
+
+// Each subcommand lives in its own file and registers itself here. A command
+// prints a human view by default and JSON on stdout with --json; it sets the
+// process exit code through the int it is handed.
+void AddDemoCommand(CLI::App& app, int& exit_code);
+
+}  // namespace stoker::cli

@@ -42,14 +42,11 @@ void BatchSlot::Reset(int64_t e, int64_t b, int64_t g, int64_t len) {
   }
 }
 
-void BatchSlot::CompactFailures(std::vector<int64_t>* failed_positions) {
+void BatchSlot::CompactFailures() {
   int64_t kept = 0;
   for (int64_t p = 0; p < length; ++p) {
     auto up = static_cast<size_t>(p);
-    if (!outcomes[up].ok()) {
-      failed_positions->push_back(p);
-      continue;
-    }
+    if (!outcomes[up].ok()) continue;
     if (kept != p) {
       std::memmove(sample(kept), sample(p), sample_bytes_);
       labels[static_cast<size_t>(kept)] = labels[up];

@@ -30,9 +30,9 @@ class BatchSlot {
   /// Makes the slot ready to hold batch `batch` of `epoch` with `length` samples.
   void Reset(int64_t epoch, int64_t batch, int64_t generation, int64_t length);
 
-  /// Moves the samples that succeeded to the front, in order, and returns
-  /// the positions that failed. Sets count().
-  void CompactFailures(std::vector<int64_t>* failed_positions);
+  /// Moves the samples that succeeded to the front, in order, and sets
+  /// `count` to their number.
+  void CompactFailures();
 
   std::byte* sample(int64_t position) { return data_ + position * static_cast<int64_t>(sample_bytes_); }
   size_t sample_bytes() const { return sample_bytes_; }

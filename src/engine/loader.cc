@@ -356,13 +356,13 @@ class Loader::Impl {
   void FinishBatch(BatchSlot* slot) {
     if (slot->failed.load(std::memory_order_relaxed) &&
         options_.on_error == ErrorPolicy::kSkip) {
-      std::vector<int64_t> failed;
-      slot->CompactFailures(&failed);
-      for (int64_t p : failed) {
+      for (int64_t p = 0; p < slot->length; ++p) {
+        const Status& outcome = slot->outcomes[static_cast<size_t>(p)];
+        if (outcome.ok()) continue;
         int64_t index = slot->indices[static_cast<size_t>(p)];
-        slot->skips.push_back({slot->epoch, index, options_.source->Key(index),
-                               slot->outcomes[static_cast<size_t>(p)].ToString()});
+        slot->skips.push_back({slot->epoch, index, options_.source->Key(index), outcome.ToString()});
       }
+      slot->CompactFailures();
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (slot->generation != generation_) {

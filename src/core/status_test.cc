@@ -1,0 +1,45 @@
+#include "stoker/status.h"
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+
+namespace stoker {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2 != 0) return InvalidArgument("x=" + std::to_string(x) + " is odd");
+  return x / 2;
+}
+
+Result<int> Quarter(int x) {
+  STOKER_ASSIGN_OR_RETURN(int h, Half(x));
+  STOKER_ASSIGN_OR_RETURN(int q, Half(h));
+  return q;
+}
+
+TEST(StatusTest, OkAndError) {
+  EXPECT_TRUE(Status::Ok().ok());
+  Status s = DataError("truncated JPEG");
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_EQ(s.ToString(), "data error: truncated JPEG");
+  EXPECT_EQ(s.WithContext("sample 3 (a.jpg)").ToString(), "data error: sample 3 (a.jpg): truncated JPEG");
+}
+
+TEST(StatusTest, ResultPropagates) {
+  EXPECT_EQ(*Quarter(8), 2);
+  Result<int> r = Quarter(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "x=3 is odd");
+}
+
+TEST(StatusTest, ErrnoNamesTheFile) {
+  Status s = ErrnoError("open /x/y.jpg", ENOENT);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("/x/y.jpg"), std::string::npos);
+  EXPECT_EQ(ErrnoError("read a", EACCES).code(), StatusCode::kIoError);
+}
+
+}  // namespace
+}  // namespace stoker

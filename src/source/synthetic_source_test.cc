@@ -1,0 +1,49 @@
+#include "source/synthetic_source.h"
+
+#include <gtest/gtest.h>
+
+namespace stoker {
+namespace {
+
+TEST(SyntheticSourceTest, RecordsArePureFunctionsOfIndex) {
+  SyntheticOptions o;
+  o.size = 100;
+  o.sample_bytes = 37;
+  o.num_classes = 7;
+  auto src = MakeSyntheticSource(o);
+  ASSERT_TRUE(src.ok());
+  ReadBuffer b1, b2;
+  Record r1, r2;
+  ASSERT_TRUE((*src)->Read(42, b1, &r1).ok());
+  std::vector<std::byte> first(r1.bytes.begin(), r1.bytes.end());
+  ASSERT_TRUE((*src)->Read(43, b2, &r2).ok());
+  ASSERT_TRUE((*src)->Read(42, b2, &r2).ok());
+  EXPECT_EQ(r2.bytes.size(), 37u);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), r2.bytes.begin()));
+  EXPECT_EQ(r2.label, 42 % 7);
+  EXPECT_EQ((*src)->Key(42), "synthetic:42");
+}
+
+TEST(SyntheticSourceTest, InjectedFailureNamesTheKey) {
+  SyntheticOptions o;
+  o.size = 10;
+  o.fail_indices = {3};
+  auto src = MakeSyntheticSource(o);
+  ReadBuffer b;
+  Record r;
+  Status s = (*src)->Read(3, b, &r);
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_NE(s.message().find("synthetic:3"), std::string::npos);
+  EXPECT_TRUE((*src)->Read(4, b, &r).ok());
+}
+
+TEST(SyntheticSourceTest, RejectsBadOptions) {
+  SyntheticOptions o;
+  o.size = 0;
+  auto src = MakeSyntheticSource(o);
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("size"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <string>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -30,6 +32,25 @@ struct SyntheticOptions {
 
 /// Checks `options` and makes the source; errors name the option.
 Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions& options);
+
+/// A slow-storage wrapper: every Read of `inner` first sleeps for the current
+/// latency (like a remote or network file system). The latency may be
+/// changed while workers read (a benchmark's "storage got slower" phase);
+/// everything else is `inner`'s.
+class SlowSource final : public Source {
+ public:
+  SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency);
+  int64_t size() const override { return inner_->size(); }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
+  std::string Key(int64_t index) const override { return inner_->Key(index); }
+  std::vector<std::string> ClassNames() const override { return inner_->ClassNames(); }
+  /// Safe from any thread.
+  void set_latency(std::chrono::nanoseconds latency) { latency_ns_.store(latency.count()); }
+
+ private:
+  std::shared_ptr<const Source> inner_;
+  std::atomic<int64_t> latency_ns_;
+};
 
 /// Copies each record's bytes unchanged into a sample of `spec` (the record
 /// must be exactly spec.bytes() long). With `mix_rng`, XORs each 8-byte word

@@ -75,6 +75,15 @@ std::string SyntheticSource::Key(int64_t index) const {
   return "synthetic:" + std::to_string(index);
 }
 
+SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency)
+    : inner_(std::move(inner)), latency_ns_(latency.count()) {}
+
+Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
+  const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
+  if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+  return inner_->Read(index, buffer, record);
+}
+
 Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions& options) {
   if (options.size <= 0) {
     return InvalidArgument("synthetic size must be at least 1, got " + std::to_string(options.size));

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/source.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+// Sources that read encoded images (JPEG, PNG, ...) from files. Each returns
+// an immutable Source shared by all workers (see source.h): Read is safe from
+// many threads at once and keeps no per-worker state. Paths are byte strings:
+// names that are not UTF-8 work, and keys keep their bytes as they are.
+
+/// Opens a class-per-folder tree, `root/<class>/.../<file>`, with the same
+/// samples, order and labels as torchvision's ImageFolder on that tree:
+/// classes are the sub-folders of `root` (symlinks followed) sorted by name
+/// and numbered from 0; each class folder is walked recursively (symlinks
+/// followed), its folders visited in sorted order of their paths and files in
+/// sorted order, keeping files whose lower-cased name ends with .jpg, .jpeg,
+/// .png, .ppm, .bmp, .pgm, .tif, .tiff or .webp. Names sort as Python sorts
+/// them (UTF-8 code points; undecodable bytes as surrogate escapes).
+///
+/// A symlinked folder that leads back to one of its own ancestors (a loop) is
+/// skipped, so opening always terminates. Keys are file paths (root joined
+/// with the relative path); labels the class index; ClassNames() the folder
+/// names.
+///
+/// Errors: `root` missing or not a folder (NotFound / IoError), no class
+/// folder in it, a class folder with no image in it (NotFound naming the
+/// folders, as ImageFolder's "Found no valid file for the classes ..."), a
+/// folder that cannot be listed (IoError naming it). Reads: a file removed
+/// since opening is NotFound naming its path; an unreadable one an IoError.
+/// Blocks while it lists the tree.
+Result<std::shared_ptr<const Source>> OpenImageFolder(const std::string& root);
+
+/// Opens a list file of "path<TAB>label" lines: the path is everything before
+/// the last tab (relative paths resolve against the list file's folder), the
+/// label a decimal integer. Blank lines are skipped; a trailing '\r' is
+/// ignored. Files are not checked at open; a missing one fails its Read with
+/// NotFound naming the path. Keys are the resolved paths.
+/// Errors name the list file and the line number: a line without a tab, an
+/// empty path, a label that is not an integer; also a list with no entries
+/// and an unreadable list file. Blocks while it reads the list.
+Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path);
+
+/// Opens WebDataset-style tar shards. `paths_or_patterns` lists shard files;
+/// each entry may hold brace ranges ("shard-{000..015}.tar", see
+/// ExpandBraces). A sample is the group of members sharing a key (the member
+/// name up to the first '.' of its last path component): an image member
+/// (.jpg, .jpeg or .png, case-insensitive) and a .cls member whose text is
+/// the integer label. Samples are numbered shard by shard in member order.
+///
+/// Opening maps each shard and indexes its tar headers (ustar, GNU long
+/// names, pax); reads return spans into the mapping (zero copy: the Record's
+/// bytes stay valid for the source's life). Shards must not be truncated or
+/// rewritten while open. Keys are "<shard path>:<image member name>".
+///
+/// Errors at open (naming the shard, and the byte offset in it): a missing or
+/// unreadable shard, a garbage header (bad checksum), a truncated member, a
+/// shard list that expands to nothing, shards with no images at all. Errors at
+/// Read (naming the key): a sample without a .cls member, a .cls that is not
+/// an integer. Blocks while it indexes.
+Result<std::shared_ptr<const Source>> OpenTarShards(
+    const std::vector<std::string>& paths_or_patterns);
+
+/// Expands the brace ranges in `pattern`: "{a..b}" becomes the integers a to
+/// b in order (either direction), each zero-padded to the width of the wider
+/// bound when a bound has a leading zero ("{08..10}" -> 08 09 10), and
+/// "{x,y,z}" the listed alternatives. Several groups multiply, leftmost
+/// slowest. Text without braces, or with braces that are not a valid group,
+/// is returned as it is.
+std::vector<std::string> ExpandBraces(const std::string& pattern);
+
+}  // namespace stoker

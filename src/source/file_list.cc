@@ -1,0 +1,120 @@
+#include "source/file_list.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cassert>
+#include <charconv>
+
+#include "source/file_reader.h"
+
+namespace stoker {
+
+void FileListSource::Builder::Add(std::string_view path, int64_t label) {
+  assert(path.find('\0') == std::string_view::npos);
+  offsets_.push_back(arena_.size());
+  arena_.append(path);
+  arena_.push_back('\0');
+  labels_.push_back(label);
+}
+
+Result<std::shared_ptr<const Source>> FileListSource::Make(std::string base, Builder samples,
+                                                           std::vector<std::string> class_names) {
+  const char* dir = base.empty() ? "." : base.c_str();
+  int fd = ::open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(std::string(dir) + ": open folder", errno);
+  std::string key_prefix = base.empty() ? "" : (base.back() == '/' ? base : base + "/");
+  samples.arena_.shrink_to_fit();
+  samples.offsets_.shrink_to_fit();
+  samples.labels_.shrink_to_fit();
+  return std::shared_ptr<const Source>(
+      new FileListSource(fd, std::move(key_prefix), std::move(samples), std::move(class_names)));
+}
+
+FileListSource::FileListSource(int dir_fd, std::string key_prefix, Builder samples,
+                               std::vector<std::string> class_names)
+    : dir_fd_(dir_fd),
+      key_prefix_(std::move(key_prefix)),
+      arena_(std::move(samples.arena_)),
+      offsets_(std::move(samples.offsets_)),
+      labels_(std::move(samples.labels_)),
+      class_names_(std::move(class_names)) {}
+
+FileListSource::~FileListSource() { ::close(dir_fd_); }
+
+Status FileListSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
+  assert(index >= 0 && index < size());
+  std::span<const std::byte> bytes;
+  Status status = ReadWholeFile(dir_fd_, PathAt(index), buffer, &bytes);
+  if (!status.ok()) return status.WithContext(Key(index));
+  record->bytes = bytes;
+  record->label = labels_[index];
+  return Status::Ok();
+}
+
+std::string FileListSource::Key(int64_t index) const {
+  assert(index >= 0 && index < size());
+  const char* path = PathAt(index);
+  return path[0] == '/' ? std::string(path) : key_prefix_ + path;
+}
+
+namespace {
+
+// Reads the whole list file.
+Result<std::string> ReadListFile(const std::string& list_path) {
+  ReadBuffer buffer;
+  std::span<const std::byte> bytes;
+  Status status = ReadWholeFile(AT_FDCWD, list_path.c_str(), buffer, &bytes);
+  if (!status.ok()) return status.WithContext(list_path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path) {
+  STOKER_ASSIGN_OR_RETURN(std::string text, ReadListFile(list_path));
+  FileListSource::Builder samples;
+  std::string_view rest = text;
+  int64_t line_number = 0;
+  while (!rest.empty()) {
+    ++line_number;
+    size_t newline = rest.find('\n');
+    std::string_view line = rest.substr(0, newline);
+    rest.remove_prefix(newline == std::string_view::npos ? rest.size() : newline + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (Trim(line).empty()) continue;
+    auto where = [&] { return list_path + ":" + std::to_string(line_number) + ": "; };
+    size_t tab = line.rfind('\t');
+    if (tab == std::string_view::npos) {
+      return InvalidArgument(where() + "expected 'path<TAB>label', found no tab in '" +
+                             std::string(line) + "'");
+    }
+    std::string_view path = line.substr(0, tab);
+    std::string_view label_text = Trim(line.substr(tab + 1));
+    if (path.empty()) return InvalidArgument(where() + "empty path");
+    if (path.find('\0') != std::string_view::npos) {
+      return InvalidArgument(where() + "path contains a NUL byte");
+    }
+    int64_t label = 0;
+    auto [end, ec] =
+        std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
+    if (label_text.empty() || ec != std::errc() || end != label_text.data() + label_text.size()) {
+      return InvalidArgument(where() + "label '" + std::string(label_text) + "' is not an integer");
+    }
+    samples.Add(path, label);
+  }
+  if (samples.size() == 0) return InvalidArgument(list_path + ": the list has no entries");
+  size_t slash = list_path.rfind('/');
+  std::string base = slash == std::string::npos ? "" : list_path.substr(0, slash);
+  if (slash == 0) base = "/";
+  return FileListSource::Make(std::move(base), std::move(samples), {});
+}
+
+}  // namespace stoker

@@ -1,0 +1,603 @@
+#include "source/tar_shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+namespace stoker {
+namespace {
+
+constexpr size_t kBlock = 512;
+// Largest size an 11-digit octal field holds: 8 GiB - 1.
+constexpr uint64_t kMaxOctalSize = 077777777777ull;
+
+// Field offsets and widths of a ustar header.
+constexpr size_t kNameOff = 0, kNameLen = 100;
+constexpr size_t kModeOff = 100, kUidOff = 108, kGidOff = 116, kIdLen = 8;
+constexpr size_t kSizeOff = 124, kSizeLen = 12;
+constexpr size_t kMtimeOff = 136, kMtimeLen = 12;
+constexpr size_t kChksumOff = 148, kChksumLen = 8;
+constexpr size_t kTypeOff = 156;
+constexpr size_t kMagicOff = 257;
+constexpr size_t kPrefixOff = 345, kPrefixLen = 155;
+
+uint64_t RoundUpToBlock(uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+
+// ---------------------------------------------------------------- writing
+
+// Writes `value` as zero-padded octal digits filling `width - 1` bytes, then
+// a NUL. REQUIRES: the value fits.
+void PutOctal(char* field, size_t width, uint64_t value) {
+  for (size_t i = width - 1; i-- > 0;) {
+    field[i] = static_cast<char>('0' + (value & 7));
+    value >>= 3;
+  }
+  field[width - 1] = '\0';
+}
+
+// Fills `header` for `member`, or says why the member cannot be written.
+Status MakeHeader(const TarMember& member, char (&header)[kBlock]) {
+  const std::string& name = member.name;
+  if (name.empty()) return InvalidArgument("tar member with an empty name");
+  if (name.find('\0') != std::string::npos) {
+    return InvalidArgument("tar member name contains a NUL byte: '" + name + "'");
+  }
+  if (member.data.size() > kMaxOctalSize) {
+    return InvalidArgument("tar member '" + name + "' is " + std::to_string(member.data.size()) +
+                           " bytes; ustar holds at most " + std::to_string(kMaxOctalSize));
+  }
+  std::string_view prefix, base = name;
+  if (name.size() > kNameLen) {
+    // Split at a '/' so that the part before fits the prefix field and the
+    // part after fits the name field; prefer the longest prefix.
+    size_t split = std::string::npos;
+    for (size_t i = std::min(name.size() - 1, kPrefixLen); i > 0; --i) {
+      if (name[i] == '/' && name.size() - i - 1 <= kNameLen && name.size() - i - 1 > 0) {
+        split = i;
+        break;
+      }
+    }
+    if (split == std::string::npos) {
+      return InvalidArgument("tar member name is too long for ustar (" +
+                             std::to_string(name.size()) +
+                             " bytes, no '/' splits it into <= 155 + <= 100): '" + name + "'");
+    }
+    prefix = std::string_view(name).substr(0, split);
+    base = std::string_view(name).substr(split + 1);
+  }
+  std::memset(header, 0, kBlock);
+  std::memcpy(header + kNameOff, base.data(), base.size());
+  if (!prefix.empty()) std::memcpy(header + kPrefixOff, prefix.data(), prefix.size());
+  PutOctal(header + kModeOff, kIdLen, 0644);
+  PutOctal(header + kUidOff, kIdLen, 0);
+  PutOctal(header + kGidOff, kIdLen, 0);
+  PutOctal(header + kSizeOff, kSizeLen, member.data.size());
+  PutOctal(header + kMtimeOff, kMtimeLen, 0);
+  header[kTypeOff] = '0';
+  std::memcpy(header + kMagicOff,
+              "ustar\0"
+              "00",
+              8);
+  std::memset(header + kChksumOff, ' ', kChksumLen);
+  unsigned sum = 0;
+  for (char c : header) sum += static_cast<unsigned char>(c);
+  PutOctal(header + kChksumOff, 7, sum);  // six digits and a NUL...
+  header[kChksumOff + 7] = ' ';           // ...then a space, as tar(1) writes
+  return Status::Ok();
+}
+
+// Writes all of [data, data + size) to `fd`, retrying short writes.
+Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(path + ": write", errno);
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+// Buffers small writes so that a shard of many small members costs few
+// system calls; large data goes straight from the caller's memory.
+class ShardWriter {
+ public:
+  ShardWriter(int fd, const std::string& path) : fd_(fd), path_(path) { buffer_.reserve(kCap); }
+
+  Status Append(const void* data, size_t size) {
+    if (size >= kCap / 4) {
+      STOKER_RETURN_IF_ERROR(Flush());
+      return WriteAll(fd_, data, size, path_);
+    }
+    if (buffer_.size() + size > kCap) STOKER_RETURN_IF_ERROR(Flush());
+    const char* p = static_cast<const char*>(data);
+    buffer_.insert(buffer_.end(), p, p + size);
+    return Status::Ok();
+  }
+
+  Status Flush() {
+    Status s = WriteAll(fd_, buffer_.data(), buffer_.size(), path_);
+    buffer_.clear();
+    return s;
+  }
+
+ private:
+  static constexpr size_t kCap = size_t{1} << 20;
+  int fd_;
+  const std::string& path_;
+  std::vector<char> buffer_;
+};
+
+Status WriteMembers(int fd, const std::string& path, std::span<const TarMember> members) {
+  static const char kZeros[kBlock * 2] = {};
+  ShardWriter out(fd, path);
+  for (const TarMember& member : members) {
+    char header[kBlock];
+    STOKER_RETURN_IF_ERROR(MakeHeader(member, header).WithContext(path));
+    STOKER_RETURN_IF_ERROR(out.Append(header, kBlock));
+    STOKER_RETURN_IF_ERROR(out.Append(member.data.data(), member.data.size()));
+    size_t pad = RoundUpToBlock(member.data.size()) - member.data.size();
+    STOKER_RETURN_IF_ERROR(out.Append(kZeros, pad));
+  }
+  STOKER_RETURN_IF_ERROR(out.Append(kZeros, sizeof(kZeros)));
+  return out.Flush();
+}
+
+// ---------------------------------------------------------------- reading
+
+std::string_view Field(const std::byte* header, size_t offset, size_t width) {
+  const char* p = reinterpret_cast<const char*>(header) + offset;
+  const void* nul = std::memchr(p, '\0', width);
+  return std::string_view(p, nul ? static_cast<const char*>(nul) - p : width);
+}
+
+// Parses a numeric header field: octal digits between optional spaces and a
+// NUL/space terminator, or GNU base-256 (high bit of the first byte set).
+// An all-blank field is 0. Returns nothing for anything else.
+std::optional<uint64_t> ParseNumber(const std::byte* header, size_t offset, size_t width) {
+  const auto* p = reinterpret_cast<const unsigned char*>(header) + offset;
+  if (p[0] & 0x80) {
+    if (p[0] != 0x80) return std::nullopt;  // negative, or more than 63 bits
+    uint64_t value = 0;
+    for (size_t i = 1; i < width; ++i) {
+      if (value >> 55) return std::nullopt;
+      value = (value << 8) | p[i];
+    }
+    if (value >> 63) return std::nullopt;
+    return value;
+  }
+  size_t i = 0;
+  while (i < width && p[i] == ' ') ++i;
+  uint64_t value = 0;
+  for (; i < width && p[i] >= '0' && p[i] <= '7'; ++i) {
+    if (value >> 60) return std::nullopt;
+    value = value * 8 + (p[i] - '0');
+  }
+  for (; i < width; ++i) {
+    if (p[i] != ' ' && p[i] != '\0') return std::nullopt;
+  }
+  return value;
+}
+
+bool IsZeroBlock(const std::byte* block, size_t size) {
+  return std::all_of(block, block + size, [](std::byte b) { return b == std::byte{0}; });
+}
+
+bool ChecksumMatches(const std::byte* header) {
+  std::optional<uint64_t> stored = ParseNumber(header, kChksumOff, kChksumLen);
+  if (!stored) return false;
+  // Some old writers summed signed chars; accept either sum.
+  int64_t unsigned_sum = 0, signed_sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    bool in_field = i >= kChksumOff && i < kChksumOff + kChksumLen;
+    auto byte = static_cast<unsigned char>(header[i]);
+    unsigned_sum += in_field ? ' ' : byte;
+    signed_sum += in_field ? ' ' : static_cast<signed char>(byte);
+  }
+  return static_cast<int64_t>(*stored) == unsigned_sum ||
+         static_cast<int64_t>(*stored) == signed_sum;
+}
+
+// Reads the records of a pax extended header ("<len> <key>=<value>\n") and
+// keeps the two that change how the next member is read.
+Status ParsePax(std::string_view data, std::optional<std::string>* path,
+                std::optional<uint64_t>* size, const std::string& where) {
+  while (!data.empty()) {
+    if (data.front() == '\0') break;  // padding some writers leave
+    size_t space = data.find(' ');
+    if (space == std::string_view::npos || space == 0 || space > 20) {
+      return DataError(where + ": malformed pax record length");
+    }
+    uint64_t len = 0;
+    for (char c : data.substr(0, space)) {
+      if (c < '0' || c > '9') return DataError(where + ": malformed pax record length");
+      len = len * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (len <= space + 1 || len > data.size() || data[len - 1] != '\n') {
+      return DataError(where + ": pax record length " + std::to_string(len) + " is out of range");
+    }
+    std::string_view record = data.substr(space + 1, len - space - 2);
+    data.remove_prefix(len);
+    size_t eq = record.find('=');
+    if (eq == std::string_view::npos) return DataError(where + ": pax record without '='");
+    std::string_view key = record.substr(0, eq), value = record.substr(eq + 1);
+    if (key == "path") {
+      *path = std::string(value);
+    } else if (key == "size") {
+      uint64_t v = 0;
+      if (value.empty() || value.size() > 19) return DataError(where + ": bad pax size");
+      for (char c : value) {
+        if (c < '0' || c > '9') return DataError(where + ": bad pax size");
+        v = v * 10 + static_cast<uint64_t>(c - '0');
+      }
+      *size = v;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteTarShard(const std::string& path, std::span<const TarMember> members) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(path + ": open for writing", errno);
+  Status status = WriteMembers(fd, path, members);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError(path + ": close", errno);
+  if (!status.ok()) ::unlink(path.c_str());
+  return status;
+}
+
+Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
+                                            const std::string& what) {
+  std::vector<TarEntry> entries;
+  std::optional<std::string> long_name;  // from a GNU 'L' or pax 'path'
+  std::optional<uint64_t> pax_size;
+  uint64_t pos = 0;
+  const uint64_t end = bytes.size();
+  while (pos < end) {
+    const std::byte* header = bytes.data() + pos;
+    auto at = [&] { return what + ": at byte " + std::to_string(pos); };
+    if (end - pos < kBlock) {
+      if (IsZeroBlock(header, end - pos)) break;
+      return DataError(at() + ": truncated tar header (" + std::to_string(end - pos) +
+                       " of 512 bytes)");
+    }
+    if (IsZeroBlock(header, kBlock)) break;  // end-of-archive marker
+    if (!ChecksumMatches(header)) {
+      return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
+    }
+    std::optional<uint64_t> header_size = ParseNumber(header, kSizeOff, kSizeLen);
+    if (!header_size) return DataError(at() + ": malformed size field in tar header");
+    const char type = static_cast<char>(header[kTypeOff]);
+    const bool posix = Field(header, kMagicOff, 6) == "ustar";  // GNU has "ustar  "
+    // Meta entries describe the next real entry; their own names are noise,
+    // and they must not use up a long name meant for that entry.
+    const bool is_meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+    std::string name;
+    if (!is_meta && long_name) {
+      name = std::move(*long_name);
+      long_name.reset();
+    } else if (!is_meta) {
+      std::string_view prefix = posix ? Field(header, kPrefixOff, kPrefixLen) : "";
+      std::string_view base = Field(header, kNameOff, kNameLen);
+      name = prefix.empty() ? std::string(base) : std::string(prefix) + "/" + std::string(base);
+    }
+    const uint64_t size = (!is_meta && pax_size) ? *pax_size : *header_size;
+    if (!is_meta) pax_size.reset();
+
+    const uint64_t data = pos + kBlock;
+    // Link, device, directory and fifo entries carry no data whatever their
+    // size field says; everything else (regular files, unknown types) does.
+    const bool has_data = !(type >= '1' && type <= '6');
+    if (has_data && size > end - data) {
+      return DataError(at() + ": truncated tar member '" + name + "': needs " +
+                       std::to_string(size) + " bytes, " + std::to_string(end - data) + " remain");
+    }
+    std::string_view content(reinterpret_cast<const char*>(bytes.data()) + data,
+                             has_data ? size : 0);
+    switch (type) {
+      case 'L': {
+        size_t nul = content.find('\0');
+        long_name = std::string(content.substr(0, nul));
+        break;
+      }
+      case 'x':
+        STOKER_RETURN_IF_ERROR(ParsePax(content, &long_name, &pax_size, at()));
+        break;
+      case '0':
+      case '\0':
+      case '7':
+        // Old (pre-POSIX) archives mark directories by a trailing '/'.
+        if (!(type == '\0' && !name.empty() && name.back() == '/')) {
+          entries.push_back(TarEntry{std::move(name), data, size});
+        }
+        break;
+      default:
+        break;  // 'K' long link names, 'g' global pax, links, dirs, unknown
+    }
+    pos = has_data ? data + RoundUpToBlock(size) : data;
+  }
+  return entries;
+}
+
+std::pair<std::string_view, std::string_view> SplitSampleKey(std::string_view member_name) {
+  size_t base = member_name.rfind('/');
+  base = base == std::string_view::npos ? 0 : base + 1;
+  size_t dot = member_name.find('.', base);
+  if (dot == std::string_view::npos) return {member_name, {}};
+  return {member_name.substr(0, dot), member_name.substr(dot + 1)};
+}
+
+namespace {
+
+// ---------------------------------------------------------------- the source
+
+// One shard, mapped read-only for the source's life.
+class MappedShard {
+ public:
+  static Result<std::unique_ptr<MappedShard>> Open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError(path + ": open tar shard", errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoError(path + ": stat tar shard", err);
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return InvalidArgument(path + ": tar shard is not a regular file");
+    }
+    const size_t size = static_cast<size_t>(st.st_size);
+    void* map = nullptr;
+    if (size > 0) {
+      map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      if (map == MAP_FAILED) {
+        int err = errno;
+        ::close(fd);
+        return ErrnoError(path + ": mmap tar shard", err);
+      }
+    }
+    ::close(fd);  // the mapping keeps the file
+    return std::unique_ptr<MappedShard>(
+        new MappedShard(path, static_cast<const std::byte*>(map), size));
+  }
+
+  ~MappedShard() {
+    if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  }
+  MappedShard(const MappedShard&) = delete;
+  MappedShard& operator=(const MappedShard&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+
+ private:
+  MappedShard(std::string path, const std::byte* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+
+  std::string path_;
+  const std::byte* data_;
+  size_t size_;
+};
+
+// Where one sample's members lie in its shard. 40 bytes a sample.
+struct TarSample {
+  uint64_t image_offset = 0;
+  uint64_t cls_offset = 0;
+  uint64_t name_offset = 0;  // of the image member's name in the name arena
+  uint32_t image_size = 0;
+  uint32_t cls_size = kNoCls;
+  uint32_t shard = 0;
+  uint32_t name_size = 0;
+
+  static constexpr uint32_t kNoCls = std::numeric_limits<uint32_t>::max();
+};
+
+bool IsImageExtension(std::string_view ext) {
+  auto lower_equals = [&](std::string_view want) {
+    return ext.size() == want.size() &&
+           std::equal(ext.begin(), ext.end(), want.begin(), [](char c, char w) {
+             return (c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) == w;
+           });
+  };
+  return lower_equals("jpg") || lower_equals("jpeg") || lower_equals("png");
+}
+
+class TarShardSource final : public Source {
+ public:
+  TarShardSource(std::vector<std::unique_ptr<MappedShard>> shards, std::vector<TarSample> samples,
+                 std::string names)
+      : shards_(std::move(shards)), samples_(std::move(samples)), names_(std::move(names)) {}
+
+  int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+
+  Status Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const override {
+    assert(index >= 0 && index < size());
+    const TarSample& s = samples_[index];
+    const std::byte* base = shards_[s.shard]->bytes().data();
+    if (s.cls_size == TarSample::kNoCls) {
+      return DataError(Key(index) + ": sample has no .cls member (its label)");
+    }
+    std::string_view cls(reinterpret_cast<const char*>(base + s.cls_offset), s.cls_size);
+    while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
+      cls.remove_prefix(1);
+    }
+    while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
+      cls.remove_suffix(1);
+    }
+    int64_t label = 0;
+    auto [end, ec] = std::from_chars(cls.data(), cls.data() + cls.size(), label);
+    if (cls.empty() || ec != std::errc() || end != cls.data() + cls.size()) {
+      constexpr size_t kShown = 40;
+      return DataError(Key(index) + ": .cls member is not an integer label: '" +
+                       std::string(cls.substr(0, kShown)) + (cls.size() > kShown ? "...'" : "'"));
+    }
+    record->bytes = std::span<const std::byte>(base + s.image_offset, s.image_size);
+    record->label = label;
+    return Status::Ok();
+  }
+
+  std::string Key(int64_t index) const override {
+    assert(index >= 0 && index < size());
+    const TarSample& s = samples_[index];
+    return shards_[s.shard]->path() + ":" + names_.substr(s.name_offset, s.name_size);
+  }
+
+ private:
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<TarSample> samples_;
+  std::string names_;
+};
+
+// Indexes one shard and appends its samples.
+Status AddShard(const MappedShard& shard, uint32_t shard_number, std::vector<TarSample>& samples,
+                std::string& names) {
+  STOKER_ASSIGN_OR_RETURN(std::vector<TarEntry> entries,
+                          IndexTarBytes(shard.bytes(), shard.path()));
+  // Members of a sample are usually adjacent, but nothing requires it.
+  std::unordered_map<std::string_view, size_t> by_key;
+  std::vector<TarSample> pending;
+  std::vector<bool> has_image;
+  for (const TarEntry& entry : entries) {
+    auto [key, ext] = SplitSampleKey(entry.name);
+    const bool image = IsImageExtension(ext);
+    const bool cls = ext == "cls";
+    if (!image && !cls) continue;
+    if (entry.size >= TarSample::kNoCls) {
+      return DataError(shard.path() + ": member '" + entry.name + "' is too large (" +
+                       std::to_string(entry.size) + " bytes; at most 4 GiB)");
+    }
+    auto [it, inserted] = by_key.try_emplace(key, pending.size());
+    if (inserted) {
+      pending.emplace_back();
+      pending.back().shard = shard_number;
+      has_image.push_back(false);
+    }
+    TarSample& s = pending[it->second];
+    if (image && !has_image[it->second]) {  // the first image of a key wins
+      has_image[it->second] = true;
+      s.image_offset = entry.offset;
+      s.image_size = static_cast<uint32_t>(entry.size);
+      s.name_offset = names.size();
+      s.name_size = static_cast<uint32_t>(entry.name.size());
+      names += entry.name;
+    } else if (cls) {
+      s.cls_offset = entry.offset;
+      s.cls_size = static_cast<uint32_t>(entry.size);
+    }
+  }
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (has_image[i]) samples.push_back(pending[i]);
+  }
+  return Status::Ok();
+}
+
+// Expands the first valid brace group at or after `from` in `pattern`, then
+// the rest, appending results to `out`.
+void ExpandFrom(const std::string& pattern, size_t from, std::vector<std::string>& out) {
+  constexpr int64_t kMaxRange = 1'000'000;
+  for (size_t open = pattern.find('{', from); open != std::string::npos;
+       open = pattern.find('{', open + 1)) {
+    size_t close = pattern.find('}', open);
+    if (close == std::string::npos) break;
+    std::string_view body(pattern.data() + open + 1, close - open - 1);
+    if (body.find('{') != std::string_view::npos) continue;
+    std::vector<std::string> choices;
+    size_t dots = body.find("..");
+    int64_t lo = 0, hi = 0;
+    auto parse = [](std::string_view t, int64_t& v) {
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+    };
+    if (dots != std::string_view::npos && parse(body.substr(0, dots), lo) &&
+        parse(body.substr(dots + 2), hi) && (hi > lo ? hi - lo : lo - hi) < kMaxRange) {
+      std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
+      auto padded = [](std::string_view t) {
+        if (!t.empty() && t[0] == '-') t.remove_prefix(1);
+        return t.size() > 1 && t[0] == '0';
+      };
+      const size_t width = (padded(a) || padded(b)) ? std::max(a.size(), b.size()) : 0;
+      const int64_t step = hi >= lo ? 1 : -1;
+      for (int64_t v = lo;; v += step) {
+        std::string digits = std::to_string(v < 0 ? -v : v);
+        size_t sign = v < 0 ? 1 : 0;
+        if (digits.size() + sign < width) digits.insert(0, width - digits.size() - sign, '0');
+        choices.push_back((v < 0 ? "-" : "") + digits);
+        if (v == hi) break;
+      }
+    } else if (body.find(',') != std::string_view::npos) {
+      size_t start = 0;
+      for (;;) {
+        size_t comma = body.find(',', start);
+        choices.emplace_back(body.substr(start, comma - start));
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      continue;  // "{}" or "{word}": literal text
+    }
+    const std::string head = pattern.substr(0, open);
+    const std::string tail = pattern.substr(close + 1);
+    for (const std::string& choice : choices) {
+      std::string expanded = head + choice;
+      const size_t resume = expanded.size();
+      ExpandFrom(expanded + tail, resume, out);
+    }
+    return;
+  }
+  out.push_back(pattern);
+}
+
+}  // namespace
+
+std::vector<std::string> ExpandBraces(const std::string& pattern) {
+  std::vector<std::string> out;
+  ExpandFrom(pattern, 0, out);
+  return out;
+}
+
+Result<std::shared_ptr<const Source>> OpenTarShards(
+    const std::vector<std::string>& paths_or_patterns) {
+  std::vector<std::string> paths;
+  for (const std::string& pattern : paths_or_patterns) {
+    for (std::string& path : ExpandBraces(pattern)) paths.push_back(std::move(path));
+  }
+  if (paths.empty()) return InvalidArgument("no tar shards given");
+  if (paths.size() >= std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgument("too many tar shards: " + std::to_string(paths.size()));
+  }
+  std::vector<std::unique_ptr<MappedShard>> shards;
+  std::vector<TarSample> samples;
+  std::string names;
+  for (const std::string& path : paths) {
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<MappedShard> shard, MappedShard::Open(path));
+    STOKER_RETURN_IF_ERROR(AddShard(*shard, static_cast<uint32_t>(shards.size()), samples, names));
+    shards.push_back(std::move(shard));
+  }
+  if (samples.empty()) {
+    return NotFound("no image members (.jpg, .jpeg, .png) in the tar shards " + paths.front() +
+                    (paths.size() > 1 ? " ... " + paths.back() : std::string()));
+  }
+  samples.shrink_to_fit();
+  names.shrink_to_fit();
+  return std::shared_ptr<const Source>(
+      std::make_shared<TarShardSource>(std::move(shards), std::move(samples), std::move(names)));
+}
+
+}  // namespace stoker

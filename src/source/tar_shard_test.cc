@@ -1,0 +1,309 @@
+#include "source/tar_shard.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <tuple>
+
+#include "source/source_test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::AsBytes;
+using testing::AsString;
+using testing::ReadFile;
+using testing::TempDir;
+
+// Views a string literal's bytes (without the terminating NUL); the literal
+// outlives the view, unlike a temporary std::string.
+template <size_t N>
+std::span<const std::byte> Bytes(const char (&literal)[N]) {
+  return std::as_bytes(std::span<const char>(literal, N - 1));
+}
+std::span<const std::byte> Bytes(const std::string& s) { return AsBytes(s); }
+
+// A hand-made tar header (for formats the writer does not produce).
+std::string RawHeader(const std::string& name, uint64_t size, char type,
+                      const char* magic =
+                          "ustar\0"
+                          "00") {
+  std::string h(512, '\0');
+  std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
+  std::snprintf(h.data() + 100, 8, "%07o", 0644);
+  std::snprintf(h.data() + 124, 12, "%011llo", static_cast<unsigned long long>(size));
+  h[156] = type;
+  std::memcpy(h.data() + 257, magic, 8);
+  std::memset(h.data() + 148, ' ', 8);
+  unsigned sum = 0;
+  for (char c : h) sum += static_cast<unsigned char>(c);
+  std::snprintf(h.data() + 148, 8, "%06o", sum);
+  return h;
+}
+
+std::string Padded(std::string data) {
+  data.resize((data.size() + 511) / 512 * 512, '\0');
+  return data;
+}
+
+TEST(TarShardTest, ReaderReadsBackWhatWriterWrites) {
+  TempDir dir;
+  const std::string long_name = std::string(120, 'd') + "/" + std::string(90, 'f') + ".jpg";
+  const std::string big(1000, 'x');
+  std::vector<TarMember> members = {
+      {"a.jpg", Bytes("hello")},  {"a.cls", Bytes("3")},
+      {"empty.bin", {}},          {"sub/dir/big.png", Bytes(big)},
+      {long_name, Bytes("long")}, {"b\xff\xfe.jpg", Bytes("latin1")},
+  };
+  const std::string path = dir / "shard.tar";
+  ASSERT_TRUE(WriteTarShard(path, members).ok());
+  const std::string file = ReadFile(path);
+  EXPECT_EQ(file.size() % 512, 0u);
+  EXPECT_EQ(file.substr(file.size() - 1024), std::string(1024, '\0'));
+
+  auto entries = IndexTarBytes(Bytes(file), path);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const TarEntry& e = (*entries)[i];
+    EXPECT_EQ(e.name, members[i].name);
+    EXPECT_EQ(file.substr(e.offset, e.size), AsString(members[i].data));
+  }
+}
+
+TEST(TarShardTest, WriterRejectsNamesUstarCannotHold) {
+  TempDir dir;
+  const std::string path = dir / "bad.tar";
+  std::vector<TarMember> too_long = {{std::string(101, 'n'), Bytes("x")}};
+  Status s = WriteTarShard(path, too_long);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("too long"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0) << "partial shard left behind";
+
+  std::vector<TarMember> empty_name = {{"", Bytes("x")}};
+  EXPECT_EQ(WriteTarShard(path, empty_name).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TarShardTest, WriterReportsUnwritablePath) {
+  TempDir dir;
+  std::vector<TarMember> members = {{"a", Bytes("x")}};
+  Status s = WriteTarShard(dir / "no/such/dir.tar", members);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no/such/dir.tar"), std::string::npos) << s.message();
+}
+
+TEST(TarShardTest, ReadsGnuLongNames) {
+  const std::string name = std::string(150, 'g') + ".jpg";
+  std::string tar = RawHeader("././@LongLink", name.size() + 1, 'L', "ustar  \0");
+  tar += Padded(name + '\0');
+  tar += RawHeader("././@LongLink", 6, 'K', "ustar  \0");  // a long link name between
+  tar += Padded("link!");
+  tar += RawHeader(name.substr(0, 100), 3, '0', "ustar  \0");
+  tar += Padded("abc");
+  tar += std::string(1024, '\0');
+  auto entries = IndexTarBytes(Bytes(tar), "gnu.tar");
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].name, name);
+  EXPECT_EQ(tar.substr((*entries)[0].offset, 3), "abc");
+}
+
+TEST(TarShardTest, ReadsPaxPathAndSkipsDirectories) {
+  const std::string name = std::string(130, 'p') + "/x.png";
+  std::string record = " path=" + name + "\n";
+  std::string len = std::to_string(record.size() + 3);
+  record = len + record;
+  ASSERT_EQ(record.size(), std::stoul(len));
+  std::string tar = RawHeader("dir/", 0, '5');
+  tar += RawHeader("PaxHeaders/x", record.size(), 'x');
+  tar += Padded(record);
+  tar += RawHeader("short", 2, '0');
+  tar += Padded("hi");
+  auto entries = IndexTarBytes(Bytes(tar), "pax.tar");  // no end blocks: ends at EOF
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].name, name);
+}
+
+TEST(TarShardTest, GarbageHeaderIsADataErrorNamingTheArchive) {
+  std::string tar = RawHeader("a.jpg", 1, '0') + Padded("z");
+  tar += std::string(512, 'G');
+  auto entries = IndexTarBytes(Bytes(tar), "/data/shard-003.tar");
+  ASSERT_FALSE(entries.ok());
+  EXPECT_EQ(entries.status().code(), StatusCode::kDataError);
+  EXPECT_NE(entries.status().message().find("/data/shard-003.tar"), std::string::npos);
+  EXPECT_NE(entries.status().message().find("checksum"), std::string::npos);
+  EXPECT_NE(entries.status().message().find("byte 1024"), std::string::npos)
+      << entries.status().message();
+}
+
+TEST(TarShardTest, TruncatedMemberIsADataError) {
+  std::string tar = RawHeader("a.jpg", 5000, '0') + std::string(100, 'j');
+  auto entries = IndexTarBytes(Bytes(tar), "cut.tar");
+  ASSERT_FALSE(entries.ok());
+  EXPECT_EQ(entries.status().code(), StatusCode::kDataError);
+  EXPECT_NE(entries.status().message().find("truncated"), std::string::npos);
+  EXPECT_NE(entries.status().message().find("a.jpg"), std::string::npos);
+
+  std::string half_header = RawHeader("a.jpg", 0, '0').substr(0, 300);
+  auto cut = IndexTarBytes(Bytes(half_header), "half.tar");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.status().message().find("truncated"), std::string::npos);
+}
+
+TEST(TarShardTest, EmptyInputHasNoMembers) {
+  auto entries = IndexTarBytes({}, "empty.tar");
+  ASSERT_TRUE(entries.ok());
+  EXPECT_TRUE(entries->empty());
+}
+
+// Writes a shard of (member name, contents) pairs.
+void WriteShard(const std::string& path,
+                const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<TarMember> members;
+  for (const auto& [name, data] : files) members.push_back({name, AsBytes(data)});
+  ASSERT_TRUE(WriteTarShard(path, members).ok());
+}
+
+TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
+  TempDir dir;
+  WriteShard(dir / "shard-08.tar", {{"s0.jpg", "img0"},
+                                    {"s0.cls", "0\n"},
+                                    {"s0.json", "{}"},
+                                    {"dir/s1.seg.png", "seg"},  // key dir/s1, ext seg.png
+                                    {"dir/s1.PNG", "img1"},
+                                    {"dir/s1.cls", " 7 "},
+                                    {"label_only.cls", "5"}});
+  WriteShard(dir / "shard-09.tar", {{"s2.cls", "2"}, {"s2.jpeg", "img2"}});
+  WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"}, {"\xff\xfe.cls", "-1"}});
+  auto source = OpenTarShards({dir / "shard-{08..10}.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 4);
+  const std::vector<std::tuple<std::string, std::string, int64_t>> expected = {
+      {dir / "shard-08.tar:s0.jpg", "img0", 0},
+      {dir / "shard-08.tar:dir/s1.PNG", "img1", 7},
+      {dir / "shard-09.tar:s2.jpeg", "img2", 2},
+      {dir / "shard-10.tar:\xff\xfe.jpg", "img3", -1}};
+  ReadBuffer buffer;
+  for (int64_t i = 0; i < 4; ++i) {
+    Record record;
+    Status s = (*source)->Read(i, buffer, &record);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ((*source)->Key(i), std::get<0>(expected[i]));
+    EXPECT_EQ(AsString(record.bytes), std::get<1>(expected[i]));
+    EXPECT_EQ(record.label, std::get<2>(expected[i]));
+  }
+  EXPECT_TRUE(buffer.bytes.empty()) << "tar reads are zero copy";
+}
+
+TEST(TarSourceTest, ListOfShardPaths) {
+  TempDir dir;
+  WriteShard(dir / "a.tar", {{"x.jpg", "a"}, {"x.cls", "1"}});
+  WriteShard(dir / "b.tar", {{"x.jpg", "b"}, {"x.cls", "2"}});
+  auto source = OpenTarShards({dir / "b.tar", dir / "a.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 2);
+  EXPECT_EQ((*source)->Key(0), dir / "b.tar:x.jpg");
+  EXPECT_EQ((*source)->Key(1), dir / "a.tar:x.jpg");
+}
+
+TEST(TarSourceTest, MissingOrNonIntegerClsFailsTheReadNamingTheSample) {
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"ok.jpg", "i"},
+                             {"ok.cls", "1"},
+                             {"nolabel.jpg", "i"},
+                             {"text.jpg", "i"},
+                             {"text.cls", "cat"},
+                             {"empty.jpg", "i"},
+                             {"empty.cls", ""}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 4);
+  ReadBuffer buffer;
+  Record record;
+  EXPECT_TRUE((*source)->Read(0, buffer, &record).ok());
+  Status s = (*source)->Read(1, buffer, &record);
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_NE(s.message().find(dir / "s.tar:nolabel.jpg"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("no .cls"), std::string::npos) << s.message();
+  s = (*source)->Read(2, buffer, &record);
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_NE(s.message().find(dir / "s.tar:text.jpg"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("not an integer"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'cat'"), std::string::npos) << s.message();
+  EXPECT_EQ((*source)->Read(3, buffer, &record).code(), StatusCode::kDataError);
+}
+
+TEST(TarSourceTest, TruncatedShardIsAnOpenErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir / "cut.tar";
+  WriteShard(path, {{"a.jpg", std::string(3000, 'a')}, {"a.cls", "1"}});
+  ASSERT_EQ(::truncate(path.c_str(), 512 + 1000), 0);
+  auto source = OpenTarShards({path});
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), StatusCode::kDataError);
+  EXPECT_NE(source.status().message().find(path), std::string::npos);
+  EXPECT_NE(source.status().message().find("truncated"), std::string::npos)
+      << source.status().message();
+}
+
+TEST(TarSourceTest, GarbageHeaderIsAnOpenErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir / "garbage.tar";
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}});
+  std::string bytes = ReadFile(path);
+  bytes[512 * 2 + 10] ^= 0x55;  // inside the second member's header
+  ASSERT_TRUE(testing::WriteFile(path, bytes));
+  auto source = OpenTarShards({path});
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), StatusCode::kDataError);
+  EXPECT_NE(source.status().message().find(path + ": at byte 1024"), std::string::npos)
+      << source.status().message();
+  EXPECT_NE(source.status().message().find("checksum"), std::string::npos);
+
+  ASSERT_TRUE(testing::WriteFile(path, std::string(2048, 'x')));
+  EXPECT_EQ(OpenTarShards({path}).status().code(), StatusCode::kDataError);
+}
+
+TEST(TarSourceTest, MissingShardAndNoImagesAreErrors) {
+  TempDir dir;
+  auto missing = OpenTarShards({dir / "none-{0..1}.tar"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(dir / "none-0.tar"), std::string::npos)
+      << missing.status().message();
+
+  WriteShard(dir / "labels.tar", {{"a.cls", "1"}, {"a.txt", "caption"}});
+  auto no_images = OpenTarShards({dir / "labels.tar"});
+  ASSERT_FALSE(no_images.ok());
+  EXPECT_EQ(no_images.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(no_images.status().message().find("no image"), std::string::npos);
+
+  EXPECT_EQ(OpenTarShards({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TarSourceTest, SampleKeys) {
+  EXPECT_EQ(SplitSampleKey("a/b.c/n01.seg.png"),
+            (std::pair<std::string_view, std::string_view>("a/b.c/n01", "seg.png")));
+  EXPECT_EQ(SplitSampleKey("plain"), (std::pair<std::string_view, std::string_view>("plain", "")));
+}
+
+TEST(ExpandBracesTest, RangesListsAndLiterals) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ExpandBraces("s-{000..003}.tar"),
+            (V{"s-000.tar", "s-001.tar", "s-002.tar", "s-003.tar"}));
+  EXPECT_EQ(ExpandBraces("{8..11}"), (V{"8", "9", "10", "11"}));
+  EXPECT_EQ(ExpandBraces("{08..10}"), (V{"08", "09", "10"}));
+  EXPECT_EQ(ExpandBraces("{3..1}"), (V{"3", "2", "1"}));
+  EXPECT_EQ(ExpandBraces("{a,b}-{0..1}"), (V{"a-0", "a-1", "b-0", "b-1"}));
+  EXPECT_EQ(ExpandBraces("plain.tar"), (V{"plain.tar"}));
+  EXPECT_EQ(ExpandBraces("odd{x}{1..2"), (V{"odd{x}{1..2"}));
+  EXPECT_EQ(ExpandBraces("{}{a..b}"), (V{"{}{a..b}"}));
+}
+
+}  // namespace
+}  // namespace stoker

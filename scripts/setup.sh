@@ -10,7 +10,7 @@ packages=(
   libjpeg62-turbo-dev libpng-dev
   clang libclang-rt-14-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
-  python3-torch python3-torchvision
+  python3-torch python3-torchvision python3-pil
   plasma-workspace-wallpapers
 )
 

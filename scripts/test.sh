@@ -14,12 +14,30 @@ echo "== release build: all tests"
 bash scripts/build.sh release
 ctest --preset release -j2
 
+echo "== release build: Python tests"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+
 echo "== ThreadSanitizer: concurrency tests"
-bash scripts/build.sh tsan
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan --target engine_test loader_property_test tuner_test
 ctest --preset tsan -L concurrency -j2
 
 echo "== AddressSanitizer + UBSan: the rest"
 bash scripts/build.sh asan
 ctest --preset asan -LE concurrency -j2
+
+echo "== libFuzzer smoke: ${STOKER_FUZZ_SECONDS:=20} s per target"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+for target in build/fuzz/fuzz/*_fuzzer; do
+  name=$(basename "$target")
+  work=$(mktemp -d)
+  seeds=()
+  [[ -d fuzz/corpus/$name ]] && seeds=("fuzz/corpus/$name")
+  "$target" -max_total_time="$STOKER_FUZZ_SECONDS" -print_final_stats=0 "$work" "${seeds[@]}" \
+    >"$work.log" 2>&1 || { tail -40 "$work.log"; echo "fuzz target $name failed"; exit 1; }
+  echo "$name: $(grep -c '^#' "$work.log") status lines, no crash"
+  rm -rf "$work" "$work.log"
+done
 
 echo "all test stages passed"

@@ -132,7 +132,21 @@ struct LoaderMetrics {
   int open_batches = 0;          // started, not yet delivered
   size_t bytes_in_flight = 0;    // buffers of open batches
   size_t batch_bytes = 0;        // one batch buffer
+  size_t worker_bytes = 0;       // read buffers and transform scratch of running workers
   std::vector<WorkerMetrics> workers;  // threads running now
+};
+
+class Loader;
+
+/// Adjusts a loader while it runs (the tuner). The loader calls Tick on the
+/// consumer's thread, from inside Next() (also while Next() waits), about
+/// every interval(), never under its own lock; Tick may call the loader's
+/// Metrics, Resize and SetPrefetch.
+class Controller {
+ public:
+  virtual ~Controller() = default;
+  virtual std::chrono::nanoseconds interval() const = 0;
+  virtual void Tick(Loader& loader) = 0;
 };
 
 /// The data loader: a plan of batches, produced by a live-resizable pool of
@@ -191,6 +205,12 @@ class Loader {
   LoaderMetrics Metrics() const;
   /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
   std::vector<SkipRecord> Skipped() const;
+
+  /// Hands the loader a controller (replacing any); call before the first
+  /// Next() or between Next() calls, from the consumer's thread.
+  void SetController(std::unique_ptr<Controller> controller);
+  /// The controller, or nullptr. Owned by the loader.
+  Controller* controller() const;
 
   /// Stops the loader: waiting calls return kCancelled, workers leave after
   /// at most the sample they are on. Idempotent.

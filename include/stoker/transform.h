@@ -19,6 +19,8 @@ namespace stoker {
 class TransformScratch {
  public:
   virtual ~TransformScratch() = default;
+  /// Bytes this scratch holds now (for the memory budget).
+  virtual size_t bytes() const { return 0; }
 };
 
 /// Turns one record into one output sample, written in place into the

@@ -36,6 +36,7 @@ struct WorkerContext {
   std::atomic<int64_t> samples{0};
   std::atomic<int64_t> busy_ns{0};
   std::atomic<int64_t> cpu_ns{0};
+  std::atomic<size_t> footprint{0};  // bytes of `read` and `scratch`, after each task
 };
 
 // A claimed run of consecutive positions of one batch.
@@ -68,6 +69,13 @@ class Loader::Impl {
   }
 
   ~Impl() { Stop(); }
+
+  void SetController(std::unique_ptr<Controller> c) {
+    controller_ = std::move(c);
+    next_tick_ns_ = 0;
+  }
+  Controller* controller() const { return controller_.get(); }
+  void set_owner(Loader* owner) { owner_ = owner; }
 
   Result<std::optional<Batch>> Next() {
     const int64_t enter = SteadyNanos();
@@ -201,7 +209,10 @@ class Loader::Impl {
       m.cpu_ns += w.cpu_ns;
       return w;
     };
-    for (const WorkerContext* c : live_workers_) m.workers.push_back(add(*c));
+    for (const WorkerContext* c : live_workers_) {
+      m.workers.push_back(add(*c));
+      m.worker_bytes += c->footprint.load(std::memory_order_relaxed);
+    }
     add(consumer_ctx_);
     return m;
   }
@@ -347,6 +358,8 @@ class Loader::Impl {
     ctx.samples.fetch_add(done, std::memory_order_relaxed);
     ctx.busy_ns.fetch_add(SteadyNanos() - wall0, std::memory_order_relaxed);
     ctx.cpu_ns.fetch_add(ThreadCpuNanos() - cpu0, std::memory_order_relaxed);
+    ctx.footprint.store(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0),
+                        std::memory_order_relaxed);
     if (slot->remaining.fetch_sub(task.length, std::memory_order_acq_rel) == task.length) {
       FinishBatch(slot);
     }
@@ -394,9 +407,22 @@ class Loader::Impl {
     return nullptr;
   }
 
+  // Runs the controller if its interval has passed. Consumer thread only;
+  // REQUIRES: `lock` held; it is released around the controller's Tick.
+  void MaybeTickLocked(std::unique_lock<std::mutex>& lock) {
+    if (controller_ == nullptr) return;
+    const int64_t now = SteadyNanos();
+    if (now < next_tick_ns_) return;
+    next_tick_ns_ = now + controller_->interval().count();
+    lock.unlock();
+    controller_->Tick(*owner_);
+    lock.lock();
+  }
+
   Result<std::optional<Batch>> NextImpl() {
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
+      MaybeTickLocked(lock);
       if (stopped_) return Cancelled("the loader was stopped");
       if (plan_ == nullptr) StartEpochLocked();
       if (delivered_count_ == num_batches_) {
@@ -414,7 +440,12 @@ class Loader::Impl {
           continue;
         }
       }
-      ready_cv_.wait(lock);
+      if (controller_ != nullptr) {
+        ready_cv_.wait_until(lock, std::chrono::steady_clock::time_point(
+                                       std::chrono::nanoseconds(next_tick_ns_)));
+      } else {
+        ready_cv_.wait(lock);
+      }
     }
   }
 
@@ -502,6 +533,9 @@ class Loader::Impl {
   int64_t retired_cpu_ns_ = 0;
 
   WorkerContext consumer_ctx_;
+  Loader* owner_ = nullptr;  // for the controller's Tick
+  std::unique_ptr<Controller> controller_;  // consumer thread only
+  int64_t next_tick_ns_ = 0;                // consumer thread only
   int64_t last_return_ns_ = 0;  // consumer thread only
   std::atomic<int64_t> consumer_wait_ns_{0};
   std::atomic<int64_t> consumer_step_ns_{0};
@@ -541,7 +575,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   return std::unique_ptr<Loader>(new Loader(std::make_unique<Impl>(std::move(o), plan)));
 }
 
-Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->set_owner(this); }
 Loader::~Loader() = default;
 Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
 bool Loader::WaitReady(std::chrono::nanoseconds timeout) { return impl_->WaitReady(timeout); }
@@ -558,6 +592,8 @@ void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
 std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
 void Loader::Stop() { impl_->Stop(); }
+void Loader::SetController(std::unique_ptr<Controller> c) { impl_->SetController(std::move(c)); }
+Controller* Loader::controller() const { return impl_->controller(); }
 
 // Batch
 

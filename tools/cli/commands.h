@@ -8,5 +8,10 @@ namespace stoker::cli {
 // prints a human view by default and JSON on stdout with --json; it sets the
 // process exit code through the int it is handed.
 void AddDemoCommand(CLI::App& app, int& exit_code);
+void AddRunCommand(CLI::App& app, int& exit_code);
+void AddBenchCommand(CLI::App& app, int& exit_code);
+void AddProbeCommand(CLI::App& app, int& exit_code);
+void AddAdviseCommand(CLI::App& app, int& exit_code);
+void AddMakeDatasetCommand(CLI::App& app, int& exit_code);
 
 }  // namespace stoker::cli

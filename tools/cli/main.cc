@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   stoker::cli::AddDemoCommand(app, exit_code);
+  stoker::cli::AddRunCommand(app, exit_code);
+  stoker::cli::AddBenchCommand(app, exit_code);
+  stoker::cli::AddProbeCommand(app, exit_code);
+  stoker::cli::AddAdviseCommand(app, exit_code);
+  stoker::cli::AddMakeDatasetCommand(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stoker/probe.h"
+
+namespace stoker {
+
+/// How the loader's workers run: threads share one address space; processes
+/// (PyTorch-style) each carry an interpreter and pass batches through /dev/shm.
+enum class WorkersKind { kThreads, kProcesses };
+
+/// "threads" or "processes".
+const char* WorkersKindName(WorkersKind kind);
+
+/// What the user knows about the job. Unset values are assumed (and the
+/// rule that uses one says so).
+struct AdviseInputs {
+  std::optional<int64_t> batch_size;   // samples per batch; assumed 64
+  std::optional<size_t> sample_bytes;  // one transformed sample; assumed 3x224x224 uint8
+  WorkersKind workers_kind = WorkersKind::kThreads;
+  /// Resident memory of one worker besides its batches; assumed 16 MiB for a
+  /// thread (decode buffers) and 256 MiB for a process (interpreter, dataset).
+  std::optional<size_t> worker_footprint_bytes;
+  /// Share of the available memory that workers and batches may take.
+  double memory_fraction = 0.8;
+};
+
+/// One step of the advice: what it looked at and what it decided.
+struct AdviceRule {
+  std::string name;             // "cpu budget", "memory", ...
+  std::string input;            // the facts it used, e.g. "quota 1.5 cores, affinity 16 CPUs"
+  std::string outcome;          // what it decided and why, e.g. "0.5 cores for workers -> 1 worker"
+  std::optional<double> value;  // the number it set or capped to
+  bool limited = false;         // true when this rule lowered the advice
+};
+
+/// The starting point for a loader on this machine.
+struct Advice {
+  int workers = 1;
+  int prefetch_batches = 2;
+  size_t prefetch_bytes = 0;       // prefetch_batches * bytes of one batch
+  size_t memory_budget_bytes = 0;  // what workers and batches in flight may use
+  size_t batch_bytes = 0;          // bytes of one batch, as assumed
+  std::vector<AdviceRule> rules;   // in the order applied
+  /// Says that this is a starting point that the tuner refines while training runs.
+  std::string note;
+};
+
+/// The initial worker count and prefetch depth for `facts` and `inputs`, with
+/// every rule that shaped it. A pure function: the same arguments give the
+/// same advice. Unknown facts fall back to conservative assumptions that the
+/// rule states. Always advises at least one worker and one batch.
+Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs = {});
+
+/// {"workers", "prefetch_batches", "prefetch_bytes", "memory_budget_bytes",
+/// "batch_bytes", "workers_kind", "rules": [{"name", "input", "outcome",
+/// "value", "limited"}], "note"}.
+nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs);
+
+}  // namespace stoker

@@ -1,0 +1,87 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "stoker/status.h"
+#include "stoker/transform.h"
+
+namespace stoker {
+
+/// Which geometry an image transform applies.
+enum class ImageMode {
+  /// torchvision's RandomResizedCrop(size, scale, ratio) then
+  /// RandomHorizontalFlip(flip_probability): for training.
+  kTrain,
+  /// torchvision's Resize(resize_shorter) then CenterCrop(size): for evaluation.
+  kEval,
+};
+
+/// How an image transform lays out its output sample.
+enum class ImageLayout {
+  /// float32 {3, height, width}, each channel (v / 255 - mean) / std, like
+  /// torchvision's ToTensor + Normalize.
+  kFloat32CHW,
+  /// uint8 {height, width, 3}, RGB interleaved.
+  kUInt8HWC,
+  /// uint8 {3, height, width}, planar RGB.
+  kUInt8CHW,
+};
+
+/// What an image transform does. The defaults are the usual ImageNet
+/// training pipeline at 224x224.
+struct ImageTransformOptions {
+  ImageMode mode = ImageMode::kTrain;
+  /// Output size in pixels.
+  int height = 224;
+  int width = 224;
+
+  /// kTrain: the crop's area as a fraction of the image's, drawn uniformly
+  /// from [scale_min, scale_max]; its aspect ratio w/h drawn log-uniformly
+  /// from [ratio_min, ratio_max].
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;
+  double ratio_max = 4.0 / 3.0;
+  /// kTrain: probability of a horizontal flip.
+  double flip_probability = 0.5;
+
+  /// kEval: the shorter side is resized to this, then the centre
+  /// height x width is cut out. REQUIRES: >= max(height, width).
+  int resize_shorter = 256;
+
+  ImageLayout layout = ImageLayout::kFloat32CHW;
+  /// kFloat32CHW: per-channel mean and standard deviation, RGB order.
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+
+  /// Images with more pixels than this (read from the header, before any
+  /// pixel is decoded) are refused: a guard against decompression bombs.
+  /// The default is Pillow's MAX_IMAGE_PIXELS.
+  int64_t max_pixels = 89'478'485;
+
+  /// Lets JPEG decoding use libjpeg's DCT scaling (1/2, 1/4, 1/8) when the
+  /// scaled crop still has at least the output's size. Much faster; the
+  /// result differs slightly from a full-size decode followed by the resize.
+  bool dct_scaling = true;
+};
+
+/// Makes the transform that decodes JPEG or PNG records (detected from their
+/// first bytes; grayscale, palette, 16-bit, alpha and CMYK/YCCK images become
+/// 8-bit RGB) and applies `options` in one fused pass, writing the output
+/// sample once into its slot. Decoding reads only what the crop needs: its
+/// columns and rows, at the coarsest DCT scale that keeps the detail.
+///
+/// The transform is immutable and safe for concurrent use; each worker keeps
+/// its buffers in the scratch from NewScratch(), so that once warm stoker
+/// allocates nothing per sample (libjpeg and libpng still allocate their own
+/// per-image state).
+///
+/// Errors: InvalidArgument naming the option and its value. Apply returns
+/// DataError for bytes that are not a whole, valid image (empty, truncated,
+/// corrupt), Unsupported for valid kinds libjpeg/libpng refuse (e.g. 12-bit
+/// JPEG), ResourceExhausted for images over max_pixels.
+Result<std::shared_ptr<const Transform>> MakeImageTransform(const ImageTransformOptions& options);
+
+}  // namespace stoker

@@ -1,0 +1,128 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stoker {
+
+/// Facts about the machine that bound how many workers a loader may use.
+///
+/// A plain struct: every fact is read by one small function, and a fact that
+/// cannot be read is left empty (unknown) rather than failing the probe. For
+/// limits (a CPU quota, a memory limit, an rlimit) empty also means "no limit
+/// found"; `notes` says when something was present but unreadable.
+struct MachineFacts {
+  struct Cpu {
+    std::optional<int> logical;          // CPUs online on the host
+    std::optional<int> physical_cores;   // distinct (package, core) pairs in /sys topology
+    std::optional<int> affinity;         // CPUs this process may run on
+    std::optional<double> quota_cores;   // tightest cgroup CPU quota, in cores
+    std::optional<double> budget_cores;  // min(affinity, quota); logical if affinity unknown
+    std::optional<std::string> model;
+  };
+  struct Memory {
+    std::optional<uint64_t> total_bytes;           // MemTotal
+    std::optional<uint64_t> available_bytes;       // MemAvailable
+    std::optional<uint64_t> cgroup_limit_bytes;    // tightest cgroup memory limit
+    std::optional<uint64_t> cgroup_current_bytes;  // use charged against that limit
+  };
+  struct Shm {
+    std::optional<uint64_t> size_bytes;
+    std::optional<uint64_t> free_bytes;
+  };
+  struct Limits {
+    std::optional<uint64_t> nproc;   // soft RLIMIT_NPROC; empty when unlimited
+    std::optional<uint64_t> nofile;  // soft RLIMIT_NOFILE; empty when unlimited
+    std::optional<bool> in_container;
+  };
+  /// Where the data lives: the mount holding `path`.
+  enum class StorageKind { kUnknown, kLocal, kMemory, kNetwork, kFuse };
+  struct Storage {
+    std::string path;
+    std::optional<std::string> device;  // "major:minor" of the mount
+    std::optional<std::string> source;  // the mount's source, e.g. "/dev/nvme0n1p2"
+    std::optional<std::string> mount_point;
+    std::optional<std::string> fs_type;
+    std::optional<bool> rotational;  // of the block device (or its parent disk)
+    StorageKind kind = StorageKind::kUnknown;
+  };
+  struct Gpu {
+    int index = 0;
+    std::optional<std::string> name;
+    std::optional<uint64_t> memory_total_bytes;
+    std::optional<uint64_t> memory_used_bytes;
+    std::optional<int> utilization_percent;  // GPU busy time over NVML's last sample period
+  };
+  /// Where this process sits in a distributed job.
+  struct Ranks {
+    std::optional<int> rank;
+    std::optional<int> local_rank;
+    std::optional<int> world_size;
+    std::optional<int> local_world_size;
+    std::string launcher = "none";  // "torchrun", "openmpi" or "none" (a single process)
+  };
+
+  Cpu cpu;
+  Memory memory;
+  Shm shm;
+  Limits limits;
+  std::optional<Storage> storage;  // only when a data path was given
+  std::vector<Gpu> gpus;           // empty when NVML or a device is absent
+  Ranks ranks;
+  /// Facts that were present but could not be parsed, each naming the file
+  /// or variable and what was found, e.g. "/sys/fs/cgroup/cpu.max: 'abc'".
+  std::vector<std::string> notes;
+};
+
+/// "local", "memory", "network", "fuse" or "unknown".
+const char* StorageKindName(MachineFacts::StorageKind kind);
+
+/// `bytes` in binary units for people: "512 B", "64.0 MiB", "1.5 GiB".
+std::string FormatBytes(uint64_t bytes);
+
+/// Space of a file system, as statvfs reports it.
+struct FsSpace {
+  uint64_t size_bytes = 0;
+  uint64_t free_bytes = 0;
+};
+
+/// Where the probe reads. Defaults describe the real machine; tests point the
+/// roots at fixture trees and inject the environment and statvfs.
+struct ProbeOptions {
+  std::string proc_root = "/proc";
+  std::string sys_root = "/sys";
+  std::string cgroup_root = "/sys/fs/cgroup";
+  /// Root of the file system for marker files (/.dockerenv, /run/.containerenv).
+  std::string fs_root = "/";
+  std::string shm_path = "/dev/shm";
+  /// When set, the storage facts describe the mount holding this path.
+  std::optional<std::string> data_path;
+  /// Environment lookup; nullopt when unset. Empty means ::getenv.
+  std::function<std::optional<std::string>(const std::string&)> getenv;
+  /// Space of a path; nullopt when it cannot be read. Empty means statvfs.
+  std::function<std::optional<FsSpace>(const std::string&)> space_of;
+  /// Resource limits; empty means getrlimit on this process.
+  std::function<std::optional<uint64_t>(int resource)> rlimit;  // nullopt: unlimited or unknown
+  /// Skip NVML (it costs tens of milliseconds); gpus is then empty.
+  bool skip_gpus = false;
+};
+
+/// Reads the machine facts. Never fails: unreadable facts are left unknown.
+/// Cheap without GPUs (a few dozen small file reads); safe to call at any
+/// time and from any thread, concurrently with other calls.
+MachineFacts ProbeMachine(const ProbeOptions& options = {});
+
+/// The facts as JSON with stable keys, null for unknown:
+/// {"cpu": {"logical", "physical_cores", "affinity", "quota_cores",
+/// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",
+/// "cgroup_limit_bytes", "cgroup_current_bytes"}, "shm": {"size_bytes",
+/// "free_bytes"}, "limits": {"nproc", "nofile", "in_container"}, "storage":
+/// object or null, "gpus": [...], "ranks": {"rank", "local_rank",
+/// "world_size", "local_world_size", "launcher"}, "notes": [...]}.
+nlohmann::json FactsToJson(const MachineFacts& facts);
+
+}  // namespace stoker

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdio>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "stoker/sweep.h"
+#include "stoker/tuner.h"
+
+namespace stoker {
+
+/// The sweep's table for people: one row per worker count, the best marked,
+/// then the tuner's line.
+std::string FormatSweepTable(const SweepReport& report);
+
+/// {"sweep": [{workers, samples_per_s, stall_fraction}], "best_static":
+/// {workers, samples_per_s}, "tuned": {samples_per_s, workers_final,
+/// workers_max, stall_fraction, seconds_to_95pct}, "ratio", "decisions": [...]}.
+nlohmann::json SweepToJson(const SweepReport& report);
+
+/// An SVG picture with two panels: throughput against worker count (the
+/// sweep), and the tuned run's workers and throughput over time, the best
+/// static throughput drawn as a reference line.
+std::string SweepToSvg(const SweepReport& report, const std::string& title);
+
+/// A one-line live status for a terminal: progress, samples/s, stall,
+/// workers, CPU, memory, the tuner's last decision. Writes to `out`; on a
+/// terminal it redraws one line, elsewhere it prints a line every few seconds.
+/// Not thread-safe: one consumer thread.
+class LiveView {
+ public:
+  explicit LiveView(std::FILE* out);
+  /// Draws `point`; `progress` is e.g. "epoch 1 37 %" and `decision` the
+  /// tuner's latest reason (may be empty).
+  void Update(const TimelinePoint& point, const std::string& progress,
+              const std::string& decision);
+  /// Ends the live line so that what follows starts on a fresh one.
+  void Finish();
+
+ private:
+  std::FILE* out_;
+  bool tty_;
+  double last_print_s_ = -1e9;
+  double cpu_last_s_ = 0;
+  double wall_last_s_ = 0;
+};
+
+/// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
+size_t PeakRssBytes();
+
+}  // namespace stoker

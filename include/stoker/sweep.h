@@ -1,0 +1,94 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stoker/loader.h"
+#include "stoker/status.h"
+#include "stoker/tuner.h"
+
+namespace stoker {
+
+/// One moment of a run, for live views, summaries and plots.
+struct TimelinePoint {
+  double t_s = 0;
+  double samples_per_s = 0;  // over the interval that ends at t_s
+  double stall_fraction = 0;
+  int workers = 0;
+  int prefetch_batches = 0;
+};
+
+/// How the stand-in training loop consumes batches.
+struct ConsumeOptions {
+  double seconds = 0;    // stop after this long (0: no time limit)
+  int64_t epochs = 0;    // stop after this many epochs (0: no epoch limit)
+  double step_ms = 0;    // simulated accelerator step per batch (0: as fast as possible)
+  /// Optional: the step as a function of time (overrides step_ms), for runs
+  /// whose consumer changes speed midway.
+  std::function<double(double t_s)> step_ms_at;
+  double timeline_interval_s = 0.25;
+  /// Called on the consumer's thread after each timeline point.
+  std::function<void(const TimelinePoint&)> on_point;
+  /// Optional: called after each batch (e.g. to change the workload mid-run).
+  std::function<void(double t_s)> on_batch;
+};
+
+/// What a consume loop saw.
+struct ConsumeStats {
+  int64_t samples = 0;
+  int64_t batches = 0;
+  int64_t epochs_completed = 0;
+  double seconds = 0;
+  double stall_fraction = 0;  // time inside Next() / total
+  int workers_max = 0;
+  std::vector<TimelinePoint> timeline;
+};
+
+/// Runs the stand-in training loop on `loader`: Next(), then sleeps step_ms,
+/// until the time or epoch limit (at least one must be set). Blocks. A batch
+/// error (ErrorPolicy::kRaise) ends the loop and is returned, naming the
+/// sample and its file.
+Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);
+
+/// The seeds' table: throughput per worker count, then the tuner on the same
+/// data and pipeline.
+struct SweepOptions {
+  std::vector<int> workers;     // empty: 0, 1, 2, ... until past the knee
+  int max_workers = 128;        // where the automatic sequence stops at the latest
+  double point_seconds = 2.0;   // measured per setting, after the warm-up
+  double warmup_seconds = 0.5;
+  double tuned_seconds = 12.0;  // the tuned run
+  bool run_tuned = true;        // false: the static sweep only
+  double step_ms = 0;
+  TunerOptions tuner;
+  /// Progress lines for people (may be empty).
+  std::function<void(const std::string&)> log;
+};
+
+struct SweepPoint {
+  int workers = 0;
+  double samples_per_s = 0;
+  double stall_fraction = 0;
+};
+
+struct SweepReport {
+  std::vector<SweepPoint> sweep;
+  SweepPoint best_static;
+  double tuned_samples_per_s = 0;  // after the first 5 s (or third of the run)
+  int tuned_workers_final = 0;
+  int tuned_workers_max = 0;
+  double tuned_stall_fraction = 0;
+  double seconds_to_95pct = -1;    // -1: never reached
+  double ratio = 0;                // tuned / best static
+  std::vector<TimelinePoint> tuned_timeline;
+  std::vector<TunerDecision> trace;
+};
+
+/// Sweeps static worker counts over fresh loaders made from `base` (its
+/// `workers` is ignored), then runs one with workers = auto. Blocks for
+/// about (points x (warm-up + point)) + tuned seconds.
+Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& options);
+
+}  // namespace stoker

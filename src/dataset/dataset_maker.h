@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stoker/dataset.h"
+
+namespace stoker {
+
+/// The photographs MakeDataset cuts from: the largest .jpg/.jpeg/.png of
+/// every <root>/<name>/contents/images*/ folder, in sorted order.
+/// Errors: NotFound when there is none.
+Result<std::vector<std::string>> FindPhotos(const std::string& root);
+
+/// Everything drawn for one image of the data set: a pure function of
+/// (options.seed, index) and the photograph's working size.
+struct ImagePlan {
+  int width = 0;
+  int height = 0;
+  int quality = 0;
+  bool grayscale = false;
+  bool mirrored = false;
+  /// The crop of the photograph (working size), in pixels; may be fractional.
+  double crop_x = 0;
+  double crop_y = 0;
+  double crop_width = 0;
+  double crop_height = 0;
+};
+ImagePlan PlanImage(const MakeDatasetOptions& options, int64_t index, int photo_width,
+                    int photo_height);
+
+/// Checks `options`; the error names the option and its value.
+Status ValidateMakeDatasetOptions(const MakeDatasetOptions& options);
+
+}  // namespace stoker

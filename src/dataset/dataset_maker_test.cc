@@ -1,0 +1,209 @@
+#include "dataset/dataset_maker.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "source/tar_shard.h"
+#include "transform/jpeg_decoder.h"
+#include "transform/test_images.h"
+
+namespace stoker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "stoker-dataset-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void Write(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<uint8_t> Read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// A small stand-in for the wallpapers package: two themes, one JPEG (with a
+// smaller size next to it that must be ignored) and one PNG.
+std::string MakePhotos(const std::string& root) {
+  const fs::path photos = fs::path(root) / "photos";
+  Write(photos / "Alpha/contents/images/1600x1000.jpg",
+        testing::Jpeg(testing::MakePicture(1600, 1000, 1), 1600, 1000));
+  Write(photos / "Alpha/contents/images/320x200.jpg",
+        testing::Jpeg(testing::MakePicture(320, 200, 1), 320, 200));
+  Write(photos / "Beta/contents/images/900x760.png",
+        testing::Png(testing::MakePicture(900, 760, 2), 900, 760, PNG_COLOR_TYPE_RGB, 8));
+  Write(photos / "Beta/metadata.json", {'{', '}'});
+  return photos.string();
+}
+
+std::map<std::string, std::vector<uint8_t>> ReadTree(const std::string& root) {
+  std::map<std::string, std::vector<uint8_t>> files;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) files[fs::relative(e.path(), root).string()] = Read(e.path());
+  }
+  return files;
+}
+
+TEST(DatasetMakerTest, FindsTheLargestPhotoOfEachFolder) {
+  TempDir tmp;
+  const std::string photos = MakePhotos(tmp.path());
+  auto found = FindPhotos(photos);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  ASSERT_EQ(found->size(), 2u);
+  EXPECT_EQ((*found)[0], photos + "/Alpha/contents/images/1600x1000.jpg");
+  EXPECT_EQ((*found)[1], photos + "/Beta/contents/images/900x760.png");
+  EXPECT_EQ(FindPhotos(tmp.path() + "/nothing").status().code(), StatusCode::kNotFound);
+}
+
+TEST(DatasetMakerTest, WritesClassFoldersDeterministically) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  o.images = 24;
+  o.classes = 3;
+  o.seed = 11;
+  o.output = tmp.path() + "/a";
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->images, 24);
+  EXPECT_EQ(report->photos_used, 2);
+  EXPECT_EQ(report->class_names, (std::vector<std::string>{"n000", "n001", "n002"}));
+  EXPECT_GT(report->mean_pixels, 0.09e6);
+  EXPECT_LT(report->mean_pixels, 0.41e6);
+
+  auto files = ReadTree(o.output);
+  ASSERT_EQ(files.size(), 24u);
+  EXPECT_EQ(files.count("n000/n000_000000.jpg"), 1u);
+  EXPECT_EQ(files.count("n002/n002_000023.jpg"), 1u);
+  JpegDecoder dec;
+  int64_t bytes = 0;
+  for (const auto& [name, data] : files) {
+    bytes += static_cast<int64_t>(data.size());
+    ASSERT_TRUE(dec.ReadHeader(testing::AsBytes(data)).ok()) << name;
+    EXPECT_GE(dec.width(), 300) << name;
+    EXPECT_LE(dec.width(), 640) << name;
+    const double aspect = static_cast<double>(dec.height()) / dec.width();
+    EXPECT_GE(aspect, 0.6 - 0.01) << name;
+    EXPECT_LE(aspect, 1.0 + 0.01) << name;
+    std::vector<uint8_t> pixels;
+    DecodedRegion r;
+    EXPECT_TRUE(dec.DecodeFull(testing::AsBytes(data), 1, &pixels, &r).ok()) << name;
+  }
+  EXPECT_EQ(bytes, report->bytes);
+
+  // Same seed: byte-identical. Another seed: different images.
+  o.output = tmp.path() + "/b";
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_EQ(ReadTree(o.output), files);
+  o.output = tmp.path() + "/c";
+  o.seed = 12;
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_NE(ReadTree(o.output), files);
+}
+
+TEST(DatasetMakerTest, ShardsHoldTheSameImagesAndLabels) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  o.images = 10;
+  o.classes = 4;
+  o.shards = 3;
+  o.output = tmp.path() + "/out/";
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->shard_paths.size(), 3u);
+  EXPECT_EQ(report->shard_paths[0], tmp.path() + "/out-shards/shard-000.tar");
+  int images = 0;
+  for (const std::string& shard : report->shard_paths) {
+    std::vector<uint8_t> tar = Read(shard);
+    auto entries = IndexTarBytes(testing::AsBytes(tar), shard);
+    ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+    ASSERT_EQ(entries->size() % 2, 0u);
+    for (size_t i = 0; i < entries->size(); i += 2) {
+      const TarEntry& jpg = (*entries)[i];
+      const TarEntry& cls = (*entries)[i + 1];
+      ASSERT_EQ(jpg.name.substr(jpg.name.size() - 4), ".jpg");
+      const std::string key = jpg.name.substr(0, jpg.name.size() - 4);
+      EXPECT_EQ(cls.name, key + ".cls");
+      const std::string class_name = key.substr(0, 4);
+      std::string label(reinterpret_cast<const char*>(tar.data() + cls.offset), cls.size);
+      EXPECT_EQ("n00" + label, class_name);
+      std::vector<uint8_t> in_tar(tar.begin() + static_cast<ptrdiff_t>(jpg.offset),
+                                  tar.begin() + static_cast<ptrdiff_t>(jpg.offset + jpg.size));
+      EXPECT_EQ(in_tar, Read(tmp.path() + "/out/" + class_name + "/" + key + ".jpg")) << key;
+      ++images;
+    }
+  }
+  EXPECT_EQ(images, 10);
+}
+
+TEST(DatasetMakerTest, PlansStayInRangeAndInsideThePhoto) {
+  MakeDatasetOptions o;
+  for (int64_t i = 0; i < 500; ++i) {
+    ImagePlan p = PlanImage(o, i, 1280, 720);
+    ASSERT_GE(p.width, 300);
+    ASSERT_LE(p.width, 640);
+    ASSERT_GE(p.quality, 75);
+    ASSERT_LE(p.quality, 95);
+    ASSERT_GE(p.crop_x, 0);
+    ASSERT_GE(p.crop_y, 0);
+    ASSERT_LE(p.crop_x + p.crop_width, 1280 + 1e-9);
+    ASSERT_LE(p.crop_y + p.crop_height, 720 + 1e-9);
+  }
+}
+
+TEST(DatasetMakerTest, BadOptionsAreNamed) {
+  MakeDatasetOptions o;
+  o.output = "/tmp/x";
+  o.images = 5;
+  o.classes = 6;
+  Status s = ValidateMakeDatasetOptions(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("classes = 6"), std::string::npos) << s.message();
+  o.classes = 2;
+  o.max_quality = 101;
+  EXPECT_NE(ValidateMakeDatasetOptions(o).message().find("max_quality"), std::string::npos);
+  o.max_quality = 95;
+  o.output.clear();
+  EXPECT_FALSE(ValidateMakeDatasetOptions(o).ok());
+}
+
+// The real default photographs, when the package is installed.
+TEST(DatasetMakerTest, CutsFromTheInstalledWallpapers) {
+  if (!fs::exists("/usr/share/wallpapers")) GTEST_SKIP() << "no /usr/share/wallpapers";
+  auto photos = FindPhotos("/usr/share/wallpapers");
+  if (!photos.ok()) GTEST_SKIP() << photos.status().ToString();
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.output = tmp.path() + "/w";
+  o.images = 4;
+  o.classes = 2;
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(ReadTree(o.output).size(), 4u);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,96 @@
+#include <dirent.h>
+
+#include <algorithm>
+#include <set>
+
+#include "hw/fact_readers.h"
+#include "hw/sys_file.h"
+
+namespace stoker::hw {
+namespace {
+
+std::optional<int> ReadLogicalCpus(const ProbeOptions& o) {
+  if (auto online = ReadSmallFile(JoinPath(o.sys_root, "devices/system/cpu/online"))) {
+    if (auto n = CountCpuList(*online); n && *n > 0) return n;
+  }
+  std::optional<std::string> cpuinfo = ReadSmallFile(JoinPath(o.proc_root, "cpuinfo"));
+  if (!cpuinfo) return std::nullopt;
+  int processors = 0;
+  for (std::string_view line : SplitLines(*cpuinfo)) {
+    if (line.starts_with("processor") && line.find(':') != std::string_view::npos) ++processors;
+  }
+  return processors > 0 ? std::optional<int>(processors) : std::nullopt;
+}
+
+// A core is identified by the set of hardware threads it runs, so counting
+// distinct sibling lists counts cores across packages and dies alike.
+std::optional<int> ReadPhysicalCores(const ProbeOptions& o) {
+  std::string cpu_dir = JoinPath(o.sys_root, "devices/system/cpu");
+  DIR* dir = ::opendir(cpu_dir.c_str());
+  if (dir == nullptr) return std::nullopt;
+  std::set<std::string> cores;
+  while (dirent* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (!name.starts_with("cpu") || !ParseUint(name.substr(3))) continue;
+    std::string topology = JoinPath(JoinPath(cpu_dir, name), "topology");
+    std::optional<std::string> siblings = ReadSmallFile(JoinPath(topology, "core_cpus_list"));
+    if (!siblings) siblings = ReadSmallFile(JoinPath(topology, "thread_siblings_list"));
+    if (siblings && CountCpuList(*siblings).value_or(0) > 0)
+      cores.insert(std::string(Trim(*siblings)));
+  }
+  ::closedir(dir);
+  return cores.empty() ? std::nullopt : std::optional<int>(static_cast<int>(cores.size()));
+}
+
+// Cpus_allowed_list is the kernel's view of sched_getaffinity for the
+// process's main thread, including any cpuset restriction; reading it from
+// <proc_root> lets tests supply it.
+std::optional<int> ReadAffinity(const ProbeOptions& o, Notes& notes) {
+  std::string path = JoinPath(o.proc_root, "self/status");
+  std::optional<std::string> status = ReadSmallFile(path);
+  if (!status) return std::nullopt;
+  std::optional<std::string> list = FindKeyedLine(*status, "Cpus_allowed_list");
+  if (!list) return std::nullopt;
+  std::optional<int> n = CountCpuList(*list);
+  if (!n || *n == 0) {
+    notes.push_back(path + ": Cpus_allowed_list '" + list->substr(0, 64) + "' is not a CPU list");
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<std::string> ReadCpuModel(const ProbeOptions& o) {
+  std::optional<std::string> cpuinfo = ReadSmallFile(JoinPath(o.proc_root, "cpuinfo"));
+  if (!cpuinfo) return std::nullopt;
+  for (const char* key : {"model name", "Model", "cpu model"}) {
+    std::optional<std::string> model = FindKeyedLine(*cpuinfo, key);
+    if (model && !model->empty()) return model;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+MachineFacts::Cpu ReadCpuFacts(const ProbeOptions& options, const CgroupMembership& cgroups,
+                               Notes& notes) {
+  MachineFacts::Cpu cpu;
+  cpu.logical = ReadLogicalCpus(options);
+  cpu.physical_cores = ReadPhysicalCores(options);
+  cpu.affinity = ReadAffinity(options, notes);
+  bool is_v1 = false;
+  std::vector<std::string> dirs = CgroupDirs(cgroups, options.cgroup_root, "cpu", &is_v1);
+  cpu.quota_cores = CgroupCpuQuota(dirs, is_v1, notes);
+  cpu.model = ReadCpuModel(options);
+
+  std::optional<int> cpus = cpu.affinity ? cpu.affinity : cpu.logical;
+  if (cpus && cpu.quota_cores) {
+    cpu.budget_cores = std::min(static_cast<double>(*cpus), *cpu.quota_cores);
+  } else if (cpus) {
+    cpu.budget_cores = *cpus;
+  } else {
+    cpu.budget_cores = cpu.quota_cores;
+  }
+  return cpu;
+}
+
+}  // namespace stoker::hw

@@ -1,0 +1,69 @@
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "stoker/report.h"
+
+namespace stoker {
+namespace {
+
+constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// "VmRSS:" or "VmHWM:" of /proc/self/status, bytes.
+size_t StatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t PeakRssBytes() { return StatusBytes("VmHWM:"); }
+
+LiveView::LiveView(std::FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {
+  cpu_last_s_ = ProcessCpuSeconds();
+}
+
+void LiveView::Update(const TimelinePoint& p, const std::string& progress,
+                      const std::string& decision) {
+  if (!tty_ && p.t_s - last_print_s_ < kPlainEveryS) return;
+  const double cpu = ProcessCpuSeconds();
+  const double dt = p.t_s - wall_last_s_;
+  const double cpu_pct = dt > 0 ? (cpu - cpu_last_s_) / dt * 100 : 0;
+  cpu_last_s_ = cpu;
+  wall_last_s_ = p.t_s;
+  last_print_s_ = p.t_s;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%6.1fs %-16s %9.0f samples/s  stall %5.1f%%  workers %3d  CPU %4.0f%%  RSS %5zu MiB",
+                p.t_s, progress.c_str(), p.samples_per_s, p.stall_fraction * 100, p.workers,
+                cpu_pct, StatusBytes("VmRSS:") >> 20);
+  std::string text = line;
+  if (!decision.empty()) text += "  | " + decision;
+  if (tty_) {
+    if (text.size() > 200) text.resize(200);
+    std::fprintf(out_, "\r\033[K%s", text.c_str());
+  } else {
+    std::fprintf(out_, "%s\n", text.c_str());
+  }
+  std::fflush(out_);
+}
+
+void LiveView::Finish() {
+  if (tty_) std::fprintf(out_, "\n");
+  std::fflush(out_);
+}
+
+}  // namespace stoker

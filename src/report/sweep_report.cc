@@ -1,0 +1,60 @@
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "stoker/report.h"
+
+namespace stoker {
+
+std::string FormatSweepTable(const SweepReport& r) {
+  std::ostringstream out;
+  char line[200];
+  std::snprintf(line, sizeof line, "%9s  %14s  %8s\n", "workers", "samples/s", "stall");
+  out << line;
+  for (const auto& p : r.sweep) {
+    std::snprintf(line, sizeof line, "%9d  %14.1f  %7.1f%%%s\n", p.workers, p.samples_per_s,
+                  p.stall_fraction * 100, p.workers == r.best_static.workers ? "   <- best" : "");
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d workers (max %d)\n",
+                "tuned", r.tuned_samples_per_s, r.tuned_stall_fraction * 100,
+                r.tuned_workers_final, r.tuned_workers_max);
+  out << line;
+  char reached[32] = "never";
+  if (r.seconds_to_95pct >= 0) std::snprintf(reached, sizeof reached, "%.1f s", r.seconds_to_95pct);
+  std::snprintf(line, sizeof line, "\ntuned / best static: %.1f %%; 95 %% of the best reached after %s\n",
+                r.ratio * 100, reached);
+  out << line;
+  return out.str();
+}
+
+nlohmann::json SweepToJson(const SweepReport& r) {
+  nlohmann::json sweep = nlohmann::json::array();
+  for (const auto& p : r.sweep) {
+    sweep.push_back(
+        {{"workers", p.workers}, {"samples_per_s", p.samples_per_s}, {"stall_fraction", p.stall_fraction}});
+  }
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const auto& d : r.trace) decisions.push_back(TunerDecisionToJson(d));
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const auto& p : r.tuned_timeline) {
+    timeline.push_back({{"t_s", p.t_s}, {"samples_per_s", p.samples_per_s}, {"workers", p.workers},
+                        {"stall_fraction", p.stall_fraction}});
+  }
+  return {{"sweep", sweep},
+          {"best_static",
+           {{"workers", r.best_static.workers}, {"samples_per_s", r.best_static.samples_per_s}}},
+          {"tuned",
+           {{"samples_per_s", r.tuned_samples_per_s},
+            {"workers_final", r.tuned_workers_final},
+            {"workers_max", r.tuned_workers_max},
+            {"stall_fraction", r.tuned_stall_fraction},
+            {"seconds_to_95pct",
+             r.seconds_to_95pct < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.seconds_to_95pct)},
+            {"timeline", timeline}}},
+          {"ratio", r.ratio},
+          {"decisions", decisions}};
+}
+
+}  // namespace stoker

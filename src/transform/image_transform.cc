@@ -1,0 +1,336 @@
+#include "transform/image_transform.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "transform/jpeg_decoder.h"
+#include "transform/png_decoder.h"
+#include "transform/resize.h"
+
+namespace stoker {
+namespace {
+
+// Python's round(): half to even, as torchvision's arithmetic uses it.
+int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+Status BadOption(const std::string& name, double value, const std::string& expected) {
+  return InvalidArgument("image transform: " + name + " = " + Num(value) + ", expected " +
+                         expected);
+}
+
+std::string FirstBytes(std::span<const std::byte> data) {
+  std::string s;
+  char buf[4];
+  for (size_t i = 0; i < data.size() && i < 8; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned>(data[i]));
+    if (!s.empty()) s += ' ';
+    s += buf;
+  }
+  return s;
+}
+
+class ImageScratch final : public TransformScratch {
+ public:
+  size_t bytes() const override {
+    return pixels.capacity() +
+           (resample.columns.capacity() + resample.pixels.capacity()) * sizeof(float) +
+           TapBytes(taps_x) + TapBytes(taps_y);
+  }
+  static size_t TapBytes(const ResampleTaps& t) {
+    return (t.start.capacity() + t.count.capacity()) * sizeof(int) +
+           t.weights.capacity() * sizeof(float);
+  }
+
+  JpegDecoder jpeg;
+  PngDecoder png;
+  std::vector<uint8_t> pixels;
+  ResampleTaps taps_x;
+  ResampleTaps taps_y;
+  ResampleBuffers resample;
+};
+
+// Where the output samples the source: one axis of the resample, in the
+// coordinates of the decoded (possibly DCT-scaled) image.
+struct AxisWindow {
+  double in0;
+  double scale;
+  int lo;
+  int hi;
+};
+
+class ImageTransform final : public Transform {
+ public:
+  explicit ImageTransform(const ImageTransformOptions& o) : o_(o) {
+    for (int c = 0; c < 3; ++c) {
+      scale_[c] = 1.0f / (255.0f * o.std[c]);
+      bias_[c] = -o.mean[c] / o.std[c];
+    }
+  }
+
+  SampleSpec spec() const override {
+    switch (o_.layout) {
+      case ImageLayout::kFloat32CHW:
+        return {{3, o_.height, o_.width}, DType::kFloat32};
+      case ImageLayout::kUInt8HWC:
+        return {{o_.height, o_.width, 3}, DType::kUInt8};
+      case ImageLayout::kUInt8CHW:
+        return {{3, o_.height, o_.width}, DType::kUInt8};
+    }
+    return {};
+  }
+
+  std::unique_ptr<TransformScratch> NewScratch() const override {
+    return std::make_unique<ImageScratch>();
+  }
+
+  Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
+               TransformScratch* scratch) const override {
+    assert(out.size() == spec().bytes());
+    if (scratch == nullptr) {
+      // Works, but allocates everything afresh: the engine always passes one.
+      ImageScratch local;
+      return Run(record.bytes, rng, out, local);
+    }
+    return Run(record.bytes, rng, out, *static_cast<ImageScratch*>(scratch));
+  }
+
+ private:
+  Status Run(std::span<const std::byte> bytes, SampleRng& rng, std::span<std::byte> out,
+             ImageScratch& s) const {
+    if (bytes.empty()) return DataError("empty record (0 bytes), not an image");
+    const bool jpeg = LooksLikeJpeg(bytes);
+    if (!jpeg && !LooksLikePng(bytes)) {
+      return DataError("not a JPEG or PNG image (first bytes: " + FirstBytes(bytes) + ")");
+    }
+    int width, height;
+    if (jpeg) {
+      STOKER_RETURN_IF_ERROR(s.jpeg.ReadHeader(bytes));
+      width = s.jpeg.width();
+      height = s.jpeg.height();
+    } else {
+      STOKER_RETURN_IF_ERROR(s.png.ReadHeader(bytes));
+      width = s.png.width();
+      height = s.png.height();
+    }
+    if (width <= 0 || height <= 0) {
+      return DataError("image header says " + std::to_string(width) + "x" + std::to_string(height) +
+                       " pixels");
+    }
+    const int64_t pixels = static_cast<int64_t>(width) * height;
+    if (pixels > o_.max_pixels) {
+      return ResourceExhausted("image is " + std::to_string(width) + "x" + std::to_string(height) +
+                               " = " + std::to_string(pixels) + " pixels, more than max_pixels = " +
+                               std::to_string(o_.max_pixels) + " (refused before decoding)");
+    }
+
+    // Geometry in full-size pixels, then at the DCT scale chosen.
+    bool flip = false;
+    int denom = 1;
+    AxisWindow wx, wy;
+    if (o_.mode == ImageMode::kTrain) {
+      CropBox box = RandomResizedCropBox(width, height, o_, rng);
+      flip = rng.Uniform() < o_.flip_probability;
+      if (jpeg && o_.dct_scaling)
+        denom = ChooseDctDenominator(box.width, box.height, o_.width, o_.height);
+      const double d = denom;
+      const int scaled_w = JpegDecoder::ScaledSize(width, denom);
+      const int scaled_h = JpegDecoder::ScaledSize(height, denom);
+      wx = {box.x / d, box.width / d / o_.width, static_cast<int>(std::floor(box.x / d)),
+            std::min(scaled_w, static_cast<int>(std::ceil((box.x + box.width) / d)))};
+      wy = {box.y / d, box.height / d / o_.height, static_cast<int>(std::floor(box.y / d)),
+            std::min(scaled_h, static_cast<int>(std::ceil((box.y + box.height) / d)))};
+    } else {
+      ResizeCenterCrop g = EvalGeometry(width, height, o_);
+      if (jpeg && o_.dct_scaling) {
+        denom = ChooseDctDenominator(width, height, g.resized_width, g.resized_height);
+      }
+      const double d = denom;
+      const double sx = width / d / g.resized_width;
+      const double sy = height / d / g.resized_height;
+      wx = {g.left * sx, sx, 0, JpegDecoder::ScaledSize(width, denom)};
+      wy = {g.top * sy, sy, 0, JpegDecoder::ScaledSize(height, denom)};
+    }
+    ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x);
+    ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y);
+
+    DecodedRegion region;
+    if (jpeg) {
+      STOKER_RETURN_IF_ERROR(s.jpeg.DecodeRegion(denom, s.taps_x.first, s.taps_y.first,
+                                                 s.taps_x.end, s.taps_y.end, &s.pixels, &region));
+    } else {
+      STOKER_RETURN_IF_ERROR(s.png.DecodeRegion(s.taps_x.first, s.taps_y.first, s.taps_x.end,
+                                                s.taps_y.end, &s.pixels, &region));
+    }
+    Write(region, s, flip, out);
+    return Status::Ok();
+  }
+
+  // The one pass that writes the output: resample, flip, convert, lay out.
+  void Write(const DecodedRegion& region, ImageScratch& s, bool flip,
+             std::span<std::byte> out) const {
+    const int w = o_.width;
+    const size_t plane = static_cast<size_t>(o_.height) * w;
+    switch (o_.layout) {
+      case ImageLayout::kFloat32CHW: {
+        float* o = reinterpret_cast<float*>(out.data());
+        const float s0 = scale_[0], s1 = scale_[1], s2 = scale_[2];
+        const float b0 = bias_[0], b1 = bias_[1], b2 = bias_[2];
+        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
+          float* r = o + static_cast<size_t>(y) * w;
+          float* g = r + plane;
+          float* b = g + plane;
+          for (int x = 0; x < w; ++x) {
+            r[x] = px[4 * x] * s0 + b0;
+            g[x] = px[4 * x + 1] * s1 + b1;
+            b[x] = px[4 * x + 2] * s2 + b2;
+          }
+        });
+        break;
+      }
+      case ImageLayout::kUInt8HWC: {
+        uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
+        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
+          uint8_t* p = o + static_cast<size_t>(y) * w * 3;
+          for (int x = 0; x < w; ++x) {
+            p[3 * x] = ToByte(px[4 * x]);
+            p[3 * x + 1] = ToByte(px[4 * x + 1]);
+            p[3 * x + 2] = ToByte(px[4 * x + 2]);
+          }
+        });
+        break;
+      }
+      case ImageLayout::kUInt8CHW: {
+        uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
+        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
+          uint8_t* r = o + static_cast<size_t>(y) * w;
+          for (int x = 0; x < w; ++x) {
+            r[x] = ToByte(px[4 * x]);
+            r[plane + x] = ToByte(px[4 * x + 1]);
+            r[2 * plane + x] = ToByte(px[4 * x + 2]);
+          }
+        });
+        break;
+      }
+    }
+  }
+
+  static uint8_t ToByte(float v) {
+    v += 0.5f;
+    return static_cast<uint8_t>(v <= 0.0f ? 0.0f : (v >= 255.0f ? 255.0f : v));
+  }
+
+  ImageTransformOptions o_;
+  float scale_[3];
+  float bias_[3];
+};
+
+}  // namespace
+
+CropBox RandomResizedCropBox(int width, int height, const ImageTransformOptions& o,
+                             SampleRng& rng) {
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(o.ratio_min);
+  const double log_hi = std::log(o.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * rng.Uniform(o.scale_min, o.scale_max);
+    const double ratio = std::exp(rng.Uniform(log_lo, log_hi));
+    const int w = RoundHalfEven(std::sqrt(target_area * ratio));
+    const int h = RoundHalfEven(std::sqrt(target_area / ratio));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const int y = static_cast<int>(rng.Below(static_cast<uint64_t>(height - h + 1)));
+      const int x = static_cast<int>(rng.Below(static_cast<uint64_t>(width - w + 1)));
+      return {x, y, w, h};
+    }
+  }
+  // Fallback: the whole image, cut to the nearest allowed ratio, centred.
+  const double in_ratio = static_cast<double>(width) / height;
+  int w = width, h = height;
+  if (in_ratio < o.ratio_min) {
+    h = RoundHalfEven(w / o.ratio_min);
+  } else if (in_ratio > o.ratio_max) {
+    w = RoundHalfEven(h * o.ratio_max);
+  }
+  w = std::clamp(w, 1, width);
+  h = std::clamp(h, 1, height);
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+ResizeCenterCrop EvalGeometry(int width, int height, const ImageTransformOptions& o) {
+  ResizeCenterCrop g;
+  const int s = o.resize_shorter;
+  if (width <= height) {
+    g.resized_width = s;
+    g.resized_height = static_cast<int>(static_cast<int64_t>(s) * height / width);
+  } else {
+    g.resized_height = s;
+    g.resized_width = static_cast<int>(static_cast<int64_t>(s) * width / height);
+  }
+  g.left = RoundHalfEven((g.resized_width - o.width) / 2.0);
+  g.top = RoundHalfEven((g.resized_height - o.height) / 2.0);
+  return g;
+}
+
+int ChooseDctDenominator(double source_width, double source_height, int out_width, int out_height) {
+  for (int denom : {8, 4, 2}) {
+    if (source_width / denom >= out_width && source_height / denom >= out_height) return denom;
+  }
+  return 1;
+}
+
+Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
+  if (o.height < 1 || o.height > 65535) return BadOption("height", o.height, "1..65535");
+  if (o.width < 1 || o.width > 65535) return BadOption("width", o.width, "1..65535");
+  if (o.mode == ImageMode::kTrain) {
+    if (!(o.scale_min > 0 && o.scale_min <= 1)) {
+      return BadOption("scale_min", o.scale_min, "a fraction in (0, 1]");
+    }
+    if (!(o.scale_max >= o.scale_min && o.scale_max <= 1)) {
+      return BadOption("scale_max", o.scale_max, "in [scale_min, 1]");
+    }
+    if (!(o.ratio_min > 0 && std::isfinite(o.ratio_min))) {
+      return BadOption("ratio_min", o.ratio_min, "> 0");
+    }
+    if (!(o.ratio_max >= o.ratio_min && std::isfinite(o.ratio_max))) {
+      return BadOption("ratio_max", o.ratio_max, ">= ratio_min");
+    }
+    if (!(o.flip_probability >= 0 && o.flip_probability <= 1)) {
+      return BadOption("flip_probability", o.flip_probability, "a probability in [0, 1]");
+    }
+  } else {
+    if (o.resize_shorter < std::max(o.height, o.width) || o.resize_shorter > 65535) {
+      return BadOption("resize_shorter", o.resize_shorter,
+                       ">= max(height, width) = " + std::to_string(std::max(o.height, o.width)));
+    }
+  }
+  if (o.layout == ImageLayout::kFloat32CHW) {
+    static const char* kChannel[3] = {"0", "1", "2"};
+    for (int c = 0; c < 3; ++c) {
+      if (!std::isfinite(o.mean[c])) {
+        return BadOption(std::string("mean[") + kChannel[c] + "]", o.mean[c], "a finite number");
+      }
+      if (!(std::isfinite(o.std[c]) && o.std[c] > 0)) {
+        return BadOption(std::string("std[") + kChannel[c] + "]", o.std[c], "> 0");
+      }
+    }
+  }
+  if (o.max_pixels < 1) {
+    return BadOption("max_pixels", static_cast<double>(o.max_pixels), ">= 1");
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const Transform>> MakeImageTransform(const ImageTransformOptions& options) {
+  STOKER_RETURN_IF_ERROR(ValidateImageTransformOptions(options));
+  return std::shared_ptr<const Transform>(std::make_shared<ImageTransform>(options));
+}
+
+}  // namespace stoker

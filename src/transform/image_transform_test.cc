@@ -1,0 +1,368 @@
+#include "transform/image_transform.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "transform/test_images.h"
+
+namespace stoker {
+namespace {
+
+using testing::AsBytes;
+using testing::Image;
+using testing::Jpeg;
+using testing::MakePicture;
+using testing::ReferenceAxis;
+using testing::ReferenceDecodeJpeg;
+using testing::ReferenceResample;
+
+std::shared_ptr<const Transform> Make(const ImageTransformOptions& o) {
+  auto t = MakeImageTransform(o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return *t;
+}
+
+Status ApplyTo(const Transform& t, const std::vector<uint8_t>& file, uint64_t index,
+               std::vector<uint8_t>* out, TransformScratch* scratch) {
+  out->assign(t.spec().bytes(), 0);
+  SampleRng rng(7, 0, index);
+  Record rec{AsBytes(file), 0};
+  return t.Apply(rec, rng, std::as_writable_bytes(std::span<uint8_t>(*out)), scratch);
+}
+
+struct Errors {
+  double mean = 0;
+  double max = 0;
+};
+
+// Compares a uint8 HWC output with float reference pixels (row-major RGB).
+Errors Compare(const std::vector<uint8_t>& got, const std::vector<double>& ref, bool flipped,
+               int width) {
+  Errors e;
+  const size_t n = got.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t pixel = i / 3, c = i % 3;
+    size_t y = pixel / width, x = pixel % width;
+    size_t rx = flipped ? width - 1 - x : x;
+    double d = std::abs(got[i] - ref[(y * width + rx) * 3 + c]);
+    e.mean += d;
+    e.max = std::max(e.max, d);
+  }
+  e.mean /= static_cast<double>(n);
+  return e;
+}
+
+// The straightforward pipeline: decode everything, crop the box, resize it.
+std::vector<double> ReferenceTrain(const Image& full, CropBox box, int out_w, int out_h) {
+  return ReferenceResample(
+      full,
+      ReferenceAxis(box.x, static_cast<double>(box.width) / out_w, out_w, box.x, box.x + box.width),
+      ReferenceAxis(box.y, static_cast<double>(box.height) / out_h, out_h, box.y,
+                    box.y + box.height));
+}
+
+TEST(RandomResizedCropTest, BoxesStayInsideAndFollowScaleAndRatio) {
+  ImageTransformOptions o;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    SampleRng rng(1, 2, i);
+    CropBox b = RandomResizedCropBox(500, 375, o, rng);
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_GE(b.width, 1);
+    ASSERT_GE(b.height, 1);
+    ASSERT_LE(b.x + b.width, 500);
+    ASSERT_LE(b.y + b.height, 375);
+    const double area = static_cast<double>(b.width) * b.height / (500.0 * 375.0);
+    const double ratio = static_cast<double>(b.width) / b.height;
+    // Rounding w and h to whole pixels moves both a little.
+    ASSERT_GE(area, 0.08 * 0.97);
+    ASSERT_LE(area, 1.0);
+    ASSERT_GE(ratio, 0.75 * 0.97);
+    ASSERT_LE(ratio, 4.0 / 3.0 * 1.03);
+  }
+}
+
+TEST(RandomResizedCropTest, SameStreamSameBox) {
+  ImageTransformOptions o;
+  SampleRng a(3, 1, 99), b(3, 1, 99), c(3, 1, 100);
+  CropBox x = RandomResizedCropBox(640, 480, o, a);
+  CropBox y = RandomResizedCropBox(640, 480, o, b);
+  CropBox z = RandomResizedCropBox(640, 480, o, c);
+  EXPECT_EQ(std::tie(x.x, x.y, x.width, x.height), std::tie(y.x, y.y, y.width, y.height));
+  EXPECT_NE(std::tie(x.x, x.y, x.width, x.height), std::tie(z.x, z.y, z.width, z.height));
+}
+
+TEST(RandomResizedCropTest, FallsBackToTheRatioClampedCentreCrop) {
+  ImageTransformOptions o;
+  // No crop of >= 8 % of the area with a ratio in [3/4, 4/3] fits a strip
+  // this thin, so all 10 tries fail.
+  SampleRng rng(0, 0, 0);
+  CropBox wide = RandomResizedCropBox(1000, 10, o, rng);
+  EXPECT_EQ(wide.height, 10);
+  EXPECT_EQ(wide.width, 13);  // round(10 * 4/3)
+  EXPECT_EQ(wide.x, (1000 - 13) / 2);
+  EXPECT_EQ(wide.y, 0);
+  CropBox tall = RandomResizedCropBox(10, 1000, o, rng);
+  EXPECT_EQ(tall.width, 10);
+  EXPECT_EQ(tall.height, 13);  // round(10 / (3/4))
+  EXPECT_EQ(tall.y, (1000 - 13) / 2);
+  // Within the ratio range the fallback is the whole image.
+  o.scale_min = o.scale_max = 1.0;
+  o.ratio_min = 1.0;
+  o.ratio_max = 2.0;
+  CropBox whole = RandomResizedCropBox(300, 200, o, rng);
+  EXPECT_EQ(whole.width, 300);
+  EXPECT_EQ(whole.height, 200);
+}
+
+TEST(ImageTransformTest, EvalGeometryIsResizeThenCentreCrop) {
+  ImageTransformOptions o;
+  ResizeCenterCrop g = EvalGeometry(500, 375, o);
+  EXPECT_EQ(g.resized_height, 256);
+  EXPECT_EQ(g.resized_width, 341);  // int(256 * 500 / 375)
+  EXPECT_EQ(g.left, 58);            // round(58.5) is 58: half to even
+  EXPECT_EQ(g.top, 16);
+  g = EvalGeometry(300, 600, o);
+  EXPECT_EQ(g.resized_width, 256);
+  EXPECT_EQ(g.resized_height, 512);
+  EXPECT_EQ(g.top, 144);
+}
+
+TEST(ImageTransformTest, DctScaleIsTheCoarsestThatKeepsTheOutputSize) {
+  EXPECT_EQ(ChooseDctDenominator(2000, 1800, 224, 224), 8);
+  EXPECT_EQ(ChooseDctDenominator(1000, 1000, 224, 224), 4);
+  EXPECT_EQ(ChooseDctDenominator(500, 460, 224, 224), 2);
+  EXPECT_EQ(ChooseDctDenominator(447, 900, 224, 224), 1);
+  EXPECT_EQ(ChooseDctDenominator(100, 100, 224, 224), 1);
+}
+
+TEST(ImageTransformTest, OptionErrorsNameTheOption) {
+  struct Case {
+    void (*set)(ImageTransformOptions&);
+    const char* name;
+  };
+  const Case cases[] = {
+      {[](ImageTransformOptions& o) { o.height = 0; }, "height"},
+      {[](ImageTransformOptions& o) { o.width = -3; }, "width"},
+      {[](ImageTransformOptions& o) { o.scale_min = 0; }, "scale_min"},
+      {[](ImageTransformOptions& o) { o.scale_max = 0.01; }, "scale_max"},
+      {[](ImageTransformOptions& o) { o.ratio_min = -1; }, "ratio_min"},
+      {[](ImageTransformOptions& o) { o.ratio_max = 0.5; }, "ratio_max"},
+      {[](ImageTransformOptions& o) { o.flip_probability = 1.5; }, "flip_probability"},
+      {[](ImageTransformOptions& o) { o.std[1] = 0; }, "std[1]"},
+      {[](ImageTransformOptions& o) { o.max_pixels = 0; }, "max_pixels"},
+      {[](ImageTransformOptions& o) {
+         o.mode = ImageMode::kEval;
+         o.resize_shorter = 200;
+       },
+       "resize_shorter"},
+  };
+  for (const Case& c : cases) {
+    ImageTransformOptions o;
+    c.set(o);
+    auto t = MakeImageTransform(o);
+    ASSERT_FALSE(t.ok()) << c.name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(c.name), std::string::npos) << t.status().message();
+  }
+}
+
+TEST(ImageTransformTest, SpecFollowsTheLayout) {
+  ImageTransformOptions o;
+  o.height = 100;
+  o.width = 120;
+  SampleSpec s = Make(o)->spec();
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{3, 100, 120}));
+  EXPECT_EQ(s.dtype, DType::kFloat32);
+  o.layout = ImageLayout::kUInt8HWC;
+  s = Make(o)->spec();
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{100, 120, 3}));
+  EXPECT_EQ(s.dtype, DType::kUInt8);
+  o.layout = ImageLayout::kUInt8CHW;
+  EXPECT_EQ(Make(o)->spec().shape, (std::vector<int64_t>{3, 100, 120}));
+}
+
+// Without DCT scaling the fused path must equal the plain pipeline (decode
+// all, crop, resize in double) up to float rounding.
+TEST(ImageTransformTest, TrainMatchesFullDecodeCropResize) {
+  const int w = 480, h = 352;
+  auto file = Jpeg(MakePicture(w, h), w, h);
+  Image full = ReferenceDecodeJpeg(file);
+  ImageTransformOptions o;
+  o.layout = ImageLayout::kUInt8HWC;
+  o.flip_probability = 0.5;
+  o.dct_scaling = false;
+  auto t = Make(o);
+  auto scratch = t->NewScratch();
+  std::vector<uint8_t> out;
+  for (uint64_t i = 0; i < 12; ++i) {
+    ASSERT_TRUE(ApplyTo(*t, file, i, &out, scratch.get()).ok());
+    SampleRng rng(7, 0, i);
+    CropBox box = RandomResizedCropBox(w, h, o, rng);
+    bool flipped = rng.Uniform() < o.flip_probability;
+    Errors e = Compare(out, ReferenceTrain(full, box, 224, 224), flipped, 224);
+    EXPECT_LE(e.max, 1.0) << "sample " << i;
+    EXPECT_LT(e.mean, 0.3) << "sample " << i;
+  }
+}
+
+// With DCT scaling the decode is coarser, but the result stays close to the
+// full-resolution pipeline.
+TEST(ImageTransformTest, DctScaledTrainStaysCloseToFullDecode) {
+  const int w = 1200, h = 900;
+  auto file = Jpeg(MakePicture(w, h, 5), w, h);
+  Image full = ReferenceDecodeJpeg(file);
+  ImageTransformOptions o;
+  o.layout = ImageLayout::kUInt8HWC;
+  o.height = o.width = 128;
+  auto t = Make(o);
+  auto scratch = t->NewScratch();
+  std::vector<uint8_t> out;
+  int scaled = 0;
+  for (uint64_t i = 0; i < 16; ++i) {
+    ASSERT_TRUE(ApplyTo(*t, file, i, &out, scratch.get()).ok());
+    SampleRng rng(7, 0, i);
+    CropBox box = RandomResizedCropBox(w, h, o, rng);
+    bool flipped = rng.Uniform() < o.flip_probability;
+    scaled += ChooseDctDenominator(box.width, box.height, 128, 128) > 1;
+    Errors e = Compare(out, ReferenceTrain(full, box, 128, 128), flipped, 128);
+    // Measured: mean 0.3-0.5, max 4-21 levels (on sharp edges).
+    EXPECT_LT(e.mean, 1.0) << "sample " << i;
+    EXPECT_LE(e.max, 40.0) << "sample " << i;
+  }
+  EXPECT_GT(scaled, 8);
+}
+
+TEST(ImageTransformTest, EvalMatchesResizeThenCentreCrop) {
+  const int w = 500, h = 375;
+  auto file = Jpeg(MakePicture(w, h, 2), w, h);
+  Image full = ReferenceDecodeJpeg(file);
+  ImageTransformOptions o;
+  o.mode = ImageMode::kEval;
+  o.layout = ImageLayout::kUInt8HWC;
+  o.dct_scaling = false;
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
+  ResizeCenterCrop g = EvalGeometry(w, h, o);
+  const double sx = static_cast<double>(w) / g.resized_width;
+  const double sy = static_cast<double>(h) / g.resized_height;
+  auto ref = ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
+                               ReferenceAxis(g.top * sy, sy, 224, 0, h));
+  Errors e = Compare(out, ref, false, 224);
+  EXPECT_LE(e.max, 1.0);
+  // Eval never draws randomness: any index gives the same output.
+  std::vector<uint8_t> again;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 12345, &again, nullptr).ok());
+  EXPECT_EQ(out, again);
+}
+
+TEST(ImageTransformTest, FlipMirrorsAndNormaliseFollowsTheFormula) {
+  auto file = Jpeg(MakePicture(300, 260), 300, 260);
+  ImageTransformOptions o;
+  o.layout = ImageLayout::kUInt8CHW;
+  o.flip_probability = 0;
+  std::vector<uint8_t> plain, mirrored, normalised;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 4, &plain, nullptr).ok());
+  o.flip_probability = 1;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 4, &mirrored, nullptr).ok());
+  for (int c = 0; c < 3; ++c) {
+    for (int y = 0; y < 224; ++y) {
+      for (int x = 0; x < 224; ++x) {
+        ASSERT_EQ(plain[(c * 224 + y) * 224 + x], mirrored[(c * 224 + y) * 224 + 223 - x]);
+      }
+    }
+  }
+  o.layout = ImageLayout::kFloat32CHW;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 4, &normalised, nullptr).ok());
+  const float* f = reinterpret_cast<const float*>(normalised.data());
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 224 * 224; ++i) {
+      const double v = mirrored[c * 224 * 224 + i];
+      const double expected = (v / 255.0 - o.mean[c]) / o.std[c];
+      ASSERT_NEAR(f[c * 224 * 224 + i], expected, 0.51 / 255.0 / o.std[c] + 1e-5);
+    }
+  }
+}
+
+TEST(ImageTransformTest, SameSampleSameBytesAnyScratch) {
+  auto small = Jpeg(MakePicture(200, 150, 1), 200, 150);
+  auto large = Jpeg(MakePicture(900, 700, 2), 900, 700);
+  ImageTransformOptions o;
+  auto t = Make(o);
+  auto reused = t->NewScratch();
+  std::vector<uint8_t> a, b;
+  for (uint64_t i = 0; i < 6; ++i) {
+    const auto& file = i % 2 ? small : large;
+    ASSERT_TRUE(ApplyTo(*t, file, i, &a, reused.get()).ok());
+    auto fresh = t->NewScratch();
+    ASSERT_TRUE(ApplyTo(*t, file, i, &b, fresh.get()).ok());
+    ASSERT_EQ(a, b) << "sample " << i;
+  }
+}
+
+TEST(ImageTransformTest, GrayscaleAndPngInputs) {
+  const int w = 260, h = 240;
+  auto pic = MakePicture(w, h, 4);
+  ImageTransformOptions o;
+  o.layout = ImageLayout::kUInt8HWC;
+  o.mode = ImageMode::kEval;
+  auto t = Make(o);
+  std::vector<uint8_t> out;
+  auto png = testing::Png(pic, w, h, PNG_COLOR_TYPE_RGB, 8);
+  ASSERT_TRUE(ApplyTo(*t, png, 0, &out, nullptr).ok());
+  Image full{w, h, pic};
+  ResizeCenterCrop g = EvalGeometry(w, h, o);
+  const double sx = static_cast<double>(w) / g.resized_width;
+  const double sy = static_cast<double>(h) / g.resized_height;
+  auto ref = ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
+                               ReferenceAxis(g.top * sy, sy, 224, 0, h));
+  EXPECT_LE(Compare(out, ref, false, 224).max, 1.0);
+
+  std::vector<uint8_t> gray(w * h, 90);
+  ASSERT_TRUE(ApplyTo(*t, Jpeg(gray, w, h, 1), 0, &out, nullptr).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], 90, 1);
+}
+
+// Every kind of bad input is an error that says why; none crashes.
+TEST(ImageTransformTest, BadInputsAreClearErrors) {
+  ImageTransformOptions o;
+  auto t = Make(o);
+  auto scratch = t->NewScratch();
+  std::vector<uint8_t> out;
+  auto good = Jpeg(MakePicture(320, 240), 320, 240);
+
+  auto expect = [&](const std::vector<uint8_t>& file, StatusCode code, const std::string& words) {
+    Status s = ApplyTo(*t, file, 0, &out, scratch.get());
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
+  };
+  expect({}, StatusCode::kDataError, "empty record");
+  std::string html = "<html><body>not found</body></html>";
+  expect(std::vector<uint8_t>(html.begin(), html.end()), StatusCode::kDataError,
+         "not a JPEG or PNG image (first bytes: 3c 68 74 6d");
+  expect(std::vector<uint8_t>(good.begin(), good.begin() + 2000), StatusCode::kDataError,
+         "Premature end of JPEG file");
+  // 60000 x 60000 in the frame header: refused from the header alone.
+  std::vector<uint8_t> bomb = good;
+  for (size_t i = 2; i + 8 < bomb.size(); ++i) {
+    if (bomb[i] == 0xFF && bomb[i + 1] == 0xC0) {
+      bomb[i + 5] = bomb[i + 7] = 0xEA;  // 0xEA60 = 60000
+      bomb[i + 6] = bomb[i + 8] = 0x60;
+      break;
+    }
+  }
+  expect(bomb, StatusCode::kResourceExhausted, "60000x60000 = 3600000000 pixels");
+  ImageTransformOptions capped = o;
+  capped.max_pixels = 320 * 240 - 1;
+  std::vector<uint8_t> tmp;
+  Status s = ApplyTo(*Make(capped), good, 0, &tmp, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  // The scratch still works after all that.
+  EXPECT_TRUE(ApplyTo(*t, good, 0, &out, scratch.get()).ok());
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,234 @@
+#include "transform/jpeg_decoder.h"
+
+#include <algorithm>
+#include <cassert>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+// jpeglib.h needs FILE and size_t declared first.
+#include <jpeglib.h>
+// After jpeglib.h: jerror.h reads jconfig.h's feature macros.
+#include <jerror.h>
+
+namespace stoker {
+namespace {
+
+// The warnings after which libjpeg invents pixels (grey fill, zeroed
+// coefficients) and carries on: for a data loader those are corrupt samples.
+// Other warnings (unknown JFIF revision, bad ICC marker, extraneous bytes
+// before a marker that the decoder then finds) leave the pixels intact.
+bool IsFatalWarning(int code) {
+  switch (code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+    case JWRN_BOGUS_PROGRESSION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+StatusCode CodeFor(int msg_code) {
+  switch (msg_code) {
+    case JERR_BAD_PRECISION:
+    case JERR_NOT_COMPILED:
+    case JERR_ARITH_NOTIMPL:
+    case JERR_NOTIMPL:
+    case JERR_CONVERSION_NOTIMPL:
+      return StatusCode::kUnsupported;
+    case JERR_OUT_OF_MEMORY:
+      return StatusCode::kResourceExhausted;
+    default:
+      return StatusCode::kDataError;
+  }
+}
+
+struct ErrorManager {
+  jpeg_error_mgr pub;  // first, so that cinfo->err casts to ErrorManager*
+  std::jmp_buf jump;
+  int code = 0;
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+[[noreturn]] void FailAndJump(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  err->code = cinfo->err->msg_code;
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+void OnError(j_common_ptr cinfo) { FailAndJump(cinfo); }
+
+void OnMessage(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages: never printed
+  ++cinfo->err->num_warnings;
+  if (IsFatalWarning(cinfo->err->msg_code)) FailAndJump(cinfo);
+}
+
+// CMYK as libjpeg hands it over to RGB with the multiplicative formula
+// Pillow and TurboJPEG use. Adobe applications store CMYK inverted and mark
+// the file with an APP14 marker; Pillow takes that marker as the sign of
+// inversion, and so do we.
+void CmykToRgb(const uint8_t* in, int width, bool inverted, uint8_t* out) {
+  for (int x = 0; x < width; ++x) {
+    int c = in[0], m = in[1], y = in[2], k = in[3];
+    if (!inverted) {
+      c = 255 - c;
+      m = 255 - m;
+      y = 255 - y;
+      k = 255 - k;
+    }
+    // Now each value is 255 - ink; multiply the two "not ink" amounts.
+    out[0] = static_cast<uint8_t>((c * k + 127) / 255);
+    out[1] = static_cast<uint8_t>((m * k + 127) / 255);
+    out[2] = static_cast<uint8_t>((y * k + 127) / 255);
+    in += 4;
+    out += 3;
+  }
+}
+
+constexpr int kRowsPerRead = 16;
+
+}  // namespace
+
+struct JpegDecoder::State {
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  bool header_ok = false;
+  std::vector<uint8_t> cmyk_rows;
+
+  Status ErrorStatus() const {
+    return Status(CodeFor(err.code), std::string("JPEG: ") + err.message);
+  }
+};
+
+bool LooksLikeJpeg(std::span<const std::byte> data) {
+  return data.size() >= 3 && data[0] == std::byte{0xFF} && data[1] == std::byte{0xD8} &&
+         data[2] == std::byte{0xFF};
+}
+
+JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.cinfo.err = jpeg_std_error(&s.err.pub);
+  s.err.pub.error_exit = OnError;
+  s.err.pub.emit_message = OnMessage;
+  // jpeg_create_decompress only fails on out-of-memory; a bad_alloc-like
+  // abort there is acceptable at construction.
+  if (setjmp(s.err.jump)) std::abort();
+  jpeg_create_decompress(&s.cinfo);
+}
+
+JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&state_->cinfo); }
+
+int JpegDecoder::width() const { return static_cast<int>(state_->cinfo.image_width); }
+int JpegDecoder::height() const { return static_cast<int>(state_->cinfo.image_height); }
+
+// No object with a destructor may be alive between setjmp and a longjmp out
+// of libjpeg, so these functions keep only trivial locals until they return.
+Status JpegDecoder::ReadHeader(std::span<const std::byte> data) {
+  State& s = *state_;
+  s.header_ok = false;
+  jpeg_abort_decompress(&s.cinfo);  // whatever the last image left behind
+  if (data.empty()) return DataError("JPEG: empty record (0 bytes)");
+  if (setjmp(s.err.jump)) {
+    jpeg_abort_decompress(&s.cinfo);
+    return s.ErrorStatus();
+  }
+  s.err.pub.num_warnings = 0;
+  jpeg_mem_src(&s.cinfo, reinterpret_cast<const unsigned char*>(data.data()),
+               static_cast<unsigned long>(data.size()));
+  jpeg_read_header(&s.cinfo, TRUE);
+  s.header_ok = true;
+  return Status::Ok();
+}
+
+Status JpegDecoder::DecodeRegion(int denom, int x0, int y0, int x1, int y1,
+                                 std::vector<uint8_t>* buffer, DecodedRegion* region) {
+  State& s = *state_;
+  assert(s.header_ok);
+  assert(denom == 1 || denom == 2 || denom == 4 || denom == 8);
+  assert(0 <= x0 && x0 < x1 && x1 <= ScaledSize(width(), denom));
+  assert(0 <= y0 && y0 < y1 && y1 <= ScaledSize(height(), denom));
+  s.header_ok = false;
+  jpeg_decompress_struct& cinfo = s.cinfo;
+  if (setjmp(s.err.jump)) {
+    jpeg_abort_decompress(&cinfo);
+    return s.ErrorStatus();
+  }
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = static_cast<unsigned int>(denom);
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+  jpeg_start_decompress(&cinfo);
+  if (cinfo.output_width != static_cast<JDIMENSION>(ScaledSize(width(), denom)) ||
+      cinfo.output_height != static_cast<JDIMENSION>(ScaledSize(height(), denom))) {
+    jpeg_abort_decompress(&cinfo);
+    return Internal("JPEG: libjpeg scaled to an unexpected size");
+  }
+  // A column either side gives the chroma upsampler of the region's edge
+  // columns their neighbours; without them, when x0 or x1 falls on an iMCU
+  // boundary, the edge columns differ from a full decode's.
+  const JDIMENSION crop_end =
+      std::min<JDIMENSION>(static_cast<JDIMENSION>(x1) + 2, cinfo.output_width);
+  JDIMENSION crop_x = static_cast<JDIMENSION>(x0 > 0 ? x0 - 1 : 0);
+  JDIMENSION crop_width = crop_end - crop_x;
+  if (crop_x > 0 || crop_width < cinfo.output_width) {
+    jpeg_crop_scanline(&cinfo, &crop_x, &crop_width);
+  }
+  if (y0 > 0 &&
+      jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0)) != static_cast<JDIMENSION>(y0)) {
+    jpeg_abort_decompress(&cinfo);
+    return DataError("JPEG: could not skip to row " + std::to_string(y0));
+  }
+  const size_t stride = static_cast<size_t>(crop_width) * 3;
+  const int rows = y1 - y0;
+  uint8_t* out = GrowBuffer(*buffer, stride * static_cast<size_t>(rows));
+  uint8_t* cmyk_rows =
+      cmyk ? GrowBuffer(s.cmyk_rows, static_cast<size_t>(crop_width) * 4 * kRowsPerRead) : nullptr;
+  JSAMPROW pointers[kRowsPerRead];
+  int done = 0;
+  while (done < rows) {
+    int want = rows - done < kRowsPerRead ? rows - done : kRowsPerRead;
+    for (int i = 0; i < want; ++i) {
+      pointers[i] = cmyk ? cmyk_rows + static_cast<size_t>(i) * crop_width * 4
+                         : out + static_cast<size_t>(done + i) * stride;
+    }
+    int got =
+        static_cast<int>(jpeg_read_scanlines(&cinfo, pointers, static_cast<JDIMENSION>(want)));
+    if (got <= 0) {
+      jpeg_abort_decompress(&cinfo);
+      return DataError("JPEG: decoder returned no rows at row " + std::to_string(y0 + done));
+    }
+    if (cmyk) {
+      for (int i = 0; i < got; ++i) {
+        CmykToRgb(pointers[i], static_cast<int>(crop_width), cinfo.saw_Adobe_marker,
+                  out + static_cast<size_t>(done + i) * stride);
+      }
+    }
+    done += got;
+  }
+  // Stop here: rows below the region are never decoded.
+  jpeg_abort_decompress(&cinfo);
+  region->pixels = out;
+  region->x0 = static_cast<int>(crop_x);
+  region->y0 = y0;
+  region->width = static_cast<int>(crop_width);
+  region->height = rows;
+  region->stride = stride;
+  return Status::Ok();
+}
+
+Status JpegDecoder::DecodeFull(std::span<const std::byte> data, int denom,
+                               std::vector<uint8_t>* buffer, DecodedRegion* region) {
+  STOKER_RETURN_IF_ERROR(ReadHeader(data));
+  return DecodeRegion(denom, 0, 0, ScaledSize(width(), denom), ScaledSize(height(), denom), buffer,
+                      region);
+}
+
+}  // namespace stoker

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "stoker/status.h"
+#include "transform/decoded_region.h"
+
+namespace stoker {
+
+/// True if `data` starts like a JPEG file (SOI marker then another marker).
+bool LooksLikeJpeg(std::span<const std::byte> data);
+
+/// Decodes JPEG images with libjpeg-turbo, reading only the region asked for:
+/// the columns through jpeg_crop_scanline, the rows below the first through
+/// jpeg_skip_scanlines, stopping after the last, optionally at a DCT scale of
+/// 1/2, 1/4 or 1/8. Output is always 8-bit RGB: grayscale is expanded, CMYK
+/// and YCCK are converted (Adobe-inverted CMYK, as Photoshop writes it, is
+/// handled the way Pillow handles it).
+///
+/// libjpeg errors become Status values, and so do the warnings that mean the
+/// pixels were invented (premature end of data, bad Huffman or arithmetic
+/// codes, lost resync): a truncated file is an error, never grey pixels.
+///
+/// One decoder belongs to one thread; it keeps its libjpeg state and buffers
+/// between images. Usage per image: ReadHeader, then at most one
+/// DecodeRegion (or none: the next ReadHeader starts over).
+class JpegDecoder {
+ public:
+  JpegDecoder();
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  /// Parses the headers of `data`, which must stay alive and unchanged until
+  /// DecodeRegion returns. Allocates nothing for pixels.
+  /// Errors: DataError (not a JPEG, truncated header), Unsupported (12-bit).
+  Status ReadHeader(std::span<const std::byte> data);
+
+  /// Full-size dimensions. REQUIRES: the last ReadHeader succeeded.
+  int width() const;
+  int height() const;
+
+  /// The size of a dimension `size` at DCT scale 1/denom (what libjpeg makes).
+  static int ScaledSize(int size, int denom) { return (size + denom - 1) / denom; }
+
+  /// Decodes at scale 1/`denom` (1, 2, 4 or 8) at least the columns [x0, x1)
+  /// and exactly the rows [y0, y1) of the scaled image into `buffer` (grown
+  /// as needed), described by `*region`. The region may start left of x0
+  /// (libjpeg crops at iMCU boundaries).
+  /// REQUIRES: the last ReadHeader succeeded; 0 <= x0 < x1 <= scaled width,
+  /// 0 <= y0 < y1 <= scaled height.
+  /// Errors: DataError for corrupt or truncated data within the rows read.
+  Status DecodeRegion(int denom, int x0, int y0, int x1, int y1, std::vector<uint8_t>* buffer,
+                      DecodedRegion* region);
+
+  /// Decodes the whole image at scale 1/`denom` (ReadHeader included).
+  Status DecodeFull(std::span<const std::byte> data, int denom, std::vector<uint8_t>* buffer,
+                    DecodedRegion* region);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,236 @@
+#include "transform/jpeg_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <tuple>
+
+#include "transform/test_images.h"
+
+namespace stoker {
+namespace {
+
+using testing::AsBytes;
+using testing::Image;
+using testing::Jpeg;
+using testing::MakePicture;
+using testing::ReferenceDecodeJpeg;
+
+// Position of the first marker `code` (the byte after 0xFF) in `file`.
+size_t FindMarker(const std::vector<uint8_t>& file, uint8_t code) {
+  for (size_t i = 2; i + 1 < file.size(); ++i) {
+    if (file[i] == 0xFF && file[i + 1] == code) return i;
+  }
+  ADD_FAILURE() << "marker not found";
+  return 0;
+}
+
+int MaxDifference(const DecodedRegion& r, const Image& ref, int x0, int y0, int x1, int y1) {
+  int worst = 0;
+  for (int y = y0; y < y1; ++y) {
+    for (int x = x0; x < x1; ++x) {
+      const uint8_t* p = r.pixels + static_cast<size_t>(y - r.y0) * r.stride + (x - r.x0) * 3;
+      const uint8_t* q = ref.at(x, y);
+      for (int c = 0; c < 3; ++c) worst = std::max(worst, std::abs(p[c] - q[c]));
+    }
+  }
+  return worst;
+}
+
+TEST(JpegDecoderTest, FullDecodeMatchesLibjpeg) {
+  auto file = Jpeg(MakePicture(203, 151), 203, 151);
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  for (int denom : {1, 2, 4, 8}) {
+    ASSERT_TRUE(dec.DecodeFull(AsBytes(file), denom, &buf, &r).ok());
+    Image ref = ReferenceDecodeJpeg(file, denom);
+    ASSERT_EQ(r.width, ref.width);
+    ASSERT_EQ(r.height, ref.height);
+    EXPECT_EQ(r.width, JpegDecoder::ScaledSize(203, denom));
+    EXPECT_EQ(MaxDifference(r, ref, 0, 0, ref.width, ref.height), 0) << "denom " << denom;
+  }
+}
+
+TEST(JpegDecoderTest, RegionMatchesFullDecode) {
+  for (bool progressive : {false, true}) {
+    JpegEncodeOptions eo;
+    eo.progressive = progressive;
+    auto file = Jpeg(MakePicture(320, 240), 320, 240, 3, eo);
+    JpegDecoder dec;
+    std::vector<uint8_t> buf;
+    // Edges inside iMCUs and on their boundaries (multiples of 16 / denom).
+    for (auto [denom, x0, y0, x1, y1] :
+         {std::tuple{1, 37, 45, 250, 201}, std::tuple{2, 18, 22, 125, 100},
+          std::tuple{4, 9, 11, 62, 50}, std::tuple{1, 32, 48, 256, 224},
+          std::tuple{2, 16, 24, 128, 112}, std::tuple{8, 4, 6, 40, 30}}) {
+      Image ref = ReferenceDecodeJpeg(file, denom);
+      ASSERT_TRUE(dec.ReadHeader(AsBytes(file)).ok());
+      EXPECT_EQ(dec.width(), 320);
+      EXPECT_EQ(dec.height(), 240);
+      DecodedRegion r;
+      ASSERT_TRUE(dec.DecodeRegion(denom, x0, y0, x1, y1, &buf, &r).ok());
+      EXPECT_LE(r.x0, x0);
+      EXPECT_GE(r.x0 + r.width, x1);
+      EXPECT_EQ(r.y0, y0);
+      EXPECT_EQ(r.height, y1 - y0);
+      // Cropping and skipping keep the chroma upsampler's context: the
+      // pixels equal the full decode's.
+      EXPECT_EQ(MaxDifference(r, ref, x0, y0, x1, y1), 0)
+          << "denom " << denom << " progressive " << progressive;
+    }
+  }
+}
+
+TEST(JpegDecoderTest, GrayscaleBecomesRgb) {
+  std::vector<uint8_t> gray(64 * 48);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = static_cast<uint8_t>(i * 7);
+  auto file = Jpeg(gray, 64, 48, 1);
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(file), 1, &buf, &r).ok());
+  ASSERT_EQ(r.width, 64);
+  for (int i = 0; i < 64 * 48; ++i) {
+    ASSERT_EQ(r.pixels[i * 3], r.pixels[i * 3 + 1]);
+    ASSERT_EQ(r.pixels[i * 3], r.pixels[i * 3 + 2]);
+  }
+}
+
+TEST(JpegDecoderTest, AdobeCmykAndYcckBecomeRgb) {
+  // Four flat quadrants, stored inverted as Adobe applications write CMYK.
+  struct Ink {
+    int c, m, y, k;
+    int r, g, b;
+  };
+  const Ink inks[4] = {{0, 0, 0, 0, 255, 255, 255},
+                       {255, 0, 0, 0, 0, 255, 255},
+                       {0, 255, 255, 0, 255, 0, 0},
+                       {0, 0, 0, 128, 127, 127, 127}};
+  const int w = 64, h = 64;
+  std::vector<uint8_t> cmyk(w * h * 4);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const Ink& ink = inks[(y / 32) * 2 + x / 32];
+      uint8_t* p = &cmyk[(y * w + x) * 4];
+      p[0] = static_cast<uint8_t>(255 - ink.c);
+      p[1] = static_cast<uint8_t>(255 - ink.m);
+      p[2] = static_cast<uint8_t>(255 - ink.y);
+      p[3] = static_cast<uint8_t>(255 - ink.k);
+    }
+  }
+  JpegEncodeOptions eo;
+  eo.quality = 98;
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  for (bool ycck : {false, true}) {
+    eo.ycck = ycck;
+    auto stored = Jpeg(cmyk, w, h, 4, eo);
+    ASSERT_TRUE(dec.DecodeFull(AsBytes(stored), 1, &buf, &r).ok());
+    for (int q = 0; q < 4; ++q) {
+      const int x = (q % 2) * 32 + 16, y = (q / 2) * 32 + 16;
+      const uint8_t* p = r.pixels + y * r.stride + x * 3;
+      EXPECT_NEAR(p[0], inks[q].r, 3) << "quadrant " << q << " ycck " << ycck;
+      EXPECT_NEAR(p[1], inks[q].g, 3) << "quadrant " << q << " ycck " << ycck;
+      EXPECT_NEAR(p[2], inks[q].b, 3) << "quadrant " << q << " ycck " << ycck;
+    }
+  }
+  eo.ycck = false;
+  auto file = Jpeg(cmyk, w, h, 4, eo);
+  // A region of a CMYK image goes through the same conversion.
+  ASSERT_TRUE(dec.ReadHeader(AsBytes(file)).ok());
+  ASSERT_TRUE(dec.DecodeRegion(2, 16, 16, 32, 32, &buf, &r).ok());
+  const uint8_t* p = r.pixels + (24 - r.y0) * r.stride + (24 - r.x0) * 3;
+  EXPECT_NEAR(p[0], 127, 3);
+}
+
+TEST(JpegDecoderTest, ArithmeticCodingDecodesLikeHuffman) {
+  auto pic = MakePicture(96, 80);
+  JpegEncodeOptions arith;
+  arith.arithmetic = true;
+  std::vector<uint8_t> arith_file;
+  Status encoded = EncodeJpeg(pic.data(), 96, 80, 3, arith, &arith_file);
+  if (!encoded.ok()) GTEST_SKIP() << "this libjpeg cannot write arithmetic coding";
+  auto huff_file = Jpeg(pic, 96, 80);
+  JpegDecoder dec;
+  std::vector<uint8_t> a, b;
+  DecodedRegion ra, rb;
+  Status s = dec.DecodeFull(AsBytes(arith_file), 1, &a, &ra);
+  if (!s.ok()) {
+    // A build without arithmetic decoding must say so, not crash.
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+    return;
+  }
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(huff_file), 1, &b, &rb).ok());
+  // Entropy coding is lossless: the same coefficients, the same pixels.
+  EXPECT_EQ(0, std::memcmp(ra.pixels, rb.pixels, 96 * 80 * 3));
+}
+
+TEST(JpegDecoderTest, EmptyIsAnError) {
+  JpegDecoder dec;
+  Status s = dec.ReadHeader({});
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.message();
+}
+
+TEST(JpegDecoderTest, TruncatedFileIsAnErrorNotGreyPixels) {
+  auto file = Jpeg(MakePicture(200, 160), 200, 160);
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  for (size_t keep : {file.size() / 2, file.size() - 40, size_t{300}}) {
+    std::vector<uint8_t> cut(file.begin(), file.begin() + static_cast<ptrdiff_t>(keep));
+    Status s = dec.DecodeFull(AsBytes(cut), 1, &buf, &r);
+    EXPECT_EQ(s.code(), StatusCode::kDataError) << keep << ": " << s.ToString();
+    EXPECT_NE(s.message().find("Premature end"), std::string::npos) << s.message();
+  }
+  // Header cut short.
+  std::vector<uint8_t> header(file.begin(), file.begin() + 30);
+  Status s = dec.ReadHeader(AsBytes(header));
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+  // The decoder is reusable after errors.
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(file), 1, &buf, &r).ok());
+}
+
+TEST(JpegDecoderTest, CorruptEntropyDataIsAnError) {
+  auto file = Jpeg(MakePicture(200, 160), 200, 160);
+  size_t sos = FindMarker(file, 0xDA);
+  size_t data = sos + 2 + (file[sos + 2] << 8 | file[sos + 3]);
+  size_t mid = data + (file.size() - data) / 2;
+  // 0xFF 0x00 is a stuffed 0xFF byte: a long run of 1 bits, which no Huffman
+  // code may be.
+  for (size_t i = mid; i < mid + 40; i += 2) {
+    file[i] = 0xFF;
+    file[i + 1] = 0x00;
+  }
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  Status s = dec.DecodeFull(AsBytes(file), 1, &buf, &r);
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+  EXPECT_NE(s.message().find("Corrupt JPEG data"), std::string::npos) << s.message();
+}
+
+TEST(JpegDecoderTest, GarbageAfterSoiIsAnError) {
+  std::vector<uint8_t> file = {0xFF, 0xD8, 0xFF, 0x12, 0x34, 0x56, 0x78, 0x9A};
+  JpegDecoder dec;
+  Status s = dec.ReadHeader(AsBytes(file));
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+}
+
+TEST(JpegDecoderTest, TwelveBitIsUnsupported) {
+  auto file = Jpeg(MakePicture(64, 64), 64, 64);
+  size_t sof = FindMarker(file, 0xC0);
+  ASSERT_EQ(file[sof + 4], 8);
+  file[sof + 4] = 12;
+  JpegDecoder dec;
+  Status s = dec.ReadHeader(AsBytes(file));
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.ToString();
+  EXPECT_NE(s.message().find("precision 12"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,154 @@
+#include "transform/png_decoder.h"
+
+#include <png.h>
+
+#include <cassert>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace stoker {
+
+namespace {
+
+struct PngInput {
+  const std::byte* data = nullptr;
+  size_t size = 0;
+  size_t offset = 0;
+};
+
+void ReadFromMemory(png_structp png, png_bytep out, size_t n) {
+  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
+  if (in->size - in->offset < n) png_error(png, "premature end of PNG data (truncated file)");
+  std::memcpy(out, in->data + in->offset, n);
+  in->offset += n;
+}
+
+[[noreturn]] void OnError(png_structp png, png_const_charp message) {
+  auto* s = static_cast<char*>(png_get_error_ptr(png));
+  std::snprintf(s, 256, "%s", message);
+  png_longjmp(png, 1);
+}
+
+void OnWarning(png_structp, png_const_charp) {}
+
+}  // namespace
+
+struct PngDecoder::State {
+  png_structp png = nullptr;
+  png_infop info = nullptr;
+  PngInput input;
+  bool header_ok = false;
+  char message[256] = {};
+  std::vector<uint8_t> row;
+  std::vector<uint8_t> full;  // interlaced images only
+
+  void Release() {
+    if (png != nullptr) png_destroy_read_struct(&png, &info, nullptr);
+    png = nullptr;
+    info = nullptr;
+    header_ok = false;
+  }
+  Status ErrorStatus() const { return DataError(std::string("PNG: ") + message); }
+};
+
+bool LooksLikePng(std::span<const std::byte> data) {
+  static constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  return data.size() >= 8 && std::memcmp(data.data(), kSignature, 8) == 0;
+}
+
+PngDecoder::PngDecoder() : state_(std::make_unique<State>()) {}
+PngDecoder::~PngDecoder() { state_->Release(); }
+
+int PngDecoder::width() const {
+  return static_cast<int>(png_get_image_width(state_->png, state_->info));
+}
+int PngDecoder::height() const {
+  return static_cast<int>(png_get_image_height(state_->png, state_->info));
+}
+
+// No object with a destructor may be alive between setjmp and a longjmp out
+// of libpng, so these functions keep only trivial locals until they return.
+Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
+  State& s = *state_;
+  s.Release();
+  if (data.empty()) return DataError("PNG: empty record (0 bytes)");
+  if (!LooksLikePng(data)) return DataError("PNG: bad signature");
+  s.input = {data.data(), data.size(), 0};
+  s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, s.message, OnError, OnWarning);
+  if (s.png == nullptr) return ResourceExhausted("PNG: cannot create the libpng reader");
+  s.info = png_create_info_struct(s.png);
+  if (s.info == nullptr) return ResourceExhausted("PNG: cannot create the libpng reader");
+  if (setjmp(png_jmpbuf(s.png))) return s.ErrorStatus();
+  png_set_read_fn(s.png, &s.input, ReadFromMemory);
+  png_read_info(s.png, s.info);
+  s.header_ok = true;
+  return Status::Ok();
+}
+
+Status PngDecoder::DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint8_t>* buffer,
+                                DecodedRegion* region) {
+  State& s = *state_;
+  assert(s.header_ok);
+  assert(0 <= x0 && x0 < x1 && x1 <= width());
+  assert(0 <= y0 && y0 < y1 && y1 <= height());
+  s.header_ok = false;
+  png_structp png = s.png;
+  png_infop info = s.info;
+  if (setjmp(png_jmpbuf(png))) return s.ErrorStatus();
+  const int color_type = png_get_color_type(png, info);
+  const int bit_depth = png_get_bit_depth(png, info);
+  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (bit_depth == 16) png_set_strip_16(png);
+  if ((color_type & PNG_COLOR_MASK_ALPHA) != 0) png_set_strip_alpha(png);
+  if (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA) {
+    png_set_gray_to_rgb(png);
+  }
+  const int passes = png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const size_t full_width = png_get_image_width(png, info);
+  const size_t row_bytes = png_get_rowbytes(png, info);
+  if (row_bytes != full_width * 3) {
+    return Internal("PNG: transforms did not give 8-bit RGB rows");
+  }
+  const size_t stride = static_cast<size_t>(x1 - x0) * 3;
+  uint8_t* out = GrowBuffer(*buffer, stride * static_cast<size_t>(y1 - y0));
+  if (passes == 1) {
+    uint8_t* row = GrowBuffer(s.row, row_bytes);
+    for (int y = 0; y < y1; ++y) {
+      png_read_row(png, row, nullptr);
+      if (y >= y0) {
+        std::memcpy(out + static_cast<size_t>(y - y0) * stride, row + static_cast<size_t>(x0) * 3,
+                    stride);
+      }
+    }
+  } else {
+    // Adam7 spreads every row over all passes: the whole image is needed.
+    const int rows = height();
+    uint8_t* full = GrowBuffer(s.full, row_bytes * static_cast<size_t>(rows));
+    for (int pass = 0; pass < passes; ++pass) {
+      for (int y = 0; y < rows; ++y)
+        png_read_row(png, full + static_cast<size_t>(y) * row_bytes, nullptr);
+    }
+    for (int y = y0; y < y1; ++y) {
+      std::memcpy(out + static_cast<size_t>(y - y0) * stride,
+                  full + static_cast<size_t>(y) * row_bytes + static_cast<size_t>(x0) * 3, stride);
+    }
+  }
+  region->pixels = out;
+  region->x0 = x0;
+  region->y0 = y0;
+  region->width = x1 - x0;
+  region->height = y1 - y0;
+  region->stride = stride;
+  return Status::Ok();
+}
+
+Status PngDecoder::DecodeFull(std::span<const std::byte> data, std::vector<uint8_t>* buffer,
+                              DecodedRegion* region) {
+  STOKER_RETURN_IF_ERROR(ReadHeader(data));
+  return DecodeRegion(0, 0, width(), height(), buffer, region);
+}
+
+}  // namespace stoker

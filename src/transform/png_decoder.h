@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "stoker/status.h"
+#include "transform/decoded_region.h"
+
+namespace stoker {
+
+/// True if `data` starts with the PNG signature.
+bool LooksLikePng(std::span<const std::byte> data);
+
+/// Decodes PNG images with libpng to 8-bit RGB: palette and grayscale are
+/// expanded, 16-bit samples keep their high byte, alpha is dropped (as
+/// Pillow's convert("RGB") does). Rows below the region are never decoded
+/// (for interlaced images the whole image must be).
+///
+/// One decoder belongs to one thread. Usage per image: ReadHeader, then at
+/// most one DecodeRegion.
+class PngDecoder {
+ public:
+  PngDecoder();
+  ~PngDecoder();
+  PngDecoder(const PngDecoder&) = delete;
+  PngDecoder& operator=(const PngDecoder&) = delete;
+
+  /// Parses the chunks before the image data. `data` must stay alive and
+  /// unchanged until DecodeRegion returns.
+  /// Errors: DataError (bad signature, corrupt or truncated chunks).
+  Status ReadHeader(std::span<const std::byte> data);
+
+  /// REQUIRES: the last ReadHeader succeeded.
+  int width() const;
+  int height() const;
+
+  /// Decodes columns [x0, x1) and rows [y0, y1) into `buffer` (grown as
+  /// needed), described by `*region`.
+  /// REQUIRES: the last ReadHeader succeeded; 0 <= x0 < x1 <= width(),
+  /// 0 <= y0 < y1 <= height().
+  /// Errors: DataError for corrupt or truncated image data.
+  Status DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint8_t>* buffer,
+                      DecodedRegion* region);
+
+  /// ReadHeader and DecodeRegion of the whole image.
+  Status DecodeFull(std::span<const std::byte> data, std::vector<uint8_t>* buffer,
+                    DecodedRegion* region);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace stoker

@@ -1,0 +1,113 @@
+#include "transform/png_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "transform/test_images.h"
+
+namespace stoker {
+namespace {
+
+using testing::AsBytes;
+using testing::MakePicture;
+using testing::Png;
+
+const uint8_t* Pixel(const DecodedRegion& r, int x, int y) {
+  return r.pixels + static_cast<size_t>(y - r.y0) * r.stride + static_cast<size_t>(x - r.x0) * 3;
+}
+
+TEST(PngDecoderTest, RgbFullAndRegion) {
+  auto pic = MakePicture(71, 53);
+  for (bool interlaced : {false, true}) {
+    auto file = Png(pic, 71, 53, PNG_COLOR_TYPE_RGB, 8, interlaced);
+    PngDecoder dec;
+    std::vector<uint8_t> buf;
+    DecodedRegion r;
+    ASSERT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok());
+    ASSERT_EQ(r.width, 71);
+    ASSERT_EQ(r.height, 53);
+    EXPECT_EQ(0, std::memcmp(r.pixels, pic.data(), pic.size()));
+    ASSERT_TRUE(dec.ReadHeader(AsBytes(file)).ok());
+    EXPECT_EQ(dec.width(), 71);
+    ASSERT_TRUE(dec.DecodeRegion(10, 20, 30, 41, &buf, &r).ok());
+    EXPECT_EQ(r.x0, 10);
+    EXPECT_EQ(r.y0, 20);
+    for (int y = 20; y < 41; ++y) {
+      for (int x = 10; x < 30; ++x) {
+        ASSERT_EQ(0, std::memcmp(Pixel(r, x, y), &pic[(y * 71 + x) * 3], 3)) << interlaced;
+      }
+    }
+  }
+}
+
+TEST(PngDecoderTest, GrayPaletteAlphaAnd16BitBecomeRgb) {
+  const int w = 9, h = 5;
+  PngDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  // 8-bit gray.
+  std::vector<uint8_t> gray(w * h);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = static_cast<uint8_t>(i * 5);
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(gray, w, h, PNG_COLOR_TYPE_GRAY, 8)), &buf, &r).ok());
+  EXPECT_EQ(Pixel(r, 3, 2)[0], gray[2 * w + 3]);
+  EXPECT_EQ(Pixel(r, 3, 2)[2], gray[2 * w + 3]);
+  // 1-bit gray: rows are packed, ceil(9 / 8) = 2 bytes; 0b1010... pattern.
+  std::vector<uint8_t> bits(2 * h, 0xAA);
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(bits, w, h, PNG_COLOR_TYPE_GRAY, 1)), &buf, &r).ok());
+  EXPECT_EQ(Pixel(r, 0, 0)[1], 255);
+  EXPECT_EQ(Pixel(r, 1, 0)[1], 0);
+  // Palette.
+  std::vector<png_color> palette = {{255, 0, 0}, {0, 0, 255}};
+  std::vector<uint8_t> indices(w * h, 1);
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(indices, w, h, PNG_COLOR_TYPE_PALETTE, 8, false, palette)),
+                             &buf, &r)
+                  .ok());
+  EXPECT_EQ(Pixel(r, 4, 4)[0], 0);
+  EXPECT_EQ(Pixel(r, 4, 4)[2], 255);
+  // RGBA: alpha dropped.
+  std::vector<uint8_t> rgba(w * h * 4);
+  for (size_t i = 0; i < rgba.size(); ++i) rgba[i] = static_cast<uint8_t>(i % 4 == 3 ? 0 : 77);
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(rgba, w, h, PNG_COLOR_TYPE_RGB_ALPHA, 8)), &buf, &r).ok());
+  EXPECT_EQ(Pixel(r, 8, 4)[1], 77);
+  // 16-bit RGB: the high byte.
+  std::vector<uint8_t> deep(w * h * 6);
+  for (size_t i = 0; i < deep.size(); i += 2) {
+    deep[i] = 0x12;
+    deep[i + 1] = 0xFF;
+  }
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(deep, w, h, PNG_COLOR_TYPE_RGB, 16)), &buf, &r).ok());
+  EXPECT_EQ(Pixel(r, 5, 1)[0], 0x12);
+}
+
+TEST(PngDecoderTest, BadDataIsAnError) {
+  auto file = Png(MakePicture(64, 64), 64, 64, PNG_COLOR_TYPE_RGB, 8);
+  PngDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  Status s = dec.ReadHeader({});
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  // Truncated in the image data.
+  std::vector<uint8_t> cut(file.begin(), file.begin() + static_cast<ptrdiff_t>(file.size() / 2));
+  s = dec.DecodeFull(AsBytes(cut), &buf, &r);
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+  EXPECT_NE(s.message().find("premature end"), std::string::npos) << s.message();
+  // Truncated in the header.
+  std::vector<uint8_t> header(file.begin(), file.begin() + 20);
+  EXPECT_EQ(dec.ReadHeader(AsBytes(header)).code(), StatusCode::kDataError);
+  // A flipped bit in the header chunk breaks its CRC.
+  std::vector<uint8_t> bad = file;
+  bad[20] ^= 0x40;
+  s = dec.DecodeFull(AsBytes(bad), &buf, &r);
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+  // Corrupt compressed data.
+  bad = file;
+  for (size_t i = 60; i < 120; ++i) bad[i] = static_cast<uint8_t>(i * 37);
+  s = dec.DecodeFull(AsBytes(bad), &buf, &r);
+  EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
+  // Still usable.
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok());
+}
+
+}  // namespace
+}  // namespace stoker

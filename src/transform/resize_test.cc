@@ -1,0 +1,108 @@
+#include "transform/resize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "transform/test_images.h"
+
+namespace stoker {
+namespace {
+
+TEST(ResizeTest, SameSizeIsIdentity) {
+  ResampleTaps t;
+  ComputeTaps(0, 1.0, 10, 0, 10, &t);
+  EXPECT_EQ(t.first, 0);
+  EXPECT_EQ(t.end, 10);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(t.count[i], 1);
+    EXPECT_EQ(t.start[i], i);
+    EXPECT_FLOAT_EQ(t.weights[i * t.max_taps], 1.0f);
+  }
+}
+
+TEST(ResizeTest, HalvingUsesTheWidenedTriangle) {
+  ResampleTaps t;
+  ComputeTaps(0, 2.0, 4, 0, 8, &t);
+  // Output 1 is centred at 3.0: inputs 1..4 at distances 1.5, 0.5, 0.5, 1.5
+  // over a radius of 2 weigh 0.25, 0.75, 0.75, 0.25 (sum 2).
+  ASSERT_EQ(t.count[1], 4);
+  EXPECT_EQ(t.start[1], 1);
+  const float* w = &t.weights[1 * t.max_taps];
+  EXPECT_FLOAT_EQ(w[0], 0.125f);
+  EXPECT_FLOAT_EQ(w[1], 0.375f);
+  EXPECT_FLOAT_EQ(w[2], 0.375f);
+  EXPECT_FLOAT_EQ(w[3], 0.125f);
+  // At the border the window is cut and the weights renormalised.
+  EXPECT_EQ(t.start[0], 0);
+  float sum = 0;
+  for (int k = 0; k < t.count[0]; ++k) sum += t.weights[k];
+  EXPECT_FLOAT_EQ(sum, 1.0f);
+}
+
+TEST(ResizeTest, TapsMatchTheReferenceFormula) {
+  struct Case {
+    double in0, scale;
+    int out, lo, hi;
+  };
+  for (Case c : {Case{0, 3.7, 50, 0, 185}, Case{12.25, 0.4, 224, 12, 103},
+                 Case{7.5, 1.93, 224, 7, 440}, Case{0, 1.0, 9, 0, 9}}) {
+    ResampleTaps t;
+    ComputeTaps(c.in0, c.scale, c.out, c.lo, c.hi, &t);
+    auto ref = testing::ReferenceAxis(c.in0, c.scale, c.out, c.lo, c.hi);
+    for (int i = 0; i < c.out; ++i) {
+      // The table drops zero-weight end taps; compare as dense vectors.
+      for (size_t k = 0; k < ref.weights[i].size(); ++k) {
+        int pos = ref.first[i] + static_cast<int>(k);
+        int j = pos - t.start[i];
+        double got = (j >= 0 && j < t.count[i]) ? t.weights[i * t.max_taps + j] : 0.0;
+        ASSERT_NEAR(got, ref.weights[i][k], 1e-6) << "output " << i << " input " << pos;
+      }
+      EXPECT_GE(t.start[i], c.lo);
+      EXPECT_LE(t.start[i] + t.count[i], c.hi);
+    }
+  }
+}
+
+TEST(ResizeTest, ResampleMatchesReferenceAndKeepsFlatColour) {
+  testing::Image img;
+  img.width = 97;
+  img.height = 61;
+  img.rgb = testing::MakePicture(97, 61, 3);
+  DecodedRegion src{img.rgb.data(), 0, 0, 97, 61, 97 * 3};
+  ResampleTaps tx, ty;
+  ResampleBuffers buffers;
+  ComputeTaps(5.5, 80.0 / 40, 40, 5, 86, &tx);
+  ComputeTaps(3.0, 50.0 / 70, 70, 3, 53, &ty);
+  auto ref = testing::ReferenceResample(img, testing::ReferenceAxis(5.5, 2.0, 40, 5, 86),
+                                        testing::ReferenceAxis(3.0, 50.0 / 70, 70, 3, 53));
+  double worst = 0;
+  for (bool mirror : {false, true}) {
+    int rows = 0;
+    ResampleRgb(src, tx, ty, mirror, buffers, [&](int y, const float* px) {
+      EXPECT_EQ(y, rows++);
+      for (int x = 0; x < 40; ++x) {
+        const double* q = &ref[(static_cast<size_t>(y) * 40 + (mirror ? 39 - x : x)) * 3];
+        for (int c = 0; c < 3; ++c) worst = std::max(worst, std::abs(px[4 * x + c] - q[c]));
+      }
+    });
+    EXPECT_EQ(rows, 70);
+  }
+  EXPECT_LT(worst, 1e-3);
+
+  std::vector<uint8_t> flat(50 * 50 * 3);
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<uint8_t>(i % 3 == 0 ? 200 : 17);
+  DecodedRegion f{flat.data(), 0, 0, 50, 50, 150};
+  ComputeTaps(0, 50.0 / 13, 13, 0, 50, &tx);
+  ComputeTaps(0, 50.0 / 31, 31, 0, 50, &ty);
+  ResampleRgb(f, tx, ty, false, buffers, [&](int, const float* px) {
+    for (int x = 0; x < 13; ++x) {
+      ASSERT_NEAR(px[4 * x], 200, 1e-3);
+      ASSERT_NEAR(px[4 * x + 1], 17, 1e-3);
+      ASSERT_NEAR(px[4 * x + 2], 17, 1e-3);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,237 @@
+#include "stoker/advisor.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <nlohmann/json.hpp>
+
+#include "hw/fake_machine.h"
+
+namespace stoker {
+namespace {
+
+using hw::FakeMachine;
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kGiB = size_t{1} << 30;
+constexpr size_t kCrop = 3 * 224 * 224;  // the assumed sample
+constexpr size_t kBatch = 64 * kCrop;    // the assumed batch, 9.19 MiB
+
+const AdviceRule& Rule(const Advice& advice, const std::string& name) {
+  for (const AdviceRule& r : advice.rules) {
+    if (r.name == name) return r;
+  }
+  ADD_FAILURE() << "no rule named " << name;
+  static const AdviceRule kNone;
+  return kNone;
+}
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+AdviseInputs Processes(std::optional<int64_t> batch_size = std::nullopt) {
+  AdviseInputs in;
+  in.workers_kind = WorkersKind::kProcesses;
+  in.batch_size = batch_size;
+  return in;
+}
+
+TEST(AdvisorTest, QuotaContainerLeavesOneWorkerAfterTheTrainersShare) {
+  FakeMachine m;
+  hw::BuildQuotaContainerV2(m);
+  Advice a = Advise(ProbeMachine(m.Options()));
+  // 1.5-core quota - 1 core for the trainer = 0.5 -> at least one worker.
+  EXPECT_EQ(a.workers, 1);
+  EXPECT_EQ(a.prefetch_batches, 2);
+  EXPECT_EQ(a.batch_bytes, kBatch);
+  EXPECT_EQ(a.prefetch_bytes, 2 * kBatch);
+  // 80 % of (2 GiB limit - 512 MiB used), less than 80 % of 60 GiB available.
+  EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (1.5 * kGiB)));
+  EXPECT_DOUBLE_EQ(Rule(a, "cpu budget").value.value_or(-1), 1.5);
+  EXPECT_DOUBLE_EQ(Rule(a, "local ranks").value.value_or(-1), 1.5);
+  const AdviceRule& trainer = Rule(a, "trainer share");
+  EXPECT_EQ(trainer.value, 1);
+  EXPECT_TRUE(Has(trainer.outcome, "at least one")) << trainer.outcome;
+  EXPECT_TRUE(Has(Rule(a, "memory").input, "cgroup limit 2.0 GiB with 512.0 MiB used"));
+  EXPECT_TRUE(Has(Rule(a, "shared memory").outcome, "not used"));
+  EXPECT_TRUE(Has(a.note, "tuner refines"));
+}
+
+TEST(AdvisorTest, SmallShmCapsProcessWorkersBatches) {
+  FakeMachine m;
+  hw::BuildQuotaContainerV2(m);
+  MachineFacts facts = ProbeMachine(m.Options());
+  // The default batch: 80 % of 64 MiB holds 5 of them, more than the 2 wanted.
+  Advice fits = Advise(facts, Processes());
+  EXPECT_EQ(fits.workers, 1);
+  EXPECT_EQ(fits.prefetch_batches, 2);
+  EXPECT_FALSE(Rule(fits, "shared memory").limited);
+  // 256 samples (36.75 MiB): only one batch fits in 80 % of 64 MiB.
+  Advice capped = Advise(facts, Processes(256));
+  EXPECT_EQ(capped.workers, 1);
+  EXPECT_EQ(capped.prefetch_batches, 1);
+  const AdviceRule& shm = Rule(capped, "shared memory");
+  EXPECT_TRUE(shm.limited);
+  EXPECT_TRUE(Has(shm.outcome, "--shm-size")) << shm.outcome;
+  // 1024 samples (147 MiB) do not fit at all.
+  Advice none = Advise(facts, Processes(1024));
+  EXPECT_EQ(none.workers, 1);
+  EXPECT_EQ(none.prefetch_batches, 1);
+  EXPECT_TRUE(Has(Rule(none, "shared memory").outcome, "not even one batch"));
+}
+
+TEST(AdvisorTest, MemoryLimitThenShmCapProcessWorkersOnABigHost) {
+  FakeMachine m;
+  hw::BuildQuotaContainerV2(m);
+  m.Write("sys/fs/cgroup/docker/abc123/cpu.max", "max 100000\n");
+  MachineFacts facts = ProbeMachine(m.Options());
+  ASSERT_DOUBLE_EQ(facts.cpu.budget_cores.value_or(-1), 16);
+
+  Advice threads = Advise(facts);
+  EXPECT_EQ(threads.workers, 15);  // 16 cores - 1 for the trainer
+  EXPECT_EQ(threads.prefetch_batches, 30);
+
+  // Budget 80 % of 1.5 GiB = 1228.8 MiB. A 256 MiB process plus one 9.19 MiB
+  // batch each: 4 workers (1060.75 MiB); with 2 batches each, 8 batches
+  // (1097.5 MiB). Then 80 % of the 64 MiB shm holds 5 batches.
+  Advice processes = Advise(facts, Processes());
+  EXPECT_TRUE(Rule(processes, "memory").limited);
+  EXPECT_EQ(Rule(processes, "memory").value, 4);
+  EXPECT_TRUE(Has(Rule(processes, "memory").outcome, "4 workers, 8 batches"))
+      << Rule(processes, "memory").outcome;
+  EXPECT_TRUE(Rule(processes, "shared memory").limited);
+  EXPECT_EQ(processes.workers, 4);
+  EXPECT_EQ(processes.prefetch_batches, 5);
+  EXPECT_EQ(processes.prefetch_bytes, 5 * kBatch);
+}
+
+TEST(AdvisorTest, BatchLargerThanTheMemoryBudgetSaysSo) {
+  FakeMachine m;
+  hw::BuildQuotaContainerV2(m);
+  AdviseInputs in;
+  in.batch_size = 64;
+  in.sample_bytes = 32 * kMiB;  // 2 GiB a batch, over the 1.2 GiB budget
+  Advice a = Advise(ProbeMachine(m.Options()), in);
+  EXPECT_EQ(a.workers, 1);
+  EXPECT_EQ(a.prefetch_batches, 1);
+  EXPECT_TRUE(Has(Rule(a, "memory").outcome, "reduce the batch size"));
+}
+
+TEST(AdvisorTest, PodV1QuotaAndMemoryLimit) {
+  FakeMachine m;
+  hw::BuildPodV1(m);
+  MachineFacts facts = ProbeMachine(m.Options());
+  Advice a = Advise(facts);
+  EXPECT_EQ(a.workers, 1);  // 2.5-core quota under a 5-CPU affinity: 1.5 left -> 1
+  EXPECT_EQ(a.prefetch_batches, 2);
+  EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (768.0 * kMiB)));
+  EXPECT_FALSE(Rule(a, "process limit").limited);  // 4096 / 2 is plenty
+  // 2048 samples (294 MiB) with a 256 MiB process: 550 MiB of 614.4 MiB, so
+  // one batch in flight and no spare.
+  Advice big = Advise(facts, Processes(2048));
+  EXPECT_EQ(big.workers, 1);
+  EXPECT_EQ(big.prefetch_batches, 1);
+  EXPECT_TRUE(Rule(big, "memory").limited);
+  EXPECT_FALSE(Rule(big, "shared memory").limited);  // 8 GiB of shm
+}
+
+TEST(AdvisorTest, PinnedHostUsesItsAffinity) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);
+  Advice a = Advise(ProbeMachine(m.Options()));
+  EXPECT_EQ(a.workers, 3);  // 4 CPUs - 1 for the trainer
+  EXPECT_EQ(a.prefetch_batches, 6);
+  EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (16.0 * kGiB)));
+}
+
+TEST(AdvisorTest, LocalRanksShareTheNode) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);
+  m.Write("proc/self/status", "Cpus_allowed_list:\t0-15\n");
+  m.env = {{"RANK", "1"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}};
+  Advice a = Advise(ProbeMachine(m.Options()));
+  // 16 CPUs / 4 ranks = 4 cores each, 1 of them for the trainer.
+  EXPECT_DOUBLE_EQ(Rule(a, "local ranks").value.value_or(-1), 4.0);
+  EXPECT_TRUE(Rule(a, "local ranks").limited);
+  EXPECT_EQ(a.workers, 3);
+}
+
+TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);  // 4 CPUs: 3 workers by CPU
+  MachineFacts facts = ProbeMachine(m.Options());
+  using Kind = MachineFacts::StorageKind;
+  auto with_storage = [&](Kind kind, std::optional<bool> rotational) {
+    MachineFacts f = facts;
+    f.storage = MachineFacts::Storage{};
+    f.storage->path = "/data";
+    f.storage->fs_type = "fs";
+    f.storage->kind = kind;
+    f.storage->rotational = rotational;
+    return Advise(f);
+  };
+  Advice hdd = with_storage(Kind::kLocal, true);
+  EXPECT_EQ(hdd.workers, 2);
+  EXPECT_EQ(hdd.prefetch_batches, 4);
+  EXPECT_TRUE(Rule(hdd, "storage").limited);
+  EXPECT_EQ(with_storage(Kind::kLocal, false).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kLocal, std::nullopt).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kMemory, std::nullopt).workers, 3);
+  // Latency-bound: 4 per core of the rank's 4 cores = 16 (within 8..64).
+  Advice nfs = with_storage(Kind::kNetwork, std::nullopt);
+  EXPECT_EQ(nfs.workers, 16);
+  EXPECT_EQ(nfs.prefetch_batches, 32);
+  EXPECT_TRUE(Has(Rule(nfs, "storage").outcome, "latency-bound"));
+  EXPECT_EQ(with_storage(Kind::kFuse, std::nullopt).workers, 16);
+  EXPECT_TRUE(Has(Rule(Advise(facts), "storage").input, "no data path"));
+}
+
+TEST(AdvisorTest, ProcessLimitCapsWorkers) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);
+  m.rlimits[RLIMIT_NPROC] = 4;
+  Advice a = Advise(ProbeMachine(m.Options()));
+  EXPECT_EQ(a.workers, 2);  // half of 4
+  EXPECT_TRUE(Rule(a, "process limit").limited);
+}
+
+TEST(AdvisorTest, UnknownFactsFallBackAndSaySo) {
+  for (bool garbage : {false, true}) {
+    FakeMachine m;
+    if (garbage) hw::BuildGarbage(m);
+    Advice a = Advise(ProbeMachine(m.Options()), Processes());
+    EXPECT_EQ(a.workers, 1) << garbage;
+    EXPECT_EQ(a.prefetch_batches, 2) << garbage;
+    EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (4.0 * kGiB)));
+    EXPECT_TRUE(Has(Rule(a, "cpu budget").outcome, "unknown; assuming 1 core"));
+    if (garbage) {
+      EXPECT_TRUE(Has(Rule(a, "local ranks").input, "assuming 1 rank"));
+    }
+    EXPECT_TRUE(Has(Rule(a, "memory").input, "assuming 4.0 GiB"));
+    EXPECT_TRUE(Has(Rule(a, "shared memory").outcome, "not capped"));
+  }
+}
+
+TEST(AdvisorTest, JsonCarriesTheAdviceAndEveryRule) {
+  FakeMachine m;
+  hw::BuildQuotaContainerV2(m);
+  AdviseInputs in = Processes(256);
+  Advice a = Advise(ProbeMachine(m.Options()), in);
+  nlohmann::json j = AdviceToJson(a, in);
+  EXPECT_EQ(j["workers"], 1);
+  EXPECT_EQ(j["prefetch_batches"], 1);
+  EXPECT_EQ(j["prefetch_bytes"], a.prefetch_bytes);
+  EXPECT_EQ(j["memory_budget_bytes"], a.memory_budget_bytes);
+  EXPECT_EQ(j["workers_kind"], "processes");
+  ASSERT_EQ(j["rules"].size(), a.rules.size());
+  for (const auto& rule : j["rules"]) {
+    for (const char* key : {"name", "input", "outcome", "value", "limited"}) {
+      EXPECT_TRUE(rule.contains(key)) << key;
+    }
+  }
+  EXPECT_TRUE(j["note"].is_string());
+}
+
+}  // namespace
+}  // namespace stoker

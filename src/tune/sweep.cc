@@ -1,0 +1,188 @@
+#include "stoker/sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+namespace stoker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+constexpr double kSignificant = 0.03;  // a sweep point must beat the best by this much
+
+// Mean throughput over the timeline points in [from_s, to_s].
+double MeanRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  double samples = 0, seconds = 0, prev = 0;
+  for (const auto& p : tl) {
+    double dt = p.t_s - prev;
+    if (p.t_s > from_s && p.t_s <= to_s + 1e-9) {
+      samples += p.samples_per_s * dt;
+      seconds += dt;
+    }
+    prev = p.t_s;
+  }
+  return seconds > 0 ? samples / seconds : 0;
+}
+
+}  // namespace
+
+Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
+  if (o.seconds <= 0 && o.epochs <= 0) {
+    return InvalidArgument("give a time limit (seconds) or an epoch count");
+  }
+  if (o.step_ms < 0) return InvalidArgument("step_ms must be >= 0");
+  ConsumeStats s;
+  const auto t0 = Clock::now();
+  auto next_point = t0 + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(o.timeline_interval_s));
+  LoaderMetrics m0 = loader.Metrics();
+  LoaderMetrics last = m0;
+  double last_t = 0;
+  const auto step = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(o.step_ms));
+  while (true) {
+    if (o.seconds > 0 && Since(t0) >= o.seconds) break;
+    auto r = loader.Next();
+    if (!r.ok()) return r.status();
+    if (!r->has_value()) {
+      ++s.epochs_completed;
+      if (o.epochs > 0 && s.epochs_completed >= o.epochs) break;
+      continue;
+    }
+    s.samples += (**r).size();
+    ++s.batches;
+    r->reset();  // hand the buffer back before the "step", as a trainer would after its copy
+    if (o.step_ms_at) {
+      const double ms = o.step_ms_at(Since(t0));
+      if (ms > 0) {
+        std::this_thread::sleep_until(Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                         std::chrono::duration<double, std::milli>(ms)));
+      }
+    } else if (o.step_ms > 0) {
+      std::this_thread::sleep_until(Clock::now() + step);
+    }
+    if (o.on_batch) o.on_batch(Since(t0));
+    if (Clock::now() >= next_point) {
+      LoaderMetrics m = loader.Metrics();
+      double t = Since(t0);
+      double dt = t - last_t;
+      TimelinePoint p;
+      p.t_s = t;
+      p.samples_per_s = dt > 0 ? (m.samples_delivered - last.samples_delivered) / dt : 0;
+      p.stall_fraction =
+          dt > 0 ? static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9 / dt : 0;
+      p.workers = m.workers_target;
+      p.prefetch_batches = m.prefetch_batches;
+      s.workers_max = std::max(s.workers_max, m.workers_target);
+      s.timeline.push_back(p);
+      if (o.on_point) o.on_point(p);
+      last = m;
+      last_t = t;
+      next_point += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(o.timeline_interval_s));
+    }
+  }
+  s.seconds = Since(t0);
+  LoaderMetrics end = loader.Metrics();
+  s.workers_max = std::max(s.workers_max, end.workers_target);
+  s.stall_fraction = s.seconds > 0 ? static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) *
+                                         1e-9 / s.seconds
+                                   : 0;
+  return s;
+}
+
+Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
+  if (o.point_seconds <= 0 || o.tuned_seconds <= 0) {
+    return InvalidArgument("sweep point and tuned seconds must be > 0");
+  }
+  SweepReport report;
+  auto log = [&](const std::string& line) {
+    if (o.log) o.log(line);
+  };
+  auto measure = [&](int workers) -> Result<SweepPoint> {
+    LoaderOptions lo = base;
+    lo.workers = workers;
+    lo.prefetch_batches = std::max(lo.prefetch_batches, std::min(workers + 2, 32));
+    STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(lo));
+    ConsumeOptions warm;
+    warm.seconds = o.warmup_seconds;
+    warm.step_ms = o.step_ms;
+    STOKER_RETURN_IF_ERROR(Consume(*loader, warm).status());
+    ConsumeOptions run = warm;
+    run.seconds = o.point_seconds;
+    STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+    SweepPoint p{workers, st.samples / st.seconds, st.stall_fraction};
+    char line[160];
+    std::snprintf(line, sizeof line, "  workers %3d  %10.1f samples/s  stall %5.1f %%", workers,
+                  p.samples_per_s, p.stall_fraction * 100);
+    log(line);
+    return p;
+  };
+
+  if (!o.workers.empty()) {
+    for (int w : o.workers) {
+      if (w < 0) return InvalidArgument("sweep worker counts must be >= 0, got " + std::to_string(w));
+      STOKER_ASSIGN_OR_RETURN(SweepPoint p, measure(w));
+      report.sweep.push_back(p);
+    }
+  } else {
+    // 0, 1, 2, 3, 4, then x1.5, until two points in a row fail to beat the
+    // best by kSignificant (past the knee), or max_workers.
+    int misses = 0;
+    double best = 0;
+    for (int w = 0; w <= o.max_workers;) {
+      STOKER_ASSIGN_OR_RETURN(SweepPoint p, measure(w));
+      report.sweep.push_back(p);
+      if (w >= 2) misses = p.samples_per_s > best * (1 + kSignificant) ? 0 : misses + 1;
+      best = std::max(best, p.samples_per_s);
+      if (misses >= 2) break;
+      int next = w < 4 ? w + 1 : static_cast<int>(std::lround(w * 1.5));
+      if (w < o.max_workers && next > o.max_workers) next = o.max_workers;
+      w = next;
+      if (w == report.sweep.back().workers) break;
+    }
+  }
+  report.best_static = *std::max_element(
+      report.sweep.begin(), report.sweep.end(),
+      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+
+  if (!o.run_tuned) return report;
+  log("  tuner (workers = auto) ...");
+  LoaderOptions lo = base;
+  lo.workers = kAutoWorkers;
+  TunerOptions tuner = o.tuner;
+  if (tuner.max_workers == 0) tuner.max_workers = o.max_workers;
+  STOKER_ASSIGN_OR_RETURN(auto loader, OpenLoader(lo, tuner));
+  ConsumeOptions run;
+  run.seconds = o.tuned_seconds;
+  run.step_ms = o.step_ms;
+  STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+  report.tuned_timeline = st.timeline;
+  report.trace = GetTunerTrace(*loader);
+  report.tuned_workers_final = loader->workers();
+  report.tuned_workers_max = st.workers_max;
+  report.tuned_stall_fraction = st.stall_fraction;
+  const double settle = std::min(5.0, o.tuned_seconds / 3);
+  report.tuned_samples_per_s = MeanRate(st.timeline, settle, st.seconds);
+  // First moment a 1-second window reaches 95 % of the best static setting.
+  for (const auto& p : st.timeline) {
+    if (p.t_s < 1.0) continue;
+    if (MeanRate(st.timeline, p.t_s - 1.0, p.t_s) >= 0.95 * report.best_static.samples_per_s) {
+      report.seconds_to_95pct = p.t_s;
+      break;
+    }
+  }
+  report.ratio = report.best_static.samples_per_s > 0
+                     ? report.tuned_samples_per_s / report.best_static.samples_per_s
+                     : 0;
+  return report;
+}
+
+}  // namespace stoker

@@ -1,0 +1,215 @@
+#include "stoker/tuner.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "stoker/advisor.h"
+#include "stoker/probe.h"
+#include "tune/tuner_core.h"
+
+namespace stoker {
+namespace {
+
+constexpr double kReprobeS = 2.0;  // re-read the machine's budgets this often
+constexpr size_t kThreadOverhead = 256 * 1024;
+constexpr size_t kAssumedWorkerBytes = 16u << 20;  // until a worker has reported
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Cores the workers of this loader may use: the probe's budget shared among
+// the local ranks.
+double CpuBudget(const MachineFacts& f) {
+  double cores = f.cpu.budget_cores.value_or(f.cpu.logical.value_or(1));
+  int local = f.ranks.local_world_size.value_or(1);
+  return std::max(cores / std::max(local, 1), 0.5);
+}
+
+nlohmann::json DecisionJson(const TunerDecision& d) {
+  return {{"t_s", d.t_s},
+          {"workers_before", d.workers_before},
+          {"workers_after", d.workers_after},
+          {"prefetch_before", d.prefetch_before},
+          {"prefetch_after", d.prefetch_after},
+          {"reason", d.reason},
+          {"samples_per_s", d.samples_per_s},
+          {"stall_fraction", d.stall_fraction},
+          {"cpu_per_sample_ms", d.cpu_per_sample_ms},
+          {"wall_per_sample_ms", d.wall_per_sample_ms},
+          {"demand_per_s", d.demand_per_s}};
+}
+
+// The loader's controller: turns metric deltas into Observations for the
+// TunerCore and applies its decisions. Tick runs on the consumer's thread;
+// View and Trace may be read from any thread.
+class Tuner final : public Controller {
+ public:
+  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes)
+      : options_(std::move(options)),
+        core_(advice.workers, advice.prefetch_batches),
+        start_(std::chrono::steady_clock::now()) {
+    budgets_.cpu_cores = cpu_budget;
+    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : 128;
+    budgets_.memory_bytes =
+        options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes : advice.memory_budget_bytes;
+    budgets_.batch_bytes = batch_bytes;
+    budgets_.worker_bytes = kAssumedWorkerBytes;
+    if (!options_.trace_path.empty()) trace_file_.open(options_.trace_path, std::ios::app);
+    std::lock_guard<std::mutex> lock(mu_);
+    view_.workers = advice.workers;
+    view_.prefetch_batches = advice.prefetch_batches;
+    view_.memory_budget_bytes = budgets_.memory_bytes;
+    view_.max_workers = budgets_.max_workers;
+    view_.phase = core_.phase();
+  }
+
+  std::chrono::nanoseconds interval() const override {
+    return std::chrono::nanoseconds(static_cast<int64_t>(options_.interval_s * 1e9));
+  }
+
+  void Tick(Loader& loader) override {
+    LoaderMetrics m = loader.Metrics();
+    const double now_s = Seconds();
+    const double proc_cpu = ProcessCpuSeconds();
+    if (!last_) {
+      last_ = m;
+      last_proc_cpu_ = proc_cpu;
+      return;
+    }
+    const LoaderMetrics& l = *last_;
+    Observation o;
+    o.t_s = now_s;
+    o.window_s = static_cast<double>(m.time_ns - l.time_ns) * 1e-9;
+    o.workers = m.workers_target;
+    o.prefetch = m.prefetch_batches;
+    o.batches = m.batches_delivered - l.batches_delivered;
+    o.samples = m.samples_delivered - l.samples_delivered;
+    o.wait_s = static_cast<double>(m.consumer_wait_ns - l.consumer_wait_ns) * 1e-9;
+    o.step_s = static_cast<double>(m.consumer_step_ns - l.consumer_step_ns) * 1e-9;
+    o.produced = m.samples_produced - l.samples_produced;
+    o.busy_s = static_cast<double>(m.busy_ns - l.busy_ns) * 1e-9;
+    o.cpu_s = static_cast<double>(m.cpu_ns - l.cpu_ns) * 1e-9;
+    // The trainer's CPU: the process's CPU time less the workers'. When it is
+    // busy (a CPU-side training step), its share comes off the workers' budget.
+    const double trainer_cores =
+        o.window_s > 0 ? std::max(0.0, (proc_cpu - last_proc_cpu_ - o.cpu_s) / o.window_s) : 0;
+    trainer_cores_ = 0.8 * trainer_cores_ + 0.2 * trainer_cores;
+    last_ = m;
+    last_proc_cpu_ = proc_cpu;
+    if (m.workers_running > 0 && m.worker_bytes > 0) {
+      budgets_.worker_bytes =
+          m.worker_bytes / static_cast<size_t>(m.workers_running) + kThreadOverhead;
+    }
+    if (now_s - last_probe_s_ >= kReprobeS || machine_cores_ == 0) {
+      last_probe_s_ = now_s;
+      ProbeOptions po;
+      po.skip_gpus = true;
+      machine_cores_ = CpuBudget(ProbeMachine(po));
+    }
+    budgets_.cpu_cores = std::max(0.5, machine_cores_ - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
+
+    std::optional<TunerDecision> d = core_.Observe(o, budgets_);
+    if (d) {
+      if (d->workers_after != d->workers_before) loader.Resize(d->workers_after);
+      if (d->prefetch_after != d->prefetch_before) {
+        loader.SetPrefetch(d->prefetch_after,
+                           static_cast<size_t>(d->prefetch_after) * budgets_.batch_bytes);
+      }
+      if (trace_file_) trace_file_ << DecisionJson(*d).dump() << "\n" << std::flush;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    view_.workers = core_.workers();
+    view_.prefetch_batches = core_.prefetch();
+    view_.cpu_budget_workers = core_.cpu_cap();
+    view_.samples_per_s = core_.samples_per_s();
+    view_.stall_fraction = core_.stall_fraction();
+    view_.phase = core_.phase();
+    if (d) {
+      view_.last_decision = *d;
+      ++view_.decisions;
+      trace_.push_back(std::move(*d));
+    }
+  }
+
+  TunerView View() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return view_;
+  }
+
+  std::vector<TunerDecision> Trace() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return trace_;
+  }
+
+ private:
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  const TunerOptions options_;
+  TunerCore core_;  // consumer thread only
+  Budgets budgets_;
+  const std::chrono::steady_clock::time_point start_;
+  std::optional<LoaderMetrics> last_;
+  double last_proc_cpu_ = 0;
+  double trainer_cores_ = 0;
+  double machine_cores_ = 0;
+  double last_probe_s_ = 0;
+  std::ofstream trace_file_;
+
+  mutable std::mutex mu_;
+  TunerView view_;                    // guarded by mu_
+  std::vector<TunerDecision> trace_;  // guarded by mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions tuner) {
+  if (options.workers != kAutoWorkers) return Loader::Make(std::move(options));
+  if (options.transform == nullptr) return InvalidArgument("option 'transform' is required");
+  if (tuner.interval_s <= 0) {
+    return InvalidArgument("tuner option 'interval_s' must be > 0, got " +
+                           std::to_string(tuner.interval_s));
+  }
+  ProbeOptions po;
+  po.skip_gpus = true;
+  MachineFacts facts = ProbeMachine(po);
+  AdviseInputs in;
+  in.batch_size = options.batch_size;
+  in.sample_bytes = options.transform->spec().bytes();
+  Advice advice = Advise(facts, in);
+  if (tuner.memory_budget_bytes > 0) advice.memory_budget_bytes = tuner.memory_budget_bytes;
+  options.workers = advice.workers;
+  options.prefetch_batches = advice.prefetch_batches;
+  options.prefetch_bytes = std::max<size_t>(advice.prefetch_bytes, 1);
+  const size_t batch_bytes =
+      options.transform->spec().bytes() * static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
+  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(std::move(options)));
+  loader->SetController(
+      std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts), batch_bytes));
+  return loader;
+}
+
+std::optional<TunerView> GetTunerView(const Loader& loader) {
+  auto* t = dynamic_cast<const Tuner*>(loader.controller());
+  if (t == nullptr) return std::nullopt;
+  return t->View();
+}
+
+std::vector<TunerDecision> GetTunerTrace(const Loader& loader) {
+  auto* t = dynamic_cast<const Tuner*>(loader.controller());
+  if (t == nullptr) return {};
+  return t->Trace();
+}
+
+nlohmann::json TunerDecisionToJson(const TunerDecision& d) { return DecisionJson(d); }
+
+}  // namespace stoker

@@ -1,0 +1,265 @@
+#include "tune/tuner_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace stoker {
+namespace {
+
+constexpr double kMinWindowS = 0.5;   // pool windows until they cover this much time
+constexpr int64_t kMinBatches = 3;    // ... and this many batches,
+constexpr double kMaxWindowS = 1.5;   // ... unless this much time has passed.
+constexpr double kHeadroom = 1.2;     // the model provisions 20 % above the demand
+constexpr double kDownBusy = 0.85;    // step down only if the rest would be at most this busy
+
+std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, fmt, a, b, c, d);
+  return buf;
+}
+
+double RelChange(double now, double before) {
+  if (before <= 0) return now > 0 ? 1 : 0;
+  return std::abs(now - before) / before;
+}
+
+}  // namespace
+
+TunerCore::TunerCore(int initial_workers, int initial_prefetch)
+    : workers_(std::max(1, initial_workers)), prefetch_(std::max(1, initial_prefetch)) {}
+
+const char* TunerCore::phase() const {
+  switch (phase_) {
+    case Phase::kStart: return "measuring";
+    case Phase::kRefine: return knee_ || floor_ ? "steady" : "refining";
+    case Phase::kTrialUp: return "trying more workers";
+    case Phase::kTrialDown: return "trying fewer workers";
+  }
+  return "?";
+}
+
+int TunerCore::Cap(const Budgets& b) const {
+  int cap = std::max(1, b.max_workers);
+  if (b.memory_bytes > 0) {
+    // Keep room for two batches in flight; the rest may go to workers.
+    size_t batches = 2 * b.batch_bytes;
+    size_t per_worker = std::max<size_t>(b.worker_bytes, 1);
+    size_t room = b.memory_bytes > batches ? b.memory_bytes - batches : 0;
+    cap = std::min<int64_t>(cap, std::max<int64_t>(1, static_cast<int64_t>(room / per_worker)));
+  }
+  return cap;
+}
+
+int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
+  int p = std::clamp(workers + 2, 4, 32);
+  if (b.memory_bytes > 0 && b.batch_bytes > 0) {
+    size_t used = static_cast<size_t>(workers) * b.worker_bytes;
+    size_t room = b.memory_bytes > used ? b.memory_bytes - used : 0;
+    p = std::min<int64_t>(p, static_cast<int64_t>(room / b.batch_bytes));
+  }
+  return std::max(1, p);
+}
+
+int TunerCore::Model(const Pooled& p, const Budgets& b) const {
+  const double wall = p.wall_per_sample();
+  const double cpu = p.cpu_per_sample();
+  if (wall <= 0) return workers_;  // nothing produced yet: no evidence
+  // Workers whose CPU-bound share fills the CPU budget: beyond them, more
+  // workers only queue for cores. I/O-bound work (cpu << wall) gets many.
+  const double cpu_fill = cpu > 0 ? b.cpu_cores * wall / cpu : 1e9;
+  const double demand = p.demand();
+  const double need = std::isinf(demand) ? 1e9 : demand * wall * kHeadroom;
+  // A hair under the next integer counts as that integer: 2.004 means 2.
+  const double m = std::ceil(std::min(need, cpu_fill) - 0.05);
+  return static_cast<int>(std::clamp<double>(m, 1, Cap(b)));
+}
+
+bool TunerCore::Changed(const Pooled& p) const {
+  if (!reference_) return false;
+  const Pooled& r = *reference_;
+  const double d_now = p.demand(), d_ref = r.demand();
+  if (std::isinf(d_now) != std::isinf(d_ref)) return true;
+  if (!std::isinf(d_now) && RelChange(d_now, d_ref) > kChange) return true;
+  if (RelChange(p.cpu_per_sample(), r.cpu_per_sample()) > kChange) return true;
+  if (RelChange(p.wall_per_sample(), r.wall_per_sample()) > kChange) return true;
+  return false;
+}
+
+std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const Pooled& p,
+                                            std::string reason, double t_s) {
+  workers = std::clamp(workers, 1, Cap(b));
+  const int prefetch = PrefetchFor(workers, b);
+  TunerDecision d;
+  d.t_s = t_s;
+  d.workers_before = workers_;
+  d.prefetch_before = prefetch_;
+  d.workers_after = workers;
+  d.prefetch_after = prefetch;
+  d.reason = std::move(reason);
+  d.samples_per_s = p.rate();
+  d.stall_fraction = p.stall();
+  d.cpu_per_sample_ms = p.cpu_per_sample() * 1e3;
+  d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
+  d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
+  if (workers != workers_ || prefetch != prefetch_) {
+    skip_windows_ = 1;
+    pool_ = {};
+  }
+  workers_ = workers;
+  prefetch_ = prefetch;
+  return d;
+}
+
+std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budgets& b) {
+  if (o.workers != workers_) {
+    // Someone else resized the loader: adopt it and measure afresh.
+    workers_ = std::max(1, o.workers);
+    pool_ = {};
+    reference_.reset();
+    return std::nullopt;
+  }
+  if (skip_windows_ > 0) {
+    --skip_windows_;
+    return std::nullopt;
+  }
+  pool_.window_s += o.window_s;
+  pool_.wait_s += o.wait_s;
+  pool_.step_s += o.step_s;
+  pool_.busy_s += o.busy_s;
+  pool_.cpu_s += o.cpu_s;
+  pool_.batches += o.batches;
+  pool_.samples += o.samples;
+  pool_.produced += o.produced;
+  if (pool_.window_s < kMinWindowS) return std::nullopt;
+  if (pool_.batches < kMinBatches && pool_.window_s < kMaxWindowS) return std::nullopt;
+  const Pooled p = pool_;
+  pool_ = {};
+  last_rate_ = p.rate();
+  last_stall_ = p.stall();
+  last_cpu_cap_ = p.cpu_per_sample() > 0
+                      ? static_cast<int>(std::ceil(b.cpu_cores * p.wall_per_sample() /
+                                                   p.cpu_per_sample()))
+                      : 0;
+  const double t = o.t_s;
+  const int cap = Cap(b);
+
+  if (workers_ > cap) {
+    return Set(cap, b, p, Fmt("over budget: cap is %.0f workers", cap), t);
+  }
+
+  switch (phase_) {
+    case Phase::kStart: {
+      phase_ = Phase::kRefine;
+      reference_ = p;
+      reference_workers_ = workers_;
+      const int m = Model(p, b);
+      if (m == workers_) return std::nullopt;
+      return Set(m, b, p,
+                 Fmt("model: %.2f ms wall and %.2f ms CPU per sample, demand %.0f/s -> %.0f "
+                     "workers",
+                     p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
+                     std::isinf(p.demand()) ? -1 : p.demand(), m),
+                 t);
+    }
+    case Phase::kTrialUp: {
+      phase_ = Phase::kRefine;
+      const double gain = p.rate() / std::max(trial_rate_before_, 1e-9) - 1;
+      if (gain >= kGain) {
+        reference_ = p;
+        reference_workers_ = workers_;
+        return Set(workers_, b, p,
+                   Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t);
+      }
+      knee_ = trial_from_;
+      return Set(trial_from_, b, p,
+                 Fmt("knee at %.0f workers: %.0f gained only %+.1f %%", trial_from_, workers_,
+                     gain * 100),
+                 t);
+    }
+    case Phase::kTrialDown: {
+      phase_ = Phase::kRefine;
+      if (p.stall() > kStallHigh) {
+        const bool single_step = trial_from_ - workers_ == 1;
+        if (single_step) floor_ = trial_from_;
+        careful_ = true;  // from now on, step down one at a time
+        return Set(trial_from_, b, p,
+                   Fmt(single_step ? "floor at %.0f workers: %.0f left the consumer waiting %.1f %%"
+                                   : "back to %.0f workers: %.0f left the consumer waiting %.1f %%",
+                       trial_from_, workers_, p.stall() * 100),
+                   t);
+      }
+      reference_ = p;
+      reference_workers_ = workers_;
+      return Set(workers_, b, p,
+                 Fmt("%.0f workers keep the consumer fed (stall %.2f %%)", workers_,
+                     p.stall() * 100),
+                 t);
+    }
+    case Phase::kRefine:
+      break;
+  }
+
+  if (reference_workers_ != workers_ || !reference_) {
+    reference_ = p;
+    reference_workers_ = workers_;
+  } else if (Changed(p)) {
+    if (++changed_windows_ >= 2) {
+      changed_windows_ = 0;
+      knee_.reset();
+      floor_.reset();
+      careful_ = false;
+      reference_ = p;
+      const int m = Model(p, b);
+      return Set(m, b, p,
+                 Fmt("workload changed (%.2f ms wall, %.2f ms CPU per sample, demand %.0f/s): "
+                     "model says %.0f workers",
+                     p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
+                     std::isinf(p.demand()) ? -1 : p.demand(), m),
+                 t);
+    }
+    return std::nullopt;  // wait for a second window before believing it
+  } else {
+    changed_windows_ = 0;
+  }
+
+  if (p.stall() > kStallHigh) {
+    calm_windows_ = 0;
+    if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
+    const int m = Model(p, b);
+    int target = m > workers_ ? m : workers_ + std::max(1, workers_ / 4);
+    if (knee_) target = std::min(target, *knee_);
+    target = std::min(target, cap);
+    if (target <= workers_) return std::nullopt;
+    trial_from_ = workers_;
+    trial_rate_before_ = p.rate();
+    phase_ = Phase::kTrialUp;
+    return Set(target, b, p,
+               Fmt("consumer waited %.1f %% of the time at %.0f samples/s: trying %.0f workers",
+                   p.stall() * 100, p.rate(), target),
+               t);
+  }
+  if (p.stall() < kStallLow) {
+    const double busy = p.busy_s / (workers_ * p.window_s);
+    if (++calm_windows_ >= 2 && workers_ > 1 && !(floor_ && *floor_ >= workers_) &&
+        busy * workers_ / (workers_ - 1) < kDownBusy) {
+      calm_windows_ = 0;
+      // Far too many workers: go most of the way at once (at most halving),
+      // unless a big step already stalled once.
+      int target = workers_ - 1;
+      if (!careful_) target = std::min(target, std::max({Model(p, b), workers_ / 2, 1}));
+      if (floor_) target = std::max(target, *floor_);
+      trial_from_ = workers_;
+      phase_ = Phase::kTrialDown;
+      return Set(target, b, p,
+                 Fmt("consumer fed (stall %.2f %%), workers %.0f %% busy: trying %.0f",
+                     p.stall() * 100, busy * 100, target),
+                 t);
+    }
+    return std::nullopt;
+  }
+  calm_windows_ = 0;
+  return std::nullopt;
+}
+
+}  // namespace stoker

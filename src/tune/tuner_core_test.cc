@@ -1,0 +1,212 @@
+#include "tune/tuner_core.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace stoker {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kTick = 0.2;
+
+// A workload model with a simulated clock: workers share `cores` for the CPU
+// part of each sample and wait `io_s` for the rest; the consumer takes at
+// most `demand` samples/s. Deterministic +-`noise` jitter on throughput.
+struct SimWorkload {
+  double cores = 2;
+  double cpu_s = 0.005;
+  double io_s = 0;
+  double demand = kInf;
+  int64_t batch = 64;
+  double noise = 0.01;
+  uint64_t tick = 0;
+  int64_t carry = 0;  // samples of a batch not yet complete
+
+  // Little's law with a CPU ceiling: N workers each spend io_s + cpu_s per
+  // sample until together they need more than `cores`.
+  double Capacity(int workers) const {
+    return std::min(workers / (io_s + cpu_s), cores / cpu_s);
+  }
+  double Rate(int workers) const { return std::min(Capacity(workers), demand); }
+
+  Observation Window(int workers, int prefetch, double t) {
+    ++tick;
+    double jitter = 1 + noise * (static_cast<double>((tick * 2654435761u) % 2001) / 1000.0 - 1);
+    double cap = Capacity(workers) * jitter;
+    double rate = std::min(cap, demand);
+    // Below capacity the workers are idle part of the time, not slower.
+    double wall = rate < cap ? io_s + cpu_s : workers / rate;
+    Observation o;
+    o.t_s = t;
+    o.window_s = kTick;
+    o.workers = workers;
+    o.prefetch = prefetch;
+    o.samples = static_cast<int64_t>(rate * kTick);
+    carry += o.samples;
+    o.batches = carry / batch;
+    carry %= batch;
+    o.step_s = std::isinf(demand) ? 0 : std::min(kTick, rate / demand * kTick);
+    o.wait_s = kTick - o.step_s;
+    o.produced = o.samples;
+    o.busy_s = static_cast<double>(o.produced) * wall;
+    o.cpu_s = static_cast<double>(o.produced) * cpu_s;
+    return o;
+  }
+};
+
+struct SimRun {
+  std::vector<int> workers;        // per tick
+  std::vector<TunerDecision> decisions;
+  std::vector<double> rates;       // true rate per tick
+  int Final() const { return workers.back(); }
+};
+
+SimRun Drive(TunerCore& core, SimWorkload& w, const Budgets& b, int ticks, double t0 = 0) {
+  SimRun r;
+  for (int i = 0; i < ticks; ++i) {
+    double t = t0 + (i + 1) * kTick;
+    auto d = core.Observe(w.Window(core.workers(), core.prefetch(), t), b);
+    if (d) r.decisions.push_back(*d);
+    r.workers.push_back(core.workers());
+    r.rates.push_back(w.Rate(core.workers()));
+  }
+  return r;
+}
+
+Budgets TwoCores() {
+  Budgets b;
+  b.cpu_cores = 2;
+  b.max_workers = 128;
+  b.memory_bytes = size_t{8} << 30;
+  b.batch_bytes = 64 * 150528;
+  b.worker_bytes = 16 << 20;
+  return b;
+}
+
+double BestStatic(const SimWorkload& w, int max_workers) {
+  double best = 0;
+  for (int n = 1; n <= max_workers; ++n) best = std::max(best, w.Rate(n));
+  return best;
+}
+
+// First tick index at which the rate reaches `frac` of the best static.
+int TicksTo(const SimRun& r, double best, double frac) {
+  for (size_t i = 0; i < r.rates.size(); ++i) {
+    if (r.rates[i] >= frac * best) return static_cast<int>(i);
+  }
+  return 1 << 30;
+}
+
+int Changes(const std::vector<TunerDecision>& ds, double after_t) {
+  int n = 0;
+  for (auto& d : ds) n += d.t_s > after_t && d.workers_after != d.workers_before;
+  return n;
+}
+
+TEST(TunerCoreTest, CpuBoundStopsAtTheKnee) {
+  SimWorkload w;  // 5 ms CPU per sample, 2 cores, consumer as fast as possible
+  TunerCore core(1, 4);
+  SimRun r = Drive(core, w, TwoCores(), 150);
+  double best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(r.Final()), 0.97 * best);
+  EXPECT_LE(r.Final(), 3);  // no more than the knee needs
+  EXPECT_LE(TicksTo(r, best, 0.95) * kTick, 5.0);
+  EXPECT_EQ(Changes(r.decisions, 10.0), 0) << "oscillates after settling";
+}
+
+TEST(TunerCoreTest, IoBoundGoesFarAboveTheCoreCount) {
+  SimWorkload w;
+  w.cpu_s = 0.00005;
+  w.io_s = 0.002;  // 2 ms per read: the knee is near 2 * 2.05 / 0.05 = 82 workers
+  TunerCore core(2, 4);
+  SimRun r = Drive(core, w, TwoCores(), 150);
+  double best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(r.Final()), 0.97 * best);
+  EXPECT_GT(r.Final(), 40);
+  EXPECT_LE(TicksTo(r, best, 0.95) * kTick, 5.0);
+  EXPECT_EQ(Changes(r.decisions, 15.0), 0);
+}
+
+TEST(TunerCoreTest, ConsumerBoundUsesTheFewestWorkersThatKeepUp) {
+  SimWorkload w;
+  w.demand = 320;  // a 200 ms step per batch of 64
+  TunerCore core(2, 4);
+  SimRun r = Drive(core, w, TwoCores(), 200);
+  // 5 ms per sample at 320/s needs 1.6 workers: 2 is the fewest that keep up.
+  EXPECT_GE(r.Final(), 2);
+  EXPECT_LE(r.Final(), 3);
+  EXPECT_DOUBLE_EQ(w.Rate(r.Final()), 320);
+}
+
+TEST(TunerCoreTest, StartsTooHighAndComesDown) {
+  SimWorkload w;
+  w.demand = 100;
+  w.cpu_s = 0.001;  // 0.1 workers' worth
+  TunerCore core(16, 8);
+  SimRun r = Drive(core, w, TwoCores(), 200);
+  EXPECT_EQ(r.Final(), 1);
+}
+
+TEST(TunerCoreTest, ReactsToPhaseChanges) {
+  SimWorkload w;
+  w.demand = 320;
+  TunerCore core(1, 4);
+  Budgets b = TwoCores();
+  SimRun before = Drive(core, w, b, 100);
+  // The step time drops: the consumer now takes all it can get.
+  w.demand = kInf;
+  SimRun after = Drive(core, w, b, 100, 20.0);
+  double best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(after.Final()), 0.97 * best);
+  EXPECT_LE(TicksTo(after, best, 0.95) * kTick, 5.0);
+  // Read latency rises: many more workers pay.
+  w.io_s = 0.004;
+  w.cpu_s = 0.0002;
+  SimRun slow = Drive(core, w, b, 150, 40.0);
+  best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(slow.Final()), 0.95 * best);
+  EXPECT_LE(TicksTo(slow, best, 0.95) * kTick, 5.0);
+}
+
+TEST(TunerCoreTest, NeverExceedsTheMemoryBudget) {
+  SimWorkload w;
+  w.cpu_s = 0.00005;
+  w.io_s = 0.005;  // throughput alone would want ~128 workers
+  Budgets b = TwoCores();
+  b.worker_bytes = 32 << 20;
+  b.batch_bytes = 10 << 20;
+  b.memory_bytes = 640 << 20;  // room for ~19 workers after two batches
+  TunerCore core(2, 4);
+  SimRun r = Drive(core, w, b, 150);
+  for (auto& d : r.decisions) {
+    size_t used = static_cast<size_t>(d.workers_after) * b.worker_bytes +
+                  static_cast<size_t>(d.prefetch_after) * b.batch_bytes;
+    EXPECT_LE(used, b.memory_bytes) << d.reason;
+  }
+  EXPECT_LE(r.Final(), 19);
+  EXPECT_GE(r.Final(), 15);
+}
+
+TEST(TunerCoreTest, NoiseDoesNotCauseOscillation) {
+  SimWorkload w;
+  w.noise = 0.03;
+  w.cpu_s = 0.0005;
+  w.io_s = 0.001;
+  TunerCore core(1, 4);
+  SimRun r = Drive(core, w, TwoCores(), 400);
+  EXPECT_LE(Changes(r.decisions, 10.0), 2);
+}
+
+TEST(TunerCoreTest, EveryDecisionHasAReason) {
+  SimWorkload w;
+  TunerCore core(1, 4);
+  SimRun r = Drive(core, w, TwoCores(), 50);
+  ASSERT_FALSE(r.decisions.empty());
+  for (auto& d : r.decisions) EXPECT_FALSE(d.reason.empty());
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,83 @@
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "stoker/advisor.h"
+#include "stoker/probe.h"
+
+namespace stoker::cli {
+namespace {
+
+struct AdviseCommandOptions {
+  std::string data_path;
+  int64_t batch_size = 0;    // 0: not given
+  int64_t sample_bytes = 0;  // 0: not given
+  WorkersKind workers_kind = WorkersKind::kThreads;
+  bool no_gpus = false;
+  bool json = false;
+};
+
+int RunAdvise(const AdviseCommandOptions& o) {
+  ProbeOptions probe;
+  if (!o.data_path.empty()) probe.data_path = o.data_path;
+  probe.skip_gpus = o.no_gpus;
+  MachineFacts facts = ProbeMachine(probe);
+  AdviseInputs inputs;
+  if (o.batch_size > 0) inputs.batch_size = o.batch_size;
+  if (o.sample_bytes > 0) inputs.sample_bytes = static_cast<size_t>(o.sample_bytes);
+  inputs.workers_kind = o.workers_kind;
+  Advice advice = Advise(facts, inputs);
+  if (o.json) {
+    nlohmann::json j = AdviceToJson(advice, inputs);
+    j["facts"] = FactsToJson(facts);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "stoker advise: start with " << advice.workers << " worker "
+            << (o.workers_kind == WorkersKind::kProcesses ? "process" : "thread")
+            << (advice.workers == 1 ? "" : "s") << " and " << advice.prefetch_batches
+            << " batches of prefetch (" << FormatBytes(advice.prefetch_bytes)
+            << "), within a memory budget of " << FormatBytes(advice.memory_budget_bytes)
+            << ".\n\n";
+  size_t width = 0;
+  for (const AdviceRule& r : advice.rules) width = std::max(width, r.name.size());
+  for (const AdviceRule& r : advice.rules) {
+    std::string pad(width + 4, ' ');
+    std::cout << "  " << r.name << std::string(width - r.name.size() + 2, ' ') << r.input << "\n"
+              << pad << (r.limited ? "=> " : "-> ") << r.outcome << "\n";
+  }
+  std::cout << "\n(=> marks a rule that lowered the advice.)\n" << advice.note << "\n";
+  if (!facts.notes.empty()) {
+    std::cout << "\nunreadable facts (treated as unknown):\n";
+    for (const std::string& note : facts.notes) std::cout << "  " << note << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddAdviseCommand(CLI::App& app, int& exit_code) {
+  auto opts = std::make_shared<AdviseCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "advise",
+      "Suggest a starting worker count and prefetch depth for this machine, with reasons.");
+  cmd->add_option("--data", opts->data_path,
+                  "path of the data set (its storage shapes the advice)");
+  cmd->add_option("--batch-size", opts->batch_size, "samples per batch (default: assume 64)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--sample-bytes", opts->sample_bytes,
+                  "bytes of one transformed sample (default: assume 3x224x224 uint8)")
+      ->check(CLI::PositiveNumber);
+  const std::map<std::string, WorkersKind> kinds = {{"threads", WorkersKind::kThreads},
+                                                    {"processes", WorkersKind::kProcesses}};
+  cmd->add_option("--workers-kind", opts->workers_kind, "threads (stoker) or processes (PyTorch)")
+      ->transform(CLI::CheckedTransformer(kinds, CLI::ignore_case));
+  cmd->add_flag("--no-gpus", opts->no_gpus, "skip the NVML query");
+  cmd->add_flag("--json", opts->json, "print JSON on stdout");
+  cmd->callback([opts, &exit_code] { exit_code = RunAdvise(*opts); });
+}
+
+}  // namespace stoker::cli

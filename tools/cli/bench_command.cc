@@ -1,0 +1,111 @@
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "pipeline.h"
+#include "stoker/report.h"
+
+namespace stoker::cli {
+namespace {
+
+struct BenchFlags {
+  PipelineFlags pipeline;
+  double step_ms = 0;
+  double point_seconds = 2.0;
+  double tuned_seconds = 12.0;
+  int max_workers = 0;
+  std::string workers_list;
+  std::string plot;
+  bool json = false;
+};
+
+Result<std::vector<int>> ParseList(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      int v = std::stoi(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument("");
+      out.push_back(v);
+    } catch (...) {
+      return InvalidArgument("--sweep takes counts >= 0 separated by commas, got '" + item + "'");
+    }
+  }
+  return out;
+}
+
+int RunBench(const BenchFlags& f) {
+  auto p = BuildPipeline(f.pipeline, f.json);
+  if (!p.ok()) {
+    std::cerr << "stoker bench: " << p.status().ToString() << "\n";
+    return 1;
+  }
+  SweepOptions so;
+  so.point_seconds = f.point_seconds;
+  so.tuned_seconds = f.tuned_seconds;
+  so.step_ms = f.step_ms;
+  so.tuner = p->tuner;
+  // I/O-bound data may want many times the core count; CPU-bound stops at the knee.
+  so.max_workers = f.max_workers > 0 ? f.max_workers : 128;
+  if (!f.workers_list.empty()) {
+    auto list = ParseList(f.workers_list);
+    if (!list.ok()) {
+      std::cerr << "stoker bench: " << list.status().ToString() << "\n";
+      return 1;
+    }
+    so.workers = *list;
+  }
+  if (!f.json) {
+    std::cout << "stoker bench: " << p->description << ", batch " << f.pipeline.batch_size
+              << (f.step_ms > 0 ? ", step " + std::to_string(f.step_ms) + " ms" : "") << "\n";
+    so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
+  }
+  auto r = RunSweep(p->loader, so);
+  if (!r.ok()) {
+    std::cerr << "stoker bench: " << r.status().ToString() << "\n";
+    return 1;
+  }
+  if (!f.plot.empty()) {
+    std::ofstream out(f.plot);
+    out << SweepToSvg(*r, "stoker bench: " + p->description);
+    if (!out) {
+      std::cerr << "stoker bench: cannot write --plot " << f.plot << "\n";
+      return 1;
+    }
+  }
+  if (f.json) {
+    std::cout << SweepToJson(*r).dump(2) << "\n";
+  } else {
+    std::cout << "\n" << FormatSweepTable(*r);
+    if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Sweep worker counts on your data and machine (samples/s per setting), then run "
+               "the tuner and compare.");
+  AddPipelineFlags(cmd, f->pipeline);
+  cmd->add_option("--step-ms", f->step_ms, "simulated accelerator step per batch, ms")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--point-seconds", f->point_seconds, "measured seconds per sweep point")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tuned-seconds", f->tuned_seconds, "seconds of the tuned run")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-workers", f->max_workers, "largest worker count to try (default 128)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--sweep", f->workers_list, "worker counts to measure, e.g. 0,1,2,4,8");
+  cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run");
+  cmd->add_flag("--json", f->json, "print JSON on stdout");
+  cmd->callback([f, &exit_code] { exit_code = RunBench(*f); });
+}
+
+}  // namespace stoker::cli

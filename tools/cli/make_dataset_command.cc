@@ -1,0 +1,81 @@
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "stoker/dataset.h"
+
+namespace stoker::cli {
+namespace {
+
+struct MakeDatasetFlags {
+  MakeDatasetOptions options;
+  bool json = false;
+};
+
+int RunMakeDataset(const MakeDatasetFlags& flags) {
+  auto report = MakeDataset(flags.options);
+  if (!report.ok()) {
+    std::cerr << "stoker make-dataset: " << report.status().ToString() << "\n";
+    return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  const MakeDatasetReport& r = *report;
+  nlohmann::json j = {{"root", r.root},
+                      {"images", r.images},
+                      {"classes", r.class_names.size()},
+                      {"class_names", r.class_names},
+                      {"bytes", r.bytes},
+                      {"mean_pixels", r.mean_pixels},
+                      {"photos_used", r.photos_used},
+                      {"seed", flags.options.seed},
+                      {"shards", r.shard_paths},
+                      {"seconds", r.seconds}};
+  if (flags.json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "stoker make-dataset: wrote " << r.images << " images in " << r.class_names.size()
+            << " classes to " << r.root << "/\n"
+            << "  photographs    " << r.photos_used << " (from " << flags.options.photos << ")\n"
+            << "  size           " << static_cast<double>(r.bytes) / 1e6 << " MB, "
+            << static_cast<double>(r.bytes) / static_cast<double>(r.images) / 1e3
+            << " kB per image\n"
+            << "  mean pixels    " << r.mean_pixels / 1e6 << " MP\n"
+            << "  seed           " << flags.options.seed << "\n";
+  if (!r.shard_paths.empty()) {
+    std::cout << "  shards         " << r.shard_paths.size() << ": " << r.shard_paths.front();
+    if (r.shard_paths.size() > 1) std::cout << " ... " << r.shard_paths.back();
+    std::cout << "\n";
+  }
+  std::cout << "  seconds        " << r.seconds << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<MakeDatasetFlags>();
+  MakeDatasetOptions& o = flags->options;
+  CLI::App* cmd = app.add_subcommand(
+      "make-dataset",
+      "Write an ImageNet-like JPEG folder data set (OUT/<class>/*.jpg) cut from the installed "
+      "wallpaper photographs; the demo's and benchmarks' default data.");
+  cmd->add_option("OUT", o.output, "folder to write")->required();
+  cmd->add_option("--images", o.images, "number of images")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--classes", o.classes, "number of classes (n000, n001, ...)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", o.seed, "same seed, byte-identical files")->capture_default_str();
+  cmd->add_option("--shards", o.shards,
+                  "also write the images as K WebDataset tar shards in OUT-shards/")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--photos", o.photos, "folder of */contents/images*/ photographs")
+      ->capture_default_str();
+  cmd->add_flag("--json", flags->json, "print JSON on stdout");
+  cmd->callback([flags, &exit_code] { exit_code = RunMakeDataset(*flags); });
+}
+
+}  // namespace stoker::cli

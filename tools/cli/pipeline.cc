@@ -1,0 +1,160 @@
+#include "pipeline.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "stoker/dataset.h"
+#include "stoker/image.h"
+#include "stoker/image_sources.h"
+
+namespace stoker::cli {
+namespace {
+
+constexpr int64_t kDefaultImages = 2000;
+constexpr int kDefaultClasses = 10;
+constexpr const char* kCompleteMarker = ".stoker-complete";
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Result<std::shared_ptr<const Source>> OpenData(const std::string& data) {
+  if (EndsWith(data, ".tar") || data.find('{') != std::string::npos) return OpenTarShards({data});
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(data, ec)) return OpenFileList(data);
+  return OpenImageFolder(data);
+}
+
+}  // namespace
+
+void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
+  cmd->add_option("--data", f.data,
+                  "image folder, file list (path<TAB>label) or tar shards (a .tar or a "
+                  "shard-{000..015}.tar pattern); default: the built-in data set");
+  cmd->add_option("--batch-size", f.batch_size, "samples per batch")->check(CLI::PositiveNumber);
+  cmd->add_option("--size", f.size, "output height and width")->check(CLI::PositiveNumber);
+  cmd->add_flag("--eval", f.eval, "Resize(size*8/7)+CenterCrop instead of RandomResizedCrop+flip");
+  cmd->add_option("--layout", f.layout, "output: float32-chw (normalised), uint8-hwc, uint8-chw")
+      ->check(CLI::IsMember({"float32-chw", "uint8-hwc", "uint8-chw"}));
+  cmd->add_option("--seed", f.seed, "shuffle and augmentation seed");
+  cmd->add_flag("--no-shuffle", f.no_shuffle, "sequential order");
+  cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
+      ->check(CLI::IsMember({"raise", "skip"}));
+  cmd->add_option("--workers", f.workers, "auto (the tuner decides) or a fixed count");
+  cmd->add_option("--prefetch", f.prefetch, "prefetch depth in batches, with fixed --workers")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--read-latency-ms", f.read_latency_ms,
+                  "add this latency to every read (simulates slow or remote storage)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--memory-budget-mib", f.memory_budget_mib,
+                  "memory the tuner may use for batches and workers (default 80 % of available)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--synthetic", f.synthetic, "a synthetic source instead of images");
+  cmd->add_option("--synthetic-cpu-us", f.synthetic_cpu_us, "synthetic: CPU per sample, us")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--synthetic-size", f.synthetic_size, "synthetic: samples per epoch")
+      ->check(CLI::PositiveNumber);
+}
+
+std::string DefaultDatasetPath() {
+  if (const char* d = std::getenv("STOKER_DATA_HOME"); d && *d) {
+    return std::string(d) + "/imagenet-like";
+  }
+  std::string base;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    base = x;
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    base = std::string(h) + "/.cache";
+  } else {
+    base = "/tmp";
+  }
+  return base + "/stoker/imagenet-like";
+}
+
+Status EnsureDefaultDataset(const std::string& path, bool quiet) {
+  std::error_code ec;
+  if (std::filesystem::exists(path + "/" + kCompleteMarker, ec)) return Status::Ok();
+  if (!quiet) {
+    std::cerr << "stoker: making the built-in data set (" << kDefaultImages << " images, "
+              << kDefaultClasses << " classes) in " << path << " ...\n";
+  }
+  MakeDatasetOptions o;
+  o.output = path;
+  o.images = kDefaultImages;
+  o.classes = kDefaultClasses;
+  STOKER_ASSIGN_OR_RETURN(MakeDatasetReport r, MakeDataset(o));
+  std::ofstream(path + "/" + kCompleteMarker) << r.images << "\n";
+  if (!quiet) {
+    std::cerr << "stoker: wrote " << r.images << " images (" << (r.bytes >> 20) << " MiB) in "
+              << r.seconds << " s\n";
+  }
+  return Status::Ok();
+}
+
+Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
+  Pipeline p;
+  LoaderOptions& lo = p.loader;
+  lo.batch_size = f.batch_size;
+  lo.seed = f.seed;
+  lo.shuffle = !f.no_shuffle;
+  lo.on_error = f.on_error == "skip" ? ErrorPolicy::kSkip : ErrorPolicy::kRaise;
+  lo.prefetch_batches = f.prefetch;
+  if (f.workers == "auto") {
+    lo.workers = kAutoWorkers;
+  } else {
+    try {
+      size_t used = 0;
+      lo.workers = std::stoi(f.workers, &used);
+      if (used != f.workers.size() || lo.workers < 0) throw std::invalid_argument("");
+    } catch (...) {
+      return InvalidArgument("--workers must be 'auto' or a count >= 0, got '" + f.workers + "'");
+    }
+  }
+  p.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);
+
+  std::shared_ptr<const Source> source;
+  if (f.synthetic) {
+    SyntheticOptions so;
+    so.size = f.synthetic_size;
+    so.sample_bytes = 3 * static_cast<size_t>(f.size) * static_cast<size_t>(f.size);
+    so.cpu_cost = std::chrono::nanoseconds(static_cast<int64_t>(f.synthetic_cpu_us * 1000));
+    STOKER_ASSIGN_OR_RETURN(source, MakeSyntheticSource(so));
+    STOKER_ASSIGN_OR_RETURN(lo.transform,
+                            MakeRawTransform({{f.size, f.size, 3}, DType::kUInt8}, true));
+    p.description = "synthetic source (" + std::to_string(f.synthetic_size) + " samples, " +
+                    std::to_string(static_cast<int>(f.synthetic_cpu_us)) + " us CPU each)";
+  } else {
+    std::string data = f.data;
+    if (data.empty()) {
+      data = DefaultDatasetPath();
+      STOKER_RETURN_IF_ERROR(EnsureDefaultDataset(data, quiet));
+    }
+    auto opened = OpenData(data);
+    if (!opened.ok()) return opened.status().WithContext("--data " + data);
+    source = *opened;
+    ImageTransformOptions io;
+    io.mode = f.eval ? ImageMode::kEval : ImageMode::kTrain;
+    io.height = io.width = f.size;
+    io.resize_shorter = f.size * 8 / 7;
+    io.layout = f.layout == "uint8-hwc"   ? ImageLayout::kUInt8HWC
+                : f.layout == "uint8-chw" ? ImageLayout::kUInt8CHW
+                                          : ImageLayout::kFloat32CHW;
+    STOKER_ASSIGN_OR_RETURN(lo.transform, MakeImageTransform(io));
+    p.description = "images in " + data + " (" + std::to_string(source->size()) + "), " +
+                    (f.eval ? "eval " : "train ") + std::to_string(f.size) + ", " + f.layout;
+  }
+  if (f.read_latency_ms > 0) {
+    p.slow = std::make_shared<SlowSource>(
+        source, std::chrono::nanoseconds(static_cast<int64_t>(f.read_latency_ms * 1e6)));
+    source = p.slow;
+    p.description += ", +" + std::to_string(f.read_latency_ms).substr(0, 5) + " ms per read";
+  }
+  lo.source = source;
+  return p;
+}
+
+}  // namespace stoker::cli

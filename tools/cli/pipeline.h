@@ -1,0 +1,88 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "stoker/loader.h"
+#include "stoker/synthetic.h"
+#include "stoker/sweep.h"
+#include "stoker/tuner.h"
+
+namespace stoker::cli {
+
+/// The flags that say what to load and how: shared by run, bench and demo.
+struct PipelineFlags {
+  std::string data;            // folder, list file or tar shard(s); empty = built-in data set
+  int64_t batch_size = 64;
+  int size = 224;
+  bool eval = false;
+  std::string layout = "float32-chw";
+  uint64_t seed = 0;
+  bool no_shuffle = false;
+  std::string on_error = "raise";
+  std::string workers = "auto";
+  int prefetch = 4;
+  double read_latency_ms = 0;  // slow-storage wrapper
+  double memory_budget_mib = 0;
+  bool synthetic = false;      // a synthetic source instead of images
+  double synthetic_cpu_us = 500;
+  int64_t synthetic_size = 20000;
+};
+
+/// Registers the flags on `cmd`.
+void AddPipelineFlags(CLI::App* cmd, PipelineFlags& flags);
+
+/// What the flags resolve to.
+struct Pipeline {
+  LoaderOptions loader;
+  TunerOptions tuner;
+  std::string description;            // for people: "images in /x (2000), train 224, ..."
+  std::shared_ptr<SlowSource> slow;   // set when --read-latency-ms was given
+};
+
+/// Opens the source and transform the flags describe; makes the built-in data
+/// set first when no --data is given and it is missing. Errors name the flag
+/// or the file.
+Result<Pipeline> BuildPipeline(const PipelineFlags& flags, bool quiet);
+
+/// Where the built-in data set lives: $STOKER_DATA_HOME, else
+/// $XDG_CACHE_HOME/stoker, else ~/.cache/stoker; then "/imagenet-like".
+std::string DefaultDatasetPath();
+
+/// Makes the built-in data set at `path` unless it is already complete.
+Status EnsureDefaultDataset(const std::string& path, bool quiet);
+
+/// The flags of `stoker run` (and of the demo, which runs the same job).
+struct RunFlags {
+  PipelineFlags pipeline;
+  double step_ms = 0;
+  double seconds = 0;
+  int64_t epochs = 0;
+  std::string trace;
+  bool json = false;
+  bool quiet = false;
+};
+void AddRunFlags(CLI::App* cmd, RunFlags& flags);
+
+/// What a run saw, for the summary.
+struct RunSummary {
+  std::string description;
+  ConsumeStats stats;
+  int workers_final = 0;
+  std::vector<SkipRecord> skipped;
+  std::vector<TunerDecision> trace;
+  std::optional<TunerView> view;
+  size_t peak_rss_bytes = 0;
+};
+
+/// Runs the stand-in training loop the flags describe, with the live view on
+/// stderr unless quiet. A failing sample under --on-error raise is the error.
+Result<RunSummary> RunJob(const RunFlags& flags);
+nlohmann::json RunSummaryToJson(const RunSummary& summary);
+void PrintRunSummary(const RunSummary& summary, std::ostream& out);
+
+}  // namespace stoker::cli

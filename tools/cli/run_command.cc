@@ -1,0 +1,129 @@
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "pipeline.h"
+#include "stoker/report.h"
+#include "stoker/sweep.h"
+#include "stoker/tuner.h"
+
+namespace stoker::cli {
+
+Result<RunSummary> RunJob(const RunFlags& f) {
+  STOKER_ASSIGN_OR_RETURN(Pipeline p, BuildPipeline(f.pipeline, f.quiet));
+  p.tuner.trace_path = f.trace;
+  if (!f.quiet) std::cerr << "stoker run: " << p.description << "\n";
+  STOKER_ASSIGN_OR_RETURN(auto loader, OpenLoader(p.loader, p.tuner));
+  LiveView view(stderr);
+  ConsumeOptions co;
+  co.seconds = f.seconds;
+  co.epochs = f.seconds > 0 ? f.epochs : std::max<int64_t>(f.epochs, 1);
+  co.step_ms = f.step_ms;
+  const int64_t per_epoch = loader->batches_per_epoch();
+  Loader* l = loader.get();
+  if (!f.quiet) {
+    co.on_point = [&view, l, per_epoch](const TimelinePoint& pt) {
+      LoaderMetrics m = l->Metrics();
+      char progress[64];
+      std::snprintf(progress, sizeof progress, "epoch %lld %3lld%%",
+                    static_cast<long long>(l->epoch()),
+                    static_cast<long long>(per_epoch ? (m.batches_delivered % per_epoch) * 100 / per_epoch : 0));
+      auto tv = GetTunerView(*l);
+      view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "");
+    };
+  }
+  auto stats = Consume(*loader, co);
+  if (!f.quiet) view.Finish();
+  if (!stats.ok()) return stats.status();
+  RunSummary s;
+  s.description = p.description;
+  s.stats = *stats;
+  s.workers_final = loader->workers();
+  s.skipped = loader->Skipped();
+  s.trace = GetTunerTrace(*loader);
+  s.view = GetTunerView(*loader);
+  s.peak_rss_bytes = PeakRssBytes();
+  return s;
+}
+
+nlohmann::json RunSummaryToJson(const RunSummary& s) {
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const auto& r : s.skipped) {
+    skipped.push_back({{"epoch", r.epoch}, {"index", r.index}, {"key", r.key}, {"reason", r.reason}});
+  }
+  return {{"samples", s.stats.samples},
+          {"seconds", s.stats.seconds},
+          {"samples_per_s", s.stats.seconds > 0 ? s.stats.samples / s.stats.seconds : 0},
+          {"stall_fraction", s.stats.stall_fraction},
+          {"workers_final", s.workers_final},
+          {"workers_max", std::max(s.stats.workers_max, s.workers_final)},
+          {"decisions", s.trace.size()},
+          {"peak_rss_bytes", s.peak_rss_bytes},
+          {"skipped", s.skipped.size()},
+          {"skipped_samples", skipped},
+          {"epochs_completed", s.stats.epochs_completed}};
+}
+
+void PrintRunSummary(const RunSummary& s, std::ostream& out) {
+  const double rate = s.stats.seconds > 0 ? s.stats.samples / s.stats.seconds : 0;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "  %lld samples in %.1f s: %.0f samples/s, consumer waited %.2f %% of the time\n",
+                static_cast<long long>(s.stats.samples), s.stats.seconds, rate,
+                s.stats.stall_fraction * 100);
+  out << line;
+  std::snprintf(line, sizeof line, "  workers: %d at the end, %d at most; peak RSS %zu MiB\n",
+                s.workers_final, std::max(s.stats.workers_max, s.workers_final),
+                s.peak_rss_bytes >> 20);
+  out << line;
+  if (!s.skipped.empty()) {
+    out << "  skipped " << s.skipped.size() << " samples:\n";
+    for (const auto& r : s.skipped) out << "    " << r.key << ": " << r.reason << "\n";
+  }
+  if (!s.trace.empty()) {
+    out << "  tuner decisions (" << s.trace.size() << "):\n";
+    for (const auto& d : s.trace) {
+      std::snprintf(line, sizeof line, "    %6.1fs  workers %3d -> %-3d  ", d.t_s, d.workers_before,
+                    d.workers_after);
+      out << line << d.reason << "\n";
+    }
+  }
+}
+
+void AddRunFlags(CLI::App* cmd, RunFlags& f) {
+  AddPipelineFlags(cmd, f.pipeline);
+  cmd->add_option("--step-ms", f.step_ms,
+                  "simulated accelerator step per batch, ms (0 = as fast as possible)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seconds", f.seconds, "run this long")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--epochs", f.epochs, "run this many epochs (default 1 without --seconds)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines");
+  cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
+  cmd->add_flag("--quiet", f.quiet, "no live view");
+}
+
+void AddRunCommand(CLI::App& app, int& exit_code) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Feed a stand-in training loop from a data set, with the tuner choosing workers.");
+  AddRunFlags(cmd, *f);
+  cmd->callback([f, &exit_code] {
+    auto s = RunJob(*f);
+    if (!s.ok()) {
+      std::cerr << "stoker run: " << s.status().ToString() << "\n";
+      exit_code = 1;
+      return;
+    }
+    if (f->json) {
+      std::cout << RunSummaryToJson(*s).dump(2) << "\n";
+    } else {
+      std::cout << "stoker run: " << s->description << "\n";
+      PrintRunSummary(*s, std::cout);
+    }
+  });
+}
+
+}  // namespace stoker::cli

@@ -172,7 +172,10 @@ class Loader {
   /// batch is ready; after Stop returns kCancelled.
   Result<std::optional<Batch>> Next();
 
-  /// Waits up to `timeout` until Next() would not block. True when it would.
+  /// Waits up to `timeout` until Next() would not block; true when it would.
+  /// Starts the next epoch if none is running. Its time counts as consumer
+  /// wait (like Next's) and the controller ticks meanwhile, so a consumer may
+  /// wait in short slices, e.g. to handle signals, without hiding its waiting.
   bool WaitReady(std::chrono::nanoseconds timeout);
 
   /// Makes `epoch` the one the next Next() starts; abandons an epoch in

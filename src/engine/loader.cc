@@ -47,6 +47,33 @@ struct Task {
   int64_t length = 0;
 };
 
+// One epoch being produced: its plan and where claiming and delivery stand.
+// The loader keeps the epoch being delivered and, once that one is fully
+// claimed, the next one, so that workers never idle at an epoch boundary.
+struct EpochRun {
+  EpochRun(std::shared_ptr<const EpochPlan> p, int64_t g)
+      : plan(std::move(p)),
+        generation(g),
+        delivered(static_cast<size_t>(plan->num_batches()), 0),
+        open(static_cast<size_t>(plan->num_batches())) {}
+
+  int64_t epoch() const { return plan->epoch(); }
+  int64_t num_batches() const { return plan->num_batches(); }
+  bool fully_claimed() const { return claim_batch >= num_batches(); }
+  bool finished() const { return delivered_count == num_batches(); }
+
+  std::shared_ptr<const EpochPlan> plan;
+  int64_t generation;
+  std::vector<uint8_t> delivered;                 // by batch
+  std::vector<std::unique_ptr<BatchSlot>> open;  // by batch; started, not delivered
+  std::vector<int64_t> ready_fifo;               // unordered delivery
+  size_t ready_head = 0;
+  int64_t delivered_count = 0;
+  int64_t claim_batch = 0;
+  int64_t claim_offset = 0;
+  int64_t deliver_pos = 0;
+};
+
 }  // namespace
 
 class Loader::Impl {
@@ -89,24 +116,50 @@ class Loader::Impl {
     return result;
   }
 
+  // Counts as consumer wait like Next(), ticks the controller meanwhile, and
+  // starts the next epoch if none is running, so that a consumer may wait in
+  // slices (to handle signals) without hiding its waiting from the tuner.
   bool WaitReady(std::chrono::nanoseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return ready_cv_.wait_for(lock, timeout, [&] {
-      return stopped_ || plan_ == nullptr || delivered_count_ == num_batches_ ||
-             workers_.target() == 0 || DeliverableLocked() != nullptr;
-    });
+    const int64_t enter = SteadyNanos();
+    if (last_return_ns_ != 0) {
+      consumer_step_ns_.fetch_add(enter - last_return_ns_, std::memory_order_relaxed);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    bool ready = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        MaybeTickLocked(lock);
+        if (!stopped_ && cur_ == nullptr) StartEpochLocked();
+        ready = stopped_ || cur_->finished() || workers_.target() == 0 ||
+                DeliverableLocked() != nullptr;
+        if (ready || std::chrono::steady_clock::now() >= deadline) break;
+        auto until = deadline;
+        if (controller_ != nullptr) {
+          until = std::min(until, std::chrono::steady_clock::time_point(
+                                      std::chrono::nanoseconds(next_tick_ns_)));
+        }
+        ready_cv_.wait_until(lock, until);
+      }
+    }
+    last_return_ns_ = SteadyNanos();
+    consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+    return ready;
   }
 
   void SetEpoch(int64_t epoch) {
     std::lock_guard<std::mutex> lock(mu_);
-    AbandonEpochLocked();
+    Abandon(cur_);
+    // The epoch prefetched ahead is kept when it is the one asked for: the
+    // usual `set_epoch(e)` before each epoch costs nothing.
+    if (ahead_ != nullptr && ahead_->epoch() != epoch) Abandon(ahead_);
     next_epoch_ = epoch;
     pending_restore_.reset();
   }
 
   int64_t epoch() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return plan_ ? plan_->epoch() : next_epoch_;
+    return cur_ ? cur_->epoch() : next_epoch_;
   }
 
   int64_t batches_per_epoch() const { return num_batches_; }
@@ -118,20 +171,20 @@ class Loader::Impl {
     LoaderState state;
     state.seed = options_.seed;
     if (pending_restore_) return *pending_restore_;
-    if (plan_ == nullptr) {
+    if (cur_ == nullptr) {
       state.epoch = next_epoch_;
       return state;
     }
-    if (delivered_count_ == num_batches_) {
-      state.epoch = plan_->epoch() + 1;
+    if (cur_->finished()) {
+      state.epoch = cur_->epoch() + 1;
       return state;
     }
-    state.epoch = plan_->epoch();
+    state.epoch = cur_->epoch();
     int64_t prefix = 0;
-    while (prefix < num_batches_ && delivered_[static_cast<size_t>(prefix)]) ++prefix;
+    while (prefix < num_batches_ && cur_->delivered[static_cast<size_t>(prefix)]) ++prefix;
     state.position = prefix;
     for (int64_t b = prefix; b < num_batches_; ++b) {
-      if (delivered_[static_cast<size_t>(b)]) state.beyond.push_back(b);
+      if (cur_->delivered[static_cast<size_t>(b)]) state.beyond.push_back(b);
     }
     return state;
   }
@@ -156,7 +209,8 @@ class Loader::Impl {
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
-    AbandonEpochLocked();
+    Abandon(cur_);
+    Abandon(ahead_);
     next_epoch_ = state.epoch;
     pending_restore_ = state;
     return Status::Ok();
@@ -242,42 +296,42 @@ class Loader::Impl {
         1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
   }
 
+  // Makes next_epoch_ the epoch being delivered: the one prefetched ahead
+  // when it is that epoch, else a fresh one (applying a pending restore).
   void StartEpochLocked() {
-    plan_ = std::make_shared<const EpochPlan>(plan_options_, next_epoch_);
-    ++generation_;
-    delivered_.assign(static_cast<size_t>(num_batches_), 0);
-    open_.clear();
-    open_.resize(static_cast<size_t>(num_batches_));
-    ready_fifo_.clear();
-    ready_fifo_.reserve(static_cast<size_t>(num_batches_));
-    ready_head_ = 0;
-    delivered_count_ = 0;
+    if (ahead_ != nullptr && ahead_->epoch() == next_epoch_ && !pending_restore_) {
+      cur_ = std::move(ahead_);
+      return;
+    }
+    Abandon(ahead_);
+    cur_ = std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan_options_, next_epoch_),
+                                      ++generation_);
+    if (!options_.ordered) cur_->ready_fifo.reserve(static_cast<size_t>(num_batches_));
     if (pending_restore_) {
-      for (int64_t b = 0; b < pending_restore_->position; ++b) delivered_[static_cast<size_t>(b)] = 1;
-      for (int64_t b : pending_restore_->beyond) delivered_[static_cast<size_t>(b)] = 1;
-      delivered_count_ = static_cast<int64_t>(
-          std::count(delivered_.begin(), delivered_.end(), uint8_t{1}));
+      for (int64_t b = 0; b < pending_restore_->position; ++b) {
+        cur_->delivered[static_cast<size_t>(b)] = 1;
+      }
+      for (int64_t b : pending_restore_->beyond) cur_->delivered[static_cast<size_t>(b)] = 1;
+      cur_->delivered_count = static_cast<int64_t>(
+          std::count(cur_->delivered.begin(), cur_->delivered.end(), uint8_t{1}));
       pending_restore_.reset();
     }
-    claim_batch_ = 0;
-    claim_offset_ = 0;
-    deliver_pos_ = 0;
-    open_count_ = 0;
-    ready_count_ = 0;
     work_cv_.notify_all();
   }
 
-  // Drops the epoch in progress. Slots still being written by workers move to
+  // Drops `run` (may be null). Slots still being written by workers move to
   // stale_, and whoever finishes them last returns them to the pool.
-  void AbandonEpochLocked() {
-    if (plan_ == nullptr) return;
-    for (int64_t b = 0; b < num_batches_; ++b) {
-      auto& slot = open_[static_cast<size_t>(b)];
+  void Abandon(std::unique_ptr<EpochRun>& run) {
+    if (run == nullptr) return;
+    for (int64_t b = 0; b < run->num_batches(); ++b) {
+      auto& slot = run->open[static_cast<size_t>(b)];
       if (slot == nullptr) continue;
+      --open_count_;
+      if (slot->ready) --ready_count_;
       bool release_now = slot->ready;
-      if (!release_now && b == claim_batch_ && claim_offset_ > 0) {
+      if (!release_now && b == run->claim_batch && run->claim_offset > 0) {
         // Nobody will claim the rest of this batch: count it done ourselves.
-        int64_t unclaimed = slot->length - claim_offset_;
+        int64_t unclaimed = slot->length - run->claim_offset;
         release_now = slot->remaining.fetch_sub(unclaimed, std::memory_order_acq_rel) == unclaimed;
       }
       if (release_now) {
@@ -286,44 +340,62 @@ class Loader::Impl {
         stale_.push_back(std::move(slot));
       }
     }
-    plan_.reset();
-    ++generation_;
-    open_count_ = 0;
-    ready_count_ = 0;
+    run.reset();
     work_cv_.notify_all();
   }
 
-  // Claims the next run of positions, opening a batch if the prefetch bound
-  // allows. Chunks shrink when many workers share a small window, so that
-  // every worker finds work; with few workers a task is a whole batch.
+  // Claims the next run of positions: from the epoch being delivered, or,
+  // once that is fully claimed, from the next one (prefetch across the epoch
+  // boundary). Opening a batch needs room under the prefetch bound. Chunks
+  // shrink when many workers share a small window, so that every worker
+  // finds work; with few workers a task is a whole batch.
   bool ClaimLocked(Task* task) {
-    if (plan_ == nullptr || stopped_) return false;
-    while (claim_batch_ < num_batches_ && claim_offset_ == 0 &&
-           delivered_[static_cast<size_t>(claim_batch_)]) {
-      ++claim_batch_;
+    if (stopped_) return false;
+    EpochRun* run = cur_.get();
+    if (run != nullptr) SkipDelivered(*run);
+    if (run == nullptr || run->fully_claimed()) {
+      // Look ahead, but only at the epoch the next Next() will start, and
+      // not before the first epoch or while a restore is pending.
+      if (pending_restore_ || (cur_ == nullptr && ahead_ == nullptr)) return false;
+      if (ahead_ == nullptr) {
+        ahead_ = std::make_unique<EpochRun>(
+            std::make_shared<const EpochPlan>(plan_options_, cur_->epoch() + 1), ++generation_);
+        if (!options_.ordered) ahead_->ready_fifo.reserve(static_cast<size_t>(num_batches_));
+      }
+      if (cur_ == nullptr && ahead_->epoch() != next_epoch_) return false;
+      run = ahead_.get();
+      SkipDelivered(*run);
+      if (run->fully_claimed()) return false;
     }
-    if (claim_batch_ >= num_batches_) return false;
-    auto& slot = open_[static_cast<size_t>(claim_batch_)];
-    const int64_t length = plan_->batch_length(claim_batch_);
-    if (claim_offset_ == 0) {
+    auto& slot = run->open[static_cast<size_t>(run->claim_batch)];
+    const int64_t length = run->plan->batch_length(run->claim_batch);
+    if (run->claim_offset == 0) {
       if (open_count_ >= DepthLocked()) return false;
       slot = pool_->Acquire();
-      slot->Reset(plan_->epoch(), claim_batch_, generation_, length);
+      slot->Reset(run->epoch(), run->claim_batch, run->generation, length);
       ++open_count_;
     }
     const int64_t threads = std::max(1, workers_.running());
     const int64_t window = static_cast<int64_t>(DepthLocked()) * options_.batch_size;
-    const int64_t chunk = std::clamp<int64_t>(window / (2 * threads), 1, length - claim_offset_);
-    task->plan = plan_;
+    const int64_t chunk =
+        std::clamp<int64_t>(window / (2 * threads), 1, length - run->claim_offset);
+    task->plan = run->plan;
     task->slot = slot.get();
-    task->offset = claim_offset_;
+    task->offset = run->claim_offset;
     task->length = chunk;
-    claim_offset_ += chunk;
-    if (claim_offset_ == length) {
-      ++claim_batch_;
-      claim_offset_ = 0;
+    run->claim_offset += chunk;
+    if (run->claim_offset == length) {
+      ++run->claim_batch;
+      run->claim_offset = 0;
     }
     return true;
+  }
+
+  static void SkipDelivered(EpochRun& run) {
+    while (run.claim_batch < run.num_batches() && run.claim_offset == 0 &&
+           run.delivered[static_cast<size_t>(run.claim_batch)]) {
+      ++run.claim_batch;
+    }
   }
 
   void RunTask(WorkerContext& ctx, const Task& task) {
@@ -378,7 +450,10 @@ class Loader::Impl {
       slot->CompactFailures();
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (slot->generation != generation_) {
+    EpochRun* run = nullptr;
+    if (cur_ != nullptr && cur_->generation == slot->generation) run = cur_.get();
+    if (ahead_ != nullptr && ahead_->generation == slot->generation) run = ahead_.get();
+    if (run == nullptr) {  // its epoch was abandoned meanwhile
       auto it = std::find_if(stale_.begin(), stale_.end(),
                              [slot](const auto& s) { return s.get() == slot; });
       pool_->Release(std::move(*it));
@@ -387,22 +462,23 @@ class Loader::Impl {
     }
     slot->ready = true;
     ++ready_count_;
-    if (!options_.ordered) ready_fifo_.push_back(slot->batch);
-    ready_cv_.notify_all();
+    if (!options_.ordered) run->ready_fifo.push_back(slot->batch);
+    if (run == cur_.get()) ready_cv_.notify_all();
   }
 
   BatchSlot* DeliverableLocked() {
-    if (plan_ == nullptr) return nullptr;
+    if (cur_ == nullptr) return nullptr;
+    EpochRun& run = *cur_;
     if (options_.ordered) {
-      while (deliver_pos_ < num_batches_ && delivered_[static_cast<size_t>(deliver_pos_)]) {
-        ++deliver_pos_;
+      while (run.deliver_pos < num_batches_ && run.delivered[static_cast<size_t>(run.deliver_pos)]) {
+        ++run.deliver_pos;
       }
-      if (deliver_pos_ >= num_batches_) return nullptr;
-      BatchSlot* s = open_[static_cast<size_t>(deliver_pos_)].get();
+      if (run.deliver_pos >= num_batches_) return nullptr;
+      BatchSlot* s = run.open[static_cast<size_t>(run.deliver_pos)].get();
       return (s != nullptr && s->ready) ? s : nullptr;
     }
-    if (ready_head_ < ready_fifo_.size()) {
-      return open_[static_cast<size_t>(ready_fifo_[ready_head_])].get();
+    if (run.ready_head < run.ready_fifo.size()) {
+      return run.open[static_cast<size_t>(run.ready_fifo[run.ready_head])].get();
     }
     return nullptr;
   }
@@ -424,10 +500,10 @@ class Loader::Impl {
     while (true) {
       MaybeTickLocked(lock);
       if (stopped_) return Cancelled("the loader was stopped");
-      if (plan_ == nullptr) StartEpochLocked();
-      if (delivered_count_ == num_batches_) {
-        next_epoch_ = plan_->epoch() + 1;
-        plan_.reset();
+      if (cur_ == nullptr) StartEpochLocked();
+      if (cur_->finished()) {
+        next_epoch_ = cur_->epoch() + 1;
+        cur_.reset();
         return std::optional<Batch>();
       }
       if (BatchSlot* s = DeliverableLocked()) return DeliverLocked(s);
@@ -451,10 +527,11 @@ class Loader::Impl {
 
   Result<std::optional<Batch>> DeliverLocked(BatchSlot* s) {
     const auto b = static_cast<size_t>(s->batch);
-    if (!options_.ordered) ++ready_head_;
-    std::unique_ptr<BatchSlot> slot = std::move(open_[b]);
-    delivered_[b] = 1;
-    ++delivered_count_;
+    EpochRun& run = *cur_;
+    if (!options_.ordered) ++run.ready_head;
+    std::unique_ptr<BatchSlot> slot = std::move(run.open[b]);
+    run.delivered[b] = 1;
+    ++run.delivered_count;
     --open_count_;
     --ready_count_;
     if (idle_workers_ > 0) work_cv_.notify_all();
@@ -464,7 +541,7 @@ class Loader::Impl {
       for (int64_t p = 0; p < slot->length && first.ok(); ++p) first = slot->outcomes[static_cast<size_t>(p)];
       pool_->Release(std::move(slot));
       return first.WithContext("batch " + std::to_string(b) + " of epoch " +
-                               std::to_string(plan_->epoch()));
+                               std::to_string(run.epoch()));
     }
     for (auto& skip : slot->skips) skipped_.push_back(std::move(skip));
     samples_delivered_.fetch_add(slot->count, std::memory_order_relaxed);
@@ -508,19 +585,12 @@ class Loader::Impl {
   std::condition_variable ready_cv_;  // consumer: a batch is ready, resize or stop
   bool stopped_ = false;
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
-  std::shared_ptr<const EpochPlan> plan_;  // null between epochs
-  int64_t generation_ = 0;
+  std::unique_ptr<EpochRun> cur_;    // being delivered; null between epochs
+  std::unique_ptr<EpochRun> ahead_;  // the next epoch, prefetched
+  int64_t generation_ = 0;           // of the newest EpochRun
   int64_t next_epoch_;
   std::optional<LoaderState> pending_restore_;
-  std::vector<uint8_t> delivered_;
-  std::vector<std::unique_ptr<BatchSlot>> open_;  // by batch; open and not delivered
-  std::vector<std::unique_ptr<BatchSlot>> stale_;
-  std::vector<int64_t> ready_fifo_;  // unordered delivery
-  size_t ready_head_ = 0;
-  int64_t delivered_count_ = 0;
-  int64_t claim_batch_ = 0;
-  int64_t claim_offset_ = 0;
-  int64_t deliver_pos_ = 0;
+  std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written
   int open_count_ = 0;
   int ready_count_ = 0;
   int idle_workers_ = 0;

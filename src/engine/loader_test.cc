@@ -243,6 +243,38 @@ TEST(LoaderTest, SetEpochMidEpochStartsAFreshOne) {
   EXPECT_EQ(DrainEpoch(*MakeLoader(o)), e4);
 }
 
+TEST(LoaderTest, PrefetchesTheNextEpochBeforeItIsAskedFor) {
+  auto o = SyntheticLoaderOptions(200, 10, 8);
+  o.workers = 2;
+  o.prefetch_batches = 4;
+  auto loader = MakeLoader(o);
+  auto e0 = DrainEpoch(*loader);  // ends with the nullopt of epoch 0
+  // Without another Next(), workers fill the window with epoch 1's batches.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (loader->Metrics().ready_batches < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(loader->Metrics().ready_batches, 4);
+  EXPECT_EQ(loader->epoch(), 1);
+  auto e1 = DrainEpoch(*loader);
+  o.start_epoch = 1;
+  EXPECT_EQ(e1, DrainEpoch(*MakeLoader(o)));
+}
+
+TEST(LoaderTest, SetEpochAfterLookAheadGivesThatEpoch) {
+  auto o = SyntheticLoaderOptions(120, 8, 8);
+  o.workers = 3;
+  for (int64_t next : {1, 5}) {
+    auto loader = MakeLoader(o);
+    DrainEpoch(*loader);
+    loader->SetEpoch(next);  // 1: the epoch prefetched ahead; 5: another one
+    auto got = DrainEpoch(*loader);
+    auto ref_options = o;
+    ref_options.start_epoch = next;
+    EXPECT_EQ(got, DrainEpoch(*MakeLoader(ref_options))) << "epoch " << next;
+  }
+}
+
 TEST(LoaderTest, ShardsTogetherCoverTheEpoch) {
   std::multiset<int64_t> all;
   for (int rank = 0; rank < 3; ++rank) {

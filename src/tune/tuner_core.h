@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -74,7 +75,8 @@ class TunerCore {
     double window_s = 0, wait_s = 0, step_s = 0, busy_s = 0, cpu_s = 0;
     int64_t batches = 0, samples = 0, produced = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }
-    double stall() const { return window_s > 0 ? wait_s / window_s : 0; }
+    // A Next() that spans windows is counted where it ends: clamp.
+    double stall() const { return window_s > 0 ? std::min(1.0, wait_s / window_s) : 0; }
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
     // Samples/s the consumer would take if it never waited; infinite when it

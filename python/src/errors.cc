@@ -1,0 +1,79 @@
+#include "errors.h"
+
+#include <Python.h>
+
+#include <string>
+
+#include "bindings.h"
+
+namespace stoker::python {
+namespace {
+
+namespace py = pybind11;
+
+// Owned by the module object (kept alive by it); set once at import.
+PyObject* g_data_error = nullptr;
+PyObject* g_resource_error = nullptr;
+PyObject* g_cancelled = nullptr;
+
+PyObject* ExceptionTypeFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+      return PyExc_ValueError;
+    case StatusCode::kNotFound:
+      return PyExc_FileNotFoundError;
+    case StatusCode::kIoError:
+      return PyExc_OSError;
+    case StatusCode::kDataError:
+    case StatusCode::kUnsupported:
+      return g_data_error;
+    case StatusCode::kResourceExhausted:
+      return g_resource_error;
+    case StatusCode::kCancelled:
+      return g_cancelled;
+    default:
+      return PyExc_RuntimeError;
+  }
+}
+
+void SetPythonError(const Status& status) {
+  // Paths are bytes and need not be UTF-8; keep whatever is undecodable visible.
+  py::str text = DecodeText(status.message());
+  if (!text) return;  // the decoder set an error already
+  PyObject* type = ExceptionTypeFor(status.code());
+  py::object exc = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, text.ptr()));
+  if (!exc) return;
+  if (PyObject_SetAttrString(exc.ptr(), "code", py::str(StatusCodeName(status.code())).ptr()) != 0) {
+    PyErr_Clear();  // the message alone still says what happened
+  }
+  PyErr_SetObject(type, exc.ptr());
+}
+
+PyObject* NewException(py::module_& m, const char* name, PyObject* base, const char* doc) {
+  std::string qualified = std::string("stoker.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::reinterpret_borrow<py::object>(type));
+  return type;
+}
+
+}  // namespace
+
+void RegisterErrors(py::module_& m) {
+  g_data_error = NewException(m, "DataError", PyExc_ValueError,
+                              "A sample's bytes are not a valid image (corrupt, truncated, or a "
+                              "kind this build cannot decode). The message names the sample and "
+                              "its file.");
+  g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,
+                                  "A budget or cap was hit, e.g. an image over max_pixels.");
+  g_cancelled = NewException(m, "Cancelled", PyExc_RuntimeError, "The loader was stopped.");
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      SetPythonError(e.status());
+    }
+  });
+}
+
+}  // namespace stoker::python

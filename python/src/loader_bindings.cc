@@ -1,0 +1,331 @@
+#include <Python.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "errors.h"
+#include "stoker/loader.h"
+#include "stoker/tuner.h"
+
+namespace stoker::python {
+namespace {
+
+namespace py = pybind11;
+
+// How long one GIL-free wait lasts before Python gets to run its signal
+// handlers (Ctrl-C): short enough to feel instant, long enough to cost nothing.
+constexpr std::chrono::milliseconds kWaitSlice{50};
+
+// The images of a batch as a numpy array over the batch's own buffer. The
+// array's base is a capsule that owns the Batch, so the buffer goes back to
+// the loader's pool exactly when the last array (or torch tensor made with
+// torch.from_numpy) viewing it is gone -- possibly after the loader itself.
+py::array ImagesOf(Batch batch) {
+  std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(batch.size())};
+  for (int64_t d : batch.spec().shape) shape.push_back(static_cast<py::ssize_t>(d));
+  py::dtype dtype = NumpyDType(batch.spec().dtype);
+  void* data = batch.mutable_data().data();
+  auto* owned = new Batch(std::move(batch));
+  py::capsule base(owned, [](void* p) { delete static_cast<Batch*>(p); });
+  return py::array(dtype, shape, data, base);
+}
+
+py::dict StateToDict(const LoaderState& s) {
+  py::dict d;
+  d["seed"] = s.seed;
+  d["epoch"] = s.epoch;
+  d["position"] = s.position;
+  d["beyond"] = s.beyond;
+  return d;
+}
+
+LoaderState StateFromDict(const py::dict& d) {
+  LoaderState s;
+  for (const char* key : {"seed", "epoch", "position"}) {
+    if (!d.contains(key)) throw py::key_error(std::string("state dict has no '") + key + "'");
+  }
+  s.seed = d["seed"].cast<uint64_t>();
+  s.epoch = d["epoch"].cast<int64_t>();
+  s.position = d["position"].cast<int64_t>();
+  if (d.contains("beyond")) s.beyond = d["beyond"].cast<std::vector<int64_t>>();
+  return s;
+}
+
+py::dict MetricsToDict(const LoaderMetrics& m) {
+  py::dict d;
+  d["time_ns"] = m.time_ns;
+  d["workers_target"] = m.workers_target;
+  d["workers_running"] = m.workers_running;
+  d["prefetch_batches"] = m.prefetch_batches;
+  d["prefetch_bytes"] = m.prefetch_bytes;
+  d["batches_delivered"] = m.batches_delivered;
+  d["samples_delivered"] = m.samples_delivered;
+  d["samples_produced"] = m.samples_produced;
+  d["busy_ns"] = m.busy_ns;
+  d["cpu_ns"] = m.cpu_ns;
+  d["consumer_wait_ns"] = m.consumer_wait_ns;
+  d["consumer_step_ns"] = m.consumer_step_ns;
+  d["next_calls"] = m.next_calls;
+  d["ready_batches"] = m.ready_batches;
+  d["open_batches"] = m.open_batches;
+  d["bytes_in_flight"] = m.bytes_in_flight;
+  d["batch_bytes"] = m.batch_bytes;
+  d["worker_bytes"] = m.worker_bytes;
+  py::list workers;
+  for (const WorkerMetrics& w : m.workers) {
+    py::dict wd;
+    wd["id"] = w.id;
+    wd["samples"] = w.samples;
+    wd["busy_ns"] = w.busy_ns;
+    wd["cpu_ns"] = w.cpu_ns;
+    workers.append(wd);
+  }
+  d["workers"] = workers;
+  return d;
+}
+
+py::dict DecisionToDict(const TunerDecision& t) {
+  py::dict d;
+  d["t_s"] = t.t_s;
+  d["workers_before"] = t.workers_before;
+  d["workers_after"] = t.workers_after;
+  d["prefetch_before"] = t.prefetch_before;
+  d["prefetch_after"] = t.prefetch_after;
+  d["reason"] = t.reason;
+  d["samples_per_s"] = t.samples_per_s;
+  d["stall_fraction"] = t.stall_fraction;
+  d["cpu_per_sample_ms"] = t.cpu_per_sample_ms;
+  d["wall_per_sample_ms"] = t.wall_per_sample_ms;
+  d["demand_per_s"] = t.demand_per_s;
+  return d;
+}
+
+py::object ViewToDict(const std::optional<TunerView>& v) {
+  if (!v) return py::none();
+  py::dict d;
+  d["workers"] = v->workers;
+  d["prefetch_batches"] = v->prefetch_batches;
+  d["cpu_budget_workers"] = v->cpu_budget_workers;
+  d["max_workers"] = v->max_workers;
+  d["memory_budget_bytes"] = v->memory_budget_bytes;
+  d["samples_per_s"] = v->samples_per_s;
+  d["stall_fraction"] = v->stall_fraction;
+  d["phase"] = v->phase;
+  d["last_decision"] = v->last_decision ? py::object(DecisionToDict(*v->last_decision)) : py::none();
+  d["decisions"] = v->decisions;
+  return d;
+}
+
+// Marks the loader as in use by one Python thread for the length of a call:
+// the C++ consumer calls are not for two threads at once, and with the GIL
+// released two Python threads could otherwise get there together.
+class ConsumerTurn {
+ public:
+  explicit ConsumerTurn(std::atomic<bool>& busy) : busy_(busy) {
+    if (busy_.exchange(true)) {
+      throw py::value_error("this stoker.Loader is being iterated by another thread");
+    }
+  }
+  ~ConsumerTurn() { busy_.store(false); }
+  ConsumerTurn(const ConsumerTurn&) = delete;
+  ConsumerTurn& operator=(const ConsumerTurn&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+class PyLoader {
+ public:
+  PyLoader(LoaderOptions options, TunerOptions tuner) {
+    Result<std::unique_ptr<Loader>> made = [&] {
+      py::gil_scoped_release release;
+      return OpenLoader(std::move(options), std::move(tuner));
+    }();
+    loader_ = ValueOrThrow(std::move(made));
+  }
+
+  // No thread can be inside a method here: each call holds a reference.
+  ~PyLoader() { Destroy(); }
+
+  // (images, labels), or None at the end of the epoch.
+  py::object Next() {
+    ConsumerTurn turn(busy_);
+    Loader& l = loader();
+    // Wait in slices first so that Ctrl-C is heard at once; the engine counts
+    // this wait as the consumer's and ticks the tuner meanwhile.
+    WaitInterruptibly(l);
+    Result<std::optional<Batch>> next = [&] {
+      py::gil_scoped_release release;
+      return l.Next();
+    }();
+    ThrowIfError(next.status());
+    if (!next->has_value()) return py::none();
+    Batch batch = std::move(**next);
+    std::span<const int64_t> labels = batch.labels();
+    py::array_t<int64_t> label_array(static_cast<py::ssize_t>(labels.size()));
+    std::copy(labels.begin(), labels.end(), label_array.mutable_data());
+    return py::make_tuple(ImagesOf(std::move(batch)), label_array);
+  }
+
+  LoaderMetrics Metrics() { return loader().Metrics(); }
+
+  void SetEpoch(int64_t epoch) {
+    ConsumerTurn turn(busy_);
+    loader().SetEpoch(epoch);
+  }
+
+  py::dict State() {
+    ConsumerTurn turn(busy_);
+    return StateToDict(loader().State());
+  }
+
+  void Restore(const py::dict& d) {
+    LoaderState s = StateFromDict(d);
+    ConsumerTurn turn(busy_);
+    ThrowIfError(loader().Restore(s));
+  }
+
+  void Close() {
+    ConsumerTurn turn(busy_);  // not while another thread waits in Next()
+    Destroy();
+  }
+
+  bool closed() const { return !loader_; }
+
+  Loader& loader() {
+    if (!loader_) throw py::value_error("this stoker.Loader is closed");
+    return *loader_;
+  }
+
+ private:
+  // Waits until Next() would not block, in slices with the GIL released,
+  // letting Python run its signal handlers between them: Ctrl-C raises
+  // KeyboardInterrupt here and the loader stays usable.
+  void WaitInterruptibly(Loader& l) {
+    while (true) {
+      bool ready;
+      {
+        py::gil_scoped_release release;
+        ready = l.WaitReady(kWaitSlice);
+      }
+      if (ready) return;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+  }
+
+  void Destroy() {
+    // Taken out first, with the GIL held, so that other threads see the
+    // loader closed; joining its workers (up to one sample's time each) then
+    // runs without the GIL.
+    std::unique_ptr<Loader> doomed = std::move(loader_);
+    if (!doomed) return;
+    py::gil_scoped_release release;
+    doomed.reset();
+  }
+
+
+  std::unique_ptr<Loader> loader_;
+  std::atomic<bool> busy_{false};
+};
+
+ErrorPolicy PolicyFromName(const std::string& name) {
+  if (name == "raise") return ErrorPolicy::kRaise;
+  if (name == "skip") return ErrorPolicy::kSkip;
+  throw py::value_error("on_error must be 'raise' or 'skip', got '" + name + "'");
+}
+
+}  // namespace
+
+void BindLoader(py::module_& m) {
+  m.attr("AUTO_WORKERS") = kAutoWorkers;
+
+  py::class_<PyLoader>(m, "Loader", "The C++ loader; see stoker.Loader for the Python API.")
+      .def(py::init([](const SourceHandle& source, const TransformHandle& transform,
+                       int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int rank,
+                       int world_size, int workers, std::optional<int> prefetch_batches,
+                       std::optional<size_t> prefetch_bytes, const std::string& on_error,
+                       bool ordered, int64_t start_epoch, size_t memory_budget_bytes,
+                       int max_workers, double interval_s, const std::string& trace_path) {
+             LoaderOptions o;
+             o.source = source.source;
+             o.transform = transform.transform;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.drop_last = drop_last;
+             o.rank = rank;
+             o.world_size = world_size;
+             o.workers = workers;
+             if (prefetch_batches) o.prefetch_batches = *prefetch_batches;
+             if (prefetch_bytes) o.prefetch_bytes = *prefetch_bytes;
+             o.on_error = PolicyFromName(on_error);
+             o.ordered = ordered;
+             o.start_epoch = start_epoch;
+             TunerOptions t;
+             t.memory_budget_bytes = memory_budget_bytes;
+             t.max_workers = max_workers;
+             t.interval_s = interval_s;
+             t.trace_path = trace_path;
+             return std::make_unique<PyLoader>(std::move(o), std::move(t));
+           }),
+           py::arg("source"), py::arg("transform"), py::arg("batch_size"), py::arg("shuffle"),
+           py::arg("seed"), py::arg("drop_last"), py::arg("rank"), py::arg("world_size"),
+           py::arg("workers"), py::arg("prefetch_batches"), py::arg("prefetch_bytes"),
+           py::arg("on_error"), py::arg("ordered"), py::arg("start_epoch"),
+           py::arg("memory_budget_bytes"), py::arg("max_workers"), py::arg("interval_s"),
+           py::arg("trace_path"))
+      .def("next", &PyLoader::Next,
+           "The next (images, labels) as numpy arrays, or None at the end of the epoch. "
+           "Waits with the GIL released; Ctrl-C interrupts the wait.")
+      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("state", &PyLoader::State)
+      .def("restore", &PyLoader::Restore, py::arg("state"))
+      .def("close", &PyLoader::Close)
+      .def_property_readonly("closed", &PyLoader::closed)
+      .def_property_readonly("epoch", [](PyLoader& l) { return l.loader().epoch(); })
+      .def_property_readonly("batches_per_epoch",
+                             [](PyLoader& l) { return l.loader().batches_per_epoch(); })
+      .def_property_readonly("samples_per_epoch",
+                             [](PyLoader& l) { return l.loader().samples_per_epoch(); })
+      .def_property_readonly("workers", [](PyLoader& l) { return l.loader().workers(); })
+      .def("resize",
+           [](PyLoader& l, int workers) {
+             if (workers < 0) throw py::value_error("workers must be >= 0");
+             l.loader().Resize(workers);
+           },
+           py::arg("workers"))
+      .def("metrics", [](PyLoader& l) { return MetricsToDict(l.Metrics()); })
+      .def("tuner_view", [](PyLoader& l) { return ViewToDict(GetTunerView(l.loader())); })
+      .def("tuner_trace",
+           [](PyLoader& l) {
+             py::list out;
+             for (const TunerDecision& d : GetTunerTrace(l.loader())) out.append(DecisionToDict(d));
+             return out;
+           })
+      .def("skipped",
+           [](PyLoader& l) {
+             py::list out;
+             for (const SkipRecord& r : l.loader().Skipped()) {
+               py::dict d;
+               d["epoch"] = r.epoch;
+               d["index"] = r.index;
+               d["key"] = py::bytes(r.key);
+               d["reason"] = DecodeText(r.reason);
+               out.append(d);
+             }
+             return out;
+           })
+      .def("stop", [](PyLoader& l) { l.loader().Stop(); });
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,119 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "errors.h"
+#include "stoker/image_sources.h"
+#include "stoker/synthetic.h"
+
+namespace stoker::python {
+namespace {
+
+namespace py = pybind11;
+
+// Opening lists folders or indexes shards: it blocks, so other Python threads
+// run meanwhile.
+template <typename Open>
+SourceHandle OpenReleased(std::string kind, Open&& open) {
+  Result<std::shared_ptr<const Source>> source = [&] {
+    py::gil_scoped_release release;
+    return open();
+  }();
+  return SourceHandle{ValueOrThrow(std::move(source)), std::move(kind), std::nullopt};
+}
+
+void CheckIndex(const SourceHandle& h, int64_t index) {
+  if (index < 0 || index >= h.source->size()) {
+    throw py::index_error("sample index " + std::to_string(index) + " out of range [0, " +
+                          std::to_string(h.source->size()) + ")");
+  }
+}
+
+}  // namespace
+
+void BindSources(py::module_& m) {
+  py::class_<SourceHandle>(m, "Source", "An opened, immutable source of samples.")
+      .def_readonly("kind", &SourceHandle::kind)
+      .def("__len__", [](const SourceHandle& h) { return h.source->size(); })
+      .def(
+          "key",
+          [](const SourceHandle& h, int64_t index) {
+            CheckIndex(h, index);
+            return py::bytes(h.source->Key(index));
+          },
+          py::arg("index"), "The sample's key (a path, 'shard.tar:member'), as bytes.")
+      .def(
+          "read",
+          [](const SourceHandle& h, int64_t index) {
+            CheckIndex(h, index);
+            ReadBuffer buffer;
+            Record record;
+            Status st;
+            {
+              py::gil_scoped_release release;
+              st = h.source->Read(index, buffer, &record);
+            }
+            ThrowIfError(st);
+            py::bytes bytes(reinterpret_cast<const char*>(record.bytes.data()), record.bytes.size());
+            return py::make_tuple(bytes, record.label);
+          },
+          py::arg("index"), "The sample's raw record: (bytes, label).")
+      .def("class_names", [](const SourceHandle& h) {
+        py::list names;
+        for (const std::string& n : h.source->ClassNames()) names.append(py::bytes(n));
+        return names;
+      });
+
+  m.def(
+      "open_image_folder",
+      [](const std::string& root) {
+        return OpenReleased("image_folder", [&] { return OpenImageFolder(root); });
+      },
+      py::arg("root"));
+  m.def(
+      "open_file_list",
+      [](const std::string& list_path) {
+        return OpenReleased("file_list", [&] { return OpenFileList(list_path); });
+      },
+      py::arg("list_path"));
+  m.def(
+      "open_tar_shards",
+      [](const std::vector<std::string>& shards) {
+        return OpenReleased("tar_shards", [&] { return OpenTarShards(shards); });
+      },
+      py::arg("shards"));
+  m.def(
+      "expand_braces",
+      [](const std::string& pattern) {
+        py::list out;
+        for (const std::string& s : ExpandBraces(pattern)) out.append(py::bytes(s));
+        return out;
+      },
+      py::arg("pattern"));
+  m.def(
+      "open_synthetic",
+      [](int64_t size, const std::vector<int64_t>& shape, const std::string& dtype,
+         int64_t num_classes, uint64_t content_seed, int64_t cpu_cost_ns, int64_t read_latency_ns,
+         std::vector<int64_t> fail_indices) {
+        SampleSpec spec{shape, DTypeFromName(dtype)};
+        SyntheticOptions o;
+        o.size = size;
+        o.sample_bytes = spec.bytes();
+        o.num_classes = num_classes;
+        o.content_seed = content_seed;
+        o.cpu_cost = std::chrono::nanoseconds(cpu_cost_ns);
+        o.read_latency = std::chrono::nanoseconds(read_latency_ns);
+        o.fail_indices = std::move(fail_indices);
+        return SourceHandle{ValueOrThrow(MakeSyntheticSource(o)), "synthetic", spec};
+      },
+      py::arg("size"), py::arg("shape"), py::arg("dtype"), py::arg("num_classes"),
+      py::arg("content_seed"), py::arg("cpu_cost_ns"), py::arg("read_latency_ns"),
+      py::arg("fail_indices"));
+}
+
+}  // namespace stoker::python

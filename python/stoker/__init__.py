@@ -1,0 +1,60 @@
+"""stoker: a data loader whose worker count tunes itself while training runs.
+
+    import stoker
+    loader = stoker.Loader(stoker.ImageFolder("/data/train"), batch_size=64,
+                           transforms=stoker.transforms.train(224))
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, labels in loader:   # torch tensors (numpy without torch)
+            ...
+
+Workers are threads of the C++ engine: the dataset is opened once and shared,
+batches are written in place into recycled aligned buffers and handed to
+Python without a copy.
+"""
+
+try:
+    from . import _stoker  # noqa: F401 -- the C++ extension, built next to this file
+except ImportError as e:  # pragma: no cover -- a set-up problem, said plainly
+    raise ImportError(
+        f"stoker's C++ extension is missing next to {__file__} ({e}). Build it with "
+        "`bash scripts/build.sh release`, which also puts build/release/python on Debian "
+        "python3's path; the source folder python/stoker cannot be imported by itself."
+    ) from e
+
+from . import transforms
+from ._dataset import default_dataset, default_dataset_path, make_dataset
+from ._loader import Loader, rank_facts
+from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
+from ._stoker import Cancelled, DataError, ResourceError
+
+__all__ = [
+    "Cancelled",
+    "DataError",
+    "FileList",
+    "ImageFolder",
+    "Loader",
+    "ResourceError",
+    "Source",
+    "Synthetic",
+    "TarShards",
+    "default_dataset",
+    "default_dataset_path",
+    "expand_braces",
+    "make_dataset",
+    "probe",
+    "rank_facts",
+    "transforms",
+]
+
+
+def probe(data_path=None, gpus=False):
+    """The machine facts the tuner starts from (CPU budget, memory, shm, ranks,
+    storage of ``data_path``; GPUs through NVML when ``gpus``), as a dict."""
+    import json
+    import os
+
+    from ._stoker import probe_json
+
+    path = None if data_path is None else os.fsdecode(data_path)
+    return json.loads(probe_json(path, gpus))

@@ -1,0 +1,244 @@
+"""stoker.Loader: the Python face of the C++ loader."""
+
+import os
+import time
+
+from . import _stoker
+from . import transforms as _transforms
+from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards
+
+
+def rank_facts():
+    """Where this process sits in a distributed job, read by stoker's probe
+    from the launcher's variables (torchrun: RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE; Open MPI's too): a dict with "rank", "world_size",
+    "local_rank", "local_world_size" (None when unknown) and "launcher"."""
+    return _stoker.rank_facts()
+
+
+def _open_source(source):
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, (str, bytes, os.PathLike)):
+        path = os.fsdecode(source)
+        if os.path.isdir(path):
+            return ImageFolder(path)
+        if path.endswith(".tar") or "{" in path:
+            return TarShards(path)
+        if os.path.isfile(path):
+            return FileList(path)
+        raise FileNotFoundError(f"source {path!r}: no such folder, tar shard or list file")
+    raise TypeError("source must be a stoker source (stoker.ImageFolder, FileList, TarShards, "
+                    f"Synthetic) or a path, got {type(source).__name__}")
+
+
+def _make_transform(transforms, source):
+    if transforms is None:
+        if isinstance(source, Synthetic):
+            return _transforms.Raw(source.shape, source.dtype)
+        return _transforms.train(224)
+    if isinstance(transforms, _transforms.Transform):
+        return transforms
+    if isinstance(transforms, str):
+        if transforms == "train":
+            return _transforms.train(224)
+        if transforms == "eval":
+            return _transforms.eval(224)
+        raise ValueError(f"transforms must be 'train' or 'eval' when a string, got {transforms!r}")
+    if isinstance(transforms, dict):
+        return _transforms.Image(**transforms)
+    raise TypeError("transforms must be a stoker.transforms.Transform (e.g. "
+                    "stoker.transforms.train(224)), a dict of its options, 'train' or 'eval'; "
+                    f"got {type(transforms).__name__}")
+
+
+def _resolve_ranks(rank, world_size):
+    if rank is None and world_size is None:
+        facts = rank_facts()
+        rank = facts["rank"] if facts["rank"] is not None else 0
+        world_size = facts["world_size"] if facts["world_size"] is not None else 1
+    elif rank is None or world_size is None:
+        raise ValueError("give both rank and world_size, or neither (then they come from "
+                         "torchrun's RANK and WORLD_SIZE)")
+    rank, world_size = int(rank), int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size), got rank={rank}, "
+                         f"world_size={world_size}")
+    return rank, world_size
+
+
+def _resolve_output(output):
+    if output not in ("auto", "torch", "numpy"):
+        raise ValueError(f"output must be 'auto', 'torch' or 'numpy', got {output!r}")
+    if output == "numpy":
+        return None
+    try:
+        import torch
+    except ImportError:
+        if output == "torch":
+            raise
+        return None
+    return torch
+
+
+class Loader:
+    """Batches of ``(images, labels)`` from ``source``, made by a pool of C++
+    worker threads whose size the tuner picks while you train.
+
+    source: a stoker source (ImageFolder, FileList, TarShards, Synthetic), or
+        a path: a folder means ImageFolder, "*.tar" or a brace pattern means
+        TarShards, another file a FileList.
+    transforms: stoker.transforms.train(224) (the default for image sources),
+        stoker.transforms.eval(224), stoker.transforms.Image(...), a dict of
+        Image's options, or "train" / "eval". Synthetic sources default to
+        passing samples through.
+    workers: "auto" (the tuner decides, and keeps deciding) or a number of
+        threads; 0 makes the iterating thread do the work.
+    prefetch: at most this many batches in flight (default: the tuner's pick,
+        or 4); prefetch_bytes bounds their bytes.
+    on_error: "raise" (a sample that cannot be read or decoded raises at its
+        batch, naming the sample and file; iteration may continue after it)
+        or "skip" (it is left out; see skipped()).
+    rank, world_size: this process's share of each epoch. Default: torchrun's
+        RANK and WORLD_SIZE (1 process without them). Every rank gets the same
+        number of batches; shards are padded by repeating samples.
+    output: "auto" (torch tensors when torch imports, numpy arrays otherwise),
+        "torch" or "numpy". Images are zero-copy views of the batch buffer,
+        which stays valid while any array or tensor of it is alive (even after
+        the loader is gone); labels are int64.
+
+    Iterating yields the rest of the current epoch; the next pass starts the
+    following epoch, or the one given to set_epoch(). Use from one thread.
+    """
+
+    def __init__(self, source, batch_size=64, shuffle=True, seed=0, drop_last=False,
+                 transforms=None, workers="auto", prefetch=None, on_error="raise", rank=None,
+                 world_size=None, *, output="auto", ordered=True, prefetch_bytes=None,
+                 memory_budget=None, max_workers=None, tune_interval=0.2, trace_path=None,
+                 start_epoch=0):
+        self._impl = None
+        self.source = _open_source(source)
+        self.transform = _make_transform(transforms, self.source)
+        if workers == "auto":
+            workers = _stoker.AUTO_WORKERS
+        elif isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0:
+            pass
+        else:
+            raise ValueError(f"workers must be 'auto' or an int >= 0, got {workers!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.rank, self.world_size = _resolve_ranks(rank, world_size)
+        self._torch = _resolve_output(output)
+        self._impl = _stoker.Loader(
+            self.source._impl, self.transform._impl, int(batch_size), bool(shuffle), int(seed),
+            bool(drop_last), self.rank, self.world_size, workers,
+            None if prefetch is None else int(prefetch),
+            None if prefetch_bytes is None else int(prefetch_bytes), on_error, bool(ordered),
+            int(start_epoch), int(memory_budget or 0), int(max_workers or 0), float(tune_interval),
+            os.fspath(trace_path) if trace_path is not None else "")
+        self.batch_size = int(batch_size)
+        self._started = time.monotonic()
+
+    # Iteration -------------------------------------------------------------
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            batch = self._impl.next()
+            if batch is None:
+                raise StopIteration
+            images, labels = batch
+            if len(labels):  # a batch whose samples were all skipped is left out
+                break
+        if self._torch is not None:
+            return self._torch.from_numpy(images), self._torch.from_numpy(labels)
+        return images, labels
+
+    def __len__(self):
+        """Batches per epoch (this rank's)."""
+        return self._impl.batches_per_epoch
+
+    # Epochs and checkpoints ---------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """Makes ``epoch`` the one the next pass yields (its order and
+        augmentations depend on it); abandons an epoch in progress."""
+        self._impl.set_epoch(int(epoch))
+
+    @property
+    def epoch(self):
+        """The epoch in progress, or the one the next pass starts."""
+        return self._impl.epoch
+
+    def state_dict(self):
+        """Where the current epoch stands: {"seed", "epoch", "position",
+        "beyond"}. A loader with the same source, seed, batch size and ranks
+        resumes from it with any worker count."""
+        return self._impl.state()
+
+    def load_state_dict(self, state):
+        """Resumes at ``state``: the next pass yields exactly the batches of
+        that epoch not yet delivered."""
+        self._impl.restore(dict(state))
+
+    # Observing ---------------------------------------------------------------
+
+    @property
+    def workers(self):
+        """Worker threads now."""
+        return self._impl.workers
+
+    def stats(self):
+        """What the loader is doing: "workers", "samples_per_s" and
+        "stall_fraction" (the share of time your loop waited for data) since
+        the loader was made, "tuner" (the tuner's current view, with its last
+        decision and reason; None with a fixed worker count) and "metrics"
+        (the engine's raw counters)."""
+        m = self._impl.metrics()
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        consumer = m["consumer_wait_ns"] + m["consumer_step_ns"]
+        return {
+            "workers": m["workers_target"],
+            "prefetch_batches": m["prefetch_batches"],
+            "epoch": self._impl.epoch,
+            "samples_per_s": m["samples_delivered"] / elapsed,
+            "stall_fraction": m["consumer_wait_ns"] / consumer if consumer else 0.0,
+            "tuner": self._impl.tuner_view(),
+            "metrics": m,
+        }
+
+    def decisions(self):
+        """Every decision the tuner made so far, with its reason and figures."""
+        return self._impl.tuner_trace()
+
+    def skipped(self):
+        """Every sample left out under on_error="skip": dicts with "epoch",
+        "index", "key" (its file) and "reason"."""
+        records = self._impl.skipped()
+        for r in records:
+            r["key"] = os.fsdecode(r["key"])
+        return records
+
+    @property
+    def classes(self):
+        return self.source.classes
+
+    # Ending ------------------------------------------------------------------
+
+    def close(self):
+        """Stops and joins the workers now (also done when the loader is
+        garbage-collected). Batches already yielded stay valid."""
+        if self._impl is not None:
+            self._impl.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"stoker.Loader({self.source!r}, batch_size={self.batch_size}, "
+                f"transform={self.transform!r}, rank={self.rank}/{self.world_size})")

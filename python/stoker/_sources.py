@@ -1,0 +1,106 @@
+"""Sources: where samples come from. Each opens once and is shared, read-only,
+by every worker of every loader made from it."""
+
+import os
+
+import numpy
+
+from . import _stoker
+
+
+def _path_bytes(path):
+    # The C++ side takes paths as bytes, so names that are not UTF-8 work.
+    return os.fsencode(path)
+
+
+def expand_braces(pattern):
+    """Expands brace ranges, e.g. "shard-{000..003}.tar" -> four names."""
+    return [os.fsdecode(p) for p in _stoker.expand_braces(_path_bytes(pattern))]
+
+
+class Source:
+    """An opened source of samples (the base of ImageFolder, FileList,
+    TarShards and Synthetic)."""
+
+    _impl = None
+
+    def __len__(self):
+        return len(self._impl)
+
+    def key(self, index):
+        """The sample's key: its file path, or "shard.tar:member"."""
+        return os.fsdecode(self._impl.key(index))
+
+    def read(self, index):
+        """The sample's raw record, undecoded: (bytes, label)."""
+        return self._impl.read(index)
+
+    @property
+    def classes(self):
+        """Class names by label (image folders); [] for other sources."""
+        return [os.fsdecode(n) for n in self._impl.class_names()]
+
+    def __repr__(self):
+        return f"stoker.{type(self).__name__}({self._describe()}, {len(self)} samples)"
+
+    def _describe(self):
+        return ""
+
+
+class ImageFolder(Source):
+    """``root/<class>/**/<image>``: the same samples, order and labels as
+    torchvision.datasets.ImageFolder on that tree."""
+
+    def __init__(self, root):
+        self.root = os.fspath(root)
+        self._impl = _stoker.open_image_folder(_path_bytes(root))
+
+    def _describe(self):
+        return repr(self.root)
+
+
+class FileList(Source):
+    """A list file of ``path<TAB>label`` lines (relative paths resolve against
+    the list's folder)."""
+
+    def __init__(self, list_path):
+        self.list_path = os.fspath(list_path)
+        self._impl = _stoker.open_file_list(_path_bytes(list_path))
+
+    def _describe(self):
+        return repr(self.list_path)
+
+
+class TarShards(Source):
+    """WebDataset-style tar shards: one pattern with brace ranges
+    ("shard-{000..003}.tar") or a list of paths/patterns. A sample is an image
+    member (.jpg/.jpeg/.png) and a .cls member holding its label."""
+
+    def __init__(self, shards):
+        if isinstance(shards, (str, bytes, os.PathLike)):
+            shards = [shards]
+        self.shards = [os.fspath(s) for s in shards]
+        self._impl = _stoker.open_tar_shards([_path_bytes(s) for s in self.shards])
+
+    def _describe(self):
+        return repr(self.shards[0] if len(self.shards) == 1 else self.shards)
+
+
+class Synthetic(Source):
+    """Made-up samples, for tests and benchmarks: sample i is ``shape`` of
+    ``dtype`` whose bytes are a pure function of (seed, i); its label is
+    ``i % num_classes``. ``cpu_cost_us`` burns CPU per read (like a decode),
+    ``read_latency_us`` sleeps (like remote storage), reads of
+    ``fail_indices`` fail. Without ``transforms`` a loader passes samples
+    through unchanged."""
+
+    def __init__(self, size=1024, shape=(3, 32, 32), dtype="uint8", num_classes=10, seed=0,
+                 cpu_cost_us=0.0, read_latency_us=0.0, fail_indices=()):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = numpy.dtype(dtype).name
+        self._impl = _stoker.open_synthetic(
+            int(size), list(self.shape), self.dtype, int(num_classes), int(seed),
+            int(cpu_cost_us * 1000), int(read_latency_us * 1000), [int(i) for i in fail_indices])
+
+    def _describe(self):
+        return f"shape={self.shape}, dtype={self.dtype}"

@@ -1,0 +1,100 @@
+"""Per-sample transforms, run by the C++ workers in one fused pass: decode
+(JPEG/PNG, reading only the region the crop needs), crop, resize, flip and
+normalise, written once into the batch.
+
+    stoker.transforms.train(224)   # RandomResizedCrop(224) + RandomHorizontalFlip
+                                   # + ToTensor + Normalize(ImageNet)
+    stoker.transforms.eval(224)    # Resize(256) + CenterCrop(224) + ToTensor + Normalize
+
+Both match torchvision's pipeline of the same name (Pillow's antialiased
+bilinear resize); randomness depends only on (seed, epoch, sample index).
+"""
+
+import numpy
+
+from . import _stoker
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_LAYOUTS = ("float32", "uint8_hwc", "uint8_chw")
+
+
+def _size_pair(size):
+    if isinstance(size, int):
+        return size, size
+    height, width = size
+    return int(height), int(width)
+
+
+class Transform:
+    """A configured transform; immutable, may be shared by several loaders."""
+
+    _impl = None
+
+    @property
+    def shape(self):
+        """Shape of one output sample, e.g. (3, 224, 224)."""
+        return self._impl.shape
+
+    @property
+    def dtype(self):
+        return self._impl.dtype
+
+    def __repr__(self):
+        return f"stoker.transforms.{type(self).__name__}({self._impl.description})"
+
+
+class Image(Transform):
+    """Decodes JPEG or PNG (grayscale, palette, alpha, CMYK become RGB) and
+    applies one geometry:
+
+    mode="train": RandomResizedCrop(size, scale, ratio), then a horizontal flip
+        with probability ``flip``.
+    mode="eval": Resize(resize) of the shorter side (default size * 256 / 224),
+        then CenterCrop(size).
+
+    ``layout``: "float32" gives float32 (3, H, W) normalised with ``mean`` and
+    ``std`` (ToTensor + Normalize); "uint8_chw" / "uint8_hwc" give raw RGB
+    bytes (normalise on the GPU). ``dct_scaling`` lets libjpeg decode at 1/2,
+    1/4 or 1/8 scale when that still covers the output: much faster, slightly
+    different from a full decode + resize. Images over ``max_pixels`` fail.
+    """
+
+    def __init__(self, mode="train", size=224, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                 flip=0.5, resize=None, mean=IMAGENET_MEAN, std=IMAGENET_STD, layout="float32",
+                 max_pixels=89_478_485, dct_scaling=True):
+        if mode not in ("train", "eval"):
+            raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        if layout not in _LAYOUTS:
+            raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
+        height, width = _size_pair(size)
+        if resize is None:
+            resize = int(max(height, width) * 256 / 224)
+        self.mode = mode
+        self._impl = _stoker.image_transform(
+            mode, height, width, float(scale[0]), float(scale[1]), float(ratio[0]),
+            float(ratio[1]), float(flip), int(resize), layout,
+            [float(v) for v in mean], [float(v) for v in std], int(max_pixels), bool(dct_scaling))
+
+
+def train(size=224, **options):
+    """The usual training pipeline: RandomResizedCrop(size) +
+    RandomHorizontalFlip + ToTensor + Normalize. See Image for the options."""
+    return Image("train", size, **options)
+
+
+def eval(size=224, **options):  # noqa: A001 -- the name users expect next to train()
+    """The usual evaluation pipeline: Resize(size * 256 / 224) +
+    CenterCrop(size) + ToTensor + Normalize. See Image for the options."""
+    return Image("eval", size, **options)
+
+
+class Raw(Transform):
+    """Copies each record unchanged into a sample of ``shape`` and ``dtype``
+    (records must be exactly that many bytes); with ``mix_rng`` XORs in the
+    sample's random stream. For synthetic sources."""
+
+    def __init__(self, shape, dtype="uint8", mix_rng=False):
+        self._impl = _stoker.raw_transform([int(d) for d in shape], numpy.dtype(dtype).name,
+                                           bool(mix_rng))

@@ -1,0 +1,164 @@
+"""The loader's contract seen from Python: determinism, resume, lifetime, stats."""
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+
+
+def _epoch(loader):
+    xs, ys = [], []
+    for x, y in loader:
+        xs.append(x.clone())
+        ys.append(y.clone())
+    return torch.cat(xs), torch.cat(ys)
+
+
+def _train_loader(tree, workers, **kw):
+    return stoker.Loader(tree, batch_size=5, seed=11, workers=workers,
+                         transforms=stoker.transforms.train(20), **kw)
+
+
+def test_import_from_any_directory(tmp_path):
+    out = subprocess.run([sys.executable, "-c", "import stoker; print(stoker.Loader.__name__)"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Loader"
+
+
+def test_same_batches_for_any_worker_count(image_tree):
+    reference = _epoch(_train_loader(image_tree, 0))
+    for workers in (1, 3, "auto"):
+        images, labels = _epoch(_train_loader(image_tree, workers))
+        assert torch.equal(images, reference[0]), workers
+        assert torch.equal(labels, reference[1]), workers
+
+
+def test_epochs_differ_and_repeat(image_tree):
+    loader = _train_loader(image_tree, 2)
+    first = _epoch(loader)
+    second = _epoch(loader)  # the next pass is epoch 1
+    assert loader.epoch == 2
+    assert not torch.equal(first[0], second[0])
+    loader.set_epoch(0)
+    assert torch.equal(_epoch(loader)[0], first[0])
+
+
+def test_resume_mid_epoch_with_other_worker_count(image_tree):
+    full = _epoch(_train_loader(image_tree, 2))
+    a = _train_loader(image_tree, 2)
+    a.set_epoch(0)
+    it = iter(a)
+    head = [next(it) for _ in range(2)]
+    head = (torch.cat([x.clone() for x, _ in head]), torch.cat([y.clone() for _, y in head]))
+    state = a.state_dict()
+    assert state["epoch"] == 0 and state["position"] == 2
+    a.close()
+
+    b = _train_loader(image_tree, 1)
+    b.load_state_dict(state)
+    tail = _epoch(b)
+    assert torch.equal(torch.cat([head[0], tail[0]]), full[0])
+    assert torch.equal(torch.cat([head[1], tail[1]]), full[1])
+
+
+def test_state_dict_from_another_seed_is_refused(image_tree):
+    state = _train_loader(image_tree, 1).state_dict()
+    other = stoker.Loader(image_tree, batch_size=5, seed=12, transforms=stoker.transforms.train(20))
+    with pytest.raises(ValueError, match="seed"):
+        other.load_state_dict(state)
+
+
+def test_len_and_drop_last():
+    source = stoker.Synthetic(size=103, shape=(4,))
+    assert len(stoker.Loader(source, batch_size=10)) == 11
+    loader = stoker.Loader(source, batch_size=10, drop_last=True, output="numpy")
+    assert len(loader) == 10
+    assert sum(len(y) for _, y in loader) == 100
+
+
+def test_batch_outlives_the_loader_moving_on_and_being_deleted():
+    # Each batch is a view of a recycled buffer: the buffer must not be reused
+    # while a tensor still views it.
+    source = stoker.Synthetic(size=400, shape=(64,), num_classes=1000)
+    loader = stoker.Loader(source, batch_size=8, workers=2, prefetch=2, shuffle=False)
+    kept, kept_labels = next(iter(loader))
+    copy = kept.clone()
+    for _ in loader:  # 49 more batches through a pool of a few buffers
+        pass
+    assert torch.equal(kept, copy)
+    assert kept_labels.tolist() == list(range(8))
+    del loader
+    gc.collect()
+    np_view = kept.numpy()
+    assert torch.equal(kept, copy) and np_view.sum() == copy.numpy().sum()
+
+
+def test_numpy_output_keeps_the_batch_alive():
+    loader = stoker.Loader(stoker.Synthetic(size=64, shape=(16,)), batch_size=8, output="numpy")
+    images, labels = next(iter(loader))
+    assert isinstance(images, np.ndarray) and images.flags.c_contiguous
+    assert images.ctypes.data % 4096 == 0
+    copy = images.copy()
+    del loader
+    gc.collect()
+    assert np.array_equal(images, copy)
+
+
+def test_synthetic_passthrough_is_the_source_bytes():
+    source = stoker.Synthetic(size=20, shape=(2, 3), dtype="float32", num_classes=20)
+    loader = stoker.Loader(source, batch_size=20, shuffle=False, output="numpy")
+    images, labels = next(iter(loader))
+    assert images.dtype == np.float32 and images.shape == (20, 2, 3)
+    raw, label = source.read(7)
+    assert images[7].tobytes() == raw and labels[7] == label == 7
+
+
+def test_stats_with_tuner_and_with_fixed_workers():
+    source = stoker.Synthetic(size=512, shape=(256,), cpu_cost_us=20)
+    auto = stoker.Loader(source, batch_size=16, workers="auto")
+    for _ in auto:
+        pass
+    stats = auto.stats()
+    assert stats["tuner"] is not None
+    assert {"workers", "phase", "cpu_budget_workers", "samples_per_s"} <= set(stats["tuner"])
+    assert stats["metrics"]["samples_delivered"] == 512
+    assert 0.0 <= stats["stall_fraction"] <= 1.0
+    assert isinstance(auto.decisions(), list)
+
+    fixed = stoker.Loader(source, batch_size=16, workers=2)
+    next(iter(fixed))
+    assert fixed.stats()["tuner"] is None and fixed.stats()["workers"] == 2
+    assert fixed.decisions() == []
+
+
+def test_argument_errors():
+    source = stoker.Synthetic(size=8, shape=(4,))
+    with pytest.raises(ValueError, match="batch_size"):
+        stoker.Loader(source, batch_size=0)
+    with pytest.raises(ValueError, match="workers"):
+        stoker.Loader(source, workers="many")
+    with pytest.raises(ValueError, match="on_error"):
+        stoker.Loader(source, on_error="ignore")
+    with pytest.raises(ValueError, match="world_size"):
+        stoker.Loader(source, rank=1)
+    with pytest.raises(TypeError):
+        stoker.Loader(42)
+
+
+def test_closed_loader_says_so():
+    loader = stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4)
+    loader.close()
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(loader))
+
+
+def test_path_string_sources(image_tree, tmp_path):
+    assert isinstance(stoker.Loader(image_tree, batch_size=4).source, stoker.ImageFolder)
+    with pytest.raises(FileNotFoundError):
+        stoker.Loader(os.path.join(str(tmp_path), "nowhere"))

@@ -1,0 +1,73 @@
+"""File lists and tar shards, configured from Python."""
+
+import io
+import os
+import tarfile
+
+import torch
+import torchvision
+
+import stoker
+
+
+def _write_shards(tree, folder, shards):
+    reference = torchvision.datasets.ImageFolder(tree)
+    os.makedirs(folder)
+    per_shard = -(-len(reference.samples) // shards)
+    for s in range(shards):
+        with tarfile.open(os.path.join(folder, f"shard-{s:03d}.tar"), "w") as tar:
+            for i, (path, label) in enumerate(reference.samples[s * per_shard:(s + 1) * per_shard]):
+                key = f"sample{s:03d}_{i:04d}"
+                ext = os.path.splitext(path)[1]
+                tar.add(path, arcname=key + ext)
+                data = str(label).encode()
+                info = tarfile.TarInfo(key + ".cls")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return reference
+
+
+def test_tar_shards_with_brace_pattern(image_tree, tmp_path):
+    folder = str(tmp_path / "shards")
+    reference = _write_shards(image_tree, folder, 3)
+    pattern = os.path.join(folder, "shard-{000..002}.tar")
+    assert len(stoker.expand_braces(pattern)) == 3
+    source = stoker.TarShards(pattern)
+    assert len(source) == len(reference.samples)
+    assert source.key(0).startswith(os.path.join(folder, "shard-000.tar:"))
+    loader = stoker.Loader(source, batch_size=6, shuffle=False, transforms=stoker.transforms.eval(16))
+    labels = torch.cat([y for _, y in loader])
+    assert labels.tolist() == reference.targets
+    # The same pixels as from the image folder.
+    folder_images = torch.cat([x for x, _ in stoker.Loader(
+        image_tree, batch_size=6, shuffle=False, transforms=stoker.transforms.eval(16))])
+    tar_images = torch.cat([x for x, _ in stoker.Loader(
+        pattern, batch_size=6, shuffle=False, transforms=stoker.transforms.eval(16))])
+    assert torch.equal(folder_images, tar_images)
+
+
+def test_file_list(image_tree, tmp_path):
+    reference = torchvision.datasets.ImageFolder(image_tree)
+    list_path = tmp_path / "train.txt"
+    lines = [f"{os.path.relpath(p, tmp_path)}\t{label}" for p, label in reference.samples[::2]]
+    list_path.write_text("\n".join(lines) + "\n")
+    source = stoker.FileList(str(list_path))
+    assert len(source) == len(lines)
+    loader = stoker.Loader(str(list_path), batch_size=4, shuffle=False,
+                           transforms=stoker.transforms.eval(16))
+    assert isinstance(loader.source, stoker.FileList)
+    assert torch.cat([y for _, y in loader]).tolist() == reference.targets[::2]
+
+
+def test_make_dataset_folder_and_shards_agree(tmp_path):
+    out = str(tmp_path / "data")
+    report = stoker.make_dataset(out, images=6, classes=2, seed=1, shards=2)
+    assert report["images"] == 6 and report["classes"] == ["n000", "n001"]
+    assert len(report["shards"]) == 2
+    reference = torchvision.datasets.ImageFolder(out)
+    eval16 = stoker.transforms.eval(16)
+    folder = list(stoker.Loader(out, batch_size=6, shuffle=False, transforms=eval16))
+    shards = list(stoker.Loader(stoker.TarShards(report["shards"]), batch_size=6, shuffle=False,
+                                transforms=eval16))
+    assert folder[0][1].tolist() == reference.targets
+    assert sorted(shards[0][1].tolist()) == sorted(reference.targets)

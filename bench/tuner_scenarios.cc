@@ -37,32 +37,6 @@ void Goal(bool ok, const char* what, double value, const char* unit) {
   failures += ok ? 0 : 1;
 }
 
-double MeanRate(const std::vector<TimelinePoint>& tl, double from, double to) {
-  double samples = 0, seconds = 0, prev = 0;
-  for (const auto& p : tl) {
-    double dt = p.t_s - prev;
-    if (p.t_s > from && p.t_s <= to) {
-      samples += p.samples_per_s * dt;
-      seconds += dt;
-    }
-    prev = p.t_s;
-  }
-  return seconds > 0 ? samples / seconds : 0;
-}
-
-double MeanStall(const std::vector<TimelinePoint>& tl, double from, double to) {
-  double stall = 0, seconds = 0, prev = 0;
-  for (const auto& p : tl) {
-    double dt = p.t_s - prev;
-    if (p.t_s > from && p.t_s <= to) {
-      stall += p.stall_fraction * dt;
-      seconds += dt;
-    }
-    prev = p.t_s;
-  }
-  return seconds > 0 ? stall / seconds : 0;
-}
-
 // Seconds after `from` until a 1 s window first reaches `target` samples/s.
 double TimeTo(const std::vector<TimelinePoint>& tl, double from, double target) {
   for (const auto& p : tl) {

@@ -62,4 +62,14 @@ struct MakeDatasetReport {
 /// that cannot be decoded, IoError naming a file that cannot be written.
 Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& options);
 
+/// Where the built-in data set lives: $STOKER_DATA_HOME/imagenet-like, else
+/// $XDG_CACHE_HOME/stoker/imagenet-like, else ~/.cache/stoker/imagenet-like.
+std::string DefaultDatasetPath();
+
+/// Makes the built-in data set (MakeDatasetOptions' defaults) at
+/// DefaultDatasetPath() unless a complete one is there, and returns its path.
+/// Progress goes to stderr unless `quiet`. Blocks (tens of seconds the first
+/// time). The CLI and the Python module share it, so either makes it once.
+Result<std::string> EnsureDefaultDataset(bool quiet);
+
 }  // namespace stoker

@@ -20,6 +20,11 @@ struct TimelinePoint {
   int prefetch_batches = 0;
 };
 
+/// Time-weighted means over the timeline points that end in (from_s, to_s]:
+/// throughput (samples/s) and stall fraction.
+double MeanRate(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
+double MeanStall(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
+
 /// How the stand-in training loop consumes batches.
 struct ConsumeOptions {
   double seconds = 0;    // stop after this long (0: no time limit)

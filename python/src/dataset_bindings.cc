@@ -45,6 +45,17 @@ void BindDataset(py::module_& m) {
       },
       py::arg("output"), py::arg("images"), py::arg("classes"), py::arg("seed"),
       py::arg("shards"), py::arg("photos"));
+  m.def("default_dataset_path", [] { return py::bytes(DefaultDatasetPath()); });
+  m.def(
+      "ensure_default_dataset",
+      [](bool quiet) {
+        Result<std::string> path = [&] {
+          py::gil_scoped_release release;
+          return EnsureDefaultDataset(quiet);
+        }();
+        return py::bytes(ValueOrThrow(std::move(path)));
+      },
+      py::arg("quiet"));
 }
 
 }  // namespace stoker::python

@@ -39,9 +39,13 @@ struct Harness {
     pool->Resize(n);
     cv.notify_all();
   }
+  // Settled: n bodies running and none started or leaving. (A thread that
+  // was started counts in running() before its body shows up in `alive`.)
   void WaitAlive(size_t n) {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return alive.size() == n; });
+    while (alive.size() != n || pool->running() != static_cast<int>(n)) {
+      cv.wait_for(lock, std::chrono::milliseconds(1));
+    }
   }
 };
 

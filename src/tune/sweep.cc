@@ -17,21 +17,30 @@ double Since(Clock::time_point t0) {
 
 constexpr double kSignificant = 0.03;  // a sweep point must beat the best by this much
 
-// Mean throughput over the timeline points in [from_s, to_s].
-double MeanRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
-  double samples = 0, seconds = 0, prev = 0;
+// Time-weighted mean of `field` over the points ending in (from_s, to_s].
+template <typename F>
+double TimelineMean(const std::vector<TimelinePoint>& tl, double from_s, double to_s, F field) {
+  double sum = 0, seconds = 0, prev = 0;
   for (const auto& p : tl) {
-    double dt = p.t_s - prev;
+    const double dt = p.t_s - prev;
     if (p.t_s > from_s && p.t_s <= to_s + 1e-9) {
-      samples += p.samples_per_s * dt;
+      sum += field(p) * dt;
       seconds += dt;
     }
     prev = p.t_s;
   }
-  return seconds > 0 ? samples / seconds : 0;
+  return seconds > 0 ? sum / seconds : 0;
 }
 
 }  // namespace
+
+double MeanRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  return TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.samples_per_s; });
+}
+
+double MeanStall(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  return TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.stall_fraction; });
+}
 
 Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   if (o.seconds <= 0 && o.epochs <= 0) {
@@ -109,7 +118,7 @@ Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   auto measure = [&](int workers) -> Result<SweepPoint> {
     LoaderOptions lo = base;
     lo.workers = workers;
-    lo.prefetch_batches = std::max(lo.prefetch_batches, std::min(workers + 2, 32));
+    lo.prefetch_batches = std::max(lo.prefetch_batches, std::clamp(2 + workers / 4, 4, 16));
     STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(lo));
     ConsumeOptions warm;
     warm.seconds = o.warmup_seconds;

@@ -52,7 +52,9 @@ int TunerCore::Cap(const Budgets& b) const {
 }
 
 int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
-  int p = std::clamp(workers + 2, 4, 32);
+  // Workers share batches (claims are chunks of a batch), so the window need
+  // not grow with them; a few more batches absorb jitter in sample times.
+  int p = std::clamp(2 + workers / 4, 3, 16);
   if (b.memory_bytes > 0 && b.batch_bytes > 0) {
     size_t used = static_cast<size_t>(workers) * b.worker_bytes;
     size_t room = b.memory_bytes > used ? b.memory_bytes - used : 0;

@@ -14,6 +14,20 @@ struct MakeDatasetFlags {
 };
 
 int RunMakeDataset(const MakeDatasetFlags& flags) {
+  if (flags.options.output.empty()) {
+    // No OUT: the built-in data set, made once where demo and run look for it.
+    auto path = EnsureDefaultDataset(flags.json);
+    if (!path.ok()) {
+      std::cerr << "stoker make-dataset: " << path.status().ToString() << "\n";
+      return 1;
+    }
+    if (flags.json) {
+      std::cout << nlohmann::json{{"root", *path}}.dump(2) << "\n";
+    } else {
+      std::cout << *path << "\n";
+    }
+    return 0;
+  }
   auto report = MakeDataset(flags.options);
   if (!report.ok()) {
     std::cerr << "stoker make-dataset: " << report.status().ToString() << "\n";
@@ -60,7 +74,9 @@ void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
       "make-dataset",
       "Write an ImageNet-like JPEG folder data set (OUT/<class>/*.jpg) cut from the installed "
       "wallpaper photographs; the demo's and benchmarks' default data.");
-  cmd->add_option("OUT", o.output, "folder to write")->required();
+  cmd->add_option("OUT", o.output,
+                  "folder to write; without it, the built-in data set (made if missing) and its "
+                  "path printed");
   cmd->add_option("--images", o.images, "number of images")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

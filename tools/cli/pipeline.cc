@@ -2,9 +2,7 @@
 
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "stoker/dataset.h"
@@ -13,10 +11,6 @@
 
 namespace stoker::cli {
 namespace {
-
-constexpr int64_t kDefaultImages = 2000;
-constexpr int kDefaultClasses = 10;
-constexpr const char* kCompleteMarker = ".stoker-complete";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -60,41 +54,6 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
       ->check(CLI::PositiveNumber);
 }
 
-std::string DefaultDatasetPath() {
-  if (const char* d = std::getenv("STOKER_DATA_HOME"); d && *d) {
-    return std::string(d) + "/imagenet-like";
-  }
-  std::string base;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-    base = x;
-  } else if (const char* h = std::getenv("HOME"); h && *h) {
-    base = std::string(h) + "/.cache";
-  } else {
-    base = "/tmp";
-  }
-  return base + "/stoker/imagenet-like";
-}
-
-Status EnsureDefaultDataset(const std::string& path, bool quiet) {
-  std::error_code ec;
-  if (std::filesystem::exists(path + "/" + kCompleteMarker, ec)) return Status::Ok();
-  if (!quiet) {
-    std::cerr << "stoker: making the built-in data set (" << kDefaultImages << " images, "
-              << kDefaultClasses << " classes) in " << path << " ...\n";
-  }
-  MakeDatasetOptions o;
-  o.output = path;
-  o.images = kDefaultImages;
-  o.classes = kDefaultClasses;
-  STOKER_ASSIGN_OR_RETURN(MakeDatasetReport r, MakeDataset(o));
-  std::ofstream(path + "/" + kCompleteMarker) << r.images << "\n";
-  if (!quiet) {
-    std::cerr << "stoker: wrote " << r.images << " images (" << (r.bytes >> 20) << " MiB) in "
-              << r.seconds << " s\n";
-  }
-  return Status::Ok();
-}
-
 Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   Pipeline p;
   LoaderOptions& lo = p.loader;
@@ -130,8 +89,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   } else {
     std::string data = f.data;
     if (data.empty()) {
-      data = DefaultDatasetPath();
-      STOKER_RETURN_IF_ERROR(EnsureDefaultDataset(data, quiet));
+      STOKER_ASSIGN_OR_RETURN(data, EnsureDefaultDataset(quiet));
     }
     auto opened = OpenData(data);
     if (!opened.ok()) return opened.status().WithContext("--data " + data);

@@ -49,13 +49,6 @@ struct Pipeline {
 /// or the file.
 Result<Pipeline> BuildPipeline(const PipelineFlags& flags, bool quiet);
 
-/// Where the built-in data set lives: $STOKER_DATA_HOME, else
-/// $XDG_CACHE_HOME/stoker, else ~/.cache/stoker; then "/imagenet-like".
-std::string DefaultDatasetPath();
-
-/// Makes the built-in data set at `path` unless it is already complete.
-Status EnsureDefaultDataset(const std::string& path, bool quiet);
-
 /// The flags of `stoker run` (and of the demo, which runs the same job).
 struct RunFlags {
   PipelineFlags pipeline;

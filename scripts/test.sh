@@ -14,8 +14,8 @@ echo "== release build: all tests"
 bash scripts/build.sh release
 ctest --preset release -j2
 
-echo "== release build: Python tests"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+echo "== release build: Python and command-line tests"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests tests/test_cli.py
 
 echo "== ThreadSanitizer: concurrency tests"
 cmake --preset tsan >/dev/null

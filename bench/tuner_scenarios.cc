@@ -115,6 +115,10 @@ void SteadyScenario(const char* name, Setup& s, double latency_ms) {
   PrintSweep(r);
   std::printf("    tuned: %.1f samples/s, settled on %d workers (max %d)\n", r.tuned_samples_per_s,
               r.tuned_workers_final, r.tuned_workers_max);
+  for (const auto& d : r.trace) {
+    std::printf("      %5.1fs %3d -> %-3d %s\n", d.t_s, d.workers_before, d.workers_after,
+                d.reason.c_str());
+  }
   Goal(r.ratio >= 0.97, "tuned / best static (>= 0.97)", r.ratio, "");
   Goal(r.seconds_to_95pct >= 0 && r.seconds_to_95pct <= 5, "seconds to 95 % of best (<= 5)",
        r.seconds_to_95pct, "s");

@@ -28,7 +28,7 @@ ctest --preset asan -LE concurrency -j2
 
 echo "== libFuzzer smoke: ${STOKER_FUZZ_SECONDS:=20} s per target"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz
+cmake --build --preset fuzz --target fuzzers
 for target in build/fuzz/fuzz/*_fuzzer; do
   name=$(basename "$target")
   work=$(mktemp -d)

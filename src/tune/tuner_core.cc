@@ -184,6 +184,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     case Phase::kTrialUp: {
       phase_ = Phase::kRefine;
       const double gain = p.rate() / std::max(trial_rate_before_, 1e-9) - 1;
+      last_gain_ = gain;
       if (gain >= kGain) {
         reference_ = p;
         reference_workers_ = workers_;
@@ -228,6 +229,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       knee_.reset();
       floor_.reset();
       careful_ = false;
+      last_gain_ = 0;
       reference_ = p;
       const int m = Model(p, b);
       return Set(m, b, p,
@@ -246,7 +248,9 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     calm_windows_ = 0;
     if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
     const int m = Model(p, b);
-    int target = m > workers_ ? m : workers_ + std::max(1, workers_ / 4);
+    // Step by a quarter, or by a half while steps keep paying handsomely.
+    const int step = std::max(1, last_gain_ > 5 * kGain ? workers_ / 2 : workers_ / 4);
+    int target = std::max(m, workers_ + step);
     if (knee_) target = std::min(target, *knee_);
     target = std::min(target, cap);
     if (target <= workers_) return std::nullopt;

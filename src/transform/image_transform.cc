@@ -41,8 +41,7 @@ std::string FirstBytes(std::span<const std::byte> data) {
 class ImageScratch final : public TransformScratch {
  public:
   size_t bytes() const override {
-    return pixels.capacity() +
-           (resample.columns.capacity() + resample.pixels.capacity()) * sizeof(float) +
+    return pixels.capacity() + rows.capacity() * sizeof(float) + resample.bytes() +
            TapBytes(taps_x) + TapBytes(taps_y);
   }
   static size_t TapBytes(const ResampleTaps& t) {
@@ -56,6 +55,7 @@ class ImageScratch final : public TransformScratch {
   ResampleTaps taps_x;
   ResampleTaps taps_y;
   ResampleBuffers resample;
+  std::vector<float> rows;  // one output row, planar, before conversion to bytes
 };
 
 // Where the output samples the source: one axis of the resample, in the
@@ -71,8 +71,8 @@ class ImageTransform final : public Transform {
  public:
   explicit ImageTransform(const ImageTransformOptions& o) : o_(o) {
     for (int c = 0; c < 3; ++c) {
-      scale_[c] = 1.0f / (255.0f * o.std[c]);
-      bias_[c] = -o.mean[c] / o.std[c];
+      normalise_.scale[c] = 1.0f / (255.0f * o.std[c]);
+      normalise_.bias[c] = -o.mean[c] / o.std[c];
     }
   }
 
@@ -179,48 +179,41 @@ class ImageTransform final : public Transform {
              std::span<std::byte> out) const {
     const int w = o_.width;
     const size_t plane = static_cast<size_t>(o_.height) * w;
-    switch (o_.layout) {
-      case ImageLayout::kFloat32CHW: {
-        float* o = reinterpret_cast<float*>(out.data());
-        const float s0 = scale_[0], s1 = scale_[1], s2 = scale_[2];
-        const float b0 = bias_[0], b1 = bias_[1], b2 = bias_[2];
-        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
-          float* r = o + static_cast<size_t>(y) * w;
-          float* g = r + plane;
-          float* b = g + plane;
-          for (int x = 0; x < w; ++x) {
-            r[x] = px[4 * x] * s0 + b0;
-            g[x] = px[4 * x + 1] * s1 + b1;
-            b[x] = px[4 * x + 2] * s2 + b2;
-          }
-        });
-        break;
-      }
-      case ImageLayout::kUInt8HWC: {
-        uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
-        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
-          uint8_t* p = o + static_cast<size_t>(y) * w * 3;
-          for (int x = 0; x < w; ++x) {
-            p[3 * x] = ToByte(px[4 * x]);
-            p[3 * x + 1] = ToByte(px[4 * x + 1]);
-            p[3 * x + 2] = ToByte(px[4 * x + 2]);
-          }
-        });
-        break;
-      }
-      case ImageLayout::kUInt8CHW: {
-        uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
-        ResampleRgb(region, s.taps_x, s.taps_y, flip, s.resample, [&](int y, const float* px) {
-          uint8_t* r = o + static_cast<size_t>(y) * w;
-          for (int x = 0; x < w; ++x) {
-            r[x] = ToByte(px[4 * x]);
-            r[plane + x] = ToByte(px[4 * x + 1]);
-            r[2 * plane + x] = ToByte(px[4 * x + 2]);
-          }
-        });
-        break;
-      }
+    if (o_.layout == ImageLayout::kFloat32CHW) {
+      // The normalisation rides on the resampler's last multiply-add, and
+      // each row lands straight in its three planes.
+      float* o = reinterpret_cast<float*>(out.data());
+      ResamplePlanar(
+          region, s.taps_x, s.taps_y, flip, normalise_, s.resample,
+          [&](int y) {
+            float* r = o + static_cast<size_t>(y) * w;
+            return PlanarRow{{r, r + plane, r + 2 * plane}};
+          },
+          [](int) {});
+      return;
     }
+    const size_t row_size = static_cast<size_t>(w);
+    if (s.rows.size() < 3 * row_size) s.rows.resize(3 * row_size);
+    const PlanarRow row{{s.rows.data(), s.rows.data() + row_size, s.rows.data() + 2 * row_size}};
+    uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
+    const bool hwc = o_.layout == ImageLayout::kUInt8HWC;
+    ResamplePlanar(
+        region, s.taps_x, s.taps_y, flip, ChannelAffine{}, s.resample, [&](int) { return row; },
+        [&](int y) {
+          if (hwc) {
+            uint8_t* p = o + static_cast<size_t>(y) * w * 3;
+            for (int x = 0; x < w; ++x) {
+              p[3 * x] = ToByte(row.c[0][x]);
+              p[3 * x + 1] = ToByte(row.c[1][x]);
+              p[3 * x + 2] = ToByte(row.c[2][x]);
+            }
+          } else {
+            for (int c = 0; c < 3; ++c) {
+              uint8_t* p = o + c * plane + static_cast<size_t>(y) * w;
+              for (int x = 0; x < w; ++x) p[x] = ToByte(row.c[c][x]);
+            }
+          }
+        });
   }
 
   static uint8_t ToByte(float v) {
@@ -229,8 +222,7 @@ class ImageTransform final : public Transform {
   }
 
   ImageTransformOptions o_;
-  float scale_[3];
-  float bias_[3];
+  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias
 };
 
 }  // namespace

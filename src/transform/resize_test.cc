@@ -104,5 +104,75 @@ TEST(ResizeTest, ResampleMatchesReferenceAndKeepsFlatColour) {
   });
 }
 
+// The planar path with a mapping, mirrored, at a width that leaves a partial
+// group of 8: the same values as the interleaved one, mapped in float.
+TEST(ResizeTest, PlanarRowsAreTheMappedInterleavedRows) {
+  const int w = 37, h = 29;
+  testing::Image img;
+  img.width = 120;
+  img.height = 90;
+  img.rgb = testing::MakePicture(120, 90, 6);
+  DecodedRegion src{img.rgb.data(), 0, 0, 120, 90, 120 * 3};
+  ResampleTaps tx, ty;
+  ResampleBuffers buffers;
+  ComputeTaps(2.25, 101.5 / w, w, 2, 104, &tx);
+  ComputeTaps(0.0, 90.0 / h, h, 0, 90, &ty);
+  ChannelAffine affine;
+  for (int c = 0; c < 3; ++c) {
+    affine.scale[c] = 1.0f / (255.0f * (0.2f + 0.01f * c));
+    affine.bias[c] = -(0.4f + 0.03f * c) / (0.2f + 0.01f * c);
+  }
+  for (bool mirror : {false, true}) {
+    std::vector<float> rgbx(static_cast<size_t>(w) * h * 4);
+    ResampleRgb(src, tx, ty, mirror, buffers, [&](int y, const float* px) {
+      std::copy(px, px + 4 * w, rgbx.begin() + static_cast<ptrdiff_t>(y) * w * 4);
+    });
+    // Slack past each row catches writes beyond out_size.
+    std::vector<float> planes(static_cast<size_t>(3) * h * w + 8, -1.0f);
+    int rows = 0;
+    ResamplePlanar(
+        src, tx, ty, mirror, affine, buffers,
+        [&](int y) {
+          float* r = planes.data() + static_cast<size_t>(y) * w;
+          return PlanarRow{{r, r + h * w, r + 2 * h * w}};
+        },
+        [&](int y) { EXPECT_EQ(y, rows++); });
+    EXPECT_EQ(rows, h);
+    for (int c = 0; c < 3; ++c) {
+      for (int i = 0; i < h * w; ++i) {
+        const float v = rgbx[static_cast<size_t>(i) * 4 + c];
+        ASSERT_EQ(planes[static_cast<size_t>(c) * h * w + i], v * affine.scale[c] + affine.bias[c])
+            << "channel " << c << " pixel " << i;
+      }
+    }
+    for (size_t i = static_cast<size_t>(3) * h * w; i < planes.size(); ++i) {
+      ASSERT_EQ(planes[i], -1.0f);
+    }
+  }
+}
+
+// Whatever kernel the CPU picks, the portable one gives the same bits.
+TEST(ResizeTest, RowKernelsAgreeBitForBit) {
+  std::vector<float> columns;
+  for (int taps_case = 0; taps_case < 3; ++taps_case) {
+    const int out = 45;
+    const int in = taps_case == 0 ? 30 : (taps_case == 1 ? 100 : 400);
+    ResampleTaps tx;
+    ComputeTaps(0.5, (in - 1.0) / out, out, 0, in, &tx);
+    ResampleBuffers buffers;
+    float* col = PrepareResample(tx, taps_case == 1, &buffers);
+    for (int i = 0; i < (tx.end - tx.first) * 3; ++i) {
+      col[i] = static_cast<float>((i * 37) % 256) + 0.25f;
+    }
+    ChannelAffine a;
+    a.scale[1] = 0.017f;
+    a.bias[2] = -2.1f;
+    std::vector<float> fast(3 * out), plain(3 * out);
+    ResampleRow(col, buffers.plan, a, PlanarRow{{&fast[0], &fast[out], &fast[2 * out]}});
+    ResampleRowPortable(col, buffers.plan, a, PlanarRow{{&plain[0], &plain[out], &plain[2 * out]}});
+    EXPECT_EQ(fast, plain) << "input width " << in;
+  }
+}
+
 }  // namespace
 }  // namespace stoker

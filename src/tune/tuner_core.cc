@@ -172,8 +172,8 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       phase_ = Phase::kRefine;
       reference_ = p;
       reference_workers_ = workers_;
+      // Logged even when it keeps the count: the trace then says why.
       const int m = Model(p, b);
-      if (m == workers_) return std::nullopt;
       return Set(m, b, p,
                  Fmt("model: %.2f ms wall and %.2f ms CPU per sample, demand %.0f/s -> %.0f "
                      "workers",

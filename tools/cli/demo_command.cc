@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -36,10 +37,12 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
     std::cout << "\n" << s->description << "\n";
     PrintRunSummary(*s, std::cout);
     const double demand = f->step_ms > 0 ? 1000.0 / f->step_ms * f->pipeline.batch_size : 0;
+    char stall[32];
+    std::snprintf(stall, sizeof stall, "%.2f", s->stats.stall_fraction * 100);
     std::cout << "\nWhat the tuner found: the consumer takes about " << static_cast<int>(demand)
               << " samples/s; " << s->workers_final << " worker"
-              << (s->workers_final == 1 ? "" : "s") << " kept it waiting "
-              << s->stats.stall_fraction * 100 << " % of the time.\n"
+              << (s->workers_final == 1 ? "" : "s") << " kept it waiting " << stall
+              << " % of the time (the decisions above say why).\n"
               << "Try --step-ms 0 (a consumer as fast as possible), --read-latency-ms 5 (slow "
                  "storage), or `stoker bench` for the samples/s per worker table.\n";
   });

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -94,20 +95,10 @@ py::dict MetricsToDict(const LoaderMetrics& m) {
   return d;
 }
 
+// The trace file's JSON form (TunerDecisionToJson), as a dict: one place
+// says which fields a decision has.
 py::dict DecisionToDict(const TunerDecision& t) {
-  py::dict d;
-  d["t_s"] = t.t_s;
-  d["workers_before"] = t.workers_before;
-  d["workers_after"] = t.workers_after;
-  d["prefetch_before"] = t.prefetch_before;
-  d["prefetch_after"] = t.prefetch_after;
-  d["reason"] = t.reason;
-  d["samples_per_s"] = t.samples_per_s;
-  d["stall_fraction"] = t.stall_fraction;
-  d["cpu_per_sample_ms"] = t.cpu_per_sample_ms;
-  d["wall_per_sample_ms"] = t.wall_per_sample_ms;
-  d["demand_per_s"] = t.demand_per_s;
-  return d;
+  return py::module_::import("json").attr("loads")(TunerDecisionToJson(t).dump());
 }
 
 py::object ViewToDict(const std::optional<TunerView>& v) {

@@ -304,9 +304,7 @@ class Loader::Impl {
       return;
     }
     Abandon(ahead_);
-    cur_ = std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan_options_, next_epoch_),
-                                      ++generation_);
-    if (!options_.ordered) cur_->ready_fifo.reserve(static_cast<size_t>(num_batches_));
+    cur_ = NewRun(next_epoch_);
     if (pending_restore_) {
       for (int64_t b = 0; b < pending_restore_->position; ++b) {
         cur_->delivered[static_cast<size_t>(b)] = 1;
@@ -357,11 +355,7 @@ class Loader::Impl {
       // Look ahead, but only at the epoch the next Next() will start, and
       // not before the first epoch or while a restore is pending.
       if (pending_restore_ || (cur_ == nullptr && ahead_ == nullptr)) return false;
-      if (ahead_ == nullptr) {
-        ahead_ = std::make_unique<EpochRun>(
-            std::make_shared<const EpochPlan>(plan_options_, cur_->epoch() + 1), ++generation_);
-        if (!options_.ordered) ahead_->ready_fifo.reserve(static_cast<size_t>(num_batches_));
-      }
+      if (ahead_ == nullptr) ahead_ = NewRun(cur_->epoch() + 1);
       if (cur_ == nullptr && ahead_->epoch() != next_epoch_) return false;
       run = ahead_.get();
       SkipDelivered(*run);
@@ -389,6 +383,13 @@ class Loader::Impl {
       run->claim_offset = 0;
     }
     return true;
+  }
+
+  std::unique_ptr<EpochRun> NewRun(int64_t epoch) {
+    auto run = std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan_options_, epoch),
+                                          ++generation_);
+    if (!options_.ordered) run->ready_fifo.reserve(static_cast<size_t>(num_batches_));
+    return run;
   }
 
   static void SkipDelivered(EpochRun& run) {
@@ -503,7 +504,11 @@ class Loader::Impl {
       if (cur_ == nullptr) StartEpochLocked();
       if (cur_->finished()) {
         next_epoch_ = cur_->epoch() + 1;
+        // Workers may not have looked ahead yet (all busy on the last
+        // batches): start the next epoch's prefetch here, or nobody will.
+        if (ahead_ == nullptr && !pending_restore_) ahead_ = NewRun(next_epoch_);
         cur_.reset();
+        work_cv_.notify_all();
         return std::optional<Batch>();
       }
       if (BatchSlot* s = DeliverableLocked()) return DeliverLocked(s);

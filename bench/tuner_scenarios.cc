@@ -76,6 +76,13 @@ class CpuHog {
   std::vector<pid_t> pids_;
 };
 
+void PrintTrace(const std::vector<TunerDecision>& trace) {
+  for (const auto& d : trace) {
+    std::printf("      %5.1fs %3d -> %-3d %s\n", d.t_s, d.workers_before, d.workers_after,
+                d.reason.c_str());
+  }
+}
+
 struct Setup {
   LoaderOptions base;
   std::shared_ptr<SlowSource> slow;
@@ -115,10 +122,7 @@ void SteadyScenario(const char* name, Setup& s, double latency_ms) {
   PrintSweep(r);
   std::printf("    tuned: %.1f samples/s, settled on %d workers (max %d)\n", r.tuned_samples_per_s,
               r.tuned_workers_final, r.tuned_workers_max);
-  for (const auto& d : r.trace) {
-    std::printf("      %5.1fs %3d -> %-3d %s\n", d.t_s, d.workers_before, d.workers_after,
-                d.reason.c_str());
-  }
+  PrintTrace(r.trace);
   Goal(r.ratio >= 0.97, "tuned / best static (>= 0.97)", r.ratio, "");
   Goal(r.seconds_to_95pct >= 0 && r.seconds_to_95pct <= 5, "seconds to 95 % of best (<= 5)",
        r.seconds_to_95pct, "s");
@@ -176,6 +180,7 @@ void PhaseScenario(const char* name, Setup& s, double best_after,
   double steady = MeanRate(st.timeline, 17, st.seconds);
   std::printf("    after the change: %d workers, %.1f samples/s from t = 17 s\n", loader->workers(),
               steady);
+  PrintTrace(GetTunerTrace(*loader));
   Goal(back <= 5, "seconds back within 95 % of best (<= 5)", back, "s");
   Goal(steady >= 0.97 * best_after, "tuned / best static after the change (>= 0.97)",
        steady / best_after, "");

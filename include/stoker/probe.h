@@ -116,6 +116,18 @@ struct ProbeOptions {
 /// time and from any thread, concurrently with other calls.
 MachineFacts ProbeMachine(const ProbeOptions& options = {});
 
+/// CPU time since boot on the CPUs this process may run on (its
+/// Cpus_allowed_list), summed from <proc_root>/stat: busy is everything but
+/// idle and iowait. Differences over a window tell how busy those CPUs were,
+/// and, less this process's own CPU time, how much other processes used.
+struct CpuTimes {
+  double busy_s = 0;
+  double idle_s = 0;
+  int cpus = 0;
+};
+/// nullopt when the files cannot be read or parsed.
+std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& options = {});
+
 /// The facts as JSON with stable keys, null for unknown:
 /// {"cpu": {"logical", "physical_cores", "affinity", "quota_cores",
 /// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",

@@ -62,8 +62,12 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);
 struct SweepOptions {
   std::vector<int> workers;     // empty: 0, 1, 2, ... until past the knee
   int max_workers = 128;        // where the automatic sequence stops at the latest
-  double point_seconds = 2.0;   // measured per setting, after the warm-up
+  double point_seconds = 4.0;   // measured per setting, after the warm-up
   double warmup_seconds = 0.5;
+  /// The best few settings are measured a second time and each keeps the
+  /// mean of its two measurements: the best of many short, noisy points
+  /// otherwise sets the bar by luck. 0 = measure each point once.
+  int confirm_top = 3;
   double tuned_seconds = 12.0;  // the tuned run
   bool run_tuned = true;        // false: the static sweep only
   double step_ms = 0;

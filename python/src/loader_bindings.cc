@@ -257,7 +257,7 @@ void BindLoader(py::module_& m) {
              o.rank = rank;
              o.world_size = world_size;
              o.workers = workers;
-             if (prefetch_batches) o.prefetch_batches = *prefetch_batches;
+             o.prefetch_batches = prefetch_batches.value_or(DefaultPrefetch(workers));
              if (prefetch_bytes) o.prefetch_bytes = *prefetch_bytes;
              o.on_error = PolicyFromName(on_error);
              o.ordered = ordered;

@@ -95,7 +95,8 @@ class Loader:
     workers: "auto" (the tuner decides, and keeps deciding) or a number of
         threads; 0 makes the iterating thread do the work.
     prefetch: at most this many batches in flight (default: the tuner's pick,
-        or 4); prefetch_bytes bounds their bytes.
+        or for a fixed worker count 2, more for many workers); prefetch_bytes
+        bounds their bytes.
     on_error: "raise" (a sample that cannot be read or decoded raises at its
         batch, naming the sample and file; iteration may continue after it)
         or "skip" (it is left out; see skipped()).

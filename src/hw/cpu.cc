@@ -1,4 +1,5 @@
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <set>
@@ -94,3 +95,47 @@ MachineFacts::Cpu ReadCpuFacts(const ProbeOptions& options, const CgroupMembersh
 }
 
 }  // namespace stoker::hw
+
+namespace stoker {
+
+std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& o) {
+  std::optional<std::string> status = hw::ReadSmallFile(hw::JoinPath(o.proc_root, "self/status"));
+  std::optional<std::string> list =
+      status ? hw::FindKeyedLine(*status, "Cpus_allowed_list") : std::nullopt;
+  std::optional<std::vector<hw::CpuRange>> allowed =
+      list ? hw::ParseCpuList(*list) : std::nullopt;
+  std::optional<std::string> stat = hw::ReadSmallFile(hw::JoinPath(o.proc_root, "stat"));
+  if (!allowed || !stat) return std::nullopt;
+  static const double kTick = 1.0 / static_cast<double>(std::max<long>(1, ::sysconf(_SC_CLK_TCK)));
+  CpuTimes t;
+  for (std::string_view line : hw::SplitLines(*stat)) {
+    // "cpuN user nice system idle iowait irq softirq steal ...": the per-CPU lines.
+    if (!line.starts_with("cpu") || line.size() < 4 || line[3] < '0' || line[3] > '9') continue;
+    const size_t space = line.find(' ');
+    std::optional<uint64_t> cpu = hw::ParseUint(line.substr(3, space - 3));
+    if (!cpu || space == std::string_view::npos) return std::nullopt;
+    const bool ours = std::any_of(allowed->begin(), allowed->end(), [&](const hw::CpuRange& r) {
+      return *cpu >= r.first && *cpu <= r.last;
+    });
+    if (!ours) continue;
+    uint64_t fields[8] = {};
+    std::string_view rest = line.substr(space);
+    for (uint64_t& f : fields) {
+      rest = hw::Trim(rest);
+      const size_t end = rest.find(' ');
+      std::optional<uint64_t> v = hw::ParseUint(rest.substr(0, end));
+      if (!v) return std::nullopt;
+      f = *v;
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+    }
+    const uint64_t idle = fields[3] + fields[4];
+    const uint64_t busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7];
+    t.idle_s += static_cast<double>(idle) * kTick;
+    t.busy_s += static_cast<double>(busy) * kTick;
+    ++t.cpus;
+  }
+  if (t.cpus == 0) return std::nullopt;
+  return t;
+}
+
+}  // namespace stoker

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -161,6 +162,35 @@ TEST(ProbeTest, GarbageIsUnknownAndNoted) {
   EXPECT_TRUE(NotesMention(f, "Cpus_allowed_list 'x-y'"));
   EXPECT_TRUE(NotesMention(f, "$RANK: 'abc'"));
   EXPECT_TRUE(NotesMention(f, "$WORLD_SIZE: '0'"));
+}
+
+TEST(ProbeTest, CpuTimesCountOnlyTheAllowedCpus) {
+  FakeMachine m;
+  m.SetAffinity("1,3");
+  const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  m.Write("proc/stat",
+          "cpu  4000 0 400 4000 40 0 0 0 0 0\n"
+          "cpu0 1000 0 100 1000 10 0 0 0 0 0\n"
+          "cpu1 200 10 20 700 30 5 5 30 0 0\n"
+          "cpu2 1000 0 100 1000 10 0 0 0 0 0\n"
+          "cpu3 50 0 50 900 0 0 0 0 0 0\n"
+          "intr 1 2 3\nctxt 42\n");
+  std::optional<CpuTimes> t = ReadCpuTimes(m.Options());
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->cpus, 2);
+  EXPECT_NEAR(t->busy_s, (270 + 100) * tick, 1e-9);  // steal counts as busy: not ours to use
+  EXPECT_NEAR(t->idle_s, (730 + 900) * tick, 1e-9);   // iowait counts as idle
+}
+
+TEST(ProbeTest, CpuTimesUnknownWithoutTheirFiles) {
+  FakeMachine m;
+  m.SetAffinity("0");
+  EXPECT_FALSE(ReadCpuTimes(m.Options()));  // no proc/stat
+  m.Write("proc/stat", "cpu0 garbage\n");
+  EXPECT_FALSE(ReadCpuTimes(m.Options()));
+  m.Write("proc/stat", "cpu1 1 2 3 4 5 6 7 8 0 0\n");  // none of ours
+  EXPECT_FALSE(ReadCpuTimes(m.Options()));
 }
 
 TEST(ProbeTest, TorchrunVariables) {

@@ -37,9 +37,9 @@ std::optional<uint64_t> ParseUint(std::string_view text) {
   return value;
 }
 
-std::optional<int> CountCpuList(std::string_view text) {
+std::optional<std::vector<CpuRange>> ParseCpuList(std::string_view text) {
   text = Trim(text);
-  int count = 0;
+  std::vector<CpuRange> ranges;
   while (!text.empty()) {
     size_t comma = text.find(',');
     std::string_view item = text.substr(0, comma);
@@ -49,9 +49,17 @@ std::optional<int> CountCpuList(std::string_view text) {
     std::optional<uint64_t> last =
         dash == std::string_view::npos ? first : ParseUint(item.substr(dash + 1));
     if (!first || !last || *last < *first || *last - *first > (1u << 20)) return std::nullopt;
-    count += static_cast<int>(*last - *first + 1);
+    ranges.push_back({*first, *last});
     if (comma != std::string_view::npos && text.empty()) return std::nullopt;  // "0-3,"
   }
+  return ranges;
+}
+
+std::optional<int> CountCpuList(std::string_view text) {
+  std::optional<std::vector<CpuRange>> ranges = ParseCpuList(text);
+  if (!ranges) return std::nullopt;
+  int count = 0;
+  for (const CpuRange& r : *ranges) count += static_cast<int>(r.last - r.first + 1);
   return count;
 }
 

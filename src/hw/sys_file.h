@@ -22,6 +22,16 @@ std::string_view Trim(std::string_view text);
 /// A non-negative decimal integer filling all of `text` (after trimming).
 std::optional<uint64_t> ParseUint(std::string_view text);
 
+/// One item of a kernel CPU list: CPUs first..last.
+struct CpuRange {
+  uint64_t first = 0;
+  uint64_t last = 0;
+};
+
+/// The items of a kernel CPU list such as "0-3,8,10-11"; nullopt for
+/// malformed text.
+std::optional<std::vector<CpuRange>> ParseCpuList(std::string_view text);
+
 /// The number of CPUs in a kernel CPU list such as "0-3,8,10-11"; nullopt for
 /// malformed text. An empty list has 0 CPUs.
 std::optional<int> CountCpuList(std::string_view text);

@@ -79,9 +79,11 @@ class Tuner final : public Controller {
     LoaderMetrics m = loader.Metrics();
     const double now_s = Seconds();
     const double proc_cpu = ProcessCpuSeconds();
+    const std::optional<CpuTimes> machine = ReadCpuTimes();
     if (!last_) {
       last_ = m;
       last_proc_cpu_ = proc_cpu;
+      last_machine_ = machine;
       return;
     }
     const LoaderMetrics& l = *last_;
@@ -102,8 +104,15 @@ class Tuner final : public Controller {
     const double trainer_cores =
         o.window_s > 0 ? std::max(0.0, (proc_cpu - last_proc_cpu_ - o.cpu_s) / o.window_s) : 0;
     trainer_cores_ = 0.8 * trainer_cores_ + 0.2 * trainer_cores;
+    if (machine && last_machine_ && machine->cpus == last_machine_->cpus) {
+      // Our CPUs' busy time less this process's is other processes' (and
+      // the hypervisor's steal).
+      o.others_s = std::max(0.0, machine->busy_s - last_machine_->busy_s - (proc_cpu - last_proc_cpu_));
+      o.idle_s = std::max(0.0, machine->idle_s - last_machine_->idle_s);
+    }
     last_ = m;
     last_proc_cpu_ = proc_cpu;
+    last_machine_ = machine;
     if (m.workers_running > 0 && m.worker_bytes > 0) {
       budgets_.worker_bytes =
           m.worker_bytes / static_cast<size_t>(m.workers_running) + kThreadOverhead;
@@ -115,6 +124,9 @@ class Tuner final : public Controller {
       machine_cores_ = CpuBudget(ProbeMachine(po));
     }
     budgets_.cpu_cores = std::max(0.5, machine_cores_ - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
+    // Our CPUs beyond this rank's budget belong to others (other ranks,
+    // other tenants under a quota): their use there is no contention.
+    if (machine) budgets_.others_room = std::max(0.0, machine->cpus - machine_cores_);
 
     std::optional<TunerDecision> d = core_.Observe(o, budgets_);
     if (d) {
@@ -160,6 +172,7 @@ class Tuner final : public Controller {
   const std::chrono::steady_clock::time_point start_;
   std::optional<LoaderMetrics> last_;
   double last_proc_cpu_ = 0;
+  std::optional<CpuTimes> last_machine_;
   double trainer_cores_ = 0;
   double machine_cores_ = 0;
   double last_probe_s_ = 0;

@@ -11,14 +11,23 @@ constexpr double kMinWindowS = 0.5;   // pool windows until they cover this much
 constexpr int64_t kMinBatches = 3;    // ... and this many batches,
 constexpr double kMaxWindowS = 1.5;   // ... unless this much time has passed.
 constexpr double kHeadroom = 1.2;     // the model provisions 20 % above the demand
-// ... and 50 % above the CPU-saturation point of I/O-bound work: there, with
+// ... and twice the CPU-saturation point of I/O-bound work: there, with
 // many workers waking at random, throughput keeps rising well past it
-// (measured: 20 ms reads on 2 cores saturate in theory at ~63 workers, the
-// best static setting was ~108).
-constexpr double kIoHeadroom = 1.5;
+// (measured: 20 ms reads on 2 cores saturate in theory at ~70 workers; the
+// static sweep still gained at 108 and 128).
+constexpr double kIoHeadroom = 2.0;
 constexpr double kTrialWindowS = 1.0;  // a trial is judged on at least this much time
 constexpr int64_t kStartSamples = 16;  // the first model jump needs this many samples
 constexpr double kDownBusy = 0.85;    // step down only if the rest would be at most this busy
+// When other processes keep our CPUs busy, each runnable thread gets its
+// share: provision workers for this share of the CPU time that is taken.
+constexpr double kOutbidShare = 0.96;
+// Other processes take at least this share of our CPU budget (less is not
+// worth more threads: a monitoring daemon is no reason to outbid) ...
+constexpr double kContended = 0.25;
+constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this fraction
+constexpr double kBigChange = 1.0;    // a change this large is believed on one window
+constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
 
 std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0) {
   char buf[256];
@@ -58,10 +67,10 @@ int TunerCore::Cap(const Budgets& b) const {
   return cap;
 }
 
+int DefaultPrefetch(int workers) { return std::clamp(2 + workers / 4, 2, 16); }
+
 int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
-  // Workers share batches (claims are chunks of a batch), so the window need
-  // not grow with them; a few more batches absorb jitter in sample times.
-  int p = std::clamp(2 + workers / 4, 4, 16);
+  int p = DefaultPrefetch(workers);
   if (b.memory_bytes > 0 && b.batch_bytes > 0) {
     size_t used = static_cast<size_t>(workers) * b.worker_bytes;
     size_t room = b.memory_bytes > used ? b.memory_bytes - used : 0;
@@ -81,6 +90,15 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   // a worker per core is the knee).
   double cpu_fill = cpu > 0 ? b.cpu_cores * wall / cpu : 1e9;
   if (cpu_fill >= 2 * b.cpu_cores) cpu_fill *= kIoHeadroom;
+  // Other processes compete for our CPUs and leave none idle: the scheduler
+  // shares CPU time per runnable thread, so the workers' share grows with
+  // their count. Size the pool for kOutbidShare of the busy CPU time.
+  const double ours = p.worker_cores(), others = p.intruding_cores(b.others_room);
+  if (p.machine_known && others >= kContended * b.cpu_cores && ours > 0 &&
+      p.idle_cores() <= kNoIdle * b.cpu_cores) {
+    const double share = kOutbidShare / (1 - kOutbidShare);
+    cpu_fill = std::max(cpu_fill, std::ceil(share * workers_ * others / ours));
+  }
   const double demand = p.demand();
   const double need = std::isinf(demand) ? 1e9 : demand * wall * kHeadroom;
   // A hair under the next integer counts as that integer: 2.004 means 2.
@@ -88,15 +106,21 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   return static_cast<int>(std::clamp<double>(m, 1, Cap(b)));
 }
 
-bool TunerCore::Changed(const Pooled& p) const {
-  if (!reference_) return false;
+double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
+  if (!reference_) return 0;
   const Pooled& r = *reference_;
   const double d_now = p.demand(), d_ref = r.demand();
-  if (std::isinf(d_now) != std::isinf(d_ref)) return true;
-  if (!std::isinf(d_now) && RelChange(d_now, d_ref) > kChange) return true;
-  if (RelChange(p.cpu_per_sample(), r.cpu_per_sample()) > kChange) return true;
-  if (RelChange(p.wall_per_sample(), r.wall_per_sample()) > kChange) return true;
-  return false;
+  if (std::isinf(d_now) != std::isinf(d_ref)) return 2 * kBigChange;
+  double change = std::isinf(d_now) ? 0 : RelChange(d_now, d_ref);
+  change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
+  change = std::max(change, RelChange(p.wall_per_sample(), r.wall_per_sample()));
+  // Other processes starting or stopping on our CPUs (cores, not relative).
+  if (p.machine_known && r.machine_known &&
+      std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
+          2 * kContended * b.cpu_cores) {
+    change = std::max(change, 2 * kChange);
+  }
+  return change > kChange ? change : 0;
 }
 
 std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const Pooled& p,
@@ -116,12 +140,36 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
   d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
   if (workers != workers_ || prefetch != prefetch_) {
+    // Let the pipeline refill before judging: a window, and longer when
+    // samples are slow (the new workers' first tasks end late).
     skip_windows_ = 1;
+    skip_until_s_ = t_s + std::clamp(20 * p.wall_per_sample(), 0.0, 1.0);
     pool_ = {};
   }
   workers_ = workers;
   prefetch_ = prefetch;
   return d;
+}
+
+std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& p,
+                                                const std::string& why, double t_s) {
+  const int cap = Cap(b);
+  if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
+  // Steps of half the pool, whole while they keep paying handsomely: big
+  // enough that their gain stands out of the noise of a one-second window.
+  const int step = std::max(1, last_gain_ > kBigGain ? workers_ : workers_ / 2);
+  int target = std::max(Model(p, b), workers_ + step);
+  if (knee_) target = std::min(target, *knee_);
+  target = std::min(target, cap);
+  if (target <= workers_) return std::nullopt;
+  trial_from_ = workers_;
+  trial_rate_before_ = p.produced_rate();
+  phase_ = Phase::kTrialUp;
+  return Set(target, b, p,
+             why + Fmt("consumer waited %.1f %% of the time at %.0f samples/s: trying %.0f "
+                       "workers",
+                       p.stall() * 100, p.rate(), target),
+             t_s);
 }
 
 std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budgets& b) {
@@ -132,11 +180,14 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     reference_.reset();
     return std::nullopt;
   }
-  if (skip_windows_ > 0) {
-    --skip_windows_;
+  if (skip_windows_ > 0 || o.t_s < skip_until_s_) {
+    skip_windows_ = std::max(0, skip_windows_ - 1);
     return std::nullopt;
   }
   pool_.window_s += o.window_s;
+  pool_.others_s += std::max(0.0, o.others_s);
+  pool_.idle_s += std::max(0.0, o.idle_s);
+  pool_.machine_known = pool_.machine_known && o.others_s >= 0 && o.idle_s >= 0;
   pool_.wait_s += o.wait_s;
   pool_.step_s += o.step_s;
   pool_.busy_s += o.busy_s;
@@ -150,7 +201,11 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   } else {
     const bool trial = phase_ == Phase::kTrialUp || phase_ == Phase::kTrialDown;
     if (pool_.window_s < (trial ? kTrialWindowS : kMinWindowS)) return std::nullopt;
-    if (pool_.batches < kMinBatches && pool_.window_s < kMaxWindowS) return std::nullopt;
+    // Few batches, but enough samples for per-sample figures, will do.
+    if (pool_.batches < kMinBatches && pool_.produced < 3 * kStartSamples &&
+        pool_.window_s < kMaxWindowS) {
+      return std::nullopt;
+    }
   }
   const Pooled p = pool_;
   pool_ = {};
@@ -183,15 +238,21 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     }
     case Phase::kTrialUp: {
       phase_ = Phase::kRefine;
-      const double gain = p.rate() / std::max(trial_rate_before_, 1e-9) - 1;
+      const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
       last_gain_ = gain;
       if (gain >= kGain) {
         reference_ = p;
         reference_workers_ = workers_;
-        return Set(workers_, b, p,
-                   Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t);
+        const std::string paid =
+            Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100);
+        // Still short: the next step at once, judged against this window.
+        if (p.stall() > kStallHigh) {
+          if (auto d = TryMore(b, p, paid + "; ", t)) return d;
+        }
+        return Set(workers_, b, p, paid, t);
       }
       knee_ = trial_from_;
+      reference_.reset();  // measure the settled count afresh, not the trial's window
       return Set(trial_from_, b, p,
                  Fmt("knee at %.0f workers: %.0f gained only %+.1f %%", trial_from_, workers_,
                      gain * 100),
@@ -203,6 +264,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
         const bool single_step = trial_from_ - workers_ == 1;
         if (single_step) floor_ = trial_from_;
         careful_ = true;  // from now on, step down one at a time
+        reference_.reset();
         return Set(trial_from_, b, p,
                    Fmt(single_step ? "floor at %.0f workers: %.0f left the consumer waiting %.1f %%"
                                    : "back to %.0f workers: %.0f left the consumer waiting %.1f %%",
@@ -223,8 +285,8 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   if (reference_workers_ != workers_ || !reference_) {
     reference_ = p;
     reference_workers_ = workers_;
-  } else if (Changed(p)) {
-    if (++changed_windows_ >= 2) {
+  } else if (const double change = Changed(p, b); change > 0) {
+    if (++changed_windows_ >= 2 || change > kBigChange) {
       changed_windows_ = 0;
       knee_.reset();
       floor_.reset();
@@ -246,21 +308,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
 
   if (p.stall() > kStallHigh) {
     calm_windows_ = 0;
-    if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
-    const int m = Model(p, b);
-    // Step by a quarter, or by a half while steps keep paying handsomely.
-    const int step = std::max(1, last_gain_ > 5 * kGain ? workers_ / 2 : workers_ / 4);
-    int target = std::max(m, workers_ + step);
-    if (knee_) target = std::min(target, *knee_);
-    target = std::min(target, cap);
-    if (target <= workers_) return std::nullopt;
-    trial_from_ = workers_;
-    trial_rate_before_ = p.rate();
-    phase_ = Phase::kTrialUp;
-    return Set(target, b, p,
-               Fmt("consumer waited %.1f %% of the time at %.0f samples/s: trying %.0f workers",
-                   p.stall() * 100, p.rate(), target),
-               t);
+    return TryMore(b, p, "", t);
   }
   if (p.stall() < kStallLow) {
     const double busy = p.busy_s / (workers_ * p.window_s);

@@ -22,13 +22,16 @@ struct SimWorkload {
   double demand = kInf;
   int64_t batch = 64;
   double noise = 0.01;
+  int hogs = 0;  // other processes' always-runnable threads on the same cores
+  double elsewhere = 0;  // cores other processes keep busy on CPUs beyond ours
   uint64_t tick = 0;
   int64_t carry = 0;  // samples of a batch not yet complete
 
   // Little's law with a CPU ceiling: N workers each spend io_s + cpu_s per
   // sample until together they need more than `cores`.
+  // With hogs, the scheduler shares the cores per runnable thread.
   double Capacity(int workers) const {
-    return std::min(workers / (io_s + cpu_s), cores / cpu_s);
+    return std::min(workers / (io_s + cpu_s), cores * workers / (workers + hogs) / cpu_s);
   }
   double Rate(int workers) const { return std::min(Capacity(workers), demand); }
 
@@ -53,6 +56,10 @@ struct SimWorkload {
     o.produced = o.samples;
     o.busy_s = static_cast<double>(o.produced) * wall;
     o.cpu_s = static_cast<double>(o.produced) * cpu_s;
+    // Hogs take whatever the workers leave; without them that is idle.
+    const double left = std::max(0.0, cores * kTick - o.cpu_s);
+    o.others_s = (hogs > 0 ? left : 0) + elsewhere * kTick;
+    o.idle_s = hogs > 0 ? 0 : left;
     return o;
   }
 };
@@ -171,6 +178,44 @@ TEST(TunerCoreTest, ReactsToPhaseChanges) {
   EXPECT_LE(TicksTo(slow, best, 0.95) * kTick, 5.0);
 }
 
+TEST(TunerCoreTest, CpuHogsAreOutbidQuickly) {
+  SimWorkload w;
+  w.cpu_s = 0.0006;  // a JPEG pipeline on 2 cores, consumer as fast as possible
+  TunerCore core(1, 4);
+  Budgets b = TwoCores();
+  SimRun before = Drive(core, w, b, 100);
+  EXPECT_LE(before.Final(), 3);
+  // Two busy processes start: each runnable thread gets its share of the
+  // cores, so many more workers win most of the CPU time back.
+  w.hogs = 2;
+  SimRun after = Drive(core, w, b, 150, 20.0);
+  double best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(after.Final()), 0.97 * best) << after.Final() << " workers";
+  EXPECT_LE(TicksTo(after, best, 0.95) * kTick, 5.0);
+  EXPECT_EQ(Changes(after.decisions, 35.0), 0);
+  // They stop: the pool comes back down once the consumer no longer waits
+  // ... it always waits here (as fast as possible), so only the knee logic
+  // applies: the count must not grow further.
+  w.hogs = 0;
+  SimRun calm = Drive(core, w, b, 150, 50.0);
+  EXPECT_GE(w.Rate(calm.Final()), 0.97 * BestStatic(w, 128));
+}
+
+TEST(TunerCoreTest, OtherRanksOnTheirOwnCpusAreNoContention) {
+  // Eight ranks on 16 CPUs, each with a budget of 2: the other seven keep 14
+  // CPUs busy. That is their share, not ours: no bidding war for them.
+  SimWorkload w;
+  w.cpu_s = 0.0006;
+  w.elsewhere = 14;
+  Budgets b = TwoCores();
+  b.others_room = 14;
+  TunerCore core(1, 2);
+  SimRun r = Drive(core, w, b, 150);
+  EXPECT_LE(r.Final(), 3);
+  EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128));
+  for (auto& d : r.decisions) EXPECT_LE(d.workers_after, 4) << d.reason;
+}
+
 TEST(TunerCoreTest, NeverExceedsTheMemoryBudget) {
   SimWorkload w;
   w.cpu_s = 0.00005;
@@ -198,6 +243,32 @@ TEST(TunerCoreTest, NoiseDoesNotCauseOscillation) {
   TunerCore core(1, 4);
   SimRun r = Drive(core, w, TwoCores(), 400);
   EXPECT_LE(Changes(r.decisions, 10.0), 2);
+}
+
+TEST(TunerCoreTest, PrefetchGrowsWithManyWorkersAndStaysWithinTheMemoryBudget) {
+  EXPECT_EQ(DefaultPrefetch(1), 2);  // few workers share a batch: little slack needed
+  EXPECT_EQ(DefaultPrefetch(3), 2);
+  EXPECT_EQ(DefaultPrefetch(4), 3);
+  EXPECT_EQ(DefaultPrefetch(56), 16);  // many workers need a wide window to find work
+  EXPECT_EQ(DefaultPrefetch(500), 16);
+  // The model jumps to many workers, but the budget leaves room for few batches.
+  SimWorkload w;
+  w.cpu_s = 0.00005;
+  w.io_s = 0.005;
+  Budgets b = TwoCores();
+  b.worker_bytes = 1 << 20;
+  b.batch_bytes = 10 << 20;
+  b.memory_bytes = 100 << 20;
+  TunerCore core(2, 2);
+  SimRun r = Drive(core, w, b, 100);
+  ASSERT_FALSE(r.decisions.empty());
+  for (auto& d : r.decisions) {
+    EXPECT_LE(d.prefetch_after, DefaultPrefetch(d.workers_after));
+    EXPECT_LE(static_cast<size_t>(d.workers_after) * b.worker_bytes +
+                  static_cast<size_t>(d.prefetch_after) * b.batch_bytes,
+              b.memory_bytes)
+        << d.reason;
+  }
 }
 
 TEST(TunerCoreTest, EveryDecisionHasAReason) {

@@ -13,7 +13,7 @@ namespace {
 struct BenchFlags {
   PipelineFlags pipeline;
   double step_ms = 0;
-  double point_seconds = 2.0;
+  double point_seconds = 4.0;
   double tuned_seconds = 12.0;
   int max_workers = 0;
   std::string workers_list;

@@ -39,7 +39,7 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
       ->check(CLI::IsMember({"raise", "skip"}));
   cmd->add_option("--workers", f.workers, "auto (the tuner decides) or a fixed count");
-  cmd->add_option("--prefetch", f.prefetch, "prefetch depth in batches, with fixed --workers")
+  cmd->add_option("--prefetch", f.prefetch, "prefetch depth in batches, with fixed --workers (default: 2, more for many workers)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--read-latency-ms", f.read_latency_ms,
                   "add this latency to every read (simulates slow or remote storage)")
@@ -61,7 +61,6 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   lo.seed = f.seed;
   lo.shuffle = !f.no_shuffle;
   lo.on_error = f.on_error == "skip" ? ErrorPolicy::kSkip : ErrorPolicy::kRaise;
-  lo.prefetch_batches = f.prefetch;
   if (f.workers == "auto") {
     lo.workers = kAutoWorkers;
   } else {
@@ -73,6 +72,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
       return InvalidArgument("--workers must be 'auto' or a count >= 0, got '" + f.workers + "'");
     }
   }
+  lo.prefetch_batches = f.prefetch > 0 ? f.prefetch : DefaultPrefetch(lo.workers);
   p.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);
 
   std::shared_ptr<const Source> source;

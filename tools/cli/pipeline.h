@@ -25,7 +25,7 @@ struct PipelineFlags {
   bool no_shuffle = false;
   std::string on_error = "raise";
   std::string workers = "auto";
-  int prefetch = 4;
+  int prefetch = 0;  // 0: DefaultPrefetch(workers)
   double read_latency_ms = 0;  // slow-storage wrapper
   double memory_budget_mib = 0;
   bool synthetic = false;      // a synthetic source instead of images

@@ -70,6 +70,10 @@ struct SweepOptions {
   int confirm_top = 3;
   double tuned_seconds = 12.0;  // the tuned run
   bool run_tuned = true;        // false: the static sweep only
+  /// After the tuned run, the best static setting is measured once more and
+  /// the reference becomes the mean of before and after: a machine whose
+  /// speed drifts over minutes then moves both sides of the ratio alike.
+  bool bracket = true;
   double step_ms = 0;
   TunerOptions tuner;
   /// Progress lines for people (may be empty).
@@ -84,7 +88,7 @@ struct SweepPoint {
 
 struct SweepReport {
   std::vector<SweepPoint> sweep;
-  SweepPoint best_static;
+  SweepPoint best_static;          // bracketed around the tuned run when asked
   double tuned_samples_per_s = 0;  // after the first 5 s (or third of the run)
   int tuned_workers_final = 0;
   int tuned_workers_max = 0;

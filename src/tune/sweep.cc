@@ -198,6 +198,14 @@ Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   report.tuned_stall_fraction = st.stall_fraction;
   const double settle = std::min(5.0, o.tuned_seconds / 3);
   report.tuned_samples_per_s = MeanRate(st.timeline, settle, st.seconds);
+  loader.reset();
+  if (o.bracket) {
+    log("  the best static setting again, after the tuned run ...");
+    STOKER_ASSIGN_OR_RETURN(SweepPoint after, measure(report.best_static.workers));
+    report.best_static.samples_per_s = (report.best_static.samples_per_s + after.samples_per_s) / 2;
+    report.best_static.stall_fraction =
+        (report.best_static.stall_fraction + after.stall_fraction) / 2;
+  }
   // First moment a 1-second window reaches 95 % of the best static setting.
   for (const auto& p : st.timeline) {
     if (p.t_s < 1.0) continue;

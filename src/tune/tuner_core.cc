@@ -28,6 +28,9 @@ constexpr double kContended = 0.25;
 constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this fraction
 constexpr double kBigChange = 1.0;    // a change this large is believed on one window
 constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
+// Workers whose wall time per sample is within this factor of their CPU time
+// hardly ever wait: once they fill the CPU budget, another one only queues.
+constexpr double kOnCpu = 1.25;
 
 std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0) {
   char buf[256];
@@ -109,9 +112,11 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
 double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   if (!reference_) return 0;
   const Pooled& r = *reference_;
-  const double d_now = p.demand(), d_ref = r.demand();
-  if (std::isinf(d_now) != std::isinf(d_ref)) return 2 * kBigChange;
-  double change = std::isinf(d_now) ? 0 : RelChange(d_now, d_ref);
+  // A consumer that would take more than twice what it gets is not the
+  // limit, whatever its exact demand (a moment outside Next() makes it finite).
+  auto unbounded = [](const Pooled& x) { return x.demand() > 2 * x.rate(); };
+  if (unbounded(p) != unbounded(r)) return 2 * kBigChange;
+  double change = unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   change = std::max(change, RelChange(p.wall_per_sample(), r.wall_per_sample()));
   // Other processes starting or stopping on our CPUs (cores, not relative).
@@ -155,6 +160,20 @@ std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& 
                                                 const std::string& why, double t_s) {
   const int cap = Cap(b);
   if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
+  // CPU-bound workers that fill the budget are the knee already: a trial
+  // would only cost the time its thread needs to start and compete.
+  if (p.cpu_per_sample() > 0 && p.wall_per_sample() < kOnCpu * p.cpu_per_sample() &&
+      workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
+    knee_ = workers_;
+    reference_ = p;
+    reference_workers_ = workers_;
+    return Set(workers_, b, p,
+               why + Fmt("knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per sample) "
+                         "and filling the %.1f-core budget",
+                         workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
+                         b.cpu_cores),
+               t_s);
+  }
   // Steps of half the pool, whole while they keep paying handsomely: big
   // enough that their gain stands out of the noise of a one-second window.
   const int step = std::max(1, last_gain_ > kBigGain ? workers_ : workers_ / 2);

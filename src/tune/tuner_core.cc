@@ -215,8 +215,12 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   pool_.samples += o.samples;
   pool_.produced += o.produced;
   if (phase_ == Phase::kStart) {
-    // The model needs per-sample times, not delivered batches: jump early.
-    if (pool_.window_s < kMinWindowS || pool_.produced < kStartSamples) return std::nullopt;
+    // The model needs per-sample times, not delivered batches: jump early,
+    // and earlier still when samples are many.
+    const bool plenty = pool_.produced >= 4 * kStartSamples && pool_.window_s >= kMinWindowS / 2;
+    if (!plenty && (pool_.window_s < kMinWindowS || pool_.produced < kStartSamples)) {
+      return std::nullopt;
+    }
   } else {
     const bool trial = phase_ == Phase::kTrialUp || phase_ == Phase::kTrialDown;
     if (pool_.window_s < (trial ? kTrialWindowS : kMinWindowS)) return std::nullopt;

@@ -104,8 +104,9 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   }
   const double demand = p.demand();
   const double need = std::isinf(demand) ? 1e9 : demand * wall * kHeadroom;
-  // A hair under the next integer counts as that integer: 2.004 means 2.
-  const double m = std::ceil(std::min(need, cpu_fill) - 0.05);
+  // A little over an integer counts as that integer: 2.07 means 2 (wall
+  // time a few per cent over CPU time is the consumer's thread, not waiting).
+  const double m = std::ceil(std::min(need, cpu_fill) - 0.1);
   return static_cast<int>(std::clamp<double>(m, 1, Cap(b)));
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <thread>
 
 namespace stoker {
@@ -164,7 +165,7 @@ Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   }
   // Second measurements of the best few (time-weighted: both are equally long).
   std::vector<size_t> order(report.sweep.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return report.sweep[a].samples_per_s > report.sweep[b].samples_per_s;
   });

@@ -132,8 +132,8 @@ class TunerCore {
   double trial_rate_before_ = 0;
   int calm_windows_ = 0;
   int changed_windows_ = 0;
-  bool careful_ = false;
-  double last_gain_ = 0;  // of the last step up  // a multi-step descent stalled: step by one
+  bool careful_ = false;   // a multi-step descent stalled: step down by one
+  double last_gain_ = 0;   // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
   double last_rate_ = 0, last_stall_ = 0;

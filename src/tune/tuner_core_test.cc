@@ -193,9 +193,9 @@ TEST(TunerCoreTest, CpuHogsAreOutbidQuickly) {
   EXPECT_GE(w.Rate(after.Final()), 0.97 * best) << after.Final() << " workers";
   EXPECT_LE(TicksTo(after, best, 0.95) * kTick, 5.0);
   EXPECT_EQ(Changes(after.decisions, 35.0), 0);
-  // They stop: the pool comes back down once the consumer no longer waits
-  // ... it always waits here (as fast as possible), so only the knee logic
-  // applies: the count must not grow further.
+  // They stop: throughput comes back with them. (The consumer always waits
+  // here, so the tuner keeps its many workers: it steps down only when the
+  // consumer is fed.)
   w.hogs = 0;
   SimRun calm = Drive(core, w, b, 150, 50.0);
   EXPECT_GE(w.Rate(calm.Final()), 0.97 * BestStatic(w, 128));

@@ -112,6 +112,7 @@ struct WorkerMetrics {
   int64_t samples = 0;
   int64_t busy_ns = 0;  // wall time spent on tasks
   int64_t cpu_ns = 0;   // thread CPU time spent on tasks
+  int64_t queue_ns = 0; // of busy_ns, runnable but waiting for a CPU
 };
 
 struct LoaderMetrics {
@@ -125,6 +126,9 @@ struct LoaderMetrics {
   int64_t samples_produced = 0;  // by workers and the consumer's thread
   int64_t busy_ns = 0;           // all workers' task wall time
   int64_t cpu_ns = 0;            // all workers' task CPU time
+  // Of busy_ns, the time workers were runnable but waiting for a CPU (the
+  // kernel's run-queue delay; 0 where it keeps none).
+  int64_t queue_ns = 0;
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
   int64_t next_calls = 0;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/batch_pool.h"
+#include "engine/run_delay.h"
 #include "engine/worker_pool.h"
 #include "plan/epoch_plan.h"
 
@@ -27,6 +28,8 @@ int64_t ThreadCpuNanos() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+constexpr int64_t kRunDelayTaskNs = 200'000;  // tasks this long read the run-queue delay
+
 // What one thread (a worker, or the consumer when it does the work) keeps
 // between tasks, so that producing a sample allocates nothing once warm.
 struct WorkerContext {
@@ -36,6 +39,12 @@ struct WorkerContext {
   std::atomic<int64_t> samples{0};
   std::atomic<int64_t> busy_ns{0};
   std::atomic<int64_t> cpu_ns{0};
+  // Of busy_ns, the time spent runnable but waiting for a CPU; kept only on
+  // worker threads (the consumer's thread may change between calls).
+  std::atomic<int64_t> queue_ns{0};
+  std::unique_ptr<RunDelayClock> run_delay;
+  int64_t run_delay_ns = 0;  // its last reading
+  int64_t sample_ns = 0;     // wall time per sample in the last task
   std::atomic<size_t> footprint{0};  // bytes of `read` and `scratch`, after each task
   // Counters are published every this many samples: about a millisecond's
   // worth, so that slow samples show progress within a long task while
@@ -258,13 +267,16 @@ class Loader::Impl {
     m.samples_produced = retired_samples_;
     m.busy_ns = retired_busy_ns_;
     m.cpu_ns = retired_cpu_ns_;
+    m.queue_ns = retired_queue_ns_;
     auto add = [&m](const WorkerContext& c) {
       WorkerMetrics w{c.id, c.samples.load(std::memory_order_relaxed),
                       c.busy_ns.load(std::memory_order_relaxed),
-                      c.cpu_ns.load(std::memory_order_relaxed)};
+                      c.cpu_ns.load(std::memory_order_relaxed),
+                      c.queue_ns.load(std::memory_order_relaxed)};
       m.samples_produced += w.samples;
       m.busy_ns += w.busy_ns;
       m.cpu_ns += w.cpu_ns;
+      m.queue_ns += w.queue_ns;
       return w;
     };
     for (const WorkerContext* c : live_workers_) {
@@ -411,13 +423,30 @@ class Loader::Impl {
     const int64_t begin = plan.batch_begin(slot->batch);
     const auto epoch = static_cast<uint64_t>(plan.epoch());
     const int64_t task_wall0 = wall0;
+    // The run-queue delay is read where the task starts and where counters
+    // are published (a read costs about a microsecond: only for tasks long
+    // enough not to notice, judged by the last task's samples).
+    const bool timed = ctx.run_delay != nullptr &&
+                       ctx.sample_ns * task.length >= kRunDelayTaskNs;
+    if (timed) {
+      // From here: a wait for a CPU between tasks is no sample's.
+      const int64_t d = ctx.run_delay->ReadNanos();
+      if (d >= 0) ctx.run_delay_ns = d;
+    }
     int64_t pending = 0;  // samples not yet published
     auto publish = [&] {
+      // The delay first: a wait for a CPU after it falls into the next
+      // interval, so that queueing never exceeds the wall time it is in.
+      const int64_t delay = timed ? ctx.run_delay->ReadNanos() : -1;
       const int64_t wall1 = SteadyNanos();
       const int64_t cpu1 = ThreadCpuNanos();
       ctx.samples.fetch_add(pending, std::memory_order_relaxed);
       ctx.busy_ns.fetch_add(wall1 - wall0, std::memory_order_relaxed);
       ctx.cpu_ns.fetch_add(cpu1 - cpu0, std::memory_order_relaxed);
+      if (timed && delay >= ctx.run_delay_ns) {
+        ctx.queue_ns.fetch_add(delay - ctx.run_delay_ns, std::memory_order_relaxed);
+        ctx.run_delay_ns = delay;
+      }
       wall0 = wall1;
       cpu0 = cpu1;
       pending = 0;
@@ -445,6 +474,7 @@ class Loader::Impl {
     }
     if (pending > 0) publish();
     const int64_t per_sample = (wall0 - task_wall0) / std::max<int64_t>(task.length, 1);
+    ctx.sample_ns = per_sample;
     ctx.publish_every = std::clamp<int64_t>(1'000'000 / std::max<int64_t>(per_sample, 1), 1, 1 << 20);
     ctx.footprint.store(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0),
                         std::memory_order_relaxed);
@@ -572,6 +602,9 @@ class Loader::Impl {
     WorkerContext ctx;
     ctx.id = id;
     ctx.scratch = options_.transform->NewScratch();
+    ctx.run_delay = std::make_unique<RunDelayClock>();
+    ctx.run_delay_ns = ctx.run_delay->ReadNanos();
+    if (ctx.run_delay_ns < 0) ctx.run_delay.reset();
     std::unique_lock<std::mutex> lock(mu_);
     live_workers_.push_back(&ctx);
     while (!workers_.TryLeave()) {
@@ -591,6 +624,7 @@ class Loader::Impl {
     retired_samples_ += ctx.samples.load(std::memory_order_relaxed);
     retired_busy_ns_ += ctx.busy_ns.load(std::memory_order_relaxed);
     retired_cpu_ns_ += ctx.cpu_ns.load(std::memory_order_relaxed);
+    retired_queue_ns_ += ctx.queue_ns.load(std::memory_order_relaxed);
   }
 
   const LoaderOptions options_;
@@ -621,6 +655,7 @@ class Loader::Impl {
   int64_t retired_samples_ = 0;
   int64_t retired_busy_ns_ = 0;
   int64_t retired_cpu_ns_ = 0;
+  int64_t retired_queue_ns_ = 0;
 
   WorkerContext consumer_ctx_;
   Loader* owner_ = nullptr;  // for the controller's Tick

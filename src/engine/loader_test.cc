@@ -1,6 +1,7 @@
 #include "stoker/loader.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -241,6 +242,29 @@ TEST(LoaderTest, SetEpochMidEpochStartsAFreshOne) {
   EXPECT_EQ(Samples(e4), Range(300));
   o.start_epoch = 4;
   EXPECT_EQ(DrainEpoch(*MakeLoader(o)), e4);
+}
+
+// Workers that only compute, four to a CPU, spend most of their task time
+// waiting for a core: the metrics must say so (the tuner then knows this
+// is no slow I/O). Where the kernel keeps no run-queue delay, it stays 0.
+TEST(LoaderTest, CountsTimeWorkersQueueForACpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const int cpus = CPU_COUNT(&allowed);
+  SyntheticOptions so;
+  so.cpu_cost = std::chrono::milliseconds(1);
+  auto o = SyntheticLoaderOptions(200 * cpus, 8, 8, so);
+  o.workers = 4 * cpus;
+  auto loader = MakeLoader(o);
+  ASSERT_NE(loader, nullptr);
+  DrainEpoch(*loader, [](int64_t) {});
+  const LoaderMetrics m = loader->Metrics();
+  ASSERT_GT(m.busy_ns, 0);
+  EXPECT_LE(m.queue_ns, m.busy_ns);
+  if (m.queue_ns == 0) GTEST_SKIP() << "this kernel keeps no run-queue delay";
+  // Three quarters of the time in theory.
+  EXPECT_GT(static_cast<double>(m.queue_ns), 0.3 * static_cast<double>(m.busy_ns))
+      << "queued " << m.queue_ns << " ns of " << m.busy_ns << " ns busy";
 }
 
 TEST(LoaderTest, PrefetchesTheNextEpochBeforeItIsAskedFor) {

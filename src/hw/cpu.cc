@@ -129,9 +129,10 @@ std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& o) {
       rest = end == std::string_view::npos ? std::string_view() : rest.substr(end);
     }
     const uint64_t idle = fields[3] + fields[4];
-    const uint64_t busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + fields[7];
+    const uint64_t busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6];
     t.idle_s += static_cast<double>(idle) * kTick;
     t.busy_s += static_cast<double>(busy) * kTick;
+    t.steal_s += static_cast<double>(fields[7]) * kTick;
     ++t.cpus;
   }
   if (t.cpus == 0) return std::nullopt;

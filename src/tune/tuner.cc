@@ -99,6 +99,7 @@ class Tuner final : public Controller {
     o.produced = m.samples_produced - l.samples_produced;
     o.busy_s = static_cast<double>(m.busy_ns - l.busy_ns) * 1e-9;
     o.cpu_s = static_cast<double>(m.cpu_ns - l.cpu_ns) * 1e-9;
+    o.queue_s = static_cast<double>(m.queue_ns - l.queue_ns) * 1e-9;
     // The trainer's CPU: the process's CPU time less the workers'. When it is
     // busy (a CPU-side training step), its share comes off the workers' budget.
     const double trainer_cores =

@@ -11,11 +11,13 @@ constexpr double kMinWindowS = 0.5;   // pool windows until they cover this much
 constexpr int64_t kMinBatches = 3;    // ... and this many batches,
 constexpr double kMaxWindowS = 1.5;   // ... unless this much time has passed.
 constexpr double kHeadroom = 1.2;     // the model provisions 20 % above the demand
-// ... and twice the CPU-saturation point of I/O-bound work: there, with
-// many workers waking at random, throughput keeps rising well past it
-// (measured: 20 ms reads on 2 cores saturate in theory at ~70 workers; the
-// static sweep still gained at 108 and 128).
-constexpr double kIoHeadroom = 2.0;
+// ... and three times the CPU-saturation point of I/O-bound work: there,
+// with many workers waking at random, the cores approach full use only
+// slowly as workers are added (measured: 20 ms reads on 2 cores saturate in
+// theory at ~35 workers; static sweeps gained 3-5 % from 72 to 108-128,
+// less than a one-second trial can tell from noise). Idle threads cost
+// little.
+constexpr double kIoHeadroom = 3.0;
 constexpr double kTrialWindowS = 1.0;  // a trial is judged on at least this much time
 constexpr int64_t kStartSamples = 16;  // the first model jump needs this many samples
 constexpr double kDownBusy = 0.85;    // step down only if the rest would be at most this busy
@@ -26,15 +28,19 @@ constexpr double kOutbidShare = 0.96;
 // worth more threads: a monitoring daemon is no reason to outbid) ...
 constexpr double kContended = 0.25;
 constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this fraction
+// ... or, with a CPU-bound pool large enough to leave them little, they
+// run at least this many threads' worth (Pooled::rivals). (Not for I/O-bound
+// pools: their size comes from the I/O, and there a few hundredths of a
+// core, times a hundred threads, would read as rivals.)
+constexpr double kRivals = 1.0;
+constexpr double kTickNoise = 0.01;  // of the budget: /proc/stat's counting error
 constexpr double kBigChange = 1.0;    // a change this large is believed on one window
 constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
-// Workers whose wall time per sample is within this factor of their CPU time
-// hardly ever wait: once they fill the CPU budget, another one only queues.
-constexpr double kOnCpu = 1.25;
 
-std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0) {
+std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0,
+                double e = 0) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, fmt, a, b, c, d);
+  std::snprintf(buf, sizeof buf, fmt, a, b, c, d, e);
   return buf;
 }
 
@@ -82,8 +88,19 @@ int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
   return std::max(1, p);
 }
 
+bool TunerCore::Contended(const Pooled& p, const Budgets& b) {
+  if (!p.machine_known || p.worker_cores() <= 0 || p.idle_cores() > kNoIdle * b.cpu_cores) {
+    return false;
+  }
+  return p.intruding_cores(b.others_room) >= kContended * b.cpu_cores ||
+         (p.on_cpu() && p.rivals(b.others_room, kTickNoise * b.cpu_cores) >= kRivals);
+}
+
 int TunerCore::Model(const Pooled& p, const Budgets& b) const {
-  const double wall = p.wall_per_sample();
+  // The time a sample needs, not the time it queued: with more threads than
+  // cores the wall time grows with the pool, and sizing the pool by it
+  // would keep it large once it is large.
+  const double wall = p.unqueued_per_sample();
   const double cpu = p.cpu_per_sample();
   if (wall <= 0) return workers_;  // nothing produced yet: no evidence
   // Workers whose CPU-bound share fills the CPU budget: beyond them, more
@@ -96,14 +113,17 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   // Other processes compete for our CPUs and leave none idle: the scheduler
   // shares CPU time per runnable thread, so the workers' share grows with
   // their count. Size the pool for kOutbidShare of the busy CPU time.
-  const double ours = p.worker_cores(), others = p.intruding_cores(b.others_room);
-  if (p.machine_known && others >= kContended * b.cpu_cores && ours > 0 &&
-      p.idle_cores() <= kNoIdle * b.cpu_cores) {
+  const bool contended = Contended(p, b);
+  if (contended) {
     const double share = kOutbidShare / (1 - kOutbidShare);
-    cpu_fill = std::max(cpu_fill, std::ceil(share * workers_ * others / ours));
+    cpu_fill = std::max(cpu_fill, std::ceil(share * p.rivals(b.others_room, kTickNoise * b.cpu_cores)));
   }
+  // A bounded demand, by Little's law; queueing behind other processes will
+  // last, behind our own surplus threads it will not.
   const double demand = p.demand();
-  const double need = std::isinf(demand) ? 1e9 : demand * wall * kHeadroom;
+  const double need = std::isinf(demand)
+                          ? 1e9
+                          : demand * (contended ? p.wall_per_sample() : wall) * kHeadroom;
   // A little over an integer counts as that integer: 2.07 means 2 (wall
   // time a few per cent over CPU time is the consumer's thread, not waiting).
   const double m = std::ceil(std::min(need, cpu_fill) - 0.1);
@@ -115,16 +135,23 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   const Pooled& r = *reference_;
   // A consumer that would take more than twice what it gets is not the
   // limit, whatever its exact demand (a moment outside Next() makes it finite).
+  // Without a whole batch delivered, a window says nothing of the demand.
   auto unbounded = [](const Pooled& x) { return x.demand() > 2 * x.rate(); };
-  if (unbounded(p) != unbounded(r)) return 2 * kBigChange;
-  double change = unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
+  const bool demand_known = p.batches > 0 && r.batches > 0;
+  if (demand_known && unbounded(p) != unbounded(r)) return 2 * kBigChange;
+  double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   change = std::max(change, RelChange(p.wall_per_sample(), r.wall_per_sample()));
-  // Other processes starting or stopping on our CPUs (cores, not relative).
-  if (p.machine_known && r.machine_known &&
-      std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
-          2 * kContended * b.cpu_cores) {
-    change = std::max(change, 2 * kChange);
+  // Other processes starting or stopping on our CPUs: a core's worth, or,
+  // once a large pool leaves them little, half of their threads or more.
+  if (p.machine_known && r.machine_known) {
+    const double rp = p.rivals(b.others_room, kTickNoise * b.cpu_cores), rr = r.rivals(b.others_room, kTickNoise * b.cpu_cores);
+    if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
+            2 * kContended * b.cpu_cores ||
+        (p.on_cpu() && r.on_cpu() && std::max(rp, rr) >= kRivals &&
+         std::min(rp, rr) < 0.5 * std::max(rp, rr))) {
+      change = std::max(change, 2 * kChange);
+    }
   }
   return change > kChange ? change : 0;
 }
@@ -145,6 +172,7 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.cpu_per_sample_ms = p.cpu_per_sample() * 1e3;
   d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
   d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
+  if (workers != workers_) windows_at_count_ = 0;
   if (workers != workers_ || prefetch != prefetch_) {
     // Let the pipeline refill before judging: a window, and longer when
     // samples are slow (the new workers' first tasks end late).
@@ -162,8 +190,9 @@ std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& 
   const int cap = Cap(b);
   if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already: a trial
-  // would only cost the time its thread needs to start and compete.
-  if (p.cpu_per_sample() > 0 && p.wall_per_sample() < kOnCpu * p.cpu_per_sample() &&
+  // would only cost the time its thread needs to start and compete. (Not
+  // while other processes compete: there, more threads win a larger share.)
+  if (!Contended(p, b) && p.on_cpu() &&
       workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
     knee_ = workers_;
     reference_ = p;
@@ -196,6 +225,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   if (o.workers != workers_) {
     // Someone else resized the loader: adopt it and measure afresh.
     workers_ = std::max(1, o.workers);
+    windows_at_count_ = 0;
     pool_ = {};
     reference_.reset();
     return std::nullopt;
@@ -212,6 +242,8 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   pool_.step_s += o.step_s;
   pool_.busy_s += o.busy_s;
   pool_.cpu_s += o.cpu_s;
+  pool_.queue_s += o.queue_s;
+  pool_.workers = o.workers;
   pool_.batches += o.batches;
   pool_.samples += o.samples;
   pool_.produced += o.produced;
@@ -233,10 +265,11 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   }
   const Pooled p = pool_;
   pool_ = {};
+  ++windows_at_count_;
   last_rate_ = p.rate();
   last_stall_ = p.stall();
   last_cpu_cap_ = p.cpu_per_sample() > 0
-                      ? static_cast<int>(std::ceil(b.cpu_cores * p.wall_per_sample() /
+                      ? static_cast<int>(std::ceil(b.cpu_cores * p.unqueued_per_sample() /
                                                    p.cpu_per_sample()))
                       : 0;
   const double t = o.t_s;
@@ -254,10 +287,10 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       // Logged even when it keeps the count: the trace then says why.
       const int m = Model(p, b);
       return Set(m, b, p,
-                 Fmt("model: %.2f ms wall and %.2f ms CPU per sample, demand %.0f/s -> %.0f "
-                     "workers",
-                     p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
-                     std::isinf(p.demand()) ? -1 : p.demand(), m),
+                 Fmt("model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
+                     "sample, demand %.0f/s -> %.0f workers",
+                     p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3,
+                     p.cpu_per_sample() * 1e3, std::isinf(p.demand()) ? -1 : p.demand(), m),
                  t);
     }
     case Phase::kTrialUp: {
@@ -265,15 +298,11 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
       last_gain_ = gain;
       if (gain >= kGain) {
-        reference_ = p;
-        reference_workers_ = workers_;
-        const std::string paid =
-            Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100);
-        // Still short: the next step at once, judged against this window.
-        if (p.stall() > kStallHigh) {
-          if (auto d = TryMore(b, p, paid + "; ", t)) return d;
-        }
-        return Set(workers_, b, p, paid, t);
+        // Still short, the next step comes after one more window, the new
+        // reference: this one holds the new threads' start-up.
+        reference_.reset();
+        return Set(workers_, b, p,
+                   Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t);
       }
       knee_ = trial_from_;
       reference_.reset();  // measure the settled count afresh, not the trial's window
@@ -307,6 +336,8 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   }
 
   if (reference_workers_ != workers_ || !reference_) {
+    // The reference for workload changes: a settled window (see above).
+    if (windows_at_count_ < 2) return std::nullopt;
     reference_ = p;
     reference_workers_ = workers_;
   } else if (const double change = Changed(p, b); change > 0) {
@@ -319,10 +350,10 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       reference_ = p;
       const int m = Model(p, b);
       return Set(m, b, p,
-                 Fmt("workload changed (%.2f ms wall, %.2f ms CPU per sample, demand %.0f/s): "
-                     "model says %.0f workers",
-                     p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
-                     std::isinf(p.demand()) ? -1 : p.demand(), m),
+                 Fmt("workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
+                     "CPU per sample, demand %.0f/s): model says %.0f workers",
+                     p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3,
+                     p.cpu_per_sample() * 1e3, std::isinf(p.demand()) ? -1 : p.demand(), m),
                  t);
     }
     return std::nullopt;  // wait for a second window before believing it
@@ -332,6 +363,10 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
 
   if (p.stall() > kStallHigh) {
     calm_windows_ = 0;
+    // A trial is judged against this window: not the first after the pool
+    // grew, which holds the new threads' start-up (and their first touch of
+    // new batch buffers) and would make any step look like it paid.
+    if (windows_at_count_ < 2) return std::nullopt;
     return TryMore(b, p, "", t);
   }
   if (p.stall() < kStallLow) {

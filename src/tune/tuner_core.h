@@ -24,6 +24,7 @@ struct Observation {
   int64_t produced = 0;           // samples produced by workers
   double busy_s = 0;              // workers' task wall time
   double cpu_s = 0;               // workers' task CPU time
+  double queue_s = 0;             // of busy_s, runnable but waiting for a CPU (0: unknown)
   // The CPUs this process may run on, over the window (core-seconds; < 0:
   // unknown): time other processes ran there, and time they were idle.
   double others_s = -1;
@@ -49,11 +50,13 @@ struct Budgets {
 /// Method: windows are pooled until they hold enough evidence (time, and
 /// batches or samples); the first pooled window sizes the pool by Little's
 /// law (workers = demand rate x wall time per sample, capped where the
-/// CPU-bound share saturates the CPU budget, or, when other processes keep
-/// our CPUs busy, where the workers' share of them reaches 96 %); then, while
-/// the consumer waits, it tries steps of half the pool (whole while steps
-/// pay > 10 %), chaining them while they pay >= kGain, and marks the knee
-/// when one does not; it steps down while the consumer never waits and the
+/// CPU-bound share saturates the CPU budget, the wall time counted without
+/// its queueing for a CPU, or, when other processes keep our CPUs busy,
+/// where the workers' share of them reaches 96 %); then, while the consumer
+/// waits, it tries steps of half the pool (whole while steps pay > 10 %),
+/// each judged against a settled window (not the first after the pool
+/// grew), going on while they pay >= kGain, and marks the knee when one
+/// does not; it steps down while the consumer never waits and the
 /// workers are idle enough that fewer would still keep up, marking the floor
 /// when that stalls. A workload change (demand, CPU or wall time per sample
 /// at the same worker count, other processes' CPU use) clears the marks and
@@ -82,9 +85,10 @@ class TunerCore {
   enum class Phase { kStart, kRefine, kTrialUp, kTrialDown };
 
   struct Pooled {
-    double window_s = 0, wait_s = 0, step_s = 0, busy_s = 0, cpu_s = 0;
+    double window_s = 0, wait_s = 0, step_s = 0, busy_s = 0, cpu_s = 0, queue_s = 0;
     double others_s = 0, idle_s = 0;
     bool machine_known = true;  // others_s and idle_s were known in every window
+    int workers = 0;            // the worker count throughout
     int64_t batches = 0, samples = 0, produced = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }
     // Samples/s the workers finished: finer-grained than whole batches.
@@ -94,11 +98,32 @@ class TunerCore {
     double other_cores() const { return window_s > 0 ? others_s / window_s : 0; }
     // Other processes' use beyond `room`: what they take of our budget.
     double intruding_cores(double room) const { return std::max(0.0, other_cores() - room); }
+    // Other processes' runnable threads, as many of ours as would take what
+    // they took (the scheduler shares CPU time per thread): visible even
+    // when a large pool leaves them little. `noise` cores of their use are
+    // not counted: /proc/stat counts in clock ticks, and a few ticks' error,
+    // times a large pool, would read as rivals.
+    double rivals(double room, double noise) const {
+      const double seen = std::max(0.0, intruding_cores(room) - noise);
+      return worker_cores() > 0 ? workers * seen / worker_cores() : 0;
+    }
     double idle_cores() const { return window_s > 0 ? idle_s / window_s : 0; }
     // A Next() that spans windows is counted where it ends: clamp.
     double stall() const { return window_s > 0 ? std::min(1.0, wait_s / window_s) : 0; }
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
+    double queue_per_sample() const { return produced > 0 ? queue_s / produced : 0; }
+    // Workers whose wall time per sample, queueing aside, is within this
+    // factor of their CPU time hardly ever wait for anything but a core.
+    static constexpr double kOnCpu = 1.25;
+    bool on_cpu() const { return cpu_s > 0 && unqueued_per_sample() < kOnCpu * cpu_per_sample(); }
+    // Wall time per sample less its queueing for a CPU: computing, or
+    // waiting for I/O. What a sample needs whatever the pool's size, where
+    // the wall time grows with the threads (ours or others') that share
+    // the cores.
+    double unqueued_per_sample() const {
+      return produced > 0 ? std::max(cpu_s, busy_s - queue_s) / produced : 0;
+    }
     // Samples/s the consumer would take if it never waited; infinite when it
     // spends (almost) no time outside Next().
     double demand() const {
@@ -109,6 +134,8 @@ class TunerCore {
     }
   };
 
+  // Other processes take a good part of our CPUs and leave them no idle time.
+  static bool Contended(const Pooled& p, const Budgets& b);
   int Model(const Pooled& p, const Budgets& b) const;
   int Cap(const Budgets& b) const;
   int PrefetchFor(int workers, const Budgets& b) const;
@@ -131,6 +158,7 @@ class TunerCore {
   int trial_from_ = 0;
   double trial_rate_before_ = 0;
   int calm_windows_ = 0;
+  int windows_at_count_ = 0;  // pooled windows since the worker count changed
   int changed_windows_ = 0;
   bool careful_ = false;   // a multi-step descent stalled: step down by one
   double last_gain_ = 0;   // of the last step up

@@ -20,8 +20,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -120,7 +120,7 @@ SweepReport Sweep(const LoaderOptions& base, SweepOptions o) {
   return *r;
 }
 
-int rounds = 3;         // tuned runs per scenario, each bracketed by static runs
+int rounds = 3;          // tuned runs per scenario, each bracketed by static runs
 bool timelines = false;  // print each tuned run's first seconds (after its change)
 
 void PrintTimeline(const std::vector<TimelinePoint>& tl, double from, double to) {
@@ -133,7 +133,6 @@ void PrintTimeline(const std::vector<TimelinePoint>& tl, double from, double to)
   }
   std::printf("\n");
 }
-
 
 // One static setting measured once more (warm-up, then a sweep point).
 double StaticRate(const LoaderOptions& base, int workers) {
@@ -157,9 +156,10 @@ struct Round {
 
 void PrintRounds(const std::vector<Round>& rs, const char* seconds_what) {
   for (size_t i = 0; i < rs.size(); ++i) {
-    std::printf("    round %zu: best static %.1f samples/s, tuned / best %.3f, %s %.1f s, "
-                "%d workers\n",
-                i + 1, rs[i].reference, rs[i].ratio, seconds_what, rs[i].seconds, rs[i].workers);
+    std::printf(
+        "    round %zu: best static %.1f samples/s, tuned / best %.3f, %s %.1f s, "
+        "%d workers\n",
+        i + 1, rs[i].reference, rs[i].ratio, seconds_what, rs[i].seconds, rs[i].workers);
   }
 }
 
@@ -175,8 +175,8 @@ double MedianOf(const std::vector<Round>& rs, T Round::*field) {
 // One tuned run of `co` (its workload changing at `from` s, 0 for none),
 // then the best static setting once more. `before` is that setting's last
 // measurement and becomes this one's.
-Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double from,
-                 double& before, int index) {
+Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double from, double& before,
+                 int index) {
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
   auto loader = std::move(OpenLoader(lo)).value();
@@ -259,8 +259,7 @@ void ConsumerScenario(Setup& s) {
 // two sides.
 void PhaseScenario(const char* name, Setup& s, SweepPoint best,
                    const std::function<void(double t, bool& done)>& change,
-                   const std::function<void()>& undo, double step_before,
-                   bool fewest = false) {
+                   const std::function<void()>& undo, double step_before, bool fewest = false) {
   std::printf("\n== phase change: %s at t = 12 s\n", name);
   double before = best.samples_per_s;
   std::vector<Round> rs;
@@ -319,8 +318,11 @@ void MemoryScenario(const std::string& data) {
 int main(int argc, char** argv) {
   using namespace stoker;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DATA_FOLDER [--rounds N] [--timeline] [cpu io consumer phase-step phase-hog "
-                         "phase-latency phase-hog-stop memory]\n", argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s DATA_FOLDER [--rounds N] [--timeline] [cpu io consumer phase-step phase-hog "
+        "phase-latency phase-hog-stop memory]\n",
+        argv[0]);
     return 2;
   }
   std::set<std::string> want;
@@ -364,16 +366,17 @@ int main(int argc, char** argv) {
   }
   if (on("consumer")) ConsumerScenario(s);
   if (on("phase-step")) {
-    PhaseScenario("step 200 ms -> 0", s, best_cpu, [](double, bool& done) { done = true; }, [] {},
-                  200);
+    PhaseScenario(
+        "step 200 ms -> 0", s, best_cpu, [](double, bool& done) { done = true; }, [] {}, 200);
   }
   if (on("phase-latency")) {
-    PhaseScenario("read latency 0 -> 20 ms", s, best_io,
-                  [&](double, bool& done) {
-                    s.slow->set_latency(std::chrono::milliseconds(20));
-                    done = true;
-                  },
-                  [&] { s.slow->set_latency(std::chrono::nanoseconds(0)); }, 0);
+    PhaseScenario(
+        "read latency 0 -> 20 ms", s, best_io,
+        [&](double, bool& done) {
+          s.slow->set_latency(std::chrono::milliseconds(20));
+          done = true;
+        },
+        [&] { s.slow->set_latency(std::chrono::nanoseconds(0)); }, 0);
   }
   if (on("phase-hog")) {
     SweepPoint best_hog;
@@ -384,24 +387,26 @@ int main(int argc, char** argv) {
       best_hog = Sweep(s.base, o).best_static;
     }
     std::unique_ptr<CpuHog> hog;
-    PhaseScenario("two CPU hogs start", s, best_hog,
-                  [&](double, bool& done) {
-                    hog = std::make_unique<CpuHog>(2);
-                    done = true;
-                  },
-                  [&] { hog.reset(); }, 0);
+    PhaseScenario(
+        "two CPU hogs start", s, best_hog,
+        [&](double, bool& done) {
+          hog = std::make_unique<CpuHog>(2);
+          done = true;
+        },
+        [&] { hog.reset(); }, 0);
   }
   if (on("phase-hog-stop")) {
     // The other way round: the tuner outbids two hogs, they stop, and the
     // surplus workers must go (CPU-bound: the best static count, or one more).
     if (best_cpu.workers == 0) best_cpu = sweep_at(0);
     std::unique_ptr<CpuHog> hog;
-    PhaseScenario("two CPU hogs stop", s, best_cpu,
-                  [&](double, bool& done) {
-                    hog.reset();
-                    done = true;
-                  },
-                  [&] { hog = std::make_unique<CpuHog>(2); }, 0, /*fewest=*/true);
+    PhaseScenario(
+        "two CPU hogs stop", s, best_cpu,
+        [&](double, bool& done) {
+          hog.reset();
+          done = true;
+        },
+        [&] { hog = std::make_unique<CpuHog>(2); }, 0, /*fewest=*/true);
     hog.reset();
   }
   if (on("memory")) MemoryScenario(argv[1]);

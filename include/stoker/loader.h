@@ -112,7 +112,7 @@ struct WorkerMetrics {
   int64_t samples = 0;
   int64_t busy_ns = 0;  // wall time spent on tasks
   int64_t cpu_ns = 0;   // thread CPU time spent on tasks
-  int64_t queue_ns = 0; // of busy_ns, runnable but waiting for a CPU
+  int64_t queue_ns = 0;  // of busy_ns, runnable but waiting for a CPU
 };
 
 struct LoaderMetrics {

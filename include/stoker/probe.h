@@ -121,8 +121,8 @@ MachineFacts ProbeMachine(const ProbeOptions& options = {});
 /// idle and iowait. Differences over a window tell how busy those CPUs were,
 /// and, less this process's own CPU time, how much other processes used.
 struct CpuTimes {
-  double busy_s = 0;   // running something (this process or others)
-  double idle_s = 0;   // idle or waiting for I/O
+  double busy_s = 0;  // running something (this process or others)
+  double idle_s = 0;  // idle or waiting for I/O
   // Taken by the hypervisor: lost to us however many threads we run, so
   // neither busy (a competitor to outbid) nor idle.
   double steal_s = 0;

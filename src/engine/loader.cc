@@ -43,8 +43,8 @@ struct WorkerContext {
   // worker threads (the consumer's thread may change between calls).
   std::atomic<int64_t> queue_ns{0};
   std::unique_ptr<RunDelayClock> run_delay;
-  int64_t run_delay_ns = 0;  // its last reading
-  int64_t sample_ns = 0;     // wall time per sample in the last task
+  int64_t run_delay_ns = 0;          // its last reading
+  int64_t sample_ns = 0;             // wall time per sample in the last task
   std::atomic<size_t> footprint{0};  // bytes of `read` and `scratch`, after each task
   // Counters are published every this many samples: about a millisecond's
   // worth, so that slow samples show progress within a long task while
@@ -426,8 +426,7 @@ class Loader::Impl {
     // The run-queue delay is read where the task starts and where counters
     // are published (a read costs about a microsecond: only for tasks long
     // enough not to notice, judged by the last task's samples).
-    const bool timed = ctx.run_delay != nullptr &&
-                       ctx.sample_ns * task.length >= kRunDelayTaskNs;
+    const bool timed = ctx.run_delay != nullptr && ctx.sample_ns * task.length >= kRunDelayTaskNs;
     if (timed) {
       // From here: a wait for a CPU between tasks is no sample's.
       const int64_t d = ctx.run_delay->ReadNanos();

@@ -33,12 +33,11 @@ constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this 
 // pools: their size comes from the I/O, and there a few hundredths of a
 // core, times a hundred threads, would read as rivals.)
 constexpr double kRivals = 1.0;
-constexpr double kTickNoise = 0.01;  // of the budget: /proc/stat's counting error
+constexpr double kTickNoise = 0.01;   // of the budget: /proc/stat's counting error
 constexpr double kBigChange = 1.0;    // a change this large is believed on one window
 constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
 
-std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0,
-                double e = 0) {
+std::string Fmt(const char* fmt, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
   char buf[256];
   std::snprintf(buf, sizeof buf, fmt, a, b, c, d, e);
   return buf;
@@ -116,14 +115,14 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   const bool contended = Contended(p, b);
   if (contended) {
     const double share = kOutbidShare / (1 - kOutbidShare);
-    cpu_fill = std::max(cpu_fill, std::ceil(share * p.rivals(b.others_room, kTickNoise * b.cpu_cores)));
+    cpu_fill =
+        std::max(cpu_fill, std::ceil(share * p.rivals(b.others_room, kTickNoise * b.cpu_cores)));
   }
   // A bounded demand, by Little's law; queueing behind other processes will
   // last, behind our own surplus threads it will not.
   const double demand = p.demand();
-  const double need = std::isinf(demand)
-                          ? 1e9
-                          : demand * (contended ? p.wall_per_sample() : wall) * kHeadroom;
+  const double need =
+      std::isinf(demand) ? 1e9 : demand * (contended ? p.wall_per_sample() : wall) * kHeadroom;
   // A little over an integer counts as that integer: 2.07 means 2 (wall
   // time a few per cent over CPU time is the consumer's thread, not waiting).
   const double m = std::ceil(std::min(need, cpu_fill) - 0.1);
@@ -145,7 +144,8 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   // Other processes starting or stopping on our CPUs: a core's worth, or,
   // once a large pool leaves them little, half of their threads or more.
   if (p.machine_known && r.machine_known) {
-    const double rp = p.rivals(b.others_room, kTickNoise * b.cpu_cores), rr = r.rivals(b.others_room, kTickNoise * b.cpu_cores);
+    const double rp = p.rivals(b.others_room, kTickNoise * b.cpu_cores),
+                 rr = r.rivals(b.others_room, kTickNoise * b.cpu_cores);
     if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
             2 * kContended * b.cpu_cores ||
         (p.on_cpu() && r.on_cpu() && std::max(rp, rr) >= kRivals &&
@@ -268,10 +268,10 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   ++windows_at_count_;
   last_rate_ = p.rate();
   last_stall_ = p.stall();
-  last_cpu_cap_ = p.cpu_per_sample() > 0
-                      ? static_cast<int>(std::ceil(b.cpu_cores * p.unqueued_per_sample() /
-                                                   p.cpu_per_sample()))
-                      : 0;
+  last_cpu_cap_ =
+      p.cpu_per_sample() > 0
+          ? static_cast<int>(std::ceil(b.cpu_cores * p.unqueued_per_sample() / p.cpu_per_sample()))
+          : 0;
   const double t = o.t_s;
   const int cap = Cap(b);
 

@@ -80,6 +80,9 @@ def test_ctrl_c_interrupts_a_wait():
     # SIGINT during that wait must end it with KeyboardInterrupt instead of
     # the batch. (Fixed workers: a tuned loader waits inside the engine and
     # hears Ctrl-C only when its batch arrives; see loader_bindings.cc.)
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell
+    # starts background jobs with SIGINT ignored, and Python then leaves it so.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     source = stoker.Synthetic(size=4, shape=(8,), read_latency_us=1_500_000)
     loader = stoker.Loader(source, batch_size=1, workers=1, prefetch=1, shuffle=False)
     it = iter(loader)
@@ -96,3 +99,4 @@ def test_ctrl_c_interrupts_a_wait():
     finally:
         timer.cancel()
         loader.close()
+        signal.signal(signal.SIGINT, previous)

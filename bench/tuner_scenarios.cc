@@ -7,7 +7,7 @@
 // Usage: tuner_scenarios DATA_FOLDER [--rounds N] [--timeline] [scenario ...]
 //   scenarios: cpu io consumer phase-step phase-hog phase-latency
 //   phase-hog-stop memory
-//   --rounds N: tuned runs per scenario (default 3), interleaved with the
+//   --rounds N: tuned runs per scenario (default 5), interleaved with the
 //   best static setting; the goals are judged on the median round.
 //   --timeline: print each tuned run's throughput and workers over its first
 //   seconds (after the change, in the phase scenarios).
@@ -120,7 +120,7 @@ SweepReport Sweep(const LoaderOptions& base, SweepOptions o) {
   return *r;
 }
 
-int rounds = 3;          // tuned runs per scenario, each bracketed by static runs
+int rounds = 5;          // tuned runs per scenario, each bracketed by static runs
 bool timelines = false;  // print each tuned run's first seconds (after its change)
 
 void PrintTimeline(const std::vector<TimelinePoint>& tl, double from, double to) {

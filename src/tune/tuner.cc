@@ -106,8 +106,8 @@ class Tuner final : public Controller {
         o.window_s > 0 ? std::max(0.0, (proc_cpu - last_proc_cpu_ - o.cpu_s) / o.window_s) : 0;
     trainer_cores_ = 0.8 * trainer_cores_ + 0.2 * trainer_cores;
     if (machine && last_machine_ && machine->cpus == last_machine_->cpus) {
-      // Our CPUs' busy time less this process's is other processes' (and
-      // the hypervisor's steal).
+      // Our CPUs' busy time less this process's is other processes' (the
+      // hypervisor's steal is neither: ReadCpuTimes keeps it apart).
       o.others_s = std::max(0.0, machine->busy_s - last_machine_->busy_s - (proc_cpu - last_proc_cpu_));
       o.idle_s = std::max(0.0, machine->idle_s - last_machine_->idle_s);
     }

@@ -33,7 +33,6 @@ constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this 
 // pools: their size comes from the I/O, and there a few hundredths of a
 // core, times a hundred threads, would read as rivals.)
 constexpr double kRivals = 1.0;
-constexpr double kTickNoise = 0.01;   // of the budget: /proc/stat's counting error
 constexpr double kBigChange = 1.0;    // a change this large is believed on one window
 constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
 
@@ -92,7 +91,7 @@ bool TunerCore::Contended(const Pooled& p, const Budgets& b) {
     return false;
   }
   return p.intruding_cores(b.others_room) >= kContended * b.cpu_cores ||
-         (p.on_cpu() && p.rivals(b.others_room, kTickNoise * b.cpu_cores) >= kRivals);
+         (p.on_cpu() && p.rivals(b) >= kRivals);
 }
 
 int TunerCore::Model(const Pooled& p, const Budgets& b) const {
@@ -115,8 +114,7 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   const bool contended = Contended(p, b);
   if (contended) {
     const double share = kOutbidShare / (1 - kOutbidShare);
-    cpu_fill =
-        std::max(cpu_fill, std::ceil(share * p.rivals(b.others_room, kTickNoise * b.cpu_cores)));
+    cpu_fill = std::max(cpu_fill, std::ceil(share * p.rivals(b)));
   }
   // A bounded demand, by Little's law; queueing behind other processes will
   // last, behind our own surplus threads it will not.
@@ -144,8 +142,7 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   // Other processes starting or stopping on our CPUs: a core's worth, or,
   // once a large pool leaves them little, half of their threads or more.
   if (p.machine_known && r.machine_known) {
-    const double rp = p.rivals(b.others_room, kTickNoise * b.cpu_cores),
-                 rr = r.rivals(b.others_room, kTickNoise * b.cpu_cores);
+    const double rp = p.rivals(b), rr = r.rivals(b);
     if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
             2 * kContended * b.cpu_cores ||
         (p.on_cpu() && r.on_cpu() && std::max(rp, rr) >= kRivals &&

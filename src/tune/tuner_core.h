@@ -100,11 +100,12 @@ class TunerCore {
     double intruding_cores(double room) const { return std::max(0.0, other_cores() - room); }
     // Other processes' runnable threads, as many of ours as would take what
     // they took (the scheduler shares CPU time per thread): visible even
-    // when a large pool leaves them little. `noise` cores of their use are
-    // not counted: /proc/stat counts in clock ticks, and a few ticks' error,
+    // when a large pool leaves them little. kTickNoise of the budget is not
+    // counted: /proc/stat counts in clock ticks, and a few ticks' error,
     // times a large pool, would read as rivals.
-    double rivals(double room, double noise) const {
-      const double seen = std::max(0.0, intruding_cores(room) - noise);
+    static constexpr double kTickNoise = 0.01;
+    double rivals(const Budgets& b) const {
+      const double seen = std::max(0.0, intruding_cores(b.others_room) - kTickNoise * b.cpu_cores);
       return worker_cores() > 0 ? workers * seen / worker_cores() : 0;
     }
     double idle_cores() const { return window_s > 0 ? idle_s / window_s : 0; }

@@ -8,7 +8,9 @@
 //   scenarios: cpu io consumer phase-step phase-hog phase-latency
 //   phase-hog-stop memory
 //   --rounds N: tuned runs per scenario (default 5), interleaved with the
-//   best static setting; the goals are judged on the median round.
+//   best static setting; throughput goals are judged on all rounds together
+//   (their mean tuned rate over their mean reference), times on the median
+//   round.
 //   --timeline: print each tuned run's throughput and workers over its first
 //   seconds (after the change, in the phase scenarios).
 //   (DATA_FOLDER: e.g. the built-in data set, `stoker make-dataset OUT`.)
@@ -145,11 +147,16 @@ double StaticRate(const LoaderOptions& base, int workers) {
 
 // The machine's speed drifts over minutes (static runs of one setting differ
 // by up to 13 % here), so each scenario runs `rounds` times, interleaved with
-// the best static setting: S0 T1 S1 T2 S2 ... Round i is judged against the
-// mean of S(i-1) and S(i), and the goals on the median round.
+// the best static setting: S0 T1 S1 T2 S2 ... Round i's reference is the
+// mean of S(i-1) and S(i). The throughput goal is judged on the rounds'
+// mean tuned rate over their mean reference: with a few percent of noise in
+// every point, the mean of five is the steadier estimate (the median of five
+// spreads about 25 % more for noise like this), and it also counts a round
+// where the tuner went wrong, which a median would hide.
 struct Round {
   double reference = 0;  // best static, before and after
-  double ratio = 0;      // tuned / reference (after settling)
+  double tuned = 0;      // tuned samples/s after settling
+  double ratio = 0;      // tuned / reference
   double seconds = 0;    // to 95 % of the reference
   int workers = 0;       // at the end
 };
@@ -161,6 +168,16 @@ void PrintRounds(const std::vector<Round>& rs, const char* seconds_what) {
         "%d workers\n",
         i + 1, rs[i].reference, rs[i].ratio, seconds_what, rs[i].seconds, rs[i].workers);
   }
+}
+
+// All rounds' tuned throughput over all rounds' reference.
+double PooledRatio(const std::vector<Round>& rs) {
+  double tuned = 0, reference = 0;
+  for (const Round& r : rs) {
+    tuned += r.tuned;
+    reference += r.reference;
+  }
+  return reference > 0 ? tuned / reference : 0;
 }
 
 template <typename T>
@@ -188,7 +205,8 @@ Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double fr
   const double after = StaticRate(s.base, best_workers);
   rd.reference = (before + after) / 2;
   rd.seconds = TimeTo(st.timeline, from, 0.95 * rd.reference);
-  rd.ratio = MeanRate(st.timeline, from + 5, st.seconds) / rd.reference;
+  rd.tuned = MeanRate(st.timeline, from + 5, st.seconds);
+  rd.ratio = rd.tuned / rd.reference;
   before = after;
   std::printf("    round %d trace:\n", index + 1);
   PrintTrace(trace);
@@ -213,8 +231,8 @@ SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms) {
     rs.push_back(TunedRound(s, best, co, 0, before, i));
   }
   PrintRounds(rs, "95 % after");
-  const double ratio = MedianOf(rs, &Round::ratio), seconds = MedianOf(rs, &Round::seconds);
-  Goal(ratio >= 0.97, "tuned / best static, median round (>= 0.97)", ratio, "");
+  const double ratio = PooledRatio(rs), seconds = MedianOf(rs, &Round::seconds);
+  Goal(ratio >= 0.97, "tuned / best static, all rounds (>= 0.97)", ratio, "");
   Goal(seconds <= 5, "seconds to 95 % of best, median round (<= 5)", seconds, "s");
   s.slow->set_latency(std::chrono::nanoseconds(0));
   return r.best_static;
@@ -277,9 +295,9 @@ void PhaseScenario(const char* name, Setup& s, SweepPoint best,
   undo();
   std::printf("    best static afterwards: %d workers\n", best.workers);
   PrintRounds(rs, "back within 95 % after");
-  const double seconds = MedianOf(rs, &Round::seconds), ratio = MedianOf(rs, &Round::ratio);
+  const double seconds = MedianOf(rs, &Round::seconds), ratio = PooledRatio(rs);
   Goal(seconds <= 5, "seconds back within 95 % of best, median (<= 5)", seconds, "s");
-  Goal(ratio >= 0.97, "tuned / best static after the change, median (>= 0.97)", ratio, "");
+  Goal(ratio >= 0.97, "tuned / best static after the change, all rounds (>= 0.97)", ratio, "");
   if (fewest) {
     const double workers = MedianOf(rs, &Round::workers);
     Goal(workers <= best.workers + 1, "workers at the end, median (<= best static + 1)", workers,

@@ -33,6 +33,12 @@ constexpr double kNoIdle = 0.1;       // ... and the CPUs are idle at most this 
 // pools: their size comes from the I/O, and there a few hundredths of a
 // core, times a hundred threads, would read as rivals.)
 constexpr double kRivals = 1.0;
+// Once contended, the estimate may fall to this before the rivals count as
+// gone: a pool that has outbid them leaves them a share near /proc/stat's
+// tick noise (two hogs beside 128 workers take 1.5 % of the CPUs, 0.7
+// threads' worth after the noise allowance), where the estimate wanders
+// below kRivals while they still run. Gone, they read as ~0.
+constexpr double kRivalsHeld = 0.25;
 constexpr double kBigChange = 1.0;    // a change this large is believed on one window
 constexpr double kBigGain = 0.1;      // a step up that paid this much: double next time
 
@@ -86,6 +92,19 @@ int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
   return std::max(1, p);
 }
 
+void TunerCore::UpdateContention(Pooled& p, const Budgets& b) {
+  const bool strict = Contended(p, b);
+  const bool held = contended_ && p.machine_known && p.on_cpu() &&
+                    p.idle_cores() <= kNoIdle * b.cpu_cores && p.rivals(b) >= kRivalsHeld;
+  if (strict) {
+    rivals_ = p.on_cpu() ? std::max(p.rivals(b), held ? rivals_ : 0.0) : 0;
+  } else if (!held) {
+    rivals_ = 0;
+  }
+  contended_ = strict || held;
+  p.contended = contended_;
+}
+
 bool TunerCore::Contended(const Pooled& p, const Budgets& b) {
   if (!p.machine_known || p.worker_cores() <= 0 || p.idle_cores() > kNoIdle * b.cpu_cores) {
     return false;
@@ -111,10 +130,10 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   // Other processes compete for our CPUs and leave none idle: the scheduler
   // shares CPU time per runnable thread, so the workers' share grows with
   // their count. Size the pool for kOutbidShare of the busy CPU time.
-  const bool contended = Contended(p, b);
+  const bool contended = contended_;
   if (contended) {
     const double share = kOutbidShare / (1 - kOutbidShare);
-    cpu_fill = std::max(cpu_fill, std::ceil(share * p.rivals(b)));
+    cpu_fill = std::max(cpu_fill, std::ceil(share * rivals_));
   }
   // A bounded demand, by Little's law; queueing behind other processes will
   // last, behind our own surplus threads it will not.
@@ -138,14 +157,22 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   if (demand_known && unbounded(p) != unbounded(r)) return 2 * kBigChange;
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
-  change = std::max(change, RelChange(p.wall_per_sample(), r.wall_per_sample()));
-  // Other processes starting or stopping on our CPUs: a core's worth, or,
-  // once a large pool leaves them little, half of their threads or more.
+  // The wall time less its queueing for a CPU: CPU-bound work's wall time
+  // is its CPU time plus a queue that grows and wanders with the threads
+  // sharing the cores (ours and others', whose coming and going is tested
+  // below), and that would read as a new workload.
+  if (!p.on_cpu() || !r.on_cpu()) {
+    change = std::max(change, RelChange(p.unqueued_per_sample(), r.unqueued_per_sample()));
+  }
+  // Other processes starting or stopping on our CPUs: a core's worth, the
+  // contention coming or going, or, while it lasts, twice or half as many
+  // of their threads (both estimates clear of the noise).
   if (p.machine_known && r.machine_known) {
     const double rp = p.rivals(b), rr = r.rivals(b);
     if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
             2 * kContended * b.cpu_cores ||
-        (p.on_cpu() && r.on_cpu() && std::max(rp, rr) >= kRivals &&
+        p.contended != r.contended ||
+        (p.contended && p.on_cpu() && r.on_cpu() && std::min(rp, rr) >= kRivals &&
          std::min(rp, rr) < 0.5 * std::max(rp, rr))) {
       change = std::max(change, 2 * kChange);
     }
@@ -182,6 +209,14 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   return d;
 }
 
+std::optional<TunerDecision> TunerCore::KneeHere(const Budgets& b, const Pooled& p,
+                                                 std::string reason, double t_s) {
+  knee_ = workers_;
+  reference_ = p;
+  reference_workers_ = workers_;
+  return Set(workers_, b, p, std::move(reason), t_s);
+}
+
 std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& p,
                                                 const std::string& why, double t_s) {
   const int cap = Cap(b);
@@ -189,17 +224,13 @@ std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& 
   // CPU-bound workers that fill the budget are the knee already: a trial
   // would only cost the time its thread needs to start and compete. (Not
   // while other processes compete: there, more threads win a larger share.)
-  if (!Contended(p, b) && p.on_cpu() &&
-      workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
-    knee_ = workers_;
-    reference_ = p;
-    reference_workers_ = workers_;
-    return Set(workers_, b, p,
-               why + Fmt("knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per sample) "
-                         "and filling the %.1f-core budget",
-                         workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
-                         b.cpu_cores),
-               t_s);
+  if (!contended_ && p.on_cpu() && workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
+    return KneeHere(
+        b, p,
+        why + Fmt("knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
+                  "sample) and filling the %.1f-core budget",
+                  workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3, b.cpu_cores),
+        t_s);
   }
   // Steps of half the pool, whole while they keep paying handsomely: big
   // enough that their gain stands out of the noise of a one-second window.
@@ -208,6 +239,21 @@ std::optional<TunerDecision> TunerCore::TryMore(const Budgets& b, const Pooled& 
   if (knee_) target = std::min(target, *knee_);
   target = std::min(target, cap);
   if (target <= workers_) return std::nullopt;
+  // CPU-bound under contention, the step can only win a larger share of
+  // the cores from the rivals: when that is less than a trial can tell,
+  // this is the knee (a trial would pay by the noise's luck alone).
+  if (contended_ && p.on_cpu() && rivals_ > 0) {
+    auto share = [&](int n) { return n / (n + rivals_); };
+    const double most = share(target) / share(workers_) - 1;
+    if (most < kGain) {
+      return KneeHere(b, p,
+                      why + Fmt("knee at %.0f workers: outbidding %.1f threads of other "
+                                "processes, %.0f workers would win at most %+.1f %% more of the "
+                                "CPUs",
+                                workers_, rivals_, target, most * 100),
+                      t_s);
+    }
+  }
   trial_from_ = workers_;
   trial_rate_before_ = p.produced_rate();
   phase_ = Phase::kTrialUp;
@@ -260,8 +306,9 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
       return std::nullopt;
     }
   }
-  const Pooled p = pool_;
+  Pooled p = pool_;
   pool_ = {};
+  UpdateContention(p, b);
   ++windows_at_count_;
   last_rate_ = p.rate();
   last_stall_ = p.stall();

@@ -61,6 +61,10 @@ struct Budgets {
 /// when that stalls. A workload change (demand, CPU or wall time per sample
 /// at the same worker count, other processes' CPU use) clears the marks and
 /// re-sizes by the model; a change of more than 2x is believed at once.
+/// Under contention a CPU-bound pool is sized for the other processes'
+/// threads as counted when they were plain to see (a large pool leaves them
+/// a share near the measurement's noise), and a step up that could win less
+/// than kGain of the CPUs from them is not tried: that count is the knee.
 class TunerCore {
  public:
   static constexpr double kStallHigh = 0.01;  // the consumer waits too much above this
@@ -88,6 +92,7 @@ class TunerCore {
     double window_s = 0, wait_s = 0, step_s = 0, busy_s = 0, cpu_s = 0, queue_s = 0;
     double others_s = 0, idle_s = 0;
     bool machine_known = true;  // others_s and idle_s were known in every window
+    bool contended = false;     // other processes compete for our CPUs (see contended_)
     int workers = 0;            // the worker count throughout
     int64_t batches = 0, samples = 0, produced = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }
@@ -137,10 +142,16 @@ class TunerCore {
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   static bool Contended(const Pooled& p, const Budgets& b);
+  // Sets contended_ and rivals_ from a pooled window (and marks it): entered
+  // by Contended, left when the rivals estimate falls below kRivalsHeld.
+  void UpdateContention(Pooled& p, const Budgets& b);
   int Model(const Pooled& p, const Budgets& b) const;
   int Cap(const Budgets& b) const;
   int PrefetchFor(int workers, const Budgets& b) const;
   double Changed(const Pooled& p, const Budgets& b) const;
+  // Marks the current count as the knee (and the reference) and logs why.
+  std::optional<TunerDecision> KneeHere(const Budgets& b, const Pooled& p, std::string reason,
+                                        double t_s);
   std::optional<TunerDecision> TryMore(const Budgets& b, const Pooled& p, const std::string& why,
                                        double t_s);
   std::optional<TunerDecision> Set(int workers, const Budgets& b, const Pooled& p,
@@ -165,6 +176,11 @@ class TunerCore {
   double last_gain_ = 0;   // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
+  // Other processes compete for our CPUs, and how many threads' worth (the
+  // largest estimate since the contention began; 0 when not CPU-bound):
+  // the pool is sized for them.
+  bool contended_ = false;
+  double rivals_ = 0;
   double last_rate_ = 0, last_stall_ = 0;
   int last_cpu_cap_ = 0;
 };

@@ -206,6 +206,37 @@ TEST(TunerCoreTest, CpuHogsAreOutbidQuickly) {
   EXPECT_LE(TicksTo(calm, BestStatic(w, 128), 0.95) * kTick, 5.0);
 }
 
+TEST(TunerCoreTest, AnOutbidRivalStaysSeenInALargePool) {
+  // Two hogs beside a pool of 128 CPU-bound workers get 1.5 % of the cores,
+  // about as much as /proc/stat's noise allowance: their estimate falls
+  // below one thread while they run. The pool, sized for them when they
+  // were plain to see, must not collapse to the knee of an idle machine,
+  // nor try ever more workers that could win no more than the noise.
+  SimWorkload w;
+  w.cpu_s = 0.0006;
+  w.hogs = 2;
+  TunerCore core(2, 4);
+  Budgets b = TwoCores();
+  SimRun r = Drive(core, w, b, 300);
+  const double best = BestStatic(w, 128);
+  EXPECT_GE(w.Rate(r.Final()), 0.95 * best) << r.Final() << " workers";
+  EXPECT_EQ(Changes(r.decisions, 20.0), 0);
+  for (size_t i = 25; i < r.workers.size(); ++i) {
+    ASSERT_GE(r.workers[i], 24) << "at tick " << i;
+  }
+  // Someone sets 128 workers; then the samples get dearer. The re-model
+  // must still see the hogs it can hardly measure any more.
+  core.Observe(w.Window(128, core.prefetch(), 60.2), b);
+  ASSERT_EQ(core.workers(), 128);
+  Drive(core, w, b, 50, 60.2);
+  w.cpu_s = 0.0009;
+  SimRun dear = Drive(core, w, b, 200, 70.4);
+  EXPECT_GE(dear.decisions.size(), 1u);  // the change was seen
+  for (size_t i = 0; i < dear.workers.size(); ++i) {
+    ASSERT_GE(dear.workers[i], 24) << "at tick " << i;
+  }
+}
+
 TEST(TunerCoreTest, StartingFarTooHighComesDownByTheQueueingFigure) {
   // A pool far too large for the cores, CPU-bound: the wall time per sample
   // is mostly queueing behind each other. With the kernel's run-queue

@@ -254,6 +254,21 @@ void ConsumerScenario(Setup& s) {
     if (fewest < 0 && p.stall_fraction < 0.01) fewest = p.workers;
   }
   std::printf("  fewest zero-stall: %d\n", fewest);
+  // More workers than needed, with and without SCHED_BATCH for them
+  // (LoaderOptions::batch_scheduling): the stall their wake-ups cause.
+  {
+    SweepOptions more = o;
+    more.workers = {4, 8};
+    LoaderOptions plain = s.base;
+    plain.batch_scheduling = false;
+    const SweepReport with = Sweep(s.base, more), without = Sweep(plain, more);
+    std::printf("    stall with SCHED_BATCH workers / without:");
+    for (size_t i = 0; i < with.sweep.size(); ++i) {
+      std::printf("  %d: %.2f %% / %.2f %%", with.sweep[i].workers,
+                  with.sweep[i].stall_fraction * 100, without.sweep[i].stall_fraction * 100);
+    }
+    std::printf("\n");
+  }
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
   auto loader = std::move(OpenLoader(lo)).value();

@@ -1,5 +1,7 @@
 #include "stoker/loader.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -598,6 +600,10 @@ class Loader::Impl {
   }
 
   void WorkerMain(int id) {
+    if (options_.batch_scheduling) {
+      sched_param param{};
+      pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // a refusal is harmless
+    }
     WorkerContext ctx;
     ctx.id = id;
     ctx.scratch = options_.transform->NewScratch();

@@ -1,11 +1,16 @@
 #include "stoker/loader.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "../../tests/loader_harness.h"
@@ -269,6 +274,42 @@ TEST(LoaderTest, CountsTimeWorkersQueueForACpu) {
   // Three quarters of the time in theory.
   EXPECT_GT(static_cast<double>(m.queue_ns), 0.3 * static_cast<double>(m.busy_ns))
       << "queued " << m.queue_ns << " ns of " << m.busy_ns << " ns busy";
+}
+
+// Threads of this process whose scheduling policy is `policy` (field 41 of
+// /proc/self/task/TID/stat), -1 where /proc cannot tell.
+int ThreadsWithPolicy(int policy) {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/stat");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;  // the thread ended meanwhile
+    std::istringstream rest(text.substr(close + 1));
+    std::string field;
+    for (int i = 3; i <= 41 && rest >> field; ++i) {
+      if (i == 41 && std::stoi(field) == policy) ++n;
+    }
+  }
+  closedir(dir);
+  return n;
+}
+
+TEST(LoaderTest, WorkersRunUnderBatchSchedulingAndTheConsumerDoesNot) {
+  for (bool batch : {true, false}) {
+    auto o = SyntheticLoaderOptions(200, 10, 8);
+    o.workers = 3;
+    o.batch_scheduling = batch;
+    auto loader = MakeLoader(o);
+    DrainEpoch(*loader);
+    // Every worker has started by now: each takes part in an epoch of 20
+    // batches (and a late one would only make the count short, not wrong).
+    EXPECT_EQ(ThreadsWithPolicy(SCHED_BATCH), batch ? 3 : 0) << "batch_scheduling " << batch;
+    EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);  // this thread, the consumer
+  }
 }
 
 TEST(LoaderTest, PrefetchesTheNextEpochBeforeItIsAskedFor) {

@@ -118,8 +118,9 @@ MachineFacts ProbeMachine(const ProbeOptions& options = {});
 
 /// CPU time since boot on the CPUs this process may run on (its
 /// Cpus_allowed_list), summed from <proc_root>/stat: busy is everything but
-/// idle, iowait and steal. Differences over a window tell how busy those CPUs were,
-/// and, less this process's own CPU time, how much other processes used.
+/// idle, iowait and steal. Differences over a window tell how busy those
+/// CPUs were, and, less this process's own CPU time, how much other
+/// processes used.
 struct CpuTimes {
   double busy_s = 0;  // running something (this process or others)
   double idle_s = 0;  // idle or waiting for I/O

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -305,9 +306,16 @@ TEST(LoaderTest, WorkersRunUnderBatchSchedulingAndTheConsumerDoesNot) {
     o.batch_scheduling = batch;
     auto loader = MakeLoader(o);
     DrainEpoch(*loader);
-    // Every worker has started by now: each takes part in an epoch of 20
-    // batches (and a late one would only make the count short, not wrong).
-    EXPECT_EQ(ThreadsWithPolicy(SCHED_BATCH), batch ? 3 : 0) << "batch_scheduling " << batch;
+    // A worker sets its policy first thing; one the kernel has not run yet
+    // still has the default, so wait for all three (never more).
+    const int want = batch ? 3 : 0;
+    int seen = ThreadsWithPolicy(SCHED_BATCH);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (seen < want && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      seen = ThreadsWithPolicy(SCHED_BATCH);
+    }
+    EXPECT_EQ(seen, want) << "batch_scheduling " << batch;
     EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);  // this thread, the consumer
   }
 }

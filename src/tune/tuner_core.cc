@@ -97,7 +97,7 @@ void TunerCore::UpdateContention(Pooled& p, const Budgets& b) {
   const bool held = contended_ && p.machine_known && p.on_cpu() &&
                     p.idle_cores() <= kNoIdle * b.cpu_cores && p.rivals(b) >= kRivalsHeld;
   if (strict) {
-    rivals_ = p.on_cpu() ? std::max(p.rivals(b), held ? rivals_ : 0.0) : 0;
+    rivals_ = p.on_cpu() ? std::max(p.rivals(b), contended_ ? rivals_ : 0.0) : 0;
   } else if (!held) {
     rivals_ = 0;
   }

@@ -58,9 +58,11 @@ struct Budgets {
 /// grew), going on while they pay >= kGain, and marks the knee when one
 /// does not; it steps down while the consumer never waits and the
 /// workers are idle enough that fewer would still keep up, marking the floor
-/// when that stalls. A workload change (demand, CPU or wall time per sample
-/// at the same worker count, other processes' CPU use) clears the marks and
-/// re-sizes by the model; a change of more than 2x is believed at once.
+/// when that stalls. A workload change (demand, CPU time per sample, wall
+/// time less its queueing for a CPU unless the work is CPU-bound, at the
+/// same worker count; other processes' CPU use, or contention starting or
+/// ending) clears the marks and re-sizes by the model; a change of more
+/// than 2x is believed at once.
 /// Under contention a CPU-bound pool is sized for the other processes'
 /// threads as counted when they were plain to see (a large pool leaves them
 /// a share near the measurement's noise), and a step up that could win less

@@ -8,13 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "stoker/defaults.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
 
 namespace stoker {
-
-/// Worker count meaning "let the tuner decide" (LoaderOptions::workers).
-inline constexpr int kAutoWorkers = -1;
 
 /// How the tuner may act.
 struct TunerOptions {
@@ -58,15 +56,6 @@ struct TunerView {
   std::optional<TunerDecision> last_decision;
   int64_t decisions = 0;
 };
-
-/// The prefetch depth, in batches, for `workers` workers when nobody chose
-/// one: the tuner's pick before any memory budget, the sweep's and that of a
-/// fixed worker count. Workers share batches (a task is a run of one batch's
-/// samples), so a few batches absorb jitter; many workers need a wider window
-/// to all find work: 2 for up to 3 workers, then one more per 4 workers, up
-/// to 16 at 56. Each batch in flight is memory (a float32 224x224 batch of 64
-/// is 38.5 MiB), and a consumer holds one or two more.
-int DefaultPrefetch(int workers);
 
 /// Makes a loader. With options.workers == kAutoWorkers the worker count and
 /// prefetch depth start from the advisor and are then tuned on-line by a

@@ -80,8 +80,6 @@ int TunerCore::Cap(const Budgets& b) const {
   return cap;
 }
 
-int DefaultPrefetch(int workers) { return std::clamp(2 + workers / 4, 2, 16); }
-
 int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
   int p = DefaultPrefetch(workers);
   if (b.memory_bytes > 0 && b.batch_bytes > 0) {

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <algorithm>
+
+namespace stoker {
+
+/// The one home of the defaults that the loader, the tuner, the advisor, the
+/// sweep, the CLI and Python share. Change one here and every part follows.
+
+/// Worker count meaning "let the tuner decide" (LoaderOptions::workers).
+inline constexpr int kAutoWorkers = -1;
+
+/// The most workers the tuner and the sweep use unless told otherwise
+/// (TunerOptions::max_workers, SweepOptions::max_workers, --max-workers).
+inline constexpr int kMaxWorkers = 128;
+
+/// The default memory budget: this share of the memory available to the
+/// process (or of its cgroup limit).
+inline constexpr double kMemoryBudgetShare = 0.8;
+
+/// The prefetch depth, in batches, for `workers` workers when nobody chose
+/// one: 2 for up to 3 workers, then one more per 4 workers, up to 16. Workers
+/// share batches (a task is a run of one batch's samples), so a few batches
+/// absorb jitter; many workers need a wider window to all find work. Each
+/// batch in flight is memory (a float32 224x224 batch of 64 is 38.5 MiB).
+constexpr int DefaultPrefetch(int workers) { return std::clamp(2 + workers / 4, 2, 16); }
+
+/// The share of a stretch of time the consumer spent waiting for data, in
+/// [0, 1]; 0 for an empty stretch. A wait that spans stretches is counted
+/// where it ends, hence the clamp.
+constexpr double StallFraction(double wait_s, double elapsed_s) {
+  return elapsed_s > 0 ? std::clamp(wait_s / elapsed_s, 0.0, 1.0) : 0.0;
+}
+
+}  // namespace stoker

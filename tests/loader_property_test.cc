@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "loader_harness.h"
+#include "testing/loader_harness.h"
 
 namespace stoker {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "source/tar_shard.h"
+#include "testing/test_images.h"
 #include "transform/jpeg_decoder.h"
-#include "transform/test_images.h"
 
 namespace stoker {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <thread>
 
-#include "../../tests/loader_harness.h"
 #include "engine/run_delay.h"
+#include "testing/loader_harness.h"
 
 namespace stoker {
 namespace {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "hw/fake_machine.h"
+#include "testing/fake_machine.h"
 
 namespace stoker::hw {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "source/source_test_util.h"
+#include "testing/source_test_util.h"
 
 namespace stoker {
 namespace {

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "source/source_test_util.h"
+#include "testing/source_test_util.h"
 
 namespace stoker {
 namespace {

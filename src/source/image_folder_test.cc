@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "source/source_test_util.h"
+#include "testing/source_test_util.h"
 
 namespace stoker {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "source/source_test_util.h"
+#include "testing/source_test_util.h"
 
 namespace stoker {
 namespace {

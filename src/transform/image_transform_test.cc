@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "transform/test_images.h"
+#include "testing/test_images.h"
 
 namespace stoker {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <tuple>
 
-#include "transform/test_images.h"
+#include "testing/test_images.h"
 
 namespace stoker {
 namespace {

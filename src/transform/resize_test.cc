@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "transform/test_images.h"
+#include "testing/test_images.h"
 
 namespace stoker {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "hw/fake_machine.h"
+#include "testing/fake_machine.h"
 
 namespace stoker {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <set>
 
-#include "../../tests/loader_harness.h"
 #include "stoker/tuner.h"
+#include "testing/loader_harness.h"
 
 namespace stoker {
 namespace {

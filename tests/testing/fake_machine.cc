@@ -1,4 +1,4 @@
-#include "hw/fake_machine.h"
+#include "testing/fake_machine.h"
 
 #include <stdlib.h>
 #include <sys/resource.h>

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/record.h"
 #include "stoker/status.h"
 
 namespace stoker {
@@ -15,14 +16,6 @@ namespace stoker {
 /// and is then reused, so reading allocates nothing per sample once warm.
 struct ReadBuffer {
   std::vector<std::byte> bytes;
-};
-
-/// One sample as a source hands it out. `bytes` points into the ReadBuffer
-/// passed to Read, or into memory the source owns for its whole life (a
-/// mapped file); it is valid until the next Read with the same buffer.
-struct Record {
-  std::span<const std::byte> bytes;
-  int64_t label = 0;
 };
 
 /// Maps a sample index in [0, size()) to a record.

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "stoker/record.h"
 #include "stoker/rng.h"
 #include "stoker/sample_spec.h"
-#include "stoker/source.h"
 #include "stoker/status.h"
 
 namespace stoker {

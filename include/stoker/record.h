@@ -1,0 +1,17 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace stoker {
+
+/// One sample as a source hands it out. `bytes` points into the ReadBuffer
+/// passed to Read, or into memory the source owns for its whole life (a
+/// mapped file); it is valid until the next Read with the same buffer.
+struct Record {
+  std::span<const std::byte> bytes;
+  int64_t label = 0;
+};
+
+}  // namespace stoker

@@ -1,22 +1,16 @@
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "core/clock.h"
 #include "stoker/report.h"
 
 namespace stoker {
 namespace {
 
 constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
-
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 // "VmRSS:" or "VmHWM:" of /proc/self/status, bytes.
 size_t StatusBytes(const std::string& field) {

@@ -1,20 +1,14 @@
 #include "source/synthetic_source.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
 
+#include "core/clock.h"
+
 namespace stoker {
 namespace {
-
-int64_t ThreadCpuNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 uint64_t SplitMix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "core/number_text.h"
 #include "source/tar_shard.h"
 #include "stoker/rng.h"
 #include "transform/jpeg_decoder.h"
@@ -32,14 +33,9 @@ constexpr uint64_t kDatasetStream = 0x4D414B45'44415441ull;  // "MAKEDATA"
 constexpr int kWorkingShorterSide = 720;
 constexpr int64_t kMaxPhotoPixels = 89'478'485;
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 Status BadOption(const std::string& name, double value, const std::string& expected) {
-  return InvalidArgument("make-dataset: " + name + " = " + Num(value) + ", expected " + expected);
+  return InvalidArgument("make-dataset: " + name + " = " + FormatNumber(value) + ", expected " +
+                         expected);
 }
 
 std::string Lower(std::string s) {

@@ -1,8 +1,9 @@
 #include "hw/sys_file.h"
 
 #include <algorithm>
-#include <charconv>
 #include <fstream>
+
+#include "core/number_text.h"
 
 namespace stoker::hw {
 
@@ -29,12 +30,7 @@ std::string_view Trim(std::string_view text) {
 }
 
 std::optional<uint64_t> ParseUint(std::string_view text) {
-  text = Trim(text);
-  if (text.empty()) return std::nullopt;
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
+  return ParseInteger<uint64_t>(Trim(text));
 }
 
 std::optional<std::vector<CpuRange>> ParseCpuList(std::string_view text) {

@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <cassert>
-#include <charconv>
+#include <optional>
 
+#include "core/number_text.h"
 #include "source/file_reader.h"
 
 namespace stoker {
@@ -102,13 +103,11 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
     if (path.find('\0') != std::string_view::npos) {
       return InvalidArgument(where() + "path contains a NUL byte");
     }
-    int64_t label = 0;
-    auto [end, ec] =
-        std::from_chars(label_text.data(), label_text.data() + label_text.size(), label);
-    if (label_text.empty() || ec != std::errc() || end != label_text.data() + label_text.size()) {
+    std::optional<int64_t> label = ParseInteger<int64_t>(label_text);
+    if (!label) {
       return InvalidArgument(where() + "label '" + std::string(label_text) + "' is not an integer");
     }
-    samples.Add(path, label);
+    samples.Add(path, *label);
   }
   if (samples.size() == 0) return InvalidArgument(list_path + ": the list has no entries");
   size_t slash = list_path.rfind('/');

@@ -9,12 +9,13 @@
 #include <algorithm>
 #include <cassert>
 #include <cctype>
-#include <charconv>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
+
+#include "core/number_text.h"
 
 namespace stoker {
 namespace {
@@ -441,15 +442,14 @@ class TarShardSource final : public Source {
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
       cls.remove_suffix(1);
     }
-    int64_t label = 0;
-    auto [end, ec] = std::from_chars(cls.data(), cls.data() + cls.size(), label);
-    if (cls.empty() || ec != std::errc() || end != cls.data() + cls.size()) {
+    std::optional<int64_t> label = ParseInteger<int64_t>(cls);
+    if (!label) {
       constexpr size_t kShown = 40;
       return DataError(Key(index) + ": .cls member is not an integer label: '" +
                        std::string(cls.substr(0, kShown)) + (cls.size() > kShown ? "...'" : "'"));
     }
     record->bytes = std::span<const std::byte>(base + s.image_offset, s.image_size);
-    record->label = label;
+    record->label = *label;
     return Status::Ok();
   }
 
@@ -522,8 +522,9 @@ void ExpandFrom(const std::string& pattern, size_t from, std::vector<std::string
     size_t dots = body.find("..");
     int64_t lo = 0, hi = 0;
     auto parse = [](std::string_view t, int64_t& v) {
-      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-      return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+      std::optional<int64_t> parsed = ParseInteger<int64_t>(t);
+      if (parsed) v = *parsed;
+      return parsed.has_value();
     };
     if (dots != std::string_view::npos && parse(body.substr(0, dots), lo) &&
         parse(body.substr(dots + 2), hi) && (hi > lo ? hi - lo : lo - hi) < kMaxRange) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/number_text.h"
 #include "transform/jpeg_decoder.h"
 #include "transform/png_decoder.h"
 #include "transform/resize.h"
@@ -16,14 +17,8 @@ namespace {
 // Python's round(): half to even, as torchvision's arithmetic uses it.
 int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 
-std::string Num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 Status BadOption(const std::string& name, double value, const std::string& expected) {
-  return InvalidArgument("image transform: " + name + " = " + Num(value) + ", expected " +
+  return InvalidArgument("image transform: " + name + " = " + FormatNumber(value) + ", expected " +
                          expected);
 }
 

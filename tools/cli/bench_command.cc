@@ -26,14 +26,11 @@ Result<std::vector<int>> ParseList(const std::string& text) {
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    try {
-      size_t used = 0;
-      int v = std::stoi(item, &used);
-      if (used != item.size() || v < 0) throw std::invalid_argument("");
-      out.push_back(v);
-    } catch (...) {
+    std::optional<int> count = ParseCount(item);
+    if (!count) {
       return InvalidArgument("--sweep takes counts >= 0 separated by commas, got '" + item + "'");
     }
+    out.push_back(*count);
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include "stoker/dataset.h"
 #include "stoker/image.h"
@@ -24,6 +25,16 @@ Result<std::shared_ptr<const Source>> OpenData(const std::string& data) {
 }
 
 }  // namespace
+
+std::optional<int> ParseCount(const std::string& text) {
+  try {
+    size_t used = 0;
+    const int value = std::stoi(text, &used);
+    if (used == text.size() && value >= 0) return value;
+  } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
+  }
+  return std::nullopt;
+}
 
 void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--data", f.data,
@@ -64,13 +75,11 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   if (f.workers == "auto") {
     lo.workers = kAutoWorkers;
   } else {
-    try {
-      size_t used = 0;
-      lo.workers = std::stoi(f.workers, &used);
-      if (used != f.workers.size() || lo.workers < 0) throw std::invalid_argument("");
-    } catch (...) {
+    std::optional<int> workers = ParseCount(f.workers);
+    if (!workers) {
       return InvalidArgument("--workers must be 'auto' or a count >= 0, got '" + f.workers + "'");
     }
+    lo.workers = *workers;
   }
   lo.prefetch_batches = f.prefetch > 0 ? f.prefetch : DefaultPrefetch(lo.workers);
   p.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);

@@ -33,6 +33,10 @@ struct PipelineFlags {
   int64_t synthetic_size = 20000;
 };
 
+/// A count >= 0 filling all of `text`, read as std::stoi reads it (leading
+/// white space and a '+' are accepted); nullopt for anything else.
+std::optional<int> ParseCount(const std::string& text);
+
 /// Registers the flags on `cmd`.
 void AddPipelineFlags(CLI::App* cmd, PipelineFlags& flags);
 

@@ -23,31 +23,31 @@ void FileListSource::Builder::Add(std::string_view path, int64_t label) {
 Result<std::shared_ptr<const Source>> FileListSource::Make(std::string base, Builder samples,
                                                            std::vector<std::string> class_names) {
   const char* dir = base.empty() ? "." : base.c_str();
-  int fd = ::open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(std::string(dir) + ": open folder", errno);
+  UniqueFd fd(::open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError(std::string(dir) + ": open folder", errno);
   std::string key_prefix = base.empty() ? "" : (base.back() == '/' ? base : base + "/");
   samples.arena_.shrink_to_fit();
   samples.offsets_.shrink_to_fit();
   samples.labels_.shrink_to_fit();
-  return std::shared_ptr<const Source>(
-      new FileListSource(fd, std::move(key_prefix), std::move(samples), std::move(class_names)));
+  return std::shared_ptr<const Source>(new FileListSource(
+      std::move(fd), std::move(key_prefix), std::move(samples), std::move(class_names)));
 }
 
-FileListSource::FileListSource(int dir_fd, std::string key_prefix, Builder samples,
+FileListSource::FileListSource(UniqueFd dir_fd, std::string key_prefix, Builder samples,
                                std::vector<std::string> class_names)
-    : dir_fd_(dir_fd),
+    : dir_fd_(std::move(dir_fd)),
       key_prefix_(std::move(key_prefix)),
       arena_(std::move(samples.arena_)),
       offsets_(std::move(samples.offsets_)),
       labels_(std::move(samples.labels_)),
       class_names_(std::move(class_names)) {}
 
-FileListSource::~FileListSource() { ::close(dir_fd_); }
+FileListSource::~FileListSource() = default;
 
 Status FileListSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   assert(index >= 0 && index < size());
   std::span<const std::byte> bytes;
-  Status status = ReadWholeFile(dir_fd_, PathAt(index), buffer, &bytes);
+  Status status = ReadWholeFile(dir_fd_.get(), PathAt(index), buffer, &bytes);
   if (!status.ok()) return status.WithContext(Key(index));
   record->bytes = bytes;
   record->label = labels_[index];

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/unique_fd.h"
 #include "stoker/image_sources.h"
 #include "stoker/source.h"
 
@@ -52,11 +53,11 @@ class FileListSource final : public Source {
   std::vector<std::string> ClassNames() const override { return class_names_; }
 
  private:
-  FileListSource(int dir_fd, std::string key_prefix, Builder samples,
+  FileListSource(UniqueFd dir_fd, std::string key_prefix, Builder samples,
                  std::vector<std::string> class_names);
   const char* PathAt(int64_t index) const { return arena_.data() + offsets_[index]; }
 
-  int dir_fd_;
+  UniqueFd dir_fd_;         // O_PATH: only a base for openat
   std::string key_prefix_;  // base + "/", or "" for the working directory
   std::string arena_;
   std::vector<uint64_t> offsets_;

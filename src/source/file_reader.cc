@@ -7,30 +7,17 @@
 
 #include <string>
 
+#include "core/unique_fd.h"
+
 namespace stoker {
-namespace {
-
-// Closes the descriptor on every return path.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { ::close(fd_); }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,
                      std::span<const std::byte>* bytes) {
   // O_NONBLOCK: a fifo named like an image must not block the worker in
   // open(); for regular files it changes nothing.
-  int fd = ::openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoError("open", errno);
-  FdCloser closer(fd);
+  UniqueFd file(::openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!file.valid()) return ErrnoError("open", errno);
+  const int fd = file.get();
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError("fstat", errno);
   if (!S_ISREG(st.st_mode)) {

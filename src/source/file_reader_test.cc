@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/unique_fd.h"
 #include "testing/source_test_util.h"
 
 namespace stoker {
@@ -32,13 +33,12 @@ TEST(FileReaderTest, ReadsWholeFileAndReusesTheBuffer) {
 TEST(FileReaderTest, ResolvesRelativePathsAgainstTheFolder) {
   TempDir dir;
   ASSERT_TRUE(WriteFile(dir / "sub/f.jpg", "in sub"));
-  int fd = ::open(dir.path().c_str(), O_PATH | O_DIRECTORY);
-  ASSERT_GE(fd, 0);
+  UniqueFd fd(::open(dir.path().c_str(), O_PATH | O_DIRECTORY));
+  ASSERT_TRUE(fd.valid());
   ReadBuffer buffer;
   std::span<const std::byte> bytes;
-  EXPECT_TRUE(ReadWholeFile(fd, "sub/f.jpg", buffer, &bytes).ok());
+  EXPECT_TRUE(ReadWholeFile(fd.get(), "sub/f.jpg", buffer, &bytes).ok());
   EXPECT_EQ(AsString(bytes), "in sub");
-  ::close(fd);
 }
 
 TEST(FileReaderTest, ZeroByteFileReadsAsZeroBytes) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/unique_fd.h"
 #include "source/file_list.h"
 
 namespace stoker {
@@ -75,27 +76,20 @@ bool IsDotOrDotDot(const char* name) {
 Status ListFolder(int root_fd, const std::string& rel, const std::string& where,
                   std::vector<std::string>* folders, std::vector<std::string>* others,
                   std::pair<dev_t, ino_t>* identity) {
-  int fd = ::openat(root_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(where + ": open folder", errno);
+  UniqueFd fd(::openat(root_fd, rel.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoError(where + ": open folder", errno);
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoError(where + ": stat folder", err);
-  }
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError(where + ": stat folder", errno);
   *identity = {st.st_dev, st.st_ino};
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    int err = errno;
-    ::close(fd);
-    return ErrnoError(where + ": list folder", err);
-  }
+  DIR* dir = ::fdopendir(fd.get());
+  if (dir == nullptr) return ErrnoError(where + ": list folder", errno);
+  const int dir_fd = fd.release();  // closedir closes it
   for (;;) {
     errno = 0;
     const dirent* entry = ::readdir(dir);
     if (entry == nullptr) break;
     if (IsDotOrDotDot(entry->d_name)) continue;
-    (IsDirEntryAFolder(fd, entry) ? folders : others)->emplace_back(entry->d_name);
+    (IsDirEntryAFolder(dir_fd, entry) ? folders : others)->emplace_back(entry->d_name);
   }
   int err = errno;
   ::closedir(dir);
@@ -212,12 +206,9 @@ Result<std::shared_ptr<const Source>> OpenImageFolder(const std::string& root) {
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   const std::string key_prefix = base == "/" ? base : base + "/";
 
-  int root_fd = ::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root_fd < 0) return ErrnoError(base + ": open image folder", errno);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{root_fd};
+  UniqueFd root_folder(::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root_folder.valid()) return ErrnoError(base + ": open image folder", errno);
+  const int root_fd = root_folder.get();
 
   std::vector<std::string> classes, ignored;
   std::pair<dev_t, ino_t> identity;

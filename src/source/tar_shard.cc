@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/number_text.h"
+#include "core/unique_fd.h"
 
 namespace stoker {
 namespace {
@@ -255,10 +256,10 @@ Status ParsePax(std::string_view data, std::optional<std::string>* path,
 }  // namespace
 
 Status WriteTarShard(const std::string& path, std::span<const TarMember> members) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError(path + ": open for writing", errno);
-  Status status = WriteMembers(fd, path, members);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError(path + ": close", errno);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoError(path + ": open for writing", errno);
+  Status status = WriteMembers(fd.get(), path, members);
+  if (fd.Close() != 0 && status.ok()) status = ErrnoError(path + ": close", errno);
   if (!status.ok()) ::unlink(path.c_str());
   return status;
 }
@@ -352,29 +353,18 @@ namespace {
 class MappedShard {
  public:
   static Result<std::unique_ptr<MappedShard>> Open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoError(path + ": open tar shard", errno);
+    // Closed on return: the mapping keeps the file.
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoError(path + ": open tar shard", errno);
     struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      int err = errno;
-      ::close(fd);
-      return ErrnoError(path + ": stat tar shard", err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return InvalidArgument(path + ": tar shard is not a regular file");
-    }
+    if (::fstat(fd.get(), &st) != 0) return ErrnoError(path + ": stat tar shard", errno);
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": tar shard is not a regular file");
     const size_t size = static_cast<size_t>(st.st_size);
     void* map = nullptr;
     if (size > 0) {
-      map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-      if (map == MAP_FAILED) {
-        int err = errno;
-        ::close(fd);
-        return ErrnoError(path + ": mmap tar shard", err);
-      }
+      map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (map == MAP_FAILED) return ErrnoError(path + ": mmap tar shard", errno);
     }
-    ::close(fd);  // the mapping keeps the file
     return std::unique_ptr<MappedShard>(
         new MappedShard(path, static_cast<const std::byte*>(map), size));
   }

@@ -1,0 +1,86 @@
+#include "core/unique_fd.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace stoker {
+namespace {
+
+bool IsOpen(int fd) { return ::fcntl(fd, F_GETFD) != -1; }
+
+int OpenNull() {
+  const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  return fd;
+}
+
+TEST(UniqueFdTest, ClosesOnDestruction) {
+  const int fd = OpenNull();
+  {
+    UniqueFd owner(fd);
+    EXPECT_EQ(owner.get(), fd);
+    EXPECT_TRUE(owner.valid());
+    EXPECT_TRUE(IsOpen(fd));
+  }
+  EXPECT_FALSE(IsOpen(fd));
+}
+
+TEST(UniqueFdTest, EmptyAndFailedOpenOwnNothing) {
+  UniqueFd none;
+  EXPECT_FALSE(none.valid());
+  EXPECT_EQ(none.get(), -1);
+  UniqueFd failed(::open("/nonexistent/stoker", O_RDONLY));
+  EXPECT_FALSE(failed.valid());
+  EXPECT_EQ(failed.Close(), 0);
+}
+
+TEST(UniqueFdTest, ReleaseGivesUpOwnership) {
+  const int fd = OpenNull();
+  {
+    UniqueFd owner(fd);
+    EXPECT_EQ(owner.release(), fd);
+    EXPECT_FALSE(owner.valid());
+  }
+  EXPECT_TRUE(IsOpen(fd));
+  ::close(fd);
+}
+
+TEST(UniqueFdTest, ResetClosesTheOldDescriptor) {
+  const int first = OpenNull();
+  const int second = OpenNull();
+  UniqueFd owner(first);
+  owner.reset(second);
+  EXPECT_FALSE(IsOpen(first));
+  EXPECT_EQ(owner.get(), second);
+  owner.reset();
+  EXPECT_FALSE(IsOpen(second));
+  EXPECT_FALSE(owner.valid());
+}
+
+TEST(UniqueFdTest, MoveTransfersOwnership) {
+  const int fd = OpenNull();
+  UniqueFd a(fd);
+  UniqueFd b(std::move(a));
+  EXPECT_FALSE(a.valid());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(b.get(), fd);
+  const int other = OpenNull();
+  UniqueFd c(other);
+  c = std::move(b);  // closes `other`, takes `fd`
+  EXPECT_FALSE(IsOpen(other));
+  EXPECT_EQ(c.get(), fd);
+  EXPECT_TRUE(IsOpen(fd));
+}
+
+TEST(UniqueFdTest, CloseReportsAndEmpties) {
+  const int fd = OpenNull();
+  UniqueFd owner(fd);
+  EXPECT_EQ(owner.Close(), 0);
+  EXPECT_FALSE(owner.valid());
+  EXPECT_FALSE(IsOpen(fd));
+}
+
+}  // namespace
+}  // namespace stoker

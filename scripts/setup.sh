@@ -8,8 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libjpeg62-turbo-dev libpng-dev
-  clang libclang-rt-14-dev
-  pybind11-dev python3-dev python3-numpy python3-pytest
+  clang libclang-rt-14-dev clang-format
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-pytest-timeout
   python3-torch python3-torchvision python3-pil
   plasma-workspace-wallpapers
 )

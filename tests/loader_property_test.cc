@@ -30,8 +30,7 @@ struct Case {
 Case RandomCase(std::mt19937& g) {
   std::uniform_int_distribution<int64_t> size(1, 400), batch(1, 40);
   std::uniform_int_distribution<int> bytes(1, 48), prefetch(1, 6), coin(0, 1);
-  Case c{size(g), batch(g), static_cast<size_t>(bytes(g)), coin(g) == 1, coin(g) == 1,
-         prefetch(g)};
+  Case c{size(g), batch(g), static_cast<size_t>(bytes(g)), coin(g) == 1, coin(g) == 1, prefetch(g)};
   if (c.drop_last && c.size < c.batch) c.drop_last = false;
   return c;
 }

@@ -180,8 +180,8 @@ TEST(ProbeTest, CpuTimesCountOnlyTheAllowedCpus) {
   ASSERT_TRUE(t);
   EXPECT_EQ(t->cpus, 2);
   EXPECT_NEAR(t->busy_s, (240 + 100) * tick, 1e-9);
-  EXPECT_NEAR(t->steal_s, 30 * tick, 1e-9);           // neither busy nor idle
-  EXPECT_NEAR(t->idle_s, (730 + 900) * tick, 1e-9);   // iowait counts as idle
+  EXPECT_NEAR(t->steal_s, 30 * tick, 1e-9);          // neither busy nor idle
+  EXPECT_NEAR(t->idle_s, (730 + 900) * tick, 1e-9);  // iowait counts as idle
 }
 
 TEST(ProbeTest, CpuTimesUnknownWithoutTheirFiles) {

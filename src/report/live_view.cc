@@ -40,10 +40,11 @@ void LiveView::Update(const TimelinePoint& p, const std::string& progress,
   wall_last_s_ = p.t_s;
   last_print_s_ = p.t_s;
   char line[512];
-  std::snprintf(line, sizeof line,
-                "%6.1fs %-16s %9.0f samples/s  stall %5.1f%%  workers %3d  CPU %4.0f%%  RSS %5zu MiB",
-                p.t_s, progress.c_str(), p.samples_per_s, p.stall_fraction * 100, p.workers,
-                cpu_pct, StatusBytes("VmRSS:") >> 20);
+  std::snprintf(
+      line, sizeof line,
+      "%6.1fs %-16s %9.0f samples/s  stall %5.1f%%  workers %3d  CPU %4.0f%%  RSS %5zu MiB", p.t_s,
+      progress.c_str(), p.samples_per_s, p.stall_fraction * 100, p.workers, cpu_pct,
+      StatusBytes("VmRSS:") >> 20);
   std::string text = line;
   if (!decision.empty()) text += "  | " + decision;
   if (tty_) {

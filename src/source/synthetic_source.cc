@@ -80,7 +80,8 @@ Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const
 
 Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions& options) {
   if (options.size <= 0) {
-    return InvalidArgument("synthetic size must be at least 1, got " + std::to_string(options.size));
+    return InvalidArgument("synthetic size must be at least 1, got " +
+                           std::to_string(options.size));
   }
   if (options.num_classes < 0) {
     return InvalidArgument("synthetic num_classes must be >= 0, got " +

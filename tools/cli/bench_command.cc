@@ -88,8 +88,9 @@ int RunBench(const BenchFlags& f) {
 void AddBenchCommand(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Sweep worker counts on your data and machine (samples/s per setting), then run "
-               "the tuner and compare.");
+      "bench",
+      "Sweep worker counts on your data and machine (samples/s per setting), then run "
+      "the tuner and compare.");
   AddPipelineFlags(cmd, f->pipeline);
   cmd->add_option("--step-ms", f->step_ms, "simulated accelerator step per batch, ms")
       ->check(CLI::NonNegativeNumber);

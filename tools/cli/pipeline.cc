@@ -14,7 +14,8 @@ namespace stoker::cli {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 Result<std::shared_ptr<const Source>> OpenData(const std::string& data) {
@@ -50,7 +51,9 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
       ->check(CLI::IsMember({"raise", "skip"}));
   cmd->add_option("--workers", f.workers, "auto (the tuner decides) or a fixed count");
-  cmd->add_option("--prefetch", f.prefetch, "prefetch depth in batches, with fixed --workers (default: 2, more for many workers)")
+  cmd->add_option(
+         "--prefetch", f.prefetch,
+         "prefetch depth in batches, with fixed --workers (default: 2, more for many workers)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--read-latency-ms", f.read_latency_ms,
                   "add this latency to every read (simulates slow or remote storage)")

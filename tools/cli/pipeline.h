@@ -8,15 +8,15 @@
 #include <string>
 
 #include "stoker/loader.h"
-#include "stoker/synthetic.h"
 #include "stoker/sweep.h"
+#include "stoker/synthetic.h"
 #include "stoker/tuner.h"
 
 namespace stoker::cli {
 
 /// The flags that say what to load and how: shared by run, bench and demo.
 struct PipelineFlags {
-  std::string data;            // folder, list file or tar shard(s); empty = built-in data set
+  std::string data;  // folder, list file or tar shard(s); empty = built-in data set
   int64_t batch_size = 64;
   int size = 224;
   bool eval = false;
@@ -25,10 +25,10 @@ struct PipelineFlags {
   bool no_shuffle = false;
   std::string on_error = "raise";
   std::string workers = "auto";
-  int prefetch = 0;  // 0: DefaultPrefetch(workers)
+  int prefetch = 0;            // 0: DefaultPrefetch(workers)
   double read_latency_ms = 0;  // slow-storage wrapper
   double memory_budget_mib = 0;
-  bool synthetic = false;      // a synthetic source instead of images
+  bool synthetic = false;  // a synthetic source instead of images
   double synthetic_cpu_us = 500;
   int64_t synthetic_size = 20000;
 };
@@ -44,8 +44,8 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& flags);
 struct Pipeline {
   LoaderOptions loader;
   TunerOptions tuner;
-  std::string description;            // for people: "images in /x (2000), train 224, ..."
-  std::shared_ptr<SlowSource> slow;   // set when --read-latency-ms was given
+  std::string description;           // for people: "images in /x (2000), train 224, ..."
+  std::shared_ptr<SlowSource> slow;  // set when --read-latency-ms was given
 };
 
 /// Opens the source and transform the flags describe; makes the built-in data

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets up and runs every test: the whole suite in a release build, then the
-# concurrency tests under ThreadSanitizer and the rest under AddressSanitizer
-# with UBSan. Exits non-zero on any failure.
+# Sets up and runs every test: the format check, the whole suite in a release
+# build, then the concurrency tests under ThreadSanitizer and the rest under
+# AddressSanitizer with UBSan. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,6 +9,9 @@ bash scripts/setup.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+echo "== format: every tracked C++ file as .clang-format says"
+bash scripts/check_format.sh
 
 echo "== release build: all tests"
 bash scripts/build.sh release

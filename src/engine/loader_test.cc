@@ -7,8 +7,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -168,16 +175,116 @@ TEST(LoaderTest, SkipPolicyRecordsEverySkippedSample) {
   }
 }
 
+// A source whose reads of samples from `free_below` on block until Open();
+// it counts the reads that blocked and those that have returned.
+class GatedSource final : public Source {
+ public:
+  GatedSource(int64_t size, size_t sample_bytes, int64_t free_below)
+      : size_(size), sample_bytes_(sample_bytes), free_below_(free_below) {}
+
+  int64_t size() const override { return size_; }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
+    if (index >= free_below_) {
+      std::unique_lock lock(mu_);
+      ++blocked_;
+      opened_.wait(lock, [this] { return open_; });
+      ++released_;
+    }
+    buffer.bytes.assign(sample_bytes_, std::byte{0});
+    record->bytes = buffer.bytes;
+    record->label = index % 10;
+    return Status::Ok();
+  }
+  std::string Key(int64_t index) const override { return "gated:" + std::to_string(index); }
+
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    opened_.notify_all();
+  }
+  int64_t blocked() const {
+    std::lock_guard lock(mu_);
+    return blocked_;
+  }
+  int64_t released() const {
+    std::lock_guard lock(mu_);
+    return released_;
+  }
+
+ private:
+  const int64_t size_;
+  const size_t sample_bytes_;
+  const int64_t free_below_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable opened_;
+  bool open_ = false;
+  mutable int64_t blocked_ = 0;
+  mutable int64_t released_ = 0;
+};
+
+// Polls `done` until it holds; false after a minute (far beyond anything
+// these tests wait for: it only turns a hang into a failure).
+template <typename F>
+bool WaitUntil(F done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+int ThreadCount() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
 TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
-  auto o = SyntheticLoaderOptions(100000, 4, 8);
+  constexpr int64_t kBatch = 4;
+  const int threads_before = ThreadCount();
+  // Batch 0 reads freely; every later read blocks inside Source::Read.
+  auto source = std::make_shared<GatedSource>(1000, 8, kBatch);
+  auto o = SyntheticLoaderOptions(1000, kBatch, 8);
+  o.source = source;
+  o.shuffle = false;
   o.workers = 6;
-  o.prefetch_batches = 2;  // workers soon block on the full window
+  o.prefetch_batches = 2;  // two workers block in Read, four on the full window
   auto loader = MakeLoader(o);
+  ASSERT_NE(loader, nullptr);
+  struct OpenOnExit {  // an early return must not leave the loader blocked
+    GatedSource* source;
+    ~OpenOnExit() { source->Open(); }
+  } open_on_exit{source.get()};
+
   auto first = loader->Next();
-  ASSERT_TRUE(first.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  loader.reset();  // must join every worker; a hang fails the test by timeout
-  SUCCEED();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return source->blocked() >= 2; }))
+      << "workers never blocked in Read: " << source->blocked();
+  EXPECT_EQ(source->released(), 0);
+  EXPECT_GT(ThreadCount(), threads_before);
+
+  // Destroy the loader while its workers are blocked, then let the reads go:
+  // destruction must wake the workers on the window and join every worker.
+  std::promise<void> destroyed;
+  std::thread destroyer([&] {
+    loader.reset();
+    destroyed.set_value();
+  });
+  source->Open();
+  if (destroyed.get_future().wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "the loader's destructor has not returned after 60 s";
+    std::fprintf(stderr, "watchdog: Loader destructor hung with blocked workers; aborting\n");
+    std::abort();  // the destroyer cannot be joined
+  }
+  destroyer.join();
+  EXPECT_EQ(source->released(), source->blocked()) << "a read still blocked after destruction";
+  EXPECT_TRUE(WaitUntil([&] { return ThreadCount() == threads_before; }))
+      << ThreadCount() - threads_before << " loader threads outlived it";
 }
 
 TEST(LoaderTest, StopWakesAWaitingConsumer) {

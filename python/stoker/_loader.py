@@ -5,7 +5,7 @@ import time
 
 from . import _stoker
 from . import transforms as _transforms
-from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards
+from ._sources import Source, Synthetic, _open_path
 
 
 def rank_facts():
@@ -20,14 +20,7 @@ def _open_source(source):
     if isinstance(source, Source):
         return source
     if isinstance(source, (str, bytes, os.PathLike)):
-        path = os.fsdecode(source)
-        if os.path.isdir(path):
-            return ImageFolder(path)
-        if path.endswith(".tar") or "{" in path:
-            return TarShards(path)
-        if os.path.isfile(path):
-            return FileList(path)
-        raise FileNotFoundError(f"source {path!r}: no such folder, tar shard or list file")
+        return _open_path(os.fsdecode(source))
     raise TypeError("source must be a stoker source (stoker.ImageFolder, FileList, TarShards, "
                     f"Synthetic) or a path, got {type(source).__name__}")
 

@@ -160,5 +160,7 @@ def test_closed_loader_says_so():
 
 def test_path_string_sources(image_tree, tmp_path):
     assert isinstance(stoker.Loader(image_tree, batch_size=4).source, stoker.ImageFolder)
+    by_bytes = stoker.Loader(os.fsencode(image_tree), batch_size=4).source
+    assert isinstance(by_bytes, stoker.ImageFolder) and by_bytes.root == image_tree
     with pytest.raises(FileNotFoundError):
         stoker.Loader(os.path.join(str(tmp_path), "nowhere"))

@@ -166,7 +166,12 @@ ErrorPolicy PolicyFromName(const std::string& name) {
 }  // namespace
 
 void BindLoader(py::module_& m) {
+  // The shared defaults (stoker/defaults.h), so that Python repeats none of them.
   m.attr("AUTO_WORKERS") = kAutoWorkers;
+  m.attr("MAX_WORKERS") = kMaxWorkers;
+  m.attr("MEMORY_BUDGET_SHARE") = kMemoryBudgetShare;
+  m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"),
+        "The prefetch depth, in batches, for a fixed worker count when none is given.");
   m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),
         "The share of `elapsed_s` the consumer spent waiting, in [0, 1].");
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/defaults.h"
 #include "stoker/probe.h"
 
 namespace stoker {
@@ -28,7 +29,7 @@ struct AdviseInputs {
   /// thread (decode buffers) and 256 MiB for a process (interpreter, dataset).
   std::optional<size_t> worker_footprint_bytes;
   /// Share of the available memory that workers and batches may take.
-  double memory_fraction = 0.8;
+  double memory_fraction = kMemoryBudgetShare;
 };
 
 /// One step of the advice: what it looked at and what it decided.

@@ -66,6 +66,24 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
 Result<std::shared_ptr<const Source>> OpenTarShards(
     const std::vector<std::string>& paths_or_patterns);
 
+/// The kind of source a data path names (see OpenDataPath).
+enum class DataPathKind { kImageFolder, kTarShards, kFileList };
+
+/// Opens the source that one path names, as the CLI's --data and Python's
+/// stoker.Loader("<path>") take it, deciding in this order: an existing
+/// folder (symlinks followed) is an image folder (OpenImageFolder); else a
+/// name ending in ".tar" or holding a '{' (a brace pattern) is tar shards
+/// (OpenTarShards of that one entry); else a regular file is a file list
+/// (OpenFileList). When `kind` is not null it receives the kind opened.
+///
+/// Errors: a path that does not exist (and is no shard name) is NotFound
+/// naming it; one that exists but is neither a folder nor a regular file (a
+/// device, a socket) is InvalidArgument naming it; a path that cannot be
+/// examined is an IoError naming it; otherwise the opener's errors. Blocks
+/// while the source opens.
+Result<std::shared_ptr<const Source>> OpenDataPath(const std::string& path,
+                                                   DataPathKind* kind = nullptr);
+
 /// Expands the brace ranges in `pattern`: "{a..b}" becomes the integers a to
 /// b in order (either direction), each zero-padded to the width of the wider
 /// bound when a bound has a leading zero ("{08..10}" -> 08 09 10), and

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "stoker/loader.h"
+#include "stoker/status.h"
 #include "stoker/sweep.h"
 #include "stoker/tuner.h"
 
@@ -18,6 +20,33 @@ std::string FormatSweepTable(const SweepReport& report);
 /// {workers, samples_per_s}, "tuned": {samples_per_s, workers_final,
 /// workers_max, stall_fraction, seconds_to_95pct}, "ratio", "decisions": [...]}.
 nlohmann::json SweepToJson(const SweepReport& report);
+
+// The engine's public structs as JSON, the one form the CLI's --json output
+// and Python's dicts (stats(), skipped(), state_dict()) share. Keys are the
+// field names.
+
+/// Every counter of `metrics`, with "workers": [{id, samples, busy_ns,
+/// cpu_ns, queue_ns}] for the threads running.
+nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
+
+/// {"epoch", "index", "key", "reason"}. The key is a path's bytes as they
+/// are (not necessarily UTF-8).
+nlohmann::json SkipRecordToJson(const SkipRecord& record);
+
+/// {"seed", "epoch", "position", "beyond": [...]}: a checkpoint.
+nlohmann::json LoaderStateToJson(const LoaderState& state);
+
+/// Reads LoaderStateToJson's form back; "beyond" may be left out (none).
+/// Errors (InvalidArgument) name the field that is missing or is not a
+/// non-negative integer (a list of them for "beyond"), or say that `json` is
+/// not an object.
+Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
+
+/// {workers, prefetch_batches, cpu_budget_workers, max_workers,
+/// memory_budget_bytes, samples_per_s, stall_fraction, phase, decisions,
+/// last_decision}: the last decision as TunerDecisionToJson writes it, or
+/// null before the first.
+nlohmann::json TunerViewToJson(const TunerView& view);
 
 /// An SVG picture with two panels: throughput against worker count (the
 /// sweep), and the tuned run's workers and throughput over time, the best
@@ -33,8 +62,7 @@ class LiveView {
   explicit LiveView(std::FILE* out);
   /// Draws `point`; `progress` is e.g. "epoch 1 37 %" and `decision` the
   /// tuner's latest reason (may be empty).
-  void Update(const TimelinePoint& point, const std::string& progress,
-              const std::string& decision);
+  void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision);
   /// Ends the live line so that what follows starts on a fresh one.
   void Finish();
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/defaults.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
 #include "stoker/tuner.h"
@@ -61,7 +62,7 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);
 /// data and pipeline.
 struct SweepOptions {
   std::vector<int> workers;     // empty: 0, 1, 2, ... until past the knee
-  int max_workers = 128;        // where the automatic sequence stops at the latest
+  int max_workers = kMaxWorkers;  // where the automatic sequence stops at the latest
   double point_seconds = 4.0;   // measured per setting, after the warm-up
   double warmup_seconds = 0.5;
   /// The best few settings are measured a second time and each keeps the

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,12 @@ inline pybind11::str DecodeText(const std::string& text) {
 pybind11::dtype NumpyDType(DType dtype);
 /// The DType numpy calls `name`; ValueError for others.
 DType DTypeFromName(const std::string& name);
+
+/// `json` as Python objects (dict, list, str, int, float, bool, None): the one
+/// place where the C++ side's JSON (report.h, probe.h, tuner.h) becomes what
+/// Python users see. Strings are decoded like os.fsdecode (UTF-8, undecodable
+/// bytes as surrogate escapes), so paths in them survive os.fsencode.
+pybind11::object JsonToPython(const nlohmann::json& json);
 
 void BindSources(pybind11::module_& m);
 void BindTransforms(pybind11::module_& m);

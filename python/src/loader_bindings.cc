@@ -15,7 +15,9 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include "stoker/defaults.h"
 #include "stoker/loader.h"
+#include "stoker/report.h"
 #include "stoker/tuner.h"
 
 namespace stoker::python {
@@ -39,82 +41,6 @@ py::array ImagesOf(Batch batch) {
   auto* owned = new Batch(std::move(batch));
   py::capsule base(owned, [](void* p) { delete static_cast<Batch*>(p); });
   return py::array(dtype, shape, data, base);
-}
-
-py::dict StateToDict(const LoaderState& s) {
-  py::dict d;
-  d["seed"] = s.seed;
-  d["epoch"] = s.epoch;
-  d["position"] = s.position;
-  d["beyond"] = s.beyond;
-  return d;
-}
-
-LoaderState StateFromDict(const py::dict& d) {
-  LoaderState s;
-  for (const char* key : {"seed", "epoch", "position"}) {
-    if (!d.contains(key)) throw py::key_error(std::string("state dict has no '") + key + "'");
-  }
-  s.seed = d["seed"].cast<uint64_t>();
-  s.epoch = d["epoch"].cast<int64_t>();
-  s.position = d["position"].cast<int64_t>();
-  if (d.contains("beyond")) s.beyond = d["beyond"].cast<std::vector<int64_t>>();
-  return s;
-}
-
-py::dict MetricsToDict(const LoaderMetrics& m) {
-  py::dict d;
-  d["time_ns"] = m.time_ns;
-  d["workers_target"] = m.workers_target;
-  d["workers_running"] = m.workers_running;
-  d["prefetch_batches"] = m.prefetch_batches;
-  d["prefetch_bytes"] = m.prefetch_bytes;
-  d["batches_delivered"] = m.batches_delivered;
-  d["samples_delivered"] = m.samples_delivered;
-  d["samples_produced"] = m.samples_produced;
-  d["busy_ns"] = m.busy_ns;
-  d["cpu_ns"] = m.cpu_ns;
-  d["consumer_wait_ns"] = m.consumer_wait_ns;
-  d["consumer_step_ns"] = m.consumer_step_ns;
-  d["next_calls"] = m.next_calls;
-  d["ready_batches"] = m.ready_batches;
-  d["open_batches"] = m.open_batches;
-  d["bytes_in_flight"] = m.bytes_in_flight;
-  d["batch_bytes"] = m.batch_bytes;
-  d["worker_bytes"] = m.worker_bytes;
-  py::list workers;
-  for (const WorkerMetrics& w : m.workers) {
-    py::dict wd;
-    wd["id"] = w.id;
-    wd["samples"] = w.samples;
-    wd["busy_ns"] = w.busy_ns;
-    wd["cpu_ns"] = w.cpu_ns;
-    workers.append(wd);
-  }
-  d["workers"] = workers;
-  return d;
-}
-
-// The trace file's JSON form (TunerDecisionToJson), as a dict: one place
-// says which fields a decision has.
-py::dict DecisionToDict(const TunerDecision& t) {
-  return py::module_::import("json").attr("loads")(TunerDecisionToJson(t).dump());
-}
-
-py::object ViewToDict(const std::optional<TunerView>& v) {
-  if (!v) return py::none();
-  py::dict d;
-  d["workers"] = v->workers;
-  d["prefetch_batches"] = v->prefetch_batches;
-  d["cpu_budget_workers"] = v->cpu_budget_workers;
-  d["max_workers"] = v->max_workers;
-  d["memory_budget_bytes"] = v->memory_budget_bytes;
-  d["samples_per_s"] = v->samples_per_s;
-  d["stall_fraction"] = v->stall_fraction;
-  d["phase"] = v->phase;
-  d["last_decision"] = v->last_decision ? py::object(DecisionToDict(*v->last_decision)) : py::none();
-  d["decisions"] = v->decisions;
-  return d;
 }
 
 // Marks the loader as in use by one Python thread for the length of a call:
@@ -175,13 +101,16 @@ class PyLoader {
     loader().SetEpoch(epoch);
   }
 
-  py::dict State() {
+  py::object State() {
     ConsumerTurn turn(busy_);
-    return StateToDict(loader().State());
+    return JsonToPython(LoaderStateToJson(loader().State()));
   }
 
-  void Restore(const py::dict& d) {
-    LoaderState s = StateFromDict(d);
+  // `state_json`: LoaderStateToJson's form, as text.
+  void Restore(const std::string& state_json) {
+    nlohmann::json parsed = nlohmann::json::parse(state_json, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) ThrowIfError(InvalidArgument("state is not JSON: " + state_json));
+    LoaderState s = ValueOrThrow(LoaderStateFromJson(parsed));
     ConsumerTurn turn(busy_);
     ThrowIfError(loader().Restore(s));
   }
@@ -224,7 +153,6 @@ class PyLoader {
     doomed.reset();
   }
 
-
   std::unique_ptr<Loader> loader_;
   std::atomic<bool> busy_{false};
 };
@@ -238,7 +166,14 @@ ErrorPolicy PolicyFromName(const std::string& name) {
 }  // namespace
 
 void BindLoader(py::module_& m) {
+  // The shared defaults (stoker/defaults.h), so that Python repeats none of them.
   m.attr("AUTO_WORKERS") = kAutoWorkers;
+  m.attr("MAX_WORKERS") = kMaxWorkers;
+  m.attr("MEMORY_BUDGET_SHARE") = kMemoryBudgetShare;
+  m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"),
+        "The prefetch depth, in batches, for a fixed worker count when none is given.");
+  m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),
+        "The share of `elapsed_s` the consumer spent waiting, in [0, 1].");
 
   py::class_<PyLoader>(m, "Loader", "The C++ loader; see stoker.Loader for the Python API.")
       .def(py::init([](const SourceHandle& source, const TransformHandle& transform,
@@ -289,32 +224,33 @@ void BindLoader(py::module_& m) {
       .def_property_readonly("samples_per_epoch",
                              [](PyLoader& l) { return l.loader().samples_per_epoch(); })
       .def_property_readonly("workers", [](PyLoader& l) { return l.loader().workers(); })
-      .def("resize",
-           [](PyLoader& l, int workers) {
-             if (workers < 0) throw py::value_error("workers must be >= 0");
-             l.loader().Resize(workers);
-           },
-           py::arg("workers"))
-      .def("metrics", [](PyLoader& l) { return MetricsToDict(l.Metrics()); })
-      .def("tuner_view", [](PyLoader& l) { return ViewToDict(GetTunerView(l.loader())); })
+      .def(
+          "resize",
+          [](PyLoader& l, int workers) {
+            if (workers < 0) throw py::value_error("workers must be >= 0");
+            l.loader().Resize(workers);
+          },
+          py::arg("workers"))
+      .def("metrics", [](PyLoader& l) { return JsonToPython(LoaderMetricsToJson(l.Metrics())); })
+      .def("tuner_view",
+           [](PyLoader& l) {
+             std::optional<TunerView> view = GetTunerView(l.loader());
+             return view ? JsonToPython(TunerViewToJson(*view)) : py::none();
+           })
       .def("tuner_trace",
            [](PyLoader& l) {
-             py::list out;
-             for (const TunerDecision& d : GetTunerTrace(l.loader())) out.append(DecisionToDict(d));
-             return out;
+             nlohmann::json trace = nlohmann::json::array();
+             for (const TunerDecision& d : GetTunerTrace(l.loader())) {
+               trace.push_back(TunerDecisionToJson(d));
+             }
+             return JsonToPython(trace);
            })
       .def("skipped",
            [](PyLoader& l) {
-             py::list out;
-             for (const SkipRecord& r : l.loader().Skipped()) {
-               py::dict d;
-               d["epoch"] = r.epoch;
-               d["index"] = r.index;
-               d["key"] = py::bytes(r.key);
-               d["reason"] = DecodeText(r.reason);
-               out.append(d);
-             }
-             return out;
+             nlohmann::json skipped = nlohmann::json::array();
+             for (const SkipRecord& r : l.loader().Skipped())
+               skipped.push_back(SkipRecordToJson(r));
+             return JsonToPython(skipped);
            })
       .def("stop", [](PyLoader& l) { l.loader().Stop(); });
 }

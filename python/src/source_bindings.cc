@@ -16,15 +16,28 @@ namespace {
 
 namespace py = pybind11;
 
+const char* KindName(DataPathKind kind) {
+  switch (kind) {
+    case DataPathKind::kImageFolder:
+      return "image_folder";
+    case DataPathKind::kTarShards:
+      return "tar_shards";
+    case DataPathKind::kFileList:
+      break;
+  }
+  return "file_list";
+}
+
 // Opening lists folders or indexes shards: it blocks, so other Python threads
-// run meanwhile.
+// run meanwhile. `open(kind)` opens the source and may say which kind it
+// found (OpenDataPath) by setting `kind`.
 template <typename Open>
-SourceHandle OpenReleased(std::string kind, Open&& open) {
+SourceHandle OpenReleased(DataPathKind kind, Open&& open) {
   Result<std::shared_ptr<const Source>> source = [&] {
     py::gil_scoped_release release;
-    return open();
+    return open(kind);
   }();
-  return SourceHandle{ValueOrThrow(std::move(source)), std::move(kind), std::nullopt};
+  return SourceHandle{ValueOrThrow(std::move(source)), KindName(kind), std::nullopt};
 }
 
 void CheckIndex(const SourceHandle& h, int64_t index) {
@@ -59,7 +72,8 @@ void BindSources(py::module_& m) {
               st = h.source->Read(index, buffer, &record);
             }
             ThrowIfError(st);
-            py::bytes bytes(reinterpret_cast<const char*>(record.bytes.data()), record.bytes.size());
+            py::bytes bytes(reinterpret_cast<const char*>(record.bytes.data()),
+                            record.bytes.size());
             return py::make_tuple(bytes, record.label);
           },
           py::arg("index"), "The sample's raw record: (bytes, label).")
@@ -72,21 +86,33 @@ void BindSources(py::module_& m) {
   m.def(
       "open_image_folder",
       [](const std::string& root) {
-        return OpenReleased("image_folder", [&] { return OpenImageFolder(root); });
+        return OpenReleased(DataPathKind::kImageFolder,
+                            [&](DataPathKind&) { return OpenImageFolder(root); });
       },
       py::arg("root"));
   m.def(
       "open_file_list",
       [](const std::string& list_path) {
-        return OpenReleased("file_list", [&] { return OpenFileList(list_path); });
+        return OpenReleased(DataPathKind::kFileList,
+                            [&](DataPathKind&) { return OpenFileList(list_path); });
       },
       py::arg("list_path"));
   m.def(
       "open_tar_shards",
       [](const std::vector<std::string>& shards) {
-        return OpenReleased("tar_shards", [&] { return OpenTarShards(shards); });
+        return OpenReleased(DataPathKind::kTarShards,
+                            [&](DataPathKind&) { return OpenTarShards(shards); });
       },
       py::arg("shards"));
+  m.def(
+      "open_data_path",
+      [](const std::string& path) {
+        return OpenReleased(DataPathKind::kImageFolder,
+                            [&](DataPathKind& kind) { return OpenDataPath(path, &kind); });
+      },
+      py::arg("path"),
+      "The source a path names (a folder, '*.tar' or a brace pattern, a list file); "
+      "its `kind` says which.");
   m.def(
       "expand_braces",
       [](const std::string& pattern) {

@@ -51,10 +51,7 @@ __all__ = [
 def probe(data_path=None, gpus=False):
     """The machine facts the tuner starts from (CPU budget, memory, shm, ranks,
     storage of ``data_path``; GPUs through NVML when ``gpus``), as a dict."""
-    import json
     import os
 
-    from ._stoker import probe_json
-
     path = None if data_path is None else os.fsdecode(data_path)
-    return json.loads(probe_json(path, gpus))
+    return _stoker.probe(path, gpus)

@@ -1,11 +1,12 @@
 """stoker.Loader: the Python face of the C++ loader."""
 
+import json
 import os
 import time
 
 from . import _stoker
 from . import transforms as _transforms
-from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards
+from ._sources import Source, Synthetic, _open_path
 
 
 def rank_facts():
@@ -20,14 +21,7 @@ def _open_source(source):
     if isinstance(source, Source):
         return source
     if isinstance(source, (str, bytes, os.PathLike)):
-        path = os.fsdecode(source)
-        if os.path.isdir(path):
-            return ImageFolder(path)
-        if path.endswith(".tar") or "{" in path:
-            return TarShards(path)
-        if os.path.isfile(path):
-            return FileList(path)
-        raise FileNotFoundError(f"source {path!r}: no such folder, tar shard or list file")
+        return _open_path(os.fsdecode(source))
     raise TypeError("source must be a stoker source (stoker.ImageFolder, FileList, TarShards, "
                     f"Synthetic) or a path, got {type(source).__name__}")
 
@@ -182,7 +176,9 @@ class Loader:
     def load_state_dict(self, state):
         """Resumes at ``state``: the next pass yields exactly the batches of
         that epoch not yet delivered."""
-        self._impl.restore(dict(state))
+        # The C++ side reads the checkpoint (LoaderStateFromJson) and names a
+        # missing or malformed field; default=int takes numpy / torch integers.
+        self._impl.restore(json.dumps(dict(state), default=int))
 
     # Observing ---------------------------------------------------------------
 
@@ -199,13 +195,13 @@ class Loader:
         (the engine's raw counters)."""
         m = self._impl.metrics()
         elapsed = max(time.monotonic() - self._started, 1e-9)
-        consumer = m["consumer_wait_ns"] + m["consumer_step_ns"]
+        wait = m["consumer_wait_ns"]
         return {
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
             "samples_per_s": m["samples_delivered"] / elapsed,
-            "stall_fraction": m["consumer_wait_ns"] / consumer if consumer else 0.0,
+            "stall_fraction": _stoker.stall_fraction(wait, wait + m["consumer_step_ns"]),
             "tuner": self._impl.tuner_view(),
             "metrics": m,
         }
@@ -217,10 +213,7 @@ class Loader:
     def skipped(self):
         """Every sample left out under on_error="skip": dicts with "epoch",
         "index", "key" (its file) and "reason"."""
-        records = self._impl.skipped()
-        for r in records:
-            r["key"] = os.fsdecode(r["key"])
-        return records
+        return self._impl.skipped()
 
     @property
     def classes(self):

@@ -52,8 +52,11 @@ class ImageFolder(Source):
     torchvision.datasets.ImageFolder on that tree."""
 
     def __init__(self, root):
+        self._adopt(_stoker.open_image_folder(_path_bytes(root)), root)
+
+    def _adopt(self, impl, root):
         self.root = os.fspath(root)
-        self._impl = _stoker.open_image_folder(_path_bytes(root))
+        self._impl = impl
 
     def _describe(self):
         return repr(self.root)
@@ -64,8 +67,11 @@ class FileList(Source):
     the list's folder)."""
 
     def __init__(self, list_path):
+        self._adopt(_stoker.open_file_list(_path_bytes(list_path)), list_path)
+
+    def _adopt(self, impl, list_path):
         self.list_path = os.fspath(list_path)
-        self._impl = _stoker.open_file_list(_path_bytes(list_path))
+        self._impl = impl
 
     def _describe(self):
         return repr(self.list_path)
@@ -79,8 +85,11 @@ class TarShards(Source):
     def __init__(self, shards):
         if isinstance(shards, (str, bytes, os.PathLike)):
             shards = [shards]
+        self._adopt(_stoker.open_tar_shards([_path_bytes(s) for s in shards]), shards)
+
+    def _adopt(self, impl, shards):
         self.shards = [os.fspath(s) for s in shards]
-        self._impl = _stoker.open_tar_shards([_path_bytes(s) for s in self.shards])
+        self._impl = impl
 
     def _describe(self):
         return repr(self.shards[0] if len(self.shards) == 1 else self.shards)
@@ -104,3 +113,14 @@ class Synthetic(Source):
 
     def _describe(self):
         return f"shape={self.shape}, dtype={self.dtype}"
+
+
+def _open_path(path):
+    """The source ``path`` names, as the C++ side decides (stoker's
+    OpenDataPath): a folder is an ImageFolder, "*.tar" or a brace pattern
+    TarShards, another file a FileList; FileNotFoundError when it is none."""
+    impl = _stoker.open_data_path(_path_bytes(path))
+    cls = {"image_folder": ImageFolder, "file_list": FileList, "tar_shards": TarShards}[impl.kind]
+    source = cls.__new__(cls)
+    source._adopt(impl, [path] if cls is TarShards else path)
+    return source

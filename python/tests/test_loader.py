@@ -74,6 +74,24 @@ def test_state_dict_from_another_seed_is_refused(image_tree):
         other.load_state_dict(state)
 
 
+def test_state_dict_errors_name_the_field():
+    loader = stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4, seed=3)
+    state = loader.state_dict()
+    assert set(state) == {"seed", "epoch", "position", "beyond"}
+    loader.load_state_dict({k: v for k, v in state.items() if k != "beyond"})
+    with pytest.raises(ValueError, match="'position'"):
+        loader.load_state_dict({"seed": 3, "epoch": 0})
+    with pytest.raises(ValueError, match="'epoch'"):
+        loader.load_state_dict(dict(state, epoch="zero"))
+
+
+def test_shared_defaults_come_from_the_engine():
+    from stoker import _stoker
+    assert _stoker.MAX_WORKERS >= 1 and 0 < _stoker.MEMORY_BUDGET_SHARE <= 1
+    assert _stoker.default_prefetch(0) <= _stoker.default_prefetch(_stoker.MAX_WORKERS)
+    assert _stoker.stall_fraction(1.0, 4.0) == 0.25 and _stoker.stall_fraction(0.0, 0.0) == 0.0
+
+
 def test_len_and_drop_last():
     source = stoker.Synthetic(size=103, shape=(4,))
     assert len(stoker.Loader(source, batch_size=10)) == 11
@@ -128,6 +146,9 @@ def test_stats_with_tuner_and_with_fixed_workers():
     assert stats["tuner"] is not None
     assert {"workers", "phase", "cpu_budget_workers", "samples_per_s"} <= set(stats["tuner"])
     assert stats["metrics"]["samples_delivered"] == 512
+    assert stats["metrics"]["queue_ns"] >= 0
+    assert all({"id", "samples", "busy_ns", "cpu_ns", "queue_ns"} == set(w)
+               for w in stats["metrics"]["workers"])
     assert 0.0 <= stats["stall_fraction"] <= 1.0
     assert isinstance(auto.decisions(), list)
 
@@ -160,5 +181,7 @@ def test_closed_loader_says_so():
 
 def test_path_string_sources(image_tree, tmp_path):
     assert isinstance(stoker.Loader(image_tree, batch_size=4).source, stoker.ImageFolder)
+    by_bytes = stoker.Loader(os.fsencode(image_tree), batch_size=4).source
+    assert isinstance(by_bytes, stoker.ImageFolder) and by_bytes.root == image_tree
     with pytest.raises(FileNotFoundError):
         stoker.Loader(os.path.join(str(tmp_path), "nowhere"))

@@ -41,8 +41,10 @@ def test_tar_shards_with_brace_pattern(image_tree, tmp_path):
     # The same pixels as from the image folder.
     folder_images = torch.cat([x for x, _ in stoker.Loader(
         image_tree, batch_size=6, shuffle=False, transforms=stoker.transforms.eval(16))])
-    tar_images = torch.cat([x for x, _ in stoker.Loader(
-        pattern, batch_size=6, shuffle=False, transforms=stoker.transforms.eval(16))])
+    by_path = stoker.Loader(pattern, batch_size=6, shuffle=False,
+                            transforms=stoker.transforms.eval(16))
+    assert isinstance(by_path.source, stoker.TarShards) and by_path.source.shards == [pattern]
+    tar_images = torch.cat([x for x, _ in by_path])
     assert torch.equal(folder_images, tar_images)
 
 

@@ -1,8 +1,8 @@
+#include "stoker/report.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
-#include "stoker/report.h"
 
 namespace stoker {
 namespace {
@@ -53,6 +53,117 @@ TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("static sweep"), std::string::npos);
   EXPECT_NE(svg.find("tuned:"), std::string::npos);
+}
+
+TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
+  LoaderMetrics m;
+  m.workers_target = 3;
+  m.queue_ns = 17;
+  m.consumer_wait_ns = 5;
+  m.bytes_in_flight = size_t{1} << 33;
+  m.workers = {{0, 10, 100, 90, 4}, {1, 12, 110, 95, 6}};
+  auto j = LoaderMetricsToJson(m);
+  for (const char* key : {"time_ns",           "workers_target",
+                          "workers_running",   "prefetch_batches",
+                          "prefetch_bytes",    "batches_delivered",
+                          "samples_delivered", "samples_produced",
+                          "busy_ns",           "cpu_ns",
+                          "queue_ns",          "consumer_wait_ns",
+                          "consumer_step_ns",  "next_calls",
+                          "ready_batches",     "open_batches",
+                          "bytes_in_flight",   "batch_bytes",
+                          "worker_bytes",      "workers"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j.size(), 20u);
+  EXPECT_EQ(j["workers_target"], 3);
+  EXPECT_EQ(j["queue_ns"], 17);
+  EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);
+  ASSERT_EQ(j["workers"].size(), 2u);
+  EXPECT_EQ(j["workers"][1]["id"], 1);
+  EXPECT_EQ(j["workers"][1]["samples"], 12);
+  EXPECT_EQ(j["workers"][1]["busy_ns"], 110);
+  EXPECT_EQ(j["workers"][1]["cpu_ns"], 95);
+  EXPECT_EQ(j["workers"][1]["queue_ns"], 6);
+}
+
+TEST(LoaderJsonTest, SkipRecordKeepsItsFields) {
+  auto j = SkipRecordToJson({2, 41, "/data/x.jpg", "data error: truncated"});
+  EXPECT_EQ(j, nlohmann::json({{"epoch", 2},
+                               {"index", 41},
+                               {"key", "/data/x.jpg"},
+                               {"reason", "data error: truncated"}}));
+}
+
+TEST(LoaderJsonTest, StateRoundTrips) {
+  LoaderState s;
+  s.seed = UINT64_MAX;
+  s.epoch = 3;
+  s.position = 7;
+  s.beyond = {9, 12};
+  auto j = LoaderStateToJson(s);
+  EXPECT_EQ(j["seed"], UINT64_MAX);
+  auto back = LoaderStateFromJson(nlohmann::json::parse(j.dump()));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->seed, s.seed);
+  EXPECT_EQ(back->epoch, 3);
+  EXPECT_EQ(back->position, 7);
+  EXPECT_EQ(back->beyond, s.beyond);
+  j.erase("beyond");
+  back = LoaderStateFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->beyond.empty());
+}
+
+TEST(LoaderJsonTest, StateErrorsNameTheField) {
+  const nlohmann::json good = LoaderStateToJson({1, 2, 3, {}});
+  for (const char* field : {"seed", "epoch", "position"}) {
+    nlohmann::json missing = good;
+    missing.erase(field);
+    auto r = LoaderStateFromJson(missing);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(std::string("'") + field + "'"), std::string::npos)
+        << r.status().message();
+    nlohmann::json bad = good;
+    bad[field] = "three";
+    r = LoaderStateFromJson(bad);
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_NE(r.status().message().find(std::string("'") + field + "'"), std::string::npos)
+        << r.status().message();
+  }
+  nlohmann::json negative = good;
+  negative["position"] = -1;
+  EXPECT_FALSE(LoaderStateFromJson(negative).ok());
+  nlohmann::json bad_beyond = good;
+  bad_beyond["beyond"] = {1, "x"};
+  auto r = LoaderStateFromJson(bad_beyond);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'beyond'"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(LoaderStateFromJson(nlohmann::json::array()).ok());
+}
+
+TEST(LoaderJsonTest, TunerViewCarriesItsLastDecision) {
+  TunerView v;
+  v.workers = 4;
+  v.cpu_budget_workers = 6;
+  v.phase = "steady";
+  v.decisions = 2;
+  auto j = TunerViewToJson(v);
+  EXPECT_EQ(j["workers"], 4);
+  EXPECT_EQ(j["cpu_budget_workers"], 6);
+  EXPECT_EQ(j["phase"], "steady");
+  EXPECT_EQ(j["decisions"], 2);
+  EXPECT_TRUE(j["last_decision"].is_null());
+  for (const char* key : {"prefetch_batches", "max_workers", "memory_budget_bytes", "samples_per_s",
+                          "stall_fraction"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  TunerDecision d;
+  d.reason = "grow: stall 3 %";
+  d.workers_after = 4;
+  v.last_decision = d;
+  EXPECT_EQ(TunerViewToJson(v)["last_decision"], TunerDecisionToJson(d));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "pipeline.h"
+#include "stoker/defaults.h"
 #include "stoker/report.h"
 
 namespace stoker::cli {
@@ -47,7 +48,7 @@ int RunBench(const BenchFlags& f) {
   so.step_ms = f.step_ms;
   so.tuner = p->tuner;
   // I/O-bound data may want many times the core count; CPU-bound stops at the knee.
-  so.max_workers = f.max_workers > 0 ? f.max_workers : 128;
+  so.max_workers = f.max_workers > 0 ? f.max_workers : kMaxWorkers;
   if (!f.workers_list.empty()) {
     auto list = ParseList(f.workers_list);
     if (!list.ok()) {
@@ -98,7 +99,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--tuned-seconds", f->tuned_seconds, "seconds of the tuned run")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-workers", f->max_workers, "largest worker count to try (default 128)")
+  cmd->add_option("--max-workers", f->max_workers,
+                  "largest worker count to try (default " + std::to_string(kMaxWorkers) + ")")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--sweep", f->workers_list, "worker counts to measure, e.g. 0,1,2,4,8");
   cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run");

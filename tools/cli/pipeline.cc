@@ -1,31 +1,14 @@
 #include "pipeline.h"
 
-#include <sys/stat.h>
-
-#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
 #include "stoker/dataset.h"
+#include "stoker/defaults.h"
 #include "stoker/image.h"
 #include "stoker/image_sources.h"
 
 namespace stoker::cli {
-namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-Result<std::shared_ptr<const Source>> OpenData(const std::string& data) {
-  if (EndsWith(data, ".tar") || data.find('{') != std::string::npos) return OpenTarShards({data});
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(data, ec)) return OpenFileList(data);
-  return OpenImageFolder(data);
-}
-
-}  // namespace
 
 std::optional<int> ParseCount(const std::string& text) {
   try {
@@ -51,15 +34,18 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
       ->check(CLI::IsMember({"raise", "skip"}));
   cmd->add_option("--workers", f.workers, "auto (the tuner decides) or a fixed count");
-  cmd->add_option(
-         "--prefetch", f.prefetch,
-         "prefetch depth in batches, with fixed --workers (default: 2, more for many workers)")
+  cmd->add_option("--prefetch", f.prefetch,
+                  "prefetch depth in batches, with fixed --workers (default: " +
+                      std::to_string(DefaultPrefetch(0)) + ", more for many workers, up to " +
+                      std::to_string(DefaultPrefetch(kMaxWorkers)) + ")")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--read-latency-ms", f.read_latency_ms,
                   "add this latency to every read (simulates slow or remote storage)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--memory-budget-mib", f.memory_budget_mib,
-                  "memory the tuner may use for batches and workers (default 80 % of available)")
+                  "memory the tuner may use for batches and workers (default " +
+                      std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
+                      " % of available)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--synthetic", f.synthetic, "a synthetic source instead of images");
   cmd->add_option("--synthetic-cpu-us", f.synthetic_cpu_us, "synthetic: CPU per sample, us")
@@ -103,7 +89,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     if (data.empty()) {
       STOKER_ASSIGN_OR_RETURN(data, EnsureDefaultDataset(quiet));
     }
-    auto opened = OpenData(data);
+    auto opened = OpenDataPath(data);
     if (!opened.ok()) return opened.status().WithContext("--data " + data);
     source = *opened;
     ImageTransformOptions io;

@@ -27,9 +27,10 @@ Result<RunSummary> RunJob(const RunFlags& f) {
     co.on_point = [&view, l, per_epoch](const TimelinePoint& pt) {
       LoaderMetrics m = l->Metrics();
       char progress[64];
-      std::snprintf(progress, sizeof progress, "epoch %lld %3lld%%",
-                    static_cast<long long>(l->epoch()),
-                    static_cast<long long>(per_epoch ? (m.batches_delivered % per_epoch) * 100 / per_epoch : 0));
+      std::snprintf(
+          progress, sizeof progress, "epoch %lld %3lld%%", static_cast<long long>(l->epoch()),
+          static_cast<long long>(per_epoch ? (m.batches_delivered % per_epoch) * 100 / per_epoch
+                                           : 0));
       auto tv = GetTunerView(*l);
       view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "");
     };
@@ -50,9 +51,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
 
 nlohmann::json RunSummaryToJson(const RunSummary& s) {
   nlohmann::json skipped = nlohmann::json::array();
-  for (const auto& r : s.skipped) {
-    skipped.push_back({{"epoch", r.epoch}, {"index", r.index}, {"key", r.key}, {"reason", r.reason}});
-  }
+  for (const auto& r : s.skipped) skipped.push_back(SkipRecordToJson(r));
   return {{"samples", s.stats.samples},
           {"seconds", s.stats.seconds},
           {"samples_per_s", s.stats.seconds > 0 ? s.stats.samples / s.stats.seconds : 0},

@@ -1,0 +1,100 @@
+#include <nlohmann/json.hpp>
+
+#include "stoker/report.h"
+
+namespace stoker {
+namespace {
+
+// `json[name]` as a non-negative integer, or an error naming the field.
+Status ReadCount(const nlohmann::json& json, const char* name, bool required, auto* out) {
+  auto it = json.find(name);
+  if (it == json.end()) {
+    return required ? InvalidArgument(std::string("state has no '") + name + "'") : Status::Ok();
+  }
+  const bool count = it->is_number_unsigned() || (it->is_number_integer() && *it >= 0);
+  if (!count) {
+    return InvalidArgument(std::string("state's '") + name + "' must be an integer >= 0, got " +
+                           it->dump());
+  }
+  *out = it->template get<std::remove_pointer_t<decltype(out)>>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const WorkerMetrics& w : m.workers) {
+    workers.push_back({{"id", w.id},
+                       {"samples", w.samples},
+                       {"busy_ns", w.busy_ns},
+                       {"cpu_ns", w.cpu_ns},
+                       {"queue_ns", w.queue_ns}});
+  }
+  return {{"time_ns", m.time_ns},
+          {"workers_target", m.workers_target},
+          {"workers_running", m.workers_running},
+          {"prefetch_batches", m.prefetch_batches},
+          {"prefetch_bytes", m.prefetch_bytes},
+          {"batches_delivered", m.batches_delivered},
+          {"samples_delivered", m.samples_delivered},
+          {"samples_produced", m.samples_produced},
+          {"busy_ns", m.busy_ns},
+          {"cpu_ns", m.cpu_ns},
+          {"queue_ns", m.queue_ns},
+          {"consumer_wait_ns", m.consumer_wait_ns},
+          {"consumer_step_ns", m.consumer_step_ns},
+          {"next_calls", m.next_calls},
+          {"ready_batches", m.ready_batches},
+          {"open_batches", m.open_batches},
+          {"bytes_in_flight", m.bytes_in_flight},
+          {"batch_bytes", m.batch_bytes},
+          {"worker_bytes", m.worker_bytes},
+          {"workers", workers}};
+}
+
+nlohmann::json SkipRecordToJson(const SkipRecord& r) {
+  return {{"epoch", r.epoch}, {"index", r.index}, {"key", r.key}, {"reason", r.reason}};
+}
+
+nlohmann::json LoaderStateToJson(const LoaderState& s) {
+  return {{"seed", s.seed}, {"epoch", s.epoch}, {"position", s.position}, {"beyond", s.beyond}};
+}
+
+Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json) {
+  if (!json.is_object()) return InvalidArgument("state must be an object, got " + json.dump());
+  LoaderState s;
+  STOKER_RETURN_IF_ERROR(ReadCount(json, "seed", true, &s.seed));
+  STOKER_RETURN_IF_ERROR(ReadCount(json, "epoch", true, &s.epoch));
+  STOKER_RETURN_IF_ERROR(ReadCount(json, "position", true, &s.position));
+  auto beyond = json.find("beyond");
+  if (beyond == json.end()) return s;
+  if (!beyond->is_array()) {
+    return InvalidArgument("state's 'beyond' must be a list of batch numbers, got " +
+                           beyond->dump());
+  }
+  for (const nlohmann::json& batch : *beyond) {
+    if (!batch.is_number_integer() || batch < 0) {
+      return InvalidArgument("state's 'beyond' must be a list of batch numbers >= 0, got " +
+                             batch.dump() + " in it");
+    }
+    s.beyond.push_back(batch.get<int64_t>());
+  }
+  return s;
+}
+
+nlohmann::json TunerViewToJson(const TunerView& v) {
+  return {{"workers", v.workers},
+          {"prefetch_batches", v.prefetch_batches},
+          {"cpu_budget_workers", v.cpu_budget_workers},
+          {"max_workers", v.max_workers},
+          {"memory_budget_bytes", v.memory_budget_bytes},
+          {"samples_per_s", v.samples_per_s},
+          {"stall_fraction", v.stall_fraction},
+          {"phase", v.phase},
+          {"last_decision",
+           v.last_decision ? TunerDecisionToJson(*v.last_decision) : nlohmann::json(nullptr)},
+          {"decisions", v.decisions}};
+}
+
+}  // namespace stoker

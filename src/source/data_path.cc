@@ -1,0 +1,48 @@
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "stoker/image_sources.h"
+
+namespace stoker {
+namespace {
+
+bool NamesTarShards(const std::string& path) {
+  constexpr std::string_view kTar = ".tar";
+  return path.ends_with(kTar) || path.find('{') != std::string::npos;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Source>> OpenDataPath(const std::string& path, DataPathKind* kind) {
+  struct stat st {};
+  const int err = ::stat(path.c_str(), &st) == 0 ? 0 : errno;
+  DataPathKind found;
+  // A folder first: a folder whose name ends in ".tar" is still a folder.
+  if (err == 0 && S_ISDIR(st.st_mode)) {
+    found = DataPathKind::kImageFolder;
+  } else if (NamesTarShards(path)) {
+    // A pattern names no file itself, so whether it exists is OpenTarShards's to say.
+    found = DataPathKind::kTarShards;
+  } else if (err == 0 && S_ISREG(st.st_mode)) {
+    found = DataPathKind::kFileList;
+  } else if (err == ENOENT || err == ENOTDIR) {
+    return NotFound("no such folder, tar shard or list file: " + path);
+  } else if (err != 0) {
+    return ErrnoError(path, err);
+  } else {
+    return InvalidArgument(path + " is not a folder, a tar shard or a list file");
+  }
+  if (kind != nullptr) *kind = found;
+  switch (found) {
+    case DataPathKind::kImageFolder:
+      return OpenImageFolder(path);
+    case DataPathKind::kTarShards:
+      return OpenTarShards({path});
+    case DataPathKind::kFileList:
+      break;
+  }
+  return OpenFileList(path);
+}
+
+}  // namespace stoker

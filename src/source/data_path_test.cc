@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include "source/source_test_util.h"
+#include "source/tar_shard.h"
+#include "stoker/image_sources.h"
+
+namespace stoker {
+namespace {
+
+using testing::AsBytes;
+using testing::TempDir;
+using testing::WriteFile;
+
+void WriteOneSampleShard(const std::string& path) {
+  const std::string image = "img";
+  const std::string label = "4";
+  const std::vector<TarMember> members = {{"s.jpg", AsBytes(image)}, {"s.cls", AsBytes(label)}};
+  ASSERT_TRUE(WriteTarShard(path, members).ok());
+}
+
+TEST(DataPathTest, AFolderIsAnImageFolder) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "cat/a.jpg", "A"));
+  ASSERT_TRUE(WriteFile(dir / "dog/b.png", "B"));
+  DataPathKind kind{};
+  auto source = OpenDataPath(dir.path(), &kind);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(kind, DataPathKind::kImageFolder);
+  EXPECT_EQ((*source)->ClassNames(), (std::vector<std::string>{"cat", "dog"}));
+}
+
+TEST(DataPathTest, AFolderNamedLikeAShardIsStillAFolder) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "data.tar/cat/a.jpg", "A"));
+  DataPathKind kind{};
+  auto source = OpenDataPath(dir / "data.tar", &kind);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(kind, DataPathKind::kImageFolder);
+}
+
+TEST(DataPathTest, ATarNameOrBracePatternIsShards) {
+  TempDir dir;
+  WriteOneSampleShard(dir / "shard-0.tar");
+  WriteOneSampleShard(dir / "shard-1.tar");
+  DataPathKind kind{};
+  auto one = OpenDataPath(dir / "shard-0.tar", &kind);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(kind, DataPathKind::kTarShards);
+  EXPECT_EQ((*one)->size(), 1);
+  kind = DataPathKind::kImageFolder;
+  auto both = OpenDataPath(dir / "shard-{0..1}.tar", &kind);
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(kind, DataPathKind::kTarShards);
+  EXPECT_EQ((*both)->size(), 2);
+}
+
+TEST(DataPathTest, ARegularFileIsAFileList) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "a.jpg", "A"));
+  ASSERT_TRUE(WriteFile(dir / "train.txt", "a.jpg\t3\n"));
+  DataPathKind kind{};
+  auto source = OpenDataPath(dir / "train.txt", &kind);
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ(kind, DataPathKind::kFileList);
+  EXPECT_EQ((*source)->Key(0), dir / "a.jpg");
+}
+
+TEST(DataPathTest, AMissingPathIsNotFoundNamingIt) {
+  TempDir dir;
+  const std::string gone = dir / "nowhere";
+  auto source = OpenDataPath(gone);
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(source.status().message().find(gone), std::string::npos) << source.status().message();
+  // A missing shard is OpenTarShards's error, which names the shard too.
+  auto shard = OpenDataPath(dir / "gone.tar");
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.status().message().find(dir / "gone.tar"), std::string::npos)
+      << shard.status().message();
+}
+
+TEST(DataPathTest, NeitherFolderNorFileIsAnErrorNamingIt) {
+  auto source = OpenDataPath("/dev/null");
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(source.status().message().find("/dev/null"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker

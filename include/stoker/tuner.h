@@ -52,7 +52,9 @@ struct TunerView {
   size_t memory_budget_bytes = 0;
   double samples_per_s = 0;
   double stall_fraction = 0;
-  std::string phase;  // e.g. "probing", "steady", "re-tuning"
+  /// "measuring" (before the first model jump), "refining", "steady" (a knee
+  /// or floor found), "trying more workers" or "trying fewer workers".
+  std::string phase;
   std::optional<TunerDecision> last_decision;
   int64_t decisions = 0;
 };

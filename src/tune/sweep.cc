@@ -50,7 +50,7 @@ TimelinePoint PointBetween(const LoaderMetrics& last, const LoaderMetrics& m, do
   p.t_s = t_s;
   p.samples_per_s = dt_s > 0 ? (m.samples_delivered - last.samples_delivered) / dt_s : 0;
   p.stall_fraction =
-      dt_s > 0 ? static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9 / dt_s : 0;
+      StallFraction(static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9, dt_s);
   p.workers = m.workers_target;
   p.prefetch_batches = m.prefetch_batches;
   return p;
@@ -113,10 +113,8 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   s.seconds = Since(t0);
   LoaderMetrics end = loader.Metrics();
   s.workers_max = std::max(s.workers_max, end.workers_target);
-  s.stall_fraction =
-      s.seconds > 0
-          ? static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) * 1e-9 / s.seconds
-          : 0;
+  s.stall_fraction = StallFraction(
+      static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) * 1e-9, s.seconds);
   return s;
 }
 

@@ -57,7 +57,7 @@ class Tuner final : public Controller {
         core_(advice.workers, advice.prefetch_batches),
         start_(std::chrono::steady_clock::now()) {
     budgets_.cpu_cores = cpu_budget;
-    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : 128;
+    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                              : advice.memory_budget_bytes;
     budgets_.batch_bytes = batch_bytes;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "stoker/defaults.h"
 #include "stoker/tuner.h"
 #include "tune/tuner_params.h"
 
@@ -34,11 +35,11 @@ struct Observation {
 
 /// Limits the tuner must keep, re-read as the machine changes.
 struct Budgets {
-  double cpu_cores = 1;     // cores this loader's workers may use
-  int max_workers = 64;     // hard cap (configuration, rlimits)
-  size_t memory_bytes = 0;  // 0 = unbounded
-  size_t batch_bytes = 0;   // one batch buffer
-  size_t worker_bytes = 0;  // one worker's footprint, measured or assumed
+  double cpu_cores = 1;           // cores this loader's workers may use
+  int max_workers = kMaxWorkers;  // hard cap (configuration, rlimits)
+  size_t memory_bytes = 0;        // 0 = unbounded
+  size_t batch_bytes = 0;         // one batch buffer
+  size_t worker_bytes = 0;        // one worker's footprint, measured or assumed
   // Cores of the CPUs we may run on that are not ours to use (other ranks',
   // or beyond a quota): other processes running there take nothing from us.
   double others_room = 0;
@@ -114,8 +115,7 @@ class TunerCore {
       return worker_cores() > 0 ? workers * seen / worker_cores() : 0;
     }
     double idle_cores() const { return window_s > 0 ? idle_s / window_s : 0; }
-    // A Next() that spans windows is counted where it ends: clamp.
-    double stall() const { return window_s > 0 ? std::min(1.0, wait_s / window_s) : 0; }
+    double stall() const { return StallFraction(wait_s, window_s); }
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
     double queue_per_sample() const { return produced > 0 ? queue_s / produced : 0; }

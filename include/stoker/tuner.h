@@ -25,6 +25,8 @@ struct TunerOptions {
   /// How often it looks at the metrics, in seconds.
   double interval_s = 0.2;
   /// Where to append the decision trace as JSON lines; empty = keep in memory only.
+  /// Opened when the loader is made (an unwritable path is an error then) and
+  /// written by a background thread, never the consumer's.
   std::string trace_path;
 };
 
@@ -61,8 +63,9 @@ struct TunerView {
 
 /// Makes a loader. With options.workers == kAutoWorkers the worker count and
 /// prefetch depth start from the advisor and are then tuned on-line by a
-/// tuner that runs on the consumer's thread inside Next() (no extra thread).
-/// Otherwise it is Loader::Make.
+/// tuner that runs on the consumer's thread inside Next() (no extra thread,
+/// but one that writes the trace file when tuner.trace_path is set; an
+/// unwritable trace_path is an error naming it). Otherwise it is Loader::Make.
 Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions tuner = {});
 
 /// The tuner's view of `loader`, or nullopt when it has no tuner.

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/thread_annotations.h"
 #include "stoker/advisor.h"
 #include "stoker/probe.h"
+#include "tune/trace_writer.h"
 #include "tune/tuner_core.h"
 
 namespace stoker {
@@ -49,21 +49,23 @@ nlohmann::json DecisionJson(const TunerDecision& d) {
 
 // The loader's controller: turns metric deltas into Observations for the
 // TunerCore and applies its decisions. Tick runs on the consumer's thread;
-// View and Trace may be read from any thread.
+// View and Trace may be read from any thread. The trace file (if any) is
+// written by its TraceWriter's thread, never the consumer's.
 class Tuner final : public Controller {
  public:
-  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes)
+  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes,
+        std::unique_ptr<TraceWriter> trace_writer)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches),
-        start_(std::chrono::steady_clock::now()) {
+        start_(std::chrono::steady_clock::now()),
+        trace_writer_(std::move(trace_writer)) {
     budgets_.cpu_cores = cpu_budget;
     budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                              : advice.memory_budget_bytes;
     budgets_.batch_bytes = batch_bytes;
     budgets_.worker_bytes = kAssumedWorkerBytes;
-    if (!options_.trace_path.empty()) trace_file_.open(options_.trace_path, std::ios::app);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     view_.workers = advice.workers;
     view_.prefetch_batches = advice.prefetch_batches;
     view_.memory_budget_bytes = budgets_.memory_bytes;
@@ -89,13 +91,13 @@ class Tuner final : public Controller {
     UpdateView(std::move(d));
   }
 
-  TunerView View() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  TunerView View() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return view_;
   }
 
-  std::vector<TunerDecision> Trace() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TunerDecision> Trace() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return trace_;
   }
 
@@ -171,18 +173,18 @@ class Tuner final : public Controller {
     if (now.machine) budgets_.others_room = std::max(0.0, now.machine->cpus - machine_cores_);
   }
 
-  // Sets the loader's knobs to the decision and appends it to the trace file.
+  // Sets the loader's knobs to the decision and queues it for the trace file.
   void Apply(const TunerDecision& d, Loader& loader) {
     if (d.workers_after != d.workers_before) loader.Resize(d.workers_after);
     if (d.prefetch_after != d.prefetch_before) {
       loader.SetPrefetch(d.prefetch_after,
                          static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
     }
-    if (trace_file_) trace_file_ << DecisionJson(d).dump() << "\n" << std::flush;
+    if (trace_writer_) trace_writer_->Append(DecisionJson(d).dump());
   }
 
-  void UpdateView(std::optional<TunerDecision> d) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void UpdateView(std::optional<TunerDecision> d) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     view_.workers = core_.workers();
     view_.prefetch_batches = core_.prefetch();
     view_.cpu_budget_workers = core_.cpu_cap();
@@ -204,11 +206,11 @@ class Tuner final : public Controller {
   double trainer_cores_ = 0;
   double machine_cores_ = 0;
   double last_probe_s_ = 0;
-  std::ofstream trace_file_;
+  const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
 
-  mutable std::mutex mu_;
-  TunerView view_;                    // guarded by mu_
-  std::vector<TunerDecision> trace_;  // guarded by mu_
+  mutable Mutex mu_;
+  TunerView view_ GUARDED_BY(mu_);
+  std::vector<TunerDecision> trace_ GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -219,6 +221,11 @@ Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions t
   if (tuner.interval_s <= 0) {
     return InvalidArgument("tuner option 'interval_s' must be > 0, got " +
                            std::to_string(tuner.interval_s));
+  }
+  // An unwritable trace path fails here, not silently later.
+  std::unique_ptr<TraceWriter> trace_writer;
+  if (!tuner.trace_path.empty()) {
+    STOKER_ASSIGN_OR_RETURN(trace_writer, TraceWriter::Open(tuner.trace_path));
   }
   ProbeOptions po;
   po.skip_gpus = true;
@@ -234,8 +241,8 @@ Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions t
   const size_t batch_bytes = options.transform->spec().bytes() *
                              static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
   STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(std::move(options)));
-  loader->SetController(
-      std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts), batch_bytes));
+  loader->SetController(std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts),
+                                                batch_bytes, std::move(trace_writer)));
   return loader;
 }
 

@@ -85,22 +85,17 @@ bool TunerCore::Contended(const Pooled& p, const Budgets& b) const {
 }
 
 int TunerCore::Model(const Pooled& p, const Budgets& b) const {
-  // The time a sample needs, not the time it queued: with more threads than
-  // cores the wall time grows with the pool, and sizing the pool by it
-  // would keep it large once it is large.
+  // The time a sample needs, not the time it queued: the queue grows with
+  // the pool, and sizing by it would keep a large pool large.
   const double wall = p.unqueued_per_sample();
   const double cpu = p.cpu_per_sample();
   if (wall <= 0) return workers_;  // nothing produced yet: no evidence
-  // Workers whose CPU-bound share fills the CPU budget: beyond them, more
-  // workers only queue for cores. I/O-bound work (cpu << wall) gets many.
-  // With many mostly-waiting workers, samples near saturation queue for
-  // cores: provision io_headroom there (not for CPU-bound work, where a
-  // worker per core is the knee).
+  // Workers whose CPU share fills the budget (more only queue for cores);
+  // I/O-bound work saturates the cores slowly, so it gets io_headroom.
   double cpu_fill = cpu > 0 ? b.cpu_cores * wall / cpu : 1e9;
   if (cpu_fill >= 2 * b.cpu_cores) cpu_fill *= params_.io_headroom;
-  // Other processes compete for our CPUs and leave none idle: the scheduler
-  // shares CPU time per runnable thread, so the workers' share grows with
-  // their count. Size the pool for outbid_share of the busy CPU time.
+  // Contended: the scheduler shares CPU time per runnable thread, so size
+  // the pool for outbid_share of the busy CPU time.
   const bool contended = contended_;
   if (contended) {
     const double share = params_.outbid_share / (1 - params_.outbid_share);
@@ -112,8 +107,8 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
   const double need = std::isinf(demand)
                           ? 1e9
                           : demand * (contended ? p.wall_per_sample() : wall) * params_.headroom;
-  // A little over an integer counts as that integer: 2.07 means 2 (wall
-  // time a few per cent over CPU time is the consumer's thread, not waiting).
+  // 2.07 means 2: wall time a few per cent over CPU time is the consumer's
+  // thread competing, not waiting.
   const double m = std::ceil(std::min(need, cpu_fill) - 0.1);
   return static_cast<int>(std::clamp<double>(m, 1, Cap(b)));
 }
@@ -121,24 +116,20 @@ int TunerCore::Model(const Pooled& p, const Budgets& b) const {
 double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   if (!reference_) return 0;
   const Pooled& r = *reference_;
-  // A consumer that would take more than twice what it gets is not the
-  // limit, whatever its exact demand (a moment outside Next() makes it finite).
-  // Without a whole batch delivered, a window says nothing of the demand.
+  // A consumer that would take over twice what it gets is not the limit,
+  // whatever its exact demand; without a whole batch, the demand is unknown.
   auto unbounded = [](const Pooled& x) { return x.demand() > 2 * x.rate(); };
   const bool demand_known = p.batches > 0 && r.batches > 0;
   if (demand_known && unbounded(p) != unbounded(r)) return 2 * params_.big_change;
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
-  // The wall time less its queueing for a CPU: CPU-bound work's wall time
-  // is its CPU time plus a queue that grows and wanders with the threads
-  // sharing the cores (ours and others', whose coming and going is tested
-  // below), and that would read as a new workload.
+  // Not for CPU-bound work: its wall time beyond the CPU time is a queue
+  // that wanders with the threads sharing the cores (tested below).
   if (!p.on_cpu(params_) || !r.on_cpu(params_)) {
     change = std::max(change, RelChange(p.unqueued_per_sample(), r.unqueued_per_sample()));
   }
-  // Other processes starting or stopping on our CPUs: a core's worth, the
-  // contention coming or going, or, while it lasts, twice or half as many
-  // of their threads (both estimates clear of the noise).
+  // Other processes on our CPUs: a core's worth more or less, contention
+  // starting or ending, or twice or half as many of their threads.
   if (p.machine_known && r.machine_known) {
     const double rp = p.rivals(b, params_), rr = r.rivals(b, params_);
     if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
@@ -368,15 +359,13 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
 
 std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b, double t_s) {
   calm_windows_ = 0;
-  // A trial is judged against this window: not the first after the pool
-  // grew, which holds the new threads' start-up (and their first touch of
-  // new batch buffers) and would make any step look like it paid.
+  // A trial is judged against a settled window: the first after the pool
+  // grew holds the new threads' start-up and would make any step look good.
   if (windows_at_count_ < 2) return std::nullopt;
   const int cap = Cap(b);
   if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
-  // CPU-bound workers that fill the budget are the knee already: a trial
-  // would only cost its threads' start-up. (Not under contention: there,
-  // more threads win a larger share.)
+  // CPU-bound workers that fill the budget are the knee already (not under
+  // contention, where more threads win a larger share).
   const bool on_cpu = p.on_cpu(params_);
   if (!contended_ && on_cpu && workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
     return KneeHere(b, p,
@@ -392,9 +381,8 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   if (knee_) target = std::min(target, *knee_);
   target = std::min(target, cap);
   if (target <= workers_) return std::nullopt;
-  // CPU-bound under contention, a step can only win a larger share of the
-  // cores from the rivals: when that is less than a trial can tell, this is
-  // the knee (a trial would pay by the noise's luck alone).
+  // CPU-bound under contention a step only wins a larger share from the
+  // rivals: less than a trial can tell is the knee.
   if (contended_ && on_cpu && rivals_ > 0) {
     auto share = [&](int n) { return n / (n + rivals_); };
     const double most = share(target) / share(workers_) - 1;

@@ -106,9 +106,8 @@ class TunerCore {
     double other_cores() const { return window_s > 0 ? others_s / window_s : 0; }
     // Other processes' use beyond `room`: what they take of our budget.
     double intruding_cores(double room) const { return std::max(0.0, other_cores() - room); }
-    // Other processes' runnable threads, as many of ours as would take what
-    // they took (the scheduler shares CPU time per thread), less the tick
-    // noise of /proc/stat, which a large pool would multiply into rivals.
+    // Other processes' runnable threads: as many of ours as would take what
+    // they took (beyond /proc/stat's tick noise, which a big pool magnifies).
     double rivals(const Budgets& b, const TunerParams& params) const {
       const double seen =
           std::max(0.0, intruding_cores(b.others_room) - params.tick_noise * b.cpu_cores);
@@ -123,10 +122,8 @@ class TunerCore {
     bool on_cpu(const TunerParams& params) const {
       return cpu_s > 0 && unqueued_per_sample() < params.on_cpu * cpu_per_sample();
     }
-    // Wall time per sample less its queueing for a CPU: computing, or
-    // waiting for I/O. What a sample needs whatever the pool's size, where
-    // the wall time grows with the threads (ours or others') that share
-    // the cores.
+    // Wall time per sample less its queueing for a CPU (computing or I/O):
+    // what a sample needs whatever the number of threads sharing the cores.
     double unqueued_per_sample() const {
       return produced > 0 ? std::max(cpu_s, busy_s - queue_s) / produced : 0;
     }
@@ -193,9 +190,8 @@ class TunerCore {
   double last_gain_ = 0;      // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
-  // Other processes compete for our CPUs, and how many threads' worth (the
-  // largest estimate since the contention began; 0 when not CPU-bound):
-  // the pool is sized for them.
+  // Other processes compete for our CPUs, with this many threads' worth (the
+  // largest estimate since the contention began; 0 when not CPU-bound).
   bool contended_ = false;
   double rivals_ = 0;
   double last_rate_ = 0, last_stall_ = 0;

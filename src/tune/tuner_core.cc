@@ -272,13 +272,10 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   phase_ = Phase::kRefine;
   reference_ = p;
   reference_workers_ = workers_;
-  const int m = Model(p, b);
-  return Set(m, b, p,
-             Fmt("model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
-                 "sample, demand %.0f/s -> %.0f workers",
-                 p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
-                 std::isinf(p.demand()) ? -1 : p.demand(), m),
-             t_s);
+  return SetByModel(p, b,
+                    "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
+                    "sample, demand %.0f/s -> %.0f workers",
+                    t_s);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
@@ -348,12 +345,18 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   careful_ = false;
   last_gain_ = 0;
   reference_ = p;
+  return SetByModel(p, b,
+                    "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
+                    "CPU per sample, demand %.0f/s): model says %.0f workers",
+                    t_s);
+}
+
+std::optional<TunerDecision> TunerCore::SetByModel(const Pooled& p, const Budgets& b,
+                                                   const char* reason_fmt, double t_s) {
   const int m = Model(p, b);
   return Set(m, b, p,
-             Fmt("workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
-                 "CPU per sample, demand %.0f/s): model says %.0f workers",
-                 p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3, p.cpu_per_sample() * 1e3,
-                 std::isinf(p.demand()) ? -1 : p.demand(), m),
+             Fmt(reason_fmt, p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3,
+                 p.cpu_per_sample() * 1e3, std::isinf(p.demand()) ? -1 : p.demand(), m),
              t_s);
 }
 

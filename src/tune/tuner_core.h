@@ -164,6 +164,10 @@ class TunerCore {
   int Cap(const Budgets& b) const;
   int PrefetchFor(int workers, const Budgets& b) const;
   double Changed(const Pooled& p, const Budgets& b) const;
+  // Sets the model's count; `reason_fmt` takes the wall, queued and CPU ms
+  // per sample, the demand (-1: unbounded) and the count.
+  std::optional<TunerDecision> SetByModel(const Pooled& p, const Budgets& b, const char* reason_fmt,
+                                          double t_s);
   // Marks the current count as the knee (and the reference) and logs why.
   std::optional<TunerDecision> KneeHere(const Budgets& b, const Pooled& p, std::string reason,
                                         double t_s);

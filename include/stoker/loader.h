@@ -119,8 +119,8 @@ struct LoaderState {
 struct WorkerMetrics {
   int id = 0;
   int64_t samples = 0;
-  int64_t busy_ns = 0;  // wall time spent on tasks
-  int64_t cpu_ns = 0;   // thread CPU time spent on tasks
+  int64_t busy_ns = 0;   // wall time spent on tasks
+  int64_t cpu_ns = 0;    // thread CPU time spent on tasks
   int64_t queue_ns = 0;  // of busy_ns, runnable but waiting for a CPU
 };
 
@@ -141,11 +141,11 @@ struct LoaderMetrics {
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
   int64_t next_calls = 0;
-  int ready_batches = 0;         // finished, not yet delivered
-  int open_batches = 0;          // started, not yet delivered
-  size_t bytes_in_flight = 0;    // buffers of open batches
-  size_t batch_bytes = 0;        // one batch buffer
-  size_t worker_bytes = 0;       // read buffers and transform scratch of running workers
+  int ready_batches = 0;               // finished, not yet delivered
+  int open_batches = 0;                // started, not yet delivered
+  size_t bytes_in_flight = 0;          // buffers of open batches
+  size_t batch_bytes = 0;              // one batch buffer
+  size_t worker_bytes = 0;             // read buffers and transform scratch of running workers
   std::vector<WorkerMetrics> workers;  // threads running now
 };
 

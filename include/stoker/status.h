@@ -11,14 +11,14 @@ namespace stoker {
 /// message is for people and names the file, sample or option involved.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // an option or argument is out of range or malformed
-  kNotFound,         // a file, class folder or member is missing
-  kIoError,          // the OS refused a read, open or stat
-  kDataError,        // the bytes are not what they claim (corrupt, truncated)
-  kUnsupported,      // valid input this build cannot handle
+  kInvalidArgument,    // an option or argument is out of range or malformed
+  kNotFound,           // a file, class folder or member is missing
+  kIoError,            // the OS refused a read, open or stat
+  kDataError,          // the bytes are not what they claim (corrupt, truncated)
+  kUnsupported,        // valid input this build cannot handle
   kResourceExhausted,  // a budget or cap was hit (pixels, memory)
-  kCancelled,        // the loader was stopped
-  kInternal,         // a bug
+  kCancelled,          // the loader was stopped
+  kInternal,           // a bug
 };
 
 /// Returns a short stable name for `code`, e.g. "data error".
@@ -48,7 +48,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status DataError(std::string m) { return {StatusCode::kDataError, std::move(m)}; }
@@ -66,7 +68,7 @@ Status ErrnoError(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok() && "a Result made from a Status must carry an error");
   }
@@ -103,9 +105,9 @@ class [[nodiscard]] Result {
 #define STOKER_CONCAT(a, b) STOKER_CONCAT_INNER(a, b)
 
 /// Returns the Status of `expr` from the enclosing function if it is an error.
-#define STOKER_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::stoker::Status stoker_status_ = (expr); \
+#define STOKER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::stoker::Status stoker_status_ = (expr);        \
     if (!stoker_status_.ok()) return stoker_status_; \
   } while (0)
 

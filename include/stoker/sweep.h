@@ -28,9 +28,9 @@ double MeanStall(const std::vector<TimelinePoint>& timeline, double from_s, doub
 
 /// How the stand-in training loop consumes batches.
 struct ConsumeOptions {
-  double seconds = 0;    // stop after this long (0: no time limit)
-  int64_t epochs = 0;    // stop after this many epochs (0: no epoch limit)
-  double step_ms = 0;    // simulated accelerator step per batch (0: as fast as possible)
+  double seconds = 0;  // stop after this long (0: no time limit)
+  int64_t epochs = 0;  // stop after this many epochs (0: no epoch limit)
+  double step_ms = 0;  // simulated accelerator step per batch (0: as fast as possible)
   /// Optional: the step as a function of time (overrides step_ms), for runs
   /// whose consumer changes speed midway.
   std::function<double(double t_s)> step_ms_at;
@@ -61,9 +61,9 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);
 /// The seeds' table: throughput per worker count, then the tuner on the same
 /// data and pipeline.
 struct SweepOptions {
-  std::vector<int> workers;     // empty: 0, 1, 2, ... until past the knee
+  std::vector<int> workers;       // empty: 0, 1, 2, ... until past the knee
   int max_workers = kMaxWorkers;  // where the automatic sequence stops at the latest
-  double point_seconds = 4.0;   // measured per setting, after the warm-up
+  double point_seconds = 4.0;     // measured per setting, after the warm-up
   double warmup_seconds = 0.5;
   /// The best few settings are measured a second time and each keeps the
   /// mean of its two measurements: the best of many short, noisy points
@@ -94,8 +94,8 @@ struct SweepReport {
   int tuned_workers_final = 0;
   int tuned_workers_max = 0;
   double tuned_stall_fraction = 0;
-  double seconds_to_95pct = -1;    // -1: never reached
-  double ratio = 0;                // tuned / best static
+  double seconds_to_95pct = -1;  // -1: never reached
+  double ratio = 0;              // tuned / best static
   std::vector<TimelinePoint> tuned_timeline;
   std::vector<TunerDecision> trace;
 };

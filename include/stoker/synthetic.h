@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <string>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/sample_spec.h"

@@ -25,6 +25,8 @@ struct TunerOptions {
   /// How often it looks at the metrics, in seconds.
   double interval_s = 0.2;
   /// Where to append the decision trace as JSON lines; empty = keep in memory only.
+  /// Opened when the loader is made (an unwritable path is an error then) and
+  /// written by a background thread, never the consumer's.
   std::string trace_path;
 };
 
@@ -52,15 +54,18 @@ struct TunerView {
   size_t memory_budget_bytes = 0;
   double samples_per_s = 0;
   double stall_fraction = 0;
-  std::string phase;  // e.g. "probing", "steady", "re-tuning"
+  /// "measuring" (before the first model jump), "refining", "steady" (a knee
+  /// or floor found), "trying more workers" or "trying fewer workers".
+  std::string phase;
   std::optional<TunerDecision> last_decision;
   int64_t decisions = 0;
 };
 
 /// Makes a loader. With options.workers == kAutoWorkers the worker count and
 /// prefetch depth start from the advisor and are then tuned on-line by a
-/// tuner that runs on the consumer's thread inside Next() (no extra thread).
-/// Otherwise it is Loader::Make.
+/// tuner that runs on the consumer's thread inside Next() (no extra thread,
+/// but one that writes the trace file when tuner.trace_path is set; an
+/// unwritable trace_path is an error naming it). Otherwise it is Loader::Make.
 Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions tuner = {});
 
 /// The tuner's view of `loader`, or nullopt when it has no tuner.

@@ -43,8 +43,8 @@ void BindDataset(py::module_& m) {
         d["seconds"] = r.seconds;
         return d;
       },
-      py::arg("output"), py::arg("images"), py::arg("classes"), py::arg("seed"),
-      py::arg("shards"), py::arg("photos"));
+      py::arg("output"), py::arg("images"), py::arg("classes"), py::arg("seed"), py::arg("shards"),
+      py::arg("photos"));
   m.def("default_dataset_path", [] { return py::bytes(DefaultDatasetPath()); });
   m.def(
       "ensure_default_dataset",

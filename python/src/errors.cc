@@ -43,7 +43,8 @@ void SetPythonError(const Status& status) {
   PyObject* type = ExceptionTypeFor(status.code());
   py::object exc = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, text.ptr()));
   if (!exc) return;
-  if (PyObject_SetAttrString(exc.ptr(), "code", py::str(StatusCodeName(status.code())).ptr()) != 0) {
+  if (PyObject_SetAttrString(exc.ptr(), "code", py::str(StatusCodeName(status.code())).ptr()) !=
+      0) {
     PyErr_Clear();  // the message alone still says what happened
   }
   PyErr_SetObject(type, exc.ptr());

@@ -44,10 +44,9 @@ DType DTypeFromName(const std::string& name) {
 void BindTransforms(py::module_& m) {
   py::class_<TransformHandle>(m, "Transform", "An immutable per-sample transform.")
       .def_readonly("description", &TransformHandle::description)
-      .def_property_readonly("shape",
-                             [](const TransformHandle& t) {
-                               return py::tuple(py::cast(t.transform->spec().shape));
-                             })
+      .def_property_readonly(
+          "shape",
+          [](const TransformHandle& t) { return py::tuple(py::cast(t.transform->spec().shape)); })
       .def_property_readonly("dtype", [](const TransformHandle& t) {
         return std::string(DTypeName(t.transform->spec().dtype));
       });
@@ -78,9 +77,9 @@ void BindTransforms(py::module_& m) {
         return TransformHandle{ValueOrThrow(MakeImageTransform(o)), d.str()};
       },
       py::arg("mode"), py::arg("height"), py::arg("width"), py::arg("scale_min"),
-      py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"),
-      py::arg("flip_probability"), py::arg("resize_shorter"), py::arg("layout"), py::arg("mean"),
-      py::arg("std"), py::arg("max_pixels"), py::arg("dct_scaling"));
+      py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip_probability"),
+      py::arg("resize_shorter"), py::arg("layout"), py::arg("mean"), py::arg("std"),
+      py::arg("max_pixels"), py::arg("dct_scaling"));
 
   m.def(
       "raw_transform",

@@ -4,18 +4,24 @@ namespace stoker {
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kUInt8: return 1;
-    case DType::kFloat32: return 4;
-    case DType::kInt64: return 8;
+    case DType::kUInt8:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kInt64:
+      return 8;
   }
   return 1;
 }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kUInt8: return "uint8";
-    case DType::kFloat32: return "float32";
-    case DType::kInt64: return "int64";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kInt64:
+      return "int64";
   }
   return "?";
 }

@@ -6,15 +6,24 @@ namespace stoker {
 
 const char* StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kIoError: return "I/O error";
-    case StatusCode::kDataError: return "data error";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kResourceExhausted: return "resource exhausted";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kIoError:
+      return "I/O error";
+    case StatusCode::kDataError:
+      return "data error";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kResourceExhausted:
+      return "resource exhausted";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown";
 }
@@ -30,7 +39,8 @@ Status Status::WithContext(const std::string& context) const {
 }
 
 Status ErrnoError(const std::string& what, int err) {
-  StatusCode code = (err == ENOENT || err == ENOTDIR) ? StatusCode::kNotFound : StatusCode::kIoError;
+  StatusCode code =
+      (err == ENOENT || err == ENOTDIR) ? StatusCode::kNotFound : StatusCode::kIoError;
   return Status(code, what + ": " + std::strerror(err));
 }
 

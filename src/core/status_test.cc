@@ -24,7 +24,8 @@ TEST(StatusTest, OkAndError) {
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kDataError);
   EXPECT_EQ(s.ToString(), "data error: truncated JPEG");
-  EXPECT_EQ(s.WithContext("sample 3 (a.jpg)").ToString(), "data error: sample 3 (a.jpg): truncated JPEG");
+  EXPECT_EQ(s.WithContext("sample 3 (a.jpg)").ToString(),
+            "data error: sample 3 (a.jpg): truncated JPEG");
 }
 
 TEST(StatusTest, ResultPropagates) {

@@ -44,7 +44,7 @@ class CAPABILITY("mutex") Mutex {
 /// user code) and handed to a condition variable's wait.
 class SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu), lock_(mu.native()) {}
+  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : lock_(mu.native()) {}
   ~MutexLock() RELEASE() {}
   void Unlock() RELEASE() { lock_.unlock(); }
   void Lock() ACQUIRE() { lock_.lock(); }
@@ -52,7 +52,6 @@ class SCOPED_CAPABILITY MutexLock {
   std::unique_lock<std::mutex>& native() { return lock_; }
 
  private:
-  Mutex& mu_;
   std::unique_lock<std::mutex> lock_;
 };
 

@@ -34,7 +34,9 @@ class BatchSlot {
   /// `count` to their number.
   void CompactFailures();
 
-  std::byte* sample(int64_t position) { return data_ + position * static_cast<int64_t>(sample_bytes_); }
+  std::byte* sample(int64_t position) {
+    return data_ + position * static_cast<int64_t>(sample_bytes_);
+  }
   size_t sample_bytes() const { return sample_bytes_; }
   std::byte* data() { return data_; }
   size_t buffer_bytes() const { return buffer_bytes_; }
@@ -48,7 +50,7 @@ class BatchSlot {
   bool ready = false;  // guarded by the loader's mutex
   std::vector<int64_t> labels;
   std::vector<int64_t> indices;
-  std::vector<Status> outcomes;  // per position; written by its worker only
+  std::vector<Status> outcomes;   // per position; written by its worker only
   std::vector<SkipRecord> skips;  // under kSkip, the samples left out
   std::atomic<int64_t> remaining{0};
   std::atomic<bool> failed{false};
@@ -82,7 +84,7 @@ class BatchPool {
   const int64_t batch_size_;
   std::atomic<int64_t> slots_made_{0};
   std::mutex mu_;
-  size_t max_free_ = 8;                            // guarded by mu_
+  size_t max_free_ = 8;                           // guarded by mu_
   std::vector<std::unique_ptr<BatchSlot>> free_;  // guarded by mu_
 };
 

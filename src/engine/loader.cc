@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/clock.h"
 #include "engine/batch_pool.h"
 #include "engine/run_delay.h"
 #include "engine/worker_pool.h"
@@ -17,18 +18,6 @@
 
 namespace stoker {
 namespace {
-
-int64_t SteadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t ThreadCpuNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 constexpr int64_t kRunDelayTaskNs = 200'000;  // tasks this long read the run-queue delay
 
@@ -79,7 +68,7 @@ struct EpochRun {
 
   std::shared_ptr<const EpochPlan> plan;
   int64_t generation;
-  std::vector<uint8_t> delivered;                 // by batch
+  std::vector<uint8_t> delivered;                // by batch
   std::vector<std::unique_ptr<BatchSlot>> open;  // by batch; started, not delivered
   std::vector<int64_t> ready_fifo;               // unordered delivery
   size_t ready_head = 0;
@@ -310,8 +299,8 @@ class Loader::Impl {
   // Batches that may be started and not yet delivered.
   int DepthLocked() const {
     size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
-    return static_cast<int>(std::max<size_t>(
-        1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
+    return static_cast<int>(
+        std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
   }
 
   // Makes next_epoch_ the epoch being delivered: the one prefetched ahead
@@ -476,7 +465,8 @@ class Loader::Impl {
     if (pending > 0) publish();
     const int64_t per_sample = (wall0 - task_wall0) / std::max<int64_t>(task.length, 1);
     ctx.sample_ns = per_sample;
-    ctx.publish_every = std::clamp<int64_t>(1'000'000 / std::max<int64_t>(per_sample, 1), 1, 1 << 20);
+    ctx.publish_every =
+        std::clamp<int64_t>(1'000'000 / std::max<int64_t>(per_sample, 1), 1, 1 << 20);
     ctx.footprint.store(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0),
                         std::memory_order_relaxed);
     if (slot->remaining.fetch_sub(task.length, std::memory_order_acq_rel) == task.length) {
@@ -486,13 +476,13 @@ class Loader::Impl {
 
   // Runs on the thread that completed the batch's last position.
   void FinishBatch(BatchSlot* slot) {
-    if (slot->failed.load(std::memory_order_relaxed) &&
-        options_.on_error == ErrorPolicy::kSkip) {
+    if (slot->failed.load(std::memory_order_relaxed) && options_.on_error == ErrorPolicy::kSkip) {
       for (int64_t p = 0; p < slot->length; ++p) {
         const Status& outcome = slot->outcomes[static_cast<size_t>(p)];
         if (outcome.ok()) continue;
         int64_t index = slot->indices[static_cast<size_t>(p)];
-        slot->skips.push_back({slot->epoch, index, options_.source->Key(index), outcome.ToString()});
+        slot->skips.push_back(
+            {slot->epoch, index, options_.source->Key(index), outcome.ToString()});
       }
       slot->CompactFailures();
     }
@@ -517,7 +507,8 @@ class Loader::Impl {
     if (cur_ == nullptr) return nullptr;
     EpochRun& run = *cur_;
     if (options_.ordered) {
-      while (run.deliver_pos < num_batches_ && run.delivered[static_cast<size_t>(run.deliver_pos)]) {
+      while (run.deliver_pos < num_batches_ &&
+             run.delivered[static_cast<size_t>(run.deliver_pos)]) {
         ++run.deliver_pos;
       }
       if (run.deliver_pos >= num_batches_) return nullptr;
@@ -568,8 +559,8 @@ class Loader::Impl {
         }
       }
       if (controller_ != nullptr) {
-        ready_cv_.wait_until(lock, std::chrono::steady_clock::time_point(
-                                       std::chrono::nanoseconds(next_tick_ns_)));
+        ready_cv_.wait_until(
+            lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_tick_ns_)));
       } else {
         ready_cv_.wait(lock);
       }
@@ -589,7 +580,8 @@ class Loader::Impl {
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
     if (slot->failed.load(std::memory_order_relaxed) && options_.on_error == ErrorPolicy::kRaise) {
       Status first;
-      for (int64_t p = 0; p < slot->length && first.ok(); ++p) first = slot->outcomes[static_cast<size_t>(p)];
+      for (int64_t p = 0; p < slot->length && first.ok(); ++p)
+        first = slot->outcomes[static_cast<size_t>(p)];
       pool_->Release(std::move(slot));
       return first.WithContext("batch " + std::to_string(b) + " of epoch " +
                                std::to_string(run.epoch()));
@@ -644,9 +636,9 @@ class Loader::Impl {
   std::condition_variable ready_cv_;  // consumer: a batch is ready, resize or stop
   bool stopped_ = false;
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
-  std::unique_ptr<EpochRun> cur_;    // being delivered; null between epochs
-  std::unique_ptr<EpochRun> ahead_;  // the next epoch, prefetched
-  int64_t generation_ = 0;           // of the newest EpochRun
+  std::unique_ptr<EpochRun> cur_;       // being delivered; null between epochs
+  std::unique_ptr<EpochRun> ahead_;     // the next epoch, prefetched
+  int64_t generation_ = 0;              // of the newest EpochRun
   int64_t next_epoch_;
   std::optional<LoaderState> pending_restore_;
   std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written
@@ -663,10 +655,10 @@ class Loader::Impl {
   int64_t retired_queue_ns_ = 0;
 
   WorkerContext consumer_ctx_;
-  Loader* owner_ = nullptr;  // for the controller's Tick
+  Loader* owner_ = nullptr;                 // for the controller's Tick
   std::unique_ptr<Controller> controller_;  // consumer thread only
   int64_t next_tick_ns_ = 0;                // consumer thread only
-  int64_t last_return_ns_ = 0;  // consumer thread only
+  int64_t last_return_ns_ = 0;              // consumer thread only
   std::atomic<int64_t> consumer_wait_ns_{0};
   std::atomic<int64_t> consumer_step_ns_{0};
   std::atomic<int64_t> next_calls_{0};
@@ -694,8 +686,8 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   if (o.transform->spec().bytes() == 0) {
     return InvalidArgument("the transform's sample spec has zero bytes");
   }
-  PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,       o.seed,
-                   o.drop_last,      o.rank,       o.world_size,    o.pad_shards};
+  PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,    o.seed,
+                   o.drop_last,      o.rank,       o.world_size, o.pad_shards};
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
   if (EpochPlan(plan, 0).num_batches() == 0) {
     return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +

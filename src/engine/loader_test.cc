@@ -60,7 +60,8 @@ TEST(LoaderTest, DeliversEverySampleOnceInOrder) {
     EXPECT_EQ(b.size(), b.index() == 15 ? 1000 - 15 * 64 : 64);
     EXPECT_EQ(b.data().size(), static_cast<size_t>(b.size()) * 24);
     for (int64_t i = 0; i < b.size(); ++i) {
-      EXPECT_EQ(b.labels()[static_cast<size_t>(i)], b.sample_indices()[static_cast<size_t>(i)] % 10);
+      EXPECT_EQ(b.labels()[static_cast<size_t>(i)],
+                b.sample_indices()[static_cast<size_t>(i)] % 10);
     }
     seen.insert(b.sample_indices().begin(), b.sample_indices().end());
   }

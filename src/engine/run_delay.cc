@@ -8,21 +8,16 @@
 namespace stoker {
 
 RunDelayClock::RunDelayClock() : fd_(::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {
-  if (fd_ >= 0 && ReadNanos() < 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  if (fd_.valid() && ReadNanos() < 0) fd_.reset();
 }
 
-RunDelayClock::~RunDelayClock() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RunDelayClock::~RunDelayClock() = default;
 
 int64_t RunDelayClock::ReadNanos() const {
-  if (fd_ < 0) return -1;
+  if (!fd_.valid()) return -1;
   char buf[128];
   // The kernel renders the file afresh on each read from offset 0.
-  const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
+  const ssize_t n = ::pread(fd_.get(), buf, sizeof buf, 0);
   return n > 0 ? ParseRunDelay(std::string_view(buf, static_cast<size_t>(n))) : -1;
 }
 

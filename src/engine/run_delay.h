@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/unique_fd.h"
+
 namespace stoker {
 
 /// The time the calling thread has spent runnable but waiting for a CPU: the
@@ -22,7 +24,7 @@ class RunDelayClock {
   int64_t ReadNanos() const;
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 /// The run-queue delay from schedstat's text ("<on-CPU ns> <run-queue ns>

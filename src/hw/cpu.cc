@@ -102,8 +102,7 @@ std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& o) {
   std::optional<std::string> status = hw::ReadSmallFile(hw::JoinPath(o.proc_root, "self/status"));
   std::optional<std::string> list =
       status ? hw::FindKeyedLine(*status, "Cpus_allowed_list") : std::nullopt;
-  std::optional<std::vector<hw::CpuRange>> allowed =
-      list ? hw::ParseCpuList(*list) : std::nullopt;
+  std::optional<std::vector<hw::CpuRange>> allowed = list ? hw::ParseCpuList(*list) : std::nullopt;
   std::optional<std::string> stat = hw::ReadSmallFile(hw::JoinPath(o.proc_root, "stat"));
   if (!allowed || !stat) return std::nullopt;
   static const double kTick = 1.0 / static_cast<double>(std::max<long>(1, ::sysconf(_SC_CLK_TCK)));

@@ -11,7 +11,8 @@ namespace stoker {
 
 Status ValidatePlanOptions(const PlanOptions& o) {
   if (o.num_samples <= 0) {
-    return InvalidArgument("the source has no samples (size " + std::to_string(o.num_samples) + ")");
+    return InvalidArgument("the source has no samples (size " + std::to_string(o.num_samples) +
+                           ")");
   }
   if (o.batch_size <= 0) {
     return InvalidArgument("batch_size must be at least 1, got " + std::to_string(o.batch_size));

@@ -13,7 +13,7 @@ struct PlanOptions {
   int64_t batch_size = 1;
   bool shuffle = true;
   uint64_t seed = 0;
-  bool drop_last = false;   // drop this rank's last, partial batch
+  bool drop_last = false;  // drop this rank's last, partial batch
   int rank = 0;
   int world_size = 1;
   /// Distributed only: true pads the epoch by repeating samples from its start

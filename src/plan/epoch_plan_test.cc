@@ -40,8 +40,12 @@ TEST(EpochPlanTest, ShuffleIsAPermutationAndAPureFunction) {
 
 TEST(EpochPlanTest, PaddedShardsCoverEveryoneEqually) {
   for (int world : {1, 2, 3, 7}) {
-    PlanOptions o{.num_samples = 100, .batch_size = 8, .shuffle = true, .seed = 1,
-                  .world_size = world, .pad_shards = true};
+    PlanOptions o{.num_samples = 100,
+                  .batch_size = 8,
+                  .shuffle = true,
+                  .seed = 1,
+                  .world_size = world,
+                  .pad_shards = true};
     std::map<int64_t, int> seen;
     int64_t per_rank = -1;
     for (int r = 0; r < world; ++r) {
@@ -60,8 +64,12 @@ TEST(EpochPlanTest, PaddedShardsCoverEveryoneEqually) {
 }
 
 TEST(EpochPlanTest, DroppedShardsAreDisjoint) {
-  PlanOptions o{.num_samples = 100, .batch_size = 8, .shuffle = true, .seed = 1,
-                .world_size = 3, .pad_shards = false};
+  PlanOptions o{.num_samples = 100,
+                .batch_size = 8,
+                .shuffle = true,
+                .seed = 1,
+                .world_size = 3,
+                .pad_shards = false};
   std::map<int64_t, int> seen;
   for (int r = 0; r < 3; ++r) {
     o.rank = r;

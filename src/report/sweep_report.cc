@@ -18,12 +18,13 @@ std::string FormatSweepTable(const SweepReport& r) {
     out << line;
   }
   std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d workers (max %d)\n",
-                "tuned", r.tuned_samples_per_s, r.tuned_stall_fraction * 100,
-                r.tuned_workers_final, r.tuned_workers_max);
+                "tuned", r.tuned_samples_per_s, r.tuned_stall_fraction * 100, r.tuned_workers_final,
+                r.tuned_workers_max);
   out << line;
   char reached[32] = "never";
   if (r.seconds_to_95pct >= 0) std::snprintf(reached, sizeof reached, "%.1f s", r.seconds_to_95pct);
-  std::snprintf(line, sizeof line, "\ntuned / best static: %.1f %%; 95 %% of the best reached after %s\n",
+  std::snprintf(line, sizeof line,
+                "\ntuned / best static: %.1f %%; 95 %% of the best reached after %s\n",
                 r.ratio * 100, reached);
   out << line;
   return out.str();
@@ -32,14 +33,17 @@ std::string FormatSweepTable(const SweepReport& r) {
 nlohmann::json SweepToJson(const SweepReport& r) {
   nlohmann::json sweep = nlohmann::json::array();
   for (const auto& p : r.sweep) {
-    sweep.push_back(
-        {{"workers", p.workers}, {"samples_per_s", p.samples_per_s}, {"stall_fraction", p.stall_fraction}});
+    sweep.push_back({{"workers", p.workers},
+                     {"samples_per_s", p.samples_per_s},
+                     {"stall_fraction", p.stall_fraction}});
   }
   nlohmann::json decisions = nlohmann::json::array();
   for (const auto& d : r.trace) decisions.push_back(TunerDecisionToJson(d));
   nlohmann::json timeline = nlohmann::json::array();
   for (const auto& p : r.tuned_timeline) {
-    timeline.push_back({{"t_s", p.t_s}, {"samples_per_s", p.samples_per_s}, {"workers", p.workers},
+    timeline.push_back({{"t_s", p.t_s},
+                        {"samples_per_s", p.samples_per_s},
+                        {"workers", p.workers},
                         {"stall_fraction", p.stall_fraction}});
   }
   return {{"sweep", sweep},

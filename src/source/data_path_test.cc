@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "source/source_test_util.h"
 #include "source/tar_shard.h"
 #include "stoker/image_sources.h"
+#include "testing/source_test_util.h"
 
 namespace stoker {
 namespace {

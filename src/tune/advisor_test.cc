@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stoker/defaults.h"
 #include "testing/fake_machine.h"
 
 namespace stoker {
@@ -89,8 +90,8 @@ TEST(AdvisorTest, MemoryLimitThenShmCapProcessWorkersOnABigHost) {
   ASSERT_DOUBLE_EQ(facts.cpu.budget_cores.value_or(-1), 16);
 
   Advice threads = Advise(facts);
-  EXPECT_EQ(threads.workers, 15);  // 16 cores - 1 for the trainer
-  EXPECT_EQ(threads.prefetch_batches, 30);
+  EXPECT_EQ(threads.workers, 15);                            // 16 cores - 1 for the trainer
+  EXPECT_EQ(threads.prefetch_batches, DefaultPrefetch(15));  // 5
 
   // Budget 80 % of 1.5 GiB = 1228.8 MiB. A 256 MiB process plus one 9.19 MiB
   // batch each: 4 workers (1060.75 MiB); with 2 batches each, 8 batches
@@ -140,8 +141,9 @@ TEST(AdvisorTest, PinnedHostUsesItsAffinity) {
   FakeMachine m;
   hw::BuildPinnedHost(m);
   Advice a = Advise(ProbeMachine(m.Options()));
-  EXPECT_EQ(a.workers, 3);  // 4 CPUs - 1 for the trainer
-  EXPECT_EQ(a.prefetch_batches, 6);
+  EXPECT_EQ(a.workers, 3);                            // 4 CPUs - 1 for the trainer
+  EXPECT_EQ(a.prefetch_batches, DefaultPrefetch(3));  // 2
+  EXPECT_EQ(Rule(a, "prefetch depth").value, DefaultPrefetch(3));
   EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (16.0 * kGiB)));
 }
 
@@ -173,7 +175,7 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   };
   Advice hdd = with_storage(Kind::kLocal, true);
   EXPECT_EQ(hdd.workers, 2);
-  EXPECT_EQ(hdd.prefetch_batches, 4);
+  EXPECT_EQ(hdd.prefetch_batches, DefaultPrefetch(2));  // 2
   EXPECT_TRUE(Rule(hdd, "storage").limited);
   EXPECT_EQ(with_storage(Kind::kLocal, false).workers, 3);
   EXPECT_EQ(with_storage(Kind::kLocal, std::nullopt).workers, 3);
@@ -181,7 +183,7 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   // Latency-bound: 4 per core of the rank's 4 cores = 16 (within 8..64).
   Advice nfs = with_storage(Kind::kNetwork, std::nullopt);
   EXPECT_EQ(nfs.workers, 16);
-  EXPECT_EQ(nfs.prefetch_batches, 32);
+  EXPECT_EQ(nfs.prefetch_batches, DefaultPrefetch(16));  // 6
   EXPECT_TRUE(Has(Rule(nfs, "storage").outcome, "latency-bound"));
   EXPECT_EQ(with_storage(Kind::kFuse, std::nullopt).workers, 16);
   EXPECT_TRUE(Has(Rule(Advise(facts), "storage").input, "no data path"));

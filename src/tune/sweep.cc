@@ -33,6 +33,29 @@ double TimelineMean(const std::vector<TimelinePoint>& tl, double from_s, double 
   return seconds > 0 ? sum / seconds : 0;
 }
 
+// The simulated accelerator step after a batch taken at `t_s`.
+void Step(const ConsumeOptions& o, double t_s) {
+  const double ms = o.step_ms_at ? o.step_ms_at(t_s) : o.step_ms;
+  if (ms > 0) {
+    std::this_thread::sleep_until(
+        Clock::now() +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms)));
+  }
+}
+
+// The timeline point at `t_s` for the `dt_s` since the metrics `last`.
+TimelinePoint PointBetween(const LoaderMetrics& last, const LoaderMetrics& m, double t_s,
+                           double dt_s) {
+  TimelinePoint p;
+  p.t_s = t_s;
+  p.samples_per_s = dt_s > 0 ? (m.samples_delivered - last.samples_delivered) / dt_s : 0;
+  p.stall_fraction =
+      StallFraction(static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9, dt_s);
+  p.workers = m.workers_target;
+  p.prefetch_batches = m.prefetch_batches;
+  return p;
+}
+
 }  // namespace
 
 double MeanRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
@@ -55,8 +78,6 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   LoaderMetrics m0 = loader.Metrics();
   LoaderMetrics last = m0;
   double last_t = 0;
-  const auto step = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(o.step_ms));
   while (true) {
     if (o.seconds > 0 && Since(t0) >= o.seconds) break;
     auto r = loader.Next();
@@ -69,27 +90,13 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
     s.samples += (**r).size();
     ++s.batches;
     r->reset();  // hand the buffer back before the "step", as a trainer would after its copy
-    if (o.step_ms_at) {
-      const double ms = o.step_ms_at(Since(t0));
-      if (ms > 0) {
-        std::this_thread::sleep_until(Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                         std::chrono::duration<double, std::milli>(ms)));
-      }
-    } else if (o.step_ms > 0) {
-      std::this_thread::sleep_until(Clock::now() + step);
-    }
+    Step(o, Since(t0));
     if (o.on_batch) o.on_batch(Since(t0));
     if (Clock::now() >= next_point) {
       LoaderMetrics m = loader.Metrics();
       double t = Since(t0);
       double dt = t - last_t;
-      TimelinePoint p;
-      p.t_s = t;
-      p.samples_per_s = dt > 0 ? (m.samples_delivered - last.samples_delivered) / dt : 0;
-      p.stall_fraction =
-          dt > 0 ? static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9 / dt : 0;
-      p.workers = m.workers_target;
-      p.prefetch_batches = m.prefetch_batches;
+      const TimelinePoint p = PointBetween(last, m, t, dt);
       s.workers_max = std::max(s.workers_max, m.workers_target);
       s.timeline.push_back(p);
       if (o.on_point) o.on_point(p);
@@ -106,83 +113,92 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   s.seconds = Since(t0);
   LoaderMetrics end = loader.Metrics();
   s.workers_max = std::max(s.workers_max, end.workers_target);
-  s.stall_fraction = s.seconds > 0 ? static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) *
-                                         1e-9 / s.seconds
-                                   : 0;
+  s.stall_fraction = StallFraction(
+      static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) * 1e-9, s.seconds);
   return s;
 }
 
-Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
-  if (o.point_seconds <= 0 || o.tuned_seconds <= 0) {
-    return InvalidArgument("sweep point and tuned seconds must be > 0");
-  }
-  SweepReport report;
-  auto log = [&](const std::string& line) {
-    if (o.log) o.log(line);
-  };
-  auto measure = [&](int workers) -> Result<SweepPoint> {
-    LoaderOptions lo = base;
-    lo.workers = workers;
-    lo.prefetch_batches = DefaultPrefetch(workers);
-    STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(lo));
-    ConsumeOptions warm;
-    warm.seconds = o.warmup_seconds;
-    warm.step_ms = o.step_ms;
-    STOKER_RETURN_IF_ERROR(Consume(*loader, warm).status());
-    ConsumeOptions run = warm;
-    run.seconds = o.point_seconds;
-    STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
-    SweepPoint p{workers, st.samples / st.seconds, st.stall_fraction};
-    char line[160];
-    std::snprintf(line, sizeof line, "  workers %3d  %10.1f samples/s  stall %5.1f %%", workers,
-                  p.samples_per_s, p.stall_fraction * 100);
-    log(line);
-    return p;
-  };
+namespace {
 
-  if (!o.workers.empty()) {
-    for (int w : o.workers) {
-      if (w < 0) return InvalidArgument("sweep worker counts must be >= 0, got " + std::to_string(w));
-      STOKER_ASSIGN_OR_RETURN(SweepPoint p, measure(w));
-      report.sweep.push_back(p);
-    }
-  } else {
-    // 0, 1, 2, 3, 4, then x1.5, until two points in a row fail to beat the
-    // best by kSignificant (past the knee), or max_workers.
-    int misses = 0;
-    double best = 0;
-    for (int w = 0; w <= o.max_workers;) {
-      STOKER_ASSIGN_OR_RETURN(SweepPoint p, measure(w));
-      report.sweep.push_back(p);
-      if (w >= 2) misses = p.samples_per_s > best * (1 + kSignificant) ? 0 : misses + 1;
-      best = std::max(best, p.samples_per_s);
-      if (misses >= 2) break;
-      int next = w < 4 ? w + 1 : static_cast<int>(std::lround(w * 1.5));
-      if (w < o.max_workers && next > o.max_workers) next = o.max_workers;
-      w = next;
-      if (w == report.sweep.back().workers) break;
-    }
+void Log(const SweepOptions& o, const std::string& line) {
+  if (o.log) o.log(line);
+}
+
+// One static setting: a fresh loader with `workers`, warmed up, then measured.
+Result<SweepPoint> MeasureStatic(const LoaderOptions& base, const SweepOptions& o, int workers) {
+  LoaderOptions lo = base;
+  lo.workers = workers;
+  lo.prefetch_batches = DefaultPrefetch(workers);
+  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(lo));
+  ConsumeOptions warm;
+  warm.seconds = o.warmup_seconds;
+  warm.step_ms = o.step_ms;
+  STOKER_RETURN_IF_ERROR(Consume(*loader, warm).status());
+  ConsumeOptions run = warm;
+  run.seconds = o.point_seconds;
+  STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+  SweepPoint p{workers, st.samples / st.seconds, st.stall_fraction};
+  char line[160];
+  std::snprintf(line, sizeof line, "  workers %3d  %10.1f samples/s  stall %5.1f %%", workers,
+                p.samples_per_s, p.stall_fraction * 100);
+  Log(o, line);
+  return p;
+}
+
+// The worker counts the user listed.
+Status SweepListed(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
+  for (int w : o.workers) {
+    if (w < 0) return InvalidArgument("sweep worker counts must be >= 0, got " + std::to_string(w));
+    STOKER_ASSIGN_OR_RETURN(SweepPoint p, MeasureStatic(base, o, w));
+    report.sweep.push_back(p);
   }
-  // Second measurements of the best few (time-weighted: both are equally long).
+  return Status::Ok();
+}
+
+// 0, 1, 2, 3, 4, then x1.5, until two points in a row fail to beat the best
+// by kSignificant (past the knee), or max_workers.
+Status SweepUntilKnee(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
+  int misses = 0;
+  double best = 0;
+  for (int w = 0; w <= o.max_workers;) {
+    STOKER_ASSIGN_OR_RETURN(SweepPoint p, MeasureStatic(base, o, w));
+    report.sweep.push_back(p);
+    if (w >= 2) misses = p.samples_per_s > best * (1 + kSignificant) ? 0 : misses + 1;
+    best = std::max(best, p.samples_per_s);
+    if (misses >= 2) break;
+    int next = w < 4 ? w + 1 : static_cast<int>(std::lround(w * 1.5));
+    if (w < o.max_workers && next > o.max_workers) next = o.max_workers;
+    w = next;
+    if (w == report.sweep.back().workers) break;
+  }
+  return Status::Ok();
+}
+
+// Second measurements of the best few (time-weighted: both are equally
+// long), then the best static setting.
+Status ConfirmBest(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
   std::vector<size_t> order(report.sweep.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return report.sweep[a].samples_per_s > report.sweep[b].samples_per_s;
   });
   order.resize(std::min<size_t>(order.size(), static_cast<size_t>(std::max(o.confirm_top, 0))));
-  if (!order.empty()) log("  measuring the best settings again ...");
+  if (!order.empty()) Log(o, "  measuring the best settings again ...");
   for (size_t i : order) {
     SweepPoint& p = report.sweep[i];
-    STOKER_ASSIGN_OR_RETURN(SweepPoint again, measure(p.workers));
+    STOKER_ASSIGN_OR_RETURN(SweepPoint again, MeasureStatic(base, o, p.workers));
     p.samples_per_s = (p.samples_per_s + again.samples_per_s) / 2;
     p.stall_fraction = (p.stall_fraction + again.stall_fraction) / 2;
   }
   report.best_static = *std::max_element(
       report.sweep.begin(), report.sweep.end(),
       [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+  return Status::Ok();
+}
 
-  if (!o.run_tuned) return report;
-  log("  tuner (workers = auto) ...");
+// The run with workers = auto; its trace and timeline go into the report.
+Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
+  Log(o, "  tuner (workers = auto) ...");
   LoaderOptions lo = base;
   lo.workers = kAutoWorkers;
   TunerOptions tuner = o.tuner;
@@ -199,25 +215,45 @@ Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   report.tuned_stall_fraction = st.stall_fraction;
   const double settle = std::min(5.0, o.tuned_seconds / 3);
   report.tuned_samples_per_s = MeanRate(st.timeline, settle, st.seconds);
-  loader.reset();
-  if (o.bracket) {
-    log("  the best static setting again, after the tuned run ...");
-    STOKER_ASSIGN_OR_RETURN(SweepPoint after, measure(report.best_static.workers));
-    report.best_static.samples_per_s = (report.best_static.samples_per_s + after.samples_per_s) / 2;
-    report.best_static.stall_fraction =
-        (report.best_static.stall_fraction + after.stall_fraction) / 2;
-  }
-  // First moment a 1-second window reaches 95 % of the best static setting.
-  for (const auto& p : st.timeline) {
+  return Status::Ok();
+}
+
+// The best static setting measured again after the tuned run: the reference
+// becomes the mean of before and after.
+Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
+  Log(o, "  the best static setting again, after the tuned run ...");
+  STOKER_ASSIGN_OR_RETURN(SweepPoint after, MeasureStatic(base, o, report.best_static.workers));
+  SweepPoint& best = report.best_static;
+  best.samples_per_s = (best.samples_per_s + after.samples_per_s) / 2;
+  best.stall_fraction = (best.stall_fraction + after.stall_fraction) / 2;
+  return Status::Ok();
+}
+
+// The first moment a 1-second window reaches 95 % of `best`; -1 if never.
+double SecondsTo95Percent(const std::vector<TimelinePoint>& timeline, double best) {
+  for (const auto& p : timeline) {
     if (p.t_s < 1.0) continue;
-    if (MeanRate(st.timeline, p.t_s - 1.0, p.t_s) >= 0.95 * report.best_static.samples_per_s) {
-      report.seconds_to_95pct = p.t_s;
-      break;
-    }
+    if (MeanRate(timeline, p.t_s - 1.0, p.t_s) >= 0.95 * best) return p.t_s;
   }
-  report.ratio = report.best_static.samples_per_s > 0
-                     ? report.tuned_samples_per_s / report.best_static.samples_per_s
-                     : 0;
+  return -1;
+}
+
+}  // namespace
+
+Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
+  if (o.point_seconds <= 0 || o.tuned_seconds <= 0) {
+    return InvalidArgument("sweep point and tuned seconds must be > 0");
+  }
+  SweepReport report;
+  STOKER_RETURN_IF_ERROR(o.workers.empty() ? SweepUntilKnee(base, o, report)
+                                           : SweepListed(base, o, report));
+  STOKER_RETURN_IF_ERROR(ConfirmBest(base, o, report));
+  if (!o.run_tuned) return report;
+  STOKER_RETURN_IF_ERROR(RunTuned(base, o, report));
+  if (o.bracket) STOKER_RETURN_IF_ERROR(Bracket(base, o, report));
+  const double best = report.best_static.samples_per_s;
+  report.seconds_to_95pct = SecondsTo95Percent(report.tuned_timeline, best);
+  report.ratio = best > 0 ? report.tuned_samples_per_s / best : 0;
   return report;
 }
 

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
+#include "core/thread_annotations.h"
 #include "stoker/advisor.h"
 #include "stoker/probe.h"
+#include "tune/trace_writer.h"
 #include "tune/tuner_core.h"
 
 namespace stoker {
@@ -18,12 +19,6 @@ namespace {
 constexpr double kReprobeS = 2.0;  // re-read the machine's budgets this often
 constexpr size_t kThreadOverhead = 256 * 1024;
 constexpr size_t kAssumedWorkerBytes = 16u << 20;  // until a worker has reported
-
-double ProcessCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 // Cores the workers of this loader may use: the probe's budget shared among
 // the local ranks.
@@ -49,21 +44,23 @@ nlohmann::json DecisionJson(const TunerDecision& d) {
 
 // The loader's controller: turns metric deltas into Observations for the
 // TunerCore and applies its decisions. Tick runs on the consumer's thread;
-// View and Trace may be read from any thread.
+// View and Trace may be read from any thread. The trace file (if any) is
+// written by its TraceWriter's thread, never the consumer's.
 class Tuner final : public Controller {
  public:
-  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes)
+  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes,
+        std::unique_ptr<TraceWriter> trace_writer)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches),
-        start_(std::chrono::steady_clock::now()) {
+        start_(std::chrono::steady_clock::now()),
+        trace_writer_(std::move(trace_writer)) {
     budgets_.cpu_cores = cpu_budget;
-    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : 128;
-    budgets_.memory_bytes =
-        options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes : advice.memory_budget_bytes;
+    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
+    budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
+                                                             : advice.memory_budget_bytes;
     budgets_.batch_bytes = batch_bytes;
     budgets_.worker_bytes = kAssumedWorkerBytes;
-    if (!options_.trace_path.empty()) trace_file_.open(options_.trace_path, std::ios::app);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     view_.workers = advice.workers;
     view_.prefetch_batches = advice.prefetch_batches;
     view_.memory_budget_bytes = budgets_.memory_bytes;
@@ -76,69 +73,113 @@ class Tuner final : public Controller {
   }
 
   void Tick(Loader& loader) override {
-    LoaderMetrics m = loader.Metrics();
-    const double now_s = Seconds();
-    const double proc_cpu = ProcessCpuSeconds();
-    const std::optional<CpuTimes> machine = ReadCpuTimes();
+    Snapshot now = Take(loader);
     if (!last_) {
-      last_ = m;
-      last_proc_cpu_ = proc_cpu;
-      last_machine_ = machine;
+      last_ = std::move(now);
       return;
     }
-    const LoaderMetrics& l = *last_;
+    const Observation o = Between(*last_, now);
+    RefreshBudgets(*last_, now, o);
+    last_ = std::move(now);
+    std::optional<TunerDecision> d = core_.Observe(o, budgets_);
+    if (d) Apply(*d, loader);
+    UpdateView(std::move(d));
+  }
+
+  TunerView View() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return view_;
+  }
+
+  std::vector<TunerDecision> Trace() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return trace_;
+  }
+
+ private:
+  // What the counters said at one tick.
+  struct Snapshot {
+    LoaderMetrics metrics;
+    double t_s = 0;       // seconds since the tuner started
+    double proc_cpu = 0;  // the process's CPU time, seconds
+    std::optional<CpuTimes> machine;
+  };
+
+  Snapshot Take(Loader& loader) const {
+    Snapshot s;
+    s.metrics = loader.Metrics();
+    s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.proc_cpu = ProcessCpuSeconds();
+    s.machine = ReadCpuTimes();
+    return s;
+  }
+
+  // The window between two snapshots, as the TunerCore reads it.
+  static Observation Between(const Snapshot& last, const Snapshot& now) {
+    const LoaderMetrics& l = last.metrics;
+    const LoaderMetrics& m = now.metrics;
+    auto seconds = [](int64_t ns) { return static_cast<double>(ns) * 1e-9; };
     Observation o;
-    o.t_s = now_s;
-    o.window_s = static_cast<double>(m.time_ns - l.time_ns) * 1e-9;
+    o.t_s = now.t_s;
+    o.window_s = seconds(m.time_ns - l.time_ns);
     o.workers = m.workers_target;
     o.prefetch = m.prefetch_batches;
     o.batches = m.batches_delivered - l.batches_delivered;
     o.samples = m.samples_delivered - l.samples_delivered;
-    o.wait_s = static_cast<double>(m.consumer_wait_ns - l.consumer_wait_ns) * 1e-9;
-    o.step_s = static_cast<double>(m.consumer_step_ns - l.consumer_step_ns) * 1e-9;
+    o.wait_s = seconds(m.consumer_wait_ns - l.consumer_wait_ns);
+    o.step_s = seconds(m.consumer_step_ns - l.consumer_step_ns);
     o.produced = m.samples_produced - l.samples_produced;
-    o.busy_s = static_cast<double>(m.busy_ns - l.busy_ns) * 1e-9;
-    o.cpu_s = static_cast<double>(m.cpu_ns - l.cpu_ns) * 1e-9;
-    o.queue_s = static_cast<double>(m.queue_ns - l.queue_ns) * 1e-9;
+    o.busy_s = seconds(m.busy_ns - l.busy_ns);
+    o.cpu_s = seconds(m.cpu_ns - l.cpu_ns);
+    o.queue_s = seconds(m.queue_ns - l.queue_ns);
+    if (now.machine && last.machine && now.machine->cpus == last.machine->cpus) {
+      // Our CPUs' busy time less this process's is other processes' (the
+      // hypervisor's steal is neither: ReadCpuTimes keeps it apart).
+      o.others_s = std::max(
+          0.0, now.machine->busy_s - last.machine->busy_s - (now.proc_cpu - last.proc_cpu));
+      o.idle_s = std::max(0.0, now.machine->idle_s - last.machine->idle_s);
+    }
+    return o;
+  }
+
+  // The CPU budget less a busy trainer's share, the workers' measured
+  // footprint, and the machine's budget re-read every kReprobeS.
+  void RefreshBudgets(const Snapshot& last, const Snapshot& now, const Observation& o) {
     // The trainer's CPU: the process's CPU time less the workers'. When it is
     // busy (a CPU-side training step), its share comes off the workers' budget.
     const double trainer_cores =
-        o.window_s > 0 ? std::max(0.0, (proc_cpu - last_proc_cpu_ - o.cpu_s) / o.window_s) : 0;
+        o.window_s > 0 ? std::max(0.0, (now.proc_cpu - last.proc_cpu - o.cpu_s) / o.window_s) : 0;
     trainer_cores_ = 0.8 * trainer_cores_ + 0.2 * trainer_cores;
-    if (machine && last_machine_ && machine->cpus == last_machine_->cpus) {
-      // Our CPUs' busy time less this process's is other processes' (the
-      // hypervisor's steal is neither: ReadCpuTimes keeps it apart).
-      o.others_s = std::max(0.0, machine->busy_s - last_machine_->busy_s - (proc_cpu - last_proc_cpu_));
-      o.idle_s = std::max(0.0, machine->idle_s - last_machine_->idle_s);
-    }
-    last_ = m;
-    last_proc_cpu_ = proc_cpu;
-    last_machine_ = machine;
+    const LoaderMetrics& m = now.metrics;
     if (m.workers_running > 0 && m.worker_bytes > 0) {
       budgets_.worker_bytes =
           m.worker_bytes / static_cast<size_t>(m.workers_running) + kThreadOverhead;
     }
-    if (now_s - last_probe_s_ >= kReprobeS || machine_cores_ == 0) {
-      last_probe_s_ = now_s;
+    if (now.t_s - last_probe_s_ >= kReprobeS || machine_cores_ == 0) {
+      last_probe_s_ = now.t_s;
       ProbeOptions po;
       po.skip_gpus = true;
       machine_cores_ = CpuBudget(ProbeMachine(po));
     }
-    budgets_.cpu_cores = std::max(0.5, machine_cores_ - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
+    budgets_.cpu_cores =
+        std::max(0.5, machine_cores_ - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
     // Our CPUs beyond this rank's budget belong to others (other ranks,
     // other tenants under a quota): their use there is no contention.
-    if (machine) budgets_.others_room = std::max(0.0, machine->cpus - machine_cores_);
+    if (now.machine) budgets_.others_room = std::max(0.0, now.machine->cpus - machine_cores_);
+  }
 
-    std::optional<TunerDecision> d = core_.Observe(o, budgets_);
-    if (d) {
-      if (d->workers_after != d->workers_before) loader.Resize(d->workers_after);
-      if (d->prefetch_after != d->prefetch_before) {
-        loader.SetPrefetch(d->prefetch_after,
-                           static_cast<size_t>(d->prefetch_after) * budgets_.batch_bytes);
-      }
-      if (trace_file_) trace_file_ << DecisionJson(*d).dump() << "\n" << std::flush;
+  // Sets the loader's knobs to the decision and queues it for the trace file.
+  void Apply(const TunerDecision& d, Loader& loader) {
+    if (d.workers_after != d.workers_before) loader.Resize(d.workers_after);
+    if (d.prefetch_after != d.prefetch_before) {
+      loader.SetPrefetch(d.prefetch_after,
+                         static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    if (trace_writer_) trace_writer_->Append(DecisionJson(d).dump());
+  }
+
+  void UpdateView(std::optional<TunerDecision> d) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     view_.workers = core_.workers();
     view_.prefetch_batches = core_.prefetch();
     view_.cpu_budget_workers = core_.cpu_cap();
@@ -152,36 +193,19 @@ class Tuner final : public Controller {
     }
   }
 
-  TunerView View() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return view_;
-  }
-
-  std::vector<TunerDecision> Trace() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return trace_;
-  }
-
- private:
-  double Seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
   const TunerOptions options_;
   TunerCore core_;  // consumer thread only
   Budgets budgets_;
   const std::chrono::steady_clock::time_point start_;
-  std::optional<LoaderMetrics> last_;
-  double last_proc_cpu_ = 0;
-  std::optional<CpuTimes> last_machine_;
+  std::optional<Snapshot> last_;  // the previous tick's
   double trainer_cores_ = 0;
   double machine_cores_ = 0;
   double last_probe_s_ = 0;
-  std::ofstream trace_file_;
+  const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
 
-  mutable std::mutex mu_;
-  TunerView view_;                    // guarded by mu_
-  std::vector<TunerDecision> trace_;  // guarded by mu_
+  mutable Mutex mu_;
+  TunerView view_ GUARDED_BY(mu_);
+  std::vector<TunerDecision> trace_ GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -192,6 +216,11 @@ Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions t
   if (tuner.interval_s <= 0) {
     return InvalidArgument("tuner option 'interval_s' must be > 0, got " +
                            std::to_string(tuner.interval_s));
+  }
+  // An unwritable trace path fails here, not silently later.
+  std::unique_ptr<TraceWriter> trace_writer;
+  if (!tuner.trace_path.empty()) {
+    STOKER_ASSIGN_OR_RETURN(trace_writer, TraceWriter::Open(tuner.trace_path));
   }
   ProbeOptions po;
   po.skip_gpus = true;
@@ -204,11 +233,11 @@ Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions t
   options.workers = advice.workers;
   options.prefetch_batches = advice.prefetch_batches;
   options.prefetch_bytes = std::max<size_t>(advice.prefetch_bytes, 1);
-  const size_t batch_bytes =
-      options.transform->spec().bytes() * static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
+  const size_t batch_bytes = options.transform->spec().bytes() *
+                             static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
   STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(std::move(options)));
-  loader->SetController(
-      std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts), batch_bytes));
+  loader->SetController(std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts),
+                                                batch_bytes, std::move(trace_writer)));
   return loader;
 }
 

@@ -1,30 +1,32 @@
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 
+#include "stoker/defaults.h"
 #include "stoker/tuner.h"
+#include "tune/tuner_params.h"
 
 namespace stoker {
 
 /// What the loader did over one measurement window (between two ticks).
 struct Observation {
-  double t_s = 0;                 // end of the window, seconds since start
-  double window_s = 0;            // its length
-  int workers = 0;                // worker target during the window
-  int prefetch = 0;               // prefetch depth during the window
-  int64_t batches = 0;            // batches delivered
-  int64_t samples = 0;            // samples delivered
-  double wait_s = 0;              // consumer time inside Next()
-  double step_s = 0;              // consumer time between Next() calls
-  int64_t produced = 0;           // samples produced by workers
-  double busy_s = 0;              // workers' task wall time
-  double cpu_s = 0;               // workers' task CPU time
-  double queue_s = 0;             // of busy_s, runnable but waiting for a CPU (0: unknown)
+  double t_s = 0;        // end of the window, seconds since start
+  double window_s = 0;   // its length
+  int workers = 0;       // worker target during the window
+  int prefetch = 0;      // prefetch depth during the window
+  int64_t batches = 0;   // batches delivered
+  int64_t samples = 0;   // samples delivered
+  double wait_s = 0;     // consumer time inside Next()
+  double step_s = 0;     // consumer time between Next() calls
+  int64_t produced = 0;  // samples produced by workers
+  double busy_s = 0;     // workers' task wall time
+  double cpu_s = 0;      // workers' task CPU time
+  double queue_s = 0;    // of busy_s, runnable but waiting for a CPU (0: unknown)
   // The CPUs this process may run on, over the window (core-seconds; < 0:
   // unknown): time other processes ran there, and time they were idle.
   double others_s = -1;
@@ -33,11 +35,11 @@ struct Observation {
 
 /// Limits the tuner must keep, re-read as the machine changes.
 struct Budgets {
-  double cpu_cores = 1;          // cores this loader's workers may use
-  int max_workers = 64;          // hard cap (configuration, rlimits)
-  size_t memory_bytes = 0;       // 0 = unbounded
-  size_t batch_bytes = 0;        // one batch buffer
-  size_t worker_bytes = 0;       // one worker's footprint, measured or assumed
+  double cpu_cores = 1;           // cores this loader's workers may use
+  int max_workers = kMaxWorkers;  // hard cap (configuration, rlimits)
+  size_t memory_bytes = 0;        // 0 = unbounded
+  size_t batch_bytes = 0;         // one batch buffer
+  size_t worker_bytes = 0;        // one worker's footprint, measured or assumed
   // Cores of the CPUs we may run on that are not ours to use (other ranks',
   // or beyond a quota): other processes running there take nothing from us.
   double others_room = 0;
@@ -46,41 +48,40 @@ struct Budgets {
 /// The decision logic of the tuner, free of clocks and threads: fed one
 /// Observation per tick, it returns a decision when the knobs should change.
 /// Deterministic, so tests drive it with a simulated workload and clock.
+/// Not thread-safe: one caller at a time.
 ///
 /// Method: windows are pooled until they hold enough evidence (time, and
 /// batches or samples); the first pooled window sizes the pool by Little's
 /// law (workers = demand rate x wall time per sample, capped where the
 /// CPU-bound share saturates the CPU budget, the wall time counted without
 /// its queueing for a CPU, or, when other processes keep our CPUs busy,
-/// where the workers' share of them reaches 96 %); then, while the consumer
-/// waits, it tries steps of half the pool (whole while steps pay > 10 %),
-/// each judged against a settled window (not the first after the pool
-/// grew), going on while they pay >= kGain, and marks the knee when one
-/// does not; it steps down while the consumer never waits and the
-/// workers are idle enough that fewer would still keep up, marking the floor
-/// when that stalls. A workload change (demand, CPU time per sample, wall
-/// time less its queueing for a CPU unless the work is CPU-bound, at the
-/// same worker count; other processes' CPU use, or contention starting or
-/// ending) clears the marks and re-sizes by the model; a change of more
-/// than 2x is believed at once.
+/// where the workers' share of them reaches outbid_share); then, while the
+/// consumer waits, it tries steps of half the pool (whole while steps pay >
+/// big_gain), each judged against a settled window (not the first after the
+/// pool grew), going on while they pay >= gain, and marks the knee when one
+/// does not; it steps down while the consumer never waits and the workers
+/// are idle enough that fewer would still keep up, marking the floor when
+/// that stalls. A workload change (demand, CPU time per sample, wall time
+/// less its queueing for a CPU unless the work is CPU-bound, at the same
+/// worker count; other processes' CPU use, or contention starting or ending)
+/// clears the marks and re-sizes by the model; a change of more than 2x is
+/// believed at once.
 /// Under contention a CPU-bound pool is sized for the other processes'
 /// threads as counted when they were plain to see (a large pool leaves them
 /// a share near the measurement's noise), and a step up that could win less
-/// than kGain of the CPUs from them is not tried: that count is the knee.
+/// than `gain` of the CPUs from them is not tried: that count is the knee.
+/// docs/tuner.md has the figures behind the parameters.
 class TunerCore {
  public:
-  static constexpr double kStallHigh = 0.01;  // the consumer waits too much above this
-  static constexpr double kStallLow = 0.003;  // it is fed with margin below this
-  static constexpr double kGain = 0.03;       // a step up must add this much throughput
-  static constexpr double kChange = 0.3;      // relative change that means a new workload
-
-  explicit TunerCore(int initial_workers, int initial_prefetch);
+  explicit TunerCore(int initial_workers, int initial_prefetch, TunerParams params = {});
 
   /// Feeds one window; returns a decision when workers or prefetch change.
   std::optional<TunerDecision> Observe(const Observation& o, const Budgets& b);
 
   int workers() const { return workers_; }
   int prefetch() const { return prefetch_; }
+  /// "measuring", "refining", "steady", "trying more workers" or "trying
+  /// fewer workers".
   const char* phase() const;
   /// Latest pooled figures (for the view).
   double samples_per_s() const { return last_rate_; }
@@ -105,30 +106,24 @@ class TunerCore {
     double other_cores() const { return window_s > 0 ? others_s / window_s : 0; }
     // Other processes' use beyond `room`: what they take of our budget.
     double intruding_cores(double room) const { return std::max(0.0, other_cores() - room); }
-    // Other processes' runnable threads, as many of ours as would take what
-    // they took (the scheduler shares CPU time per thread): visible even
-    // when a large pool leaves them little. kTickNoise of the budget is not
-    // counted: /proc/stat counts in clock ticks, and a few ticks' error,
-    // times a large pool, would read as rivals.
-    static constexpr double kTickNoise = 0.01;
-    double rivals(const Budgets& b) const {
-      const double seen = std::max(0.0, intruding_cores(b.others_room) - kTickNoise * b.cpu_cores);
+    // Other processes' runnable threads: as many of ours as would take what
+    // they took (beyond /proc/stat's tick noise, which a big pool magnifies).
+    double rivals(const Budgets& b, const TunerParams& params) const {
+      const double seen =
+          std::max(0.0, intruding_cores(b.others_room) - params.tick_noise * b.cpu_cores);
       return worker_cores() > 0 ? workers * seen / worker_cores() : 0;
     }
     double idle_cores() const { return window_s > 0 ? idle_s / window_s : 0; }
-    // A Next() that spans windows is counted where it ends: clamp.
-    double stall() const { return window_s > 0 ? std::min(1.0, wait_s / window_s) : 0; }
+    double stall() const { return StallFraction(wait_s, window_s); }
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
     double queue_per_sample() const { return produced > 0 ? queue_s / produced : 0; }
-    // Workers whose wall time per sample, queueing aside, is within this
-    // factor of their CPU time hardly ever wait for anything but a core.
-    static constexpr double kOnCpu = 1.25;
-    bool on_cpu() const { return cpu_s > 0 && unqueued_per_sample() < kOnCpu * cpu_per_sample(); }
-    // Wall time per sample less its queueing for a CPU: computing, or
-    // waiting for I/O. What a sample needs whatever the pool's size, where
-    // the wall time grows with the threads (ours or others') that share
-    // the cores.
+    // Workers that hardly ever wait for anything but a core.
+    bool on_cpu(const TunerParams& params) const {
+      return cpu_s > 0 && unqueued_per_sample() < params.on_cpu * cpu_per_sample();
+    }
+    // Wall time per sample less its queueing for a CPU (computing or I/O):
+    // what a sample needs whatever the number of threads sharing the cores.
     double unqueued_per_sample() const {
       return produced > 0 ? std::max(cpu_s, busy_s - queue_s) / produced : 0;
     }
@@ -140,30 +135,51 @@ class TunerCore {
       }
       return samples / step_s;
     }
+    void Add(const Observation& o);
   };
 
+  // The phases of Observe, in the order a pooled window meets them.
+  // Pools `o`; returns the pool once it holds enough evidence to judge.
+  std::optional<Pooled> Accumulate(const Observation& o);
+  // Contention, the window count at this worker count, the view's figures.
+  void Note(Pooled& p, const Budgets& b);
+  // The first model jump, logged even when it keeps the count.
+  std::optional<TunerDecision> Start(const Pooled& p, const Budgets& b, double t_s);
+  std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
+  std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
+  // Settled windows between trials: reference, workload change, steps.
+  std::optional<TunerDecision> Refine(const Pooled& p, const Budgets& b, double t_s);
+  // A workload change of `change`: re-model once it is believed.
+  std::optional<TunerDecision> Remodel(const Pooled& p, const Budgets& b, double change,
+                                       double t_s);
+  std::optional<TunerDecision> StepUp(const Pooled& p, const Budgets& b, double t_s);
+  std::optional<TunerDecision> StepDown(const Pooled& p, const Budgets& b, double t_s);
+
   // Other processes take a good part of our CPUs and leave them no idle time.
-  static bool Contended(const Pooled& p, const Budgets& b);
+  bool Contended(const Pooled& p, const Budgets& b) const;
   // Sets contended_ and rivals_ from a pooled window (and marks it): entered
-  // by Contended, left when the rivals estimate falls below kRivalsHeld.
+  // by Contended, left when the rivals estimate falls below rivals_held.
   void UpdateContention(Pooled& p, const Budgets& b);
   int Model(const Pooled& p, const Budgets& b) const;
   int Cap(const Budgets& b) const;
   int PrefetchFor(int workers, const Budgets& b) const;
   double Changed(const Pooled& p, const Budgets& b) const;
+  // Sets the model's count; `reason_fmt` takes the wall, queued and CPU ms
+  // per sample, the demand (-1: unbounded) and the count.
+  std::optional<TunerDecision> SetByModel(const Pooled& p, const Budgets& b, const char* reason_fmt,
+                                          double t_s);
   // Marks the current count as the knee (and the reference) and logs why.
   std::optional<TunerDecision> KneeHere(const Budgets& b, const Pooled& p, std::string reason,
                                         double t_s);
-  std::optional<TunerDecision> TryMore(const Budgets& b, const Pooled& p, const std::string& why,
-                                       double t_s);
   std::optional<TunerDecision> Set(int workers, const Budgets& b, const Pooled& p,
                                    std::string reason, double t_s);
 
+  const TunerParams params_;
   Phase phase_ = Phase::kStart;
   int workers_;
   int prefetch_;
   Pooled pool_;
-  int skip_windows_ = 1;  // windows to ignore after a change (pipeline refill) ...
+  int skip_windows_ = 1;     // windows to ignore after a change (pipeline refill) ...
   double skip_until_s_ = 0;  // ... and until this time, for slow samples
   // The settled reference at the current worker count.
   std::optional<Pooled> reference_;
@@ -174,13 +190,12 @@ class TunerCore {
   int calm_windows_ = 0;
   int windows_at_count_ = 0;  // pooled windows since the worker count changed
   int changed_windows_ = 0;
-  bool careful_ = false;   // a multi-step descent stalled: step down by one
-  double last_gain_ = 0;   // of the last step up
+  bool careful_ = false;      // a multi-step descent stalled: step down by one
+  double last_gain_ = 0;      // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
-  // Other processes compete for our CPUs, and how many threads' worth (the
-  // largest estimate since the contention began; 0 when not CPU-bound):
-  // the pool is sized for them.
+  // Other processes compete for our CPUs, with this many threads' worth (the
+  // largest estimate since the contention began; 0 when not CPU-bound).
   bool contended_ = false;
   double rivals_ = 0;
   double last_rate_ = 0, last_stall_ = 0;

@@ -22,7 +22,7 @@ struct SimWorkload {
   double demand = kInf;
   int64_t batch = 64;
   double noise = 0.01;
-  int hogs = 0;  // other processes' always-runnable threads on the same cores
+  int hogs = 0;          // other processes' always-runnable threads on the same cores
   double elsewhere = 0;  // cores other processes keep busy on CPUs beyond ours
   uint64_t tick = 0;
   int64_t carry = 0;  // samples of a batch not yet complete
@@ -68,9 +68,9 @@ struct SimWorkload {
 };
 
 struct SimRun {
-  std::vector<int> workers;        // per tick
+  std::vector<int> workers;  // per tick
   std::vector<TunerDecision> decisions;
-  std::vector<double> rates;       // true rate per tick
+  std::vector<double> rates;  // true rate per tick
   int Final() const { return workers.back(); }
 };
 

@@ -1,11 +1,14 @@
 // The tuner attached to a real loader: it may resize at any moment, and the
 // loader must still deliver exactly the single-worker data; budgets hold.
 
+#include "stoker/tuner.h"
+
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
+#include <string>
 
-#include "stoker/tuner.h"
 #include "testing/loader_harness.h"
 
 namespace stoker {
@@ -55,6 +58,48 @@ TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {
     auto m = (*loader)->Metrics();
     EXPECT_LE(m.bytes_in_flight + m.worker_bytes, t.memory_budget_bytes);
   }
+}
+
+TEST(TunerTest, UnwritableTracePathFailsAtCreation) {
+  auto o = testing::SyntheticLoaderOptions(100, 10, 8);
+  o.workers = kAutoWorkers;
+  TunerOptions t;
+  t.trace_path = ::testing::TempDir() + "no_such_dir_for_stoker/trace.jsonl";
+  auto loader = OpenLoader(o, t);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find(t.trace_path), std::string::npos)
+      << loader.status().ToString();
+}
+
+TEST(TunerTest, TraceFileHoldsEveryDecision) {
+  SyntheticOptions so;
+  so.cpu_cost = std::chrono::microseconds(100);
+  auto o = testing::SyntheticLoaderOptions(3000, 32, 64, so);
+  o.workers = kAutoWorkers;
+  TunerOptions t;
+  t.interval_s = 0.02;
+  t.trace_path = ::testing::TempDir() + "stoker_tuner_test_trace.jsonl";
+  std::remove(t.trace_path.c_str());
+  size_t decisions = 0;
+  {
+    auto loader = OpenLoader(o, t);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    // Epochs until the tuner has decided (the first model jump is always
+    // logged), however fast this machine is.
+    for (int epoch = 0; epoch < 50 && GetTunerTrace(**loader).empty(); ++epoch) {
+      testing::DrainEpoch(**loader);
+    }
+    decisions = GetTunerTrace(**loader).size();
+  }  // the loader's tuner drains its trace writer
+  std::ifstream in(t.trace_path);
+  size_t lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_NE(line.find("\"reason\""), std::string::npos) << line;
+    ++lines;
+  }
+  EXPECT_GE(decisions, 1u);
+  EXPECT_EQ(lines, decisions);
+  std::remove(t.trace_path.c_str());
 }
 
 }  // namespace

@@ -14,13 +14,14 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   f->step_ms = 250;  // about a ResNet-50 step on a mid-range GPU at batch 64
   f->seconds = 20;
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Make the built-in data set if missing, then run the tuned loader on it and explain "
-              "what the tuner found.");
+      "demo",
+      "Make the built-in data set if missing, then run the tuned loader on it and explain "
+      "what the tuner found.");
   AddRunFlags(cmd, *f);
   cmd->callback([f, &exit_code] {
     if (!f->json) {
-      std::cout << "stoker demo: a stand-in training loop takes a batch of " << f->pipeline.batch_size
-                << " every " << f->step_ms
+      std::cout << "stoker demo: a stand-in training loop takes a batch of "
+                << f->pipeline.batch_size << " every " << f->step_ms
                 << " ms (the simulated accelerator step);\nthe tuner looks for the fewest "
                    "workers that keep it from ever waiting.\n\n";
     }

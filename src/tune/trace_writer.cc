@@ -1,0 +1,56 @@
+#include "tune/trace_writer.h"
+
+#include <cerrno>
+#include <utility>
+
+namespace stoker {
+
+Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
+  File file(std::fopen(path.c_str(), "a"));
+  if (file == nullptr) return ErrnoError("open trace file " + path, errno);
+  return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(file)));
+}
+
+TraceWriter::TraceWriter(File file) : file_(std::move(file)), pool_([this](int) { Run(); }) {
+  pool_.Resize(1);
+}
+
+TraceWriter::~TraceWriter() {
+  {
+    MutexLock lock(mu_);
+    closing_ = true;
+  }
+  wake_.notify_one();
+  pool_.Stop();
+  pool_.Join();
+}
+
+void TraceWriter::Append(std::string line) {
+  {
+    MutexLock lock(mu_);
+    queue_.push_back(std::move(line));
+  }
+  wake_.notify_one();
+}
+
+void TraceWriter::Run() {
+  std::vector<std::string> lines;
+  bool closing = false;
+  while (!closing) {
+    {
+      MutexLock lock(mu_);
+      while (queue_.empty() && !closing_) wake_.wait(lock.native());
+      mu_.AssertHeld();
+      lines.swap(queue_);
+      closing = closing_;  // lines appended before closing are all in `lines` now
+    }
+    for (const std::string& line : lines) {
+      std::fwrite(line.data(), 1, line.size(), file_.get());
+      std::fputc('\n', file_.get());
+    }
+    std::fflush(file_.get());
+    lines.clear();
+  }
+}
+
+}  // namespace stoker

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+
+namespace stoker {
+
+/// The numbers behind TunerCore's decisions, in one place so that tests can
+/// vary them. docs/tuner.md says why each has its value, with the figures.
+struct TunerParams {
+  // Evidence: how much a judgement needs.
+  double min_window_s = 0.5;    // pool windows until they cover this much time ...
+  int64_t min_batches = 3;      // ... and this many batches ...
+  double max_window_s = 1.5;    // ... unless this much time has passed
+  int64_t start_samples = 16;   // samples the first model jump needs
+  double trial_window_s = 1.0;  // time a trial is judged on, at least
+  double refill_samples = 20;   // after a change, skip this many samples' wall time ...
+  double max_refill_s = 1.0;    // ... but at most this long
+
+  // The model (Little's law).
+  double headroom = 1.2;       // provision this much above the demand
+  double io_headroom = 3.0;    // and this much above I/O-bound work's CPU-saturation point
+  double outbid_share = 0.96;  // under contention, aim for this share of the busy CPU time
+
+  // What the consumer's waiting means.
+  double stall_high = 0.01;  // it waits too much above this share of the time
+  double stall_low = 0.003;  // it is fed with margin below this
+
+  // Steps up and down.
+  double gain = 0.03;       // a step up must add this much throughput
+  double big_gain = 0.1;    // a step up that paid this much: the next one is twice as big
+  double down_busy = 0.85;  // step down only if the rest would be at most this busy
+
+  // Workload changes.
+  double change = 0.3;      // relative change that means a new workload
+  double big_change = 1.0;  // a change this large is believed on one window
+
+  // Other processes on our CPUs.
+  double contended_share = 0.25;  // they take this share of our CPU budget or more ...
+  double no_idle_share = 0.1;     // ... and the CPUs are idle at most this share of it
+  double rivals = 1.0;            // or they run this many threads' worth (CPU-bound pool)
+  double rivals_held = 0.25;      // once contended, the estimate may fall to this
+  double tick_noise = 0.01;       // share of the budget that /proc/stat's tick error may show
+  double on_cpu = 1.25;           // wall time within this factor of CPU time: CPU-bound
+};
+
+}  // namespace stoker

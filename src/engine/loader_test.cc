@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -185,6 +186,10 @@ class GatedSource final : public Source {
 
   int64_t size() const override { return size_; }
   Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
+    {
+      std::lock_guard lock(mu_);
+      readers_.insert(gettid());
+    }
     if (index >= free_below_) {
       std::unique_lock lock(mu_);
       ++blocked_;
@@ -213,6 +218,11 @@ class GatedSource final : public Source {
     std::lock_guard lock(mu_);
     return released_;
   }
+  // The threads that have called Read.
+  std::set<pid_t> readers() const {
+    std::lock_guard lock(mu_);
+    return readers_;
+  }
 
  private:
   const int64_t size_;
@@ -223,6 +233,7 @@ class GatedSource final : public Source {
   bool open_ = false;
   mutable int64_t blocked_ = 0;
   mutable int64_t released_ = 0;
+  mutable std::set<pid_t> readers_;
 };
 
 // Polls `done` until it holds; false after a minute (far beyond anything
@@ -237,17 +248,14 @@ bool WaitUntil(F done) {
   return true;
 }
 
-int ThreadCount() {
-  int n = 0;
-  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    ++n;
-  }
-  return n;
+// Whether thread `tid` of this process still exists.
+bool ThreadExists(pid_t tid) {
+  std::error_code ec;
+  return std::filesystem::exists("/proc/self/task/" + std::to_string(tid), ec);
 }
 
 TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   constexpr int64_t kBatch = 4;
-  const int threads_before = ThreadCount();
   // Batch 0 reads freely; every later read blocks inside Source::Read.
   auto source = std::make_shared<GatedSource>(1000, 8, kBatch);
   auto o = SyntheticLoaderOptions(1000, kBatch, 8);
@@ -267,7 +275,10 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   ASSERT_TRUE(WaitUntil([&] { return source->blocked() >= 2; }))
       << "workers never blocked in Read: " << source->blocked();
   EXPECT_EQ(source->released(), 0);
-  EXPECT_GT(ThreadCount(), threads_before);
+  std::set<pid_t> workers = source->readers();
+  workers.erase(gettid());
+  ASSERT_GE(workers.size(), 2u);
+  for (pid_t tid : workers) EXPECT_TRUE(ThreadExists(tid)) << "worker " << tid;
 
   // Destroy the loader while its workers are blocked, then let the reads go:
   // destruction must wake the workers on the window and join every worker.
@@ -284,8 +295,13 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   }
   destroyer.join();
   EXPECT_EQ(source->released(), source->blocked()) << "a read still blocked after destruction";
-  EXPECT_TRUE(WaitUntil([&] { return ThreadCount() == threads_before; }))
-      << ThreadCount() - threads_before << " loader threads outlived it";
+  // Joined, not merely woken: no thread that read for the loader outlives it
+  // (polled: a joined thread's /proc entry goes a moment after the join).
+  for (pid_t tid : source->readers()) {
+    if (tid == gettid()) continue;
+    EXPECT_TRUE(WaitUntil([&] { return !ThreadExists(tid); }))
+        << "worker " << tid << " outlived it";
+  }
 }
 
 TEST(LoaderTest, StopWakesAWaitingConsumer) {

@@ -46,14 +46,9 @@ struct LoaderOptions {
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   /// true: batches arrive in plan order; false: as soon as each is ready.
   bool ordered = true;
-  /// Workers run under Linux's SCHED_BATCH policy: the same share of the
-  /// CPUs as any thread, but a worker that wakes does not preempt a running
-  /// thread. The consumer (a training loop that launches GPU work) wakes
-  /// workers in Next() whenever it frees a batch; on a busy machine they
-  /// would otherwise take its core at once and hold it up (200 ms step,
-  /// 2 cores, bench/tuner_scenarios' consumer scenario: stall 1.9 % with 4
-  /// workers and 2.4-2.8 % with 8 without this, 0.02 % with it). Where the
-  /// kernel refuses, workers keep the default.
+  /// Workers run under Linux's SCHED_BATCH policy: the same CPU share, but a
+  /// waking worker does not preempt the consumer's thread (docs/engine.md).
+  /// Where the kernel refuses, workers keep the default policy.
   bool batch_scheduling = true;
   /// Epoch the first Next() starts.
   int64_t start_epoch = 0;

@@ -1,6 +1,7 @@
 #include "tune/trace_writer.h"
 
 #include <cerrno>
+#include <system_error>
 #include <utility>
 
 namespace stoker {
@@ -8,7 +9,12 @@ namespace stoker {
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
   File file(std::fopen(path.c_str(), "a"));
   if (file == nullptr) return ErrnoError("open trace file " + path, errno);
-  return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(file)));
+  try {
+    return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(file)));
+  } catch (const std::system_error& e) {  // its thread could not be started
+    return ResourceExhausted("trace file " + path +
+                             ": cannot start its writer thread: " + e.what());
+  }
 }
 
 TraceWriter::TraceWriter(File file) : file_(std::move(file)), pool_([this](int) { Run(); }) {

@@ -28,7 +28,9 @@ double CpuBudget(const MachineFacts& f) {
   return std::max(cores / std::max(local, 1), 0.5);
 }
 
-nlohmann::json DecisionJson(const TunerDecision& d) {
+}  // namespace
+
+nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
   return {{"t_s", d.t_s},
           {"workers_before", d.workers_before},
           {"workers_after", d.workers_after},
@@ -41,6 +43,8 @@ nlohmann::json DecisionJson(const TunerDecision& d) {
           {"wall_per_sample_ms", d.wall_per_sample_ms},
           {"demand_per_s", d.demand_per_s}};
 }
+
+namespace {
 
 // The loader's controller: turns metric deltas into Observations for the
 // TunerCore and applies its decisions. Tick runs on the consumer's thread;
@@ -175,7 +179,7 @@ class Tuner final : public Controller {
       loader.SetPrefetch(d.prefetch_after,
                          static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
     }
-    if (trace_writer_) trace_writer_->Append(DecisionJson(d).dump());
+    if (trace_writer_) trace_writer_->Append(TunerDecisionToJson(d).dump());
   }
 
   void UpdateView(std::optional<TunerDecision> d) EXCLUDES(mu_) {
@@ -252,7 +256,5 @@ std::vector<TunerDecision> GetTunerTrace(const Loader& loader) {
   if (t == nullptr) return {};
   return t->Trace();
 }
-
-nlohmann::json TunerDecisionToJson(const TunerDecision& d) { return DecisionJson(d); }
 
 }  // namespace stoker

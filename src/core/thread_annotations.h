@@ -4,6 +4,8 @@
 // field, which functions need it held. No-ops on other compilers. The "tsa"
 // preset builds with clang and -Werror=thread-safety.
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -25,14 +27,13 @@
 
 namespace stoker {
 
-/// A std::mutex the analysis knows about. Use with MutexLock, or with
-/// std::unique_lock through native() where a condition variable waits.
+/// A std::mutex the analysis knows about; held with MutexLock, released for
+/// a scope with MutexUnlock, waited on with CondVar.
 class CAPABILITY("mutex") Mutex {
  public:
   void lock() ACQUIRE() { mu_.lock(); }
   void unlock() RELEASE() { mu_.unlock(); }
-  /// Tells the analysis the mutex is held (after a condition variable's
-  /// wait re-acquired it behind the analysis's back).
+  /// Tells the analysis the mutex is held where it cannot see it.
   void AssertHeld() const STOKER_TSA(assert_capability(this)) {}
   std::mutex& native() { return mu_; }
 
@@ -40,19 +41,51 @@ class CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
-/// Holds a Mutex for a scope; may be released and re-taken inside it (around
-/// user code) and handed to a condition variable's wait.
+/// Holds a Mutex for a scope.
 class SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : lock_(mu.native()) {}
-  ~MutexLock() RELEASE() {}
-  void Unlock() RELEASE() { lock_.unlock(); }
-  void Lock() ACQUIRE() { lock_.lock(); }
-  /// For std::condition_variable::wait*; the mutex is held again on return.
-  std::unique_lock<std::mutex>& native() { return lock_; }
+  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~MutexLock() RELEASE() { mu_.unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
 
  private:
-  std::unique_lock<std::mutex> lock_;
+  Mutex& mu_;
+};
+
+/// Releases a held Mutex for a scope (around user code, a task, a plan
+/// build) and takes it back at the scope's end.
+class SCOPED_CAPABILITY MutexUnlock {
+ public:
+  explicit MutexUnlock(Mutex& mu) RELEASE(mu) : mu_(mu) { mu_.unlock(); }
+  ~MutexUnlock() RELEASE() { mu_.lock(); }  // for the analysis: the scope ends (mu is held again)
+  MutexUnlock(const MutexUnlock&) = delete;
+  MutexUnlock& operator=(const MutexUnlock&) = delete;
+
+ private:
+  Mutex& mu_;
+};
+
+/// A condition variable over a Mutex the caller holds: the waits release it
+/// while blocked and hold it again on return (spurious wake-ups included).
+class CondVar {
+ public:
+  void Wait(Mutex& mu) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();  // still held: the caller's
+  }
+  template <typename Clock, typename Duration>
+  void WaitUntil(Mutex& mu, std::chrono::time_point<Clock, Duration> deadline) REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
+    cv_.wait_until(lock, deadline);
+    lock.release();
+  }
+  void NotifyAll() { cv_.notify_all(); }
+  void NotifyOne() { cv_.notify_one(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace stoker

@@ -14,9 +14,9 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size)
-    : labels(static_cast<size_t>(batch_size)),
-      indices(static_cast<size_t>(batch_size)),
-      outcomes(static_cast<size_t>(batch_size)),
+    : labels_(static_cast<size_t>(batch_size)),
+      indices_(static_cast<size_t>(batch_size)),
+      outcomes_(static_cast<size_t>(batch_size)),
       spec_(spec),
       sample_bytes_(spec->bytes()),
       buffer_bytes_(RoundUp(std::max<size_t>(1, sample_bytes_ * static_cast<size_t>(batch_size)),
@@ -27,34 +27,56 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size)
 
 BatchSlot::~BatchSlot() { std::free(data_); }
 
-void BatchSlot::Reset(int64_t e, int64_t b, int64_t g, int64_t len) {
-  epoch = e;
-  batch = b;
-  generation = g;
-  length = len;
-  count = len;
-  ready = false;
-  skips.clear();
-  remaining.store(len, std::memory_order_relaxed);
-  if (failed.load(std::memory_order_relaxed)) {
-    for (auto& o : outcomes) o = Status::Ok();
-    failed.store(false, std::memory_order_relaxed);
+void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
+  epoch_ = epoch;
+  batch_ = batch;
+  length_ = length;
+  count_ = length;
+  skips_.clear();
+  remaining_.store(length, std::memory_order_relaxed);
+  if (failed_.load(std::memory_order_relaxed)) {
+    for (auto& o : outcomes_) o = Status::Ok();
+    failed_.store(false, std::memory_order_relaxed);
   }
 }
 
-void BatchSlot::CompactFailures() {
+void BatchSlot::Put(int64_t position, int64_t index, int64_t label) {
+  const auto p = static_cast<size_t>(position);
+  indices_[p] = index;
+  labels_[p] = label;
+}
+
+void BatchSlot::Fail(int64_t position, int64_t index, Status why) {
+  const auto p = static_cast<size_t>(position);
+  indices_[p] = index;
+  labels_[p] = 0;
+  outcomes_[p] = std::move(why);
+  failed_.store(true, std::memory_order_relaxed);
+}
+
+std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
+  std::vector<Failure> out;
+  if (!failed()) return out;
+  for (int64_t p = 0; p < length_; ++p) {
+    const auto up = static_cast<size_t>(p);
+    if (!outcomes_[up].ok()) out.push_back({indices_[up], outcomes_[up]});
+  }
+  return out;
+}
+
+void BatchSlot::DropFailures() {
   int64_t kept = 0;
-  for (int64_t p = 0; p < length; ++p) {
-    auto up = static_cast<size_t>(p);
-    if (!outcomes[up].ok()) continue;
+  for (int64_t p = 0; p < length_; ++p) {
+    const auto up = static_cast<size_t>(p);
+    if (!outcomes_[up].ok()) continue;
     if (kept != p) {
-      std::memmove(sample(kept), sample(p), sample_bytes_);
-      labels[static_cast<size_t>(kept)] = labels[up];
-      indices[static_cast<size_t>(kept)] = indices[up];
+      std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
+      labels_[static_cast<size_t>(kept)] = labels_[up];
+      indices_[static_cast<size_t>(kept)] = indices_[up];
     }
     ++kept;
   }
-  count = kept;
+  count_ = kept;
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size)
@@ -62,7 +84,7 @@ BatchPool::BatchPool(SampleSpec spec, int64_t batch_size)
 
 std::unique_ptr<BatchSlot> BatchPool::Acquire() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!free_.empty()) {
       auto slot = std::move(free_.back());
       free_.pop_back();
@@ -74,13 +96,13 @@ std::unique_ptr<BatchSlot> BatchPool::Acquire() {
 }
 
 void BatchPool::Release(std::unique_ptr<BatchSlot> slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (free_.size() < max_free_) free_.push_back(std::move(slot));
   // else: `slot` frees its memory here, outside the hot path's steady state.
 }
 
 void BatchPool::set_max_free(size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   max_free_ = n;
   if (free_.size() > n) free_.resize(n);
 }

@@ -4,9 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <span>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "stoker/loader.h"
 #include "stoker/sample_spec.h"
 #include "stoker/status.h"
@@ -17,9 +18,11 @@ namespace stoker {
 /// buffer for batch_size samples plus per-sample labels, source indices and
 /// outcomes, all allocated once when the slot is made.
 ///
-/// While a batch is being produced, each sample position is written by exactly
-/// one worker; `remaining` counts positions not yet done, and whoever brings
-/// it to zero finishes the batch (acquire/release on it orders the writes).
+/// A slot goes through four phases, each with its own accessors below:
+/// opened (by the scheduler, under the loader's lock), filled (each position
+/// by exactly one worker, without a lock), finished (by the thread whose
+/// Done() completed it: acquire/release on the countdown orders the writes)
+/// and delivered (read-only, to the consumer).
 class BatchSlot {
  public:
   BatchSlot(const SampleSpec* spec, int64_t batch_size);
@@ -27,35 +30,66 @@ class BatchSlot {
   BatchSlot(const BatchSlot&) = delete;
   BatchSlot& operator=(const BatchSlot&) = delete;
 
-  /// Makes the slot ready to hold batch `batch` of `epoch` with `length` samples.
-  void Reset(int64_t epoch, int64_t batch, int64_t generation, int64_t length);
+  // -- Opened: batch `batch` of `epoch`, `length` positions to fill.
+  void Open(int64_t epoch, int64_t batch, int64_t length);
+  int64_t epoch() const { return epoch_; }
+  int64_t batch() const { return batch_; }
+  int64_t length() const { return length_; }
 
-  /// Moves the samples that succeeded to the front, in order, and sets
-  /// `count` to their number.
-  void CompactFailures();
-
-  std::byte* sample(int64_t position) {
-    return data_ + position * static_cast<int64_t>(sample_bytes_);
+  // -- Filled: the worker that claimed `position` writes its sample bytes,
+  // then records its outcome once.
+  std::span<std::byte> sample(int64_t position) {
+    return {data_ + position * static_cast<int64_t>(sample_bytes_), sample_bytes_};
   }
-  size_t sample_bytes() const { return sample_bytes_; }
-  std::byte* data() { return data_; }
-  size_t buffer_bytes() const { return buffer_bytes_; }
-  const SampleSpec& spec() const { return *spec_; }
+  void Put(int64_t position, int64_t index, int64_t label);
+  void Fail(int64_t position, int64_t index, Status why);
+  /// Counts `n` more positions done (or given up); true for exactly the call
+  /// that completes the batch, whose thread then finishes it.
+  bool Done(int64_t n) { return remaining_.fetch_sub(n, std::memory_order_acq_rel) == n; }
 
-  int64_t epoch = 0;
-  int64_t batch = 0;
-  int64_t generation = 0;
-  int64_t length = 0;  // planned samples
-  int64_t count = 0;   // delivered samples
-  bool ready = false;  // guarded by the loader's mutex
-  std::vector<int64_t> labels;
-  std::vector<int64_t> indices;
-  std::vector<Status> outcomes;   // per position; written by its worker only
-  std::vector<SkipRecord> skips;  // under kSkip, the samples left out
-  std::atomic<int64_t> remaining{0};
-  std::atomic<bool> failed{false};
+  // -- Finished.
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  struct Failure {
+    int64_t index = 0;  // the sample's index in the source
+    Status status;
+  };
+  /// The failed positions, in position order.
+  std::vector<Failure> Failures() const;
+  /// Moves the samples that succeeded to the front, in order; count() becomes
+  /// their number.
+  void DropFailures();
+  /// Under the skip policy, the samples left out, travelling with the batch.
+  std::vector<SkipRecord>& skips() { return skips_; }
+
+  // -- Delivered: count() samples at the front.
+  int64_t count() const { return count_; }
+  std::span<const std::byte> data() const {
+    return {data_, static_cast<size_t>(count_) * sample_bytes_};
+  }
+  std::span<std::byte> mutable_data() {
+    return {data_, static_cast<size_t>(count_) * sample_bytes_};
+  }
+  std::span<const int64_t> labels() const { return {labels_.data(), static_cast<size_t>(count_)}; }
+  std::span<const int64_t> indices() const {
+    return {indices_.data(), static_cast<size_t>(count_)};
+  }
+
+  const SampleSpec& spec() const { return *spec_; }
+  size_t sample_bytes() const { return sample_bytes_; }
+  size_t buffer_bytes() const { return buffer_bytes_; }
+  const std::byte* buffer() const { return data_; }
 
  private:
+  int64_t epoch_ = 0;
+  int64_t batch_ = 0;
+  int64_t length_ = 0;  // planned samples
+  int64_t count_ = 0;   // delivered samples
+  std::vector<int64_t> labels_;
+  std::vector<int64_t> indices_;
+  std::vector<Status> outcomes_;  // per position; written by its worker only
+  std::vector<SkipRecord> skips_;
+  std::atomic<int64_t> remaining_{0};
+  std::atomic<bool> failed_{false};
   const SampleSpec* spec_;
   size_t sample_bytes_;
   size_t buffer_bytes_;
@@ -69,10 +103,10 @@ class BatchPool {
  public:
   BatchPool(SampleSpec spec, int64_t batch_size);
 
-  std::unique_ptr<BatchSlot> Acquire();
-  void Release(std::unique_ptr<BatchSlot> slot);
+  std::unique_ptr<BatchSlot> Acquire() EXCLUDES(mu_);
+  void Release(std::unique_ptr<BatchSlot> slot) EXCLUDES(mu_);
 
-  void set_max_free(size_t n);
+  void set_max_free(size_t n) EXCLUDES(mu_);
   const SampleSpec& spec() const { return spec_; }
   int64_t batch_size() const { return batch_size_; }
   size_t batch_bytes() const { return spec_.bytes() * static_cast<size_t>(batch_size_); }
@@ -83,9 +117,9 @@ class BatchPool {
   const SampleSpec spec_;
   const int64_t batch_size_;
   std::atomic<int64_t> slots_made_{0};
-  std::mutex mu_;
-  size_t max_free_ = 8;                           // guarded by mu_
-  std::vector<std::unique_ptr<BatchSlot>> free_;  // guarded by mu_
+  Mutex mu_;
+  size_t max_free_ GUARDED_BY(mu_) = 8;
+  std::vector<std::unique_ptr<BatchSlot>> free_ GUARDED_BY(mu_);
 };
 
 }  // namespace stoker

@@ -12,7 +12,7 @@ TEST(BatchPoolTest, SlotsAreAlignedAndRecycled) {
   BatchPool pool({{3, 5}, DType::kFloat32}, 16);
   EXPECT_EQ(pool.batch_bytes(), 3u * 5 * 4 * 16);
   auto a = pool.Acquire();
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 4096, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->buffer()) % 4096, 0u);
   EXPECT_GE(a->buffer_bytes(), pool.batch_bytes());
   BatchSlot* raw = a.get();
   pool.Release(std::move(a));
@@ -33,22 +33,41 @@ TEST(BatchPoolTest, KeepsAtMostMaxFree) {
   EXPECT_EQ(pool.slots_made(), 3);
 }
 
-TEST(BatchPoolTest, CompactKeepsOrderOfSurvivors) {
+TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   BatchPool pool({{4}, DType::kUInt8}, 5);
   auto s = pool.Acquire();
-  s->Reset(0, 0, 1, 5);
+  s->Open(0, 0, 5);
   for (int p = 0; p < 5; ++p) {
-    std::memset(s->sample(p), p + 1, 4);
-    s->labels[static_cast<size_t>(p)] = p * 10;
-    s->indices[static_cast<size_t>(p)] = p + 100;
+    std::memset(s->sample(p).data(), p + 1, 4);
+    if (p == 1 || p == 3) {
+      s->Fail(p, p + 100, DataError("bad " + std::to_string(p)));
+    } else {
+      s->Put(p, p + 100, p * 10);
+    }
   }
-  s->outcomes[1] = DataError("bad");
-  s->outcomes[3] = DataError("bad");
-  s->CompactFailures();
-  ASSERT_EQ(s->count, 3);
-  EXPECT_EQ(static_cast<int>(s->sample(1)[0]), 3);
-  EXPECT_EQ(s->labels[2], 40);
-  EXPECT_EQ(s->indices[0], 100);
+  ASSERT_TRUE(s->failed());
+  auto failures = s->Failures();
+  ASSERT_EQ(failures.size(), 2u);
+  EXPECT_EQ(failures[0].index, 101);
+  EXPECT_EQ(failures[1].status.message(), "bad 3");
+  s->DropFailures();
+  ASSERT_EQ(s->count(), 3);
+  EXPECT_EQ(static_cast<int>(s->data()[4]), 3);
+  EXPECT_EQ(s->labels()[2], 40);
+  EXPECT_EQ(s->indices()[0], 100);
+  // Reopened, the slot forgets its failures.
+  s->Open(0, 1, 2);
+  EXPECT_FALSE(s->failed());
+  EXPECT_TRUE(s->Failures().empty());
+}
+
+TEST(BatchPoolTest, DoneIsTrueForTheCallThatCompletesTheBatch) {
+  BatchPool pool({{1}, DType::kUInt8}, 8);
+  auto s = pool.Acquire();
+  s->Open(0, 0, 8);
+  EXPECT_FALSE(s->Done(3));
+  EXPECT_FALSE(s->Done(4));
+  EXPECT_TRUE(s->Done(1));
 }
 
 }  // namespace

@@ -2,84 +2,37 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 
 #include "core/clock.h"
+#include "core/thread_annotations.h"
 #include "engine/batch_pool.h"
-#include "engine/run_delay.h"
+#include "engine/epoch_scheduler.h"
 #include "engine/worker_pool.h"
+#include "engine/worker_stats.h"
 #include "plan/epoch_plan.h"
 
 namespace stoker {
 namespace {
 
-constexpr int64_t kRunDelayTaskNs = 200'000;  // tasks this long read the run-queue delay
-
 // What one thread (a worker, or the consumer when it does the work) keeps
 // between tasks, so that producing a sample allocates nothing once warm.
 struct WorkerContext {
-  int id = -1;
+  WorkerContext(int id, bool worker_thread, const Transform& transform)
+      : scratch(transform.NewScratch()), stats(id, worker_thread) {}
   ReadBuffer read;
   std::unique_ptr<TransformScratch> scratch;
-  std::atomic<int64_t> samples{0};
-  std::atomic<int64_t> busy_ns{0};
-  std::atomic<int64_t> cpu_ns{0};
-  // Of busy_ns, the time spent runnable but waiting for a CPU; kept only on
-  // worker threads (the consumer's thread may change between calls).
-  std::atomic<int64_t> queue_ns{0};
-  std::unique_ptr<RunDelayClock> run_delay;
-  int64_t run_delay_ns = 0;          // its last reading
-  int64_t sample_ns = 0;             // wall time per sample in the last task
-  std::atomic<size_t> footprint{0};  // bytes of `read` and `scratch`, after each task
-  // Counters are published every this many samples: about a millisecond's
-  // worth, so that slow samples show progress within a long task while
-  // trivial ones do not pay a clock read each. Owner thread only.
-  int64_t publish_every = 1;
-};
-
-// A claimed run of consecutive positions of one batch.
-struct Task {
-  std::shared_ptr<const EpochPlan> plan;
-  BatchSlot* slot = nullptr;
-  int64_t offset = 0;
-  int64_t length = 0;
-};
-
-// One epoch being produced: its plan and where claiming and delivery stand.
-// The loader keeps the epoch being delivered and, once that one is fully
-// claimed, the next one, so that workers never idle at an epoch boundary.
-struct EpochRun {
-  EpochRun(std::shared_ptr<const EpochPlan> p, int64_t g)
-      : plan(std::move(p)),
-        generation(g),
-        delivered(static_cast<size_t>(plan->num_batches()), 0),
-        open(static_cast<size_t>(plan->num_batches())) {}
-
-  int64_t epoch() const { return plan->epoch(); }
-  int64_t num_batches() const { return plan->num_batches(); }
-  bool fully_claimed() const { return claim_batch >= num_batches(); }
-  bool finished() const { return delivered_count == num_batches(); }
-
-  std::shared_ptr<const EpochPlan> plan;
-  int64_t generation;
-  std::vector<uint8_t> delivered;                // by batch
-  std::vector<std::unique_ptr<BatchSlot>> open;  // by batch; started, not delivered
-  std::vector<int64_t> ready_fifo;               // unordered delivery
-  size_t ready_head = 0;
-  int64_t delivered_count = 0;
-  int64_t claim_batch = 0;
-  int64_t claim_offset = 0;
-  int64_t deliver_pos = 0;
+  WorkerStats stats;
 };
 
 }  // namespace
 
+// The concurrent shell around an EpochScheduler: one mutex over the
+// scheduler, workers that claim tasks under it and run them outside, and a
+// consumer that takes batches. Plans are built and tasks run without the lock.
 class Loader::Impl {
  public:
   Impl(LoaderOptions options, PlanOptions plan_options)
@@ -87,15 +40,19 @@ class Loader::Impl {
         plan_options_(plan_options),
         spec_(options_.transform->spec()),
         pool_(std::make_shared<BatchPool>(spec_, options_.batch_size)),
-        num_batches_(EpochPlan(plan_options_, 0).num_batches()),
-        samples_per_epoch_(EpochPlan(plan_options_, 0).num_samples()),
-        next_epoch_(options_.start_epoch),
-        prefetch_batches_(options_.prefetch_batches),
-        prefetch_bytes_(options_.prefetch_bytes),
+        sched_(
+            {
+                .plan = plan_options_,
+                .ordered = options_.ordered,
+                .start_epoch = options_.start_epoch,
+                .prefetch_batches = options_.prefetch_batches,
+                .prefetch_bytes = options_.prefetch_bytes,
+            },
+            pool_.get()),
+        consumer_ctx_(-1, /*worker_thread=*/false, *options_.transform),
         workers_([this](int id) { WorkerMain(id); }) {
-    consumer_ctx_.scratch = options_.transform->NewScratch();
-    pool_->set_max_free(static_cast<size_t>(prefetch_batches_) + 2);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
+    pool_->set_max_free(static_cast<size_t>(sched_.depth()) + 2);
     workers_.Resize(options_.workers);
   }
 
@@ -108,14 +65,10 @@ class Loader::Impl {
   Controller* controller() const { return controller_.get(); }
   void set_owner(Loader* owner) { owner_ = owner; }
 
-  Result<std::optional<Batch>> Next() {
-    const int64_t enter = SteadyNanos();
-    if (last_return_ns_ != 0) {
-      consumer_step_ns_.fetch_add(enter - last_return_ns_, std::memory_order_relaxed);
-    }
+  Result<std::optional<Batch>> Next() EXCLUDES(mu_) {
+    const int64_t enter = ConsumerEnters();
     auto result = NextImpl();
-    last_return_ns_ = SteadyNanos();
-    consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+    ConsumerLeaves(enter);
     next_calls_.fetch_add(1, std::memory_order_relaxed);
     return result;
   }
@@ -123,122 +76,77 @@ class Loader::Impl {
   // Counts as consumer wait like Next(), ticks the controller meanwhile, and
   // starts the next epoch if none is running, so that a consumer may wait in
   // slices (to handle signals) without hiding its waiting from the tuner.
-  bool WaitReady(std::chrono::nanoseconds timeout) {
-    const int64_t enter = SteadyNanos();
-    if (last_return_ns_ != 0) {
-      consumer_step_ns_.fetch_add(enter - last_return_ns_, std::memory_order_relaxed);
-    }
+  bool WaitReady(std::chrono::nanoseconds timeout) EXCLUDES(mu_) {
+    const int64_t enter = ConsumerEnters();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     bool ready = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       while (true) {
-        MaybeTickLocked(lock);
-        if (!stopped_ && cur_ == nullptr) StartEpochLocked();
-        ready = stopped_ || cur_->finished() || workers_.target() == 0 ||
-                DeliverableLocked() != nullptr;
-        if (ready || std::chrono::steady_clock::now() >= deadline) break;
-        auto until = deadline;
-        if (controller_ != nullptr) {
-          until = std::min(until, std::chrono::steady_clock::time_point(
-                                      std::chrono::nanoseconds(next_tick_ns_)));
+        MaybeTick();
+        if (stopped_) {
+          ready = true;
+          break;
         }
-        ready_cv_.wait_until(lock, until);
+        const auto next = sched_.Advance();
+        if (next.step == EpochScheduler::Step::kBuild) {
+          Build(next.epoch);
+          continue;
+        }
+        ready = next.step != EpochScheduler::Step::kWait || workers_.target() == 0;
+        if (ready || std::chrono::steady_clock::now() >= deadline) break;
+        WaitForBatch(deadline);
       }
     }
-    last_return_ns_ = SteadyNanos();
-    consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+    ConsumerLeaves(enter);
     return ready;
   }
 
-  void SetEpoch(int64_t epoch) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Abandon(cur_);
-    // The epoch prefetched ahead is kept when it is the one asked for: the
-    // usual `set_epoch(e)` before each epoch costs nothing.
-    if (ahead_ != nullptr && ahead_->epoch() != epoch) Abandon(ahead_);
-    next_epoch_ = epoch;
-    pending_restore_.reset();
+  void SetEpoch(int64_t epoch) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    sched_.SetEpoch(epoch);
+    work_cv_.NotifyAll();
   }
 
-  int64_t epoch() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cur_ ? cur_->epoch() : next_epoch_;
+  int64_t epoch() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return sched_.epoch();
   }
 
-  int64_t batches_per_epoch() const { return num_batches_; }
-  int64_t samples_per_epoch() const { return samples_per_epoch_; }
+  int64_t batches_per_epoch() const { return shape_.num_batches; }
+  int64_t samples_per_epoch() const { return shape_.num_samples; }
   const SampleSpec& spec() const { return spec_; }
 
-  LoaderState State() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    LoaderState state;
-    state.seed = options_.seed;
-    if (pending_restore_) return *pending_restore_;
-    if (cur_ == nullptr) {
-      state.epoch = next_epoch_;
-      return state;
-    }
-    if (cur_->finished()) {
-      state.epoch = cur_->epoch() + 1;
-      return state;
-    }
-    state.epoch = cur_->epoch();
-    int64_t prefix = 0;
-    while (prefix < num_batches_ && cur_->delivered[static_cast<size_t>(prefix)]) ++prefix;
-    state.position = prefix;
-    for (int64_t b = prefix; b < num_batches_; ++b) {
-      if (cur_->delivered[static_cast<size_t>(b)]) state.beyond.push_back(b);
-    }
-    return state;
+  LoaderState State() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return sched_.State();
   }
 
-  Status Restore(const LoaderState& state) {
-    if (state.seed != options_.seed) {
-      return InvalidArgument("checkpoint seed " + std::to_string(state.seed) +
-                             " differs from the loader's seed " + std::to_string(options_.seed));
-    }
-    if (state.epoch < 0) {
-      return InvalidArgument("checkpoint epoch must be >= 0, got " + std::to_string(state.epoch));
-    }
-    if (state.position < 0 || state.position > num_batches_) {
-      return InvalidArgument("checkpoint position " + std::to_string(state.position) +
-                             " is outside [0, " + std::to_string(num_batches_) + "]");
-    }
-    for (int64_t b : state.beyond) {
-      if (b <= state.position || b >= num_batches_) {
-        return InvalidArgument("checkpoint batch " + std::to_string(b) +
-                               " in 'beyond' is outside (position, " +
-                               std::to_string(num_batches_) + ")");
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    Abandon(cur_);
-    Abandon(ahead_);
-    next_epoch_ = state.epoch;
-    pending_restore_ = state;
-    return Status::Ok();
+  Status Restore(const LoaderState& state) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    Status st = sched_.Restore(state);
+    work_cv_.NotifyAll();
+    return st;
   }
 
-  void Resize(int workers) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Resize(int workers) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (stopped_) return;
     workers_.Resize(workers);
-    work_cv_.notify_all();
-    ready_cv_.notify_all();
+    work_cv_.NotifyAll();
+    ready_cv_.NotifyAll();
   }
 
   int workers() const { return workers_.target(); }
 
-  void SetPrefetch(int batches, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    prefetch_batches_ = std::max(batches, 1);
-    prefetch_bytes_ = std::max<size_t>(bytes, 1);
-    pool_->set_max_free(static_cast<size_t>(DepthLocked()) + 2);
-    work_cv_.notify_all();
+  void SetPrefetch(int batches, size_t bytes) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    sched_.SetPrefetch(batches, bytes);
+    pool_->set_max_free(static_cast<size_t>(sched_.depth()) + 2);
+    work_cv_.NotifyAll();
   }
 
-  LoaderMetrics Metrics() const {
+  LoaderMetrics Metrics() const EXCLUDES(mu_) {
     LoaderMetrics m;
     m.time_ns = SteadyNanos();
     m.batches_delivered = batches_delivered_.load(std::memory_order_relaxed);
@@ -247,414 +155,237 @@ class Loader::Impl {
     m.consumer_step_ns = consumer_step_ns_.load(std::memory_order_relaxed);
     m.next_calls = next_calls_.load(std::memory_order_relaxed);
     m.batch_bytes = pool_->batch_bytes();
-    std::lock_guard<std::mutex> lock(mu_);
     m.workers_target = workers_.target();
     m.workers_running = workers_.running();
-    m.prefetch_batches = prefetch_batches_;
-    m.prefetch_bytes = prefetch_bytes_;
-    m.ready_batches = ready_count_;
-    m.open_batches = open_count_;
-    m.bytes_in_flight = static_cast<size_t>(open_count_) * pool_->batch_bytes();
-    m.samples_produced = retired_samples_;
-    m.busy_ns = retired_busy_ns_;
-    m.cpu_ns = retired_cpu_ns_;
-    m.queue_ns = retired_queue_ns_;
-    auto add = [&m](const WorkerContext& c) {
-      WorkerMetrics w{c.id, c.samples.load(std::memory_order_relaxed),
-                      c.busy_ns.load(std::memory_order_relaxed),
-                      c.cpu_ns.load(std::memory_order_relaxed),
-                      c.queue_ns.load(std::memory_order_relaxed)};
-      m.samples_produced += w.samples;
-      m.busy_ns += w.busy_ns;
-      m.cpu_ns += w.cpu_ns;
-      m.queue_ns += w.queue_ns;
-      return w;
-    };
-    for (const WorkerContext* c : live_workers_) {
-      m.workers.push_back(add(*c));
-      m.worker_bytes += c->footprint.load(std::memory_order_relaxed);
+    {
+      MutexLock lock(mu_);
+      m.prefetch_batches = sched_.prefetch_batches();
+      m.prefetch_bytes = sched_.prefetch_bytes();
+      m.ready_batches = sched_.ready_batches();
+      m.open_batches = sched_.open_batches();
     }
-    add(consumer_ctx_);
+    m.bytes_in_flight = static_cast<size_t>(m.open_batches) * pool_->batch_bytes();
+    stats_board_.AddTo(consumer_ctx_.stats, &m);
     return m;
   }
 
-  std::vector<SkipRecord> Skipped() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SkipRecord> Skipped() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return skipped_;
   }
 
-  void Stop() {
+  void Stop() EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopped_ = true;
       stop_flag_.store(true, std::memory_order_release);
       workers_.Stop();
-      work_cv_.notify_all();
-      ready_cv_.notify_all();
+      work_cv_.NotifyAll();
+      ready_cv_.NotifyAll();
     }
     workers_.Join();
   }
 
  private:
-  // Batches that may be started and not yet delivered.
-  int DepthLocked() const {
-    size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
-    return static_cast<int>(
-        std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
+  int64_t ConsumerEnters() {
+    const int64_t enter = SteadyNanos();
+    if (last_return_ns_ != 0) {
+      consumer_step_ns_.fetch_add(enter - last_return_ns_, std::memory_order_relaxed);
+    }
+    return enter;
   }
 
-  // Makes next_epoch_ the epoch being delivered: the one prefetched ahead
-  // when it is that epoch, else a fresh one (applying a pending restore).
-  void StartEpochLocked() {
-    if (ahead_ != nullptr && ahead_->epoch() == next_epoch_ && !pending_restore_) {
-      cur_ = std::move(ahead_);
-      return;
+  void ConsumerLeaves(int64_t enter) {
+    last_return_ns_ = SteadyNanos();
+    consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+  }
+
+  // Builds epoch `epoch`'s plan with the lock released (O(samples)), then
+  // offers it; a plan no longer wanted is destroyed outside the lock too.
+  void Build(int64_t epoch) REQUIRES(mu_) {
+    std::unique_ptr<EpochRun> run;
+    {
+      MutexUnlock unlock(mu_);
+      run = EpochScheduler::Prepare(plan_options_, epoch);
     }
-    Abandon(ahead_);
-    cur_ = NewRun(next_epoch_);
-    if (pending_restore_) {
-      for (int64_t b = 0; b < pending_restore_->position; ++b) {
-        cur_->delivered[static_cast<size_t>(b)] = 1;
+    auto unwanted = sched_.Offer(std::move(run));
+    work_cv_.NotifyAll();
+    ready_cv_.NotifyAll();
+    if (unwanted != nullptr) {
+      MutexUnlock unlock(mu_);
+      unwanted.reset();
+    }
+  }
+
+  // Claims and runs one task, or builds a plan asked for; false when there
+  // is nothing to do. The lock is released while working.
+  bool Work(WorkerContext& ctx, int threads) REQUIRES(mu_) {
+    BatchTask task;
+    const auto claim = sched_.ClaimTask(threads, &task);
+    switch (claim.work) {
+      case EpochScheduler::Work::kTask: {
+        MutexUnlock unlock(mu_);
+        RunTask(ctx, task);
+        task.plan.reset();  // perhaps the last reference to an epoch's plan
+        return true;
       }
-      for (int64_t b : pending_restore_->beyond) cur_->delivered[static_cast<size_t>(b)] = 1;
-      cur_->delivered_count = static_cast<int64_t>(
-          std::count(cur_->delivered.begin(), cur_->delivered.end(), uint8_t{1}));
-      pending_restore_.reset();
+      case EpochScheduler::Work::kBuild:
+        Build(claim.epoch);
+        return true;
+      case EpochScheduler::Work::kWait:
+        return false;
     }
-    work_cv_.notify_all();
+    return false;
   }
 
-  // Drops `run` (may be null). Slots still being written by workers move to
-  // stale_, and whoever finishes them last returns them to the pool.
-  void Abandon(std::unique_ptr<EpochRun>& run) {
-    if (run == nullptr) return;
-    for (int64_t b = 0; b < run->num_batches(); ++b) {
-      auto& slot = run->open[static_cast<size_t>(b)];
-      if (slot == nullptr) continue;
-      --open_count_;
-      if (slot->ready) --ready_count_;
-      bool release_now = slot->ready;
-      if (!release_now && b == run->claim_batch && run->claim_offset > 0) {
-        // Nobody will claim the rest of this batch: count it done ourselves.
-        int64_t unclaimed = slot->length - run->claim_offset;
-        release_now = slot->remaining.fetch_sub(unclaimed, std::memory_order_acq_rel) == unclaimed;
-      }
-      if (release_now) {
-        pool_->Release(std::move(slot));
-      } else {
-        stale_.push_back(std::move(slot));
-      }
-    }
-    run.reset();
-    work_cv_.notify_all();
-  }
-
-  // Claims the next run of positions: from the epoch being delivered, or,
-  // once that is fully claimed, from the next one (prefetch across the epoch
-  // boundary). Opening a batch needs room under the prefetch bound. Chunks
-  // shrink when many workers share a small window, so that every worker
-  // finds work; with few workers a task is a whole batch.
-  bool ClaimLocked(Task* task) {
-    if (stopped_) return false;
-    EpochRun* run = cur_.get();
-    if (run != nullptr) SkipDelivered(*run);
-    if (run == nullptr || run->fully_claimed()) {
-      // Look ahead, but only at the epoch the next Next() will start, and
-      // not before the first epoch or while a restore is pending.
-      if (pending_restore_ || (cur_ == nullptr && ahead_ == nullptr)) return false;
-      if (ahead_ == nullptr) ahead_ = NewRun(cur_->epoch() + 1);
-      if (cur_ == nullptr && ahead_->epoch() != next_epoch_) return false;
-      run = ahead_.get();
-      SkipDelivered(*run);
-      if (run->fully_claimed()) return false;
-    }
-    auto& slot = run->open[static_cast<size_t>(run->claim_batch)];
-    const int64_t length = run->plan->batch_length(run->claim_batch);
-    if (run->claim_offset == 0) {
-      if (open_count_ >= DepthLocked()) return false;
-      slot = pool_->Acquire();
-      slot->Reset(run->epoch(), run->claim_batch, run->generation, length);
-      ++open_count_;
-    }
-    const int64_t threads = std::max(1, workers_.running());
-    const int64_t window = static_cast<int64_t>(DepthLocked()) * options_.batch_size;
-    const int64_t chunk =
-        std::clamp<int64_t>(window / (2 * threads), 1, length - run->claim_offset);
-    task->plan = run->plan;
-    task->slot = slot.get();
-    task->offset = run->claim_offset;
-    task->length = chunk;
-    run->claim_offset += chunk;
-    if (run->claim_offset == length) {
-      ++run->claim_batch;
-      run->claim_offset = 0;
-    }
-    return true;
-  }
-
-  std::unique_ptr<EpochRun> NewRun(int64_t epoch) {
-    auto run = std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan_options_, epoch),
-                                          ++generation_);
-    if (!options_.ordered) run->ready_fifo.reserve(static_cast<size_t>(num_batches_));
-    return run;
-  }
-
-  static void SkipDelivered(EpochRun& run) {
-    while (run.claim_batch < run.num_batches() && run.claim_offset == 0 &&
-           run.delivered[static_cast<size_t>(run.claim_batch)]) {
-      ++run.claim_batch;
-    }
-  }
-
-  void RunTask(WorkerContext& ctx, const Task& task) {
-    int64_t wall0 = SteadyNanos();
-    int64_t cpu0 = ThreadCpuNanos();
+  void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
     const EpochPlan& plan = *task.plan;
-    const int64_t begin = plan.batch_begin(slot->batch);
+    const int64_t begin = plan.batch_begin(slot->batch());
     const auto epoch = static_cast<uint64_t>(plan.epoch());
-    const int64_t task_wall0 = wall0;
-    // The run-queue delay is read where the task starts and where counters
-    // are published (a read costs about a microsecond: only for tasks long
-    // enough not to notice, judged by the last task's samples).
-    const bool timed = ctx.run_delay != nullptr && ctx.sample_ns * task.length >= kRunDelayTaskNs;
-    if (timed) {
-      // From here: a wait for a CPU between tasks is no sample's.
-      const int64_t d = ctx.run_delay->ReadNanos();
-      if (d >= 0) ctx.run_delay_ns = d;
-    }
-    int64_t pending = 0;  // samples not yet published
-    auto publish = [&] {
-      // The delay first: a wait for a CPU after it falls into the next
-      // interval, so that queueing never exceeds the wall time it is in.
-      const int64_t delay = timed ? ctx.run_delay->ReadNanos() : -1;
-      const int64_t wall1 = SteadyNanos();
-      const int64_t cpu1 = ThreadCpuNanos();
-      ctx.samples.fetch_add(pending, std::memory_order_relaxed);
-      ctx.busy_ns.fetch_add(wall1 - wall0, std::memory_order_relaxed);
-      ctx.cpu_ns.fetch_add(cpu1 - cpu0, std::memory_order_relaxed);
-      if (timed && delay >= ctx.run_delay_ns) {
-        ctx.queue_ns.fetch_add(delay - ctx.run_delay_ns, std::memory_order_relaxed);
-        ctx.run_delay_ns = delay;
-      }
-      wall0 = wall1;
-      cpu0 = cpu1;
-      pending = 0;
-    };
+    TaskTimer timer(ctx.stats, task.length);
     for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
       if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
-      const auto up = static_cast<size_t>(p);
       const int64_t index = plan.sample(begin + p);
-      slot->indices[up] = index;
       SampleRng rng(options_.seed, epoch, static_cast<uint64_t>(index));
       Record record;
       Status st = options_.source->Read(index, ctx.read, &record);
+      if (st.ok()) st = options_.transform->Apply(record, rng, slot->sample(p), ctx.scratch.get());
       if (st.ok()) {
-        st = options_.transform->Apply(record, rng, {slot->sample(p), slot->sample_bytes()},
-                                       ctx.scratch.get());
-      }
-      if (st.ok()) {
-        slot->labels[up] = record.label;
+        slot->Put(p, index, record.label);
       } else {
-        slot->outcomes[up] = st.WithContext("sample " + std::to_string(index) + " (" +
-                                            options_.source->Key(index) + ")");
-        slot->failed.store(true, std::memory_order_relaxed);
+        slot->Fail(p, index,
+                   st.WithContext("sample " + std::to_string(index) + " (" +
+                                  options_.source->Key(index) + ")"));
       }
-      if (++pending >= ctx.publish_every) publish();
+      timer.SampleDone();
     }
-    if (pending > 0) publish();
-    const int64_t per_sample = (wall0 - task_wall0) / std::max<int64_t>(task.length, 1);
-    ctx.sample_ns = per_sample;
-    ctx.publish_every =
-        std::clamp<int64_t>(1'000'000 / std::max<int64_t>(per_sample, 1), 1, 1 << 20);
-    ctx.footprint.store(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0),
-                        std::memory_order_relaxed);
-    if (slot->remaining.fetch_sub(task.length, std::memory_order_acq_rel) == task.length) {
-      FinishBatch(slot);
-    }
+    timer.Finish();
+    ctx.stats.set_footprint(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0));
+    if (slot->Done(task.length)) FinishBatch(slot);
   }
 
   // Runs on the thread that completed the batch's last position.
-  void FinishBatch(BatchSlot* slot) {
-    if (slot->failed.load(std::memory_order_relaxed) && options_.on_error == ErrorPolicy::kSkip) {
-      for (int64_t p = 0; p < slot->length; ++p) {
-        const Status& outcome = slot->outcomes[static_cast<size_t>(p)];
-        if (outcome.ok()) continue;
-        int64_t index = slot->indices[static_cast<size_t>(p)];
-        slot->skips.push_back(
-            {slot->epoch, index, options_.source->Key(index), outcome.ToString()});
+  void FinishBatch(BatchSlot* slot) EXCLUDES(mu_) {
+    if (slot->failed() && options_.on_error == ErrorPolicy::kSkip) {
+      for (const auto& f : slot->Failures()) {
+        slot->skips().push_back(
+            {slot->epoch(), f.index, options_.source->Key(f.index), f.status.ToString()});
       }
-      slot->CompactFailures();
+      slot->DropFailures();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    EpochRun* run = nullptr;
-    if (cur_ != nullptr && cur_->generation == slot->generation) run = cur_.get();
-    if (ahead_ != nullptr && ahead_->generation == slot->generation) run = ahead_.get();
-    if (run == nullptr) {  // its epoch was abandoned meanwhile
-      auto it = std::find_if(stale_.begin(), stale_.end(),
-                             [slot](const auto& s) { return s.get() == slot; });
-      pool_->Release(std::move(*it));
-      stale_.erase(it);
-      return;
+    MutexLock lock(mu_);
+    switch (sched_.Complete(slot)) {
+      case EpochScheduler::Completed::kDeliverable:
+        ready_cv_.NotifyAll();
+        break;
+      case EpochScheduler::Completed::kReleased:  // room under the prefetch bound
+        if (idle_workers_ > 0) work_cv_.NotifyAll();
+        break;
+      case EpochScheduler::Completed::kAhead:
+        break;
     }
-    slot->ready = true;
-    ++ready_count_;
-    if (!options_.ordered) run->ready_fifo.push_back(slot->batch);
-    if (run == cur_.get()) ready_cv_.notify_all();
   }
 
-  BatchSlot* DeliverableLocked() {
-    if (cur_ == nullptr) return nullptr;
-    EpochRun& run = *cur_;
-    if (options_.ordered) {
-      while (run.deliver_pos < num_batches_ &&
-             run.delivered[static_cast<size_t>(run.deliver_pos)]) {
-        ++run.deliver_pos;
-      }
-      if (run.deliver_pos >= num_batches_) return nullptr;
-      BatchSlot* s = run.open[static_cast<size_t>(run.deliver_pos)].get();
-      return (s != nullptr && s->ready) ? s : nullptr;
-    }
-    if (run.ready_head < run.ready_fifo.size()) {
-      return run.open[static_cast<size_t>(run.ready_fifo[run.ready_head])].get();
-    }
-    return nullptr;
-  }
-
-  // Runs the controller if its interval has passed. Consumer thread only;
-  // REQUIRES: `lock` held; it is released around the controller's Tick.
-  void MaybeTickLocked(std::unique_lock<std::mutex>& lock) {
+  // Runs the controller if its interval has passed, with the lock released
+  // around its Tick. Consumer thread only.
+  void MaybeTick() REQUIRES(mu_) {
     if (controller_ == nullptr) return;
     const int64_t now = SteadyNanos();
     if (now < next_tick_ns_) return;
     next_tick_ns_ = now + controller_->interval().count();
-    lock.unlock();
+    MutexUnlock unlock(mu_);
     controller_->Tick(*owner_);
-    lock.lock();
   }
 
-  Result<std::optional<Batch>> NextImpl() {
-    std::unique_lock<std::mutex> lock(mu_);
+  // Waits until woken, the controller's next tick, or `deadline`.
+  void WaitForBatch(std::chrono::steady_clock::time_point deadline) REQUIRES(mu_) {
+    if (controller_ != nullptr) {
+      deadline = std::min(
+          deadline, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_tick_ns_)));
+    }
+    ready_cv_.WaitUntil(mu_, deadline);
+  }
+
+  Result<std::optional<Batch>> NextImpl() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     while (true) {
-      MaybeTickLocked(lock);
+      MaybeTick();
       if (stopped_) return Cancelled("the loader was stopped");
-      if (cur_ == nullptr) StartEpochLocked();
-      if (cur_->finished()) {
-        next_epoch_ = cur_->epoch() + 1;
-        // Workers may not have looked ahead yet (all busy on the last
-        // batches): start the next epoch's prefetch here, or nobody will.
-        if (ahead_ == nullptr && !pending_restore_) ahead_ = NewRun(next_epoch_);
-        cur_.reset();
-        work_cv_.notify_all();
-        return std::optional<Batch>();
-      }
-      if (BatchSlot* s = DeliverableLocked()) return DeliverLocked(s);
-      if (workers_.target() == 0) {
-        Task task;
-        if (ClaimLocked(&task)) {
-          lock.unlock();
-          RunTask(consumer_ctx_, task);
-          lock.lock();
+      const auto next = sched_.Advance();
+      switch (next.step) {
+        case EpochScheduler::Step::kDeliver:
+          return Deliver();
+        case EpochScheduler::Step::kEndOfEpoch:
+          sched_.EndEpoch();
+          work_cv_.NotifyAll();  // workers may now prefetch the next epoch
+          return std::optional<Batch>();
+        case EpochScheduler::Step::kBuild:
+          Build(next.epoch);
           continue;
-        }
+        case EpochScheduler::Step::kWait:
+          break;
       }
-      if (controller_ != nullptr) {
-        ready_cv_.wait_until(
-            lock, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(next_tick_ns_)));
-      } else {
-        ready_cv_.wait(lock);
-      }
+      if (workers_.target() == 0 && Work(consumer_ctx_, 1)) continue;
+      WaitForBatch(std::chrono::steady_clock::time_point::max());
     }
   }
 
-  Result<std::optional<Batch>> DeliverLocked(BatchSlot* s) {
-    const auto b = static_cast<size_t>(s->batch);
-    EpochRun& run = *cur_;
-    if (!options_.ordered) ++run.ready_head;
-    std::unique_ptr<BatchSlot> slot = std::move(run.open[b]);
-    run.delivered[b] = 1;
-    ++run.delivered_count;
-    --open_count_;
-    --ready_count_;
-    if (idle_workers_ > 0) work_cv_.notify_all();
+  // Hands out the next batch: under kRaise a batch with a failed sample is
+  // consumed and becomes the error naming it.
+  Result<std::optional<Batch>> Deliver() REQUIRES(mu_) {
+    std::unique_ptr<BatchSlot> slot = sched_.Deliver();
+    if (idle_workers_ > 0) work_cv_.NotifyAll();
+    for (auto& skip : slot->skips()) skipped_.push_back(std::move(skip));
+    MutexUnlock unlock(mu_);
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
-    if (slot->failed.load(std::memory_order_relaxed) && options_.on_error == ErrorPolicy::kRaise) {
-      Status first;
-      for (int64_t p = 0; p < slot->length && first.ok(); ++p)
-        first = slot->outcomes[static_cast<size_t>(p)];
+    if (slot->failed() && options_.on_error == ErrorPolicy::kRaise) {
+      const Status first = slot->Failures().front().status;
+      const std::string where =
+          "batch " + std::to_string(slot->batch()) + " of epoch " + std::to_string(slot->epoch());
       pool_->Release(std::move(slot));
-      return first.WithContext("batch " + std::to_string(b) + " of epoch " +
-                               std::to_string(run.epoch()));
+      return first.WithContext(where);
     }
-    for (auto& skip : slot->skips) skipped_.push_back(std::move(skip));
-    samples_delivered_.fetch_add(slot->count, std::memory_order_relaxed);
+    samples_delivered_.fetch_add(slot->count(), std::memory_order_relaxed);
     return std::optional<Batch>(Batch(std::move(slot), pool_));
   }
 
-  void WorkerMain(int id) {
+  void WorkerMain(int id) EXCLUDES(mu_) {
     if (options_.batch_scheduling) {
       sched_param param{};
       pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // a refusal is harmless
     }
-    WorkerContext ctx;
-    ctx.id = id;
-    ctx.scratch = options_.transform->NewScratch();
-    ctx.run_delay = std::make_unique<RunDelayClock>();
-    ctx.run_delay_ns = ctx.run_delay->ReadNanos();
-    if (ctx.run_delay_ns < 0) ctx.run_delay.reset();
-    std::unique_lock<std::mutex> lock(mu_);
-    live_workers_.push_back(&ctx);
-    while (!workers_.TryLeave()) {
-      Task task;
-      if (ClaimLocked(&task)) {
-        lock.unlock();
-        RunTask(ctx, task);
-        task.plan.reset();
-        lock.lock();
-        continue;
+    WorkerContext ctx(id, /*worker_thread=*/true, *options_.transform);
+    stats_board_.Join(&ctx.stats);
+    {
+      MutexLock lock(mu_);
+      while (!stopped_ && !workers_.TryLeave()) {
+        if (Work(ctx, workers_.running())) continue;
+        ++idle_workers_;
+        work_cv_.Wait(mu_);
+        --idle_workers_;
       }
-      ++idle_workers_;
-      work_cv_.wait(lock);
-      --idle_workers_;
     }
-    std::erase(live_workers_, &ctx);
-    retired_samples_ += ctx.samples.load(std::memory_order_relaxed);
-    retired_busy_ns_ += ctx.busy_ns.load(std::memory_order_relaxed);
-    retired_cpu_ns_ += ctx.cpu_ns.load(std::memory_order_relaxed);
-    retired_queue_ns_ += ctx.queue_ns.load(std::memory_order_relaxed);
+    stats_board_.Leave(&ctx.stats);
   }
 
   const LoaderOptions options_;
   const PlanOptions plan_options_;
+  const PlanShape shape_ = PlanShape::Of(plan_options_);
   const SampleSpec spec_;
   const std::shared_ptr<BatchPool> pool_;
-  const int64_t num_batches_;
-  const int64_t samples_per_epoch_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // workers: work, resize or stop
-  std::condition_variable ready_cv_;  // consumer: a batch is ready, resize or stop
-  bool stopped_ = false;
+  mutable Mutex mu_;
+  CondVar work_cv_;   // workers: work, room, a plan, resize or stop
+  CondVar ready_cv_;  // consumer: a batch, a plan, resize or stop
+  EpochScheduler sched_ GUARDED_BY(mu_);
+  bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
-  std::unique_ptr<EpochRun> cur_;       // being delivered; null between epochs
-  std::unique_ptr<EpochRun> ahead_;     // the next epoch, prefetched
-  int64_t generation_ = 0;              // of the newest EpochRun
-  int64_t next_epoch_;
-  std::optional<LoaderState> pending_restore_;
-  std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written
-  int open_count_ = 0;
-  int ready_count_ = 0;
-  int idle_workers_ = 0;
-  int prefetch_batches_;
-  size_t prefetch_bytes_;
-  std::vector<SkipRecord> skipped_;
-  std::vector<const WorkerContext*> live_workers_;
-  int64_t retired_samples_ = 0;
-  int64_t retired_busy_ns_ = 0;
-  int64_t retired_cpu_ns_ = 0;
-  int64_t retired_queue_ns_ = 0;
+  int idle_workers_ GUARDED_BY(mu_) = 0;
+  std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
 
-  WorkerContext consumer_ctx_;
+  WorkerStatsBoard stats_board_;
+  WorkerContext consumer_ctx_;              // consumer thread only
   Loader* owner_ = nullptr;                 // for the controller's Tick
   std::unique_ptr<Controller> controller_;  // consumer thread only
   int64_t next_tick_ns_ = 0;                // consumer thread only
@@ -689,7 +420,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,    o.seed,
                    o.drop_last,      o.rank,       o.world_size, o.pad_shards};
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
-  if (EpochPlan(plan, 0).num_batches() == 0) {
+  if (PlanShape::Of(plan).num_batches == 0) {
     return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +
                            " samples over world_size " + std::to_string(o.world_size) +
                            " is less than batch_size " + std::to_string(o.batch_size));
@@ -736,21 +467,13 @@ void Batch::Release() {
   if (slot_ != nullptr) pool_->Release(std::move(slot_));
   pool_.reset();
 }
-int64_t Batch::epoch() const { return slot_->epoch; }
-int64_t Batch::index() const { return slot_->batch; }
-int64_t Batch::size() const { return slot_->count; }
+int64_t Batch::epoch() const { return slot_->epoch(); }
+int64_t Batch::index() const { return slot_->batch(); }
+int64_t Batch::size() const { return slot_->count(); }
 const SampleSpec& Batch::spec() const { return slot_->spec(); }
-std::span<const std::byte> Batch::data() const {
-  return {slot_->data(), static_cast<size_t>(slot_->count) * slot_->sample_bytes()};
-}
-std::span<std::byte> Batch::mutable_data() {
-  return {slot_->data(), static_cast<size_t>(slot_->count) * slot_->sample_bytes()};
-}
-std::span<const int64_t> Batch::labels() const {
-  return {slot_->labels.data(), static_cast<size_t>(slot_->count)};
-}
-std::span<const int64_t> Batch::sample_indices() const {
-  return {slot_->indices.data(), static_cast<size_t>(slot_->count)};
-}
+std::span<const std::byte> Batch::data() const { return slot_->data(); }
+std::span<std::byte> Batch::mutable_data() { return slot_->mutable_data(); }
+std::span<const int64_t> Batch::labels() const { return slot_->labels(); }
+std::span<const int64_t> Batch::sample_indices() const { return slot_->indices(); }
 
 }  // namespace stoker

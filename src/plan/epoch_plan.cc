@@ -32,8 +32,34 @@ Status ValidatePlanOptions(const PlanOptions& o) {
   return Status::Ok();
 }
 
+namespace {
+
+// This rank's share of an epoch, padded or trimmed so that every rank gets as many.
+int64_t PerRank(const PlanOptions& o) {
+  const int64_t w = o.world_size;
+  const int64_t total = o.pad_shards ? (o.num_samples + w - 1) / w * w : o.num_samples / w * w;
+  return total / w;
+}
+
+}  // namespace
+
+PlanShape PlanShape::Of(const PlanOptions& o) {
+  const int64_t per_rank = PerRank(o);
+  PlanShape s;
+  s.batch_size = o.batch_size;
+  s.num_batches =
+      o.drop_last ? per_rank / o.batch_size : (per_rank + o.batch_size - 1) / o.batch_size;
+  s.num_samples = o.drop_last ? s.num_batches * o.batch_size : per_rank;
+  return s;
+}
+
+int64_t PlanShape::batch_length(int64_t b) const {
+  const int64_t begin = b * batch_size;
+  return std::min(begin + batch_size, num_samples) - begin;
+}
+
 EpochPlan::EpochPlan(const PlanOptions& o, int64_t epoch)
-    : epoch_(epoch), batch_size_(o.batch_size) {
+    : epoch_(epoch), shape_(PlanShape::Of(o)) {
   const int64_t n = o.num_samples;
   std::vector<int64_t> global(static_cast<size_t>(n));
   std::iota(global.begin(), global.end(), int64_t{0});
@@ -45,22 +71,13 @@ EpochPlan::EpochPlan(const PlanOptions& o, int64_t epoch)
     }
   }
   const int64_t w = o.world_size;
-  const int64_t total = o.pad_shards ? (n + w - 1) / w * w : n / w * w;
-  const int64_t per_rank = total / w;
+  const int64_t per_rank = PerRank(o);
   order_.reserve(static_cast<size_t>(per_rank));
   for (int64_t k = 0; k < per_rank; ++k) {
     // Padding repeats the epoch's order from its start, wrapping as often as needed.
     int64_t global_pos = k * w + o.rank;
     order_.push_back(global[static_cast<size_t>(global_pos % n)]);
   }
-  num_batches_ = o.drop_last ? per_rank / batch_size_ : (per_rank + batch_size_ - 1) / batch_size_;
-  num_samples_ = o.drop_last ? num_batches_ * batch_size_ : per_rank;
-}
-
-int64_t EpochPlan::batch_length(int64_t b) const {
-  int64_t begin = batch_begin(b);
-  int64_t end = std::min(begin + batch_size_, num_samples_);
-  return end - begin;
 }
 
 }  // namespace stoker

@@ -25,6 +25,19 @@ struct PlanOptions {
 /// Checks `options`; the error names the offending option and value.
 Status ValidatePlanOptions(const PlanOptions& options);
 
+/// The sizes of every epoch's plan, from the options alone (they do not
+/// depend on the epoch): O(1), no order is built.
+struct PlanShape {
+  int64_t num_samples = 0;  // this rank's samples per epoch
+  int64_t num_batches = 0;
+  int64_t batch_size = 1;
+
+  /// REQUIRES: ValidatePlanOptions(options).ok().
+  static PlanShape Of(const PlanOptions& options);
+  /// Samples in batch `b` (the last one may be short).
+  int64_t batch_length(int64_t b) const;
+};
+
 /// One rank's order of one epoch, cut into batches: a pure function of
 /// (options, epoch). Immutable; safe to read from many threads.
 class EpochPlan {
@@ -34,21 +47,20 @@ class EpochPlan {
 
   int64_t epoch() const { return epoch_; }
   /// Samples this rank delivers this epoch (after padding and drop_last).
-  int64_t num_samples() const { return num_samples_; }
-  int64_t num_batches() const { return num_batches_; }
-  int64_t batch_size() const { return batch_size_; }
+  int64_t num_samples() const { return shape_.num_samples; }
+  int64_t num_batches() const { return shape_.num_batches; }
+  int64_t batch_size() const { return shape_.batch_size; }
+  const PlanShape& shape() const { return shape_; }
   /// Position in this rank's order of batch `b`'s first sample.
-  int64_t batch_begin(int64_t b) const { return b * batch_size_; }
+  int64_t batch_begin(int64_t b) const { return b * shape_.batch_size; }
   /// Samples in batch `b` (the last one may be short).
-  int64_t batch_length(int64_t b) const;
+  int64_t batch_length(int64_t b) const { return shape_.batch_length(b); }
   /// The source index at `position` of this rank's order.
   int64_t sample(int64_t position) const { return order_[static_cast<size_t>(position)]; }
 
  private:
   int64_t epoch_;
-  int64_t batch_size_;
-  int64_t num_samples_;
-  int64_t num_batches_;
+  PlanShape shape_;
   std::vector<int64_t> order_;
 };
 

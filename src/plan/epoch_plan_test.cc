@@ -89,6 +89,39 @@ TEST(EpochPlanTest, TinySourcePadsByWrapping) {
   }
 }
 
+TEST(EpochPlanTest, ShapeCountsWithoutBuildingAnOrder) {
+  for (int64_t n : {1, 2, 7, 64, 65, 1000}) {
+    for (int64_t bs : {1, 3, 64}) {
+      for (int w : {1, 2, 3, 8}) {
+        for (bool pad : {true, false}) {
+          for (bool drop : {false, true}) {
+            PlanOptions o{.num_samples = n,
+                          .batch_size = bs,
+                          .drop_last = drop,
+                          .world_size = w,
+                          .pad_shards = pad};
+            if (!ValidatePlanOptions(o).ok()) continue;
+            const PlanShape s = PlanShape::Of(o);
+            // This rank's share, then whole batches only under drop_last.
+            const int64_t share = pad ? (n + w - 1) / w : n / w;
+            EXPECT_EQ(s.num_samples, drop ? share / bs * bs : share);
+            int64_t sum = 0;
+            for (int64_t b = 0; b < s.num_batches; ++b) {
+              EXPECT_GE(s.batch_length(b), 1);
+              EXPECT_LE(s.batch_length(b), bs);
+              if (b + 1 < s.num_batches || drop) {
+                EXPECT_EQ(s.batch_length(b), bs);
+              }
+              sum += s.batch_length(b);
+            }
+            EXPECT_EQ(sum, s.num_samples) << n << " " << bs << " " << w << " " << pad << drop;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(EpochPlanTest, ValidationNamesTheOption) {
   PlanOptions o{.num_samples = 10, .batch_size = 0};
   EXPECT_NE(ValidatePlanOptions(o).message().find("batch_size"), std::string::npos);

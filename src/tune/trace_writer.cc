@@ -26,7 +26,7 @@ TraceWriter::~TraceWriter() {
     MutexLock lock(mu_);
     closing_ = true;
   }
-  wake_.notify_one();
+  wake_.NotifyOne();
   pool_.Stop();
   pool_.Join();
 }
@@ -36,7 +36,7 @@ void TraceWriter::Append(std::string line) {
     MutexLock lock(mu_);
     queue_.push_back(std::move(line));
   }
-  wake_.notify_one();
+  wake_.NotifyOne();
 }
 
 void TraceWriter::Run() {
@@ -45,8 +45,7 @@ void TraceWriter::Run() {
   while (!closing) {
     {
       MutexLock lock(mu_);
-      while (queue_.empty() && !closing_) wake_.wait(lock.native());
-      mu_.AssertHeld();
+      while (queue_.empty() && !closing_) wake_.Wait(mu_);
       lines.swap(queue_);
       closing = closing_;  // lines appended before closing are all in `lines` now
     }

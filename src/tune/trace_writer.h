@@ -49,7 +49,7 @@ class TraceWriter {
 
   const File file_;  // written by the writer thread only
   Mutex mu_;
-  std::condition_variable wake_;  // lines queued, or closing
+  CondVar wake_;  // lines queued, or closing
   // Unbounded: at most one line per tuner tick (5 a second by default), and
   // a bound would have to block the consumer or drop lines.
   std::vector<std::string> queue_ GUARDED_BY(mu_);

@@ -1,0 +1,294 @@
+#include "engine/epoch_scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <string>
+
+namespace stoker {
+
+EpochRun::EpochRun(std::shared_ptr<const EpochPlan> plan)
+    : plan_(std::move(plan)), delivered_(static_cast<size_t>(plan_->num_batches()), 0) {}
+
+void EpochRun::SkipDeliveredClaims() {
+  while (claim_batch_ < num_batches() && claim_offset_ == 0 && delivered(claim_batch_)) {
+    ++claim_batch_;
+  }
+}
+
+EpochRun::OpenBatch* EpochRun::Find(const BatchSlot* slot) {
+  for (auto& o : open_) {
+    if (o.slot.get() == slot) return &o;
+  }
+  return nullptr;
+}
+
+EpochScheduler::EpochScheduler(const Options& options, BatchPool* pool)
+    : plan_(options.plan),
+      shape_(PlanShape::Of(options.plan)),
+      ordered_(options.ordered),
+      pool_(pool),
+      prefetch_batches_(std::max(options.prefetch_batches, 1)),
+      prefetch_bytes_(std::max<size_t>(options.prefetch_bytes, 1)),
+      next_epoch_(options.start_epoch) {}
+
+EpochScheduler::~EpochScheduler() = default;
+
+int EpochScheduler::depth() const {
+  const size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
+  return static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
+}
+
+void EpochScheduler::SetPrefetch(int batches, size_t bytes) {
+  prefetch_batches_ = std::max(batches, 1);
+  prefetch_bytes_ = std::max<size_t>(bytes, 1);
+}
+
+std::unique_ptr<EpochRun> EpochScheduler::Prepare(const PlanOptions& plan, int64_t epoch) {
+  return std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan, epoch));
+}
+
+bool EpochScheduler::Building(int64_t epoch) const {
+  return std::find(building_.begin(), building_.end(), epoch) != building_.end();
+}
+
+void EpochScheduler::CancelBuild(int64_t epoch) { std::erase(building_, epoch); }
+
+// The epoch workers may produce ahead of the consumer: the one after the
+// epoch being delivered, or, between epochs, the next one once an epoch has
+// ended. None while a restore is pending (its run must start untouched).
+std::optional<int64_t> EpochScheduler::LookAheadEpoch() const {
+  if (pending_restore_) return std::nullopt;
+  if (cur_ != nullptr) return cur_->epoch() + 1;
+  if (look_ahead_ || ahead_ != nullptr) return next_epoch_;
+  return std::nullopt;
+}
+
+std::unique_ptr<EpochRun> EpochScheduler::Offer(std::unique_ptr<EpochRun> run) {
+  CancelBuild(run->epoch());
+  const bool wanted = ahead_ == nullptr &&
+                      (cur_ == nullptr ? run->epoch() == next_epoch_
+                                       : run->epoch() == cur_->epoch() + 1 && !pending_restore_);
+  if (!wanted) return run;
+  ahead_ = std::move(run);
+  return nullptr;
+}
+
+EpochRun* EpochScheduler::ClaimableRun(Claim* claim) {
+  if (cur_ != nullptr) {
+    cur_->SkipDeliveredClaims();
+    if (!cur_->fully_claimed()) return cur_.get();
+  }
+  const std::optional<int64_t> next = LookAheadEpoch();
+  if (!next) return nullptr;
+  if (ahead_ == nullptr) {
+    if (!Building(*next)) {
+      building_.push_back(*next);
+      *claim = {Work::kBuild, *next};
+    }
+    return nullptr;
+  }
+  assert(ahead_->epoch() == *next);
+  ahead_->SkipDeliveredClaims();
+  return ahead_->fully_claimed() ? nullptr : ahead_.get();
+}
+
+EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
+  Claim claim;
+  EpochRun* run = ClaimableRun(&claim);
+  if (run == nullptr) return claim;
+  const int64_t batch = run->claim_batch_;
+  const int64_t length = shape_.batch_length(batch);
+  if (run->claim_offset_ == 0) {
+    if (open_count_ >= depth()) return claim;
+    auto slot = pool_->Acquire();
+    slot->Open(run->epoch(), batch, length);
+    run->open_.push_back({batch, std::move(slot), false});
+    ++open_count_;
+  }
+  const int64_t window = static_cast<int64_t>(depth()) * shape_.batch_size;
+  const int64_t chunk =
+      std::clamp<int64_t>(window / (2 * std::max(1, threads)), 1, length - run->claim_offset_);
+  task->plan = run->plan_;
+  task->slot = run->open_.back().slot.get();
+  task->offset = run->claim_offset_;
+  task->length = chunk;
+  run->claim_offset_ += chunk;
+  if (run->claim_offset_ == length) {
+    ++run->claim_batch_;
+    run->claim_offset_ = 0;
+  }
+  return {Work::kTask, 0};
+}
+
+EpochScheduler::Completed EpochScheduler::Complete(BatchSlot* slot) {
+  for (EpochRun* run : {cur_.get(), ahead_.get()}) {
+    if (run == nullptr) continue;
+    if (EpochRun::OpenBatch* o = run->Find(slot)) {
+      o->ready = true;
+      ++ready_count_;
+      if (!ordered_) run->ready_.push_back(o->batch);
+      return run == cur_.get() ? Completed::kDeliverable : Completed::kAhead;
+    }
+  }
+  auto it =
+      std::find_if(stale_.begin(), stale_.end(), [slot](const auto& s) { return s.get() == slot; });
+  assert(it != stale_.end());
+  pool_->Release(std::move(*it));
+  stale_.erase(it);
+  --open_count_;
+  return Completed::kReleased;
+}
+
+// Makes next_epoch_ the epoch being delivered, from the run prefetched or
+// offered for it, applying a pending restore.
+void EpochScheduler::StartEpoch() {
+  cur_ = std::move(ahead_);
+  look_ahead_ = false;
+  if (!pending_restore_) return;
+  EpochRun& run = *cur_;
+  assert(run.open_.empty() && run.claim_batch_ == 0);  // untouched while the restore pended
+  const auto position = static_cast<size_t>(pending_restore_->position);
+  std::memset(run.delivered_.data(), 1, position);
+  for (int64_t b : pending_restore_->beyond) run.delivered_[static_cast<size_t>(b)] = 1;
+  run.delivered_count_ = static_cast<int64_t>(position);
+  for (size_t b = position; b < run.delivered_.size(); ++b)
+    run.delivered_count_ += run.delivered_[b];
+  run.prefix_ = pending_restore_->position;
+  while (run.prefix_ < run.num_batches() && run.delivered(run.prefix_)) ++run.prefix_;
+  pending_restore_.reset();
+}
+
+EpochRun::OpenBatch* EpochScheduler::Deliverable() {
+  EpochRun& run = *cur_;
+  if (!ordered_)
+    return run.ready_.empty() ? nullptr
+                              : &*std::find_if(run.open_.begin(), run.open_.end(),
+                                               [&run](const EpochRun::OpenBatch& o) {
+                                                 return o.batch == run.ready_.front();
+                                               });
+  // In order: the first undelivered batch, which is the first one open.
+  if (run.open_.empty()) return nullptr;
+  EpochRun::OpenBatch& first = run.open_.front();
+  return first.batch == run.prefix_ && first.ready ? &first : nullptr;
+}
+
+EpochScheduler::Next EpochScheduler::Advance() {
+  if (cur_ == nullptr) {
+    if (ahead_ != nullptr && ahead_->epoch() != next_epoch_) Abandon(ahead_);
+    if (ahead_ == nullptr) {
+      if (Building(next_epoch_)) return {Step::kWait, 0};
+      building_.push_back(next_epoch_);
+      return {Step::kBuild, next_epoch_};
+    }
+    StartEpoch();
+  }
+  if (cur_->finished()) return {Step::kEndOfEpoch, 0};
+  return {Deliverable() != nullptr ? Step::kDeliver : Step::kWait, 0};
+}
+
+void EpochScheduler::EndEpoch() {
+  assert(cur_ != nullptr && cur_->finished());
+  next_epoch_ = cur_->epoch() + 1;
+  cur_.reset();
+  look_ahead_ = true;
+}
+
+std::unique_ptr<BatchSlot> EpochScheduler::Deliver() {
+  EpochRun& run = *cur_;
+  EpochRun::OpenBatch* o = Deliverable();
+  assert(o != nullptr);
+  const int64_t b = o->batch;
+  std::unique_ptr<BatchSlot> slot = std::move(o->slot);
+  run.open_.erase(run.open_.begin() + (o - run.open_.data()));
+  if (!ordered_) run.ready_.pop_front();
+  run.delivered_[static_cast<size_t>(b)] = 1;
+  ++run.delivered_count_;
+  while (run.prefix_ < run.num_batches() && run.delivered(run.prefix_)) ++run.prefix_;
+  --open_count_;
+  --ready_count_;
+  return slot;
+}
+
+// Drops `run` (may be null). Slots still being written by workers move to
+// stale_, and Complete() returns them to the pool once their last task ends.
+void EpochScheduler::Abandon(std::unique_ptr<EpochRun>& run) {
+  if (run == nullptr) return;
+  for (EpochRun::OpenBatch& o : run->open_) {
+    ready_count_ -= o.ready ? 1 : 0;
+    bool release_now = o.ready;
+    if (!release_now && o.batch == run->claim_batch_ && run->claim_offset_ > 0) {
+      // Nobody will claim the rest of this batch: count it done here.
+      release_now = o.slot->Done(o.slot->length() - run->claim_offset_);
+    }
+    if (release_now) {
+      pool_->Release(std::move(o.slot));
+      --open_count_;
+    } else {
+      stale_.push_back(std::move(o.slot));
+    }
+  }
+  run.reset();
+}
+
+void EpochScheduler::SetEpoch(int64_t epoch) {
+  Abandon(cur_);
+  if (ahead_ != nullptr && ahead_->epoch() != epoch) Abandon(ahead_);
+  next_epoch_ = epoch;
+  look_ahead_ = false;
+  pending_restore_.reset();
+}
+
+int64_t EpochScheduler::epoch() const { return cur_ != nullptr ? cur_->epoch() : next_epoch_; }
+
+LoaderState EpochScheduler::State() const {
+  if (pending_restore_) return *pending_restore_;
+  LoaderState state;
+  state.seed = plan_.seed;
+  if (cur_ == nullptr || cur_->finished()) {
+    state.epoch = cur_ == nullptr ? next_epoch_ : cur_->epoch() + 1;
+    return state;
+  }
+  const EpochRun& run = *cur_;
+  state.epoch = run.epoch();
+  state.position = run.prefix_;
+  // Unordered delivery only: batches delivered past the prefix.
+  int64_t beyond = run.delivered_count_ - run.prefix_;
+  for (int64_t b = run.prefix_ + 1; beyond > 0; ++b) {
+    if (run.delivered(b)) {
+      state.beyond.push_back(b);
+      --beyond;
+    }
+  }
+  return state;
+}
+
+Status EpochScheduler::Restore(const LoaderState& state) {
+  const int64_t n = shape_.num_batches;
+  if (state.seed != plan_.seed) {
+    return InvalidArgument("checkpoint seed " + std::to_string(state.seed) +
+                           " differs from the loader's seed " + std::to_string(plan_.seed));
+  }
+  if (state.epoch < 0) {
+    return InvalidArgument("checkpoint epoch must be >= 0, got " + std::to_string(state.epoch));
+  }
+  if (state.position < 0 || state.position > n) {
+    return InvalidArgument("checkpoint position " + std::to_string(state.position) +
+                           " is outside [0, " + std::to_string(n) + "]");
+  }
+  for (int64_t b : state.beyond) {
+    if (b <= state.position || b >= n) {
+      return InvalidArgument("checkpoint batch " + std::to_string(b) +
+                             " in 'beyond' is outside (position, " + std::to_string(n) + ")");
+    }
+  }
+  Abandon(cur_);
+  Abandon(ahead_);
+  next_epoch_ = state.epoch;
+  look_ahead_ = false;
+  pending_restore_ = state;
+  return Status::Ok();
+}
+
+}  // namespace stoker

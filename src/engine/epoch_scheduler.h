@@ -1,0 +1,189 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/batch_pool.h"
+#include "plan/epoch_plan.h"
+#include "stoker/loader.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+/// A claimed run of consecutive positions of one batch, for one worker.
+struct BatchTask {
+  std::shared_ptr<const EpochPlan> plan;
+  BatchSlot* slot = nullptr;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+/// One epoch being produced: its plan and where claiming and delivery stand.
+/// Made by EpochScheduler::Prepare (O(samples), outside any lock), then owned
+/// by the scheduler.
+class EpochRun {
+ public:
+  explicit EpochRun(std::shared_ptr<const EpochPlan> plan);
+
+  int64_t epoch() const { return plan_->epoch(); }
+  int64_t num_batches() const { return plan_->num_batches(); }
+
+ private:
+  friend class EpochScheduler;
+  struct OpenBatch {
+    int64_t batch = 0;
+    std::unique_ptr<BatchSlot> slot;
+    bool ready = false;
+  };
+
+  bool fully_claimed() const { return claim_batch_ >= num_batches(); }
+  bool finished() const { return delivered_count_ == num_batches(); }
+  bool delivered(int64_t b) const { return delivered_[static_cast<size_t>(b)] != 0; }
+  void SkipDeliveredClaims();
+  OpenBatch* Find(const BatchSlot* slot);
+
+  std::shared_ptr<const EpochPlan> plan_;
+  std::vector<uint8_t> delivered_;  // by batch
+  std::vector<OpenBatch> open_;     // started, not delivered; in batch order
+  std::deque<int64_t> ready_;       // unordered delivery: batches as they finished
+  int64_t delivered_count_ = 0;
+  int64_t prefix_ = 0;  // batches [0, prefix_) all delivered
+  int64_t claim_batch_ = 0;
+  int64_t claim_offset_ = 0;
+};
+
+/// Where the epochs stand, as a pure single-threaded state machine (no
+/// clocks, no threads, no waiting): which positions a worker claims next,
+/// which batch the consumer may take, the prefetch bound, epoch changes and
+/// checkpoints. The loader's shell calls it under its mutex and does all
+/// waiting, building and running of tasks outside.
+///
+/// It keeps the epoch being delivered and, once that one is fully claimed,
+/// the next one (look-ahead), so workers never idle at an epoch boundary.
+/// Building an epoch's order is O(samples): the scheduler asks for it
+/// (kBuild), the asking thread builds it with Prepare() without the lock and
+/// hands it back with Offer(). Not thread-safe.
+class EpochScheduler {
+ public:
+  struct Options {
+    PlanOptions plan;  // REQUIRES: ValidatePlanOptions(plan).ok()
+    bool ordered = true;
+    int64_t start_epoch = 0;
+    int prefetch_batches = 4;
+    size_t prefetch_bytes = size_t{1} << 30;
+  };
+  /// `pool` supplies and takes back batch slots; it must outlive the scheduler.
+  EpochScheduler(const Options& options, BatchPool* pool);
+  ~EpochScheduler();
+  EpochScheduler(const EpochScheduler&) = delete;
+  EpochScheduler& operator=(const EpochScheduler&) = delete;
+
+  const PlanShape& shape() const { return shape_; }
+
+  /// What a worker (or the consumer, when there are no workers) does next.
+  enum class Work {
+    kTask,   // run the claimed task, then Done() its positions
+    kBuild,  // build epoch `epoch` with Prepare(), then Offer() it
+    kWait,   // nothing claimable now
+  };
+  struct Claim {
+    Work work = Work::kWait;
+    int64_t epoch = 0;  // for kBuild
+  };
+  /// Claims the next run of positions: from the epoch being delivered, or
+  /// once that is fully claimed from the next one. Opening a batch needs room
+  /// under the prefetch bound. Chunks shrink when many of `threads` share a
+  /// small window, so that every worker finds work; with few a task is a
+  /// whole batch.
+  Claim ClaimTask(int threads, BatchTask* task);
+
+  /// Builds epoch `epoch`'s run. Pure; call it without any lock.
+  static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);
+  /// Takes a run asked for with kBuild; returns it back (to be destroyed
+  /// outside the lock) when its epoch is no longer wanted.
+  std::unique_ptr<EpochRun> Offer(std::unique_ptr<EpochRun> run);
+  /// The build of `epoch` failed: a later call asks for it again.
+  void CancelBuild(int64_t epoch);
+
+  /// `slot` is complete (its Done() returned true). A slot of an abandoned
+  /// epoch goes back to the pool, which makes room under the prefetch bound.
+  enum class Completed {
+    kDeliverable,  // a batch of the epoch being delivered is ready
+    kAhead,        // a batch of the next epoch is ready
+    kReleased,     // an abandoned batch went back to the pool
+  };
+  Completed Complete(BatchSlot* slot);
+
+  /// What the consumer does next.
+  enum class Step {
+    kDeliver,     // call Deliver()
+    kEndOfEpoch,  // every batch was delivered: EndEpoch() moves on
+    kBuild,       // build epoch `epoch`, then Offer() it
+    kWait,        // wait for a batch (or run tasks, without workers)
+  };
+  struct Next {
+    Step step = Step::kWait;
+    int64_t epoch = 0;  // for kBuild
+  };
+  /// Starts the epoch due when none is in progress, then says what to do.
+  Next Advance();
+  /// The next batch to hand out. REQUIRES: Advance() just returned kDeliver.
+  std::unique_ptr<BatchSlot> Deliver();
+  /// Ends the epoch; the next Advance() starts the following one, which
+  /// workers may now prefetch. REQUIRES: Advance() just returned kEndOfEpoch.
+  void EndEpoch();
+
+  /// Makes `epoch` the one the next Advance() starts; abandons the epoch in
+  /// progress. The look-ahead is kept when it is that epoch.
+  void SetEpoch(int64_t epoch);
+  /// The epoch in progress, or the one the next Advance() starts.
+  int64_t epoch() const;
+  LoaderState State() const;
+  /// Checks `state` against the plan, then makes the next Advance() resume it.
+  Status Restore(const LoaderState& state);
+
+  /// Sets the prefetch bound (batches >= 1, bytes >= 1).
+  void SetPrefetch(int batches, size_t bytes);
+  int prefetch_batches() const { return prefetch_batches_; }
+  size_t prefetch_bytes() const { return prefetch_bytes_; }
+  /// Batches that may be open at once: the tighter of the two bounds, >= 1.
+  int depth() const;
+
+  /// Started and not yet delivered, including those of abandoned epochs
+  /// that workers still write.
+  int open_batches() const { return open_count_; }
+  /// Finished, not yet delivered.
+  int ready_batches() const { return ready_count_; }
+
+ private:
+  EpochRun* ClaimableRun(Claim* claim);
+  std::optional<int64_t> LookAheadEpoch() const;
+  bool Building(int64_t epoch) const;
+  void StartEpoch();
+  EpochRun::OpenBatch* Deliverable();
+  void Abandon(std::unique_ptr<EpochRun>& run);
+
+  const PlanOptions plan_;
+  const PlanShape shape_;
+  const bool ordered_;
+  BatchPool* const pool_;
+  int prefetch_batches_;
+  size_t prefetch_bytes_;
+  std::unique_ptr<EpochRun> cur_;    // being delivered; null between epochs
+  std::unique_ptr<EpochRun> ahead_;  // the next epoch, prefetched
+  int64_t next_epoch_;
+  // Workers may start next_epoch_ before the consumer asks for it (set when
+  // an epoch ends, cleared when the user changes epoch or restores).
+  bool look_ahead_ = false;
+  std::optional<LoaderState> pending_restore_;
+  std::vector<int64_t> building_;                  // epochs asked for with kBuild, not yet offered
+  std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written
+  int open_count_ = 0;
+  int ready_count_ = 0;
+};
+
+}  // namespace stoker

@@ -1,0 +1,388 @@
+#include "engine/epoch_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace stoker {
+namespace {
+
+using Step = EpochScheduler::Step;
+using Work = EpochScheduler::Work;
+
+// A sample's byte and label, as a fake worker writes them: a function of
+// (epoch, index) only, so any mix-up of positions, batches or epochs shows.
+std::byte ByteOf(int64_t epoch, int64_t index) {
+  return static_cast<std::byte>((index * 31 + epoch * 7) & 0xff);
+}
+int64_t LabelOf(int64_t epoch, int64_t index) { return index * 1000 + epoch; }
+
+// Drives an EpochScheduler the way the loader's shell does, with workers,
+// plan builders and the consumer interleaved at random, and checks after
+// every operation what the loader promises: each epoch delivers every batch
+// exactly once (in order when ordered) with the right samples, whatever the
+// interleaving, resizes of the prefetch bound, epoch changes and restores;
+// the prefetch bound holds; nothing gets stuck; no slot is leaked.
+class SchedulerSim {
+ public:
+  explicit SchedulerSim(uint64_t seed) : rng_(seed) {
+    plan_.num_samples = Uniform(1, 120);
+    plan_.batch_size = Uniform(1, 13);
+    plan_.shuffle = Coin();
+    plan_.seed = rng_();
+    plan_.world_size = static_cast<int>(Uniform(1, 3));
+    plan_.rank = static_cast<int>(Uniform(0, plan_.world_size - 1));
+    plan_.pad_shards = Coin() || plan_.num_samples < plan_.world_size;
+    plan_.drop_last = Coin();
+    if (!ValidatePlanOptions(plan_).ok() || PlanShape::Of(plan_).num_batches == 0) {
+      plan_.drop_last = false;
+    }
+    shape_ = PlanShape::Of(plan_);
+    pool_ = std::make_unique<BatchPool>(SampleSpec{{1}, DType::kUInt8}, plan_.batch_size);
+    Open(Uniform(0, 3));
+  }
+
+  void RandomOp() {
+    const int64_t r = Uniform(0, 99);
+    if (r < 25) {
+      Claim();
+    } else if (r < 50) {
+      RunOneTask();
+    } else if (r < 58) {
+      FinishOneBuild();
+    } else if (r < 82) {
+      ConsumerStep();
+    } else if (r < 85) {
+      SetPrefetch();
+    } else if (r < 87) {
+      SetEpoch(Uniform(0, 4));
+    } else if (r < 92) {
+      SaveState();
+    } else if (r < 95) {
+      RestoreSaved(/*fresh=*/false);
+    } else if (r < 96) {
+      RestoreSaved(/*fresh=*/true);
+    } else if (r < 97) {
+      RestoreGarbage();
+    } else {
+      CancelOneBuild();
+    }
+  }
+
+  // Runs everything to the end of the current epoch; fails if nothing can move.
+  void DrainEpoch() {
+    const int64_t epoch = epoch_;
+    int idle = 0;  // rounds in a row where nothing moved (an Advance that starts the epoch is one)
+    for (int round = 0; epoch_ == epoch; ++round) {
+      ASSERT_LT(round, 100000) << "no end";
+      bool moved = false;
+      while (!tasks_.empty()) moved |= RunOneTask();
+      while (!builds_.empty()) moved |= FinishOneBuild();
+      moved |= Claim();
+      moved |= ConsumerStep();
+      idle = moved || !tasks_.empty() || !builds_.empty() ? 0 : idle + 1;
+      if (idle == 2) {
+        FAIL() << "stuck in epoch " << epoch_ << " with " << sched_->open_batches() << " open, "
+               << sched_->ready_batches() << " ready, depth " << sched_->depth() << ", ordered "
+               << ordered_ << ", delivered " << delivered_.size() << " of " << shape_.num_batches;
+      }
+    }
+  }
+
+  // Abandons everything, finishes every task still out, and checks that every
+  // slot went back.
+  void CheckNoSlotKept() {
+    builds_.clear();
+    sched_->SetEpoch(1000);
+    while (!tasks_.empty()) RunOneTask();
+    EXPECT_EQ(sched_->open_batches(), 0);
+    EXPECT_EQ(sched_->ready_batches(), 0);
+  }
+
+  int64_t epochs_done() const { return epochs_done_; }
+
+ private:
+  int64_t Uniform(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  bool Coin() { return Uniform(0, 1) == 1; }
+
+  void Open(int64_t start_epoch) {
+    EpochScheduler::Options o;
+    o.plan = plan_;
+    o.ordered = Coin();
+    o.start_epoch = start_epoch;
+    o.prefetch_batches = static_cast<int>(Uniform(1, 6));
+    o.prefetch_bytes = static_cast<size_t>(Uniform(1, 8 * plan_.batch_size));
+    tasks_.clear();
+    builds_.clear();
+    sched_.reset();  // slots still out die with their scheduler
+    sched_ = std::make_unique<EpochScheduler>(o, pool_.get());
+    ordered_ = o.ordered;
+    epoch_ = start_epoch;
+    delivered_.clear();
+  }
+
+  const EpochPlan& PlanOf(int64_t epoch) {
+    auto it = plans_.find(epoch);
+    if (it == plans_.end()) it = plans_.emplace(epoch, EpochPlan(plan_, epoch)).first;
+    return it->second;
+  }
+
+  bool Claim() {
+    BatchTask task;
+    const int threads = static_cast<int>(Uniform(1, 8));
+    const auto claim = sched_->ClaimTask(threads, &task);
+    if (claim.work == Work::kBuild) builds_.push_back(claim.epoch);
+    if (claim.work != Work::kTask) return claim.work == Work::kBuild;
+    EXPECT_GE(task.length, 1);
+    EXPECT_LE(task.offset + task.length, task.slot->length());
+    if (task.offset == 0) {
+      EXPECT_LE(sched_->open_batches(), sched_->depth());
+    }
+    tasks_.push_back(task);
+    return true;
+  }
+
+  bool RunOneTask() {
+    if (tasks_.empty()) return false;
+    const size_t i = static_cast<size_t>(Uniform(0, static_cast<int64_t>(tasks_.size()) - 1));
+    BatchTask task = tasks_[i];
+    tasks_.erase(tasks_.begin() + static_cast<ptrdiff_t>(i));
+    BatchSlot* slot = task.slot;
+    const EpochPlan& plan = *task.plan;
+    for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
+      const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
+      slot->sample(p)[0] = ByteOf(plan.epoch(), index);
+      slot->Put(p, index, LabelOf(plan.epoch(), index));
+    }
+    if (slot->Done(task.length)) sched_->Complete(slot);
+    return true;
+  }
+
+  bool FinishOneBuild() {
+    if (builds_.empty()) return false;
+    const size_t i = static_cast<size_t>(Uniform(0, static_cast<int64_t>(builds_.size()) - 1));
+    const int64_t epoch = builds_[i];
+    builds_.erase(builds_.begin() + static_cast<ptrdiff_t>(i));
+    auto unwanted = sched_->Offer(EpochScheduler::Prepare(plan_, epoch));
+    return true;
+  }
+
+  void CancelOneBuild() {
+    if (builds_.empty()) return;
+    sched_->CancelBuild(builds_.back());
+    builds_.pop_back();
+  }
+
+  bool ConsumerStep() {
+    const auto next = sched_->Advance();
+    switch (next.step) {
+      case Step::kBuild:
+        EXPECT_EQ(next.epoch, epoch_);
+        builds_.push_back(next.epoch);
+        return true;
+      case Step::kWait:
+        return false;
+      case Step::kEndOfEpoch:
+        EXPECT_EQ(static_cast<int64_t>(delivered_.size()), shape_.num_batches)
+            << "epoch " << epoch_ << " ended early";
+        sched_->EndEpoch();
+        ++epoch_;
+        ++epochs_done_;
+        delivered_.clear();
+        EXPECT_EQ(sched_->epoch(), epoch_);
+        return true;
+      case Step::kDeliver:
+        CheckDelivered(sched_->Deliver());
+        return true;
+    }
+    return false;
+  }
+
+  void CheckDelivered(std::unique_ptr<BatchSlot> slot) {
+    const int64_t b = slot->batch();
+    EXPECT_EQ(slot->epoch(), epoch_);
+    EXPECT_EQ(sched_->epoch(), epoch_);
+    EXPECT_TRUE(delivered_.insert(b).second) << "batch " << b << " of epoch " << epoch_ << " twice";
+    if (ordered_) {
+      int64_t first_missing = 0;
+      while (delivered_.count(first_missing) != 0 && first_missing != b) ++first_missing;
+      EXPECT_EQ(first_missing, b) << "out of order";
+    }
+    const EpochPlan& plan = PlanOf(epoch_);
+    ASSERT_EQ(slot->count(), plan.batch_length(b));
+    for (int64_t p = 0; p < slot->count(); ++p) {
+      const int64_t index = plan.sample(plan.batch_begin(b) + p);
+      ASSERT_EQ(slot->indices()[static_cast<size_t>(p)], index);
+      ASSERT_EQ(slot->labels()[static_cast<size_t>(p)], LabelOf(epoch_, index));
+      ASSERT_EQ(slot->data()[static_cast<size_t>(p)], ByteOf(epoch_, index));
+    }
+    pool_->Release(std::move(slot));
+  }
+
+  void SetPrefetch() {
+    sched_->SetPrefetch(static_cast<int>(Uniform(1, 6)),
+                        static_cast<size_t>(Uniform(1, 8 * plan_.batch_size)));
+    EXPECT_GE(sched_->depth(), 1);
+  }
+
+  void SetEpoch(int64_t epoch) {
+    sched_->SetEpoch(epoch);
+    epoch_ = epoch;
+    delivered_.clear();
+    EXPECT_EQ(sched_->epoch(), epoch);
+  }
+
+  // The checkpoint must say exactly which batches of which epoch were delivered.
+  void SaveState() {
+    LoaderState s = sched_->State();
+    std::set<int64_t> described;
+    for (int64_t b = 0; b < s.position; ++b) described.insert(b);
+    described.insert(s.beyond.begin(), s.beyond.end());
+    if (static_cast<int64_t>(delivered_.size()) == shape_.num_batches) {
+      EXPECT_EQ(s.epoch, epoch_ + 1);  // a finished epoch checkpoints as the next one's start
+      EXPECT_TRUE(described.empty());
+      saved_ = {s, {}};
+    } else {
+      EXPECT_EQ(s.epoch, epoch_);
+      EXPECT_EQ(described, delivered_);
+      saved_ = {s, delivered_};
+    }
+    EXPECT_EQ(s.seed, plan_.seed);
+  }
+
+  void RestoreSaved(bool fresh) {
+    if (!saved_) return;
+    if (fresh) Open(Uniform(0, 5));
+    ASSERT_TRUE(sched_->Restore(saved_->first).ok());
+    epoch_ = saved_->first.epoch;
+    delivered_ = saved_->second;
+    EXPECT_EQ(sched_->epoch(), epoch_);
+    LoaderState again = sched_->State();  // a checkpoint of a pending restore is that restore
+    EXPECT_EQ(again.epoch, saved_->first.epoch);
+    EXPECT_EQ(again.position, saved_->first.position);
+  }
+
+  // A foreign or corrupt checkpoint is refused and changes nothing.
+  void RestoreGarbage() {
+    LoaderState before = sched_->State();
+    LoaderState bad = before;
+    switch (Uniform(0, 3)) {
+      case 0:
+        bad.seed ^= 1;
+        break;
+      case 1:
+        bad.epoch = -1;
+        break;
+      case 2:
+        bad.position = shape_.num_batches + 1;
+        break;
+      default:
+        bad.beyond.push_back(shape_.num_batches);
+        break;
+    }
+    EXPECT_FALSE(sched_->Restore(bad).ok());
+    LoaderState after = sched_->State();
+    EXPECT_EQ(after.epoch, before.epoch);
+    EXPECT_EQ(after.position, before.position);
+    EXPECT_EQ(after.beyond, before.beyond);
+  }
+
+  std::mt19937_64 rng_;
+  PlanOptions plan_;
+  PlanShape shape_;
+  std::unique_ptr<BatchPool> pool_;
+  std::unique_ptr<EpochScheduler> sched_;
+  bool ordered_ = true;
+  std::map<int64_t, EpochPlan> plans_;
+  std::vector<BatchTask> tasks_;  // claimed, not yet run
+  std::vector<int64_t> builds_;   // plans asked for, not yet offered
+  int64_t epoch_ = 0;             // the epoch being delivered
+  std::set<int64_t> delivered_;   // its batches delivered so far
+  int64_t epochs_done_ = 0;
+  std::optional<std::pair<LoaderState, std::set<int64_t>>> saved_;
+};
+
+TEST(EpochSchedulerTest, RandomInterleavingsKeepEveryPromise) {
+  int64_t epochs = 0;
+  for (uint64_t seed = 1; seed <= 1000; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    SchedulerSim sim(seed);
+    for (int op = 0; op < 3000 && !::testing::Test::HasFatalFailure(); ++op) sim.RandomOp();
+    sim.DrainEpoch();
+    sim.DrainEpoch();  // and the next one, from its look-ahead
+    sim.CheckNoSlotKept();
+    epochs += sim.epochs_done();
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(epochs, 2000);  // the random operations finished epochs, not only the drains
+}
+
+PlanOptions SmallPlan() { return {.num_samples = 10, .batch_size = 4, .shuffle = false}; }
+
+TEST(EpochSchedulerTest, AsksForEachPlanOnceAndNotBeforeTheFirstEpoch) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan()}, &pool);
+  BatchTask task;
+  // Workers do not start before the consumer does.
+  EXPECT_EQ(s.ClaimTask(2, &task).work, Work::kWait);
+  auto next = s.Advance();
+  ASSERT_EQ(next.step, Step::kBuild);
+  EXPECT_EQ(next.epoch, 0);
+  EXPECT_EQ(s.Advance().step, Step::kWait);  // being built: not asked twice
+  EXPECT_EQ(s.ClaimTask(2, &task).work, Work::kWait);
+  EXPECT_EQ(s.Offer(EpochScheduler::Prepare(SmallPlan(), 0)), nullptr);
+  EXPECT_EQ(s.ClaimTask(2, &task).work, Work::kTask);
+}
+
+TEST(EpochSchedulerTest, PlanForAnEpochNoLongerWantedIsHandedBack) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan()}, &pool);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
+  s.SetEpoch(5);
+  EXPECT_NE(s.Offer(EpochScheduler::Prepare(SmallPlan(), 0)), nullptr);
+  auto next = s.Advance();
+  ASSERT_EQ(next.step, Step::kBuild);
+  EXPECT_EQ(next.epoch, 5);
+}
+
+TEST(EpochSchedulerTest, LooksAheadOnceTheEpochIsFullyClaimed) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask task;
+  for (int b = 0; b < 3; ++b) ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  auto claim = s.ClaimTask(1, &task);
+  ASSERT_EQ(claim.work, Work::kBuild);
+  EXPECT_EQ(claim.epoch, 1);
+}
+
+TEST(EpochSchedulerTest, PrefetchBoundCountsAbandonedBatchesStillBeingWritten) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 1}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask task;
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  s.SetEpoch(0);  // abandoned while its task runs
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  BatchTask other;
+  EXPECT_EQ(s.ClaimTask(1, &other).work, Work::kWait);  // its buffer is still in use
+  EXPECT_EQ(s.open_batches(), 1);
+  ASSERT_TRUE(task.slot->Done(task.length));
+  EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kReleased);
+  EXPECT_EQ(s.ClaimTask(1, &other).work, Work::kTask);
+}
+
+}  // namespace
+}  // namespace stoker

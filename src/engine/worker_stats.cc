@@ -1,0 +1,101 @@
+#include "engine/worker_stats.h"
+
+#include <algorithm>
+
+#include "core/clock.h"
+
+namespace stoker {
+namespace {
+
+constexpr int64_t kRunDelayTaskNs = 200'000;  // tasks this long read the run-queue delay
+constexpr int64_t kPublishNs = 1'000'000;     // publish about this often
+
+}  // namespace
+
+WorkerStats::WorkerStats(int id, bool sample_run_delay) : id_(id) {
+  if (!sample_run_delay) return;
+  run_delay_ = std::make_unique<RunDelayClock>();
+  run_delay_ns_ = run_delay_->ReadNanos();
+  if (run_delay_ns_ < 0) run_delay_.reset();
+}
+
+WorkerStats::~WorkerStats() = default;
+
+WorkerMetrics WorkerStats::Snapshot() const {
+  return {id_, samples_.load(std::memory_order_relaxed), busy_ns_.load(std::memory_order_relaxed),
+          cpu_ns_.load(std::memory_order_relaxed), queue_ns_.load(std::memory_order_relaxed)};
+}
+
+TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples)
+    : stats_(stats),
+      samples_(samples),
+      start_ns_(SteadyNanos()),
+      timed_(stats.run_delay_ != nullptr && stats.sample_ns_ * samples >= kRunDelayTaskNs),
+      wall0_(start_ns_),
+      cpu0_(ThreadCpuNanos()) {
+  if (timed_) {
+    // From here: a wait for a CPU between tasks is no sample's.
+    const int64_t d = stats_.run_delay_->ReadNanos();
+    if (d >= 0) stats_.run_delay_ns_ = d;
+  }
+}
+
+void TaskTimer::Publish() {
+  // The delay first: a wait for a CPU after it falls into the next interval,
+  // so that queueing never exceeds the wall time it is in.
+  const int64_t delay = timed_ ? stats_.run_delay_->ReadNanos() : -1;
+  const int64_t wall1 = SteadyNanos();
+  const int64_t cpu1 = ThreadCpuNanos();
+  stats_.samples_.fetch_add(pending_, std::memory_order_relaxed);
+  stats_.busy_ns_.fetch_add(wall1 - wall0_, std::memory_order_relaxed);
+  stats_.cpu_ns_.fetch_add(cpu1 - cpu0_, std::memory_order_relaxed);
+  if (timed_ && delay >= stats_.run_delay_ns_) {
+    stats_.queue_ns_.fetch_add(delay - stats_.run_delay_ns_, std::memory_order_relaxed);
+    stats_.run_delay_ns_ = delay;
+  }
+  wall0_ = wall1;
+  cpu0_ = cpu1;
+  pending_ = 0;
+}
+
+void TaskTimer::Finish() {
+  if (pending_ > 0) Publish();
+  const int64_t per_sample = (wall0_ - start_ns_) / std::max<int64_t>(samples_, 1);
+  stats_.sample_ns_ = per_sample;
+  stats_.publish_every_ =
+      std::clamp<int64_t>(kPublishNs / std::max<int64_t>(per_sample, 1), 1, 1 << 20);
+}
+
+void WorkerStatsBoard::Join(const WorkerStats* stats) {
+  MutexLock lock(mu_);
+  live_.push_back(stats);
+}
+
+void WorkerStatsBoard::Leave(const WorkerStats* stats) {
+  const WorkerMetrics w = stats->Snapshot();
+  MutexLock lock(mu_);
+  std::erase(live_, stats);
+  retired_.samples += w.samples;
+  retired_.busy_ns += w.busy_ns;
+  retired_.cpu_ns += w.cpu_ns;
+  retired_.queue_ns += w.queue_ns;
+}
+
+void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) const {
+  auto add = [m](const WorkerMetrics& w) {
+    m->samples_produced += w.samples;
+    m->busy_ns += w.busy_ns;
+    m->cpu_ns += w.cpu_ns;
+    m->queue_ns += w.queue_ns;
+  };
+  MutexLock lock(mu_);
+  add(retired_);
+  for (const WorkerStats* s : live_) {
+    m->workers.push_back(s->Snapshot());
+    add(m->workers.back());
+    m->worker_bytes += s->footprint();
+  }
+  add(consumer.Snapshot());
+}
+
+}  // namespace stoker

@@ -1,0 +1,62 @@
+#include "engine/worker_stats.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+namespace stoker {
+namespace {
+
+TEST(WorkerStatsTest, ATaskPublishesEverySample) {
+  WorkerStats stats(3, /*sample_run_delay=*/false);
+  TaskTimer timer(stats, 5);
+  for (int i = 0; i < 5; ++i) timer.SampleDone();
+  timer.Finish();
+  const WorkerMetrics m = stats.Snapshot();
+  EXPECT_EQ(m.id, 3);
+  EXPECT_EQ(m.samples, 5);
+  EXPECT_GT(m.busy_ns, 0);
+  EXPECT_GE(m.busy_ns, m.queue_ns);
+}
+
+TEST(WorkerStatsTest, SlowSamplesShowProgressWithinATask) {
+  WorkerStats stats(0, /*sample_run_delay=*/true);
+  {  // a first task of slow samples sets the cadence to one sample
+    TaskTimer timer(stats, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    timer.SampleDone();
+    timer.Finish();
+  }
+  TaskTimer timer(stats, 10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  timer.SampleDone();
+  EXPECT_EQ(stats.Snapshot().samples, 2);  // published before the task ends
+  timer.Finish();
+}
+
+TEST(WorkerStatsTest, BoardKeepsTheCountsOfWorkersThatLeft) {
+  WorkerStatsBoard board;
+  WorkerStats consumer(-1, false);
+  {
+    WorkerStats gone(1, false);
+    board.Join(&gone);
+    TaskTimer timer(gone, 4);
+    for (int i = 0; i < 4; ++i) timer.SampleDone();
+    timer.Finish();
+    gone.set_footprint(100);
+    LoaderMetrics live;
+    board.AddTo(consumer, &live);
+    ASSERT_EQ(live.workers.size(), 1u);
+    EXPECT_EQ(live.worker_bytes, 100u);
+    board.Leave(&gone);
+  }
+  LoaderMetrics m;
+  board.AddTo(consumer, &m);
+  EXPECT_TRUE(m.workers.empty());
+  EXPECT_EQ(m.samples_produced, 4);
+  EXPECT_EQ(m.worker_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace stoker

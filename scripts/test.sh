@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up and runs every test: the format check, the whole suite in a release
-# build, then the concurrency tests under ThreadSanitizer and the rest under
-# AddressSanitizer with UBSan. Exits non-zero on any failure.
+# Sets up and runs every test: the format check, clang's thread-safety
+# analysis, the whole suite in a release build, then the concurrency tests
+# under ThreadSanitizer and the rest under AddressSanitizer with UBSan.
+# Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +13,10 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 echo "== format: every tracked C++ file as .clang-format says"
 bash scripts/check_format.sh
+
+echo "== thread-safety analysis: the libraries that lock, built by clang with -Werror=thread-safety"
+cmake --preset tsa >/dev/null
+cmake --build --preset tsa --target stoker_engine stoker_tune
 
 echo "== release build: all tests"
 bash scripts/build.sh release

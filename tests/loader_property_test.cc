@@ -77,10 +77,12 @@ TEST(LoaderPropertyTest, RandomResizeSchedulesChangeNothing) {
     // epoch boundary (n == 0 happens right after the previous end).
     std::uniform_int_distribution<int> chance(0, 2);
     auto schedule = [&](int64_t) {
-      if (chance(g) == 0) loader->Resize(workers(g));
+      if (chance(g) == 0) {
+        EXPECT_TRUE(loader->Resize(workers(g)).ok());
+      }
     };
     auto e0 = DrainEpoch(*loader, schedule);
-    loader->Resize(workers(g));
+    EXPECT_TRUE(loader->Resize(workers(g)).ok());
     auto e1 = DrainEpoch(*loader, schedule);
     ExpectExactlyOnce(e0, *loader);
     ExpectExactlyOnce(e1, *loader);
@@ -108,7 +110,7 @@ TEST(LoaderPropertyTest, ResizesFromAnotherThreadChangeNothing) {
       // 0 <-> many swings, as fast as they come.
       const int pattern[] = {0, 8, 1, 0, 5, 2, 0, 3, 7, 0};
       for (int i = 0; !done.load(); ++i) {
-        loader->Resize(pattern[(i + static_cast<int>(rg() % 3)) % 10]);
+        EXPECT_TRUE(loader->Resize(pattern[(i + static_cast<int>(rg() % 3)) % 10]).ok());
         std::this_thread::yield();
       }
     });

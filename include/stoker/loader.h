@@ -37,7 +37,8 @@ struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
   bool pad_shards = true;  // see PlanOptions::pad_shards
-  /// Worker threads; 0 = the consumer's thread does the work in Next().
+  /// Worker threads, at most kMaxWorkers; 0 = the consumer's thread does
+  /// the work in Next().
   int workers = 2;
   /// Prefetch bound: at most this many batches started and not yet delivered,
   /// and at most prefetch_bytes of their buffers (at least one batch always).
@@ -174,10 +175,13 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   /// The next batch of the current epoch, or nullopt at its end (the call
-  /// after that starts the next epoch). A failed sample under kRaise returns
-  /// an error naming its index, key and cause; that batch is then consumed
-  /// and the following call continues with the next one. Blocks until a
-  /// batch is ready; after Stop returns kCancelled.
+  /// after that starts the next epoch). A batch with failed samples (any,
+  /// under kRaise; under kSkip those that are not the sample's fault, such as
+  /// a refused file descriptor or memory) first returns an error naming each
+  /// of them (index, key, cause); the following call returns its other
+  /// samples, then the batches after it. Blocks until a batch is ready;
+  /// after Stop returns kCancelled; after a failure of the loader itself
+  /// (memory for a batch or a plan) returns that error.
   Result<std::optional<Batch>> Next();
 
   /// Waits up to `timeout` until Next() would not block; true when it would.
@@ -206,8 +210,10 @@ class Loader {
 
   /// Sets the worker count, at any moment; 0 makes the consumer's thread do
   /// the work. Growing starts threads; shrinking lets workers finish their
-  /// current task and leave. Never loses or repeats a sample.
-  void Resize(int workers);
+  /// current task and leave. Never loses or repeats a sample. When the system
+  /// refuses a thread, the loader keeps those it has (workers() says how
+  /// many) and returns kUnavailable naming the refusal.
+  Status Resize(int workers);
   int workers() const;
 
   /// Sets the prefetch bound (batches >= 1; bytes >= 1).

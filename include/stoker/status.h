@@ -16,7 +16,8 @@ enum class StatusCode {
   kIoError,            // the OS refused a read, open or stat
   kDataError,          // the bytes are not what they claim (corrupt, truncated)
   kUnsupported,        // valid input this build cannot handle
-  kResourceExhausted,  // a budget or cap was hit (pixels, memory)
+  kResourceExhausted,  // a sample exceeds a budget or cap (pixels, bytes)
+  kUnavailable,        // the machine refused a resource (memory, file descriptors, threads)
   kCancelled,          // the loader was stopped
   kInternal,           // a bug
 };
@@ -58,11 +59,20 @@ inline Status Unsupported(std::string m) { return {StatusCode::kUnsupported, std
 inline Status ResourceExhausted(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
-/// Builds an IoError from errno: "<what>: <strerror(err)>".
+/// Builds an error from errno: "<what>: <strerror(err)>". Missing paths are
+/// kNotFound; a refused resource (EMFILE, ENFILE, ENOMEM, EAGAIN, ENOBUFS) is
+/// kUnavailable; the rest kIoError.
 Status ErrnoError(const std::string& what, int err);
+
+/// True when `status` is about the sample itself (missing, unreadable,
+/// corrupt, unsupported or over a per-sample cap): what the skip policy may
+/// leave out. A refused machine resource, a stop or a bug is never the
+/// sample's fault, and never skipped.
+bool IsSampleError(const Status& status);
 
 /// A value of type T, or the Status that explains why there is none.
 template <typename T>

@@ -28,6 +28,7 @@ PyObject* ExceptionTypeFor(StatusCode code) {
     case StatusCode::kUnsupported:
       return g_data_error;
     case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable:
       return g_resource_error;
     case StatusCode::kCancelled:
       return g_cancelled;
@@ -66,7 +67,8 @@ void RegisterErrors(py::module_& m) {
                               "kind this build cannot decode). The message names the sample and "
                               "its file.");
   g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,
-                                  "A budget or cap was hit, e.g. an image over max_pixels.");
+                                  "A budget or cap was hit (an image over max_pixels), or the "
+                                  "machine refused memory, file descriptors or threads.");
   g_cancelled = NewException(m, "Cancelled", PyExc_RuntimeError, "The loader was stopped.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -227,8 +227,11 @@ void BindLoader(py::module_& m) {
       .def(
           "resize",
           [](PyLoader& l, int workers) {
-            if (workers < 0) throw py::value_error("workers must be >= 0");
-            l.loader().Resize(workers);
+            if (workers < 0 || workers > kMaxWorkers) {
+              throw py::value_error("workers must be in [0, " + std::to_string(kMaxWorkers) +
+                                    "], got " + std::to_string(workers));
+            }
+            ThrowIfError(l.loader().Resize(workers));
           },
           py::arg("workers"))
       .def("metrics", [](PyLoader& l) { return JsonToPython(LoaderMetricsToJson(l.Metrics())); })

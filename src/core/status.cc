@@ -1,5 +1,6 @@
 #include "stoker/status.h"
 
+#include <cerrno>
 #include <cstring>
 
 namespace stoker {
@@ -20,6 +21,8 @@ const char* StatusCodeName(StatusCode code) {
       return "unsupported";
     case StatusCode::kResourceExhausted:
       return "resource exhausted";
+    case StatusCode::kUnavailable:
+      return "unavailable";
     case StatusCode::kCancelled:
       return "cancelled";
     case StatusCode::kInternal:
@@ -39,9 +42,34 @@ Status Status::WithContext(const std::string& context) const {
 }
 
 Status ErrnoError(const std::string& what, int err) {
-  StatusCode code =
-      (err == ENOENT || err == ENOTDIR) ? StatusCode::kNotFound : StatusCode::kIoError;
+  StatusCode code = StatusCode::kIoError;
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      code = StatusCode::kNotFound;
+      break;
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+    case ENOBUFS:
+      code = StatusCode::kUnavailable;
+      break;
+  }
   return Status(code, what + ": " + std::strerror(err));
+}
+
+bool IsSampleError(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kNotFound:
+    case StatusCode::kIoError:
+    case StatusCode::kDataError:
+    case StatusCode::kUnsupported:
+    case StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace stoker

@@ -35,6 +35,20 @@ TEST(StatusTest, ResultPropagates) {
   EXPECT_EQ(r.status().message(), "x=3 is odd");
 }
 
+TEST(StatusTest, RefusedResourcesAreNotTheSamplesFault) {
+  EXPECT_EQ(ErrnoError("open a", EMFILE).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoError("read a", ENOMEM).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoError("open a", ENOENT).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ErrnoError("read a", EIO).code(), StatusCode::kIoError);
+  EXPECT_FALSE(IsSampleError(ErrnoError("open a", EMFILE)));
+  EXPECT_FALSE(IsSampleError(Unavailable("no thread")));
+  EXPECT_FALSE(IsSampleError(Internal("bug")));
+  EXPECT_FALSE(IsSampleError(Cancelled("stop")));
+  EXPECT_TRUE(IsSampleError(DataError("bad")));
+  EXPECT_TRUE(IsSampleError(ErrnoError("read a", EIO)));
+  EXPECT_TRUE(IsSampleError(ResourceExhausted("over max_pixels")));
+}
+
 TEST(StatusTest, ErrnoNamesTheFile) {
   Status s = ErrnoError("open /x/y.jpg", ENOENT);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

@@ -33,6 +33,7 @@ void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
   length_ = length;
   count_ = length;
   skips_.clear();
+  failures_reported_ = false;
   remaining_.store(length, std::memory_order_relaxed);
   if (failed_.load(std::memory_order_relaxed)) {
     for (auto& o : outcomes_) o = Status::Ok();
@@ -57,26 +58,11 @@ void BatchSlot::Fail(int64_t position, int64_t index, Status why) {
 std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
   std::vector<Failure> out;
   if (!failed()) return out;
-  for (int64_t p = 0; p < length_; ++p) {
+  for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
     if (!outcomes_[up].ok()) out.push_back({indices_[up], outcomes_[up]});
   }
   return out;
-}
-
-void BatchSlot::DropFailures() {
-  int64_t kept = 0;
-  for (int64_t p = 0; p < length_; ++p) {
-    const auto up = static_cast<size_t>(p);
-    if (!outcomes_[up].ok()) continue;
-    if (kept != p) {
-      std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
-      labels_[static_cast<size_t>(kept)] = labels_[up];
-      indices_[static_cast<size_t>(kept)] = indices_[up];
-    }
-    ++kept;
-  }
-  count_ = kept;
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size)

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,19 +48,25 @@ class BatchSlot {
   /// that completes the batch, whose thread then finishes it.
   bool Done(int64_t n) { return remaining_.fetch_sub(n, std::memory_order_acq_rel) == n; }
 
-  // -- Finished.
+  // -- Finished (and, for a batch with failures, on the consumer's thread).
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
   struct Failure {
     int64_t index = 0;  // the sample's index in the source
     Status status;
   };
-  /// The failed positions, in position order.
+  /// The failed samples among the count() kept, in order.
   std::vector<Failure> Failures() const;
-  /// Moves the samples that succeeded to the front, in order; count() becomes
-  /// their number.
-  void DropFailures();
+  /// Leaves out the failed samples `drop` says yes to: the rest (succeeded,
+  /// or failed and kept) move to the front in order; count() is their number.
+  template <typename Pred>
+  void DropFailures(Pred drop) {
+    Compact([&drop](const Status& s) { return !s.ok() && drop(s); });
+  }
   /// Under the skip policy, the samples left out, travelling with the batch.
   std::vector<SkipRecord>& skips() { return skips_; }
+  /// Whether the consumer was already told of this batch's failures.
+  bool failures_reported() const { return failures_reported_; }
+  void set_failures_reported() { failures_reported_ = true; }
 
   // -- Delivered: count() samples at the front.
   int64_t count() const { return count_; }
@@ -80,6 +87,9 @@ class BatchSlot {
   const std::byte* buffer() const { return data_; }
 
  private:
+  template <typename Pred>
+  void Compact(Pred leave_out);
+
   int64_t epoch_ = 0;
   int64_t batch_ = 0;
   int64_t length_ = 0;  // planned samples
@@ -88,6 +98,7 @@ class BatchSlot {
   std::vector<int64_t> indices_;
   std::vector<Status> outcomes_;  // per position; written by its worker only
   std::vector<SkipRecord> skips_;
+  bool failures_reported_ = false;
   std::atomic<int64_t> remaining_{0};
   std::atomic<bool> failed_{false};
   const SampleSpec* spec_;
@@ -95,6 +106,29 @@ class BatchSlot {
   size_t buffer_bytes_;
   std::byte* data_;
 };
+
+template <typename Pred>
+void BatchSlot::Compact(Pred leave_out) {
+  int64_t kept = 0;
+  bool failed = false;
+  for (int64_t p = 0; p < count_; ++p) {
+    const auto up = static_cast<size_t>(p);
+    if (leave_out(outcomes_[up])) continue;
+    if (kept != p) {
+      const auto uk = static_cast<size_t>(kept);
+      std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
+      labels_[uk] = labels_[up];
+      indices_[uk] = indices_[up];
+      outcomes_[uk] = std::move(outcomes_[up]);
+      outcomes_[up] = Status::Ok();
+    }
+    failed = failed || !outcomes_[static_cast<size_t>(kept)].ok();
+    ++kept;
+  }
+  for (int64_t p = kept; p < count_; ++p) outcomes_[static_cast<size_t>(p)] = Status::Ok();
+  count_ = kept;
+  failed_.store(failed, std::memory_order_relaxed);
+}
 
 /// A free list of BatchSlots of one shape. Acquire reuses a free slot or
 /// makes a new one; Release keeps up to max_free() slots for reuse and frees

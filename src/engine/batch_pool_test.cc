@@ -50,8 +50,9 @@ TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   ASSERT_EQ(failures.size(), 2u);
   EXPECT_EQ(failures[0].index, 101);
   EXPECT_EQ(failures[1].status.message(), "bad 3");
-  s->DropFailures();
+  s->DropFailures([](const Status&) { return true; });
   ASSERT_EQ(s->count(), 3);
+  EXPECT_FALSE(s->failed());
   EXPECT_EQ(static_cast<int>(s->data()[4]), 3);
   EXPECT_EQ(s->labels()[2], 40);
   EXPECT_EQ(s->indices()[0], 100);
@@ -59,6 +60,28 @@ TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   s->Open(0, 1, 2);
   EXPECT_FALSE(s->failed());
   EXPECT_TRUE(s->Failures().empty());
+}
+
+TEST(BatchPoolTest, DropsOnlyTheFailuresAskedForAndKeepsTheRestInPlace) {
+  BatchPool pool({{1}, DType::kUInt8}, 5);
+  auto s = pool.Acquire();
+  s->Open(0, 0, 5);
+  s->Put(0, 100, 0);
+  s->Fail(1, 101, DataError("corrupt"));
+  s->Fail(2, 102, Unavailable("EMFILE"));
+  s->Put(3, 103, 3);
+  s->Fail(4, 104, DataError("truncated"));
+  s->DropFailures([](const Status& st) { return IsSampleError(st); });
+  ASSERT_EQ(s->count(), 3);
+  EXPECT_TRUE(s->failed());
+  auto left = s->Failures();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].index, 102);
+  EXPECT_EQ(s->indices()[1], 102);
+  s->DropFailures([](const Status&) { return true; });
+  ASSERT_EQ(s->count(), 2);
+  EXPECT_FALSE(s->failed());
+  EXPECT_EQ(s->indices()[1], 103);
 }
 
 TEST(BatchPoolTest, DoneIsTrueForTheCallThatCompletesTheBatch) {

@@ -131,6 +131,9 @@ class EpochScheduler {
   };
   /// Starts the epoch due when none is in progress, then says what to do.
   Next Advance();
+  /// The batch Deliver() would hand out, left in place (the consumer may
+  /// report its failures first). REQUIRES: Advance() just returned kDeliver.
+  BatchSlot* Peek() { return Deliverable()->slot.get(); }
   /// The next batch to hand out. REQUIRES: Advance() just returned kDeliver.
   std::unique_ptr<BatchSlot> Deliver();
   /// Ends the epoch; the next Advance() starts the following one, which

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "core/clock.h"
@@ -14,6 +16,7 @@
 #include "engine/worker_pool.h"
 #include "engine/worker_stats.h"
 #include "plan/epoch_plan.h"
+#include "stoker/defaults.h"
 
 namespace stoker {
 namespace {
@@ -53,10 +56,15 @@ class Loader::Impl {
         workers_([this](int id) { WorkerMain(id); }) {
     MutexLock lock(mu_);
     pool_->set_max_free(static_cast<size_t>(sched_.depth()) + 2);
-    workers_.Resize(options_.workers);
   }
 
   ~Impl() { Stop(); }
+
+  // Starts the workers; an error when the system refuses a thread.
+  Status Start() EXCLUDES(mu_) {
+    Status st = Resize(options_.workers);
+    return st.ok() ? st : st.WithContext("option 'workers' = " + std::to_string(options_.workers));
+  }
 
   void SetController(std::unique_ptr<Controller> c) {
     controller_ = std::move(c);
@@ -84,7 +92,7 @@ class Loader::Impl {
       MutexLock lock(mu_);
       while (true) {
         MaybeTick();
-        if (stopped_) {
+        if (stopped_ || !fatal_.ok()) {
           ready = true;
           break;
         }
@@ -129,12 +137,13 @@ class Loader::Impl {
     return st;
   }
 
-  void Resize(int workers) EXCLUDES(mu_) {
+  Status Resize(int workers) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    if (stopped_) return;
-    workers_.Resize(workers);
+    if (stopped_) return Status::Ok();
+    Status st = workers_.Resize(std::min(workers, kMaxWorkers));
     work_cv_.NotifyAll();
     ready_cv_.NotifyAll();
+    return st;
   }
 
   int workers() const { return workers_.target(); }
@@ -204,9 +213,14 @@ class Loader::Impl {
   // offers it; a plan no longer wanted is destroyed outside the lock too.
   void Build(int64_t epoch) REQUIRES(mu_) {
     std::unique_ptr<EpochRun> run;
-    {
+    try {
       MutexUnlock unlock(mu_);
       run = EpochScheduler::Prepare(plan_options_, epoch);
+    } catch (const std::bad_alloc&) {
+      sched_.CancelBuild(epoch);
+      Fail(Unavailable("out of memory building the order of epoch " + std::to_string(epoch) + " (" +
+                       std::to_string(shape_.num_samples) + " samples)"));
+      return;
     }
     auto unwanted = sched_.Offer(std::move(run));
     work_cv_.NotifyAll();
@@ -220,8 +234,16 @@ class Loader::Impl {
   // Claims and runs one task, or builds a plan asked for; false when there
   // is nothing to do. The lock is released while working.
   bool Work(WorkerContext& ctx, int threads) REQUIRES(mu_) {
+    if (!fatal_.ok()) return false;
     BatchTask task;
-    const auto claim = sched_.ClaimTask(threads, &task);
+    EpochScheduler::Claim claim;
+    try {
+      claim = sched_.ClaimTask(threads, &task);
+    } catch (const std::bad_alloc&) {  // a new batch buffer; the scheduler is unchanged
+      Fail(Unavailable("out of memory for a batch buffer of " +
+                       std::to_string(pool_->batch_bytes()) + " bytes"));
+      return false;
+    }
     switch (claim.work) {
       case EpochScheduler::Work::kTask: {
         MutexUnlock unlock(mu_);
@@ -238,26 +260,18 @@ class Loader::Impl {
     return false;
   }
 
+  // The loader cannot go on (memory for a batch or a plan): Next() says so.
+  void Fail(Status st) REQUIRES(mu_) {
+    if (fatal_.ok()) fatal_ = std::move(st);
+    ready_cv_.NotifyAll();
+  }
+
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
-    const EpochPlan& plan = *task.plan;
-    const int64_t begin = plan.batch_begin(slot->batch());
-    const auto epoch = static_cast<uint64_t>(plan.epoch());
     TaskTimer timer(ctx.stats, task.length);
     for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
       if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
-      const int64_t index = plan.sample(begin + p);
-      SampleRng rng(options_.seed, epoch, static_cast<uint64_t>(index));
-      Record record;
-      Status st = options_.source->Read(index, ctx.read, &record);
-      if (st.ok()) st = options_.transform->Apply(record, rng, slot->sample(p), ctx.scratch.get());
-      if (st.ok()) {
-        slot->Put(p, index, record.label);
-      } else {
-        slot->Fail(p, index,
-                   st.WithContext("sample " + std::to_string(index) + " (" +
-                                  options_.source->Key(index) + ")"));
-      }
+      Produce(ctx, *task.plan, slot, p);
       timer.SampleDone();
     }
     timer.Finish();
@@ -265,14 +279,40 @@ class Loader::Impl {
     if (slot->Done(task.length)) FinishBatch(slot);
   }
 
+  // Reads and transforms the sample at position `p` of `slot`; a failure,
+  // or an exception from the source or transform, becomes its outcome.
+  void Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
+    const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
+    Record record;
+    Status st;
+    try {
+      SampleRng rng(options_.seed, static_cast<uint64_t>(plan.epoch()),
+                    static_cast<uint64_t>(index));
+      st = options_.source->Read(index, ctx.read, &record);
+      if (st.ok()) st = options_.transform->Apply(record, rng, slot->sample(p), ctx.scratch.get());
+    } catch (const std::bad_alloc&) {
+      st = Unavailable("out of memory");
+    } catch (const std::exception& e) {
+      st = Internal(std::string("the source or transform threw: ") + e.what());
+    }
+    if (st.ok()) {
+      slot->Put(p, index, record.label);
+      return;
+    }
+    slot->Fail(p, index,
+               st.WithContext("sample " + std::to_string(index) + " (" +
+                              options_.source->Key(index) + ")"));
+  }
+
   // Runs on the thread that completed the batch's last position.
   void FinishBatch(BatchSlot* slot) EXCLUDES(mu_) {
     if (slot->failed() && options_.on_error == ErrorPolicy::kSkip) {
       for (const auto& f : slot->Failures()) {
+        if (!IsSampleError(f.status)) continue;  // reported as an error, never skipped
         slot->skips().push_back(
             {slot->epoch(), f.index, options_.source->Key(f.index), f.status.ToString()});
       }
-      slot->DropFailures();
+      slot->DropFailures([](const Status& st) { return IsSampleError(st); });
     }
     MutexLock lock(mu_);
     switch (sched_.Complete(slot)) {
@@ -312,10 +352,12 @@ class Loader::Impl {
     while (true) {
       MaybeTick();
       if (stopped_) return Cancelled("the loader was stopped");
+      if (!fatal_.ok()) return fatal_;
       const auto next = sched_.Advance();
       switch (next.step) {
         case EpochScheduler::Step::kDeliver:
-          return Deliver();
+          if (auto delivered = Deliver()) return std::move(*delivered);
+          continue;
         case EpochScheduler::Step::kEndOfEpoch:
           sched_.EndEpoch();
           work_cv_.NotifyAll();  // workers may now prefetch the next epoch
@@ -331,23 +373,45 @@ class Loader::Impl {
     }
   }
 
-  // Hands out the next batch: under kRaise a batch with a failed sample is
-  // consumed and becomes the error naming it.
-  Result<std::optional<Batch>> Deliver() REQUIRES(mu_) {
+  // Hands out the next batch. One with failed samples left in it (all of
+  // them under kRaise; under kSkip those that are not the sample's fault)
+  // first comes back as an error naming each of them, and stays; the next
+  // call hands out its good samples. nullopt: nothing of it was left.
+  std::optional<Result<std::optional<Batch>>> Deliver() REQUIRES(mu_) {
+    BatchSlot* next = sched_.Peek();
+    if (next->failed() && !next->failures_reported()) {
+      next->set_failures_reported();
+      return Result<std::optional<Batch>>(FailureError(*next));
+    }
     std::unique_ptr<BatchSlot> slot = sched_.Deliver();
     if (idle_workers_ > 0) work_cv_.NotifyAll();
     for (auto& skip : slot->skips()) skipped_.push_back(std::move(skip));
     MutexUnlock unlock(mu_);
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
-    if (slot->failed() && options_.on_error == ErrorPolicy::kRaise) {
-      const Status first = slot->Failures().front().status;
-      const std::string where =
-          "batch " + std::to_string(slot->batch()) + " of epoch " + std::to_string(slot->epoch());
+    if (slot->failed()) slot->DropFailures([](const Status&) { return true; });  // reported
+    if (slot->count() == 0) {
       pool_->Release(std::move(slot));
-      return first.WithContext(where);
+      return std::nullopt;
     }
     samples_delivered_.fetch_add(slot->count(), std::memory_order_relaxed);
-    return std::optional<Batch>(Batch(std::move(slot), pool_));
+    return Result<std::optional<Batch>>(std::optional<Batch>(Batch(std::move(slot), pool_)));
+  }
+
+  // One error for every failed sample left in `slot`, with the code of the
+  // first that is not the sample's fault (else of the first).
+  static Status FailureError(const BatchSlot& slot) {
+    const auto failures = slot.Failures();
+    const std::string where =
+        "batch " + std::to_string(slot.batch()) + " of epoch " + std::to_string(slot.epoch());
+    if (failures.size() == 1) return failures.front().status.WithContext(where);
+    StatusCode code = failures.front().status.code();
+    std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
+    for (size_t i = 0; i < failures.size(); ++i) {
+      const Status& st = failures[i].status;
+      if (!IsSampleError(st) && IsSampleError(Status(code, ""))) code = st.code();
+      message += (i > 0 ? "; " : "") + st.ToString();
+    }
+    return Status(code, message);
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {
@@ -380,6 +444,7 @@ class Loader::Impl {
   CondVar ready_cv_;  // consumer: a batch, a plan, resize or stop
   EpochScheduler sched_ GUARDED_BY(mu_);
   bool stopped_ GUARDED_BY(mu_) = false;
+  Status fatal_ GUARDED_BY(mu_);        // what stops the loader from going on
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
   int idle_workers_ GUARDED_BY(mu_) = 0;
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
@@ -402,8 +467,9 @@ class Loader::Impl {
 Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   if (o.source == nullptr) return InvalidArgument("option 'source' is required");
   if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
-  if (o.workers < 0) {
-    return InvalidArgument("option 'workers' must be >= 0, got " + std::to_string(o.workers));
+  if (o.workers < 0 || o.workers > kMaxWorkers) {
+    return InvalidArgument("option 'workers' must be in [0, " + std::to_string(kMaxWorkers) +
+                           "], got " + std::to_string(o.workers));
   }
   if (o.prefetch_batches < 1) {
     return InvalidArgument("option 'prefetch_batches' must be >= 1, got " +
@@ -425,7 +491,9 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
                            " samples over world_size " + std::to_string(o.world_size) +
                            " is less than batch_size " + std::to_string(o.batch_size));
   }
-  return std::unique_ptr<Loader>(new Loader(std::make_unique<Impl>(std::move(o), plan)));
+  std::unique_ptr<Loader> loader(new Loader(std::make_unique<Impl>(std::move(o), plan)));
+  STOKER_RETURN_IF_ERROR(loader->impl_->Start());
+  return loader;
 }
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->set_owner(this); }
@@ -439,7 +507,7 @@ int64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
 const SampleSpec& Loader::spec() const { return impl_->spec(); }
 LoaderState Loader::State() const { return impl_->State(); }
 Status Loader::Restore(const LoaderState& state) { return impl_->Restore(state); }
-void Loader::Resize(int workers) { impl_->Resize(workers); }
+Status Loader::Resize(int workers) { return impl_->Resize(workers); }
 int Loader::workers() const { return impl_->workers(); }
 void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches, bytes); }
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -17,12 +18,15 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "engine/run_delay.h"
+#include "stoker/defaults.h"
 #include "testing/loader_harness.h"
 
 namespace stoker {
@@ -112,31 +116,108 @@ TEST(LoaderTest, DropLastDropsTheShortBatch) {
   EXPECT_EQ(loader->samples_per_epoch(), 90);
 }
 
-TEST(LoaderTest, RaisePolicyNamesTheSampleAndContinues) {
+// Drains an epoch that may return errors: the errors' messages and the
+// samples delivered, as a consumer that catches each error and goes on.
+struct Outcome {
+  std::vector<Status> errors;
+  std::multiset<int64_t> samples;
+};
+Outcome DrainCatching(Loader& loader) {
+  Outcome out;
+  for (int calls = 0; calls < 10000; ++calls) {
+    auto r = loader.Next();
+    if (!r.ok()) {
+      out.errors.push_back(r.status());
+      continue;
+    }
+    if (!r->has_value()) break;
+    out.samples.insert((*r)->sample_indices().begin(), (*r)->sample_indices().end());
+  }
+  return out;
+}
+
+TEST(LoaderTest, RaisePolicyNamesTheSampleThenDeliversTheRestOfItsBatch) {
   SyntheticOptions so;
   so.fail_indices = {17};
   auto o = SyntheticLoaderOptions(100, 10, 8, so);
   o.shuffle = false;
   o.workers = 2;
   auto loader = MakeLoader(o);
-  int errors = 0;
-  std::multiset<int64_t> seen;
-  for (int calls = 0; calls < 20; ++calls) {
-    auto r = loader->Next();
-    if (!r.ok()) {
-      ++errors;
-      EXPECT_EQ(r.status().code(), StatusCode::kDataError);
-      EXPECT_NE(r.status().message().find("sample 17"), std::string::npos) << r.status().message();
-      EXPECT_NE(r.status().message().find("synthetic:17"), std::string::npos);
-      EXPECT_NE(r.status().message().find("batch 1"), std::string::npos);
-      continue;
+  Outcome out = DrainCatching(*loader);
+  ASSERT_EQ(out.errors.size(), 1u);
+  const Status& e = out.errors[0];
+  EXPECT_EQ(e.code(), StatusCode::kDataError);
+  EXPECT_NE(e.message().find("sample 17"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("synthetic:17"), std::string::npos);
+  EXPECT_NE(e.message().find("batch 1"), std::string::npos);
+  EXPECT_EQ(out.samples.size(), 99u);  // every good sample, batch 1's included
+  EXPECT_EQ(out.samples.count(15), 1u);
+  EXPECT_EQ(out.samples.count(17), 0u);
+}
+
+TEST(LoaderTest, EveryBadSampleOfABatchIsNamedOnceInEveryEpoch) {
+  SyntheticOptions so;
+  so.fail_indices = {12, 17, 40};
+  auto o = SyntheticLoaderOptions(100, 10, 8, so);
+  o.workers = 3;
+  auto loader = MakeLoader(o);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    Outcome out = DrainCatching(*loader);
+    std::string all;
+    for (const Status& e : out.errors) all += e.message() + "\n";
+    for (int64_t bad : {12, 17, 40}) {
+      const std::string name = "sample " + std::to_string(bad) + " ";
+      const size_t at = all.find(name);
+      EXPECT_NE(at, std::string::npos) << all;
+      EXPECT_EQ(all.find(name, at + 1), std::string::npos) << "named twice: " << all;
     }
-    if (!r->has_value()) break;
-    seen.insert((*r)->sample_indices().begin(), (*r)->sample_indices().end());
+    EXPECT_EQ(out.samples.size(), 97u);
   }
-  EXPECT_EQ(errors, 1);
-  EXPECT_EQ(seen.size(), 90u);  // batch 1 (samples 10..19) came as the error
-  EXPECT_EQ(seen.count(15), 0u);
+}
+
+// A synthetic source whose reads of some samples fail the way a machine out
+// of file descriptors does (EMFILE), and of others throw.
+class RefusingSource final : public Source {
+ public:
+  explicit RefusingSource(std::shared_ptr<const Source> inner) : inner_(std::move(inner)) {}
+  int64_t size() const override { return inner_->size(); }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
+    if (index == 33) return ErrnoError("open /data/33.jpg", EMFILE);
+    if (index == 34) throw std::bad_alloc();
+    if (index == 35) throw std::runtime_error("a bug in a user's source");
+    return inner_->Read(index, buffer, record);
+  }
+  std::string Key(int64_t index) const override { return inner_->Key(index); }
+
+ private:
+  std::shared_ptr<const Source> inner_;
+};
+
+TEST(LoaderTest, SkipPolicyNeverSkipsWhatIsNotTheSamplesFault) {
+  SyntheticOptions so;
+  so.fail_indices = {5};
+  auto o = SyntheticLoaderOptions(100, 10, 8, so);
+  o.source = std::make_shared<RefusingSource>(o.source);
+  o.on_error = ErrorPolicy::kSkip;
+  o.shuffle = false;
+  o.workers = 2;
+  auto loader = MakeLoader(o);
+  Outcome out = DrainCatching(*loader);
+  ASSERT_EQ(out.errors.size(), 1u);  // batch 3 (samples 30..39), naming all three
+  const Status& e = out.errors[0];
+  EXPECT_EQ(e.code(), StatusCode::kUnavailable) << e.ToString();
+  EXPECT_NE(e.message().find("sample 33"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("Too many open files"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("sample 34"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("out of memory"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("sample 35"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("a bug in a user's source"), std::string::npos) << e.message();
+  // The data error alone was skipped; everything else was delivered.
+  auto skipped = loader->Skipped();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].index, 5);
+  EXPECT_EQ(out.samples.size(), 96u);
+  EXPECT_EQ(out.samples.count(36), 1u);
 }
 
 TEST(LoaderTest, SkipPolicyRecordsEverySkippedSample) {
@@ -521,7 +602,9 @@ TEST(LoaderTest, MetricsAddUp) {
 
 TEST(LoaderTest, MakeRejectsBadOptions) {
   auto o = SyntheticLoaderOptions(100, 10, 8);
-  o.workers = -1;
+  o.workers = -2;
+  EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
+  o.workers = kMaxWorkers + 1;
   EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
   o = SyntheticLoaderOptions(100, 0, 8);
   EXPECT_NE(Loader::Make(o).status().message().find("batch_size"), std::string::npos);

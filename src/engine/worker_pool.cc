@@ -1,6 +1,8 @@
 #include "engine/worker_pool.h"
 
 #include <algorithm>
+#include <exception>
+#include <string>
 
 namespace stoker {
 
@@ -11,24 +13,34 @@ WorkerPool::~WorkerPool() {
   Join();
 }
 
-void WorkerPool::Resize(int target) {
+Status WorkerPool::Resize(int target) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_.load(std::memory_order_acquire)) return;
+  if (stopped_.load(std::memory_order_acquire)) return Status::Ok();
   target = std::max(target, 0);
   target_.store(target, std::memory_order_release);
   ReapLocked();
   int running = running_.load(std::memory_order_acquire);
   for (; running < target; ++running) {
     running_.fetch_add(1, std::memory_order_acq_rel);
-    auto t = std::make_unique<Thread>();
-    Thread* raw = t.get();
-    int id = next_id_.fetch_add(1, std::memory_order_relaxed);
-    raw->thread = std::thread([this, raw, id] {
-      body_(id);
-      raw->done.store(true, std::memory_order_release);
-    });
-    threads_.push_back(std::move(t));
+    try {
+      auto t = std::make_unique<Thread>();
+      Thread* raw = t.get();
+      const int id = next_id_.load(std::memory_order_relaxed);
+      raw->thread = std::thread([this, raw, id] {
+        body_(id);
+        raw->done.store(true, std::memory_order_release);
+      });
+      next_id_.fetch_add(1, std::memory_order_relaxed);
+      threads_.push_back(std::move(t));
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN), std::bad_alloc
+      // The pool stays as large as it could grow.
+      running_.fetch_sub(1, std::memory_order_acq_rel);
+      target_.store(running, std::memory_order_release);
+      return Unavailable("cannot start thread " + std::to_string(running + 1) + " of " +
+                         std::to_string(target) + ": " + e.what());
+    }
   }
+  return Status::Ok();
 }
 
 bool WorkerPool::TryLeave() {

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "stoker/status.h"
+
 namespace stoker {
 
 /// Threads whose number can change at any moment. The only place in stoker
@@ -32,8 +34,9 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   /// Sets the target; starts threads when below it. Threads that already left
-  /// are joined here. Ignored after Stop.
-  void Resize(int target);
+  /// are joined here. Ignored after Stop. When the system refuses a thread,
+  /// the target becomes the threads running and the error says so.
+  [[nodiscard]] Status Resize(int target);
 
   /// True (at most running - target times) when the caller must leave.
   bool TryLeave();

@@ -1,10 +1,14 @@
 #include "engine/worker_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -36,7 +40,7 @@ struct Harness {
   }
   void Resize(int n) {
     std::lock_guard<std::mutex> lock(mu);
-    pool->Resize(n);
+    EXPECT_TRUE(pool->Resize(n).ok());
     cv.notify_all();
   }
   // Settled: n bodies running and none started or leaving. (A thread that
@@ -87,6 +91,49 @@ TEST(WorkerPoolTest, StopJoinsEverything) {
   h.Resize(3);  // ignored after Stop
   h.WaitAlive(0);
   EXPECT_EQ(h.pool->running(), 0);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define STOKER_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define STOKER_SANITIZED 1
+#endif
+#endif
+
+// In a child process whose address space is capped so that only a few thread
+// stacks fit: asking for 1000 threads is an error naming the one refused, and
+// the pool keeps (and reports as its target) those it could start.
+TEST(WorkerPoolTest, AThreadTheSystemRefusesIsAnErrorNotACrash) {
+#ifdef STOKER_SANITIZED
+  GTEST_SKIP() << "sanitizers reserve the address space this test caps";
+#else
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (f == nullptr || std::fscanf(f, "%ld", &pages) != 1) _exit(2);
+    std::fclose(f);
+    const rlim_t cap = static_cast<rlim_t>(pages) * 4096 + (64 << 20);
+    rlimit limit{cap, cap};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+    std::atomic<bool> leave{false};
+    WorkerPool pool([&leave](int) {
+      while (!leave.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    Status st = pool.Resize(1000);
+    const bool ok = !st.ok() && st.code() == StatusCode::kUnavailable &&
+                    st.message().find("cannot start thread") != std::string::npos &&
+                    pool.running() < 1000 && pool.target() == pool.running();
+    if (!ok) std::fprintf(stderr, "%s, running %d\n", st.ToString().c_str(), pool.running());
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ StatusCode CodeFor(int msg_code) {
     case JERR_CONVERSION_NOTIMPL:
       return StatusCode::kUnsupported;
     case JERR_OUT_OF_MEMORY:
-      return StatusCode::kResourceExhausted;
+      return StatusCode::kUnavailable;
     default:
       return StatusCode::kDataError;
   }

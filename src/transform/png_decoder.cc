@@ -76,9 +76,9 @@ Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
   if (!LooksLikePng(data)) return DataError("PNG: bad signature");
   s.input = {data.data(), data.size(), 0};
   s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, s.message, OnError, OnWarning);
-  if (s.png == nullptr) return ResourceExhausted("PNG: cannot create the libpng reader");
+  if (s.png == nullptr) return Unavailable("PNG: cannot create the libpng reader");
   s.info = png_create_info_struct(s.png);
-  if (s.info == nullptr) return ResourceExhausted("PNG: cannot create the libpng reader");
+  if (s.info == nullptr) return Unavailable("PNG: cannot create the libpng reader");
   if (setjmp(png_jmpbuf(s.png))) return s.ErrorStatus();
   png_set_read_fn(s.png, &s.input, ReadFromMemory);
   png_read_info(s.png, s.info);

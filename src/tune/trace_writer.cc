@@ -1,7 +1,6 @@
 #include "tune/trace_writer.h"
 
 #include <cerrno>
-#include <system_error>
 #include <utility>
 
 namespace stoker {
@@ -9,17 +8,13 @@ namespace stoker {
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
   File file(std::fopen(path.c_str(), "a"));
   if (file == nullptr) return ErrnoError("open trace file " + path, errno);
-  try {
-    return std::unique_ptr<TraceWriter>(new TraceWriter(std::move(file)));
-  } catch (const std::system_error& e) {  // its thread could not be started
-    return ResourceExhausted("trace file " + path +
-                             ": cannot start its writer thread: " + e.what());
-  }
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(file)));
+  Status started = writer->pool_.Resize(1);
+  if (!started.ok()) return started.WithContext("trace file " + path + ": its writer thread");
+  return writer;
 }
 
-TraceWriter::TraceWriter(File file) : file_(std::move(file)), pool_([this](int) { Run(); }) {
-  pool_.Resize(1);
-}
+TraceWriter::TraceWriter(File file) : file_(std::move(file)), pool_([this](int) { Run(); }) {}
 
 TraceWriter::~TraceWriter() {
   {

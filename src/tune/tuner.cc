@@ -174,7 +174,10 @@ class Tuner final : public Controller {
 
   // Sets the loader's knobs to the decision and queues it for the trace file.
   void Apply(const TunerDecision& d, Loader& loader) {
-    if (d.workers_after != d.workers_before) loader.Resize(d.workers_after);
+    if (d.workers_after != d.workers_before && !loader.Resize(d.workers_after).ok()) {
+      // The system refused threads: never ask for more than it gave.
+      budgets_.max_workers = std::max(1, loader.workers());
+    }
     if (d.prefetch_after != d.prefetch_before) {
       loader.SetPrefetch(d.prefetch_after,
                          static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 
 #include "core/clock.h"
 #include "engine/batch_pool.h"
+#include "engine/controller.h"
+#include "engine/engine_loader.h"
 #include "engine/run_delay.h"
 #include "engine/worker_pool.h"
 #include "plan/epoch_plan.h"
@@ -101,6 +104,8 @@ class Loader::Impl {
 
   ~Impl() { Stop(); }
 
+  // Called once, by MakeEngineLoader before the loader is handed out; the
+  // pointer never changes after, so controller() may be read from any thread.
   void SetController(std::unique_ptr<Controller> c) {
     controller_ = std::move(c);
     next_tick_ns_ = 0;
@@ -668,11 +673,21 @@ class Loader::Impl {
   WorkerPool workers_;  // last: its threads use everything above
 };
 
-Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
+namespace {
+
+PlanOptions PlanOptionsOf(const LoaderOptions& o) {
+  return {o.source->size(), o.batch_size, o.shuffle,    o.seed,
+          o.drop_last,      o.rank,       o.world_size, o.pad_shards};
+}
+
+}  // namespace
+
+Status ValidateEngineOptions(const LoaderOptions& o) {
   if (o.source == nullptr) return InvalidArgument("option 'source' is required");
   if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
-  if (o.workers < 0) {
-    return InvalidArgument("option 'workers' must be >= 0, got " + std::to_string(o.workers));
+  if (o.workers < 0 && o.workers != kAutoWorkers) {
+    return InvalidArgument("option 'workers' must be >= 0 or kAutoWorkers (" +
+                           std::to_string(kAutoWorkers) + "), got " + std::to_string(o.workers));
   }
   if (o.prefetch_batches < 1) {
     return InvalidArgument("option 'prefetch_batches' must be >= 1, got " +
@@ -686,15 +701,22 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   if (o.transform->spec().bytes() == 0) {
     return InvalidArgument("the transform's sample spec has zero bytes");
   }
-  PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,    o.seed,
-                   o.drop_last,      o.rank,       o.world_size, o.pad_shards};
+  const PlanOptions plan = PlanOptionsOf(o);
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
   if (EpochPlan(plan, 0).num_batches() == 0) {
     return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +
                            " samples over world_size " + std::to_string(o.world_size) +
                            " is less than batch_size " + std::to_string(o.batch_size));
   }
-  return std::unique_ptr<Loader>(new Loader(std::make_unique<Impl>(std::move(o), plan)));
+  return Status::Ok();
+}
+
+std::unique_ptr<Loader> MakeEngineLoader(LoaderOptions o, std::unique_ptr<Controller> controller) {
+  assert(o.source != nullptr && o.transform != nullptr && o.workers >= 0);
+  const PlanOptions plan = PlanOptionsOf(o);
+  auto impl = std::make_unique<Loader::Impl>(std::move(o), plan);
+  impl->SetController(std::move(controller));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->set_owner(this); }
@@ -714,8 +736,14 @@ void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
 std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
 void Loader::Stop() { impl_->Stop(); }
-void Loader::SetController(std::unique_ptr<Controller> c) { impl_->SetController(std::move(c)); }
-Controller* Loader::controller() const { return impl_->controller(); }
+std::optional<TunerView> Loader::tuner_view() const {
+  const Controller* c = impl_->controller();
+  return c != nullptr ? c->View() : std::nullopt;
+}
+std::vector<TunerDecision> Loader::tuner_trace() const {
+  const Controller* c = impl_->controller();
+  return c != nullptr ? c->Trace() : std::vector<TunerDecision>{};
+}
 
 // Batch
 

@@ -521,7 +521,7 @@ TEST(LoaderTest, MetricsAddUp) {
 
 TEST(LoaderTest, MakeRejectsBadOptions) {
   auto o = SyntheticLoaderOptions(100, 10, 8);
-  o.workers = -1;
+  o.workers = -2;  // -1 is kAutoWorkers
   EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
   o = SyntheticLoaderOptions(100, 0, 8);
   EXPECT_NE(Loader::Make(o).status().message().find("batch_size"), std::string::npos);

@@ -30,9 +30,9 @@
 
 #include "stoker/image.h"
 #include "stoker/image_sources.h"
+#include "stoker/loader.h"
 #include "stoker/sweep.h"
 #include "stoker/synthetic.h"
-#include "stoker/tuner.h"
 
 extern char** environ;
 
@@ -196,9 +196,9 @@ Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double fr
                  int index) {
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
-  auto loader = std::move(OpenLoader(lo)).value();
+  auto loader = std::move(Loader::Make(lo)).value();
   auto st = std::move(Consume(*loader, co)).value();
-  const auto trace = GetTunerTrace(*loader);
+  const auto trace = loader->tuner_trace();
   Round rd;
   rd.workers = loader->workers();
   loader.reset();
@@ -271,7 +271,7 @@ void ConsumerScenario(Setup& s) {
   }
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
-  auto loader = std::move(OpenLoader(lo)).value();
+  auto loader = std::move(Loader::Make(lo)).value();
   ConsumeOptions co;
   co.seconds = 25;
   co.step_ms = 200;
@@ -326,9 +326,8 @@ void MemoryScenario(const std::string& data) {
   s.slow->set_latency(std::chrono::milliseconds(20));
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
-  TunerOptions t;
-  t.memory_budget_bytes = 40u << 20;
-  auto loader = std::move(OpenLoader(lo, t)).value();
+  lo.tuner.memory_budget_bytes = 40u << 20;
+  auto loader = std::move(Loader::Make(lo)).value();
   size_t peak = 0;
   int workers_max = 0;
   ConsumeOptions co;
@@ -341,7 +340,7 @@ void MemoryScenario(const std::string& data) {
   auto st = std::move(Consume(*loader, co)).value();
   std::printf("    tuned: %d workers (max %d), %.1f samples/s, peak buffers+workers %.1f MiB\n",
               loader->workers(), workers_max, st.samples / st.seconds, peak / 1048576.0);
-  Goal(peak <= t.memory_budget_bytes, "peak bytes in flight + workers (MiB, <= 40)",
+  Goal(peak <= lo.tuner.memory_budget_bytes, "peak bytes in flight + workers (MiB, <= 40)",
        peak / 1048576.0, "MiB");
 }
 

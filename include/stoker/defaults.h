@@ -10,8 +10,9 @@ namespace stoker {
 /// Worker count meaning "let the tuner decide" (LoaderOptions::workers).
 inline constexpr int kAutoWorkers = -1;
 
-/// The most workers the tuner and the sweep use unless told otherwise
-/// (TunerOptions::max_workers, SweepOptions::max_workers, --max-workers).
+/// The most workers the tuner may use (TunerOptions::max_workers is at most
+/// this), and where the sweep stops unless told otherwise
+/// (SweepOptions::max_workers, --max-workers).
 inline constexpr int kMaxWorkers = 128;
 
 /// The default memory budget: this share of the memory available to the

@@ -9,15 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "stoker/defaults.h"
 #include "stoker/sample_spec.h"
 #include "stoker/source.h"
 #include "stoker/status.h"
 #include "stoker/transform.h"
+#include "stoker/tuning.h"
 
 namespace stoker {
 
 class BatchSlot;
 class BatchPool;
+class Controller;  // engine-private (src/engine/controller.h)
 
 /// What happens to a sample that cannot be read or transformed.
 enum class ErrorPolicy {
@@ -38,7 +41,8 @@ struct LoaderOptions {
   int world_size = 1;
   bool pad_shards = true;  // see PlanOptions::pad_shards
   /// Worker threads, at most kMaxWorkers; 0 = the consumer's thread does
-  /// the work in Next().
+  /// the work in Next(); kAutoWorkers = a tuner picks the count and prefetch
+  /// bound and keeps adjusting them (see `tuner`).
   int workers = 2;
   /// Prefetch bound: at most this many batches started and not yet delivered,
   /// and at most prefetch_bytes of their buffers (at least one batch always).
@@ -53,6 +57,9 @@ struct LoaderOptions {
   bool batch_scheduling = true;
   /// Epoch the first Next() starts.
   int64_t start_epoch = 0;
+  /// How the tuner acts when workers == kAutoWorkers; otherwise unused (but
+  /// still checked).
+  TunerOptions tuner;
 };
 
 /// One sample left out under ErrorPolicy::kSkip.
@@ -145,28 +152,22 @@ struct LoaderMetrics {
   std::vector<WorkerMetrics> workers;  // threads running now
 };
 
-class Loader;
-
-/// Adjusts a loader while it runs (the tuner). The loader calls Tick on the
-/// consumer's thread, from inside Next() (also while Next() waits), about
-/// every interval(), never under its own lock; Tick may call the loader's
-/// Metrics, Resize and SetPrefetch.
-class Controller {
- public:
-  virtual ~Controller() = default;
-  virtual std::chrono::nanoseconds interval() const = 0;
-  virtual void Tick(Loader& loader) = 0;
-};
-
 /// The data loader: a plan of batches, produced by a live-resizable pool of
 /// workers into recycled buffers, delivered to one consumer.
 ///
 /// Thread contract: Next, WaitReady, SetEpoch, State and Restore belong to
 /// one consumer thread at a time. Resize, SetPrefetch, Metrics, Skipped,
-/// workers and Stop are safe from any thread, concurrently with the consumer.
+/// workers, tuner_view, tuner_trace and Stop are safe from any thread,
+/// concurrently with the consumer.
 class Loader {
  public:
-  /// Checks and resolves `options`; the error names the option at fault.
+  /// The one way to make a loader. Checks every option (the tuner's too) and
+  /// resolves them; the error names the option at fault. With workers ==
+  /// kAutoWorkers it probes the machine, starts from the advisor's worker
+  /// count and prefetch bound, and attaches a tuner that adjusts them from
+  /// inside Next() and WaitReady() on the consumer's thread; tuner.trace_path,
+  /// when set, is opened here (an unwritable path is an error naming it) and
+  /// written by a background thread. Defined in the stoker_tune library.
   static Result<std::unique_ptr<Loader>> Make(LoaderOptions options);
 
   /// Stops and joins every worker; returns promptly mid-epoch.
@@ -186,7 +187,7 @@ class Loader {
 
   /// Waits up to `timeout` until Next() would not block; true when it would.
   /// Starts the next epoch if none is running. Its time counts as consumer
-  /// wait (like Next's) and the controller ticks meanwhile, so a consumer may
+  /// wait (like Next's) and the tuner ticks meanwhile, so a consumer may
   /// wait in short slices, e.g. to handle signals, without hiding its waiting.
   bool WaitReady(std::chrono::nanoseconds timeout);
 
@@ -223,11 +224,14 @@ class Loader {
   /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
   std::vector<SkipRecord> Skipped() const;
 
-  /// Hands the loader a controller (replacing any); call before the first
-  /// Next() or between Next() calls, from the consumer's thread.
-  void SetController(std::unique_ptr<Controller> controller);
-  /// The controller, or nullptr. Owned by the loader.
-  Controller* controller() const;
+  /// The tuner's current picture; nullopt when the loader has no tuner
+  /// (workers was not kAutoWorkers). Safe from any thread; returns a copy (the
+  /// tuner's lock is held only while a tick publishes its figures, so this
+  /// never waits for a whole tick).
+  std::optional<TunerView> tuner_view() const;
+  /// Every decision the tuner made so far, oldest first; empty without a
+  /// tuner. Safe from any thread, like tuner_view().
+  std::vector<TunerDecision> tuner_trace() const;
 
   /// Stops the loader: waiting calls return kCancelled, workers leave after
   /// at most the sample they are on. Idempotent.
@@ -235,6 +239,8 @@ class Loader {
 
  private:
   class Impl;
+  friend Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions options,
+                                                          std::unique_ptr<Controller> controller);
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

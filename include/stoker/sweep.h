@@ -8,7 +8,7 @@
 #include "stoker/defaults.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
-#include "stoker/tuner.h"
+#include "stoker/tuning.h"
 
 namespace stoker {
 
@@ -76,7 +76,6 @@ struct SweepOptions {
   /// speed drifts over minutes then moves both sides of the ratio alike.
   bool bracket = true;
   double step_ms = 0;
-  TunerOptions tuner;
   /// Progress lines for people (may be empty).
   std::function<void(const std::string&)> log;
 };
@@ -101,8 +100,9 @@ struct SweepReport {
 };
 
 /// Sweeps static worker counts over fresh loaders made from `base` (its
-/// `workers` is ignored), then runs one with workers = auto. Blocks for
-/// about (points x (warm-up + point)) + tuned seconds.
+/// `workers` is ignored), then runs one with workers = auto and base.tuner
+/// (whose max_workers, when 0, becomes max_workers, at most kMaxWorkers).
+/// Blocks for about (points x (warm-up + point)) + tuned seconds.
 Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& options);
 
 }  // namespace stoker

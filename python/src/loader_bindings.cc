@@ -63,10 +63,10 @@ class ConsumerTurn {
 
 class PyLoader {
  public:
-  PyLoader(LoaderOptions options, TunerOptions tuner) {
+  explicit PyLoader(LoaderOptions options) {
     Result<std::unique_ptr<Loader>> made = [&] {
       py::gil_scoped_release release;
-      return OpenLoader(std::move(options), std::move(tuner));
+      return Loader::Make(std::move(options));
     }();
     loader_ = ValueOrThrow(std::move(made));
   }
@@ -197,12 +197,11 @@ void BindLoader(py::module_& m) {
              o.on_error = PolicyFromName(on_error);
              o.ordered = ordered;
              o.start_epoch = start_epoch;
-             TunerOptions t;
-             t.memory_budget_bytes = memory_budget_bytes;
-             t.max_workers = max_workers;
-             t.interval_s = interval_s;
-             t.trace_path = trace_path;
-             return std::make_unique<PyLoader>(std::move(o), std::move(t));
+             o.tuner.memory_budget_bytes = memory_budget_bytes;
+             o.tuner.max_workers = max_workers;
+             o.tuner.interval_s = interval_s;
+             o.tuner.trace_path = trace_path;
+             return std::make_unique<PyLoader>(std::move(o));
            }),
            py::arg("source"), py::arg("transform"), py::arg("batch_size"), py::arg("shuffle"),
            py::arg("seed"), py::arg("drop_last"), py::arg("rank"), py::arg("world_size"),
@@ -237,13 +236,13 @@ void BindLoader(py::module_& m) {
       .def("metrics", [](PyLoader& l) { return JsonToPython(LoaderMetricsToJson(l.Metrics())); })
       .def("tuner_view",
            [](PyLoader& l) {
-             std::optional<TunerView> view = GetTunerView(l.loader());
+             std::optional<TunerView> view = l.loader().tuner_view();
              return view ? JsonToPython(TunerViewToJson(*view)) : py::none();
            })
       .def("tuner_trace",
            [](PyLoader& l) {
              nlohmann::json trace = nlohmann::json::array();
-             for (const TunerDecision& d : GetTunerTrace(l.loader())) {
+             for (const TunerDecision& d : l.loader().tuner_trace()) {
                trace.push_back(TunerDecisionToJson(d));
              }
              return JsonToPython(trace);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <exception>
 #include <new>
 #include <string>
@@ -12,6 +13,8 @@
 #include "core/clock.h"
 #include "core/thread_annotations.h"
 #include "engine/batch_pool.h"
+#include "engine/controller.h"
+#include "engine/engine_loader.h"
 #include "engine/epoch_scheduler.h"
 #include "engine/worker_pool.h"
 #include "engine/worker_stats.h"
@@ -66,6 +69,8 @@ class Loader::Impl {
     return st.ok() ? st : st.WithContext("option 'workers' = " + std::to_string(options_.workers));
   }
 
+  // Called once, by MakeEngineLoader before the loader is handed out; the
+  // pointer never changes after, so controller() may be read from any thread.
   void SetController(std::unique_ptr<Controller> c) {
     controller_ = std::move(c);
     next_tick_ns_ = 0;
@@ -464,12 +469,22 @@ class Loader::Impl {
   WorkerPool workers_;  // last: its threads use everything above
 };
 
-Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
+namespace {
+
+PlanOptions PlanOptionsOf(const LoaderOptions& o) {
+  return {o.source->size(), o.batch_size, o.shuffle,    o.seed,
+          o.drop_last,      o.rank,       o.world_size, o.pad_shards};
+}
+
+}  // namespace
+
+Status ValidateEngineOptions(const LoaderOptions& o) {
   if (o.source == nullptr) return InvalidArgument("option 'source' is required");
   if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
-  if (o.workers < 0 || o.workers > kMaxWorkers) {
+  if ((o.workers < 0 && o.workers != kAutoWorkers) || o.workers > kMaxWorkers) {
     return InvalidArgument("option 'workers' must be in [0, " + std::to_string(kMaxWorkers) +
-                           "], got " + std::to_string(o.workers));
+                           "] or kAutoWorkers (" + std::to_string(kAutoWorkers) + "), got " +
+                           std::to_string(o.workers));
   }
   if (o.prefetch_batches < 1) {
     return InvalidArgument("option 'prefetch_batches' must be >= 1, got " +
@@ -483,15 +498,23 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions o) {
   if (o.transform->spec().bytes() == 0) {
     return InvalidArgument("the transform's sample spec has zero bytes");
   }
-  PlanOptions plan{o.source->size(), o.batch_size, o.shuffle,    o.seed,
-                   o.drop_last,      o.rank,       o.world_size, o.pad_shards};
+  const PlanOptions plan = PlanOptionsOf(o);
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
   if (PlanShape::Of(plan).num_batches == 0) {
     return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +
                            " samples over world_size " + std::to_string(o.world_size) +
                            " is less than batch_size " + std::to_string(o.batch_size));
   }
-  std::unique_ptr<Loader> loader(new Loader(std::make_unique<Impl>(std::move(o), plan)));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
+                                                 std::unique_ptr<Controller> controller) {
+  assert(o.source != nullptr && o.transform != nullptr && o.workers >= 0);
+  const PlanOptions plan = PlanOptionsOf(o);
+  auto impl = std::make_unique<Loader::Impl>(std::move(o), plan);
+  impl->SetController(std::move(controller));
+  std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   STOKER_RETURN_IF_ERROR(loader->impl_->Start());
   return loader;
 }
@@ -513,8 +536,14 @@ void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
 std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
 void Loader::Stop() { impl_->Stop(); }
-void Loader::SetController(std::unique_ptr<Controller> c) { impl_->SetController(std::move(c)); }
-Controller* Loader::controller() const { return impl_->controller(); }
+std::optional<TunerView> Loader::tuner_view() const {
+  const Controller* c = impl_->controller();
+  return c != nullptr ? c->View() : std::nullopt;
+}
+std::vector<TunerDecision> Loader::tuner_trace() const {
+  const Controller* c = impl_->controller();
+  return c != nullptr ? c->Trace() : std::vector<TunerDecision>{};
+}
 
 // Batch
 

@@ -602,7 +602,7 @@ TEST(LoaderTest, MetricsAddUp) {
 
 TEST(LoaderTest, MakeRejectsBadOptions) {
   auto o = SyntheticLoaderOptions(100, 10, 8);
-  o.workers = -2;
+  o.workers = -2;  // -1 is kAutoWorkers
   EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
   o.workers = kMaxWorkers + 1;
   EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);

@@ -201,15 +201,14 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
   Log(o, "  tuner (workers = auto) ...");
   LoaderOptions lo = base;
   lo.workers = kAutoWorkers;
-  TunerOptions tuner = o.tuner;
-  if (tuner.max_workers == 0) tuner.max_workers = o.max_workers;
-  STOKER_ASSIGN_OR_RETURN(auto loader, OpenLoader(lo, tuner));
+  if (lo.tuner.max_workers == 0) lo.tuner.max_workers = std::min(o.max_workers, kMaxWorkers);
+  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(std::move(lo)));
   ConsumeOptions run;
   run.seconds = o.tuned_seconds;
   run.step_ms = o.step_ms;
   STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
   report.tuned_timeline = st.timeline;
-  report.trace = GetTunerTrace(*loader);
+  report.trace = loader->tuner_trace();
   report.tuned_workers_final = loader->workers();
   report.tuned_workers_max = st.workers_max;
   report.tuned_stall_fraction = st.stall_fraction;

@@ -1,4 +1,4 @@
-#include "stoker/tuner.h"
+#include "tune/tuner.h"
 
 #include <time.h>
 
@@ -8,9 +8,7 @@
 
 #include "core/clock.h"
 #include "core/thread_annotations.h"
-#include "stoker/advisor.h"
-#include "stoker/probe.h"
-#include "tune/trace_writer.h"
+#include "stoker/tuner.h"
 #include "tune/tuner_core.h"
 
 namespace stoker {
@@ -90,12 +88,12 @@ class Tuner final : public Controller {
     UpdateView(std::move(d));
   }
 
-  TunerView View() const EXCLUDES(mu_) {
+  std::optional<TunerView> View() const override EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return view_;
   }
 
-  std::vector<TunerDecision> Trace() const EXCLUDES(mu_) {
+  std::vector<TunerDecision> Trace() const override EXCLUDES(mu_) {
     MutexLock lock(mu_);
     return trace_;
   }
@@ -217,47 +215,11 @@ class Tuner final : public Controller {
 
 }  // namespace
 
-Result<std::unique_ptr<Loader>> OpenLoader(LoaderOptions options, TunerOptions tuner) {
-  if (options.workers != kAutoWorkers) return Loader::Make(std::move(options));
-  if (options.transform == nullptr) return InvalidArgument("option 'transform' is required");
-  if (tuner.interval_s <= 0) {
-    return InvalidArgument("tuner option 'interval_s' must be > 0, got " +
-                           std::to_string(tuner.interval_s));
-  }
-  // An unwritable trace path fails here, not silently later.
-  std::unique_ptr<TraceWriter> trace_writer;
-  if (!tuner.trace_path.empty()) {
-    STOKER_ASSIGN_OR_RETURN(trace_writer, TraceWriter::Open(tuner.trace_path));
-  }
-  ProbeOptions po;
-  po.skip_gpus = true;
-  MachineFacts facts = ProbeMachine(po);
-  AdviseInputs in;
-  in.batch_size = options.batch_size;
-  in.sample_bytes = options.transform->spec().bytes();
-  Advice advice = Advise(facts, in);
-  if (tuner.memory_budget_bytes > 0) advice.memory_budget_bytes = tuner.memory_budget_bytes;
-  options.workers = advice.workers;
-  options.prefetch_batches = advice.prefetch_batches;
-  options.prefetch_bytes = std::max<size_t>(advice.prefetch_bytes, 1);
-  const size_t batch_bytes = options.transform->spec().bytes() *
-                             static_cast<size_t>(std::max<int64_t>(options.batch_size, 1));
-  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(std::move(options)));
-  loader->SetController(std::make_unique<Tuner>(std::move(tuner), advice, CpuBudget(facts),
-                                                batch_bytes, std::move(trace_writer)));
-  return loader;
-}
-
-std::optional<TunerView> GetTunerView(const Loader& loader) {
-  auto* t = dynamic_cast<const Tuner*>(loader.controller());
-  if (t == nullptr) return std::nullopt;
-  return t->View();
-}
-
-std::vector<TunerDecision> GetTunerTrace(const Loader& loader) {
-  auto* t = dynamic_cast<const Tuner*>(loader.controller());
-  if (t == nullptr) return {};
-  return t->Trace();
+std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
+                                      const MachineFacts& facts, size_t batch_bytes,
+                                      std::unique_ptr<TraceWriter> trace_writer) {
+  return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), batch_bytes,
+                                 std::move(trace_writer));
 }
 
 }  // namespace stoker

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "stoker/defaults.h"
-#include "stoker/tuner.h"
+#include "stoker/tuning.h"
 #include "tune/tuner_params.h"
 
 namespace stoker {

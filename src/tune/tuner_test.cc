@@ -1,44 +1,148 @@
-// The tuner attached to a real loader: it may resize at any moment, and the
-// loader must still deliver exactly the single-worker data; budgets hold.
-
-#include "stoker/tuner.h"
+// The tuner attached to a real loader by Loader::Make: it may resize at any
+// moment, and the loader must still deliver exactly the single-worker data;
+// budgets hold; the tuner's options are checked.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <string>
+#include <thread>
 
+#include "stoker/defaults.h"
+#include "stoker/loader.h"
 #include "testing/loader_harness.h"
 
 namespace stoker {
 namespace {
 
-TEST(TunerTest, AutoWorkersDeliverTheSameData) {
+// A CPU-bound synthetic data set (64-byte samples) loaded with workers = auto
+// and a short tuning interval: many decisions in a short test.
+LoaderOptions TunedOptions(int64_t size, int64_t batch_size, std::chrono::microseconds cpu_cost,
+                           double interval_s = 0.02) {
   SyntheticOptions so;
-  so.cpu_cost = std::chrono::microseconds(100);
-  auto o = testing::SyntheticLoaderOptions(3000, 32, 64, so);
+  so.cpu_cost = cpu_cost;
+  auto o = testing::SyntheticLoaderOptions(size, batch_size, 64, so);
+  o.workers = kAutoWorkers;
+  o.tuner.interval_s = interval_s;
+  return o;
+}
+
+// Drains epochs until the tuner has decided (the first model jump is always
+// logged), however fast this machine is.
+void DrainUntilDecided(Loader& loader) {
+  for (int epoch = 0; epoch < 50 && loader.tuner_trace().empty(); ++epoch) {
+    testing::DrainEpoch(loader);
+  }
+}
+
+TEST(TunerTest, AutoWorkersDeliverTheSameData) {
+  auto o = TunedOptions(3000, 32, std::chrono::microseconds(100));
   o.workers = 1;
   auto reference = testing::DrainEpoch(*testing::MakeLoader(o));
   o.workers = kAutoWorkers;
-  TunerOptions t;
-  t.interval_s = 0.02;  // many decisions in a short test
-  auto loader = OpenLoader(o, t);
+  auto loader = Loader::Make(o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   auto epoch = testing::DrainEpoch(**loader);
   EXPECT_EQ(epoch, reference);
-  auto view = GetTunerView(**loader);
+  auto view = (*loader)->tuner_view();
   ASSERT_TRUE(view.has_value());
   EXPECT_GE(view->workers, 1);
-  for (const auto& d : GetTunerTrace(**loader)) EXPECT_FALSE(d.reason.empty());
+  for (const auto& d : (*loader)->tuner_trace()) EXPECT_FALSE(d.reason.empty());
+}
+
+TEST(TunerTest, AutoWorkersMakeATunedLoaderWhoseTraceGrows) {
+  auto loader = Loader::Make(TunedOptions(3000, 32, std::chrono::microseconds(100)));
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  Loader& l = **loader;
+  ASSERT_TRUE(l.tuner_view().has_value());
+  EXPECT_EQ(l.tuner_view()->decisions, 0);
+  EXPECT_TRUE(l.tuner_trace().empty());
+  DrainUntilDecided(l);
+  const std::vector<TunerDecision> trace = l.tuner_trace();
+  ASSERT_FALSE(trace.empty());
+  const std::optional<TunerView> view = l.tuner_view();
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->decisions, static_cast<int64_t>(trace.size()));
+  ASSERT_TRUE(view->last_decision.has_value());
+  EXPECT_EQ(view->last_decision->reason, trace.back().reason);
 }
 
 TEST(TunerTest, FixedWorkersHaveNoTuner) {
   auto o = testing::SyntheticLoaderOptions(100, 10, 8);
   o.workers = 2;
-  auto loader = OpenLoader(o);
-  ASSERT_TRUE(loader.ok());
-  EXPECT_FALSE(GetTunerView(**loader).has_value());
+  o.tuner.interval_s = 0.02;  // tuner options with a fixed count are fine
+  auto loader = Loader::Make(o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  testing::DrainEpoch(**loader);
+  EXPECT_FALSE((*loader)->tuner_view().has_value());
+  EXPECT_TRUE((*loader)->tuner_trace().empty());
+}
+
+// tuner_view() and tuner_trace() are safe from any thread while the consumer
+// runs the tuner (Python's stats() may be called from another thread).
+TEST(TunerTest, ViewAndTraceAreReadableFromAnotherThread) {
+  auto loader = testing::MakeLoader(TunedOptions(2000, 16, std::chrono::microseconds(50), 0.005));
+  ASSERT_NE(loader, nullptr);
+  std::atomic<bool> done{false};
+  int64_t reads = 0;
+  std::thread reader([&] {
+    size_t last = 0;
+    do {
+      EXPECT_TRUE(loader->tuner_view().has_value());
+      const size_t decisions = loader->tuner_trace().size();
+      EXPECT_GE(decisions, last);  // the trace only grows
+      last = decisions;
+      ++reads;
+    } while (!done.load());
+  });
+  for (int epoch = 0; epoch < 3; ++epoch) testing::DrainEpoch(*loader);
+  done.store(true);
+  reader.join();
+  EXPECT_GT(reads, 0);
+}
+
+// Every bad tuner option is an error naming it, with a fixed worker count as
+// with kAutoWorkers.
+TEST(TunerTest, MakeRejectsBadTunerOptions) {
+  struct Case {
+    const char* option;
+    void (*set)(TunerOptions&);
+  };
+  const Case cases[] = {
+      {"interval_s", [](TunerOptions& t) { t.interval_s = 0; }},
+      {"interval_s", [](TunerOptions& t) { t.interval_s = -1; }},
+      {"interval_s", [](TunerOptions& t) { t.interval_s = std::nan(""); }},
+      {"interval_s",
+       [](TunerOptions& t) { t.interval_s = std::numeric_limits<double>::infinity(); }},
+      {"max_workers", [](TunerOptions& t) { t.max_workers = -1; }},
+      {"max_workers", [](TunerOptions& t) { t.max_workers = kMaxWorkers + 1; }},
+      // Below one batch buffer (10 samples x 8 bytes).
+      {"memory_budget_bytes", [](TunerOptions& t) { t.memory_budget_bytes = 79; }},
+  };
+  for (int workers : {kAutoWorkers, 2}) {
+    for (const Case& c : cases) {
+      auto o = testing::SyntheticLoaderOptions(100, 10, 8);
+      o.workers = workers;
+      c.set(o.tuner);
+      auto loader = Loader::Make(o);
+      ASSERT_FALSE(loader.ok()) << c.option << " with workers " << workers;
+      EXPECT_EQ(loader.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(loader.status().message().find(c.option), std::string::npos)
+          << loader.status().ToString();
+    }
+  }
+  // The bounds themselves are fine.
+  auto o = testing::SyntheticLoaderOptions(100, 10, 8);
+  o.workers = kAutoWorkers;
+  o.tuner.max_workers = kMaxWorkers;
+  o.tuner.memory_budget_bytes = 80;
+  auto loader = Loader::Make(o);
+  EXPECT_TRUE(loader.ok()) << loader.status().ToString();
 }
 
 TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {
@@ -46,11 +150,11 @@ TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {
   so.read_latency = std::chrono::microseconds(300);  // I/O-bound: wants many workers
   auto o = testing::SyntheticLoaderOptions(4000, 16, 4096, so);
   o.workers = kAutoWorkers;
-  TunerOptions t;
+  TunerOptions& t = o.tuner;
   t.interval_s = 0.02;
   t.memory_budget_bytes = 2u << 20;  // 2 MiB: a few 64 KiB batches and small workers
-  auto loader = OpenLoader(o, t);
-  ASSERT_TRUE(loader.ok());
+  auto loader = Loader::Make(o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   while (true) {
     auto r = (*loader)->Next();
     ASSERT_TRUE(r.ok());
@@ -63,33 +167,26 @@ TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {
 TEST(TunerTest, UnwritableTracePathFailsAtCreation) {
   auto o = testing::SyntheticLoaderOptions(100, 10, 8);
   o.workers = kAutoWorkers;
-  TunerOptions t;
-  t.trace_path = ::testing::TempDir() + "no_such_dir_for_stoker/trace.jsonl";
-  auto loader = OpenLoader(o, t);
+  o.tuner.trace_path = ::testing::TempDir() + "no_such_dir_for_stoker/trace.jsonl";
+  auto loader = Loader::Make(o);
   ASSERT_FALSE(loader.ok());
-  EXPECT_NE(loader.status().message().find(t.trace_path), std::string::npos)
+  EXPECT_NE(loader.status().message().find(o.tuner.trace_path), std::string::npos)
       << loader.status().ToString();
 }
 
 TEST(TunerTest, TraceFileHoldsEveryDecision) {
-  SyntheticOptions so;
-  so.cpu_cost = std::chrono::microseconds(100);
-  auto o = testing::SyntheticLoaderOptions(3000, 32, 64, so);
-  o.workers = kAutoWorkers;
-  TunerOptions t;
-  t.interval_s = 0.02;
-  t.trace_path = ::testing::TempDir() + "stoker_tuner_test_trace.jsonl";
+  auto o = TunedOptions(3000, 32, std::chrono::microseconds(100));
+  TunerOptions& t = o.tuner;
+  // Named by process: other runs of this test may share the temporary folder.
+  t.trace_path =
+      ::testing::TempDir() + "stoker_tuner_test_trace." + std::to_string(getpid()) + ".jsonl";
   std::remove(t.trace_path.c_str());
   size_t decisions = 0;
   {
-    auto loader = OpenLoader(o, t);
+    auto loader = Loader::Make(o);
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
-    // Epochs until the tuner has decided (the first model jump is always
-    // logged), however fast this machine is.
-    for (int epoch = 0; epoch < 50 && GetTunerTrace(**loader).empty(); ++epoch) {
-      testing::DrainEpoch(**loader);
-    }
-    decisions = GetTunerTrace(**loader).size();
+    DrainUntilDecided(**loader);
+    decisions = (*loader)->tuner_trace().size();
   }  // the loader's tuner drains its trace writer
   std::ifstream in(t.trace_path);
   size_t lines = 0;

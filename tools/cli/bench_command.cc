@@ -46,7 +46,6 @@ int RunBench(const BenchFlags& f) {
   so.point_seconds = f.point_seconds;
   so.tuned_seconds = f.tuned_seconds;
   so.step_ms = f.step_ms;
-  so.tuner = p->tuner;
   // I/O-bound data may want many times the core count; CPU-bound stops at the knee.
   so.max_workers = f.max_workers > 0 ? f.max_workers : kMaxWorkers;
   if (!f.workers_list.empty()) {

@@ -71,7 +71,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     lo.workers = *workers;
   }
   lo.prefetch_batches = f.prefetch > 0 ? f.prefetch : DefaultPrefetch(lo.workers);
-  p.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);
+  lo.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);
 
   std::shared_ptr<const Source> source;
   if (f.synthetic) {

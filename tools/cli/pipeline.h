@@ -10,7 +10,7 @@
 #include "stoker/loader.h"
 #include "stoker/sweep.h"
 #include "stoker/synthetic.h"
-#include "stoker/tuner.h"
+#include "stoker/tuning.h"
 
 namespace stoker::cli {
 
@@ -42,8 +42,7 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& flags);
 
 /// What the flags resolve to.
 struct Pipeline {
-  LoaderOptions loader;
-  TunerOptions tuner;
+  LoaderOptions loader;              // its `tuner` too
   std::string description;           // for people: "images in /x (2000), train 224, ..."
   std::shared_ptr<SlowSource> slow;  // set when --read-latency-ms was given
 };

@@ -7,15 +7,14 @@
 #include "pipeline.h"
 #include "stoker/report.h"
 #include "stoker/sweep.h"
-#include "stoker/tuner.h"
 
 namespace stoker::cli {
 
 Result<RunSummary> RunJob(const RunFlags& f) {
   STOKER_ASSIGN_OR_RETURN(Pipeline p, BuildPipeline(f.pipeline, f.quiet));
-  p.tuner.trace_path = f.trace;
+  p.loader.tuner.trace_path = f.trace;
   if (!f.quiet) std::cerr << "stoker run: " << p.description << "\n";
-  STOKER_ASSIGN_OR_RETURN(auto loader, OpenLoader(p.loader, p.tuner));
+  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(p.loader));
   LiveView view(stderr);
   ConsumeOptions co;
   co.seconds = f.seconds;
@@ -31,7 +30,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
           progress, sizeof progress, "epoch %lld %3lld%%", static_cast<long long>(l->epoch()),
           static_cast<long long>(per_epoch ? (m.batches_delivered % per_epoch) * 100 / per_epoch
                                            : 0));
-      auto tv = GetTunerView(*l);
+      auto tv = l->tuner_view();
       view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "");
     };
   }
@@ -43,8 +42,8 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   s.stats = *stats;
   s.workers_final = loader->workers();
   s.skipped = loader->Skipped();
-  s.trace = GetTunerTrace(*loader);
-  s.view = GetTunerView(*loader);
+  s.trace = loader->tuner_trace();
+  s.view = loader->tuner_view();
   s.peak_rss_bytes = PeakRssBytes();
   return s;
 }

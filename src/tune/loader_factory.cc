@@ -1,0 +1,80 @@
+// Loader::Make, the one factory of loaders. It lives here rather than in the
+// engine because resolving kAutoWorkers needs the advisor and the tuner,
+// which sit above the engine (stoker_tune depends on stoker_engine).
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "core/number_text.h"
+#include "engine/engine_loader.h"
+#include "stoker/advisor.h"
+#include "stoker/defaults.h"
+#include "stoker/loader.h"
+#include "stoker/probe.h"
+#include "tune/trace_writer.h"
+#include "tune/tuner.h"
+
+namespace stoker {
+namespace {
+
+// Checked whatever the worker count, so that a mistake shows before the
+// options are used with workers = auto.
+// REQUIRES: ValidateEngineOptions(o) is ok (the batch's bytes are known).
+Status ValidateTunerOptions(const LoaderOptions& o) {
+  const TunerOptions& t = o.tuner;
+  if (!std::isfinite(t.interval_s) || t.interval_s <= 0) {
+    return InvalidArgument(
+        "tuner option 'interval_s' must be a finite number of seconds > 0, got " +
+        FormatNumber(t.interval_s));
+  }
+  if (t.max_workers < 0 || t.max_workers > kMaxWorkers) {
+    return InvalidArgument("tuner option 'max_workers' must be in [0, " +
+                           std::to_string(kMaxWorkers) + "] (0 = from the machine), got " +
+                           std::to_string(t.max_workers));
+  }
+  // The engine keeps at least one batch in flight, so a smaller budget
+  // could never be kept.
+  const size_t batch_bytes = o.transform->spec().bytes() * static_cast<size_t>(o.batch_size);
+  if (t.memory_budget_bytes != 0 && t.memory_budget_bytes < batch_bytes) {
+    return InvalidArgument(
+        "tuner option 'memory_budget_bytes' must be 0 (the default) or at "
+        "least one batch buffer (" +
+        std::to_string(batch_bytes) + " bytes), got " + std::to_string(t.memory_budget_bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
+  STOKER_RETURN_IF_ERROR(ValidateEngineOptions(options));
+  STOKER_RETURN_IF_ERROR(ValidateTunerOptions(options));
+  if (options.workers != kAutoWorkers) return MakeEngineLoader(std::move(options), nullptr);
+  // An unwritable trace path fails here, not silently later.
+  std::unique_ptr<TraceWriter> trace_writer;
+  if (!options.tuner.trace_path.empty()) {
+    STOKER_ASSIGN_OR_RETURN(trace_writer, TraceWriter::Open(options.tuner.trace_path));
+  }
+  ProbeOptions po;
+  po.skip_gpus = true;
+  const MachineFacts facts = ProbeMachine(po);
+  AdviseInputs in;
+  in.batch_size = options.batch_size;
+  in.sample_bytes = options.transform->spec().bytes();
+  Advice advice = Advise(facts, in);
+  if (options.tuner.memory_budget_bytes > 0) {
+    advice.memory_budget_bytes = options.tuner.memory_budget_bytes;
+  }
+  options.workers = advice.workers;
+  options.prefetch_batches = advice.prefetch_batches;
+  options.prefetch_bytes = std::max<size_t>(advice.prefetch_bytes, 1);
+  const size_t batch_bytes =
+      options.transform->spec().bytes() * static_cast<size_t>(options.batch_size);
+  std::unique_ptr<Controller> tuner =
+      MakeTuner(options.tuner, advice, facts, batch_bytes, std::move(trace_writer));
+  return MakeEngineLoader(std::move(options), std::move(tuner));
+}
+
+}  // namespace stoker

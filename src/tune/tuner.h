@@ -1,0 +1,26 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "engine/controller.h"
+#include "stoker/advisor.h"
+#include "stoker/probe.h"
+#include "stoker/tuning.h"
+#include "tune/trace_writer.h"
+
+namespace stoker {
+
+/// The tuner that Loader::Make attaches to a loader made with workers ==
+/// kAutoWorkers: a Controller that feeds the loader's metrics to a TunerCore
+/// and applies its decisions. It starts from `advice` (the worker count and
+/// prefetch bound the loader was made with, and the memory budget unless
+/// options.memory_budget_bytes sets one) and the CPU budget in `facts`;
+/// `batch_bytes` is one batch buffer. Decisions go to `trace_writer` too when
+/// it is not null. Tick runs on the consumer's thread; View and Trace are
+/// safe from any thread.
+std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
+                                      const MachineFacts& facts, size_t batch_bytes,
+                                      std::unique_ptr<TraceWriter> trace_writer);
+
+}  // namespace stoker

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/thread_annotations.h"
 #include "stoker/advisor.h"
+#include "stoker/json_text.h"
 #include "stoker/probe.h"
 #include "tune/trace_writer.h"
 #include "tune/tuner_core.h"
@@ -179,7 +180,7 @@ class Tuner final : public Controller {
       loader.SetPrefetch(d.prefetch_after,
                          static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
     }
-    if (trace_writer_) trace_writer_->Append(TunerDecisionToJson(d).dump());
+    if (trace_writer_) trace_writer_->Append(DumpJson(TunerDecisionToJson(d)));
   }
 
   void UpdateView(std::optional<TunerDecision> d) EXCLUDES(mu_) {

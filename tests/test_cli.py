@@ -3,9 +3,14 @@
 Run by scripts/test.sh with pytest; STOKER_CLI names the binary (default:
 build/release/tools/cli/stoker).
 """
+import io
 import json
 import os
+import pty
+import resource
+import signal
 import subprocess
+import tarfile
 
 import pytest
 
@@ -102,3 +107,213 @@ def test_bad_options_name_the_option(tmp_path):
     assert r.returncode != 0 and "--workers" in r.stderr
     r = stoker("run", "--data", str(tmp_path / "missing"), "--seconds", "1", check=False)
     assert r.returncode != 0 and "missing" in r.stderr
+
+
+# --- JSON output with names that are not UTF-8 --------------------------------
+# Paths and tar member names are bytes. The JSON writes each byte that is not
+# UTF-8 as the surrogate escape \udcXX, which json.loads turns into the str
+# os.fsdecode gives, so os.fsencode gets the bytes back.
+
+def stoker_bytes(*args, **kwargs):
+    """Runs stoker with str-or-bytes arguments; stdout and stderr as bytes."""
+    kwargs.setdefault("timeout", 300)
+    return subprocess.run([CLI, *args], capture_output=True, **kwargs)
+
+
+def parse_json_stdout(r):
+    text = r.stdout.decode("utf-8")  # strict: the output is always UTF-8
+    return json.loads(text)
+
+
+def test_a_skipped_file_whose_name_is_not_utf8_is_in_the_json(tmp_path):
+    data, _ = _folder_with_a_bad_jpeg(tmp_path)
+    bad = os.path.join(os.fsencode(data), b"n001", b"\xff\xfe.jpg")
+    with open(bad, "wb") as f:
+        f.write(b"not a JPEG")
+    r = stoker_bytes("run", "--data", str(data), "--batch-size", "2", "--epochs", "1", "--quiet",
+                     "--on-error", "skip", "--json")
+    assert r.returncode == 0, r.stderr
+    j = parse_json_stdout(r)
+    assert j["skipped"] == 2
+    keys = [os.fsencode(s["key"]) for s in j["skipped_samples"]]
+    assert bad in keys
+    assert any(b"\xff\xfe.jpg" in os.fsencode(s["reason"]) for s in j["skipped_samples"])
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT, encoding="utf-8",
+                      errors="surrogateescape") as tar:
+        for name, content in members:
+            info = tarfile.TarInfo(os.fsdecode(name))
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+
+
+def test_a_tar_member_and_label_that_are_not_utf8_are_in_the_json(tmp_path):
+    made = tmp_path / "made"
+    stoker("make-dataset", str(made), "--images", "2", "--classes", "1", "--shards", "1")
+    shard = tmp_path / "made-shards" / "shard-000.tar"
+    with tarfile.open(shard) as tar:
+        good = [(m.name.encode(), tar.extractfile(m).read()) for m in tar.getmembers()]
+    path = tmp_path / "odd.tar"
+    _tar(path, good + [(b"\xff\xfeodd.jpg", b"not a JPEG"), (b"\xff\xfeodd.cls", b"0"),
+                       (b"label.jpg", good[0][1]), (b"label.cls", b"\xff\xfe")])
+    r = stoker_bytes("run", "--data", str(path), "--batch-size", "2", "--epochs", "1", "--quiet",
+                     "--on-error", "skip", "--json", "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    j = parse_json_stdout(r)
+    keys = {os.fsencode(s["key"]): os.fsencode(s["reason"]) for s in j["skipped_samples"]}
+    assert os.fsencode(str(path)) + b":\xff\xfeodd.jpg" in keys
+    assert any(b"label" in k and b"\xff\xfe" in reason for k, reason in keys.items()), keys
+
+
+def test_probe_and_advise_json_with_a_path_that_is_not_utf8(tmp_path):
+    odd = os.path.join(os.fsencode(tmp_path), b"\xff")
+    os.mkdir(odd)
+    for command in ("probe", "advise"):
+        r = stoker_bytes(command, "--json", "--no-gpus", "--data", odd)
+        assert r.returncode == 0, r.stderr
+        j = parse_json_stdout(r)
+        storage = j["storage"] if command == "probe" else j["facts"]["storage"]
+        assert os.fsencode(storage["path"]) == odd
+
+
+# --- brace patterns -----------------------------------------------------------
+
+def _limit_memory():
+    # Were the pattern expanded, it would take terabytes: fail, not swap.
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def test_a_brace_pattern_of_a_trillion_names_is_refused_at_once(tmp_path):
+    pattern = str(tmp_path / "shard-{000000..999999}-{000000..999999}.tar")
+    r = stoker_bytes("run", "--data", pattern, "--epochs", "1", "--quiet", "--json",
+                     preexec_fn=_limit_memory, timeout=60)
+    assert r.returncode == 2, r.stderr
+    j = parse_json_stdout(r)
+    assert "1000000000000 names" in j["error"] and pattern in j["error"]
+    assert b"1000000000000 names" in r.stderr
+
+
+# --- option values and errors as JSON -----------------------------------------
+
+BAD_OPTIONS = [
+    (["run", "--synthetic", "--workers", "100000"], "--workers"),
+    (["run", "--synthetic", "--workers", "-1"], "--workers"),
+    (["run", "--synthetic", "--workers", "lots"], "--workers"),
+    (["run", "--synthetic", "--batch-size", "0"], "--batch-size"),
+    (["run", "--synthetic", "--batch-size", "-5"], "--batch-size"),
+    (["run", "--synthetic", "--batch-size", "ten"], "--batch-size"),
+    (["run", "--synthetic", "--size", "1000000000"], "--size"),
+    (["run", "--synthetic", "--prefetch", "99999999999"], "--prefetch"),
+    (["run", "--synthetic", "--seed", "-1"], "--seed"),
+    (["run", "--synthetic", "--step-ms", "inf"], "--step-ms"),
+    (["run", "--synthetic", "--seconds", "nan"], "--seconds"),
+    (["run", "--synthetic", "--epochs", "1.5"], "--epochs"),
+    (["run", "--synthetic", "--read-latency-ms", "-1"], "--read-latency-ms"),
+    (["run", "--synthetic", "--memory-budget-mib", "-1"], "--memory-budget-mib"),
+    (["run", "--synthetic", "--synthetic-size", "0"], "--synthetic-size"),
+    (["run", "--synthetic", "--synthetic-cpu-us", "1e300"], "--synthetic-cpu-us"),
+    (["demo", "--synthetic", "--step-ms", "-3"], "--step-ms"),
+    (["bench", "--synthetic", "--sweep", "0,1,500"], "--sweep"),
+    (["bench", "--synthetic", "--max-workers", "100000"], "--max-workers"),
+    (["bench", "--synthetic", "--point-seconds", "0"], "--point-seconds"),
+    (["advise", "--batch-size", "0"], "--batch-size"),
+    (["advise", "--sample-bytes", "x"], "--sample-bytes"),
+    (["make-dataset", "--images", "0"], "--images"),
+    (["make-dataset", "--classes", "-2"], "--classes"),
+    (["run", "--no-such-flag"], "--no-such-flag"),
+]
+
+
+@pytest.mark.parametrize("args,option", BAD_OPTIONS, ids=[" ".join(a) for a, _ in BAD_OPTIONS])
+def test_a_bad_option_value_is_a_usage_error_naming_it(args, option):
+    r = stoker(*args, check=False)
+    assert r.returncode == 2, r.stderr
+    assert option in r.stderr
+    r = stoker(*args, "--json", check=False)
+    assert r.returncode == 2, r.stderr
+    j = json.loads(r.stdout)
+    assert option in j["error"] and j["exit_code"] == 2 and j["command"] == args[0]
+    assert option in r.stderr
+
+
+def test_a_batch_larger_than_memory_is_refused_naming_the_options():
+    r = stoker("run", "--synthetic", "--batch-size", "1000000", "--size", "4096", "--epochs", "1",
+               "--json", "--quiet", check=False)
+    assert r.returncode == 2
+    j = json.loads(r.stdout)
+    assert "--batch-size 1000000" in j["error"] and "memory budget" in j["error"]
+
+
+def test_runtime_errors_are_json_with_json(tmp_path):
+    r = stoker("run", "--data", str(tmp_path / "missing"), "--seconds", "1", "--json", "--quiet",
+               check=False)
+    assert r.returncode == 1
+    j = json.loads(r.stdout)
+    assert "missing" in j["error"] and j["status"] == "not found" and j["command"] == "run"
+    assert "missing" in r.stderr
+    r = stoker("run", "--synthetic", "--seconds", "1", "--json", "--quiet", "--trace",
+               str(tmp_path / "no" / "such" / "dir" / "t.jsonl"), check=False)
+    assert r.returncode != 0
+    assert "t.jsonl" in json.loads(r.stdout)["error"]
+    r = stoker("--json", check=False)  # no subcommand
+    assert r.returncode == 2 and json.loads(r.stdout)["command"] == "stoker"
+
+
+# --- SIGINT / SIGTERM ---------------------------------------------------------
+
+def _default_signals():
+    # The signals' default actions, whatever this process inherited (a shell's
+    # background job ignores SIGINT, and stoker keeps an ignored signal so).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _start_run(*args):
+    p = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=_default_signals)
+    # The live view's first line: the loop, and its signal handling, runs.
+    while b"samples/s" not in p.stderr.readline():
+        assert p.poll() is None, "stoker ended before its live view"
+    return p
+
+
+@pytest.mark.parametrize("command,sig,code", [("run", signal.SIGINT, 130),
+                                              ("run", signal.SIGTERM, 143),
+                                              ("demo", signal.SIGTERM, 143)])
+def test_a_signal_mid_run_prints_the_partial_summary(command, sig, code):
+    p = _start_run(command, "--synthetic", "--synthetic-size", "100000", "--size", "16",
+                   "--synthetic-cpu-us", "300", "--seconds", "120", "--step-ms", "20", "--json")
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == code, err
+    j = json.loads(out)
+    assert j["interrupted"] is True and j["signal"] == signal.Signals(sig).name
+    assert j["samples"] > 0 and j["seconds"] < 60
+
+
+def test_sigint_on_a_terminal_ends_the_live_line_then_prints_the_summary():
+    # stderr on a pseudo-terminal: the live view redraws one line there.
+    master, slave = pty.openpty()
+    p = subprocess.Popen([CLI, "run", "--synthetic", "--synthetic-size", "100000", "--size", "16",
+                          "--seconds", "120", "--step-ms", "1000"],  # SIGINT cuts a step short
+                         stdout=subprocess.PIPE, stderr=slave, preexec_fn=_default_signals)
+    os.close(slave)
+    seen = b""
+    while b"samples/s" not in seen:
+        seen += os.read(master, 4096)
+    p.send_signal(signal.SIGINT)
+    out = p.communicate(timeout=30)[0]
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child's side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert p.returncode == 130
+    assert b"interrupted by SIGINT" in out and b"samples in" in out
+    assert b"\r\x1b[K" in seen and seen.endswith(b"\n"), seen[-200:]

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,9 +59,10 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
 /// bytes stay valid for the source's life). Shards must not be truncated or
 /// rewritten while open. Keys are "<shard path>:<image member name>".
 ///
-/// Errors at open (naming the shard, and the byte offset in it): a missing or
-/// unreadable shard, a garbage header (bad checksum), a truncated member, a
-/// shard list that expands to nothing, shards with no images at all. Errors at
+/// Errors at open (naming the shard, and the byte offset in it): a pattern
+/// ExpandBraces refuses, a missing or unreadable shard, a garbage header (bad
+/// checksum), a truncated member, a shard list that expands to nothing,
+/// shards with no images at all. Errors at
 /// Read (naming the key): a sample without a .cls member, a .cls that is not
 /// an integer. Blocks while it indexes.
 Result<std::shared_ptr<const Source>> OpenTarShards(
@@ -84,12 +86,26 @@ enum class DataPathKind { kImageFolder, kTarShards, kFileList };
 Result<std::shared_ptr<const Source>> OpenDataPath(const std::string& path,
                                                    DataPathKind* kind = nullptr);
 
+/// The most names one brace pattern may expand to: far past any real shard
+/// list (each shard is a mapping, and Linux allows 65530 per process by
+/// default), small enough that the names fit in memory.
+inline constexpr uint64_t kMaxBraceNames = 1'000'000;
+/// The most bytes of names one brace pattern may expand to (as many names
+/// times the longest name).
+inline constexpr uint64_t kMaxBraceBytes = uint64_t{256} << 20;
+
 /// Expands the brace ranges in `pattern`: "{a..b}" becomes the integers a to
-/// b in order (either direction), each zero-padded to the width of the wider
-/// bound when a bound has a leading zero ("{08..10}" -> 08 09 10), and
-/// "{x,y,z}" the listed alternatives. Several groups multiply, leftmost
-/// slowest. Text without braces, or with braces that are not a valid group,
-/// is returned as it is.
-std::vector<std::string> ExpandBraces(const std::string& pattern);
+/// b in order (either direction; 64-bit signed bounds), each zero-padded to
+/// the width of the wider bound when a bound has a leading zero ("{08..10}"
+/// -> 08 09 10), and "{x,y,z}" the listed alternatives. Several groups
+/// multiply, leftmost slowest. Expanded text is not expanded again, and a
+/// group holding a '{' is literal, so groups do not nest. Text without
+/// braces, or with braces that are not a valid group (a bound that is not
+/// an integer or does not fit in 64 bits), is returned as it is.
+///
+/// The count is worked out before any name is made: a pattern expanding to
+/// more than kMaxBraceNames names, or kMaxBraceBytes bytes of names, is an
+/// InvalidArgument naming the pattern and the count.
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
 
 }  // namespace stoker

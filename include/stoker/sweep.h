@@ -39,6 +39,12 @@ struct ConsumeOptions {
   std::function<void(const TimelinePoint&)> on_point;
   /// Optional: called after each batch (e.g. to change the workload mid-run).
   std::function<void(double t_s)> on_batch;
+  /// Optional: polled on the consumer's thread between batches, and every
+  /// 50 ms while a batch is awaited or a step sleeps; once it returns true
+  /// the loop ends with the stats so far (ConsumeStats::stopped), e.g. on
+  /// SIGINT. A batch being made on the consumer's thread (0 workers) is
+  /// finished first.
+  std::function<bool()> stop;
 };
 
 /// What a consume loop saw.
@@ -49,11 +55,12 @@ struct ConsumeStats {
   double seconds = 0;
   double stall_fraction = 0;  // time inside Next() / total
   int workers_max = 0;
+  bool stopped = false;  // ended by ConsumeOptions::stop
   std::vector<TimelinePoint> timeline;
 };
 
 /// Runs the stand-in training loop on `loader`: Next(), then sleeps step_ms,
-/// until the time or epoch limit (at least one must be set). Blocks. A batch
+/// until the time or epoch limit (at least one must be set) or `stop`. Blocks. A batch
 /// error (ErrorPolicy::kRaise) ends the loop and is returned, naming the
 /// sample and its file.
 Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);

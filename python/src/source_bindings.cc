@@ -117,7 +117,7 @@ void BindSources(py::module_& m) {
       "expand_braces",
       [](const std::string& pattern) {
         py::list out;
-        for (const std::string& s : ExpandBraces(pattern)) out.append(py::bytes(s));
+        for (const std::string& s : ValueOrThrow(ExpandBraces(pattern))) out.append(py::bytes(s));
         return out;
       },
       py::arg("pattern"));

@@ -1,5 +1,6 @@
 #include <nlohmann/json.hpp>
 
+#include "stoker/json_text.h"
 #include "stoker/report.h"
 
 namespace stoker {
@@ -14,7 +15,7 @@ Status ReadCount(const nlohmann::json& json, const char* name, bool required, au
   const bool count = it->is_number_unsigned() || (it->is_number_integer() && *it >= 0);
   if (!count) {
     return InvalidArgument(std::string("state's '") + name + "' must be an integer >= 0, got " +
-                           it->dump());
+                           DumpJson(*it));
   }
   *out = it->template get<std::remove_pointer_t<decltype(out)>>();
   return Status::Ok();
@@ -62,7 +63,7 @@ nlohmann::json LoaderStateToJson(const LoaderState& s) {
 }
 
 Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json) {
-  if (!json.is_object()) return InvalidArgument("state must be an object, got " + json.dump());
+  if (!json.is_object()) return InvalidArgument("state must be an object, got " + DumpJson(json));
   LoaderState s;
   STOKER_RETURN_IF_ERROR(ReadCount(json, "seed", true, &s.seed));
   STOKER_RETURN_IF_ERROR(ReadCount(json, "epoch", true, &s.epoch));
@@ -71,12 +72,12 @@ Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json) {
   if (beyond == json.end()) return s;
   if (!beyond->is_array()) {
     return InvalidArgument("state's 'beyond' must be a list of batch numbers, got " +
-                           beyond->dump());
+                           DumpJson(*beyond));
   }
   for (const nlohmann::json& batch : *beyond) {
     if (!batch.is_number_integer() || batch < 0) {
       return InvalidArgument("state's 'beyond' must be a list of batch numbers >= 0, got " +
-                             batch.dump() + " in it");
+                             DumpJson(batch) + " in it");
     }
     s.beyond.push_back(batch.get<int64_t>());
   }

@@ -498,76 +498,14 @@ Status AddShard(const MappedShard& shard, uint32_t shard_number, std::vector<Tar
   return Status::Ok();
 }
 
-// Expands the first valid brace group at or after `from` in `pattern`, then
-// the rest, appending results to `out`.
-void ExpandFrom(const std::string& pattern, size_t from, std::vector<std::string>& out) {
-  constexpr int64_t kMaxRange = 1'000'000;
-  for (size_t open = pattern.find('{', from); open != std::string::npos;
-       open = pattern.find('{', open + 1)) {
-    size_t close = pattern.find('}', open);
-    if (close == std::string::npos) break;
-    std::string_view body(pattern.data() + open + 1, close - open - 1);
-    if (body.find('{') != std::string_view::npos) continue;
-    std::vector<std::string> choices;
-    size_t dots = body.find("..");
-    int64_t lo = 0, hi = 0;
-    auto parse = [](std::string_view t, int64_t& v) {
-      std::optional<int64_t> parsed = ParseInteger<int64_t>(t);
-      if (parsed) v = *parsed;
-      return parsed.has_value();
-    };
-    if (dots != std::string_view::npos && parse(body.substr(0, dots), lo) &&
-        parse(body.substr(dots + 2), hi) && (hi > lo ? hi - lo : lo - hi) < kMaxRange) {
-      std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
-      auto padded = [](std::string_view t) {
-        if (!t.empty() && t[0] == '-') t.remove_prefix(1);
-        return t.size() > 1 && t[0] == '0';
-      };
-      const size_t width = (padded(a) || padded(b)) ? std::max(a.size(), b.size()) : 0;
-      const int64_t step = hi >= lo ? 1 : -1;
-      for (int64_t v = lo;; v += step) {
-        std::string digits = std::to_string(v < 0 ? -v : v);
-        size_t sign = v < 0 ? 1 : 0;
-        if (digits.size() + sign < width) digits.insert(0, width - digits.size() - sign, '0');
-        choices.push_back((v < 0 ? "-" : "") + digits);
-        if (v == hi) break;
-      }
-    } else if (body.find(',') != std::string_view::npos) {
-      size_t start = 0;
-      for (;;) {
-        size_t comma = body.find(',', start);
-        choices.emplace_back(body.substr(start, comma - start));
-        if (comma == std::string_view::npos) break;
-        start = comma + 1;
-      }
-    } else {
-      continue;  // "{}" or "{word}": literal text
-    }
-    const std::string head = pattern.substr(0, open);
-    const std::string tail = pattern.substr(close + 1);
-    for (const std::string& choice : choices) {
-      std::string expanded = head + choice;
-      const size_t resume = expanded.size();
-      ExpandFrom(expanded + tail, resume, out);
-    }
-    return;
-  }
-  out.push_back(pattern);
-}
-
 }  // namespace
-
-std::vector<std::string> ExpandBraces(const std::string& pattern) {
-  std::vector<std::string> out;
-  ExpandFrom(pattern, 0, out);
-  return out;
-}
 
 Result<std::shared_ptr<const Source>> OpenTarShards(
     const std::vector<std::string>& paths_or_patterns) {
   std::vector<std::string> paths;
   for (const std::string& pattern : paths_or_patterns) {
-    for (std::string& path : ExpandBraces(pattern)) paths.push_back(std::move(path));
+    STOKER_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(pattern));
+    for (std::string& path : expanded) paths.push_back(std::move(path));
   }
   if (paths.empty()) return InvalidArgument("no tar shards given");
   if (paths.size() >= std::numeric_limits<uint32_t>::max()) {

@@ -292,18 +292,5 @@ TEST(TarSourceTest, SampleKeys) {
   EXPECT_EQ(SplitSampleKey("plain"), (std::pair<std::string_view, std::string_view>("plain", "")));
 }
 
-TEST(ExpandBracesTest, RangesListsAndLiterals) {
-  using V = std::vector<std::string>;
-  EXPECT_EQ(ExpandBraces("s-{000..003}.tar"),
-            (V{"s-000.tar", "s-001.tar", "s-002.tar", "s-003.tar"}));
-  EXPECT_EQ(ExpandBraces("{8..11}"), (V{"8", "9", "10", "11"}));
-  EXPECT_EQ(ExpandBraces("{08..10}"), (V{"08", "09", "10"}));
-  EXPECT_EQ(ExpandBraces("{3..1}"), (V{"3", "2", "1"}));
-  EXPECT_EQ(ExpandBraces("{a,b}-{0..1}"), (V{"a-0", "a-1", "b-0", "b-1"}));
-  EXPECT_EQ(ExpandBraces("plain.tar"), (V{"plain.tar"}));
-  EXPECT_EQ(ExpandBraces("odd{x}{1..2"), (V{"odd{x}{1..2"}));
-  EXPECT_EQ(ExpandBraces("{}{a..b}"), (V{"{}{a..b}"}));
-}
-
 }  // namespace
 }  // namespace stoker

@@ -33,13 +33,19 @@ double TimelineMean(const std::vector<TimelinePoint>& tl, double from_s, double 
   return seconds > 0 ? sum / seconds : 0;
 }
 
+constexpr std::chrono::milliseconds kStopPoll{50};  // ConsumeOptions::stop's polling
+
+bool Stopping(const ConsumeOptions& o) { return o.stop && o.stop(); }
+
 // The simulated accelerator step after a batch taken at `t_s`.
 void Step(const ConsumeOptions& o, double t_s) {
   const double ms = o.step_ms_at ? o.step_ms_at(t_s) : o.step_ms;
-  if (ms > 0) {
+  if (ms <= 0) return;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double, std::milli>(ms));
+  while (Clock::now() < until && !Stopping(o)) {
     std::this_thread::sleep_until(
-        Clock::now() +
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms)));
+        o.stop ? std::min<Clock::time_point>(until, Clock::now() + kStopPoll) : until);
   }
 }
 
@@ -80,6 +86,14 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   double last_t = 0;
   while (true) {
     if (o.seconds > 0 && Since(t0) >= o.seconds) break;
+    // With a stop to watch, wait for the batch in slices (the wait still
+    // counts as the consumer's), so that a stop ends a long wait too.
+    while (o.stop && !loader.WaitReady(kStopPoll) && !o.stop()) {
+    }
+    if (Stopping(o)) {
+      s.stopped = true;
+      break;
+    }
     auto r = loader.Next();
     if (!r.ok()) return r.status();
     if (!r->has_value()) {

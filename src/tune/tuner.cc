@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/thread_annotations.h"
+#include "stoker/json_text.h"
 #include "stoker/tuner.h"
 #include "tune/tuner_core.h"
 
@@ -180,7 +181,7 @@ class Tuner final : public Controller {
       loader.SetPrefetch(d.prefetch_after,
                          static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
     }
-    if (trace_writer_) trace_writer_->Append(TunerDecisionToJson(d).dump());
+    if (trace_writer_) trace_writer_->Append(DumpJson(TunerDecisionToJson(d)));
   }
 
   void UpdateView(std::optional<TunerDecision> d) EXCLUDES(mu_) {

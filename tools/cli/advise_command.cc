@@ -4,7 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "command_output.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "stoker/advisor.h"
 #include "stoker/probe.h"
 
@@ -33,7 +35,7 @@ int RunAdvise(const AdviseCommandOptions& o) {
   if (o.json) {
     nlohmann::json j = AdviceToJson(advice, inputs);
     j["facts"] = FactsToJson(facts);
-    std::cout << j.dump(2) << "\n";
+    PrintJson(j);
     return 0;
   }
   std::cout << "stoker advise: start with " << advice.workers << " worker "
@@ -67,10 +69,10 @@ void AddAdviseCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--data", opts->data_path,
                   "path of the data set (its storage shapes the advice)");
   cmd->add_option("--batch-size", opts->batch_size, "samples per batch (default: assume 64)")
-      ->check(CLI::PositiveNumber);
+      ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--sample-bytes", opts->sample_bytes,
                   "bytes of one transformed sample (default: assume 3x224x224 uint8)")
-      ->check(CLI::PositiveNumber);
+      ->check(CountIn(1, kMaxSampleBytes));
   const std::map<std::string, WorkersKind> kinds = {{"threads", WorkersKind::kThreads},
                                                     {"processes", WorkersKind::kProcesses}};
   cmd->add_option("--workers-kind", opts->workers_kind, "threads (stoker) or processes (PyTorch)")

@@ -3,7 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "command_output.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "pipeline.h"
 #include "stoker/defaults.h"
 #include "stoker/report.h"
@@ -28,8 +30,9 @@ Result<std::vector<int>> ParseList(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     std::optional<int> count = ParseCount(item);
-    if (!count) {
-      return InvalidArgument("--sweep takes counts >= 0 separated by commas, got '" + item + "'");
+    if (!count || *count > kMaxWorkers) {
+      return InvalidArgument("expected worker counts from 0 to " + std::to_string(kMaxWorkers) +
+                             " separated by commas, got '" + item + "'");
     }
     out.push_back(*count);
   }
@@ -38,10 +41,7 @@ Result<std::vector<int>> ParseList(const std::string& text) {
 
 int RunBench(const BenchFlags& f) {
   auto p = BuildPipeline(f.pipeline, f.json);
-  if (!p.ok()) {
-    std::cerr << "stoker bench: " << p.status().ToString() << "\n";
-    return 1;
-  }
+  if (!p.ok()) return ReportError("bench", p.status(), f.json);
   SweepOptions so;
   so.point_seconds = f.point_seconds;
   so.tuned_seconds = f.tuned_seconds;
@@ -50,10 +50,7 @@ int RunBench(const BenchFlags& f) {
   so.max_workers = f.max_workers > 0 ? f.max_workers : kMaxWorkers;
   if (!f.workers_list.empty()) {
     auto list = ParseList(f.workers_list);
-    if (!list.ok()) {
-      std::cerr << "stoker bench: " << list.status().ToString() << "\n";
-      return 1;
-    }
+    if (!list.ok()) return ReportError("bench", list.status().WithContext("--sweep"), f.json);
     so.workers = *list;
   }
   if (!f.json) {
@@ -62,20 +59,14 @@ int RunBench(const BenchFlags& f) {
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
   auto r = RunSweep(p->loader, so);
-  if (!r.ok()) {
-    std::cerr << "stoker bench: " << r.status().ToString() << "\n";
-    return 1;
-  }
+  if (!r.ok()) return ReportError("bench", r.status(), f.json);
   if (!f.plot.empty()) {
     std::ofstream out(f.plot);
     out << SweepToSvg(*r, "stoker bench: " + p->description);
-    if (!out) {
-      std::cerr << "stoker bench: cannot write --plot " << f.plot << "\n";
-      return 1;
-    }
+    if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
   }
   if (f.json) {
-    std::cout << SweepToJson(*r).dump(2) << "\n";
+    PrintJson(SweepToJson(*r));
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
     if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
@@ -93,15 +84,22 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       "the tuner and compare.");
   AddPipelineFlags(cmd, f->pipeline);
   cmd->add_option("--step-ms", f->step_ms, "simulated accelerator step per batch, ms")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, kMaxStepMs));
   cmd->add_option("--point-seconds", f->point_seconds, "measured seconds per sweep point")
-      ->check(CLI::PositiveNumber);
+      ->check(NumberIn(0.01, kMaxSeconds));
   cmd->add_option("--tuned-seconds", f->tuned_seconds, "seconds of the tuned run")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-workers", f->max_workers,
-                  "largest worker count to try (default " + std::to_string(kMaxWorkers) + ")")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--sweep", f->workers_list, "worker counts to measure, e.g. 0,1,2,4,8");
+      ->check(NumberIn(0.1, kMaxSeconds));
+  cmd->add_option(
+         "--max-workers", f->max_workers,
+         "largest worker count to try (default and at most " + std::to_string(kMaxWorkers) + ")")
+      ->check(CountIn(0, kMaxWorkers));
+  cmd->add_option("--sweep", f->workers_list, "worker counts to measure, e.g. 0,1,2,4,8")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            auto list = ParseList(text);
+            return list.ok() ? std::string() : list.status().message();
+          },
+          "LIST"));
   cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run");
   cmd->add_flag("--json", f->json, "print JSON on stdout");
   cmd->callback([f, &exit_code] { exit_code = RunBench(*f); });

@@ -6,7 +6,8 @@ namespace stoker::cli {
 
 // Each subcommand lives in its own file and registers itself here. A command
 // prints a human view by default and JSON on stdout with --json; it sets the
-// process exit code through the int it is handed.
+// process exit code through the int it is handed, and reports its errors
+// through ReportError (command_output.h), which also writes them as JSON.
 void AddDemoCommand(CLI::App& app, int& exit_code);
 void AddRunCommand(CLI::App& app, int& exit_code);
 void AddBenchCommand(CLI::App& app, int& exit_code);

@@ -2,8 +2,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "command_output.h"
 #include "commands.h"
 #include "pipeline.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 
@@ -27,16 +29,17 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
     }
     auto s = RunJob(*f);
     if (!s.ok()) {
-      std::cerr << "stoker demo: " << s.status().ToString() << "\n";
-      exit_code = 1;
+      exit_code = ReportError("demo", s.status(), f->json);
       return;
     }
+    if (s->signal != 0) exit_code = ExitCodeFor(s->signal);
     if (f->json) {
-      std::cout << RunSummaryToJson(*s).dump(2) << "\n";
+      PrintJson(RunSummaryToJson(*s));
       return;
     }
     std::cout << "\n" << s->description << "\n";
     PrintRunSummary(*s, std::cout);
+    if (s->signal != 0) return;  // asked to stop: the summary is enough
     const double demand = f->step_ms > 0 ? 1000.0 / f->step_ms * f->pipeline.batch_size : 0;
     char stall[32];
     std::snprintf(stall, sizeof stall, "%.2f", s->stats.stall_fraction * 100);

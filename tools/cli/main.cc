@@ -1,21 +1,62 @@
 #include <CLI/CLI.hpp>
+#include <cstring>
+#include <exception>
 #include <iostream>
+#include <string>
 
+#include "command_output.h"
 #include "commands.h"
 #include "stoker/version.h"
 
+namespace {
+
+// Whether the command line asks for JSON. Read from argv itself, since a
+// line that fails to parse never sets the --json flag.
+bool AsksForJson(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) return false;
+    if (std::strcmp(argv[i], "--json") == 0) return true;
+  }
+  return false;
+}
+
+// The subcommand the line named, as far as it was parsed.
+std::string CommandName(const CLI::App& app) {
+  auto subcommands = app.get_subcommands();
+  return subcommands.empty() ? "stoker" : subcommands.front()->get_name();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  namespace cli = stoker::cli;
   CLI::App app{
       "stoker: a data loader that tunes its own workers so the accelerator never waits for data."};
   app.set_version_flag("--version", std::string("stoker ") + stoker::kVersion);
   app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 done, 1 failed, 2 a bad option or value, 130/143 a run ended by "
+      "SIGINT/SIGTERM (its summary printed). With --json every error is also one JSON object "
+      "{\"error\": ...} on stdout.");
   int exit_code = 0;
-  stoker::cli::AddDemoCommand(app, exit_code);
-  stoker::cli::AddRunCommand(app, exit_code);
-  stoker::cli::AddBenchCommand(app, exit_code);
-  stoker::cli::AddProbeCommand(app, exit_code);
-  stoker::cli::AddAdviseCommand(app, exit_code);
-  stoker::cli::AddMakeDatasetCommand(app, exit_code);
-  CLI11_PARSE(app, argc, argv);
+  cli::AddDemoCommand(app, exit_code);
+  cli::AddRunCommand(app, exit_code);
+  cli::AddBenchCommand(app, exit_code);
+  cli::AddProbeCommand(app, exit_code);
+  cli::AddAdviseCommand(app, exit_code);
+  cli::AddMakeDatasetCommand(app, exit_code);
+  const bool json = AsksForJson(argc, argv);
+  try {
+    app.parse(argc, argv);  // runs the chosen command's callback
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (json) return cli::ReportError(CommandName(app), e.what(), true, cli::kExitUsage);
+    app.exit(e);  // the message and CLI11's hint on stderr
+    return cli::kExitUsage;
+  } catch (const std::exception& e) {
+    // A command's errors are Status values; an exception here is a bug or
+    // an exhausted resource (bad_alloc, a thread that could not start).
+    return cli::ReportError(CommandName(app), std::string("unexpected error: ") + e.what(), json);
+  }
   return exit_code;
 }

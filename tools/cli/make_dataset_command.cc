@@ -2,7 +2,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "command_output.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "stoker/dataset.h"
 
 namespace stoker::cli {
@@ -17,22 +19,16 @@ int RunMakeDataset(const MakeDatasetFlags& flags) {
   if (flags.options.output.empty()) {
     // No OUT: the built-in data set, made once where demo and run look for it.
     auto path = EnsureDefaultDataset(flags.json);
-    if (!path.ok()) {
-      std::cerr << "stoker make-dataset: " << path.status().ToString() << "\n";
-      return 1;
-    }
+    if (!path.ok()) return ReportError("make-dataset", path.status(), flags.json);
     if (flags.json) {
-      std::cout << nlohmann::json{{"root", *path}}.dump(2) << "\n";
+      PrintJson({{"root", *path}});
     } else {
       std::cout << *path << "\n";
     }
     return 0;
   }
   auto report = MakeDataset(flags.options);
-  if (!report.ok()) {
-    std::cerr << "stoker make-dataset: " << report.status().ToString() << "\n";
-    return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
+  if (!report.ok()) return ReportError("make-dataset", report.status(), flags.json);
   const MakeDatasetReport& r = *report;
   nlohmann::json j = {{"root", r.root},
                       {"images", r.images},
@@ -45,7 +41,7 @@ int RunMakeDataset(const MakeDatasetFlags& flags) {
                       {"shards", r.shard_paths},
                       {"seconds", r.seconds}};
   if (flags.json) {
-    std::cout << j.dump(2) << "\n";
+    PrintJson(j);
     return 0;
   }
   std::cout << "stoker make-dataset: wrote " << r.images << " images in " << r.class_names.size()
@@ -79,15 +75,17 @@ void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
                   "path printed");
   cmd->add_option("--images", o.images, "number of images")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CountIn(1, kMaxImages));
   cmd->add_option("--classes", o.classes, "number of classes (n000, n001, ...)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", o.seed, "same seed, byte-identical files")->capture_default_str();
+      ->check(CountIn(1, kMaxImages));
+  cmd->add_option("--seed", o.seed, "same seed, byte-identical files")
+      ->capture_default_str()
+      ->check(CountIn(0, UINT64_MAX));
   cmd->add_option("--shards", o.shards,
                   "also write the images as K WebDataset tar shards in OUT-shards/")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CountIn(0, kMaxImages));
   cmd->add_option("--photos", o.photos, "folder of */contents/images*/ photographs")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON on stdout");

@@ -3,10 +3,13 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "option_checks.h"
+#include "stoker/advisor.h"
 #include "stoker/dataset.h"
 #include "stoker/defaults.h"
 #include "stoker/image.h"
 #include "stoker/image_sources.h"
+#include "stoker/probe.h"
 
 namespace stoker::cli {
 
@@ -20,38 +23,74 @@ std::optional<int> ParseCount(const std::string& text) {
   return std::nullopt;
 }
 
+namespace {
+
+// One batch must fit in the memory budget at all: past it the engine's
+// allocation fails, or the kernel kills the process, with no word on which
+// flag asked for too much.
+Status CheckBatchFits(const PipelineFlags& f, size_t sample_bytes, const TunerOptions& tuner) {
+  const size_t batch_bytes = sample_bytes * static_cast<size_t>(f.batch_size);
+  size_t budget = tuner.memory_budget_bytes;
+  if (budget == 0) {
+    ProbeOptions po;
+    po.skip_gpus = true;
+    AdviseInputs in;
+    in.batch_size = f.batch_size;
+    in.sample_bytes = sample_bytes;
+    budget = Advise(ProbeMachine(po), in).memory_budget_bytes;
+  }
+  if (batch_bytes <= budget) return Status::Ok();
+  return InvalidArgument("--batch-size " + std::to_string(f.batch_size) + " at --size " +
+                         std::to_string(f.size) + " makes one batch " + FormatBytes(batch_bytes) +
+                         ", more than the memory budget of " + FormatBytes(budget) +
+                         (tuner.memory_budget_bytes > 0 ? " (--memory-budget-mib)" : ""));
+}
+
+}  // namespace
+
 void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--data", f.data,
                   "image folder, file list (path<TAB>label) or tar shards (a .tar or a "
                   "shard-{000..015}.tar pattern); default: the built-in data set");
-  cmd->add_option("--batch-size", f.batch_size, "samples per batch")->check(CLI::PositiveNumber);
-  cmd->add_option("--size", f.size, "output height and width")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", f.batch_size, "samples per batch")
+      ->check(CountIn(1, kMaxBatchSize));
+  cmd->add_option("--size", f.size, "output height and width")->check(CountIn(1, kMaxImageSide));
   cmd->add_flag("--eval", f.eval, "Resize(size*8/7)+CenterCrop instead of RandomResizedCrop+flip");
   cmd->add_option("--layout", f.layout, "output: float32-chw (normalised), uint8-hwc, uint8-chw")
       ->check(CLI::IsMember({"float32-chw", "uint8-hwc", "uint8-chw"}));
-  cmd->add_option("--seed", f.seed, "shuffle and augmentation seed");
+  cmd->add_option("--seed", f.seed, "shuffle and augmentation seed")->check(CountIn(0, UINT64_MAX));
   cmd->add_flag("--no-shuffle", f.no_shuffle, "sequential order");
   cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
       ->check(CLI::IsMember({"raise", "skip"}));
-  cmd->add_option("--workers", f.workers, "auto (the tuner decides) or a fixed count");
+  cmd->add_option(
+         "--workers", f.workers,
+         "auto (the tuner decides) or a fixed count, at most " + std::to_string(kMaxWorkers))
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            std::optional<int> count = ParseCount(text);
+            if (text == "auto" || (count && *count <= kMaxWorkers)) return std::string();
+            return "expected 'auto' or an integer from 0 to " + std::to_string(kMaxWorkers) +
+                   ", got '" + text + "'";
+          },
+          "auto|INT"));
   cmd->add_option("--prefetch", f.prefetch,
                   "prefetch depth in batches, with fixed --workers (default: " +
                       std::to_string(DefaultPrefetch(0)) + ", more for many workers, up to " +
                       std::to_string(DefaultPrefetch(kMaxWorkers)) + ")")
-      ->check(CLI::PositiveNumber);
+      ->check(CountIn(1, kMaxPrefetch));
   cmd->add_option("--read-latency-ms", f.read_latency_ms,
                   "add this latency to every read (simulates slow or remote storage)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, kMaxLatencyMs));
   cmd->add_option("--memory-budget-mib", f.memory_budget_mib,
                   "memory the tuner may use for batches and workers (default " +
                       std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
                       " % of available)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, kMaxMemoryBudgetMib));
   cmd->add_flag("--synthetic", f.synthetic, "a synthetic source instead of images");
   cmd->add_option("--synthetic-cpu-us", f.synthetic_cpu_us, "synthetic: CPU per sample, us")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, kMaxSyntheticCpuUs));
   cmd->add_option("--synthetic-size", f.synthetic_size, "synthetic: samples per epoch")
-      ->check(CLI::PositiveNumber);
+      ->check(CountIn(1, kMaxSyntheticSize));
 }
 
 Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
@@ -110,6 +149,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     p.description += ", +" + std::to_string(f.read_latency_ms).substr(0, 5) + " ms per read";
   }
   lo.source = source;
+  STOKER_RETURN_IF_ERROR(CheckBatchFits(f, lo.transform->spec().bytes(), lo.tuner));
   return p;
 }
 

@@ -73,10 +73,13 @@ struct RunSummary {
   std::vector<TunerDecision> trace;
   std::optional<TunerView> view;
   size_t peak_rss_bytes = 0;
+  int signal = 0;  // SIGINT or SIGTERM when one ended the run early, else 0
 };
 
 /// Runs the stand-in training loop the flags describe, with the live view on
 /// stderr unless quiet. A failing sample under --on-error raise is the error.
+/// SIGINT or SIGTERM during the loop ends it early: the summary of what ran,
+/// with `signal` set, is returned (see StopSignals).
 Result<RunSummary> RunJob(const RunFlags& flags);
 nlohmann::json RunSummaryToJson(const RunSummary& summary);
 void PrintRunSummary(const RunSummary& summary, std::ostream& out);

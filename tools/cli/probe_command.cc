@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "command_output.h"
 #include "commands.h"
 #include "stoker/probe.h"
 
@@ -105,7 +106,7 @@ int RunProbe(const ProbeCommandOptions& o) {
   options.skip_gpus = o.no_gpus;
   MachineFacts facts = ProbeMachine(options);
   if (o.json) {
-    std::cout << FactsToJson(facts).dump(2) << "\n";
+    PrintJson(FactsToJson(facts));
     return 0;
   }
   std::cout << "stoker probe: what this process may use\n\n";

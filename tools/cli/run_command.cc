@@ -3,10 +3,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "command_output.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "pipeline.h"
 #include "stoker/report.h"
 #include "stoker/sweep.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 
@@ -34,6 +37,10 @@ Result<RunSummary> RunJob(const RunFlags& f) {
       view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "");
     };
   }
+  // From here on SIGINT and SIGTERM end the loop, not the process: the
+  // summary of what ran is printed. Before it there is nothing to summarise.
+  StopSignals signals;
+  co.stop = [&signals] { return signals.received() != 0; };
   auto stats = Consume(*loader, co);
   if (!f.quiet) view.Finish();
   if (!stats.ok()) return stats.status();
@@ -45,6 +52,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   s.trace = loader->tuner_trace();
   s.view = loader->tuner_view();
   s.peak_rss_bytes = PeakRssBytes();
+  if (stats->stopped) s.signal = signals.received();
   return s;
 }
 
@@ -61,7 +69,9 @@ nlohmann::json RunSummaryToJson(const RunSummary& s) {
           {"peak_rss_bytes", s.peak_rss_bytes},
           {"skipped", s.skipped.size()},
           {"skipped_samples", skipped},
-          {"epochs_completed", s.stats.epochs_completed}};
+          {"epochs_completed", s.stats.epochs_completed},
+          {"interrupted", s.signal != 0},
+          {"signal", s.signal != 0 ? nlohmann::json(SignalName(s.signal)) : nlohmann::json()}};
 }
 
 void PrintRunSummary(const RunSummary& s, std::ostream& out) {
@@ -76,6 +86,7 @@ void PrintRunSummary(const RunSummary& s, std::ostream& out) {
                 s.workers_final, std::max(s.stats.workers_max, s.workers_final),
                 s.peak_rss_bytes >> 20);
   out << line;
+  if (s.signal != 0) out << "  interrupted by " << SignalName(s.signal) << "\n";
   if (!s.skipped.empty()) {
     out << "  skipped " << s.skipped.size() << " samples:\n";
     for (const auto& r : s.skipped) out << "    " << r.key << ": " << r.reason << "\n";
@@ -94,10 +105,10 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   AddPipelineFlags(cmd, f.pipeline);
   cmd->add_option("--step-ms", f.step_ms,
                   "simulated accelerator step per batch, ms (0 = as fast as possible)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seconds", f.seconds, "run this long")->check(CLI::NonNegativeNumber);
+      ->check(NumberIn(0, kMaxStepMs));
+  cmd->add_option("--seconds", f.seconds, "run this long")->check(NumberIn(0, kMaxSeconds));
   cmd->add_option("--epochs", f.epochs, "run this many epochs (default 1 without --seconds)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CountIn(0, kMaxEpochs));
   cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines");
   cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
   cmd->add_flag("--quiet", f.quiet, "no live view");
@@ -111,12 +122,12 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
   cmd->callback([f, &exit_code] {
     auto s = RunJob(*f);
     if (!s.ok()) {
-      std::cerr << "stoker run: " << s.status().ToString() << "\n";
-      exit_code = 1;
+      exit_code = ReportError("run", s.status(), f->json);
       return;
     }
+    if (s->signal != 0) exit_code = ExitCodeFor(s->signal);
     if (f->json) {
-      std::cout << RunSummaryToJson(*s).dump(2) << "\n";
+      PrintJson(RunSummaryToJson(*s));
     } else {
       std::cout << "stoker run: " << s->description << "\n";
       PrintRunSummary(*s, std::cout);

@@ -111,6 +111,30 @@ void BM_FullDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_FullDecode)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
+// What a sample costs before any pixel is decoded: the header parse and the
+// check that the data reaches its EOI marker.
+void BM_ReadHeader(benchmark::State& state) {
+  const Corpus& c = GetCorpus();
+  if (!c.error.empty()) {
+    state.SkipWithError(c.error.c_str());
+    return;
+  }
+  JpegDecoder dec;
+  size_t i = 0;
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    const auto& f = c.files[i++ % c.files.size()];
+    if (!dec.ReadHeader(Bytes(f)).ok()) {
+      state.SkipWithError("header failed");
+      return;
+    }
+    bytes += static_cast<int64_t>(f.size());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(bytes);
+}
+BENCHMARK(BM_ReadHeader)->MinTime(1.0);
+
 void RunTransform(benchmark::State& state, const ImageTransformOptions& o) {
   const Corpus& c = GetCorpus();
   if (!c.error.empty()) {

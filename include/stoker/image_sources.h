@@ -54,17 +54,22 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
 /// (.jpg, .jpeg or .png, case-insensitive) and a .cls member whose text is
 /// the integer label. Samples are numbered shard by shard in member order.
 ///
-/// Opening maps each shard and indexes its tar headers (ustar, GNU long
-/// names, pax); reads return spans into the mapping (zero copy: the Record's
-/// bytes stay valid for the source's life). Shards must not be truncated or
-/// rewritten while open. Keys are "<shard path>:<image member name>".
+/// Opening indexes each shard's tar headers (ustar, GNU long names, pax)
+/// with pread; Read preads a sample's image and label into the worker's
+/// ReadBuffer. Reads see the shards as they were opened: each shard file
+/// stays open for the source's life (all tar sources together keep at most
+/// half the soft RLIMIT_NOFILE open; shards past that are reopened per read
+/// and refused if another file was put at their path). Keys are
+/// "<shard path>:<image member name>".
 ///
 /// Errors at open (naming the shard, and the byte offset in it): a pattern
 /// ExpandBraces refuses, a missing or unreadable shard, a garbage header (bad
 /// checksum), a truncated member, a shard list that expands to nothing,
 /// shards with no images at all. Errors at
 /// Read (naming the key): a sample without a .cls member, a .cls that is not
-/// an integer. Blocks while it indexes.
+/// an integer, a shard cut short since it was opened (DataError, "truncated"),
+/// a replaced shard (DataError), an OS read error (IoError). Blocks while it
+/// indexes.
 Result<std::shared_ptr<const Source>> OpenTarShards(
     const std::vector<std::string>& paths_or_patterns);
 

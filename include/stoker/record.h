@@ -7,8 +7,8 @@
 namespace stoker {
 
 /// One sample as a source hands it out. `bytes` points into the ReadBuffer
-/// passed to Read, or into memory the source owns for its whole life (a
-/// mapped file); it is valid until the next Read with the same buffer.
+/// passed to Read, or into memory the source owns for its whole life; it is
+/// valid until the next Read with the same buffer.
 struct Record {
   std::span<const std::byte> bytes;
   int64_t label = 0;

@@ -2,7 +2,7 @@
 
 import os
 
-from . import _stoker
+from . import _args, _stoker
 
 DEFAULT_IMAGES = 2000
 DEFAULT_CLASSES = 10
@@ -15,8 +15,11 @@ def make_dataset(output, images=DEFAULT_IMAGES, classes=DEFAULT_CLASSES, seed=0,
     photographs (Debian's plasma-workspace-wallpapers); with ``shards`` > 0
     also as WebDataset tar shards in ``output-shards/``. The same seed gives
     byte-identical files. Returns what it wrote, as a dict."""
-    report = _stoker.make_dataset(os.fsencode(output), int(images), int(classes), int(seed),
-                                  int(shards), os.fsencode(photos))
+    report = _stoker.make_dataset(
+        os.fsencode(output), _args.integer("images", images, *_args.INT64),
+        _args.integer("classes", classes, *_args.INT32),
+        _args.integer("seed", seed, 0, _args.UINT64_MAX),
+        _args.integer("shards", shards, *_args.INT32), os.fsencode(photos))
     report["root"] = os.fsdecode(report["root"])
     report["shards"] = [os.fsdecode(s) for s in report["shards"]]
     return report

@@ -4,7 +4,7 @@ import json
 import os
 import time
 
-from . import _stoker
+from . import _args, _stoker
 from . import transforms as _transforms
 from ._sources import Source, Synthetic, _open_path
 
@@ -54,7 +54,8 @@ def _resolve_ranks(rank, world_size):
     elif rank is None or world_size is None:
         raise ValueError("give both rank and world_size, or neither (then they come from "
                          "torchrun's RANK and WORLD_SIZE)")
-    rank, world_size = int(rank), int(world_size)
+    rank = _args.integer("rank", rank, *_args.INT32)
+    world_size = _args.integer("world_size", world_size, *_args.INT32)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, world_size), got rank={rank}, "
                          f"world_size={world_size}")
@@ -112,26 +113,40 @@ class Loader:
                  memory_budget=None, max_workers=None, tune_interval=0.2, trace_path=None,
                  start_epoch=0):
         self._impl = None
-        self.source = _open_source(source)
-        self.transform = _make_transform(transforms, self.source)
-        if workers == "auto":
+        # Every argument is checked here, before the source is opened: a
+        # wrong one is a TypeError or ValueError that names it.
+        batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
+        shuffle = _args.boolean("shuffle", shuffle)
+        seed = _args.integer("seed", seed, 0, _args.UINT64_MAX)
+        drop_last = _args.boolean("drop_last", drop_last)
+        if isinstance(workers, str):
+            if workers != "auto":
+                raise ValueError(f"workers must be 'auto' or an int >= 0, got {workers!r}")
             workers = _stoker.AUTO_WORKERS
-        elif isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0:
-            pass
         else:
-            raise ValueError(f"workers must be 'auto' or an int >= 0, got {workers!r}")
+            workers = _args.integer("workers", workers, 0, _args.INT32[1])
+        prefetch = _args.optional_integer("prefetch", prefetch, 1, _args.INT32[1])
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        ordered = _args.boolean("ordered", ordered)
+        prefetch_bytes = _args.optional_integer("prefetch_bytes", prefetch_bytes, 1,
+                                                _args.UINT64_MAX)
+        # None means "the tuner decides", which the C++ side spells 0.
+        memory_budget = _args.optional_integer("memory_budget", memory_budget, 1,
+                                               _args.UINT64_MAX) or 0
+        max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1]) or 0
+        tune_interval = _args.real("tune_interval", tune_interval, above=0)
+        trace_path = _args.optional_path("trace_path", trace_path) or ""
+        start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)
+        self.source = _open_source(source)
+        self.transform = _make_transform(transforms, self.source)
         self._impl = _stoker.Loader(
-            self.source._impl, self.transform._impl, int(batch_size), bool(shuffle), int(seed),
-            bool(drop_last), self.rank, self.world_size, workers,
-            None if prefetch is None else int(prefetch),
-            None if prefetch_bytes is None else int(prefetch_bytes), on_error, bool(ordered),
-            int(start_epoch), int(memory_budget or 0), int(max_workers or 0), float(tune_interval),
-            os.fspath(trace_path) if trace_path is not None else "")
-        self.batch_size = int(batch_size)
+            self.source._impl, self.transform._impl, batch_size, shuffle, seed, drop_last,
+            self.rank, self.world_size, workers, prefetch, prefetch_bytes, on_error, ordered,
+            start_epoch, memory_budget, max_workers, tune_interval, trace_path)
+        self.batch_size = batch_size
         self._started = time.monotonic()
 
     # Iteration -------------------------------------------------------------
@@ -160,7 +175,7 @@ class Loader:
     def set_epoch(self, epoch):
         """Makes ``epoch`` the one the next pass yields (its order and
         augmentations depend on it); abandons an epoch in progress."""
-        self._impl.set_epoch(int(epoch))
+        self._impl.set_epoch(_args.integer("epoch", epoch, 0, _args.INT64[1]))
 
     @property
     def epoch(self):
@@ -176,9 +191,10 @@ class Loader:
     def load_state_dict(self, state):
         """Resumes at ``state``: the next pass yields exactly the batches of
         that epoch not yet delivered."""
-        # The C++ side reads the checkpoint (LoaderStateFromJson) and names a
-        # missing or malformed field; default=int takes numpy / torch integers.
-        self._impl.restore(json.dumps(dict(state), default=int))
+        # _args checks the types (and takes numpy / torch integers); the C++
+        # side (LoaderStateFromJson, Loader::Restore) names a missing field
+        # and a position outside the epoch.
+        self._impl.restore(json.dumps(_args.loader_state(state)))
 
     # Observing ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import os
 
 import numpy
 
-from . import _stoker
+from . import _args, _stoker
 
 
 def _path_bytes(path):
@@ -105,14 +105,26 @@ class Synthetic(Source):
 
     def __init__(self, size=1024, shape=(3, 32, 32), dtype="uint8", num_classes=10, seed=0,
                  cpu_cost_us=0.0, read_latency_us=0.0, fail_indices=()):
-        self.shape = tuple(int(d) for d in shape)
+        int64 = _args.INT64
+        self.shape = tuple(_args.integers("shape", shape, *int64))
         self.dtype = numpy.dtype(dtype).name
         self._impl = _stoker.open_synthetic(
-            int(size), list(self.shape), self.dtype, int(num_classes), int(seed),
-            int(cpu_cost_us * 1000), int(read_latency_us * 1000), [int(i) for i in fail_indices])
+            _args.integer("size", size, *int64), list(self.shape), self.dtype,
+            _args.integer("num_classes", num_classes, *int64),
+            _args.integer("seed", seed, 0, _args.UINT64_MAX),
+            _nanoseconds("cpu_cost_us", cpu_cost_us),
+            _nanoseconds("read_latency_us", read_latency_us),
+            _args.integers("fail_indices", fail_indices, *int64))
 
     def _describe(self):
         return f"shape={self.shape}, dtype={self.dtype}"
+
+
+def _nanoseconds(name, microseconds):
+    ns = int(_args.real(name, microseconds, at_least=0) * 1000)
+    if ns > _args.INT64[1]:
+        raise ValueError(f"{name} must be at most {_args.INT64[1] // 1000}, got {microseconds}")
+    return ns
 
 
 def _open_path(path):

@@ -12,7 +12,7 @@ bilinear resize); randomness depends only on (seed, epoch, sample index).
 
 import numpy
 
-from . import _stoker
+from . import _args, _stoker
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -21,10 +21,13 @@ _LAYOUTS = ("float32", "uint8_hwc", "uint8_chw")
 
 
 def _size_pair(size):
-    if isinstance(size, int):
-        return size, size
-    height, width = size
-    return int(height), int(width)
+    if not isinstance(size, (str, bytes)) and hasattr(size, "__len__"):
+        if len(size) != 2:
+            raise ValueError(f"size must be an int or (height, width), got {size!r}")
+        height, width = _args.integers("size", size, *_args.INT32)
+        return height, width
+    side = _args.integer("size", size, *_args.INT32)
+    return side, side
 
 
 class Transform:
@@ -71,11 +74,14 @@ class Image(Transform):
         height, width = _size_pair(size)
         if resize is None:
             resize = int(max(height, width) * 256 / 224)
+        scale = _args.reals("scale", scale, 2)
+        ratio = _args.reals("ratio", ratio, 2)
         self.mode = mode
         self._impl = _stoker.image_transform(
-            mode, height, width, float(scale[0]), float(scale[1]), float(ratio[0]),
-            float(ratio[1]), float(flip), int(resize), layout,
-            [float(v) for v in mean], [float(v) for v in std], int(max_pixels), bool(dct_scaling))
+            mode, height, width, scale[0], scale[1], ratio[0], ratio[1], _args.real("flip", flip),
+            _args.integer("resize", resize, *_args.INT32), layout, _args.reals("mean", mean, 3),
+            _args.reals("std", std, 3), _args.integer("max_pixels", max_pixels, *_args.INT64),
+            _args.boolean("dct_scaling", dct_scaling))
 
 
 def train(size=224, **options):
@@ -96,5 +102,6 @@ class Raw(Transform):
     sample's random stream. For synthetic sources."""
 
     def __init__(self, shape, dtype="uint8", mix_rng=False):
-        self._impl = _stoker.raw_transform([int(d) for d in shape], numpy.dtype(dtype).name,
-                                           bool(mix_rng))
+        self._impl = _stoker.raw_transform(_args.integers("shape", shape, *_args.INT64),
+                                           numpy.dtype(dtype).name,
+                                           _args.boolean("mix_rng", mix_rng))

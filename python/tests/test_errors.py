@@ -1,7 +1,12 @@
 """Failures become Python exceptions that name the sample and its file."""
 
+import io
+import json
 import os
 import signal
+import subprocess
+import sys
+import tarfile
 import threading
 
 import pytest
@@ -33,6 +38,46 @@ def test_corrupt_file_raises_data_error_naming_it(fresh_tree):
     # The good samples of the failed batch come next; the epoch goes on.
     delivered += sum(len(y) for _, y in loader)
     assert delivered == len(loader.source) - 1
+
+
+_LOAD_CUT_SHARD = """
+import json, os, sys
+import stoker
+shard = sys.argv[1]
+source = stoker.TarShards(shard)
+os.truncate(shard, os.path.getsize(shard) // 2)  # after the source indexed it
+loader = stoker.Loader(source, batch_size=4, shuffle=False, workers=2, on_error="skip",
+                       transforms=stoker.transforms.eval(16), output="numpy")
+delivered = sum(len(y) for _, y in loader)
+print(json.dumps({"samples": len(source), "delivered": delivered, "skipped": loader.skipped()}))
+"""
+
+
+def test_shard_cut_short_while_loading_skips_the_lost_samples(image_tree, tmp_path):
+    # A shard truncated after it was opened (rewritten in place, a full disk)
+    # used to kill the process with SIGBUS, on_error="skip" or not. Now each
+    # lost sample is a data error naming the shard and member. Run in a child
+    # process, so that a crash fails this test rather than the whole run.
+    shard = str(tmp_path / "cut.tar")
+    with tarfile.open(shard, "w") as tar:
+        for i, name in enumerate(sorted(os.listdir(os.path.join(image_tree, "ant")))):
+            path = os.path.join(image_tree, "ant", name)
+            if not os.path.isfile(path):
+                continue
+            tar.add(path, arcname=f"s{i:03d}" + os.path.splitext(name)[1])
+            label = tarfile.TarInfo(f"s{i:03d}.cls")
+            label.size = 1
+            tar.addfile(label, io.BytesIO(b"0"))
+    run = subprocess.run([sys.executable, "-c", _LOAD_CUT_SHARD, shard], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    result = json.loads(run.stdout)
+    skipped = result["skipped"]
+    assert skipped and result["delivered"] > 0
+    assert result["delivered"] + len(skipped) == result["samples"]
+    for record in skipped:
+        assert record["key"].startswith(shard + ":s"), record
+        assert "truncated" in record["reason"], record
 
 
 def test_skip_policy_records_the_file(fresh_tree):

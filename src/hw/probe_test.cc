@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -312,6 +314,47 @@ TEST(ProbeTest, StorageWithoutMountTableKeepsThePath) {
   EXPECT_FALSE(s.fs_type);
 }
 
+// In a chroot (or a container whose mount table hides the data's mount)
+// mountinfo has no entry above the path. The device then comes from stat()
+// and the disk's facts from /sys/dev/block/MAJ:MIN: a real folder here, a
+// fake sysfs and a mount table without it, so nothing depends on how this
+// machine is mounted.
+TEST(ProbeTest, StorageWithoutAMountEntryUsesTheDeviceOfThePath) {
+  for (bool partition : {false, true}) {
+    FakeMachine m;
+    m.Write("proc/self/mountinfo", "21 26 0:20 / /proc rw,relatime - proc proc rw\n");
+    const std::string data = m.root() + "/data/train";
+    std::filesystem::create_directories(data);
+    struct stat st;
+    ASSERT_EQ(::stat(data.c_str(), &st), 0);
+    const std::string device =
+        std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+    if (partition) {
+      m.Write("sys/devices/disk/queue/rotational", "1\n");
+      m.Write("sys/devices/disk/disk1/partition", "1\n");
+      m.Link("sys/dev/block/" + device, "../../devices/disk/disk1");
+    } else {
+      m.Write("sys/devices/disk/queue/rotational", "1\n");
+      m.Link("sys/dev/block/" + device, "../../devices/disk");
+    }
+
+    MachineFacts::Storage s = ProbeStorage(m, data);
+    EXPECT_EQ(s.path, std::filesystem::canonical(data).string());
+    EXPECT_EQ(s.device, device);
+    // Devices with major 0 (tmpfs, overlay, NFS) have no block queue.
+    if (major(st.st_dev) != 0) {
+      EXPECT_EQ(s.rotational, true) << "partition " << partition;
+    } else {
+      EXPECT_FALSE(s.rotational);
+    }
+    // The mount point is the highest folder on the same device.
+    ASSERT_TRUE(s.mount_point);
+    EXPECT_TRUE(s.path == *s.mount_point || *s.mount_point == "/" ||
+                s.path.starts_with(*s.mount_point + "/"))
+        << *s.mount_point << " is not above " << s.path;
+  }
+}
+
 TEST(ProbeTest, JsonHasTheStableKeysWithNullForUnknown) {
   FakeMachine m;
   BuildQuotaContainerV2(m);
@@ -351,6 +394,8 @@ TEST(ProbeTest, RealMachineProbeDoesNotFail) {
   EXPECT_TRUE(f.cpu.logical);
   EXPECT_GT(f.shm.size_bytes.value_or(0), 0u);
   ASSERT_TRUE(f.storage);
+  // Known with or without a mount table entry (a chroot has none).
+  EXPECT_TRUE(f.storage->device);
   EXPECT_TRUE(f.storage->mount_point);
   EXPECT_NO_THROW(FactsToJson(f).dump());
 }

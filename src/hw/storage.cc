@@ -1,9 +1,13 @@
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <array>
 #include <memory>
+#include <type_traits>
 
 #include "hw/fact_readers.h"
 #include "hw/sys_file.h"
@@ -91,6 +95,57 @@ MachineFacts::StorageKind KindOf(const std::string& fs_type) {
   return Kind::kLocal;
 }
 
+// The device holding `path` (stat's st_dev); nullopt when it cannot be
+// stat'ed.
+std::optional<dev_t> DeviceOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return st.st_dev;
+}
+
+// Without a mount table entry (a chroot, a container hiding the mount), the
+// mount point is the highest folder above `path` on its device, as
+// `stat --format=%m` finds it. REQUIRES: `path` absolute, without "." or
+// ".." components.
+std::optional<std::string> MountPointOnDevice(const std::string& path, dev_t device) {
+  std::string mount_point = path;
+  while (mount_point != "/") {
+    const size_t slash = mount_point.rfind('/');
+    if (slash == std::string::npos) return std::nullopt;
+    std::string parent = slash == 0 ? "/" : mount_point.substr(0, slash);
+    std::optional<dev_t> parent_device = DeviceOf(parent);
+    if (!parent_device) return std::nullopt;
+    if (*parent_device != device) break;
+    mount_point = std::move(parent);
+  }
+  return mount_point;
+}
+
+// The file system's type from statfs's magic number, named as mountinfo
+// names it; nullopt for one not listed here (its kind stays unknown).
+std::optional<std::string> FsTypeOf(const std::string& path) {
+  struct statfs fs;
+  if (::statfs(path.c_str(), &fs) != 0) return std::nullopt;
+  struct Magic {
+    uint64_t magic;
+    const char* name;
+  };
+  static constexpr Magic kMagics[] = {
+      {0xEF53, "ext4"},  // ext2 and ext3 too: one magic
+      {0x58465342, "xfs"},     {0x9123683E, "btrfs"}, {0x2FC12FC1, "zfs"},   {0xF2F52010, "f2fs"},
+      {0x794C7630, "overlay"}, {0x01021994, "tmpfs"}, {0x858458F6, "ramfs"}, {0x6969, "nfs"},
+      {0xFF534D42, "cifs"},    {0xFE534D42, "smb3"},  {0x00C36400, "ceph"},  {0x01021997, "9p"},
+      {0x0BD00BD0, "lustre"},  {0x47504653, "gpfs"},  {0x65735546, "fuse"},  // virtiofs and every
+                                                                             // FUSE file system
+  };
+  const auto magic =
+      static_cast<uint64_t>(static_cast<std::make_unsigned_t<decltype(fs.f_type)>>(fs.f_type));
+  for (const Magic& m : kMagics) {
+    if (m.magic == magic) return m.name;
+  }
+  return std::nullopt;
+}
+
 // A partition has no queue of its own; its parent disk's directory holds it.
 std::optional<bool> ReadRotational(const ProbeOptions& o, const std::string& device, Notes& notes) {
   if (device.starts_with("0:")) return std::nullopt;  // no block device (tmpfs, overlay, NFS)
@@ -115,11 +170,10 @@ MachineFacts::Storage ReadStorageFacts(const ProbeOptions& options, const std::s
                                        Notes& notes) {
   MachineFacts::Storage storage;
   storage.path = AbsolutePath(path);
-  std::optional<std::string> mountinfo =
-      ReadSmallFile(JoinPath(options.proc_root, "self/mountinfo"), 16 << 20);
-  if (!mountinfo) return storage;
+  const std::string mountinfo =
+      ReadSmallFile(JoinPath(options.proc_root, "self/mountinfo"), 16 << 20).value_or("");
   std::optional<Mount> best;
-  for (std::string_view line : SplitLines(*mountinfo)) {
+  for (std::string_view line : SplitLines(mountinfo)) {
     std::optional<Mount> m = ParseMountLine(line);
     // A later mount on the same point hides the earlier one, hence >=.
     if (m && IsUnder(storage.path, m->mount_point) &&
@@ -127,13 +181,20 @@ MachineFacts::Storage ReadStorageFacts(const ProbeOptions& options, const std::s
       best = std::move(m);
     }
   }
-  if (!best) return storage;
-  storage.device = best->device;
-  storage.mount_point = best->mount_point;
-  storage.fs_type = best->fs_type;
-  if (!best->source.empty()) storage.source = best->source;
-  storage.kind = KindOf(best->fs_type);
-  storage.rotational = ReadRotational(options, best->device, notes);
+  if (best) {
+    storage.device = best->device;
+    storage.mount_point = best->mount_point;
+    storage.fs_type = best->fs_type;
+    if (!best->source.empty()) storage.source = best->source;
+  } else if (std::optional<dev_t> device = DeviceOf(storage.path)) {
+    // No entry above the path (a chroot sees none for its root): the facts
+    // come from the path itself.
+    storage.device = std::to_string(major(*device)) + ":" + std::to_string(minor(*device));
+    storage.mount_point = MountPointOnDevice(storage.path, *device);
+    storage.fs_type = FsTypeOf(storage.path);
+  }
+  if (storage.fs_type) storage.kind = KindOf(*storage.fs_type);
+  if (storage.device) storage.rotational = ReadRotational(options, *storage.device, notes);
   return storage;
 }
 

@@ -2,11 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cctype>
 #include <cstring>
@@ -253,31 +254,112 @@ Status ParsePax(std::string_view data, std::optional<std::string>* path,
   return Status::Ok();
 }
 
-}  // namespace
+// Where the indexer reads an archive from: bytes in memory (IndexTarBytes,
+// the fuzzer's entry point) or a shard file (pread). Both give the indexer
+// copies, so that it never holds a pointer into a file that may shrink.
+class ArchiveReader {
+ public:
+  virtual ~ArchiveReader() = default;
+  virtual uint64_t size() const = 0;
+  // Fills `out` with the bytes at `offset`. REQUIRES: they lie within size().
+  // Errors name the byte range, not the archive: callers add it.
+  virtual Status ReadAt(uint64_t offset, std::span<std::byte> out) = 0;
+};
 
-Status WriteTarShard(const std::string& path, std::span<const TarMember> members) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return ErrnoError(path + ": open for writing", errno);
-  Status status = WriteMembers(fd.get(), path, members);
-  if (fd.Close() != 0 && status.ok()) status = ErrnoError(path + ": close", errno);
-  if (!status.ok()) ::unlink(path.c_str());
-  return status;
+class SpanReader final : public ArchiveReader {
+ public:
+  explicit SpanReader(std::span<const std::byte> bytes) : bytes_(bytes) {}
+  uint64_t size() const override { return bytes_.size(); }
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) override {
+    assert(offset <= bytes_.size() && out.size() <= bytes_.size() - offset);
+    std::memcpy(out.data(), bytes_.data() + offset, out.size());
+    return Status::Ok();
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+};
+
+// Fills `out` from `fd` at `offset`, retrying short reads. A read that ends
+// early means the file is shorter than its index says: it was cut short
+// after it was opened.
+Status PreadFully(int fd, uint64_t offset, std::span<std::byte> out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read of bytes [" + std::to_string(offset) + ", " +
+                            std::to_string(offset + out.size()) + ")",
+                        errno);
+    }
+    if (n == 0) {
+      struct stat st;
+      const std::string now =
+          ::fstat(fd, &st) == 0 ? " (" + std::to_string(st.st_size) + " bytes now)" : "";
+      return DataError("truncated: the file was cut short since it was opened" + now +
+                       " and no longer holds bytes [" + std::to_string(offset) + ", " +
+                       std::to_string(offset + out.size()) + ")");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
 }
 
-Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
-                                            const std::string& what) {
+// Reads a shard file for indexing: headers are small and mostly close
+// together (a label's header, its block, the image's header), so reads go
+// through a small window that usually serves several headers per pread.
+class FileReader final : public ArchiveReader {
+ public:
+  FileReader(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) override {
+    assert(offset <= size_ && out.size() <= size_ - offset);
+    if (offset >= window_offset_ && offset - window_offset_ + out.size() <= window_.size()) {
+      std::memcpy(out.data(), window_.data() + (offset - window_offset_), out.size());
+      return Status::Ok();
+    }
+    if (out.size() >= kWindow) return PreadFully(fd_, offset, out);
+    window_.resize(static_cast<size_t>(std::min<uint64_t>(kWindow, size_ - offset)));
+    window_offset_ = offset;
+    Status s = PreadFully(fd_, offset, window_);
+    if (!s.ok()) {
+      window_.clear();
+      return s;
+    }
+    std::memcpy(out.data(), window_.data(), out.size());
+    return Status::Ok();
+  }
+
+ private:
+  static constexpr size_t kWindow = 8 * kBlock;
+  int fd_;
+  uint64_t size_;
+  uint64_t window_offset_ = 0;
+  std::vector<std::byte> window_;
+};
+
+// The core of IndexTarBytes, over any reader.
+Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string& what) {
+  // A GNU long name or a pax header is read into memory; past this size it
+  // is garbage, not a name.
+  constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 20;
   std::vector<TarEntry> entries;
   std::optional<std::string> long_name;  // from a GNU 'L' or pax 'path'
   std::optional<uint64_t> pax_size;
+  std::byte block[kBlock];
+  const std::byte* header = block;
+  std::string content;
   uint64_t pos = 0;
-  const uint64_t end = bytes.size();
+  const uint64_t end = archive.size();
   while (pos < end) {
-    const std::byte* header = bytes.data() + pos;
     auto at = [&] { return what + ": at byte " + std::to_string(pos); };
-    if (end - pos < kBlock) {
-      if (IsZeroBlock(header, end - pos)) break;
-      return DataError(at() + ": truncated tar header (" + std::to_string(end - pos) +
-                       " of 512 bytes)");
+    const size_t have = static_cast<size_t>(std::min<uint64_t>(kBlock, end - pos));
+    STOKER_RETURN_IF_ERROR(archive.ReadAt(pos, {block, have}).WithContext(what));
+    if (have < kBlock) {
+      if (IsZeroBlock(header, have)) break;
+      return DataError(at() + ": truncated tar header (" + std::to_string(have) + " of 512 bytes)");
     }
     if (IsZeroBlock(header, kBlock)) break;  // end-of-archive marker
     if (!ChecksumMatches(header)) {
@@ -310,12 +392,20 @@ Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
       return DataError(at() + ": truncated tar member '" + name + "': needs " +
                        std::to_string(size) + " bytes, " + std::to_string(end - data) + " remain");
     }
-    std::string_view content(reinterpret_cast<const char*>(bytes.data()) + data,
-                             has_data ? size : 0);
+    if (type == 'L' || type == 'x') {
+      if (size > kMaxMetaBytes) {
+        return DataError(at() + ": " + (type == 'L' ? "GNU long name" : "pax header") + " of " +
+                         std::to_string(size) + " bytes (at most " + std::to_string(kMaxMetaBytes) +
+                         ")");
+      }
+      content.resize(static_cast<size_t>(size));
+      STOKER_RETURN_IF_ERROR(
+          archive.ReadAt(data, std::as_writable_bytes(std::span(content))).WithContext(what));
+    }
     switch (type) {
       case 'L': {
         size_t nul = content.find('\0');
-        long_name = std::string(content.substr(0, nul));
+        long_name = content.substr(0, nul);
         break;
       }
       case 'x':
@@ -337,6 +427,23 @@ Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
   return entries;
 }
 
+}  // namespace
+
+Status WriteTarShard(const std::string& path, std::span<const TarMember> members) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return ErrnoError(path + ": open for writing", errno);
+  Status status = WriteMembers(fd.get(), path, members);
+  if (fd.Close() != 0 && status.ok()) status = ErrnoError(path + ": close", errno);
+  if (!status.ok()) ::unlink(path.c_str());
+  return status;
+}
+
+Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
+                                            const std::string& what) {
+  SpanReader reader(bytes);
+  return IndexTar(reader, what);
+}
+
 std::pair<std::string_view, std::string_view> SplitSampleKey(std::string_view member_name) {
   size_t base = member_name.rfind('/');
   base = base == std::string_view::npos ? 0 : base + 1;
@@ -349,42 +456,79 @@ namespace {
 
 // ---------------------------------------------------------------- the source
 
-// One shard, mapped read-only for the source's life.
-class MappedShard {
+// Shard files held open by every tar source in the process. They stay under
+// half the soft RLIMIT_NOFILE, leaving the rest to the process (a WebDataset
+// ImageNet has 1282 shards; the usual soft limit is 1024); shards past that
+// are reopened for each read.
+std::atomic<int64_t> g_held_shard_fds{0};
+
+bool ReserveHeldShardFd() {
+  struct rlimit limit;
+  int64_t budget = 512;
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    budget = limit.rlim_cur == RLIM_INFINITY
+                 ? std::numeric_limits<int64_t>::max()
+                 : static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur / 2, INT64_MAX));
+  }
+  if (g_held_shard_fds.fetch_add(1, std::memory_order_relaxed) < budget) return true;
+  g_held_shard_fds.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+// One shard file, read with pread: a file cut short under the reader is a
+// short read and an error, where a mapping of it raised SIGBUS. Reads see the
+// file the source opened even when a new one is renamed over its path: the
+// descriptor stays open for the source's life, or, past the descriptor
+// budget, each read reopens the path and checks it is still that file.
+class ShardFile {
  public:
-  static Result<std::unique_ptr<MappedShard>> Open(const std::string& path) {
-    // Closed on return: the mapping keeps the file.
+  // Opens and indexes the shard at `path`, listing its members in
+  // `*entries`. Errors name the path.
+  static Result<std::unique_ptr<ShardFile>> Open(const std::string& path,
+                                                 std::vector<TarEntry>* entries) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return ErrnoError(path + ": open tar shard", errno);
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) return ErrnoError(path + ": stat tar shard", errno);
     if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": tar shard is not a regular file");
-    const size_t size = static_cast<size_t>(st.st_size);
-    void* map = nullptr;
-    if (size > 0) {
-      map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
-      if (map == MAP_FAILED) return ErrnoError(path + ": mmap tar shard", errno);
-    }
-    return std::unique_ptr<MappedShard>(
-        new MappedShard(path, static_cast<const std::byte*>(map), size));
+    auto shard = std::unique_ptr<ShardFile>(new ShardFile(path, st));
+    FileReader reader(fd.get(), static_cast<uint64_t>(st.st_size));
+    STOKER_ASSIGN_OR_RETURN(*entries, IndexTar(reader, path));
+    if (ReserveHeldShardFd()) shard->fd_ = std::move(fd);
+    return shard;
   }
 
-  ~MappedShard() {
-    if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  ~ShardFile() {
+    if (fd_.valid()) g_held_shard_fds.fetch_sub(1, std::memory_order_relaxed);
   }
-  MappedShard(const MappedShard&) = delete;
-  MappedShard& operator=(const MappedShard&) = delete;
+  ShardFile(const ShardFile&) = delete;
+  ShardFile& operator=(const ShardFile&) = delete;
 
   const std::string& path() const { return path_; }
-  std::span<const std::byte> bytes() const { return {data_, size_}; }
+
+  // Fills `out` with the bytes at `offset`. Errors do not name the shard:
+  // callers add the key. Safe to call concurrently.
+  Status ReadAt(uint64_t offset, std::span<std::byte> out) const {
+    if (fd_.valid()) return PreadFully(fd_.get(), offset, out);
+    UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoError("reopen tar shard", errno);
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat tar shard", errno);
+    if (st.st_dev != dev_ || st.st_ino != ino_) {
+      return DataError("the tar shard was replaced by another file since it was opened");
+    }
+    return PreadFully(fd.get(), offset, out);
+  }
 
  private:
-  MappedShard(std::string path, const std::byte* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  ShardFile(std::string path, const struct stat& st)
+      : path_(std::move(path)), dev_(st.st_dev), ino_(st.st_ino) {}
 
   std::string path_;
-  const std::byte* data_;
-  size_t size_;
+  // The file opened, to recognise it when reopening.
+  dev_t dev_;
+  ino_t ino_;
+  UniqueFd fd_;  // invalid: reopened per read
 };
 
 // Where one sample's members lie in its shard. 40 bytes a sample.
@@ -412,34 +556,56 @@ bool IsImageExtension(std::string_view ext) {
 
 class TarShardSource final : public Source {
  public:
-  TarShardSource(std::vector<std::unique_ptr<MappedShard>> shards, std::vector<TarSample> samples,
+  TarShardSource(std::vector<std::unique_ptr<ShardFile>> shards, std::vector<TarSample> samples,
                  std::string names)
       : shards_(std::move(shards)), samples_(std::move(samples)), names_(std::move(names)) {}
 
   int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
 
-  Status Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const override {
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
     assert(index >= 0 && index < size());
     const TarSample& s = samples_[index];
-    const std::byte* base = shards_[s.shard]->bytes().data();
     if (s.cls_size == TarSample::kNoCls) {
       return DataError(Key(index) + ": sample has no .cls member (its label)");
     }
-    std::string_view cls(reinterpret_cast<const char*>(base + s.cls_offset), s.cls_size);
+    const ShardFile& shard = *shards_[s.shard];
+    const uint64_t first = std::min(s.image_offset, s.cls_offset);
+    const uint64_t last = std::max(s.image_offset + s.image_size, s.cls_offset + s.cls_size);
+    const uint64_t apart = uint64_t{s.image_size} + s.cls_size;
+    std::byte* image;
+    std::byte* label;
+    Status status;
+    if (last - first <= apart + kMaxGapInOneRead) {
+      // WebDataset writes a sample's members together: the label and the
+      // image lie a block or two apart, and one read (a system call costs
+      // more than copying those blocks) fetches both.
+      if (buffer.bytes.size() < last - first) buffer.bytes.resize(last - first);
+      image = buffer.bytes.data() + (s.image_offset - first);
+      label = buffer.bytes.data() + (s.cls_offset - first);
+      status = shard.ReadAt(first, {buffer.bytes.data(), static_cast<size_t>(last - first)});
+    } else {
+      if (buffer.bytes.size() < apart) buffer.bytes.resize(apart);
+      image = buffer.bytes.data();
+      label = image + s.image_size;
+      status = shard.ReadAt(s.image_offset, {image, s.image_size});
+      if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
+    }
+    if (!status.ok()) return status.WithContext(Key(index));
+    std::string_view cls(reinterpret_cast<const char*>(label), s.cls_size);
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
       cls.remove_prefix(1);
     }
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
       cls.remove_suffix(1);
     }
-    std::optional<int64_t> label = ParseInteger<int64_t>(cls);
-    if (!label) {
+    std::optional<int64_t> parsed = ParseInteger<int64_t>(cls);
+    if (!parsed) {
       constexpr size_t kShown = 40;
       return DataError(Key(index) + ": .cls member is not an integer label: '" +
                        std::string(cls.substr(0, kShown)) + (cls.size() > kShown ? "...'" : "'"));
     }
-    record->bytes = std::span<const std::byte>(base + s.image_offset, s.image_size);
-    record->label = *label;
+    record->bytes = std::span<const std::byte>(image, s.image_size);
+    record->label = *parsed;
     return Status::Ok();
   }
 
@@ -450,16 +616,17 @@ class TarShardSource final : public Source {
   }
 
  private:
-  std::vector<std::unique_ptr<MappedShard>> shards_;
+  static constexpr uint64_t kMaxGapInOneRead = 16 << 10;
+
+  std::vector<std::unique_ptr<ShardFile>> shards_;
   std::vector<TarSample> samples_;
   std::string names_;
 };
 
-// Indexes one shard and appends its samples.
-Status AddShard(const MappedShard& shard, uint32_t shard_number, std::vector<TarSample>& samples,
-                std::string& names) {
-  STOKER_ASSIGN_OR_RETURN(std::vector<TarEntry> entries,
-                          IndexTarBytes(shard.bytes(), shard.path()));
+// Appends the samples of shard number `shard_number`, whose members are
+// `entries`.
+Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint32_t shard_number,
+                std::vector<TarSample>& samples, std::string& names) {
   // Members of a sample are usually adjacent, but nothing requires it.
   std::unordered_map<std::string_view, size_t> by_key;
   std::vector<TarSample> pending;
@@ -511,12 +678,14 @@ Result<std::shared_ptr<const Source>> OpenTarShards(
   if (paths.size() >= std::numeric_limits<uint32_t>::max()) {
     return InvalidArgument("too many tar shards: " + std::to_string(paths.size()));
   }
-  std::vector<std::unique_ptr<MappedShard>> shards;
+  std::vector<std::unique_ptr<ShardFile>> shards;
   std::vector<TarSample> samples;
   std::string names;
   for (const std::string& path : paths) {
-    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<MappedShard> shard, MappedShard::Open(path));
-    STOKER_RETURN_IF_ERROR(AddShard(*shard, static_cast<uint32_t>(shards.size()), samples, names));
+    std::vector<TarEntry> entries;
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ShardFile> shard, ShardFile::Open(path, &entries));
+    STOKER_RETURN_IF_ERROR(
+        AddShard(*shard, entries, static_cast<uint32_t>(shards.size()), samples, names));
     shards.push_back(std::move(shard));
   }
   if (samples.empty()) {

@@ -326,6 +326,41 @@ TEST(ImageTransformTest, GrayscaleAndPngInputs) {
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], 90, 1);
 }
 
+// A damaged file gets one verdict whatever crop a sample's random stream
+// draws (so in every epoch): a crop that stops above the damage fails too.
+TEST(ImageTransformTest, TruncatedImageFailsUnderEveryCrop) {
+  const int w = 320, h = 240;
+  auto pic = MakePicture(w, h);
+  const std::vector<std::vector<uint8_t>> files = {Jpeg(pic, w, h),
+                                                   testing::Png(pic, w, h, PNG_COLOR_TYPE_RGB, 8)};
+  for (const std::vector<uint8_t>& file : files) {
+    std::vector<uint8_t> cut(file.begin(), file.end() - 100);
+    for (bool dct_scaling : {true, false}) {
+      ImageTransformOptions o;
+      o.height = o.width = 64;
+      o.resize_shorter = 73;
+      o.dct_scaling = dct_scaling;
+      for (ImageMode mode : {ImageMode::kTrain, ImageMode::kEval}) {
+        o.mode = mode;
+        auto t = Make(o);
+        auto scratch = t->NewScratch();
+        std::vector<uint8_t> out;
+        ASSERT_TRUE(ApplyTo(*t, file, 0, &out, scratch.get()).ok());
+        int other_verdicts = 0;
+        for (uint64_t index = 0; index < 40; ++index) {
+          Status s = ApplyTo(*t, cut, index, &out, scratch.get());
+          if (s.code() != StatusCode::kDataError) ++other_verdicts;
+        }
+        EXPECT_EQ(other_verdicts, 0)
+            << (file[0] == 0xFF ? "JPEG" : "PNG")
+            << (mode == ImageMode::kTrain ? ", train" : ", eval")
+            << (dct_scaling ? ", DCT scaling" : "") << ": not a data error for " << other_verdicts
+            << " of 40 samples";
+      }
+    }
+  }
+}
+
 // Every kind of bad input is an error that says why; none crashes.
 TEST(ImageTransformTest, BadInputsAreClearErrors) {
   ImageTransformOptions o;

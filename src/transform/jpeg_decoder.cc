@@ -5,6 +5,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 // jpeglib.h needs FILE and size_t declared first.
@@ -94,6 +95,46 @@ void CmykToRgb(const uint8_t* in, int width, bool inverted, uint8_t* out) {
 
 constexpr int kRowsPerRead = 16;
 
+// Whether the file holds its image whole: its markers, walked from SOI,
+// reach EOI. A region decode reads the entropy-coded data only as far as the
+// region's last row, so libjpeg's own "premature end" would catch a file cut
+// short for some crops and not others; this check gives every crop the same
+// verdict, for the price of a look at the last two bytes (a memchr over the
+// data when something follows EOI).
+//
+// Marker segments are skipped by their length, so an EOI inside one (an EXIF
+// thumbnail in APP1) does not count. In entropy-coded data 0xFF is followed
+// by a stuffed 0x00 or a restart marker, both skipped; the next marker ends
+// the scan. Bytes after EOI are not part of the image, as for libjpeg.
+// REQUIRES: LooksLikeJpeg(data).
+Status CheckReachesEoi(std::span<const std::byte> data) {
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  const size_t n = data.size();
+  // Nearly every file ends with its EOI, and a file cut inside entropy-coded
+  // data cannot end with FF D9 (no marker occurs there): no need to walk.
+  if (n >= 4 && p[n - 2] == 0xFF && p[n - 1] == 0xD9) return Status::Ok();
+  size_t i = 2;  // after SOI
+  while (i < n) {
+    const void* ff = std::memchr(p + i, 0xFF, n - i);
+    if (ff == nullptr) break;
+    i = static_cast<size_t>(static_cast<const uint8_t*>(ff) - p);
+    while (i + 1 < n && p[i + 1] == 0xFF) ++i;  // fill bytes
+    if (i + 1 >= n) break;
+    const uint8_t marker = p[i + 1];
+    i += 2;
+    if (marker == 0xD9) return Status::Ok();  // EOI
+    // Stuffed 0xFF, TEM, restart markers and SOI have no length field.
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) continue;
+    if (n - i < 2) break;
+    // A length below 2 skips just the length field, as libjpeg does.
+    const size_t length = std::max<size_t>(size_t{p[i]} << 8 | p[i + 1], 2);
+    if (length > n - i) break;
+    i += length;
+  }
+  return DataError("JPEG: Premature end of JPEG file: the data (" + std::to_string(n) +
+                   " bytes) ends before the EOI marker that closes the image (truncated)");
+}
+
 }  // namespace
 
 struct JpegDecoder::State {
@@ -135,6 +176,8 @@ Status JpegDecoder::ReadHeader(std::span<const std::byte> data) {
   s.header_ok = false;
   jpeg_abort_decompress(&s.cinfo);  // whatever the last image left behind
   if (data.empty()) return DataError("JPEG: empty record (0 bytes)");
+  // Not a JPEG at all: libjpeg says so below.
+  if (LooksLikeJpeg(data)) STOKER_RETURN_IF_ERROR(CheckReachesEoi(data));
   if (setjmp(s.err.jump)) {
     jpeg_abort_decompress(&s.cinfo);
     return s.ErrorStatus();

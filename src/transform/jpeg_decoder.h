@@ -24,6 +24,10 @@ bool LooksLikeJpeg(std::span<const std::byte> data);
 /// libjpeg errors become Status values, and so do the warnings that mean the
 /// pixels were invented (premature end of data, bad Huffman or arithmetic
 /// codes, lost resync): a truncated file is an error, never grey pixels.
+/// A file cut short is an error whatever region is decoded: ReadHeader checks
+/// from the bytes that the markers reach EOI, so the verdict does not depend
+/// on the crop (corrupt entropy-coded data below a region is still only seen
+/// by a decode that reaches it).
 ///
 /// One decoder belongs to one thread; it keeps its libjpeg state and buffers
 /// between images. Usage per image: ReadHeader, then at most one
@@ -36,8 +40,11 @@ class JpegDecoder {
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
   /// Parses the headers of `data`, which must stay alive and unchanged until
-  /// DecodeRegion returns. Allocates nothing for pixels.
-  /// Errors: DataError (not a JPEG, truncated header), Unsupported (12-bit).
+  /// DecodeRegion returns, and checks that the data reaches its EOI marker
+  /// (its last two bytes, or a memchr pass when bytes follow EOI: they are
+  /// ignored). Allocates nothing for pixels.
+  /// Errors: DataError (not a JPEG, truncated anywhere: "Premature end of
+  /// JPEG file"), Unsupported (12-bit).
   Status ReadHeader(std::span<const std::byte> data);
 
   /// Full-size dimensions. REQUIRES: the last ReadHeader succeeded.
@@ -53,7 +60,7 @@ class JpegDecoder {
   /// (libjpeg crops at iMCU boundaries).
   /// REQUIRES: the last ReadHeader succeeded; 0 <= x0 < x1 <= scaled width,
   /// 0 <= y0 < y1 <= scaled height.
-  /// Errors: DataError for corrupt or truncated data within the rows read.
+  /// Errors: DataError for corrupt data within the rows read.
   Status DecodeRegion(int denom, int x0, int y0, int x1, int y1, std::vector<uint8_t>* buffer,
                       DecodedRegion* region);
 

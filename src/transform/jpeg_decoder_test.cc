@@ -195,6 +195,63 @@ TEST(JpegDecoderTest, TruncatedFileIsAnErrorNotGreyPixels) {
   EXPECT_TRUE(dec.DecodeFull(AsBytes(file), 1, &buf, &r).ok());
 }
 
+// The verdict on a file does not depend on the rows a region needs: a file
+// cut short fails even where the region ends above the damage, which a
+// decoder that stops after the region's last row never reaches.
+TEST(JpegDecoderTest, TruncatedFileFailsWhateverTheRegion) {
+  for (bool progressive : {false, true}) {
+    JpegEncodeOptions eo;
+    eo.progressive = progressive;
+    auto file = Jpeg(MakePicture(320, 240), 320, 240, 3, eo);
+    // The last 100 bytes gone; only the EOI marker gone.
+    for (size_t lost : {size_t{100}, size_t{2}}) {
+      std::vector<uint8_t> cut(file.begin(), file.end() - static_cast<ptrdiff_t>(lost));
+      JpegDecoder dec;
+      std::vector<uint8_t> buf;
+      for (auto [denom, x0, y0, x1, y1] :
+           {std::tuple{1, 0, 0, 320, 16}, std::tuple{1, 200, 8, 240, 40},
+            std::tuple{2, 0, 0, 160, 120}, std::tuple{8, 0, 0, 40, 30}}) {
+        Status s = dec.ReadHeader(AsBytes(cut));
+        DecodedRegion r;
+        if (s.ok()) s = dec.DecodeRegion(denom, x0, y0, x1, y1, &buf, &r);
+        EXPECT_EQ(s.code(), StatusCode::kDataError)
+            << "progressive " << progressive << ", " << lost << " bytes lost, rows [" << y0 << ", "
+            << y1 << ") at 1/" << denom << ": " << s.ToString();
+        EXPECT_NE(s.message().find("Premature end of JPEG file"), std::string::npos) << s.message();
+      }
+    }
+  }
+}
+
+// The completeness check walks the file's markers: bytes after EOI (some
+// cameras append data) are not part of the image, and an EOI inside a marker
+// segment (an EXIF thumbnail) does not end it.
+TEST(JpegDecoderTest, CompletenessLooksAtTheImageNotAtStrayEoiBytes) {
+  auto file = Jpeg(MakePicture(96, 64), 96, 64);
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  std::vector<uint8_t> trailing = file;
+  for (int i = 0; i < 300; ++i) trailing.push_back(static_cast<uint8_t>(i * 7));
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(trailing), 1, &buf, &r).ok());
+
+  // An APP1 segment right after SOI that holds a whole tiny "JPEG".
+  const std::vector<uint8_t> app1 = {0xFF, 0xE1, 0x00, 0x0A, 0xFF, 0xD8,
+                                     0xFF, 0xD9, 0xFF, 0xD9, 0x00, 0x00};
+  std::vector<uint8_t> thumb = file;
+  thumb.insert(thumb.begin() + 2, app1.begin(), app1.end());
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(thumb), 1, &buf, &r).ok());
+  thumb.resize(thumb.size() - 50);
+  EXPECT_EQ(dec.ReadHeader(AsBytes(thumb)).code(), StatusCode::kDataError);
+
+  // A segment length below 2, which libjpeg steps over, is no reason to
+  // refuse the file (bytes after EOI make the check walk the markers).
+  std::vector<uint8_t> zero_length = trailing;
+  const std::vector<uint8_t> com = {0xFF, 0xFE, 0x00, 0x00};
+  zero_length.insert(zero_length.begin() + 2, com.begin(), com.end());
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(zero_length), 1, &buf, &r).ok());
+}
+
 TEST(JpegDecoderTest, CorruptEntropyDataIsAnError) {
   auto file = Jpeg(MakePicture(200, 160), 200, 160);
   size_t sos = FindMarker(file, 0xDA);

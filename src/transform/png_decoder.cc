@@ -32,6 +32,32 @@ void ReadFromMemory(png_structp png, png_bytep out, size_t n) {
 
 void OnWarning(png_structp, png_const_charp) {}
 
+// Whether the file holds its image whole: its chunks, walked by their
+// lengths from the signature, reach IEND. A region decode stops reading
+// image data after the region's last row, so libpng's own "premature end"
+// would catch a file cut short for some crops and not others; this check
+// gives every crop the same verdict. Bytes after IEND are not part of the
+// image. REQUIRES: LooksLikePng(data).
+Status CheckReachesIend(std::span<const std::byte> data) {
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  const size_t n = data.size();
+  size_t i = 8;  // after the signature
+  // A chunk: 4 bytes of length, 4 of type, the data, 4 of CRC.
+  while (n - i >= 12) {
+    const uint32_t length = uint32_t{p[i]} << 24 | uint32_t{p[i + 1]} << 16 |
+                            uint32_t{p[i + 2]} << 8 | uint32_t{p[i + 3]};
+    if (length > 0x7FFFFFFFu) {
+      return DataError("PNG: chunk at byte " + std::to_string(i) + " has length " +
+                       std::to_string(length) + ", more than PNG allows (corrupt)");
+    }
+    if (length > n - i - 12) break;
+    if (std::memcmp(p + i + 4, "IEND", 4) == 0) return Status::Ok();
+    i += 12 + length;
+  }
+  return DataError("PNG: premature end of PNG data (truncated file: " + std::to_string(n) +
+                   " bytes, and no IEND chunk closes the image)");
+}
+
 }  // namespace
 
 struct PngDecoder::State {
@@ -74,6 +100,7 @@ Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
   s.Release();
   if (data.empty()) return DataError("PNG: empty record (0 bytes)");
   if (!LooksLikePng(data)) return DataError("PNG: bad signature");
+  STOKER_RETURN_IF_ERROR(CheckReachesIend(data));
   s.input = {data.data(), data.size(), 0};
   s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, s.message, OnError, OnWarning);
   if (s.png == nullptr) return Unavailable("PNG: cannot create the libpng reader");

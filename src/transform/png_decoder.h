@@ -17,7 +17,9 @@ bool LooksLikePng(std::span<const std::byte> data);
 /// Decodes PNG images with libpng to 8-bit RGB: palette and grayscale are
 /// expanded, 16-bit samples keep their high byte, alpha is dropped (as
 /// Pillow's convert("RGB") does). Rows below the region are never decoded
-/// (for interlaced images the whole image must be).
+/// (for interlaced images the whole image must be); a file cut short is
+/// still an error whatever the region, since ReadHeader checks from the bytes
+/// that its chunks reach IEND.
 ///
 /// One decoder belongs to one thread. Usage per image: ReadHeader, then at
 /// most one DecodeRegion.
@@ -28,9 +30,11 @@ class PngDecoder {
   PngDecoder(const PngDecoder&) = delete;
   PngDecoder& operator=(const PngDecoder&) = delete;
 
-  /// Parses the chunks before the image data. `data` must stay alive and
+  /// Parses the chunks before the image data and checks that the chunks
+  /// reach IEND (bytes after it are ignored). `data` must stay alive and
   /// unchanged until DecodeRegion returns.
-  /// Errors: DataError (bad signature, corrupt or truncated chunks).
+  /// Errors: DataError (bad signature, corrupt chunks, truncated anywhere:
+  /// "premature end of PNG data").
   Status ReadHeader(std::span<const std::byte> data);
 
   /// REQUIRES: the last ReadHeader succeeded.

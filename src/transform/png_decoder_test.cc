@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "testing/test_images.h"
 
@@ -78,6 +79,33 @@ TEST(PngDecoderTest, GrayPaletteAlphaAnd16BitBecomeRgb) {
   }
   ASSERT_TRUE(dec.DecodeFull(AsBytes(Png(deep, w, h, PNG_COLOR_TYPE_RGB, 16)), &buf, &r).ok());
   EXPECT_EQ(Pixel(r, 5, 1)[0], 0x12);
+}
+
+// As for JPEG: a file cut short fails whatever rows the region needs, not
+// only when the decoder reads as far as the damage.
+TEST(PngDecoderTest, TruncatedFileFailsWhateverTheRegion) {
+  auto file = Png(MakePicture(64, 64), 64, 64, PNG_COLOR_TYPE_RGB, 8);
+  // The last 100 bytes gone (into the image data); only the IEND chunk gone.
+  for (size_t lost : {size_t{100}, size_t{12}}) {
+    std::vector<uint8_t> cut(file.begin(), file.end() - static_cast<ptrdiff_t>(lost));
+    PngDecoder dec;
+    std::vector<uint8_t> buf;
+    for (auto [x0, y0, x1, y1] : {std::tuple{0, 0, 64, 4}, std::tuple{10, 20, 30, 30}}) {
+      Status s = dec.ReadHeader(AsBytes(cut));
+      DecodedRegion r;
+      if (s.ok()) s = dec.DecodeRegion(x0, y0, x1, y1, &buf, &r);
+      EXPECT_EQ(s.code(), StatusCode::kDataError)
+          << lost << " bytes lost, rows [" << y0 << ", " << y1 << "): " << s.ToString();
+      EXPECT_NE(s.message().find("premature end"), std::string::npos) << s.message();
+    }
+  }
+  // Bytes after IEND are not part of the image.
+  std::vector<uint8_t> trailing = file;
+  trailing.insert(trailing.end(), 40, 0x55);
+  PngDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  EXPECT_TRUE(dec.DecodeFull(AsBytes(trailing), &buf, &r).ok());
 }
 
 TEST(PngDecoderTest, BadDataIsAnError) {

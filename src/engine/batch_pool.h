@@ -59,9 +59,7 @@ class BatchSlot {
   /// Leaves out the failed samples `drop` says yes to: the rest (succeeded,
   /// or failed and kept) move to the front in order; count() is their number.
   template <typename Pred>
-  void DropFailures(Pred drop) {
-    Compact([&drop](const Status& s) { return !s.ok() && drop(s); });
-  }
+  void DropFailures(Pred drop);
   /// Under the skip policy, the samples left out, travelling with the batch.
   std::vector<SkipRecord>& skips() { return skips_; }
   /// Whether the consumer was already told of this batch's failures.
@@ -87,9 +85,6 @@ class BatchSlot {
   const std::byte* buffer() const { return data_; }
 
  private:
-  template <typename Pred>
-  void Compact(Pred leave_out);
-
   int64_t epoch_ = 0;
   int64_t batch_ = 0;
   int64_t length_ = 0;  // planned samples
@@ -108,12 +103,12 @@ class BatchSlot {
 };
 
 template <typename Pred>
-void BatchSlot::Compact(Pred leave_out) {
+void BatchSlot::DropFailures(Pred drop) {
   int64_t kept = 0;
   bool failed = false;
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
-    if (leave_out(outcomes_[up])) continue;
+    if (!outcomes_[up].ok() && drop(outcomes_[up])) continue;
     if (kept != p) {
       const auto uk = static_cast<size_t>(kept);
       std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);

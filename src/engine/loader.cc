@@ -409,14 +409,14 @@ class Loader::Impl {
     const std::string where =
         "batch " + std::to_string(slot.batch()) + " of epoch " + std::to_string(slot.epoch());
     if (failures.size() == 1) return failures.front().status.WithContext(where);
-    StatusCode code = failures.front().status.code();
+    const Status* lead = &failures.front().status;
     std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
     for (size_t i = 0; i < failures.size(); ++i) {
       const Status& st = failures[i].status;
-      if (!IsSampleError(st) && IsSampleError(Status(code, ""))) code = st.code();
+      if (!IsSampleError(st) && IsSampleError(*lead)) lead = &st;
       message += (i > 0 ? "; " : "") + st.ToString();
     }
-    return Status(code, message);
+    return Status(lead->code(), message);
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {

@@ -141,8 +141,7 @@ TEST(LoaderJsonTest, StateErrorsNameTheField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("'beyond'"), std::string::npos) << r.status().message();
   EXPECT_FALSE(LoaderStateFromJson(nlohmann::json::array()).ok());
-  // The error quotes the value: a string that is not UTF-8 is quoted too
-  // (it used to throw nlohmann's type_error from inside the message).
+  // The error quotes the value, even a string that is not UTF-8 (no throw).
   nlohmann::json bytes = good;
   bytes["seed"] = "\xff\xfe";
   r = LoaderStateFromJson(bytes);

@@ -25,20 +25,32 @@ Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (buffer.bytes.size() < size) buffer.bytes.resize(size);
+  STOKER_RETURN_IF_ERROR(ReadFully(fd, 0, {buffer.bytes.data(), size}));
+  *bytes = std::span<const std::byte>(buffer.bytes.data(), size);
+  return Status::Ok();
+}
+
+Status ReadFully(int fd, uint64_t offset, std::span<std::byte> out) {
   size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::read(fd, buffer.bytes.data() + done, size - done);
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError("read", errno);
+      return ErrnoError("read of bytes [" + std::to_string(offset) + ", " +
+                            std::to_string(offset + out.size()) + ")",
+                        errno);
     }
     if (n == 0) {
-      return DataError("file shrank while being read: " + std::to_string(done) + " of " +
-                       std::to_string(size) + " bytes");
+      struct stat st;
+      const std::string now =
+          ::fstat(fd, &st) == 0 ? " (" + std::to_string(st.st_size) + " bytes now)" : "";
+      return DataError("truncated: the file was cut short since it was opened" + now +
+                       " and no longer holds bytes [" + std::to_string(offset) + ", " +
+                       std::to_string(offset + out.size()) + ")");
     }
     done += static_cast<size_t>(n);
   }
-  *bytes = std::span<const std::byte>(buffer.bytes.data(), size);
   return Status::Ok();
 }
 

@@ -1,12 +1,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "stoker/source.h"
 #include "stoker/status.h"
 
 namespace stoker {
+
+/// Fills `out` with the bytes of `fd` at `offset` (pread, retried on short
+/// reads and EINTR). A file that ends before them was cut short after it was
+/// opened: a DataError starting "truncated" that says its size now and the
+/// bytes missing. Errors do not name the file: callers add it.
+Status ReadFully(int fd, uint64_t offset, std::span<std::byte> out);
 
 /// Reads the whole regular file at `path` into `buffer` and points `*bytes` at
 /// it. `path` is a NUL-terminated byte string (any bytes but '/' and NUL per
@@ -24,7 +31,7 @@ namespace stoker {
 /// prefix their key (Status::WithContext). A missing file is NotFound; a
 /// permission or other OS failure an IoError; something that is not a
 /// regular file (a directory, a fifo: opened non-blocking, so never a hang)
-/// or a file that shrinks while being read a DataError. A zero-byte file is
+/// or a file that shrinks while being read (ReadFully) a DataError. A zero-byte file is
 /// read successfully as zero bytes.
 /// Blocks on I/O; safe to call concurrently with distinct buffers.
 Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,

@@ -18,6 +18,7 @@
 
 #include "core/number_text.h"
 #include "core/unique_fd.h"
+#include "source/file_reader.h"
 
 namespace stoker {
 namespace {
@@ -280,33 +281,6 @@ class SpanReader final : public ArchiveReader {
   std::span<const std::byte> bytes_;
 };
 
-// Fills `out` from `fd` at `offset`, retrying short reads. A read that ends
-// early means the file is shorter than its index says: it was cut short
-// after it was opened.
-Status PreadFully(int fd, uint64_t offset, std::span<std::byte> out) {
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n =
-        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("read of bytes [" + std::to_string(offset) + ", " +
-                            std::to_string(offset + out.size()) + ")",
-                        errno);
-    }
-    if (n == 0) {
-      struct stat st;
-      const std::string now =
-          ::fstat(fd, &st) == 0 ? " (" + std::to_string(st.st_size) + " bytes now)" : "";
-      return DataError("truncated: the file was cut short since it was opened" + now +
-                       " and no longer holds bytes [" + std::to_string(offset) + ", " +
-                       std::to_string(offset + out.size()) + ")");
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 // Reads a shard file for indexing: headers are small and mostly close
 // together (a label's header, its block, the image's header), so reads go
 // through a small window that usually serves several headers per pread.
@@ -320,10 +294,10 @@ class FileReader final : public ArchiveReader {
       std::memcpy(out.data(), window_.data() + (offset - window_offset_), out.size());
       return Status::Ok();
     }
-    if (out.size() >= kWindow) return PreadFully(fd_, offset, out);
+    if (out.size() >= kWindow) return ReadFully(fd_, offset, out);
     window_.resize(static_cast<size_t>(std::min<uint64_t>(kWindow, size_ - offset)));
     window_offset_ = offset;
-    Status s = PreadFully(fd_, offset, window_);
+    Status s = ReadFully(fd_, offset, window_);
     if (!s.ok()) {
       window_.clear();
       return s;
@@ -509,7 +483,7 @@ class ShardFile {
   // Fills `out` with the bytes at `offset`. Errors do not name the shard:
   // callers add the key. Safe to call concurrently.
   Status ReadAt(uint64_t offset, std::span<std::byte> out) const {
-    if (fd_.valid()) return PreadFully(fd_.get(), offset, out);
+    if (fd_.valid()) return ReadFully(fd_.get(), offset, out);
     UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return ErrnoError("reopen tar shard", errno);
     struct stat st;
@@ -517,7 +491,7 @@ class ShardFile {
     if (st.st_dev != dev_ || st.st_ino != ino_) {
       return DataError("the tar shard was replaced by another file since it was opened");
     }
-    return PreadFully(fd.get(), offset, out);
+    return ReadFully(fd.get(), offset, out);
   }
 
  private:

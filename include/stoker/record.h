@@ -12,6 +12,9 @@ namespace stoker {
 struct Record {
   std::span<const std::byte> bytes;
   int64_t label = 0;
+  /// The epoch the sample is read for; set by the engine before the
+  /// transform runs (sources leave it alone).
+  int64_t epoch = 0;
 };
 
 }  // namespace stoker

@@ -21,6 +21,11 @@ class TransformScratch {
   virtual ~TransformScratch() = default;
   /// Bytes this scratch holds now (for the memory budget).
   virtual size_t bytes() const { return 0; }
+  /// CPU time and run-queue delay spent for this worker outside its own
+  /// thread (in a worker process), cumulative; the engine adds them to the
+  /// worker's figures so that the tuner sees where the work really ran.
+  virtual int64_t cpu_ns_elsewhere() const { return 0; }
+  virtual int64_t queue_ns_elsewhere() const { return 0; }
 };
 
 /// Turns one record into one output sample, written in place into the
@@ -45,6 +50,14 @@ class Transform {
   /// index and source key. On error `out` may hold partial output.
   virtual Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
                        TransformScratch* scratch) const = 0;
+
+  /// Called once for every output the engine is done with: delivered and
+  /// released by the consumer, or dropped unused (its epoch abandoned, its
+  /// batch failed). Outputs never written arrive as zero bytes. A transform
+  /// whose output refers to something elsewhere (a shared-memory segment)
+  /// takes it back here. Any thread; must not block. Default: nothing.
+  virtual bool recycles() const { return false; }
+  virtual void Recycle(std::span<std::byte> out) const { (void)out; }
 };
 
 }  // namespace stoker

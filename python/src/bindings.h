@@ -54,5 +54,6 @@ void BindTransforms(pybind11::module_& m);
 void BindLoader(pybind11::module_& m);
 void BindMachine(pybind11::module_& m);
 void BindDataset(pybind11::module_& m);
+void BindProcessWorkers(pybind11::module_& m);
 
 }  // namespace stoker::python

@@ -96,6 +96,27 @@ class PyLoader {
 
   LoaderMetrics Metrics() { return loader().Metrics(); }
 
+  // Waits up to `timeout_s` for a batch, in slices so that Ctrl-C is heard;
+  // true when next() would not block.
+  bool WaitReady(double timeout_s) {
+    ConsumerTurn turn(busy_);
+    Loader& l = loader();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (true) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      bool ready;
+      {
+        py::gil_scoped_release release;
+        ready = l.WaitReady(std::min<std::chrono::nanoseconds>(
+            kWaitSlice, std::chrono::duration_cast<std::chrono::nanoseconds>(left)));
+      }
+      if (ready) return true;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+    }
+  }
+
   void SetEpoch(int64_t epoch) {
     ConsumerTurn turn(busy_);
     loader().SetEpoch(epoch);
@@ -212,6 +233,9 @@ void BindLoader(py::module_& m) {
       .def("next", &PyLoader::Next,
            "The next (images, labels) as numpy arrays, or None at the end of the epoch. "
            "Waits with the GIL released; Ctrl-C interrupts the wait.")
+      .def("wait_ready", &PyLoader::WaitReady, py::arg("timeout_s"),
+           "Waits up to timeout_s for a batch (Ctrl-C interrupts); True when next() would "
+           "not block.")
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("state", &PyLoader::State)
       .def("restore", &PyLoader::Restore, py::arg("state"))

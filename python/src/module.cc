@@ -14,4 +14,5 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::BindLoader(m);
   stoker::python::BindMachine(m);
   stoker::python::BindDataset(m);
+  stoker::python::BindProcessWorkers(m);
 }

@@ -23,6 +23,7 @@ except ImportError as e:  # pragma: no cover -- a set-up problem, said plainly
     ) from e
 
 from . import transforms
+from ._dataloader import DataLoader
 from ._dataset import default_dataset, default_dataset_path, make_dataset
 from ._loader import Loader, rank_facts
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
@@ -31,6 +32,7 @@ from ._stoker import Cancelled, DataError, ResourceError
 __all__ = [
     "Cancelled",
     "DataError",
+    "DataLoader",
     "FileList",
     "ImageFolder",
     "Loader",

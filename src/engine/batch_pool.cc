@@ -13,7 +13,7 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
-BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size)
+BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
     : labels_(static_cast<size_t>(batch_size)),
       indices_(static_cast<size_t>(batch_size)),
       outcomes_(static_cast<size_t>(batch_size)),
@@ -23,6 +23,7 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size)
                             kAlignment)) {
   data_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, buffer_bytes_));
   if (data_ == nullptr) throw std::bad_alloc();
+  if (zeroed) std::memset(data_, 0, buffer_bytes_);
 }
 
 BatchSlot::~BatchSlot() { std::free(data_); }
@@ -65,8 +66,8 @@ std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
   return out;
 }
 
-BatchPool::BatchPool(SampleSpec spec, int64_t batch_size)
-    : spec_(std::move(spec)), batch_size_(batch_size) {}
+BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle)
+    : spec_(std::move(spec)), batch_size_(batch_size), recycle_(std::move(recycle)) {}
 
 std::unique_ptr<BatchSlot> BatchPool::Acquire() {
   {
@@ -78,10 +79,17 @@ std::unique_ptr<BatchSlot> BatchPool::Acquire() {
     }
   }
   slots_made_.fetch_add(1, std::memory_order_relaxed);
-  return std::make_unique<BatchSlot>(&spec_, batch_size_);
+  return std::make_unique<BatchSlot>(&spec_, batch_size_, /*zeroed=*/recycle_ != nullptr);
 }
 
 void BatchPool::Release(std::unique_ptr<BatchSlot> slot) {
+  if (recycle_) {
+    for (int64_t p = 0; p < slot->length(); ++p) {
+      std::span<std::byte> sample = slot->sample(p);
+      recycle_(sample);
+      std::memset(sample.data(), 0, sample.size());
+    }
+  }
   MutexLock lock(mu_);
   if (free_.size() < max_free_) free_.push_back(std::move(slot));
   // else: `slot` frees its memory here, outside the hot path's steady state.

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -26,7 +27,8 @@ namespace stoker {
 /// and delivered (read-only, to the consumer).
 class BatchSlot {
  public:
-  BatchSlot(const SampleSpec* spec, int64_t batch_size);
+  /// `zeroed`: the buffer starts as zero bytes (for pools that recycle).
+  BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed = false);
   ~BatchSlot();
   BatchSlot(const BatchSlot&) = delete;
   BatchSlot& operator=(const BatchSlot&) = delete;
@@ -128,9 +130,14 @@ void BatchSlot::DropFailures(Pred drop) {
 /// A free list of BatchSlots of one shape. Acquire reuses a free slot or
 /// makes a new one; Release keeps up to max_free() slots for reuse and frees
 /// the rest. Safe for concurrent use from many threads.
+///
+/// With a `recycle` function, every position of a released slot is handed to
+/// it (the transform's Recycle) and then zeroed, so that positions never
+/// written read as zeros; new slots start zeroed.
 class BatchPool {
  public:
-  BatchPool(SampleSpec spec, int64_t batch_size);
+  using Recycle = std::function<void(std::span<std::byte> sample)>;
+  BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle = {});
 
   std::unique_ptr<BatchSlot> Acquire() EXCLUDES(mu_);
   void Release(std::unique_ptr<BatchSlot> slot) EXCLUDES(mu_);
@@ -145,6 +152,7 @@ class BatchPool {
  private:
   const SampleSpec spec_;
   const int64_t batch_size_;
+  const Recycle recycle_;
   std::atomic<int64_t> slots_made_{0};
   Mutex mu_;
   size_t max_free_ GUARDED_BY(mu_) = 8;

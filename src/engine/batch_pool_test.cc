@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace stoker {
 namespace {
@@ -19,6 +20,25 @@ TEST(BatchPoolTest, SlotsAreAlignedAndRecycled) {
   auto b = pool.Acquire();
   EXPECT_EQ(b.get(), raw);  // reused, not reallocated
   EXPECT_EQ(pool.slots_made(), 1);
+}
+
+TEST(BatchPoolTest, ARecyclingPoolHandsBackEveryPositionThenZeroesIt) {
+  std::vector<int64_t> seen;
+  BatchPool pool({{1}, DType::kInt64}, 3, [&](std::span<std::byte> sample) {
+    int64_t v;
+    std::memcpy(&v, sample.data(), sizeof v);
+    seen.push_back(v);
+  });
+  auto s = pool.Acquire();
+  s->Open(0, 0, 3);
+  for (int p = 0; p < 3; ++p) EXPECT_EQ(s->sample(p)[0], std::byte{0});  // starts zeroed
+  const int64_t written = 42;
+  std::memcpy(s->sample(1).data(), &written, sizeof written);  // position 2 never written
+  pool.Release(std::move(s));
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 42, 0}));
+  auto again = pool.Acquire();
+  again->Open(0, 1, 3);
+  EXPECT_EQ(again->sample(1)[0], std::byte{0});
 }
 
 TEST(BatchPoolTest, KeepsAtMostMaxFree) {

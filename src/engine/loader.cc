@@ -34,6 +34,12 @@ struct WorkerContext {
   WorkerStats stats;
 };
 
+// The transform's Recycle, for pools whose outputs refer to something else.
+BatchPool::Recycle RecycleOf(const LoaderOptions& o) {
+  if (!o.transform->recycles()) return {};
+  return [t = o.transform](std::span<std::byte> sample) { t->Recycle(sample); };
+}
+
 }  // namespace
 
 // The concurrent shell around an EpochScheduler: one mutex over the
@@ -45,7 +51,7 @@ class Loader::Impl {
       : options_(std::move(options)),
         plan_options_(plan_options),
         spec_(options_.transform->spec()),
-        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size)),
+        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(options_))),
         sched_(
             {
                 .plan = plan_options_,
@@ -273,7 +279,7 @@ class Loader::Impl {
 
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
-    TaskTimer timer(ctx.stats, task.length);
+    TaskTimer timer(ctx.stats, task.length, ctx.scratch.get());
     for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
       if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
       Produce(ctx, *task.plan, slot, p);
@@ -294,6 +300,7 @@ class Loader::Impl {
       SampleRng rng(options_.seed, static_cast<uint64_t>(plan.epoch()),
                     static_cast<uint64_t>(index));
       st = options_.source->Read(index, ctx.read, &record);
+      record.epoch = plan.epoch();
       if (st.ok()) st = options_.transform->Apply(record, rng, slot->sample(p), ctx.scratch.get());
     } catch (const std::bad_alloc&) {
       st = Unavailable("out of memory");

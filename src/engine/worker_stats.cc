@@ -26,13 +26,15 @@ WorkerMetrics WorkerStats::Snapshot() const {
           cpu_ns_.load(std::memory_order_relaxed), queue_ns_.load(std::memory_order_relaxed)};
 }
 
-TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples)
+TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch)
     : stats_(stats),
+      scratch_(scratch),
       samples_(samples),
       start_ns_(SteadyNanos()),
       timed_(stats.run_delay_ != nullptr && stats.sample_ns_ * samples >= kRunDelayTaskNs),
       wall0_(start_ns_),
-      cpu0_(ThreadCpuNanos()) {
+      cpu0_(CpuNow()),
+      queue0_(scratch != nullptr ? scratch->queue_ns_elsewhere() : 0) {
   if (timed_) {
     // From here: a wait for a CPU between tasks is no sample's.
     const int64_t d = stats_.run_delay_->ReadNanos();
@@ -40,18 +42,27 @@ TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples)
   }
 }
 
+int64_t TaskTimer::CpuNow() const {
+  return ThreadCpuNanos() + (scratch_ != nullptr ? scratch_->cpu_ns_elsewhere() : 0);
+}
+
 void TaskTimer::Publish() {
   // The delay first: a wait for a CPU after it falls into the next interval,
   // so that queueing never exceeds the wall time it is in.
   const int64_t delay = timed_ ? stats_.run_delay_->ReadNanos() : -1;
   const int64_t wall1 = SteadyNanos();
-  const int64_t cpu1 = ThreadCpuNanos();
+  const int64_t cpu1 = CpuNow();
   stats_.samples_.fetch_add(pending_, std::memory_order_relaxed);
   stats_.busy_ns_.fetch_add(wall1 - wall0_, std::memory_order_relaxed);
   stats_.cpu_ns_.fetch_add(cpu1 - cpu0_, std::memory_order_relaxed);
   if (timed_ && delay >= stats_.run_delay_ns_) {
     stats_.queue_ns_.fetch_add(delay - stats_.run_delay_ns_, std::memory_order_relaxed);
     stats_.run_delay_ns_ = delay;
+  }
+  if (scratch_ != nullptr) {
+    const int64_t queue1 = scratch_->queue_ns_elsewhere();
+    stats_.queue_ns_.fetch_add(queue1 - queue0_, std::memory_order_relaxed);
+    queue0_ = queue1;
   }
   wall0_ = wall1;
   cpu0_ = cpu1;

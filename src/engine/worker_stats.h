@@ -9,6 +9,7 @@
 #include "core/thread_annotations.h"
 #include "engine/run_delay.h"
 #include "stoker/loader.h"
+#include "stoker/transform.h"
 
 namespace stoker {
 
@@ -53,7 +54,9 @@ class WorkerStats {
 /// notice, judged by the last task's samples.
 class TaskTimer {
  public:
-  TaskTimer(WorkerStats& stats, int64_t samples);
+  /// `scratch`: the worker's transform scratch, whose work elsewhere (a
+  /// worker process) counts as the task's; may be null.
+  TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch = nullptr);
   /// After each sample.
   void SampleDone() {
     if (++pending_ >= stats_.publish_every_) Publish();
@@ -64,12 +67,16 @@ class TaskTimer {
  private:
   void Publish();
 
+  int64_t CpuNow() const;
+
   WorkerStats& stats_;
+  const TransformScratch* scratch_;
   const int64_t samples_;
   const int64_t start_ns_;
   const bool timed_;
   int64_t wall0_;
   int64_t cpu0_;
+  int64_t queue0_;       // the scratch's queue time elsewhere at the last publication
   int64_t pending_ = 0;  // samples not yet published
 };
 

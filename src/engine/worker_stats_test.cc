@@ -20,6 +20,28 @@ TEST(WorkerStatsTest, ATaskPublishesEverySample) {
   EXPECT_GE(m.busy_ns, m.queue_ns);
 }
 
+// A scratch whose work runs elsewhere (a worker process) and is reported back.
+class ElsewhereScratch : public TransformScratch {
+ public:
+  int64_t cpu_ns_elsewhere() const override { return cpu; }
+  int64_t queue_ns_elsewhere() const override { return queue; }
+  int64_t cpu = 1'000'000'000, queue = 5'000'000'000;  // totals before the task count for nothing
+};
+
+TEST(WorkerStatsTest, WorkElsewhereCountsAsTheTasks) {
+  WorkerStats stats(0, /*sample_run_delay=*/false);
+  ElsewhereScratch scratch;
+  TaskTimer timer(stats, 1, &scratch);
+  scratch.cpu += 7'000'000'000;  // far more than this thread could spend here
+  scratch.queue += 2'000'000;
+  timer.SampleDone();
+  timer.Finish();
+  const WorkerMetrics m = stats.Snapshot();
+  EXPECT_GE(m.cpu_ns, 7'000'000'000);
+  EXPECT_LT(m.cpu_ns, 8'000'000'000);
+  EXPECT_EQ(m.queue_ns, 2'000'000);
+}
+
 TEST(WorkerStatsTest, SlowSamplesShowProgressWithinATask) {
   WorkerStats stats(0, /*sample_run_delay=*/true);
   {  // a first task of slow samples sets the cadence to one sample

@@ -1,0 +1,645 @@
+#include "process_workers.h"
+
+#include <fcntl.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "bindings.h"
+#include "errors.h"
+#include "stoker/rng.h"
+
+namespace stoker::python {
+namespace {
+
+namespace py = pybind11;
+
+constexpr size_t kTagBytes = 8;
+constexpr size_t kPage = 4096;
+constexpr size_t kMinSegment = size_t{1} << 20;
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// A message: an 8-byte tag and int64 words, plus text for the failures that
+// carry one. Both sides use SOCK_SEQPACKET, so one send is one message.
+struct Message {
+  std::string tag;
+  std::vector<int64_t> words;
+  std::string text;
+  int fd = -1;  // received with it, now owned by the receiver
+};
+
+Status SendMessage(int sock, const char* tag, std::initializer_list<int64_t> words, int fd = -1) {
+  std::string bytes(kTagBytes, '\0');
+  std::memcpy(bytes.data(), tag, std::min(std::strlen(tag), kTagBytes));
+  for (int64_t w : words) bytes.append(reinterpret_cast<const char*>(&w), sizeof w);
+  iovec iov{bytes.data(), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno == EINTR) continue;
+    return ErrnoError("sending to a worker process", errno);
+  }
+  return Status::Ok();
+}
+
+// kCancelled on end of file (the other side is gone).
+Result<Message> ReceiveMessage(int sock) {
+  std::array<char, 65536> buffer;
+  iovec iov{buffer.data(), buffer.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0) {
+    if (errno != EINTR) return ErrnoError("receiving from a worker process", errno);
+  }
+  if (n == 0) return Cancelled("the process closed its socket");
+  Message m;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  if (static_cast<size_t>(n) < kTagBytes) return Internal("a worker sent a short message");
+  m.tag.assign(buffer.data(), strnlen(buffer.data(), kTagBytes));
+  // Words follow the tag; a message with text (FAIL) has one word, its length.
+  size_t at = kTagBytes;
+  if (m.tag == "INITFAIL" || m.tag == "FORKFAIL" || m.tag == "TASKFAIL") {
+    m.text.assign(buffer.data() + at, static_cast<size_t>(n) - at);
+    return m;
+  }
+  for (; at + sizeof(int64_t) <= static_cast<size_t>(n); at += sizeof(int64_t)) {
+    int64_t w;
+    std::memcpy(&w, buffer.data() + at, sizeof w);
+    m.words.push_back(w);
+  }
+  return m;
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return std::to_string(sig) + (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
+}
+
+// The seed of sample `index` in `epoch`: a non-negative int64, so that every
+// generator (Python's, numpy's, torch's) takes it.
+int64_t SampleSeed(uint64_t seed, int64_t epoch, int64_t index) {
+  SampleRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+  return static_cast<int64_t>(rng.NextU64() >> 1);
+}
+
+// A lock-free table (fd + 1; 0 = empty), so that a child forked while another
+// thread registers still reads a consistent copy.
+constexpr int kMaxRegistered = 4096;
+std::atomic<int> g_registered_fds[kMaxRegistered];
+
+// The scratch of one engine worker thread: its worker process, started at
+// its first task and stopped when the thread leaves.
+class ProcessScratch : public TransformScratch {
+ public:
+  explicit ProcessScratch(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
+  ~ProcessScratch() override { Stop(); }
+
+  // Its process's PSS (unique pages plus its share of the rest: copy-on-read
+  // growth shows here) and the segment of the batch it writes.
+  size_t bytes() const override {
+    return pss_.load(std::memory_order_relaxed) + segment_.load(std::memory_order_relaxed);
+  }
+  int64_t cpu_ns_elsewhere() const override { return cpu_ns_.load(std::memory_order_relaxed); }
+  int64_t queue_ns_elsewhere() const override { return queue_ns_.load(std::memory_order_relaxed); }
+
+  // Runs `indices` into the leased segment; see ProcessTransform::Apply.
+  Status Run(int64_t epoch, int64_t batch, std::vector<int64_t> indices, const SegmentLease& lease,
+             int64_t out[kDescriptorWords]);
+
+ private:
+  struct Reply {
+    int64_t size = 0, meta_off = 0, meta_len = 0;
+  };
+  // One attempt; kCancelled when the process died (its cause in `died`).
+  Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
+                 const SegmentLease& lease, Reply* reply);
+  void Stop();
+
+  std::shared_ptr<ProcessWorkers> workers_;
+  std::optional<WorkerProcess> proc_;
+  std::atomic<size_t> pss_{0};
+  std::atomic<size_t> segment_{0};
+  std::atomic<int64_t> cpu_ns_{0};
+  std::atomic<int64_t> queue_ns_{0};
+  int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
+};
+
+Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
+                               const SegmentLease& lease, Reply* reply) {
+  if (!proc_) {
+    STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
+    proc_ = std::move(started);
+    cpu_seen_ = queue_seen_ = 0;
+  }
+  const size_t n = indices.size();
+  const size_t data_off = RoundUp((kHeaderWords + 2 * n) * sizeof(int64_t), kPage);
+  STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
+  auto* words = static_cast<int64_t*>(map->addr);
+  words[0] = kSegmentMagic;
+  words[1] = -1;
+  words[2] = static_cast<int64_t>(n);
+  words[3] = static_cast<int64_t>(data_off);
+  for (size_t i = 0; i < n; ++i) {
+    words[kHeaderWords + i] = indices[i];
+    words[kHeaderWords + n + i] = SampleSeed(workers_->seed(), epoch, indices[i]);
+  }
+  const int id = lease.segment->id;
+  const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
+                     proc_->known_segments.end();
+  STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), "TASK",
+                                     {epoch, batch, id, static_cast<int64_t>(map->size)},
+                                     known ? -1 : lease.segment->fd.get()));
+  if (!known) proc_->known_segments.push_back(id);
+  STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
+  if (m.tag == "TASKFAIL") return Internal(m.text);
+  if (m.tag != "DONE" || m.words.size() < 6) return Internal("a worker sent '" + m.tag + "'");
+  reply->size = m.words[0];
+  reply->meta_off = m.words[1];
+  reply->meta_len = m.words[2];
+  cpu_ns_.fetch_add(m.words[3] - cpu_seen_, std::memory_order_relaxed);
+  queue_ns_.fetch_add(m.words[4] - queue_seen_, std::memory_order_relaxed);
+  cpu_seen_ = m.words[3];
+  queue_seen_ = m.words[4];
+  if (m.words[5] > 0) pss_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
+                           const SegmentLease& lease, int64_t out[kDescriptorWords]) {
+  Reply reply;
+  int deaths_outside = 0;
+  while (true) {
+    if (workers_->shut_down()) return Cancelled("the loader was closed");
+    if (indices.empty()) break;  // every sample went down with a worker
+    Status st = Attempt(epoch, batch, indices, lease, &reply);
+    if (st.ok()) break;
+    if (st.code() != StatusCode::kCancelled || !proc_) return st;
+    // The process died mid-task: blame the sample it was on and run the rest
+    // in a fresh process; twice outside any sample fails the batch.
+    const int pid = proc_->pid;
+    const std::string cause = workers_->Reap(*proc_);
+    proc_.reset();
+    if (workers_->shut_down()) return Cancelled("the loader was closed");
+    STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, kHeaderWords * 8));
+    const int64_t position = static_cast<const int64_t*>(map->addr)[1];
+    const std::string what = "worker process " + std::to_string(pid) + " " + cause;
+    if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
+      const int64_t index = indices[static_cast<size_t>(position)];
+      workers_->AddNote(lease, index, what + " while loading sample " + std::to_string(index));
+      indices.erase(indices.begin() + position);
+      continue;
+    }
+    if (++deaths_outside >= 2) {
+      return Internal(what + " outside any sample (collating or writing batch " +
+                      std::to_string(batch) + "), twice");
+    }
+  }
+  if (reply.size > 0) {
+    workers_->SetSize(lease, static_cast<size_t>(reply.size));
+    segment_.store(static_cast<size_t>(reply.size), std::memory_order_relaxed);
+  }
+  out[0] = kSegmentMagic;
+  out[1] = lease.segment->id;
+  out[2] = static_cast<int64_t>(lease.ticket);
+  out[3] = reply.size;
+  out[4] = reply.meta_off;
+  out[5] = reply.meta_len;
+  out[6] = epoch;
+  out[7] = batch;
+  return Status::Ok();
+}
+
+void ProcessScratch::Stop() {
+  if (!proc_) return;
+  (void)SendMessage(proc_->conn.get(), "EXIT", {});
+  workers_->Reap(*proc_);
+  proc_.reset();
+}
+
+}  // namespace
+
+Mapping::~Mapping() {
+  if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
+}
+
+void RegisterFd(int fd) {
+  for (auto& slot : g_registered_fds) {
+    int empty = 0;
+    if (slot.compare_exchange_strong(empty, fd + 1)) return;
+  }
+}
+
+void UnregisterFd(int fd) {
+  for (auto& slot : g_registered_fds) {
+    int expected = fd + 1;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+void CloseRegisteredFds(int keep) {
+  for (auto& slot : g_registered_fds) {
+    const int fd = slot.exchange(0) - 1;
+    if (fd >= 0 && fd != keep) ::close(fd);
+  }
+}
+
+// ProcessWorkers
+
+ProcessWorkers::ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed,
+                               int64_t batches_per_epoch)
+    : seed_(seed),
+      batches_per_epoch_(batches_per_epoch),
+      zygote_pid_(zygote_pid),
+      owner_pid_(getpid()),
+      zygote_(zygote_fd) {
+  RegisterFd(zygote_fd);
+}
+
+bool ProcessWorkers::ForeignProcess() const { return getpid() != owner_pid_; }
+
+ProcessWorkers::~ProcessWorkers() {
+  if (ForeignProcess()) {  // leave the parent's descriptors alone (their numbers may be reused)
+    (void)zygote_.release();
+    for (auto& s : segments_) (void)s->fd.release();
+    return;
+  }
+  Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : segments_) UnregisterFd(s->fd.get());
+}
+
+Status ProcessWorkers::SetBatches(int64_t epoch, std::vector<int64_t> flat,
+                                  std::vector<int64_t> offsets) {
+  if (static_cast<int64_t>(offsets.size()) != batches_per_epoch_ + 1) {
+    return InvalidArgument("epoch " + std::to_string(epoch) + " has " +
+                           std::to_string(static_cast<int64_t>(offsets.size()) - 1) +
+                           " batches; the loader was made for " +
+                           std::to_string(batches_per_epoch_) + " (len(batch_sampler) changed)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batches_[epoch] = {std::move(flat), std::move(offsets)};
+    while (batches_.size() > 3) batches_.erase(batches_.begin());  // the oldest epochs
+  }
+  batches_cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<std::vector<int64_t>> ProcessWorkers::Indices(int64_t epoch, int64_t batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  batches_cv_.wait(lock, [&] { return shutdown_ || batches_.count(epoch) > 0; });
+  if (shutdown_) return Cancelled("the loader was closed");
+  const auto& [flat, offsets] = batches_[epoch];
+  const auto b = static_cast<size_t>(batch);
+  return std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]);
+}
+
+Result<WorkerProcess> ProcessWorkers::Spawn() {
+  int id = 0;
+  int workers = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return Cancelled("the loader was closed");
+    while (id < static_cast<int>(ids_in_use_.size()) && ids_in_use_[static_cast<size_t>(id)]) ++id;
+    if (id == static_cast<int>(ids_in_use_.size())) ids_in_use_.push_back(false);
+    ids_in_use_[static_cast<size_t>(id)] = true;
+    workers = static_cast<int>(std::count(ids_in_use_.begin(), ids_in_use_.end(), true));
+  }
+  auto give_back_id = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids_in_use_[static_cast<size_t>(id)] = false;
+  };
+  Message forked;
+  {
+    std::lock_guard<std::mutex> lock(zygote_mu_);
+    Status st = SendMessage(zygote_.get(), "FORK", {id, workers});
+    Result<Message> r = st.ok() ? ReceiveMessage(zygote_.get()) : Result<Message>(st);
+    if (!r.ok()) {
+      give_back_id();
+      return Unavailable("the worker fork server (pid " + std::to_string(zygote_pid_) +
+                         ") is gone: " + r.status().message());
+    }
+    forked = std::move(*r);
+  }
+  if (forked.tag != "FORKED" || forked.fd < 0 || forked.words.empty()) {
+    give_back_id();
+    if (forked.fd >= 0) ::close(forked.fd);
+    return Unavailable("the worker fork server could not start a worker: " + forked.text);
+  }
+  WorkerProcess w;
+  w.pid = static_cast<int>(forked.words[0]);
+  w.id = id;
+  w.conn.reset(forked.fd);
+  RegisterFd(forked.fd);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_pids_.push_back(w.pid);
+    if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
+  }
+  Result<Message> hello = ReceiveMessage(w.conn.get());
+  if (hello.ok() && hello->tag == "HELLO") return w;
+  std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w)
+                                : "worker_init_fn raised: " + hello->text;
+  if (hello.ok()) Reap(w);
+  return Internal("worker " + std::to_string(id) + " (pid " + std::to_string(w.pid) +
+                  ") could not start: " + why);
+}
+
+std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase(live_pids_, worker.pid);
+    if (worker.id >= 0 && worker.id < static_cast<int>(ids_in_use_.size())) {
+      ids_in_use_[static_cast<size_t>(worker.id)] = false;
+    }
+  }
+  UnregisterFd(worker.conn.get());
+  std::lock_guard<std::mutex> lock(zygote_mu_);
+  Result<Message> r = SendMessage(zygote_.get(), "REAP", {worker.pid}).ok()
+                          ? ReceiveMessage(zygote_.get())
+                          : Result<Message>(Cancelled("no fork server"));
+  if (!r.ok() || r->tag != "REAPED" || r->words.size() < 2) return "ended (cause unknown)";
+  const int64_t kind = r->words[0], value = r->words[1];
+  if (kind == 0) return "exited with code " + std::to_string(value);
+  std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
+  if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
+  return how;
+}
+
+Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t bytes) {
+  if (s.size < bytes) {
+    const size_t size = std::max(RoundUp(bytes, kMinSegment), kMinSegment);
+    if (ftruncate(s.fd.get(), static_cast<off_t>(size)) != 0) {
+      return ErrnoError("growing a shared-memory segment to " + std::to_string(size) + " bytes",
+                        errno);
+    }
+    // Reserve the pages now: an error here, not SIGBUS on a later write.
+    if (const int err = posix_fallocate(s.fd.get(), 0, static_cast<off_t>(size)); err != 0) {
+      return ErrnoError("reserving " + std::to_string(size) + " bytes of shared memory", err);
+    }
+    s.size = size;
+  }
+  if (s.map == nullptr || s.map->size != s.size) {
+    void* addr = mmap(nullptr, s.size, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd.get(), 0);
+    if (addr == MAP_FAILED) return ErrnoError("mapping a shared-memory segment", errno);
+    s.map = std::make_shared<Mapping>(addr, s.size);
+  }
+  return s.map;
+}
+
+Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return Cancelled("the loader was closed");
+  Segment* pick = nullptr;
+  for (auto& s : segments_) {
+    if (!s->busy && (pick == nullptr || s->size > pick->size)) pick = s.get();
+  }
+  if (pick == nullptr) {
+    const int fd = memfd_create("stoker-batch", MFD_CLOEXEC);
+    if (fd < 0) return ErrnoError("creating a shared-memory segment (memfd_create)", errno);
+    auto s = std::make_unique<Segment>();
+    s->id = static_cast<int>(segments_.size());
+    s->fd.reset(fd);
+    RegisterFd(fd);
+    segments_.push_back(std::move(s));
+    pick = segments_.back().get();
+  }
+  STOKER_RETURN_IF_ERROR(MapLocked(*pick, bytes).status());
+  pick->busy = true;
+  pick->ticket += 1;
+  pick->notes.clear();
+  return SegmentLease{pick, pick->ticket};
+}
+
+void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lease.segment->ticket == lease.ticket)
+    lease.segment->size = std::max(lease.segment->size, size);
+}
+
+void ProcessWorkers::AddNote(const SegmentLease& lease, int64_t index, std::string note) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lease.segment->ticket == lease.ticket)
+    lease.segment->notes.emplace_back(index, std::move(note));
+}
+
+void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size())) return;
+  Segment& s = *segments_[static_cast<size_t>(segment_id)];
+  if (!s.busy || s.ticket != ticket) return;
+  s.busy = false;
+  s.ticket += 1;  // descriptors of this use are stale from here on
+  s.notes.clear();
+}
+
+Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size()) ||
+      segments_[static_cast<size_t>(segment_id)]->ticket != ticket) {
+    return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) + ")");
+  }
+  Segment& s = *segments_[static_cast<size_t>(segment_id)];
+  STOKER_ASSIGN_OR_RETURN(auto map, MapLocked(s, s.size));
+  return SegmentView{std::move(map), s.notes};
+}
+
+Result<std::shared_ptr<Mapping>> ProcessWorkers::MapForWrite(const SegmentLease& lease,
+                                                             size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MapLocked(*lease.segment, bytes);
+}
+
+void ProcessWorkers::Shutdown() {
+  if (ForeignProcess()) return;
+  std::vector<int> pids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    pids = live_pids_;
+  }
+  batches_cv_.notify_all();
+  // Tasks in flight fail at once (end of file on their sockets); the zygote,
+  // whose children they are, collects them.
+  for (int pid : pids) kill(pid, SIGKILL);
+}
+
+void ProcessWorkers::Close() {
+  if (ForeignProcess()) return;
+  Shutdown();
+  std::lock_guard<std::mutex> lock(zygote_mu_);
+  if (!zygote_.valid()) return;
+  UnregisterFd(zygote_.get());
+  zygote_.reset();
+}
+
+bool ProcessWorkers::shut_down() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_;
+}
+
+std::vector<int> ProcessWorkers::pids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_pids_;
+}
+
+std::pair<size_t, size_t> ProcessWorkers::segment_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t all = 0, busy = 0;
+  for (const auto& s : segments_) {
+    all += s->size;
+    if (s->busy) busy += s->size;
+  }
+  return {all, busy};
+}
+
+// ProcessTransform
+
+ProcessTransform::ProcessTransform(std::shared_ptr<ProcessWorkers> workers)
+    : workers_(std::move(workers)) {}
+
+SampleSpec ProcessTransform::spec() const { return {{kDescriptorWords}, DType::kInt64}; }
+
+std::unique_ptr<TransformScratch> ProcessTransform::NewScratch() const {
+  return std::make_unique<ProcessScratch>(workers_);
+}
+
+Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::span<std::byte> out,
+                               TransformScratch* scratch) const {
+  if (scratch == nullptr) return Internal("process workers need a worker thread's scratch");
+  const int64_t epoch = record.epoch, batch = record.label;
+  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->Indices(epoch, batch));
+  const size_t header = RoundUp((kHeaderWords + 2 * indices.size()) * sizeof(int64_t), kPage);
+  STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
+  int64_t descriptor[kDescriptorWords];
+  Status st = static_cast<ProcessScratch*>(scratch)->Run(epoch, batch, std::move(indices), lease,
+                                                         descriptor);
+  if (!st.ok()) {
+    workers_->Release(lease.segment->id, lease.ticket);
+    return st;
+  }
+  std::memcpy(out.data(), descriptor, sizeof descriptor);
+  return Status::Ok();
+}
+
+void ProcessTransform::Recycle(std::span<std::byte> out) const {
+  int64_t d[kDescriptorWords];
+  std::memcpy(d, out.data(), sizeof d);
+  if (d[0] == kSegmentMagic) workers_->Release(static_cast<int>(d[1]), static_cast<uint64_t>(d[2]));
+}
+
+Status BatchNumberSource::Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const {
+  record->bytes = {};
+  record->label = index;
+  return Status::Ok();
+}
+
+std::string BatchNumberSource::Key(int64_t index) const { return "batch " + std::to_string(index); }
+
+// Bindings
+
+namespace {
+
+// A delivered batch's segment as a numpy uint8 array whose base owns the
+// mapping and `keep` (the engine's descriptor array, which owns the engine's
+// slot): the segment goes back to the pool when the last view of it is gone.
+py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
+  if (descriptor.size() < kDescriptorWords || descriptor.data()[0] != kSegmentMagic) {
+    throw py::value_error("not a batch descriptor");
+  }
+  const int64_t* d = descriptor.data();
+  SegmentView view =
+      ValueOrThrow(workers.View(static_cast<int>(d[1]), static_cast<uint64_t>(d[2])));
+  struct Keep {
+    std::shared_ptr<Mapping> map;
+    py::object descriptor;
+  };
+  void* addr = view.map->addr;
+  const auto size = static_cast<py::ssize_t>(view.map->size);
+  auto* keep = new Keep{std::move(view.map), descriptor};
+  py::capsule base(keep, [](void* p) { delete static_cast<Keep*>(p); });
+  py::array array(py::dtype("uint8"), {size}, static_cast<uint8_t*>(addr), base);
+  py::list notes;
+  for (const auto& [index, text] : view.notes)
+    notes.append(py::make_tuple(index, DecodeText(text)));
+  return py::make_tuple(array, notes);
+}
+
+}  // namespace
+
+void BindProcessWorkers(py::module_& m) {
+  m.attr("SEGMENT_MAGIC") = kSegmentMagic;
+  m.attr("SEGMENT_HEADER_WORDS") = kHeaderWords;
+  m.def(
+      "sample_seeds",
+      [](uint64_t seed, int64_t epoch, const std::vector<int64_t>& indices) {
+        std::vector<int64_t> seeds;
+        for (int64_t index : indices) seeds.push_back(SampleSeed(seed, epoch, index));
+        return seeds;
+      },
+      py::arg("seed"), py::arg("epoch"), py::arg("indices"),
+      "The seed a worker gives Python's, numpy's and torch's generators before each sample.");
+  m.def("register_fd", &RegisterFd, py::arg("fd"));
+  m.def("unregister_fd", &UnregisterFd, py::arg("fd"));
+  m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,
+        "In a forked child: closes the segments and sockets of every stoker loader.");
+
+  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
+      .def(py::init<int, int, uint64_t, int64_t>(), py::arg("zygote_fd"), py::arg("zygote_pid"),
+           py::arg("seed"), py::arg("batches_per_epoch"))
+      .def("source",
+           [](const ProcessWorkers& w) {
+             return SourceHandle{std::make_shared<BatchNumberSource>(w.batches_per_epoch()),
+                                 "batches", std::nullopt};
+           })
+      .def("transform",
+           [](const std::shared_ptr<ProcessWorkers>& w) {
+             return TransformHandle{std::make_shared<ProcessTransform>(w), "python dataset"};
+           })
+      .def(
+          "set_batches",
+          [](ProcessWorkers& w, int64_t epoch, std::vector<int64_t> flat,
+             std::vector<int64_t> offsets) {
+            ThrowIfError(w.SetBatches(epoch, std::move(flat), std::move(offsets)));
+          },
+          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
+      .def("view", &ViewOf, py::arg("descriptor"))
+      .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
+      .def("pids", &ProcessWorkers::pids)
+      .def("segment_bytes", &ProcessWorkers::segment_bytes);
+}
+
+}  // namespace stoker::python

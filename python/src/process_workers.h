@@ -1,0 +1,193 @@
+#pragma once
+
+// Worker processes for Python datasets (stoker.DataLoader): the parent's half
+// of the protocol spoken with python/stoker/_workers.py.
+//
+// The engine schedules the user's batches as its items (batch_size 1 over
+// "batch numbers"); ProcessTransform runs each one in a worker process forked
+// by a zygote, which writes the collated batch into a shared-memory segment
+// (a memfd) that the loader owns and recycles. Each engine worker thread
+// owns one process (its transform scratch), so resizing the engine's pool
+// resizes the process pool, under the same tuner and the same invariants.
+
+#include <pybind11/pybind11.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/unique_fd.h"
+#include "stoker/source.h"
+#include "stoker/status.h"
+#include "stoker/transform.h"
+
+namespace stoker::python {
+
+/// The layout both sides agree on (python/stoker/_workers.py repeats it).
+/// A segment starts with kHeaderWords int64s: magic, the position the worker
+/// is on (-1 outside a sample), the sample count n, the offset where the
+/// worker may write. Then n indices and n seeds (int64), then data.
+inline constexpr int64_t kSegmentMagic = 0x31474553524b5453;  // "STKRSEG1"
+inline constexpr int kHeaderWords = 8;
+/// A delivered item as the engine carries it: kDescriptorWords int64s.
+/// magic, segment id, ticket, segment size, meta offset, meta length, epoch, batch.
+inline constexpr int kDescriptorWords = 8;
+
+/// A read-write shared mapping of a segment, unmapped when the last owner
+/// (the pool or a consumer's view) lets go.
+struct Mapping {
+  Mapping(void* addr, size_t size) : addr(addr), size(size) {}
+  ~Mapping();
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  void* addr;
+  size_t size;
+};
+
+/// One shared-memory segment and its use. Guarded by ProcessWorkers' mutex.
+struct Segment {
+  int id = 0;
+  UniqueFd fd;
+  size_t size = 0;      // the file's size as last known
+  uint64_t ticket = 0;  // which use of the segment a descriptor names
+  bool busy = false;
+  std::shared_ptr<Mapping> map;                        // the parent's mapping, of map->size bytes
+  std::vector<std::pair<int64_t, std::string>> notes;  // samples lost with a worker
+};
+
+/// A segment handed to one task: which, and for which use.
+struct SegmentLease {
+  Segment* segment = nullptr;
+  uint64_t ticket = 0;
+};
+
+/// What a consumer needs to read a delivered batch.
+struct SegmentView {
+  std::shared_ptr<Mapping> map;
+  std::vector<std::pair<int64_t, std::string>> notes;
+};
+
+/// One worker process as its engine thread holds it.
+struct WorkerProcess {
+  int pid = -1;
+  int id = -1;  // torch's worker id: the smallest free one when it started
+  UniqueFd conn;
+  std::vector<int> known_segments;  // segment ids whose fd it has
+};
+
+/// The loader's worker processes and segments: the zygote's control socket,
+/// the epochs' batch lists, the segment pool. Shared by the transform, its
+/// scratches and the Python object. Thread-safe.
+class ProcessWorkers {
+ public:
+  /// Takes ownership of `zygote_fd` (the parent's end of the zygote's socket).
+  ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed, int64_t batches_per_epoch);
+  ~ProcessWorkers();
+
+  uint64_t seed() const { return seed_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  /// Sets the batches of `epoch` (flat indices and their offsets, one more
+  /// than batches); wakes workers waiting for them.
+  Status SetBatches(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets);
+  /// The indices of batch `batch` of `epoch`; waits until the epoch's batches
+  /// are set. kCancelled after Shutdown.
+  Result<std::vector<int64_t>> Indices(int64_t epoch, int64_t batch);
+
+  /// Forks a worker through the zygote and waits for its greeting (after
+  /// worker_init_fn). Errors name the cause (the zygote died, init raised).
+  Result<WorkerProcess> Spawn();
+  /// Asks the zygote to collect `pid` and says how it ended ("exited with
+  /// code 1", "killed by signal 9 (SIGKILL)"); frees its worker id.
+  std::string Reap(const WorkerProcess& worker);
+
+  /// A free segment of at least `bytes`, grown (and its pages reserved) as
+  /// needed, with a new ticket. kUnavailable when memory is refused.
+  Result<SegmentLease> Acquire(size_t bytes);
+  /// Notes the segment's size after a worker grew it.
+  void SetSize(const SegmentLease& lease, size_t size);
+  void AddNote(const SegmentLease& lease, int64_t index, std::string note);
+  /// Gives the segment back if `ticket` is its current use; else nothing.
+  void Release(int segment_id, uint64_t ticket);
+  /// The parent's mapping of a leased segment (mapped or remapped to its
+  /// current size) and its notes; kInvalidArgument for a stale descriptor.
+  Result<SegmentView> View(int segment_id, uint64_t ticket);
+  /// A mapping of at least `bytes` of a leased segment, for the parent's writes.
+  Result<std::shared_ptr<Mapping>> MapForWrite(const SegmentLease& lease, size_t bytes);
+
+  /// Stops for good: waiting calls return kCancelled, every worker process
+  /// is killed (their tasks fail at once), the zygote is told to exit.
+  void Shutdown();
+  /// Shutdown, then closes the zygote's socket: it kills what is left and exits.
+  void Close();
+  bool shut_down() const;
+  /// Pids of the worker processes alive now.
+  std::vector<int> pids() const;
+  /// Bytes of segments now: all, and those in use.
+  std::pair<size_t, size_t> segment_bytes() const;
+
+ private:
+  Result<std::shared_ptr<Mapping>> MapLocked(Segment& s, size_t bytes);
+
+  // In a forked child (a worker, another loader's zygote) this object is a
+  // copy of the parent's: its descriptors' numbers may name the child's own
+  // files, and its pids are the parent's workers. It then touches nothing.
+  bool ForeignProcess() const;
+
+  const uint64_t seed_;
+  const int64_t batches_per_epoch_;
+  const int zygote_pid_;
+  const int owner_pid_;
+
+  mutable std::mutex zygote_mu_;  // one request to the zygote at a time
+  UniqueFd zygote_;
+
+  mutable std::mutex mu_;
+  std::condition_variable batches_cv_;
+  bool shutdown_ = false;
+  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> batches_;
+  std::vector<std::unique_ptr<Segment>> segments_;
+  std::vector<int> live_pids_;
+  std::vector<bool> ids_in_use_;
+};
+
+/// Runs the engine's items (batch numbers) in worker processes; see above.
+class ProcessTransform : public Transform {
+ public:
+  explicit ProcessTransform(std::shared_ptr<ProcessWorkers> workers);
+  SampleSpec spec() const override;
+  std::unique_ptr<TransformScratch> NewScratch() const override;
+  Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
+               TransformScratch* scratch) const override;
+  bool recycles() const override { return true; }
+  void Recycle(std::span<std::byte> out) const override;
+
+ private:
+  std::shared_ptr<ProcessWorkers> workers_;
+};
+
+/// Batch numbers 0..n-1 as records (label = the number, no bytes).
+class BatchNumberSource : public Source {
+ public:
+  explicit BatchNumberSource(int64_t batches) : batches_(batches) {}
+  int64_t size() const override { return batches_; }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
+  std::string Key(int64_t index) const override;
+
+ private:
+  int64_t batches_;
+};
+
+/// Descriptors stoker holds (segments, sockets), for a forked child to close:
+/// a zygote must not keep another loader's segments or sockets open.
+void RegisterFd(int fd);
+void UnregisterFd(int fd);
+/// In a freshly forked child: closes every registered descriptor except `keep`.
+void CloseRegisteredFds(int keep);
+
+}  // namespace stoker::python

@@ -1,0 +1,478 @@
+"""stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
+processes whose number the tuner sets and changes live (num_workers="auto")."""
+
+import json
+import os
+
+from . import _args, _stoker, _workers
+from ._stoker import DataError
+
+_FORMAT = "stoker.DataLoader/1"
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _epoch_seed(seed, epoch):
+    """The shuffle seed of `epoch`: one of stoker's per-sample seeds, so that it
+    is a pure function of (seed, epoch)."""
+    return _stoker.sample_seeds(seed, epoch, [-1 & 0x7FFFFFFFFFFFFFFF])[0]
+
+
+class DataLoader:
+    """Batches from ``dataset`` as torch's DataLoader makes them (same arguments,
+    same samplers, same ``default_collate`` or your ``collate_fn``), from worker
+    processes that stoker starts, resizes and stops while you iterate.
+
+    ``num_workers="auto"`` (the default): the tuner picks the count and the
+    prefetch depth and keeps adjusting them, so the consumer does not wait, with
+    the fewest workers. An int fixes the count; 0 loads in the calling thread.
+
+    Differences from torch: workers are forked once from a zygote made here
+    (the dataset is inherited, never pickled, so lambdas work), and kept
+    (``persistent_workers`` is always true); every sample's randomness
+    (``random``, numpy, torch) is seeded from (seed, epoch, index), so batches
+    are the same for any worker count and across resizes; the seed is drawn
+    from ``generator`` (or torch's global generator) when the loader is made.
+    Without a sampler, ``shuffle=True`` orders each epoch by (seed, epoch), so
+    ``state_dict`` resumes in a new process. A sample whose ``__getitem__``
+    raises (or whose worker dies) is reported by a ``stoker.DataError`` naming
+    it, and the batch's other samples come with the next ``next()``;
+    ``on_error="skip"`` leaves it out and records it in ``skipped()``.
+    IterableDataset is refused: its stream cannot be split among a changing
+    number of workers without repeating or losing samples.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
+                 num_workers="auto", collate_fn=None, pin_memory=False, drop_last=False,
+                 timeout=0, worker_init_fn=None, prefetch_factor=None, persistent_workers=True,
+                 generator=None, in_order=True, *, on_error="raise", max_workers=0,
+                 memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
+        torch = _torch()
+        from torch.utils.data import IterableDataset
+        from torch.utils.data._utils.collate import default_collate, default_convert
+        if isinstance(dataset, IterableDataset):
+            raise TypeError("stoker.DataLoader takes map-style datasets (with __getitem__ and "
+                            "__len__); an IterableDataset's stream cannot be split among a "
+                            "changing number of workers without repeating or losing samples. "
+                            "Use torch.utils.data.DataLoader for it.")
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise TypeError("dataset must have __getitem__ and __len__, got "
+                            f"{type(dataset).__name__}")
+        self.dataset = dataset
+        self._pid = os.getpid()
+        self._engine = None
+        self._workers = None
+        self._zygote_pid = None
+        self._closed = False
+
+        # -- batching, as torch decides it
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                                 "shuffle, sampler, and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                                 "exclusive with drop_last")
+        else:
+            batch_size = _args.integer("batch_size", batch_size, 1, 1 << 31)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self._shuffle = bool(shuffle)
+        self._unbatched = batch_sampler is None and batch_size is None
+        if collate_fn is None:
+            collate_fn = default_convert if self._unbatched else default_collate
+        self.collate_fn = collate_fn
+        self.pin_memory = bool(pin_memory)
+        self.timeout = _args.real("timeout", timeout, at_least=0)
+        self.worker_init_fn = worker_init_fn
+        self.persistent_workers = persistent_workers
+        self.in_order = bool(in_order)
+        self.generator = generator
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.on_error = on_error
+
+        # -- workers
+        if num_workers == "auto":
+            workers = _stoker.AUTO_WORKERS
+        else:
+            workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+        if prefetch_factor is not None:
+            if workers == 0:
+                raise ValueError("prefetch_factor option could only be specified in "
+                                 "multiprocessing (num_workers > 0 or 'auto')")
+            prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
+        self.num_workers = num_workers
+        self.prefetch_factor = prefetch_factor
+
+        self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+        self._len = self._count_batches()
+        self._next_epoch = 0
+        self._resume = False      # load_state_dict: the next iter() continues that epoch
+        self._iterator = None     # the live iterator, if any
+        self._epochs_set = set()  # epochs whose batches the workers have
+        self._skipped = []
+        self._inline_position = 0
+        if workers == 0:
+            return
+        if self._len == 0:
+            raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
+                             "leaves nothing")
+        job = _workers._Job(dataset, collate_fn, default_collate, worker_init_fn,
+                            self._seed, self._unbatched)
+        fd, self._zygote_pid = _workers.start_zygote(job)
+        self._workers = _stoker.ProcessWorkers(fd, self._zygote_pid, self._seed & (2**64 - 1),
+                                               self._len)
+        prefetch = None if prefetch_factor is None or workers == _stoker.AUTO_WORKERS \
+            else prefetch_factor * workers
+        try:
+            self._engine = _stoker.Loader(
+                source=self._workers.source(), transform=self._workers.transform(),
+                batch_size=1, shuffle=False, seed=0, drop_last=False, rank=0, world_size=1,
+                workers=workers, prefetch_batches=prefetch, prefetch_bytes=None,
+                on_error="raise", ordered=self.in_order, start_epoch=0,
+                memory_budget_bytes=_args.integer("memory_budget_bytes", memory_budget_bytes,
+                                                  0, 2**63 - 1),
+                max_workers=_args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS),
+                interval_s=_args.real("tune_interval", tune_interval, above=0),
+                trace_path="" if trace_path is None else os.fsdecode(trace_path))
+        except BaseException:
+            self.close()
+            raise
+
+    # -- the plan -----------------------------------------------------------
+
+    def _count_batches(self):
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        if self._unbatched:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _batches(self, epoch):
+        """Epoch `epoch`'s batches, lists of dataset indices."""
+        if self.batch_sampler is not None:
+            return [list(b) for b in self.batch_sampler]
+        if self.sampler is not None:
+            order = list(self.sampler)
+        elif self._shuffle:
+            torch = _torch()
+            g = torch.Generator()
+            g.manual_seed(_epoch_seed(self._seed, epoch))
+            order = torch.randperm(len(self.dataset), generator=g).tolist()
+        else:
+            order = list(range(len(self.dataset)))
+        if self._unbatched:
+            return [[i] for i in order]
+        size = self.batch_size
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        if self.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()
+        return batches
+
+    def _own_order(self):
+        """True when epochs are pure functions of (seed, epoch), so the next one
+        may be handed to the workers early."""
+        return self.sampler is None and self.batch_sampler is None
+
+    def _give_batches(self, epoch):
+        if epoch in self._epochs_set:
+            return
+        batches = self._batches(epoch)
+        if len(batches) != self._len:
+            raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was made "
+                             f"for {self._len}: the sampler's length changed")
+        flat, offsets = [], [0]
+        for b in batches:
+            flat.extend(int(i) for i in b)
+            offsets.append(len(flat))
+        self._workers.set_batches(epoch, flat, offsets)
+        self._epochs_set = {e for e in self._epochs_set if e >= epoch - 1} | {epoch}
+
+    # -- iteration ----------------------------------------------------------
+
+    def __len__(self):
+        return self._len
+
+    def __iter__(self):
+        self._check_usable()
+        prev, epoch = self._iterator, self._next_epoch
+        if self._engine is None:
+            it = _InlineIterator(self, epoch, self._inline_position if self._resume else 0)
+        else:
+            if not self._resume and (self._engine.epoch != epoch or
+                                     (prev is not None and not prev.finished)):
+                self._engine.set_epoch(epoch)  # abandons what is left of the last one
+            self._give_batches(epoch)
+            if self._own_order():
+                self._give_batches(epoch + 1)  # the workers may start on it early
+            it = _Iterator(self, epoch)
+        if prev is not None:
+            prev.done = True
+        self._resume = False
+        self._next_epoch = epoch + 1
+        self._iterator = it
+        return it
+
+    def set_epoch(self, epoch):
+        """Makes ``epoch`` the one the next ``iter()`` runs (as a sampler's
+        set_epoch does for torch); an epoch in progress is abandoned then."""
+        self._check_usable()
+        epoch = _args.integer("epoch", epoch, 0, 2**62)
+        self._next_epoch = epoch
+        self._resume = False
+        if self._engine is not None:
+            self._engine.set_epoch(epoch)
+        if self._iterator is not None:
+            self._iterator.done = True
+
+    def _check_usable(self):
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"this stoker.DataLoader was made in process {self._pid} and cannot be used in "
+                f"a forked child (pid {os.getpid()}): its workers belong to the parent; make a "
+                "new loader in the child")
+        if self._closed:
+            raise ValueError("this stoker.DataLoader is closed")
+
+    # -- checkpoints --------------------------------------------------------
+
+    def state_dict(self):
+        """Where the current epoch stands; ``load_state_dict`` in a new process
+        (with any ``num_workers``) resumes with exactly the remaining batches.
+        With your own sampler, it must give that epoch the same order again."""
+        self._check_usable()
+        it = self._iterator
+        if self._engine is not None:
+            engine = self._engine.state()
+        else:
+            epoch = it.epoch if it is not None and not it.finished else self._next_epoch
+            position = it.position if it is not None and not it.finished else 0
+            engine = {"epoch": epoch, "position": position}
+        return {"format": _FORMAT, "seed": self._seed, "dataset_len": len(self.dataset),
+                "batches_per_epoch": self._len, "batch_size": self.batch_size,
+                "shuffle": self._shuffle, "drop_last": self.drop_last,
+                "sampler": "default" if self._own_order() else type(
+                    self.batch_sampler or self.sampler).__name__,
+                "engine": engine}
+
+    def load_state_dict(self, state):
+        """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
+        continues that epoch. Errors name the field that differs."""
+        self._check_usable()
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            raise ValueError(f"not a {_FORMAT} state dict")
+        mine = self.state_dict()
+        for field in ("seed", "dataset_len", "batches_per_epoch", "batch_size", "shuffle",
+                      "drop_last", "sampler"):
+            if state.get(field) != mine[field]:
+                raise ValueError(f"state dict's {field} {state.get(field)!r} differs from this "
+                                 f"loader's {mine[field]!r}")
+        engine = state.get("engine")
+        if not isinstance(engine, dict):
+            raise ValueError("state dict has no 'engine' entry")
+        epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
+        if self._engine is not None:
+            self._engine.restore(json.dumps(engine))
+            self._give_batches(epoch)
+        else:
+            self._inline_position = _args.integer("state['engine']['position']",
+                                                  engine.get("position"), 0, self._len)
+        self._next_epoch = epoch
+        self._resume = True
+        if self._iterator is not None:
+            self._iterator.done = True
+
+    # -- figures ------------------------------------------------------------
+
+    def stats(self):
+        """Figures: workers (processes now), their pids and memory (PSS),
+        batches and samples per second, the consumer's stall, the tuner's view."""
+        self._check_usable()
+        if self._engine is None:
+            return {"workers": 0, "worker_kind": "none (num_workers=0)"}
+        m = self._engine.metrics()
+        view = self._engine.tuner_view()
+        total, busy = self._workers.segment_bytes()
+        elapsed = max(m["consumer_wait_ns"] + m["consumer_step_ns"], 1) / 1e9
+        per_batch = self.batch_size or 1
+        return {
+            "workers": self._engine.workers,
+            "worker_kind": "processes",
+            "worker_pids": self._workers.pids(),
+            "worker_pss_bytes": m["worker_bytes"],
+            "segment_bytes": total,
+            "segment_bytes_in_use": busy,
+            "batches_delivered": m["batches_delivered"],
+            "samples_per_s": m["batches_delivered"] * per_batch / elapsed,
+            "stall_fraction": _stoker.stall_fraction(m["consumer_wait_ns"] / 1e9, elapsed),
+            "prefetch_batches": m["prefetch_batches"],
+            "tuner": view,
+        }
+
+    def tuner_trace(self):
+        return [] if self._engine is None else self._engine.tuner_trace()
+
+    def skipped(self):
+        """Samples left out under on_error="skip": dicts with epoch, batch,
+        index and reason."""
+        return list(self._skipped)
+
+    # -- the end ------------------------------------------------------------
+
+    def close(self):
+        """Stops the workers and the zygote, at once; batches already handed out
+        stay valid. Idempotent; also on garbage collection and ``with``."""
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: everything here is the parent's
+        if self._workers is not None:
+            self._workers.shutdown()
+        if self._engine is not None:
+            self._engine.close()
+        if self._workers is not None:
+            self._workers.close()
+        if self._zygote_pid is not None:
+            try:
+                os.waitpid(self._zygote_pid, 0)
+            except ChildProcessError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 -- nothing to tell at collection
+            pass
+
+
+def _failure_error(epoch, batch, failures):
+    lines = [f"sample {index}: {reason}" for index, reason, _ in failures]
+    head = f"batch {batch} of epoch {epoch}: "
+    head += lines[0] if len(lines) == 1 else f"{len(lines)} samples failed: " + "; ".join(lines)
+    trace = next((t for _, _, t in failures if t), "")
+    return DataError(head + (f"\n\nIn the worker:\n{trace}" if trace else ""))
+
+
+class _BatchIterator:
+    """What both iterators share: failures reported once, then the rest."""
+
+    def __init__(self, loader, epoch):
+        self.loader = loader
+        self.epoch = epoch
+        self.done = False      # replaced by a newer iterator or a set_epoch
+        self.finished = False  # reached the end of its epoch
+        self.position = 0      # batches taken
+        self._held = None      # the good samples of a batch whose failures were raised
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return self.loader._len
+
+    def __next__(self):
+        loader = self.loader
+        loader._check_usable()
+        if self.done:
+            raise StopIteration
+        while True:
+            if self._held is not None:
+                payload, self._held = self._held, None
+                return self._finish(payload)
+            got = self._produce()
+            if got is None:
+                self.finished = self.done = True
+                raise StopIteration
+            payload, batch, failures = got
+            if failures:
+                if loader.on_error == "raise":
+                    self._held = payload
+                    raise _failure_error(self.epoch, batch, failures)
+                for index, reason, _ in failures:
+                    loader._skipped.append({"epoch": self.epoch, "batch": batch,
+                                            "index": index, "reason": reason})
+            if payload is not None:
+                return self._finish(payload)
+
+    def _finish(self, payload):
+        if self.loader.pin_memory:
+            torch = _torch()
+            if torch.cuda.is_available():
+                from torch.utils.data._utils.pin_memory import pin_memory
+                payload = pin_memory(payload)
+        return payload
+
+
+class _Iterator(_BatchIterator):
+    """An epoch from the engine's worker processes."""
+
+    def _produce(self):
+        loader = self.loader
+        engine = loader._engine
+        if loader.timeout > 0 and not engine.wait_ready(loader.timeout):
+            raise RuntimeError(f"DataLoader timed out after {loader.timeout} seconds")
+        got = engine.next()
+        if got is None:
+            return None
+        descriptor = got[0][0]
+        view, notes = loader._workers.view(descriptor)
+        self.position += 1
+        payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
+        batch = int(descriptor[7])
+        failures = [(i, why, "") for i, why in notes]
+        if info is not None:
+            _, worker_failures, collate_error, _, _ = info
+            failures += worker_failures
+            if collate_error is not None:
+                raise DataError(f"batch {batch} of epoch {self.epoch}: collate_fn raised "
+                                f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
+        return payload, batch, sorted(failures)
+
+
+class _InlineIterator(_BatchIterator):
+    """num_workers=0: the same batches, made in the calling thread."""
+
+    def __init__(self, loader, epoch, position):
+        super().__init__(loader, epoch)
+        self.position = position
+        self._batches = loader._batches(epoch)
+
+    def _produce(self):
+        loader = self.loader
+        if self.position >= len(self._batches):
+            return None
+        batch = self.position
+        indices = self._batches[batch]
+        self.position += 1
+        seeds = _stoker.sample_seeds(loader._seed & (2**64 - 1), self.epoch, indices)
+        samples, failures = [], []
+        for index, seed in zip(indices, seeds):
+            _workers._seed_all(seed)
+            try:
+                samples.append(loader.dataset[index])
+            except Exception as e:  # noqa: BLE001 -- reported with its sample
+                import traceback
+                failures.append((index, f"{type(e).__name__}: {e}",
+                                 "".join(traceback.format_exception(e))))
+        if not samples:
+            return None, batch, failures
+        payload = loader.collate_fn(samples[0] if loader._unbatched else samples)
+        return payload, batch, failures

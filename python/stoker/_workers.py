@@ -1,0 +1,407 @@
+"""Worker processes for stoker.DataLoader: the zygote, the worker loop, and the
+batch format in shared memory. The parent's half of the protocol is C++
+(python/src/process_workers.cc); both halves keep the layout below.
+
+A zygote is forked once, when the DataLoader is made, before stoker starts any
+thread for it; it holds the dataset (inherited, never pickled) and forks one
+worker per engine worker thread on request. A worker runs one batch per task:
+``dataset[i]`` for each index (Python's, numpy's and torch's generators seeded
+from (seed, epoch, index), so the data do not depend on which worker runs
+it), the collate function, then writes the result into the task's segment:
+tensors and arrays as raw bytes, everything else pickled beside them.
+"""
+
+import io
+import mmap
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+from . import _stoker
+
+_TAG = 8
+_WORD = struct.Struct("=q")
+_HEADER_WORDS = _stoker.SEGMENT_HEADER_WORDS
+_MAGIC = _stoker.SEGMENT_MAGIC
+_ALIGN = 64
+_GROW = 1 << 20
+
+
+def _message(tag, *words):
+    return tag.ljust(_TAG, b"\0") + b"".join(_WORD.pack(w) for w in words)
+
+
+def _words(data):
+    return [w for (w,) in _WORD.iter_unpack(data[_TAG:_TAG + (len(data) - _TAG) // 8 * 8])]
+
+
+def _pdeathsig():
+    """Dies with the parent: a loader's processes never outlive it."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: end of file on the socket still ends the loop
+
+
+# --- the zygote ---------------------------------------------------------------
+
+def start_zygote(job):
+    """Forks the zygote for ``job`` (a _Job); returns (parent's socket fd, pid)."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    _stoker.register_fd(parent.fileno())
+    pid = os.fork()
+    if pid == 0:  # the zygote
+        code = 0
+        try:
+            _stoker.close_registered_fds(-1)  # other loaders' segments and sockets, our parent end
+            _zygote_main(child, job)
+        except BaseException:  # noqa: BLE001 -- a zygote never returns into the user's program
+            code = 1
+        finally:
+            os._exit(code)
+    child.close()
+    _stoker.unregister_fd(parent.fileno())
+    return parent.detach(), pid
+
+
+def _zygote_main(ctl, job):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _pdeathsig()
+    children = set()
+    while True:
+        try:
+            data = ctl.recv(4096)
+        except OSError:
+            data = b""
+        if not data:  # the loader is gone
+            for pid in children:
+                _kill(pid)
+            for pid in children:
+                _wait(pid)
+            return
+        tag = data[:_TAG].rstrip(b"\0")
+        words = _words(data)
+        if tag == b"FORK":
+            _fork_worker(ctl, job, words[0], words[1], children)
+        elif tag == b"REAP":
+            kind, value = _wait(words[0], patience_s=2.0)
+            children.discard(words[0])
+            ctl.send(_message(b"REAPED", kind, value))
+
+
+def _fork_worker(ctl, job, worker_id, num_workers, children):
+    try:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+    except OSError as e:
+        ctl.send(b"FORKFAIL".ljust(_TAG, b"\0") + str(e).encode())
+        return
+    if pid == 0:  # the worker
+        code = 0
+        try:
+            ctl.close()
+            mine.close()
+            _pdeathsig()
+            _worker_main(theirs, job, worker_id, num_workers)
+        except BaseException:  # noqa: BLE001 -- the loader reports the exit; the why goes here
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    theirs.close()
+    children.add(pid)
+    socket.send_fds(ctl, [_message(b"FORKED", pid)], [mine.fileno()])
+    mine.close()
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _wait(pid, patience_s=None):
+    """(0, exit code) or (1, signal); kills a process that outstays `patience_s`."""
+    deadline = None if patience_s is None else time.monotonic() + patience_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        except ChildProcessError:
+            return 0, -1
+        if done:
+            if os.WIFSIGNALED(status):
+                return 1, os.WTERMSIG(status)
+            return 0, os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            _kill(pid)
+            deadline = None
+        else:
+            time.sleep(0.001)
+
+
+# --- a worker -----------------------------------------------------------------
+
+class _Job:
+    """What every worker of one loader runs: picked up by fork, never pickled."""
+
+    def __init__(self, dataset, collate_fn, default_collate, worker_init_fn, seed, unbatched):
+        self.dataset = dataset
+        self.collate_fn = collate_fn
+        self.default_collate = default_collate
+        self.worker_init_fn = worker_init_fn
+        self.seed = seed
+        self.unbatched = unbatched
+
+
+def _seed_all(seed):
+    import random
+    random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % (1 << 32))
+
+
+def _set_worker_info(job, worker_id, num_workers):
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    from torch.utils.data._utils import worker as torch_worker
+    torch_worker._worker_info = torch_worker.WorkerInfo(
+        id=worker_id, num_workers=num_workers, seed=job.seed + worker_id, dataset=job.dataset)
+
+
+class _Segment:
+    """A worker's mapping of one segment, remapped when its size changes."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.map = None
+        self.size = 0
+
+    def ensure(self, size):
+        if self.map is not None and self.size == size:
+            return
+        if self.map is not None:
+            self.map.close()
+        self.map = mmap.mmap(self.fd, size)
+        self.size = size
+
+    def grow(self, needed):
+        size = (needed + _GROW - 1) // _GROW * _GROW
+        os.ftruncate(self.fd, size)
+        os.posix_fallocate(self.fd, 0, size)  # an error now, never SIGBUS later
+        self.ensure(size)
+
+
+def _worker_main(sock, job, worker_id, num_workers):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_worker_info(job, worker_id, num_workers)
+    try:
+        _seed_all(job.seed + worker_id)
+        if job.worker_init_fn is not None:
+            job.worker_init_fn(worker_id)
+    except BaseException:  # noqa: BLE001 -- said to the parent, which raises it
+        sock.send(b"INITFAIL".ljust(_TAG, b"\0") + traceback.format_exc().encode(errors="replace"))
+        return
+    sock.send(_message(b"HELLO"))
+    segments = {}
+    pss, pss_at = 0, 0.0
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
+        except OSError:
+            return
+        if not data or data[:_TAG].rstrip(b"\0") != b"TASK":
+            return
+        epoch, batch, seg_id, seg_size = _words(data)[:4]
+        if fds:
+            segments[seg_id] = _Segment(fds[0])
+        seg = segments[seg_id]
+        try:
+            seg.ensure(seg_size)
+            meta_off, meta_len = _run_task(job, seg, epoch, batch)
+        except BaseException:  # noqa: BLE001 -- the loader names the batch
+            sock.send(b"TASKFAIL".ljust(_TAG, b"\0") +
+                      f"batch {batch} of epoch {epoch}: {traceback.format_exc()}".encode(
+                          errors="replace"))
+            continue
+        now = time.monotonic()
+        if now - pss_at > 1.0:
+            pss, pss_at = _own_pss(), now
+        cpu = time.thread_time_ns()
+        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), pss))
+
+
+def _own_pss():
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _run_delay_ns():
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _run_task(job, seg, epoch, batch):
+    """Loads and collates the task's samples into `seg`; (meta offset, length)."""
+    m = seg.map
+    n = _WORD.unpack_from(m, 16)[0]
+    data_off = _WORD.unpack_from(m, 24)[0]
+    base = _HEADER_WORDS * 8
+    indices = struct.unpack_from(f"={n}q", m, base)
+    seeds = struct.unpack_from(f"={n}q", m, base + 8 * n)
+    samples, kept, failures = [], [], []
+    for position, (index, seed) in enumerate(zip(indices, seeds)):
+        _WORD.pack_into(m, 8, position)  # whom to blame if this process dies
+        _seed_all(seed)
+        try:
+            samples.append(job.dataset[index])
+            kept.append(index)
+        except Exception as e:  # noqa: BLE001 -- reported with its sample
+            failures.append((index, f"{type(e).__name__}: {e}",
+                             "".join(traceback.format_exception(e))))
+    _WORD.pack_into(m, 8, -1)
+    collate_error = None
+    payload = None
+    if samples:
+        try:
+            payload = _collate(job, samples)
+        except Exception as e:  # noqa: BLE001
+            collate_error = (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
+    return _write(seg, data_off, payload, (kept, failures, collate_error, epoch, batch))
+
+
+def _collate(job, samples):
+    if job.unbatched:
+        return job.collate_fn(samples[0])
+    if job.collate_fn is not job.default_collate:
+        return job.collate_fn(samples)
+    # torch's default_collate puts its output in torch's own shared memory when
+    # it sees a worker; ours goes into the segment, so it must not.
+    from torch.utils.data._utils import worker as torch_worker
+    info, torch_worker._worker_info = torch_worker._worker_info, None
+    try:
+        return job.collate_fn(samples)
+    finally:
+        torch_worker._worker_info = info
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles everything but tensors and arrays, which it lists for copying."""
+
+    def __init__(self, file, arrays):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arrays = arrays
+
+    def persistent_id(self, obj):
+        torch = sys.modules.get("torch")
+        if torch is not None and type(obj) is torch.Tensor:
+            if obj.device.type != "cpu":
+                raise TypeError("worker processes must return CPU tensors, got one on "
+                                f"{obj.device}")
+            self.arrays.append(obj)
+            return ("t", len(self.arrays) - 1)
+        np = sys.modules.get("numpy")
+        if np is not None and type(obj) is np.ndarray and obj.dtype.hasobject is False:
+            self.arrays.append(obj)
+            return ("a", len(self.arrays) - 1)
+        return None
+
+
+def _nbytes(a):
+    return a.numel() * a.element_size() if hasattr(a, "numel") else a.nbytes
+
+
+def _write(seg, data_off, payload, info):
+    arrays = []
+    body = io.BytesIO()
+    _Pickler(body, arrays).dump(payload)
+    table, at = [], data_off
+    for a in arrays:
+        at = (at + _ALIGN - 1) // _ALIGN * _ALIGN
+        if hasattr(a, "numel"):
+            table.append(("t", str(a.dtype).removeprefix("torch."), tuple(a.shape), at))
+        else:
+            table.append(("a", a.dtype.str, a.shape, at))
+        at += _nbytes(a)
+    meta = pickle.dumps((table, body.getvalue(), info), protocol=pickle.HIGHEST_PROTOCOL)
+    meta_off = (at + _ALIGN - 1) // _ALIGN * _ALIGN
+    if meta_off + len(meta) > seg.size:
+        seg.grow(meta_off + len(meta))
+    m = seg.map
+    for a, (_, _, _, off) in zip(arrays, table):
+        n = _nbytes(a)
+        if n == 0:
+            continue
+        if hasattr(a, "numel"):
+            import torch
+            dst = torch.frombuffer(m, dtype=torch.uint8, count=n, offset=off)
+            dst.view(a.dtype).view(a.shape).copy_(a.detach())
+            del dst
+        else:
+            import numpy as np
+            np.frombuffer(m, dtype=a.dtype, count=a.size, offset=off).reshape(a.shape)[...] = a
+    m[meta_off:meta_off + len(meta)] = meta
+    return meta_off, len(meta)
+
+
+# --- the consumer's side ------------------------------------------------------
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, arrays):
+        super().__init__(file)
+        self.arrays = arrays
+
+    def persistent_load(self, pid):
+        return self.arrays[pid[1]]
+
+
+def read_batch(view, meta_off, meta_len):
+    """(payload, (kept, failures, collate_error, epoch, batch)) from a segment's
+    view (a numpy uint8 array); tensors and arrays view the segment, no copy."""
+    if meta_len == 0:
+        return None, None
+    table, body, info = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
+    arrays = [_rebuild(view, entry) for entry in table]
+    payload = _Unpickler(io.BytesIO(body), arrays).load()
+    return payload, info
+
+
+def _rebuild(view, entry):
+    kind, dtype, shape, off = entry
+    if kind == "t":
+        import torch
+        dt = getattr(torch, dtype)
+        count = 1
+        for d in shape:
+            count *= d
+        if count == 0:
+            return torch.empty(shape, dtype=dt)
+        itemsize = torch.empty((), dtype=dt).element_size()
+        return torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
+                                offset=off).view(dt).view(shape)
+    import numpy as np
+    dt = np.dtype(dtype)
+    count = 1
+    for d in shape:
+        count *= d
+    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)

@@ -1,0 +1,377 @@
+"""stoker.DataLoader: any map-style torch Dataset on live-resizable worker
+processes, with torch's DataLoader semantics."""
+
+import collections
+import gc
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import stoker  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
+
+
+class Numbers(Dataset):
+    """Sample i: its index, and draws from every generator a user might use."""
+
+    def __init__(self, n=200):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"index": i, "torch": torch.rand(2), "np": np.random.rand(),
+                "py": random.random(), "name": f"s{i}"}
+
+
+class Failing(Dataset):
+    """Raises for the indices in `bad`; kills its own process for `crash`."""
+
+    def __init__(self, n=100, bad=(), crash=(), sig=signal.SIGSEGV):
+        self.n, self.bad, self.crash, self.sig = n, set(bad), set(crash), sig
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.crash:
+            os.kill(os.getpid(), self.sig)
+        if i in self.bad:
+            raise ValueError(f"sample {i} is broken")
+        return i
+
+
+def indices_of(loader, key="index"):
+    out = []
+    for batch in loader:
+        out += (batch[key] if key else batch).tolist()
+    return out
+
+
+def drain(loader):
+    """Every sample of an epoch and every error on the way, carrying on after each."""
+    got, errors = [], []
+    it = iter(loader)
+    while True:
+        try:
+            got += next(it).tolist()
+        except StopIteration:
+            return got, errors
+        except stoker.DataError as e:
+            errors.append(str(e))
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes only once collected
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_one_epoch_exactly_once_with_default_collate():
+    with stoker.DataLoader(Numbers(203), batch_size=16, shuffle=True, num_workers=2) as dl:
+        assert len(dl) == 13
+        batches = list(dl)
+        got = [i for b in batches for i in b["index"].tolist()]
+        assert sorted(got) == list(range(203))
+        assert got != list(range(203))  # shuffled
+        first = batches[0]
+        assert first["torch"].shape == (16, 2) and first["torch"].dtype == torch.float32
+        assert first["np"].dtype == torch.float64  # default_collate makes numbers tensors
+        assert first["name"][:2] == [f"s{i}" for i in first["index"][:2].tolist()]
+        assert batches[-1]["index"].shape == (203 - 12 * 16,)
+
+
+def test_each_iter_is_a_new_epoch_in_another_order():
+    with stoker.DataLoader(Numbers(64), batch_size=8, shuffle=True, num_workers=1) as dl:
+        a, b = indices_of(dl), indices_of(dl)
+        assert sorted(a) == sorted(b) == list(range(64)) and a != b
+
+
+def test_same_batches_for_zero_one_three_and_auto_workers():
+    def run(workers):
+        torch.manual_seed(7)
+        with stoker.DataLoader(Numbers(96), batch_size=10, shuffle=True,
+                               num_workers=workers) as dl:
+            return [[b["index"], b["torch"], b["np"], torch.as_tensor(b["py"])]
+                    for _ in range(2) for b in dl]
+
+    reference = run(0)
+    for workers in (1, 3, "auto"):
+        got = run(workers)
+        assert len(got) == len(reference)
+        for x, y in zip(got, reference):
+            for a, b in zip(x, y):
+                assert torch.equal(a, b), workers
+
+
+def test_exactly_once_under_random_live_resizes():
+    rng = random.Random(3)
+    with stoker.DataLoader(Numbers(600), batch_size=7, shuffle=True, num_workers=2) as dl:
+        for _ in range(2):
+            got = []
+            for batch in dl:
+                got += batch["index"].tolist()
+                if rng.random() < 0.3:
+                    dl._engine.resize(rng.randint(1, 4))
+            assert sorted(got) == list(range(600))
+        assert torch.equal(
+            torch.tensor(sorted(indices_of(dl))), torch.arange(600))
+
+
+def test_custom_collate_with_dicts_and_strings():
+    def collate(samples):
+        return {"names": [s["name"] for s in samples],
+                "nested": {"idx": torch.tensor([s["index"] for s in samples]),
+                           "pair": (np.array([s["np"] for s in samples]), "tag")}}
+
+    with stoker.DataLoader(Numbers(30), batch_size=4, collate_fn=collate, num_workers=2) as dl:
+        batches = list(dl)
+    assert batches[0]["names"] == ["s0", "s1", "s2", "s3"]
+    assert batches[0]["nested"]["idx"].tolist() == [0, 1, 2, 3]
+    arr, tag = batches[0]["nested"]["pair"]
+    assert isinstance(arr, np.ndarray) and arr.shape == (4,) and tag == "tag"
+    assert batches[-1]["names"] == ["s28", "s29"]
+
+
+def test_samplers_weighted_subset_distributed_and_batch_sampler():
+    ds = Numbers(50)
+    subset = list(range(10, 30))
+    sub = torch.utils.data.SubsetRandomSampler(subset)
+    with stoker.DataLoader(ds, batch_size=6, sampler=sub, num_workers=2) as dl:
+        assert sorted(indices_of(dl)) == subset
+
+    weights = [0.0] * 50
+    weights[3] = weights[4] = 1.0
+    weighted = torch.utils.data.WeightedRandomSampler(weights, num_samples=40, replacement=True)
+    with stoker.DataLoader(ds, batch_size=8, sampler=weighted, num_workers=2) as dl:
+        got = indices_of(dl)
+        assert len(got) == 40 and set(got) <= {3, 4}
+
+    halves = []
+    for rank in (0, 1):
+        dist = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=2, rank=rank,
+                                                               shuffle=True, seed=1)
+        with stoker.DataLoader(ds, batch_size=5, sampler=dist, num_workers=1) as dl:
+            halves.append(indices_of(dl))
+    assert sorted(halves[0] + halves[1]) == list(range(50))
+
+    bs = torch.utils.data.BatchSampler(range(20), batch_size=3, drop_last=True)
+    with stoker.DataLoader(ds, batch_sampler=bs, num_workers=2) as dl:
+        assert len(dl) == 6
+        assert [b["index"].tolist() for b in dl][0] == [0, 1, 2]
+
+
+def test_unbatched_worker_info_and_init_fn():
+    def info_of(i):
+        info = torch.utils.data.get_worker_info()
+        return (i, info.id, info.num_workers, os.environ.get("STOKER_TEST_INIT"))
+
+    class Info(Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            return info_of(i)
+
+    def init(worker_id):
+        os.environ["STOKER_TEST_INIT"] = f"init {worker_id}"
+
+    with stoker.DataLoader(Info(), batch_size=None, num_workers=2, worker_init_fn=init) as dl:
+        items = list(dl)
+    assert [int(i) for i, *_ in items] == list(range(12))
+    for _, wid, n, init_seen in items:
+        assert 0 <= wid < 2 and n >= 1 and init_seen == f"init {wid}"
+    assert torch.utils.data.get_worker_info() is None  # not in the main process
+
+
+def test_a_failing_sample_is_named_then_the_rest_of_its_batch_arrives():
+    with stoker.DataLoader(Failing(40, bad={5, 6, 33}), batch_size=8, num_workers=2) as dl:
+        got, errors = drain(dl)
+    assert sorted(got) == sorted(set(range(40)) - {5, 6, 33})
+    assert len(errors) == 2
+    assert "sample 5: ValueError: sample 5 is broken" in errors[0] and "sample 6" in errors[0]
+    assert "batch 4 of epoch 0" in errors[1] and "sample 33" in errors[1]
+
+
+def test_skip_records_instead_of_raising():
+    with stoker.DataLoader(Failing(20, bad={2}), batch_size=4, num_workers=1,
+                           on_error="skip") as dl:
+        assert sorted(indices_of(dl, key=None)) == [i for i in range(20) if i != 2]
+        [record] = dl.skipped()
+        assert record["index"] == 2 and "ValueError" in record["reason"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
+def test_a_worker_that_dies_is_reported_and_its_batch_rerun(sig):
+    with stoker.DataLoader(Failing(60, crash={13}, sig=sig), batch_size=8, num_workers=2) as dl:
+        got, errors = drain(dl)
+        assert sorted(got) == [i for i in range(60) if i != 13]
+        [error] = errors
+        assert "sample 13" in error and f"killed by signal {int(sig)}" in error
+        assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
+
+
+def test_timeout():
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(3)
+            return i
+
+    dl = stoker.DataLoader(Slow(), batch_size=2, num_workers=1, timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="timed out after 0.3 seconds"):
+        next(iter(dl))
+    assert time.monotonic() - t0 < 2.5
+    dl.close()
+
+
+def test_no_process_outlives_close_error_or_collection():
+    def pids_of(dl):
+        return [dl._zygote_pid] + dl.stats()["worker_pids"]
+
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2)
+    next(iter(dl))
+    pids = pids_of(dl)
+    dl.close()
+    assert not any(alive(p) for p in pids)
+
+    with pytest.raises(ZeroDivisionError):
+        with stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2) as dl:
+            next(iter(dl))
+            pids = pids_of(dl)
+            1 / 0
+    assert not any(alive(p) for p in pids)
+
+    dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2)
+    kept = next(iter(dl))  # a batch outliving its loader stays readable
+    pids = pids_of(dl)
+    del dl
+    gc.collect()
+    assert not any(alive(p) for p in pids)
+    assert kept["index"].tolist() == [0, 1, 2, 3]
+    if shm_before:
+        assert set(os.listdir("/dev/shm")) <= shm_before | set()
+
+
+def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
+    dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=1)
+    next(iter(dl))
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            next(iter(dl))
+        except RuntimeError as e:
+            code = 0 if "forked child" in str(e) else 4
+        except BaseException:  # noqa: BLE001
+            code = 5
+        os._exit(code)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        assert time.monotonic() < deadline, "the forked child hung"
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert len(indices_of(dl)) == 40  # the parent goes on
+    dl.close()
+
+
+def test_iterable_dataset_and_bad_arguments_are_refused():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(TypeError, match="IterableDataset"):
+        stoker.DataLoader(Stream())
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        stoker.DataLoader(Numbers(), sampler=range(3), shuffle=True)
+    with pytest.raises(ValueError, match="num_workers"):
+        stoker.DataLoader(Numbers(), num_workers=-1)
+    with pytest.raises(TypeError, match="num_workers"):
+        stoker.DataLoader(Numbers(), num_workers="many")
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        stoker.DataLoader(Numbers(), num_workers=0, prefetch_factor=2)
+
+
+RESUME = textwrap.dedent("""
+    import json, sys, torch, stoker
+    sys.path.insert(0, {tests!r})
+    from test_dataloader import Numbers
+    workers = {workers!r}
+    torch.manual_seed(5)
+    dl = stoker.DataLoader(Numbers(100), batch_size=6, shuffle=True, num_workers=workers)
+    if {state!r}:
+        dl.load_state_dict(json.loads({state!r}))
+        print(json.dumps([i for b in dl for i in b["index"].tolist()]))
+    else:
+        it = iter(dl)
+        taken = [i for _ in range(7) for i in next(it)["index"].tolist()]
+        print(json.dumps({{"taken": taken, "state": dl.state_dict()}}))
+    dl.close()
+""")
+
+
+def test_resume_in_a_new_process_with_another_worker_count():
+    import json
+
+    def run(workers, state=""):
+        code = RESUME.format(tests=os.path.dirname(__file__), workers=workers, state=state)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env=dict(os.environ))
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run(2)
+    rest = run(1, json.dumps(first["state"]))
+    assert len(first["taken"]) == 42
+    assert sorted(first["taken"] + rest) == list(range(100))
+    assert collections.Counter(first["taken"] + rest).most_common(1)[0][1] == 1
+    rest_auto = run("auto", json.dumps(first["state"]))
+    assert rest_auto == rest
+
+
+def test_ctrl_c_interrupts_a_waiting_loop_at_once():
+    code = textwrap.dedent("""
+        import os, sys, time, torch, stoker
+        class Slow(torch.utils.data.Dataset):
+            def __len__(self): return 8
+            def __getitem__(self, i):
+                time.sleep(30)
+                return i
+        dl = stoker.DataLoader(Slow(), batch_size=2, num_workers=1)
+        print(dl._zygote_pid, flush=True)
+        try:
+            next(iter(dl))
+        except KeyboardInterrupt:
+            t = time.monotonic()
+            dl.close()
+            print("interrupted", round(time.monotonic() - t, 1), flush=True)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    zygote = int(p.stdout.readline())
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=15)
+    assert "interrupted" in out
+    assert not alive(zygote)

@@ -11,13 +11,14 @@ batches (its defaults hold 4: more memory, no more speed here).
 
 Each configuration runs in a fresh child process, so that its memory is its
 own: peak memory is the whole process tree (the child and its DataLoader
-worker processes), sampled every 50 ms from /proc -- both the sum of RSS (what
-`top` adds up; it counts pages shared between forked workers once per worker)
-and the sum of PSS (shared pages divided among their sharers: the memory
-really used). The interpreter with torch imported is part of both; its size
-before the loader starts is shown as "base". CPU time per sample (the child
-and its workers, less the interpreter's start) is the figure to trust on a
-busy machine, where throughput follows whatever CPU the others leave.
+worker processes), sampled every 50 ms from /proc by bench/proc_memory.py --
+both the sum of RSS (what `top` adds up; it counts pages shared between
+forked workers once per worker) and the sum of PSS (shared pages divided among
+their sharers: the memory really used). The interpreter with torch imported
+is part of both; its size before the loader starts is shown as "base". CPU
+time per sample (the child and its workers, less the interpreter's start) is
+the figure to trust on a busy machine, where throughput follows whatever CPU
+the others leave.
 
 Usage: /usr/bin/python3 bench/compare_python.py [--data DIR] [--epochs 1]
        [--torch-workers 0,1,2,3,4] [--stoker auto,2,2:2] [--json]
@@ -27,11 +28,10 @@ Default data: the built-in data set (stoker.default_dataset(), made on first use
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
-import threading
 import time
+
+from proc_memory import run_measured
 
 BATCH = 64
 SIZE = 224
@@ -112,73 +112,15 @@ def run_child(kind, workers, data, epochs):
 # --- the parent: runs the children and watches their memory ---------------------
 
 
-def _tree(pid):
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return pids
-
-
-def _memory(pid):
-    """(sum of RSS, sum of PSS) of `pid` and its descendants, in bytes."""
-    rss = pss = 0
-    for p in _tree(pid):
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Rss:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
-        except OSError:
-            pass  # exited meanwhile
-    return rss, pss
-
-
 def run_config(kind, workers, data, epochs):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", kind, str(workers), "--data", data,
-         "--epochs", str(epochs)],
-        stdout=subprocess.PIPE, text=True)
-    peak = [0, 0]
-    base = [0, 0]
-    base_cpu = 0.0
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            rss, pss = _memory(proc.pid)
-            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
-            stop.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    result = None
-    for line in proc.stdout:
-        event = json.loads(line)
-        if event["event"] == "base":
-            base = list(_memory(proc.pid))
-            base_cpu = event["cpu_s"]
-        elif event["event"] == "done":
-            result = event
-    proc.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stop.set()
-    sampler.join()
-    if proc.returncode != 0 or result is None:
-        raise SystemExit(f"{kind} workers={workers} failed (exit {proc.returncode})")
-    # CPU time of the child and its reaped workers, less the interpreter's start.
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) - base_cpu
-    result.update(kind=kind, workers=workers, peak_rss=peak[0], peak_pss=peak[1],
-                  base_rss=base[0], base_pss=base[1], cpu_ms_per_sample=1e3 * cpu / result["samples"])
+    run = run_measured([sys.executable, __file__, "--child", kind, str(workers), "--data", data,
+                        "--epochs", str(epochs)])
+    result = next((e for e in run["events"] if e["event"] == "done"), None)
+    if run["returncode"] != 0 or result is None:
+        raise SystemExit(f"{kind} workers={workers} failed (exit {run['returncode']})")
+    result.update(kind=kind, workers=workers, peak_rss=run["peak_rss"], peak_pss=run["peak_pss"],
+                  base_rss=run["base_rss"], base_pss=run["base_pss"],
+                  cpu_ms_per_sample=1e3 * run["cpu_s"] / result["samples"])
     return result
 
 

@@ -106,10 +106,14 @@ std::string SignalName(int sig) {
   return std::to_string(sig) + (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
 }
 
-// The seed of sample `index` in `epoch`: a non-negative int64, so that every
-// generator (Python's, numpy's, torch's) takes it.
-int64_t SampleSeed(uint64_t seed, int64_t epoch, int64_t index) {
-  SampleRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index));
+// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams
+// apart from every sample's: a non-negative int64, so that every generator
+// (Python's, numpy's, torch's) takes it. A batch always runs whole, in order,
+// in one process, so one seed per batch gives the same data whichever worker
+// runs it -- at a per-sample cost a trivial sample would notice (tens of us).
+int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
+  constexpr uint64_t kBatchStreams = uint64_t{1} << 62;
+  SampleRng rng(seed, static_cast<uint64_t>(epoch), kBatchStreams + static_cast<uint64_t>(batch));
   return static_cast<int64_t>(rng.NextU64() >> 1);
 }
 
@@ -163,17 +167,15 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
     cpu_seen_ = queue_seen_ = 0;
   }
   const size_t n = indices.size();
-  const size_t data_off = RoundUp((kHeaderWords + 2 * n) * sizeof(int64_t), kPage);
+  const size_t data_off = RoundUp((kHeaderWords + n) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
   auto* words = static_cast<int64_t*>(map->addr);
   words[0] = kSegmentMagic;
   words[1] = -1;
   words[2] = static_cast<int64_t>(n);
   words[3] = static_cast<int64_t>(data_off);
-  for (size_t i = 0; i < n; ++i) {
-    words[kHeaderWords + i] = indices[i];
-    words[kHeaderWords + n + i] = SampleSeed(workers_->seed(), epoch, indices[i]);
-  }
+  words[4] = BatchSeed(workers_->seed(), epoch, batch);
+  std::copy(indices.begin(), indices.end(), words + kHeaderWords);
   const int id = lease.segment->id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
                      proc_->known_segments.end();
@@ -541,7 +543,7 @@ Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::sp
   if (scratch == nullptr) return Internal("process workers need a worker thread's scratch");
   const int64_t epoch = record.epoch, batch = record.label;
   STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->Indices(epoch, batch));
-  const size_t header = RoundUp((kHeaderWords + 2 * indices.size()) * sizeof(int64_t), kPage);
+  const size_t header = RoundUp((kHeaderWords + indices.size()) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   int64_t descriptor[kDescriptorWords];
   Status st = static_cast<ProcessScratch*>(scratch)->Run(epoch, batch, std::move(indices), lease,
@@ -602,15 +604,9 @@ py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
 void BindProcessWorkers(py::module_& m) {
   m.attr("SEGMENT_MAGIC") = kSegmentMagic;
   m.attr("SEGMENT_HEADER_WORDS") = kHeaderWords;
-  m.def(
-      "sample_seeds",
-      [](uint64_t seed, int64_t epoch, const std::vector<int64_t>& indices) {
-        std::vector<int64_t> seeds;
-        for (int64_t index : indices) seeds.push_back(SampleSeed(seed, epoch, index));
-        return seeds;
-      },
-      py::arg("seed"), py::arg("epoch"), py::arg("indices"),
-      "The seed a worker gives Python's, numpy's and torch's generators before each sample.");
+  m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
+        "The seed a worker gives Python's, numpy's and torch's generators before a batch's "
+        "first sample (batch -1: the epoch's shuffle).");
   m.def("register_fd", &RegisterFd, py::arg("fd"));
   m.def("unregister_fd", &UnregisterFd, py::arg("fd"));
   m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,

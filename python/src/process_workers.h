@@ -31,7 +31,7 @@ namespace stoker::python {
 /// The layout both sides agree on (python/stoker/_workers.py repeats it).
 /// A segment starts with kHeaderWords int64s: magic, the position the worker
 /// is on (-1 outside a sample), the sample count n, the offset where the
-/// worker may write. Then n indices and n seeds (int64), then data.
+/// worker may write, the batch's seed. Then n indices (int64), then data.
 inline constexpr int64_t kSegmentMagic = 0x31474553524b5453;  // "STKRSEG1"
 inline constexpr int kHeaderWords = 8;
 /// A delivered item as the engine carries it: kDescriptorWords int64s.

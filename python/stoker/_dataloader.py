@@ -15,12 +15,6 @@ def _torch():
     return torch
 
 
-def _epoch_seed(seed, epoch):
-    """The shuffle seed of `epoch`: one of stoker's per-sample seeds, so that it
-    is a pure function of (seed, epoch)."""
-    return _stoker.sample_seeds(seed, epoch, [-1 & 0x7FFFFFFFFFFFFFFF])[0]
-
-
 class DataLoader:
     """Batches from ``dataset`` as torch's DataLoader makes them (same arguments,
     same samplers, same ``default_collate`` or your ``collate_fn``), from worker
@@ -32,9 +26,9 @@ class DataLoader:
 
     Differences from torch: workers are forked once from a zygote made here
     (the dataset is inherited, never pickled, so lambdas work), and kept
-    (``persistent_workers`` is always true); every sample's randomness
-    (``random``, numpy, torch) is seeded from (seed, epoch, index), so batches
-    are the same for any worker count and across resizes; the seed is drawn
+    (``persistent_workers`` is always true); the randomness of each batch's
+    samples (``random``, numpy, torch) is seeded from (seed, epoch, batch), so
+    batches are the same for any worker count and across resizes; the seed is drawn
     from ``generator`` (or torch's global generator) when the loader is made.
     Without a sampler, ``shuffle=True`` orders each epoch by (seed, epoch), so
     ``state_dict`` resumes in a new process. A sample whose ``__getitem__``
@@ -168,7 +162,7 @@ class DataLoader:
         elif self._shuffle:
             torch = _torch()
             g = torch.Generator()
-            g.manual_seed(_epoch_seed(self._seed, epoch))
+            g.manual_seed(_stoker.batch_seed(self._seed & (2**64 - 1), epoch, -1))
             order = torch.randperm(len(self.dataset), generator=g).tolist()
         else:
             order = list(range(len(self.dataset)))
@@ -462,10 +456,9 @@ class _InlineIterator(_BatchIterator):
         batch = self.position
         indices = self._batches[batch]
         self.position += 1
-        seeds = _stoker.sample_seeds(loader._seed & (2**64 - 1), self.epoch, indices)
+        _workers._seed_all(_stoker.batch_seed(loader._seed & (2**64 - 1), self.epoch, batch))
         samples, failures = [], []
-        for index, seed in zip(indices, seeds):
-            _workers._seed_all(seed)
+        for index in indices:
             try:
                 samples.append(loader.dataset[index])
             except Exception as e:  # noqa: BLE001 -- reported with its sample

@@ -122,9 +122,10 @@ struct LoaderState {
 struct WorkerMetrics {
   int id = 0;
   int64_t samples = 0;
-  int64_t busy_ns = 0;   // wall time spent on tasks
-  int64_t cpu_ns = 0;    // thread CPU time spent on tasks
-  int64_t queue_ns = 0;  // of busy_ns, runnable but waiting for a CPU
+  int64_t busy_ns = 0;           // wall time spent on tasks
+  int64_t cpu_ns = 0;            // thread CPU time spent on tasks
+  int64_t queue_ns = 0;          // of busy_ns, runnable but waiting for a CPU
+  int64_t cpu_elsewhere_ns = 0;  // of cpu_ns, spent in a worker process
 };
 
 struct LoaderMetrics {
@@ -141,6 +142,8 @@ struct LoaderMetrics {
   // Of busy_ns, the time workers were runnable but waiting for a CPU (the
   // kernel's run-queue delay; 0 where it keeps none).
   int64_t queue_ns = 0;
+  // Of cpu_ns, spent in worker processes (not in this process's CPU time).
+  int64_t cpu_elsewhere_ns = 0;
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
   int64_t next_calls = 0;

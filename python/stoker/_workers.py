@@ -206,6 +206,9 @@ class _Segment:
 
 def _worker_main(sock, job, worker_id, num_workers):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch = sys.modules.get("torch")
+    if torch is not None:  # parallelism comes from the processes (torch's workers do this too)
+        torch.set_num_threads(1)
     _set_worker_info(job, worker_id, num_workers)
     try:
         _seed_all(job.seed + worker_id)
@@ -239,7 +242,7 @@ def _worker_main(sock, job, worker_id, num_workers):
         now = time.monotonic()
         if now - pss_at > 1.0:
             pss, pss_at = _own_pss(), now
-        cpu = time.thread_time_ns()
+        cpu = time.process_time_ns()
         sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), pss))
 
 

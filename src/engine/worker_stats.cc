@@ -22,8 +22,12 @@ WorkerStats::WorkerStats(int id, bool sample_run_delay) : id_(id) {
 WorkerStats::~WorkerStats() = default;
 
 WorkerMetrics WorkerStats::Snapshot() const {
-  return {id_, samples_.load(std::memory_order_relaxed), busy_ns_.load(std::memory_order_relaxed),
-          cpu_ns_.load(std::memory_order_relaxed), queue_ns_.load(std::memory_order_relaxed)};
+  return {id_,
+          samples_.load(std::memory_order_relaxed),
+          busy_ns_.load(std::memory_order_relaxed),
+          cpu_ns_.load(std::memory_order_relaxed),
+          queue_ns_.load(std::memory_order_relaxed),
+          elsewhere_ns_.load(std::memory_order_relaxed)};
 }
 
 TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch)
@@ -34,7 +38,8 @@ TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch
       timed_(stats.run_delay_ != nullptr && stats.sample_ns_ * samples >= kRunDelayTaskNs),
       wall0_(start_ns_),
       cpu0_(CpuNow()),
-      queue0_(scratch != nullptr ? scratch->queue_ns_elsewhere() : 0) {
+      queue0_(scratch != nullptr ? scratch->queue_ns_elsewhere() : 0),
+      elsewhere0_(scratch != nullptr ? scratch->cpu_ns_elsewhere() : 0) {
   if (timed_) {
     // From here: a wait for a CPU between tasks is no sample's.
     const int64_t d = stats_.run_delay_->ReadNanos();
@@ -63,6 +68,9 @@ void TaskTimer::Publish() {
     const int64_t queue1 = scratch_->queue_ns_elsewhere();
     stats_.queue_ns_.fetch_add(queue1 - queue0_, std::memory_order_relaxed);
     queue0_ = queue1;
+    const int64_t elsewhere1 = scratch_->cpu_ns_elsewhere();
+    stats_.elsewhere_ns_.fetch_add(elsewhere1 - elsewhere0_, std::memory_order_relaxed);
+    elsewhere0_ = elsewhere1;
   }
   wall0_ = wall1;
   cpu0_ = cpu1;
@@ -90,6 +98,7 @@ void WorkerStatsBoard::Leave(const WorkerStats* stats) {
   retired_.busy_ns += w.busy_ns;
   retired_.cpu_ns += w.cpu_ns;
   retired_.queue_ns += w.queue_ns;
+  retired_.cpu_elsewhere_ns += w.cpu_elsewhere_ns;
 }
 
 void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) const {
@@ -98,6 +107,7 @@ void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) cons
     m->busy_ns += w.busy_ns;
     m->cpu_ns += w.cpu_ns;
     m->queue_ns += w.queue_ns;
+    m->cpu_elsewhere_ns += w.cpu_elsewhere_ns;
   };
   MutexLock lock(mu_);
   add(retired_);

@@ -38,7 +38,8 @@ class WorkerStats {
   std::atomic<int64_t> samples_{0};
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<int64_t> cpu_ns_{0};
-  std::atomic<int64_t> queue_ns_{0};  // of busy_ns_, runnable but waiting for a CPU
+  std::atomic<int64_t> queue_ns_{0};      // of busy_ns_, runnable but waiting for a CPU
+  std::atomic<int64_t> elsewhere_ns_{0};  // of cpu_ns_, in a worker process
   std::atomic<size_t> footprint_{0};
   // Owner thread only:
   std::unique_ptr<RunDelayClock> run_delay_;  // null where the kernel keeps none
@@ -77,6 +78,7 @@ class TaskTimer {
   int64_t wall0_;
   int64_t cpu0_;
   int64_t queue0_;       // the scratch's queue time elsewhere at the last publication
+  int64_t elsewhere0_;   // and its CPU time elsewhere
   int64_t pending_ = 0;  // samples not yet published
 };
 

@@ -40,6 +40,7 @@ TEST(WorkerStatsTest, WorkElsewhereCountsAsTheTasks) {
   EXPECT_GE(m.cpu_ns, 7'000'000'000);
   EXPECT_LT(m.cpu_ns, 8'000'000'000);
   EXPECT_EQ(m.queue_ns, 2'000'000);
+  EXPECT_EQ(m.cpu_elsewhere_ns, 7'000'000'000);
 }
 
 TEST(WorkerStatsTest, SlowSamplesShowProgressWithinATask) {

@@ -30,7 +30,8 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
                        {"samples", w.samples},
                        {"busy_ns", w.busy_ns},
                        {"cpu_ns", w.cpu_ns},
-                       {"queue_ns", w.queue_ns}});
+                       {"queue_ns", w.queue_ns},
+                       {"cpu_elsewhere_ns", w.cpu_elsewhere_ns}});
   }
   return {{"time_ns", m.time_ns},
           {"workers_target", m.workers_target},
@@ -43,6 +44,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
           {"busy_ns", m.busy_ns},
           {"cpu_ns", m.cpu_ns},
           {"queue_ns", m.queue_ns},
+          {"cpu_elsewhere_ns", m.cpu_elsewhere_ns},
           {"consumer_wait_ns", m.consumer_wait_ns},
           {"consumer_step_ns", m.consumer_step_ns},
           {"next_calls", m.next_calls},

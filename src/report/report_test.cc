@@ -63,16 +63,27 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
   m.bytes_in_flight = size_t{1} << 33;
   m.workers = {{0, 10, 100, 90, 4}, {1, 12, 110, 95, 6}};
   auto j = LoaderMetricsToJson(m);
-  for (const char* key : {"time_ns",           "workers_target",
-                          "workers_running",   "prefetch_batches",
-                          "prefetch_bytes",    "batches_delivered",
-                          "samples_delivered", "samples_produced",
-                          "busy_ns",           "cpu_ns",
-                          "queue_ns",          "consumer_wait_ns",
-                          "consumer_step_ns",  "next_calls",
-                          "ready_batches",     "open_batches",
-                          "bytes_in_flight",   "batch_bytes",
-                          "worker_bytes",      "workers"}) {
+  for (const char* key : {"time_ns",
+                          "workers_target",
+                          "workers_running",
+                          "prefetch_batches",
+                          "prefetch_bytes",
+                          "batches_delivered",
+                          "samples_delivered",
+                          "samples_produced",
+                          "busy_ns",
+                          "cpu_ns",
+                          "queue_ns",
+                          "cpu_elsewhere_ns",
+                          "consumer_wait_ns",
+                          "consumer_step_ns",
+                          "next_calls",
+                          "ready_batches",
+                          "open_batches",
+                          "bytes_in_flight",
+                          "batch_bytes",
+                          "worker_bytes",
+                          "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j.size(), 20u);

@@ -104,7 +104,7 @@ class Tuner final : public Controller {
   struct Snapshot {
     LoaderMetrics metrics;
     double t_s = 0;       // seconds since the tuner started
-    double proc_cpu = 0;  // the process's CPU time, seconds
+    double proc_cpu = 0;  // the process's CPU time and its worker processes', seconds
     std::optional<CpuTimes> machine;
   };
 
@@ -112,7 +112,9 @@ class Tuner final : public Controller {
     Snapshot s;
     s.metrics = loader.Metrics();
     s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    s.proc_cpu = ProcessCpuSeconds();
+    // Worker processes' CPU is ours, not other processes': without it the
+    // tuner would see its own workers as rivals and outbid them.
+    s.proc_cpu = ProcessCpuSeconds() + static_cast<double>(s.metrics.cpu_elsewhere_ns) * 1e-9;
     s.machine = ReadCpuTimes();
     return s;
   }

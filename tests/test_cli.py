@@ -99,7 +99,21 @@ def test_a_bad_file_under_skip_is_recorded(tmp_path):
     j = json.loads(stoker("run", "--data", str(data), "--batch-size", "2", "--epochs", "1",
                           "--quiet", "--on-error", "skip", "--json").stdout)
     assert j["skipped"] == 1 and j["samples"] == 6
-    assert j["skipped_samples"][0]["key"].endswith("zz_broken.jpg")
+    record = j["skipped_samples"][0]
+    assert record["key"].endswith("zz_broken.jpg")
+    # The record names the file in "key": the reason is the cause alone.
+    assert record["reason"].startswith("data error: ") and "zz_broken" not in record["reason"]
+
+
+def test_an_epoch_whose_every_file_is_bad_fails_under_skip(tmp_path):
+    data, _ = _folder_with_a_bad_jpeg(tmp_path)
+    files = sorted(p for p in data.rglob("*.jpg"))
+    for path in files:
+        path.write_bytes(b"not a JPEG")
+    r = stoker("run", "--data", str(data), "--batch-size", "2", "--epochs", "3", "--quiet",
+               "--on-error", "skip", "--workers", "2", check=False)
+    assert r.returncode != 0
+    assert f"epoch 0 delivered nothing: all {len(files)} samples were skipped" in r.stderr, r.stderr
 
 
 def test_bad_options_name_the_option(tmp_path):
@@ -137,7 +151,8 @@ def test_a_skipped_file_whose_name_is_not_utf8_is_in_the_json(tmp_path):
     assert j["skipped"] == 2
     keys = [os.fsencode(s["key"]) for s in j["skipped_samples"]]
     assert bad in keys
-    assert any(b"\xff\xfe.jpg" in os.fsencode(s["reason"]) for s in j["skipped_samples"])
+    # The reason is the cause; the path is the key's.
+    assert all(b"\xff\xfe.jpg" not in os.fsencode(s["reason"]) for s in j["skipped_samples"])
 
 
 def _tar(path, members):

@@ -73,7 +73,9 @@ struct SkipRecord {
 /// A delivered batch: `size()` samples, contiguous, each `spec().bytes()`
 /// long, in a buffer aligned to 4096 bytes. Move-only; its buffer goes back to
 /// the loader's pool when the Batch is destroyed, and stays valid until then,
-/// even after the loader has moved on or been destroyed.
+/// even after the loader has moved on or been destroyed. In a child forked
+/// after it was delivered it may still be read; destroying it there leaks its
+/// buffer (the pool's lock may be held by a parent thread the child lacks).
 /// Not thread-safe; may be moved to and read from any thread.
 class Batch {
  public:
@@ -105,9 +107,13 @@ class Batch {
 
   std::unique_ptr<BatchSlot> slot_;
   std::shared_ptr<BatchPool> pool_;
+  uint64_t fork_generation_ = 0;  // see Loader::CheckProcess
 };
 
-/// Where an epoch stands, to resume it later with any worker count.
+/// Where an epoch stands, to resume it later with any worker count. It also
+/// carries every setting that decides the epoch's plan, so that Restore can
+/// refuse a checkpoint of another plan (whose positions would name other
+/// samples) instead of delivering some samples twice and others never.
 struct LoaderState {
   uint64_t seed = 0;
   int64_t epoch = 0;
@@ -115,6 +121,15 @@ struct LoaderState {
   /// (only in unordered delivery, batches past the prefix already delivered).
   int64_t position = 0;
   std::vector<int64_t> beyond;
+  // The plan (LoaderOptions' fields of the same names; num_samples is the
+  // source's size).
+  int64_t num_samples = 0;
+  int64_t batch_size = 0;
+  bool shuffle = true;
+  bool drop_last = false;
+  int rank = 0;
+  int world_size = 1;
+  bool pad_shards = true;
 };
 
 /// Counters for the tuner and for people. Cumulative since the loader was
@@ -162,6 +177,16 @@ struct LoaderMetrics {
 /// one consumer thread at a time. Resize, SetPrefetch, Metrics, Skipped,
 /// workers, tuner_view, tuner_trace and Stop are safe from any thread,
 /// concurrently with the consumer.
+///
+/// Fork: a loader belongs to the process that made it; its workers are
+/// threads, which a fork() does not copy. In a forked child, Next, SetEpoch,
+/// State, Restore, Resize and SetPrefetch return the kFailedPrecondition
+/// error of CheckProcess() without touching the loader (whose locks a parent
+/// thread may have held at the fork), WaitReady returns true at once (so that
+/// Next reports it), Stop does nothing, and the destructor joins nothing: it
+/// leaks the loader's memory instead, which belongs to the parent. Metrics,
+/// Skipped, epoch, workers, tuner_view and tuner_trace may block there:
+/// REQUIRES CheckProcess().ok(). Make a new loader in the child.
 class Loader {
  public:
   /// The one way to make a loader. Checks every option (the tuner's too) and
@@ -173,7 +198,8 @@ class Loader {
   /// written by a background thread. Defined in the stoker_tune library.
   static Result<std::unique_ptr<Loader>> Make(LoaderOptions options);
 
-  /// Stops and joins every worker; returns promptly mid-epoch.
+  /// Stops and joins every worker; returns promptly mid-epoch. In a forked
+  /// child it joins nothing and leaks the loader (see the class comment).
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -185,7 +211,10 @@ class Loader {
   /// of them (index, key, cause); the following call returns its other
   /// samples, then the batches after it. Blocks until a batch is ready;
   /// after Stop returns kCancelled; after a failure of the loader itself
-  /// (memory for a batch or a plan) returns that error.
+  /// (memory for a batch or a plan) returns that error. An epoch that had
+  /// samples planned, delivered none and skipped some (every sample bad under
+  /// kSkip) ends with kDataError naming the epoch, the count skipped and the
+  /// first skip, instead of nullopt: the call after it starts the next epoch.
   Result<std::optional<Batch>> Next();
 
   /// Waits up to `timeout` until Next() would not block; true when it would.
@@ -195,8 +224,9 @@ class Loader {
   bool WaitReady(std::chrono::nanoseconds timeout);
 
   /// Makes `epoch` the one the next Next() starts; abandons an epoch in
-  /// progress (its remaining batches are dropped).
-  void SetEpoch(int64_t epoch);
+  /// progress (its remaining batches are dropped). Errors only in a forked
+  /// child.
+  Status SetEpoch(int64_t epoch);
 
   /// The epoch in progress, or the one the next Next() starts.
   int64_t epoch() const;
@@ -204,12 +234,16 @@ class Loader {
   int64_t samples_per_epoch() const;
   const SampleSpec& spec() const;
 
-  /// Where the current epoch stands. After the last batch of an epoch was
-  /// delivered, this is the start of the next one.
-  LoaderState State() const;
+  /// Where the current epoch stands, with the plan it belongs to. After the
+  /// last batch of an epoch was delivered, this is the start of the next one.
+  /// Errors only in a forked child.
+  Result<LoaderState> State() const;
   /// Resumes at `state`: the following Next() calls deliver exactly the
-  /// batches of that epoch not yet delivered. Errors if the seed differs or
-  /// the position is out of range.
+  /// batches of that epoch not yet delivered. Errors (kInvalidArgument) when
+  /// a field of the plan (seed, num_samples, batch_size, shuffle, drop_last,
+  /// rank, world_size, pad_shards) differs from this loader's, naming the
+  /// field and both values, or when the position is out of range; a refused
+  /// state changes nothing.
   Status Restore(const LoaderState& state);
 
   /// Sets the worker count, at any moment; 0 makes the consumer's thread do
@@ -220,8 +254,9 @@ class Loader {
   Status Resize(int workers);
   int workers() const;
 
-  /// Sets the prefetch bound (batches >= 1; bytes >= 1).
-  void SetPrefetch(int batches, size_t bytes);
+  /// Sets the prefetch bound (batches >= 1; bytes >= 1). Errors only in a
+  /// forked child.
+  Status SetPrefetch(int batches, size_t bytes);
 
   LoaderMetrics Metrics() const;
   /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
@@ -239,6 +274,12 @@ class Loader {
   /// Stops the loader: waiting calls return kCancelled, workers leave after
   /// at most the sample they are on. Idempotent.
   void Stop();
+
+  /// Ok in the process that made the loader. In a child forked since, where
+  /// the workers do not exist, kFailedPrecondition: "this stoker loader was
+  /// made in process P and cannot be used in a forked child (pid C); make a
+  /// new loader in the child". Cheap (an atomic load); safe from any thread.
+  Status CheckProcess() const;
 
  private:
   class Impl;

@@ -33,13 +33,16 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 /// are (not necessarily UTF-8).
 nlohmann::json SkipRecordToJson(const SkipRecord& record);
 
-/// {"seed", "epoch", "position", "beyond": [...]}: a checkpoint.
+/// {"seed", "epoch", "position", "beyond": [...], "num_samples",
+/// "batch_size", "shuffle", "drop_last", "rank", "world_size", "pad_shards"}:
+/// a checkpoint, with the plan it belongs to.
 nlohmann::json LoaderStateToJson(const LoaderState& state);
 
 /// Reads LoaderStateToJson's form back; "beyond" may be left out (none).
-/// Errors (InvalidArgument) name the field that is missing or is not a
-/// non-negative integer (a list of them for "beyond"), or say that `json` is
-/// not an object.
+/// Errors (InvalidArgument) name the field that is missing, is not an integer
+/// in its type's range (a list of them for "beyond") or, for shuffle,
+/// drop_last and pad_shards, not a boolean; or say that `json` is not an
+/// object.
 Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
 /// {workers, prefetch_batches, cpu_budget_workers, max_workers,

@@ -11,15 +11,16 @@ namespace stoker {
 /// message is for people and names the file, sample or option involved.
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // an option or argument is out of range or malformed
-  kNotFound,           // a file, class folder or member is missing
-  kIoError,            // the OS refused a read, open or stat
-  kDataError,          // the bytes are not what they claim (corrupt, truncated)
-  kUnsupported,        // valid input this build cannot handle
-  kResourceExhausted,  // a sample exceeds a budget or cap (pixels, bytes)
-  kUnavailable,        // the machine refused a resource (memory, file descriptors, threads)
-  kCancelled,          // the loader was stopped
-  kInternal,           // a bug
+  kInvalidArgument,     // an option or argument is out of range or malformed
+  kNotFound,            // a file, class folder or member is missing
+  kIoError,             // the OS refused a read, open or stat
+  kDataError,           // the bytes are not what they claim (corrupt, truncated)
+  kUnsupported,         // valid input this build cannot handle
+  kResourceExhausted,   // a sample exceeds a budget or cap (pixels, bytes)
+  kUnavailable,         // the machine refused a resource (memory, file descriptors, threads)
+  kCancelled,           // the loader was stopped
+  kFailedPrecondition,  // the object cannot serve this call here (a loader in a forked child)
+  kInternal,            // a bug
 };
 
 /// Returns a short stable name for `code`, e.g. "data error".
@@ -61,6 +62,9 @@ inline Status ResourceExhausted(std::string m) {
 }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 /// Builds an error from errno: "<what>: <strerror(err)>". Missing paths are

@@ -43,6 +43,7 @@ T ValueOrThrow(Result<T> result) {
 ///   kDataError, kUnsupported  -> stoker.DataError (a ValueError)
 ///   kResourceExhausted        -> stoker.ResourceError (a RuntimeError)
 ///   kCancelled                -> stoker.Cancelled (a RuntimeError)
+///   kFailedPrecondition       -> RuntimeError (a loader used in a forked child)
 ///   kInternal and the rest    -> RuntimeError
 /// Each exception gets a `code` attribute holding StatusCodeName(code).
 void RegisterErrors(pybind11::module_& m);

@@ -9,6 +9,19 @@ namespace stoker::python {
 
 namespace py = pybind11;
 
+namespace {
+
+// Keys and strings hold paths, which need not be UTF-8: decoded as
+// os.fsdecode does, so that os.fsencode gives the bytes back.
+py::str FsDecode(const std::string& text) {
+  PyObject* str =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "surrogateescape");
+  if (str == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(str);
+}
+
+}  // namespace
+
 py::object JsonToPython(const nlohmann::json& json) {
   using Type = nlohmann::json::value_t;
   switch (json.type()) {
@@ -22,15 +35,8 @@ py::object JsonToPython(const nlohmann::json& json) {
       return py::int_(json.get<uint64_t>());
     case Type::number_float:
       return py::float_(json.get<double>());
-    case Type::string: {
-      // Keys and reasons hold paths, which need not be UTF-8: decode them as
-      // os.fsdecode does, so that os.fsencode gives the bytes back.
-      const auto& text = json.get_ref<const std::string&>();
-      PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()),
-                                           "surrogateescape");
-      if (str == nullptr) throw py::error_already_set();
-      return py::reinterpret_steal<py::object>(str);
-    }
+    case Type::string:
+      return FsDecode(json.get_ref<const std::string&>());
     case Type::array: {
       py::list list;
       for (const nlohmann::json& item : json) list.append(JsonToPython(item));
@@ -38,7 +44,7 @@ py::object JsonToPython(const nlohmann::json& json) {
     }
     case Type::object: {
       py::dict dict;
-      for (const auto& [key, value] : json.items()) dict[py::str(key)] = JsonToPython(value);
+      for (const auto& [key, value] : json.items()) dict[FsDecode(key)] = JsonToPython(value);
       return dict;
     }
     default:  // binary and discarded values: no converter makes them

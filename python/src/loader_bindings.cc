@@ -76,8 +76,8 @@ class PyLoader {
 
   // (images, labels), or None at the end of the epoch.
   py::object Next() {
-    ConsumerTurn turn(busy_);
     Loader& l = loader();
+    ConsumerTurn turn(busy_);
     // Wait in slices first so that Ctrl-C is heard at once; the engine counts
     // this wait as the consumer's and ticks the tuner meanwhile.
     WaitInterruptibly(l);
@@ -118,13 +118,15 @@ class PyLoader {
   }
 
   void SetEpoch(int64_t epoch) {
+    Loader& l = loader();
     ConsumerTurn turn(busy_);
-    loader().SetEpoch(epoch);
+    ThrowIfError(l.SetEpoch(epoch));
   }
 
   py::object State() {
+    Loader& l = loader();
     ConsumerTurn turn(busy_);
-    return JsonToPython(LoaderStateToJson(loader().State()));
+    return JsonToPython(LoaderStateToJson(ValueOrThrow(l.State())));
   }
 
   // `state_json`: LoaderStateToJson's form, as text.
@@ -132,8 +134,9 @@ class PyLoader {
     nlohmann::json parsed = nlohmann::json::parse(state_json, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) ThrowIfError(InvalidArgument("state is not JSON: " + state_json));
     LoaderState s = ValueOrThrow(LoaderStateFromJson(parsed));
+    Loader& l = loader();
     ConsumerTurn turn(busy_);
-    ThrowIfError(loader().Restore(s));
+    ThrowIfError(l.Restore(s));
   }
 
   void Close() {
@@ -143,8 +146,12 @@ class PyLoader {
 
   bool closed() const { return !loader_; }
 
+  // The loader, or an exception: closed, or (RuntimeError) used in a child
+  // forked since it was made, where its worker threads do not exist and
+  // every call, even for metrics, could wait for ever on their locks.
   Loader& loader() {
     if (!loader_) throw py::value_error("this stoker.Loader is closed");
+    ThrowIfError(loader_->CheckProcess());
     return *loader_;
   }
 

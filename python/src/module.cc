@@ -3,6 +3,9 @@
 // (python/stoker), so each binding here maps one C++ call.
 #include <pybind11/pybind11.h>
 
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "bindings.h"
 #include "errors.h"
 
@@ -15,4 +18,14 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::BindMachine(m);
   stoker::python::BindDataset(m);
   stoker::python::BindProcessWorkers(m);
+  // For tests: no C++ JSON carries a key from the data yet, so this is how
+  // they reach JsonToPython's decoding of a key that is not UTF-8.
+  m.def(
+      "_json_object_with_key",
+      [](const pybind11::bytes& key) {
+        nlohmann::json object = nlohmann::json::object();
+        object[std::string(key)] = std::string(key);
+        return stoker::python::JsonToPython(object);
+      },
+      pybind11::arg("key"), "JsonToPython({key: key}), for tests.");
 }

@@ -93,36 +93,44 @@ def optional_path(name, value):
     return os.fsdecode(value)
 
 
-# The checkpoint's integer fields and their C++ types' largest values.
-_STATE_COUNTS = {"seed": UINT64_MAX, "epoch": INT64[1], "position": INT64[1]}
+# The checkpoint's integer fields and their C++ types' largest values, and
+# its boolean fields: where the epoch stands and the plan it belongs to.
+_STATE_COUNTS = {"seed": UINT64_MAX, "epoch": INT64[1], "position": INT64[1],
+                 "num_samples": INT64[1], "batch_size": INT64[1], "rank": INT32[1],
+                 "world_size": INT32[1]}
+_STATE_FLAGS = ("shuffle", "drop_last", "pad_shards")
 
 
 def loader_state(state):
     """A checkpoint from Loader.state_dict() as plain JSON-ready values, or an
     error naming what is wrong with it: TypeError when it is not a mapping,
-    ValueError for a key it should not have or a value that is not an integer
-    >= 0 (or, for "beyond", a list of them). A missing key is the C++ side's
-    to refuse (LoaderStateFromJson names it)."""
+    ValueError for a key it should not have or a value of the wrong kind (an
+    integer >= 0, a list of them for "beyond", True or False for the plan's
+    flags). A missing key is the C++ side's to refuse (LoaderStateFromJson
+    names it), and so is a plan that differs from the loader's (Restore)."""
     if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
         raise TypeError(f"state must be a dict from Loader.state_dict(), got {_describe(state)}")
-    unknown = [k for k in state.keys() if k not in _STATE_COUNTS and k != "beyond"]
+    known = (*_STATE_COUNTS, "beyond", *_STATE_FLAGS)
+    unknown = [k for k in state.keys() if k not in known]
     if unknown:
         raise ValueError(f"state has keys a Loader.state_dict() does not: "
-                         f"{', '.join(repr(k) for k in unknown)} (it has 'seed', 'epoch', "
-                         "'position', 'beyond')")
+                         f"{', '.join(repr(k) for k in unknown)} (it has "
+                         f"{', '.join(repr(k) for k in known)})")
 
     # A checkpoint's content is a value: wrong types in it are ValueErrors.
-    def count(key, value, high):
+    def checked(check, key, *args):
         try:
-            return integer(f"state's {key!r}", value, 0, high)
+            return check(f"state's {key!r}", *args)
         except TypeError as e:
             raise ValueError(str(e)) from None
 
-    plain = {k: count(k, state[k], high) for k, high in _STATE_COUNTS.items() if k in state}
+    plain = {k: checked(integer, k, state[k], 0, high)
+             for k, high in _STATE_COUNTS.items() if k in state}
+    plain.update({k: checked(boolean, k, state[k]) for k in _STATE_FLAGS if k in state})
     if "beyond" in state:
         beyond = state["beyond"]
         if isinstance(beyond, (str, bytes)) or not hasattr(beyond, "__iter__"):
             raise ValueError(f"state's 'beyond' must be a list of batch numbers, got "
                              f"{_describe(beyond)}")
-        plain["beyond"] = [count("beyond", b, INT64[1]) for b in beyond]
+        plain["beyond"] = [checked(integer, "beyond", b, 0, INT64[1]) for b in beyond]
     return plain

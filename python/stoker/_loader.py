@@ -183,14 +183,19 @@ class Loader:
         return self._impl.epoch
 
     def state_dict(self):
-        """Where the current epoch stands: {"seed", "epoch", "position",
-        "beyond"}. A loader with the same source, seed, batch size and ranks
-        resumes from it with any worker count."""
+        """Where the current epoch stands, and the plan it belongs to:
+        {"seed", "epoch", "position", "beyond", "num_samples", "batch_size",
+        "shuffle", "drop_last", "rank", "world_size", "pad_shards"}. A loader
+        with the same data set size and settings resumes from it with any
+        worker count."""
         return self._impl.state()
 
     def load_state_dict(self, state):
         """Resumes at ``state``: the next pass yields exactly the batches of
-        that epoch not yet delivered."""
+        that epoch not yet delivered. A checkpoint of another plan (another
+        data set size, batch size, shuffle, seed, drop_last, rank or
+        world_size) raises ValueError naming the field and both values,
+        and changes nothing."""
         # _args checks the types (and takes numpy / torch integers); the C++
         # side (LoaderStateFromJson, Loader::Restore) names a missing field
         # and a position outside the epoch.

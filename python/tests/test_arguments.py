@@ -116,7 +116,8 @@ def test_state_dict_with_numpy_integers_loads():
     loader = stoker.Loader(_source(), batch_size=2, seed=3, output="numpy")
     it = iter(loader)
     next(it)
-    state = {k: (np.int64(v) if isinstance(v, int) else [np.uint32(b) for b in v])
+    state = {k: (np.bool_(v) if isinstance(v, bool) else
+                 np.int64(v) if isinstance(v, int) else [np.uint32(b) for b in v])
              for k, v in loader.state_dict().items()}
     other = stoker.Loader(_source(), batch_size=2, seed=3, output="numpy")
     other.load_state_dict(state)

@@ -145,3 +145,11 @@ def test_ctrl_c_interrupts_a_wait():
         timer.cancel()
         loader.close()
         signal.signal(signal.SIGINT, previous)
+
+
+def test_json_keys_that_are_not_utf8_decode_like_os_fsdecode():
+    from stoker import _stoker
+    key = b"n\xff\xfe.jpg"
+    (decoded, value), = _stoker._json_object_with_key(key).items()
+    assert isinstance(decoded, str) and decoded == value == os.fsdecode(key)
+    assert os.fsencode(decoded) == key

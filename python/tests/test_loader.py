@@ -77,7 +77,8 @@ def test_state_dict_from_another_seed_is_refused(image_tree):
 def test_state_dict_errors_name_the_field():
     loader = stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4, seed=3)
     state = loader.state_dict()
-    assert set(state) == {"seed", "epoch", "position", "beyond"}
+    assert set(state) == {"seed", "epoch", "position", "beyond", "num_samples", "batch_size",
+                          "shuffle", "drop_last", "rank", "world_size", "pad_shards"}
     loader.load_state_dict({k: v for k, v in state.items() if k != "beyond"})
     with pytest.raises(ValueError, match="'position'"):
         loader.load_state_dict({"seed": 3, "epoch": 0})
@@ -147,7 +148,7 @@ def test_stats_with_tuner_and_with_fixed_workers():
     assert {"workers", "phase", "cpu_budget_workers", "samples_per_s"} <= set(stats["tuner"])
     assert stats["metrics"]["samples_delivered"] == 512
     assert stats["metrics"]["queue_ns"] >= 0
-    assert all({"id", "samples", "busy_ns", "cpu_ns", "queue_ns"} == set(w)
+    assert all({"id", "samples", "busy_ns", "cpu_ns", "queue_ns", "cpu_elsewhere_ns"} == set(w)
                for w in stats["metrics"]["workers"])
     assert 0.0 <= stats["stall_fraction"] <= 1.0
     assert isinstance(auto.decisions(), list)

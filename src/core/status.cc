@@ -25,6 +25,8 @@ const char* StatusCodeName(StatusCode code) {
       return "unavailable";
     case StatusCode::kCancelled:
       return "cancelled";
+    case StatusCode::kFailedPrecondition:
+      return "failed precondition";
     case StatusCode::kInternal:
       return "internal error";
   }

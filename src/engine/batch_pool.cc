@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
+#include <utility>
 
 namespace stoker {
 namespace {
@@ -17,6 +19,7 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
     : labels_(static_cast<size_t>(batch_size)),
       indices_(static_cast<size_t>(batch_size)),
       outcomes_(static_cast<size_t>(batch_size)),
+      keys_(static_cast<size_t>(batch_size)),
       spec_(spec),
       sample_bytes_(spec->bytes()),
       buffer_bytes_(RoundUp(std::max<size_t>(1, sample_bytes_ * static_cast<size_t>(batch_size)),
@@ -48,11 +51,12 @@ void BatchSlot::Put(int64_t position, int64_t index, int64_t label) {
   labels_[p] = label;
 }
 
-void BatchSlot::Fail(int64_t position, int64_t index, Status why) {
+void BatchSlot::Fail(int64_t position, int64_t index, std::string key, Status cause) {
   const auto p = static_cast<size_t>(position);
   indices_[p] = index;
   labels_[p] = 0;
-  outcomes_[p] = std::move(why);
+  keys_[p] = std::move(key);
+  outcomes_[p] = std::move(cause);
   failed_.store(true, std::memory_order_relaxed);
 }
 
@@ -61,9 +65,13 @@ std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
   if (!failed()) return out;
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
-    if (!outcomes_[up].ok()) out.push_back({indices_[up], outcomes_[up]});
+    if (!outcomes_[up].ok()) out.push_back({indices_[up], keys_[up], outcomes_[up]});
   }
   return out;
+}
+
+Status BatchSlot::Failure::Named() const {
+  return status.WithContext("sample " + std::to_string(index) + " (" + key + ")");
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle)

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/thread_annotations.h"
@@ -45,7 +46,10 @@ class BatchSlot {
     return {data_ + position * static_cast<int64_t>(sample_bytes_), sample_bytes_};
   }
   void Put(int64_t position, int64_t index, int64_t label);
-  void Fail(int64_t position, int64_t index, Status why);
+  /// The sample at `position` (source index `index`, source key `key`)
+  /// failed; `cause` says why without naming the sample (the report adds
+  /// index and key).
+  void Fail(int64_t position, int64_t index, std::string key, Status cause);
   /// Counts `n` more positions done (or given up); true for exactly the call
   /// that completes the batch, whose thread then finishes it.
   bool Done(int64_t n) { return remaining_.fetch_sub(n, std::memory_order_acq_rel) == n; }
@@ -54,7 +58,10 @@ class BatchSlot {
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
   struct Failure {
     int64_t index = 0;  // the sample's index in the source
-    Status status;
+    std::string key;    // the source's key for it
+    Status status;      // the cause, without index or key
+    /// The cause with the sample named: "sample <index> (<key>): <cause>".
+    Status Named() const;
   };
   /// The failed samples among the count() kept, in order.
   std::vector<Failure> Failures() const;
@@ -93,7 +100,8 @@ class BatchSlot {
   int64_t count_ = 0;   // delivered samples
   std::vector<int64_t> labels_;
   std::vector<int64_t> indices_;
-  std::vector<Status> outcomes_;  // per position; written by its worker only
+  std::vector<Status> outcomes_;   // per position; written by its worker only
+  std::vector<std::string> keys_;  // per position, of failed samples only
   std::vector<SkipRecord> skips_;
   bool failures_reported_ = false;
   std::atomic<int64_t> remaining_{0};
@@ -116,6 +124,7 @@ void BatchSlot::DropFailures(Pred drop) {
       std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
       labels_[uk] = labels_[up];
       indices_[uk] = indices_[up];
+      keys_[uk] = std::move(keys_[up]);
       outcomes_[uk] = std::move(outcomes_[up]);
       outcomes_[up] = Status::Ok();
     }

@@ -60,7 +60,7 @@ TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   for (int p = 0; p < 5; ++p) {
     std::memset(s->sample(p).data(), p + 1, 4);
     if (p == 1 || p == 3) {
-      s->Fail(p, p + 100, DataError("bad " + std::to_string(p)));
+      s->Fail(p, p + 100, "k" + std::to_string(p), DataError("bad " + std::to_string(p)));
     } else {
       s->Put(p, p + 100, p * 10);
     }
@@ -70,6 +70,8 @@ TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   ASSERT_EQ(failures.size(), 2u);
   EXPECT_EQ(failures[0].index, 101);
   EXPECT_EQ(failures[1].status.message(), "bad 3");
+  EXPECT_EQ(failures[1].key, "k3");
+  EXPECT_EQ(failures[1].Named().message(), "sample 103 (k3): bad 3");
   s->DropFailures([](const Status&) { return true; });
   ASSERT_EQ(s->count(), 3);
   EXPECT_FALSE(s->failed());
@@ -87,16 +89,17 @@ TEST(BatchPoolTest, DropsOnlyTheFailuresAskedForAndKeepsTheRestInPlace) {
   auto s = pool.Acquire();
   s->Open(0, 0, 5);
   s->Put(0, 100, 0);
-  s->Fail(1, 101, DataError("corrupt"));
-  s->Fail(2, 102, Unavailable("EMFILE"));
+  s->Fail(1, 101, "k1", DataError("corrupt"));
+  s->Fail(2, 102, "k2", Unavailable("EMFILE"));
   s->Put(3, 103, 3);
-  s->Fail(4, 104, DataError("truncated"));
+  s->Fail(4, 104, "k4", DataError("truncated"));
   s->DropFailures([](const Status& st) { return IsSampleError(st); });
   ASSERT_EQ(s->count(), 3);
   EXPECT_TRUE(s->failed());
   auto left = s->Failures();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].index, 102);
+  EXPECT_EQ(left[0].key, "k2");  // moved with its sample
   EXPECT_EQ(s->indices()[1], 102);
   s->DropFailures([](const Status&) { return true; });
   ASSERT_EQ(s->count(), 2);

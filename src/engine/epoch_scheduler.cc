@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <concepts>
 #include <cstring>
 #include <string>
 
@@ -246,6 +247,13 @@ LoaderState EpochScheduler::State() const {
   if (pending_restore_) return *pending_restore_;
   LoaderState state;
   state.seed = plan_.seed;
+  state.num_samples = plan_.num_samples;
+  state.batch_size = plan_.batch_size;
+  state.shuffle = plan_.shuffle;
+  state.drop_last = plan_.drop_last;
+  state.rank = plan_.rank;
+  state.world_size = plan_.world_size;
+  state.pad_shards = plan_.pad_shards;
   if (cur_ == nullptr || cur_->finished()) {
     state.epoch = cur_ == nullptr ? next_epoch_ : cur_->epoch() + 1;
     return state;
@@ -264,12 +272,31 @@ LoaderState EpochScheduler::State() const {
   return state;
 }
 
+namespace {
+
+std::string PlanValue(bool v) { return v ? "true" : "false"; }
+std::string PlanValue(std::integral auto v) { return std::to_string(v); }
+
+// An error naming `field` when the checkpoint's value differs from the plan's.
+Status SamePlanField(const char* field, auto checkpoint, auto loader) {
+  if (checkpoint == loader) return Status::Ok();
+  return InvalidArgument(std::string("checkpoint's ") + field + " " + PlanValue(checkpoint) +
+                         " differs from this loader's " + PlanValue(loader));
+}
+
+}  // namespace
+
 Status EpochScheduler::Restore(const LoaderState& state) {
   const int64_t n = shape_.num_batches;
-  if (state.seed != plan_.seed) {
-    return InvalidArgument("checkpoint seed " + std::to_string(state.seed) +
-                           " differs from the loader's seed " + std::to_string(plan_.seed));
-  }
+  // A checkpoint of another plan names other samples at the same positions.
+  STOKER_RETURN_IF_ERROR(SamePlanField("seed", state.seed, plan_.seed));
+  STOKER_RETURN_IF_ERROR(SamePlanField("num_samples", state.num_samples, plan_.num_samples));
+  STOKER_RETURN_IF_ERROR(SamePlanField("batch_size", state.batch_size, plan_.batch_size));
+  STOKER_RETURN_IF_ERROR(SamePlanField("shuffle", state.shuffle, plan_.shuffle));
+  STOKER_RETURN_IF_ERROR(SamePlanField("drop_last", state.drop_last, plan_.drop_last));
+  STOKER_RETURN_IF_ERROR(SamePlanField("rank", state.rank, plan_.rank));
+  STOKER_RETURN_IF_ERROR(SamePlanField("world_size", state.world_size, plan_.world_size));
+  STOKER_RETURN_IF_ERROR(SamePlanField("pad_shards", state.pad_shards, plan_.pad_shards));
   if (state.epoch < 0) {
     return InvalidArgument("checkpoint epoch must be >= 0, got " + std::to_string(state.epoch));
   }

@@ -255,6 +255,13 @@ class SchedulerSim {
       saved_ = {s, delivered_};
     }
     EXPECT_EQ(s.seed, plan_.seed);
+    EXPECT_EQ(s.num_samples, plan_.num_samples);
+    EXPECT_EQ(s.batch_size, plan_.batch_size);
+    EXPECT_EQ(s.shuffle, plan_.shuffle);
+    EXPECT_EQ(s.drop_last, plan_.drop_last);
+    EXPECT_EQ(s.rank, plan_.rank);
+    EXPECT_EQ(s.world_size, plan_.world_size);
+    EXPECT_EQ(s.pad_shards, plan_.pad_shards);
   }
 
   void RestoreSaved(bool fresh) {
@@ -269,13 +276,16 @@ class SchedulerSim {
     EXPECT_EQ(again.position, saved_->first.position);
   }
 
-  // A foreign or corrupt checkpoint is refused and changes nothing.
+  // A foreign or corrupt checkpoint is refused and changes nothing; one of
+  // another plan is refused naming the field that differs.
   void RestoreGarbage() {
     LoaderState before = sched_->State();
     LoaderState bad = before;
-    switch (Uniform(0, 3)) {
+    std::string field;
+    switch (Uniform(0, 11)) {
       case 0:
         bad.seed ^= 1;
+        field = "seed";
         break;
       case 1:
         bad.epoch = -1;
@@ -283,11 +293,50 @@ class SchedulerSim {
       case 2:
         bad.position = shape_.num_batches + 1;
         break;
-      default:
+      case 3:
         bad.beyond.push_back(shape_.num_batches);
         break;
+      case 4:
+        bad.num_samples += Uniform(1, 3);
+        field = "num_samples";
+        break;
+      case 5:
+        bad.batch_size += Uniform(1, 3);
+        field = "batch_size";
+        break;
+      case 6:
+        bad.shuffle = !bad.shuffle;
+        field = "shuffle";
+        break;
+      case 7:
+        bad.drop_last = !bad.drop_last;
+        field = "drop_last";
+        break;
+      case 8:
+        bad.rank = (bad.rank + 1) % (bad.world_size + 1);
+        field = "rank";
+        break;
+      case 9:
+        bad.world_size += 1;
+        field = "world_size";
+        break;
+      case 10:
+        bad.pad_shards = !bad.pad_shards;
+        field = "pad_shards";
+        break;
+      default:  // several fields at once: the first is named
+        bad.batch_size += 1;
+        bad.world_size += 1;
+        field = "batch_size";
+        break;
     }
-    EXPECT_FALSE(sched_->Restore(bad).ok());
+    const Status st = sched_->Restore(bad);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    if (!field.empty()) {
+      EXPECT_NE(st.message().find("checkpoint's " + field + " "), std::string::npos)
+          << st.message();
+    }
     LoaderState after = sched_->State();
     EXPECT_EQ(after.epoch, before.epoch);
     EXPECT_EQ(after.position, before.position);
@@ -382,6 +431,30 @@ TEST(EpochSchedulerTest, PrefetchBoundCountsAbandonedBatchesStillBeingWritten) {
   ASSERT_TRUE(task.slot->Done(task.length));
   EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kReleased);
   EXPECT_EQ(s.ClaimTask(1, &other).work, Work::kTask);
+}
+
+TEST(EpochSchedulerTest, ACheckpointOfAnotherPlanIsRefusedNamingTheFieldAndBothValues) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  PlanOptions plan = SmallPlan();
+  plan.batch_size = 64;
+  plan.num_samples = 300;
+  EpochScheduler s({.plan = plan}, &pool);
+  LoaderState state = s.State();
+  EXPECT_EQ(state.batch_size, 64);
+  EXPECT_EQ(state.num_samples, 300);
+  state.batch_size = 32;
+  state.position = 1;
+  Status st = s.Restore(state);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "checkpoint's batch_size 32 differs from this loader's 64");
+  state = s.State();
+  state.shuffle = !plan.shuffle;
+  EXPECT_EQ(s.Restore(state).message(),
+            std::string("checkpoint's shuffle ") + (plan.shuffle ? "false" : "true") +
+                " differs from this loader's " + (plan.shuffle ? "true" : "false"));
+  // Refused: nothing changed, the epoch starts from its beginning.
+  EXPECT_EQ(s.State().position, 0);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
 }
 
 }  // namespace

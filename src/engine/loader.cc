@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,6 +39,32 @@ struct WorkerContext {
 BatchPool::Recycle RecycleOf(const LoaderOptions& o) {
   if (!o.transform->recycles()) return {};
   return [t = o.transform](std::span<std::byte> sample) { t->Recycle(sample); };
+}
+
+// Bumped in the child of every fork(). A loader remembers the value it was
+// made at: a different one means this is a forked child, where its worker
+// threads do not exist and its locks may be held forever by threads that are
+// not there.
+std::atomic<uint64_t> g_fork_generation{0};
+
+uint64_t ForkGeneration() {
+  [[maybe_unused]] static const bool registered = [] {
+    return pthread_atfork(nullptr, nullptr,
+                          [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }) == 0;
+  }();
+  assert(registered);
+  return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+// A source names the sample's key at the start of its errors (Source::Read's
+// contract); the report names the sample itself, so the cause keeps what
+// follows the key.
+Status CauseOf(const Status& st, const std::string& key) {
+  const std::string& m = st.message();
+  if (m.size() > key.size() + 2 && m.starts_with(key) && m.compare(key.size(), 2, ": ") == 0) {
+    return Status(st.code(), m.substr(key.size() + 2));
+  }
+  return st;
 }
 
 }  // namespace
@@ -124,6 +151,7 @@ class Loader::Impl {
   void SetEpoch(int64_t epoch) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     sched_.SetEpoch(epoch);
+    StartTally(/*whole=*/true);
     work_cv_.NotifyAll();
   }
 
@@ -144,8 +172,18 @@ class Loader::Impl {
   Status Restore(const LoaderState& state) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     Status st = sched_.Restore(state);
+    if (st.ok()) StartTally(/*whole=*/state.position == 0 && state.beyond.empty());
     work_cv_.NotifyAll();
     return st;
+  }
+
+  // Ok in the process that made the loader; see Loader::CheckProcess.
+  Status CheckProcess() const {
+    if (ForkGeneration() == fork_generation_) return Status::Ok();
+    return FailedPrecondition("this stoker loader was made in process " +
+                              std::to_string(made_in_pid_) +
+                              " and cannot be used in a forked child (pid " +
+                              std::to_string(getpid()) + "); make a new loader in the child");
   }
 
   Status Resize(int workers) EXCLUDES(mu_) {
@@ -311,9 +349,9 @@ class Loader::Impl {
       slot->Put(p, index, record.label);
       return;
     }
-    slot->Fail(p, index,
-               st.WithContext("sample " + std::to_string(index) + " (" +
-                              options_.source->Key(index) + ")"));
+    std::string key = options_.source->Key(index);
+    Status cause = CauseOf(st, key);
+    slot->Fail(p, index, std::move(key), std::move(cause));
   }
 
   // Runs on the thread that completed the batch's last position.
@@ -321,8 +359,8 @@ class Loader::Impl {
     if (slot->failed() && options_.on_error == ErrorPolicy::kSkip) {
       for (const auto& f : slot->Failures()) {
         if (!IsSampleError(f.status)) continue;  // reported as an error, never skipped
-        slot->skips().push_back(
-            {slot->epoch(), f.index, options_.source->Key(f.index), f.status.ToString()});
+        // The record has the index and key: its reason is the cause alone.
+        slot->skips().push_back({slot->epoch(), f.index, f.key, f.status.ToString()});
       }
       slot->DropFailures([](const Status& st) { return IsSampleError(st); });
     }
@@ -370,10 +408,14 @@ class Loader::Impl {
         case EpochScheduler::Step::kDeliver:
           if (auto delivered = Deliver()) return std::move(*delivered);
           continue;
-        case EpochScheduler::Step::kEndOfEpoch:
+        case EpochScheduler::Step::kEndOfEpoch: {
+          Status nothing = EpochDeliveredNothing();
           sched_.EndEpoch();
+          StartTally(/*whole=*/true);
           work_cv_.NotifyAll();  // workers may now prefetch the next epoch
+          if (!nothing.ok()) return nothing;
           return std::optional<Batch>();
+        }
         case EpochScheduler::Step::kBuild:
           Build(next.epoch);
           continue;
@@ -397,6 +439,8 @@ class Loader::Impl {
     }
     std::unique_ptr<BatchSlot> slot = sched_.Deliver();
     if (idle_workers_ > 0) work_cv_.NotifyAll();
+    if (tally_.skipped == 0) tally_.first_skip = skipped_.size();
+    tally_.skipped += static_cast<int64_t>(slot->skips().size());
     for (auto& skip : slot->skips()) skipped_.push_back(std::move(skip));
     MutexUnlock unlock(mu_);
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
@@ -409,19 +453,44 @@ class Loader::Impl {
     return Result<std::optional<Batch>>(std::optional<Batch>(Batch(std::move(slot), pool_)));
   }
 
+  // Starts counting what the epoch now due delivers and skips; `whole` is
+  // false when it resumes mid-epoch (batches before were delivered elsewhere).
+  void StartTally(bool whole) REQUIRES(mu_) {
+    tally_ = {.start_samples = samples_delivered_.load(std::memory_order_relaxed), .whole = whole};
+  }
+
+  // An epoch that had samples planned and ended having delivered none while
+  // skipping some (every sample bad under kSkip) is an error: ending it
+  // quietly would let a consumer spin through empty epochs for ever.
+  Status EpochDeliveredNothing() const REQUIRES(mu_) {
+    const int64_t delivered =
+        samples_delivered_.load(std::memory_order_relaxed) - tally_.start_samples;
+    if (!tally_.whole || delivered > 0 || tally_.skipped == 0 || shape_.num_samples == 0) {
+      return Status::Ok();
+    }
+    const std::string skipped = std::to_string(tally_.skipped);
+    const std::string what = tally_.skipped == shape_.num_samples
+                                 ? "all " + skipped + " samples were skipped"
+                                 : skipped + " of its " + std::to_string(shape_.num_samples) +
+                                       " samples were skipped and the others failed";
+    const SkipRecord& first = skipped_[tally_.first_skip];
+    return DataError("epoch " + std::to_string(sched_.epoch()) + " delivered nothing: " + what +
+                     " (first: " + first.key + ": " + first.reason + ")");
+  }
+
   // One error for every failed sample left in `slot`, with the code of the
   // first that is not the sample's fault (else of the first).
   static Status FailureError(const BatchSlot& slot) {
     const auto failures = slot.Failures();
     const std::string where =
         "batch " + std::to_string(slot.batch()) + " of epoch " + std::to_string(slot.epoch());
-    if (failures.size() == 1) return failures.front().status.WithContext(where);
+    if (failures.size() == 1) return failures.front().Named().WithContext(where);
     const Status* lead = &failures.front().status;
     std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
     for (size_t i = 0; i < failures.size(); ++i) {
       const Status& st = failures[i].status;
       if (!IsSampleError(st) && IsSampleError(*lead)) lead = &st;
-      message += (i > 0 ? "; " : "") + st.ToString();
+      message += (i > 0 ? "; " : "") + failures[i].Named().ToString();
     }
     return Status(lead->code(), message);
   }
@@ -460,6 +529,16 @@ class Loader::Impl {
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
   int idle_workers_ GUARDED_BY(mu_) = 0;
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
+  // What the epoch being delivered has delivered and skipped so far.
+  struct EpochTally {
+    int64_t start_samples = 0;  // samples_delivered_ when it started
+    int64_t skipped = 0;
+    size_t first_skip = 0;  // its first record in skipped_, when skipped > 0
+    bool whole = true;      // delivered from its start by this loader
+  };
+  EpochTally tally_ GUARDED_BY(mu_);
+  const uint64_t fork_generation_ = ForkGeneration();
+  const pid_t made_in_pid_ = getpid();
 
   WorkerStatsBoard stats_board_;
   WorkerContext consumer_ctx_;              // consumer thread only
@@ -527,22 +606,51 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
 }
 
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->set_owner(this); }
-Loader::~Loader() = default;
-Result<std::optional<Batch>> Loader::Next() { return impl_->Next(); }
-bool Loader::WaitReady(std::chrono::nanoseconds timeout) { return impl_->WaitReady(timeout); }
-void Loader::SetEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }
+Loader::~Loader() {
+  // In a forked child the workers are the parent's: there is nothing to join,
+  // and stopping would wait on locks and condition variables they may hold.
+  if (!impl_->CheckProcess().ok()) static_cast<void>(impl_.release());
+}
+Status Loader::CheckProcess() const { return impl_->CheckProcess(); }
+Result<std::optional<Batch>> Loader::Next() {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  return impl_->Next();
+}
+bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
+  return !impl_->CheckProcess().ok() || impl_->WaitReady(timeout);
+}
+Status Loader::SetEpoch(int64_t epoch) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  impl_->SetEpoch(epoch);
+  return Status::Ok();
+}
 int64_t Loader::epoch() const { return impl_->epoch(); }
 int64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
 int64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
 const SampleSpec& Loader::spec() const { return impl_->spec(); }
-LoaderState Loader::State() const { return impl_->State(); }
-Status Loader::Restore(const LoaderState& state) { return impl_->Restore(state); }
-Status Loader::Resize(int workers) { return impl_->Resize(workers); }
+Result<LoaderState> Loader::State() const {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  return impl_->State();
+}
+Status Loader::Restore(const LoaderState& state) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  return impl_->Restore(state);
+}
+Status Loader::Resize(int workers) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  return impl_->Resize(workers);
+}
 int Loader::workers() const { return impl_->workers(); }
-void Loader::SetPrefetch(int batches, size_t bytes) { impl_->SetPrefetch(batches, bytes); }
+Status Loader::SetPrefetch(int batches, size_t bytes) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  impl_->SetPrefetch(batches, bytes);
+  return Status::Ok();
+}
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
 std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
-void Loader::Stop() { impl_->Stop(); }
+void Loader::Stop() {
+  if (impl_->CheckProcess().ok()) impl_->Stop();
+}
 std::optional<TunerView> Loader::tuner_view() const {
   const Controller* c = impl_->controller();
   return c != nullptr ? c->View() : std::nullopt;
@@ -556,19 +664,29 @@ std::vector<TunerDecision> Loader::tuner_trace() const {
 
 Batch::Batch() = default;
 Batch::Batch(std::unique_ptr<BatchSlot> slot, std::shared_ptr<BatchPool> pool)
-    : slot_(std::move(slot)), pool_(std::move(pool)) {}
+    : slot_(std::move(slot)), pool_(std::move(pool)), fork_generation_(ForkGeneration()) {}
 Batch::Batch(Batch&& other) noexcept = default;
 Batch& Batch::operator=(Batch&& other) noexcept {
   if (this != &other) {
     Release();
     slot_ = std::move(other.slot_);
     pool_ = std::move(other.pool_);
+    fork_generation_ = other.fork_generation_;
   }
   return *this;
 }
 Batch::~Batch() { Release(); }
 void Batch::Release() {
-  if (slot_ != nullptr) pool_->Release(std::move(slot_));
+  if (slot_ != nullptr) {
+    if (ForkGeneration() == fork_generation_) {
+      pool_->Release(std::move(slot_));
+    } else {
+      // A forked child: a parent thread may have held the pool's lock at the
+      // fork. (Dropping the reference below is only an atomic decrement while
+      // the loader lives; once it is gone, no thread can hold that lock.)
+      static_cast<void>(slot_.release());
+    }
+  }
   pool_.reset();
 }
 int64_t Batch::epoch() const { return slot_->epoch(); }

@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "testing/sanitizers.h"
+
 namespace stoker {
 namespace {
 
@@ -92,14 +94,6 @@ TEST(WorkerPoolTest, StopJoinsEverything) {
   h.WaitAlive(0);
   EXPECT_EQ(h.pool->running(), 0);
 }
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define STOKER_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define STOKER_SANITIZED 1
-#endif
-#endif
 
 // In a child process whose address space is capped so that only a few thread
 // stacks fit: asking for 1000 threads is an error naming the one refused, and

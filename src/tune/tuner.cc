@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -180,8 +181,10 @@ class Tuner final : public Controller {
       budgets_.max_workers = std::max(1, loader.workers());
     }
     if (d.prefetch_after != d.prefetch_before) {
-      loader.SetPrefetch(d.prefetch_after,
-                         static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
+      // Refused only in a forked child, where Next() never reaches the tuner.
+      [[maybe_unused]] Status st = loader.SetPrefetch(
+          d.prefetch_after, static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
+      assert(st.ok());
     }
     if (trace_writer_) trace_writer_->Append(DumpJson(TunerDecisionToJson(d)));
   }

@@ -9,8 +9,9 @@ At the end it prints what the tuner decided, and why.
 
     /usr/bin/python3 examples/train_resnet.py [--steps 10] [--data DIR]
 
-Under torchrun each rank reads its own share of every epoch (RANK and
-WORLD_SIZE are picked up), and the tuner divides the CPUs among the ranks.
+Under torchrun each rank reads its own share of every epoch (the loader is
+given RANK and WORLD_SIZE by stoker.shard_from_env()), and the tuner divides
+the CPUs among the ranks.
 """
 
 import argparse
@@ -42,6 +43,7 @@ def main():
         drop_last=True,
         transforms=stoker.transforms.train(a.size),
         workers=a.workers if a.workers == "auto" else int(a.workers),
+        **stoker.shard_from_env(),
     )
     print(f"data: {len(loader.source)} images, {len(loader.classes)} classes in {data}")
     print(f"loader: {len(loader)} batches of {a.batch_size} per epoch, "

@@ -25,7 +25,7 @@ except ImportError as e:  # pragma: no cover -- a set-up problem, said plainly
 from . import transforms
 from ._dataloader import DataLoader
 from ._dataset import default_dataset, default_dataset_path, make_dataset
-from ._loader import Loader, rank_facts
+from ._loader import Loader, rank_facts, shard_from_env
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
 from ._stoker import Cancelled, DataError, ResourceError
 
@@ -46,6 +46,7 @@ __all__ = [
     "make_dataset",
     "probe",
     "rank_facts",
+    "shard_from_env",
     "transforms",
 ]
 

@@ -46,14 +46,22 @@ def _make_transform(transforms, source):
                     f"got {type(transforms).__name__}")
 
 
+def shard_from_env():
+    """``{"rank": r, "world_size": w}`` from the launcher's variables (torchrun's
+    RANK and WORLD_SIZE; Open MPI's too), or rank 0 of 1 without a launcher.
+    A loader shards only when told, as torch's DataLoader does with a
+    DistributedSampler: ``stoker.Loader(source, **stoker.shard_from_env())``."""
+    facts = rank_facts()
+    return {"rank": facts["rank"] if facts["rank"] is not None else 0,
+            "world_size": facts["world_size"] if facts["world_size"] is not None else 1}
+
+
 def _resolve_ranks(rank, world_size):
     if rank is None and world_size is None:
-        facts = rank_facts()
-        rank = facts["rank"] if facts["rank"] is not None else 0
-        world_size = facts["world_size"] if facts["world_size"] is not None else 1
-    elif rank is None or world_size is None:
-        raise ValueError("give both rank and world_size, or neither (then they come from "
-                         "torchrun's RANK and WORLD_SIZE)")
+        return 0, 1  # every sample: sharding is explicit, as with torch's DistributedSampler
+    if rank is None or world_size is None:
+        raise ValueError("give both rank and world_size, or neither (then the loader reads "
+                         "every sample; stoker.shard_from_env() gives torchrun's)")
     rank = _args.integer("rank", rank, *_args.INT32)
     world_size = _args.integer("world_size", world_size, *_args.INT32)
     if world_size < 1 or not 0 <= rank < world_size:
@@ -95,9 +103,11 @@ class Loader:
     on_error: "raise" (a sample that cannot be read or decoded raises at its
         batch, naming the sample and file; iteration may continue after it)
         or "skip" (it is left out; see skipped()).
-    rank, world_size: this process's share of each epoch. Default: torchrun's
-        RANK and WORLD_SIZE (1 process without them). Every rank gets the same
-        number of batches; shards are padded by repeating samples.
+    rank, world_size: this process's share of each epoch. Default: every
+        sample (as torch's DataLoader without a DistributedSampler); pass
+        **stoker.shard_from_env() for torchrun's RANK and WORLD_SIZE. Every
+        rank gets the same number of batches; shards are padded by repeating
+        samples.
     output: "auto" (torch tensors when torch imports, numpy arrays otherwise),
         "torch" or "numpy". Images are zero-copy views of the batch buffer,
         which stays valid while any array or tensor of it is alive (even after

@@ -1,4 +1,5 @@
-"""Ranks under torchrun's variables split each epoch exactly."""
+"""Ranks under torchrun's variables split each epoch exactly when asked to
+(shard_from_env); without it every loader reads every sample."""
 
 import json
 import os
@@ -12,7 +13,8 @@ import stoker
 _CHILD = """
 import json, stoker
 source = stoker.Synthetic(size={size}, shape=(4,), num_classes=1 << 40)  # label == index
-loader = stoker.Loader(source, batch_size=8, seed=5, output="numpy", workers=2)
+loader = stoker.Loader(source, batch_size=8, seed=5, output="numpy", workers=2,
+                       **stoker.shard_from_env())
 loader.set_epoch(3)
 print(json.dumps({{"rank": loader.rank, "world": loader.world_size, "len": len(loader),
                    "indices": [int(i) for _, y in loader for i in y]}}))
@@ -45,13 +47,22 @@ def test_uneven_split_pads_so_every_rank_has_the_same_count(monkeypatch):
     lengths = []
     for rank in range(3):
         monkeypatch.setenv("RANK", str(rank))
-        loader = stoker.Loader(source, batch_size=8, output="numpy")
+        loader = stoker.Loader(source, batch_size=8, output="numpy", **stoker.shard_from_env())
         assert (loader.rank, loader.world_size) == (rank, 3)
         indices = [int(i) for _, y in loader for i in y]
         lengths.append(len(indices))
         seen.extend(indices)
     assert lengths == [34, 34, 34]
     assert set(seen) == set(range(100)) and len(seen) == 102
+
+
+def test_the_environment_alone_shards_nothing(monkeypatch):
+    # A rank-0-only validation loader must read the whole set (as torch's would).
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = stoker.Loader(stoker.Synthetic(size=10, shape=(4,)), batch_size=2)
+    assert (loader.rank, loader.world_size) == (0, 1)
+    assert len(loader) == 5
 
 
 def test_explicit_ranks_override_the_environment(monkeypatch):

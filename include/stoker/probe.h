@@ -132,6 +132,12 @@ struct CpuTimes {
 /// nullopt when the files cannot be read or parsed.
 std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& options = {});
 
+/// CPU time, in seconds, of this process's descendants alive now (children,
+/// their children...: worker processes), read from <proc_root> as it runs --
+/// unlike getrusage's, which counts children only once collected. 0 where
+/// /proc does not list children.
+double DescendantsCpuSeconds(const ProbeOptions& options = {});
+
 /// The facts as JSON with stable keys, null for unknown:
 /// {"cpu": {"logical", "physical_cores", "affinity", "quota_cores",
 /// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "hw/fact_readers.h"
@@ -97,6 +98,46 @@ MachineFacts::Cpu ReadCpuFacts(const ProbeOptions& options, const CgroupMembersh
 }  // namespace stoker::hw
 
 namespace stoker {
+
+double DescendantsCpuSeconds(const ProbeOptions& o) {
+  static const double kTick = 1.0 / static_cast<double>(std::max<long>(1, ::sysconf(_SC_CLK_TCK)));
+  auto children_of = [&](const std::string& pid) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& task :
+         std::filesystem::directory_iterator(hw::JoinPath(o.proc_root, pid + "/task"), ec)) {
+      const auto list = hw::ReadSmallFile((task.path() / "children").string());
+      if (!list) continue;
+      for (std::string_view rest = *list; !(rest = hw::Trim(rest)).empty();) {
+        const size_t end = std::min(rest.find(' '), rest.size());
+        out.emplace_back(rest.substr(0, end));
+        rest = rest.substr(end);
+      }
+    }
+    return out;
+  };
+  double total = 0;
+  std::vector<std::string> pending = children_of("self");
+  for (size_t i = 0; i < pending.size() && i < 100'000; ++i) {
+    // "pid (comm) state ppid ... utime stime": fields 14 and 15, counted
+    // after the comm's closing parenthesis (a comm may hold spaces).
+    const auto stat = hw::ReadSmallFile(hw::JoinPath(o.proc_root, pending[i] + "/stat"));
+    const size_t close = stat ? stat->rfind(')') : std::string::npos;
+    if (close != std::string::npos) {
+      std::string_view rest = std::string_view(*stat).substr(close + 1);
+      uint64_t ticks = 0;
+      for (int field = 3; field <= 15; ++field) {
+        rest = hw::Trim(rest);
+        const size_t end = std::min(rest.find(' '), rest.size());
+        if (field >= 14) ticks += hw::ParseUint(rest.substr(0, end)).value_or(0);
+        rest = rest.substr(end);
+      }
+      total += static_cast<double>(ticks) * kTick;
+    }
+    for (std::string& child : children_of(pending[i])) pending.push_back(std::move(child));
+  }
+  return total;
+}
 
 std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& o) {
   std::optional<std::string> status = hw::ReadSmallFile(hw::JoinPath(o.proc_root, "self/status"));

@@ -4,6 +4,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -412,6 +414,34 @@ TEST(ProbeTest, FormatBytesUsesBinaryUnits) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(64 * kMiB), "64.0 MiB");
   EXPECT_EQ(FormatBytes(3 * kGiB / 2), "1.5 GiB");
+}
+
+TEST(DescendantsCpuTest, CountsALiveChildsCpuAsItRuns) {
+  if (!std::filesystem::exists("/proc/self/task/" + std::to_string(getpid()) + "/children")) {
+    GTEST_SKIP() << "this kernel's /proc lists no children";
+  }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // burns 80 ms of CPU, says so, and waits to be killed
+    timespec t{};
+    do {
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    } while (t.tv_sec == 0 && t.tv_nsec < 80'000'000);
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  const double cpu = DescendantsCpuSeconds();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_GE(cpu, 0.05);                     // clock ticks round down; 80 ms were spent
+  EXPECT_EQ(DescendantsCpuSeconds(), 0.0);  // collected: no longer a descendant
 }
 
 }  // namespace

@@ -105,7 +105,8 @@ class Tuner final : public Controller {
   struct Snapshot {
     LoaderMetrics metrics;
     double t_s = 0;       // seconds since the tuner started
-    double proc_cpu = 0;  // the process's CPU time and its worker processes', seconds
+    double proc_cpu = 0;  // this process's CPU time, seconds
+    double tree_cpu = 0;  // its descendants' (worker processes), seconds
     std::optional<CpuTimes> machine;
   };
 
@@ -113,9 +114,11 @@ class Tuner final : public Controller {
     Snapshot s;
     s.metrics = loader.Metrics();
     s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    s.proc_cpu = ProcessCpuSeconds();
     // Worker processes' CPU is ours, not other processes': without it the
-    // tuner would see its own workers as rivals and outbid them.
-    s.proc_cpu = ProcessCpuSeconds() + static_cast<double>(s.metrics.cpu_elsewhere_ns) * 1e-9;
+    // tuner would see its own workers as rivals and outbid them. Read live:
+    // what they report comes only with each finished batch.
+    if (s.metrics.cpu_elsewhere_ns > 0) s.tree_cpu = DescendantsCpuSeconds();
     s.machine = ReadCpuTimes();
     return s;
   }
@@ -141,8 +144,9 @@ class Tuner final : public Controller {
     if (now.machine && last.machine && now.machine->cpus == last.machine->cpus) {
       // Our CPUs' busy time less this process's is other processes' (the
       // hypervisor's steal is neither: ReadCpuTimes keeps it apart).
-      o.others_s = std::max(
-          0.0, now.machine->busy_s - last.machine->busy_s - (now.proc_cpu - last.proc_cpu));
+      o.others_s = std::max(0.0, now.machine->busy_s - last.machine->busy_s -
+                                     (now.proc_cpu - last.proc_cpu) -
+                                     std::max(0.0, now.tree_cpu - last.tree_cpu));
       o.idle_s = std::max(0.0, now.machine->idle_s - last.machine->idle_s);
     }
     return o;
@@ -153,8 +157,13 @@ class Tuner final : public Controller {
   void RefreshBudgets(const Snapshot& last, const Snapshot& now, const Observation& o) {
     // The trainer's CPU: the process's CPU time less the workers'. When it is
     // busy (a CPU-side training step), its share comes off the workers' budget.
+    // (Worker processes' CPU, counted in o.cpu_s, is not in this process's.)
+    const double elsewhere_s =
+        static_cast<double>(now.metrics.cpu_elsewhere_ns - last.metrics.cpu_elsewhere_ns) * 1e-9;
     const double trainer_cores =
-        o.window_s > 0 ? std::max(0.0, (now.proc_cpu - last.proc_cpu - o.cpu_s) / o.window_s) : 0;
+        o.window_s > 0
+            ? std::max(0.0, (now.proc_cpu - last.proc_cpu - (o.cpu_s - elsewhere_s)) / o.window_s)
+            : 0;
     trainer_cores_ = 0.8 * trainer_cores_ + 0.2 * trainer_cores;
     const LoaderMetrics& m = now.metrics;
     if (m.workers_running > 0 && m.worker_bytes > 0) {

@@ -17,6 +17,11 @@ struct TunerOptions {
   /// Most workers it may use, at most kMaxWorkers; 0 = from the machine (CPU
   /// budget, or many times more for I/O-bound work), up to kMaxWorkers.
   int max_workers = 0;
+  /// The count it starts from, at most kMaxWorkers; 0 = the advisor's (the
+  /// CPU budget less a core for the trainer). stoker.DataLoader passes the
+  /// CPU budget: its workers are processes, slower to add than threads, and
+  /// a Python batch takes long enough that the first model jump comes late.
+  int initial_workers = 0;
   /// How often it looks at the metrics, in seconds (finite, > 0).
   double interval_s = 0.2;
   /// Where to append the decision trace as JSON lines; empty = keep in memory only.

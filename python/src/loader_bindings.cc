@@ -209,7 +209,8 @@ void BindLoader(py::module_& m) {
                        int world_size, int workers, std::optional<int> prefetch_batches,
                        std::optional<size_t> prefetch_bytes, const std::string& on_error,
                        bool ordered, int64_t start_epoch, size_t memory_budget_bytes,
-                       int max_workers, double interval_s, const std::string& trace_path) {
+                       int max_workers, double interval_s, const std::string& trace_path,
+                       int initial_workers) {
              LoaderOptions o;
              o.source = source.source;
              o.transform = transform.transform;
@@ -229,6 +230,7 @@ void BindLoader(py::module_& m) {
              o.tuner.max_workers = max_workers;
              o.tuner.interval_s = interval_s;
              o.tuner.trace_path = trace_path;
+             o.tuner.initial_workers = initial_workers;
              return std::make_unique<PyLoader>(std::move(o));
            }),
            py::arg("source"), py::arg("transform"), py::arg("batch_size"), py::arg("shuffle"),
@@ -236,7 +238,7 @@ void BindLoader(py::module_& m) {
            py::arg("workers"), py::arg("prefetch_batches"), py::arg("prefetch_bytes"),
            py::arg("on_error"), py::arg("ordered"), py::arg("start_epoch"),
            py::arg("memory_budget_bytes"), py::arg("max_workers"), py::arg("interval_s"),
-           py::arg("trace_path"))
+           py::arg("trace_path"), py::arg("initial_workers") = 0)
       .def("next", &PyLoader::Next,
            "The next (images, labels) as numpy arrays, or None at the end of the epoch. "
            "Waits with the GIL released; Ctrl-C interrupts the wait.")

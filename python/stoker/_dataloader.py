@@ -138,10 +138,20 @@ class DataLoader:
                                                   0, 2**63 - 1),
                 max_workers=_args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS),
                 interval_s=_args.real("tune_interval", tune_interval, above=0),
-                trace_path="" if trace_path is None else os.fsdecode(trace_path))
+                trace_path="" if trace_path is None else os.fsdecode(trace_path),
+                initial_workers=self._initial_workers(workers, max_workers))
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _initial_workers(workers, max_workers):
+        """With "auto": the CPU budget, where a user would start (the tuner
+        then finds the fewest that keep up); processes are slow to add."""
+        if workers != _stoker.AUTO_WORKERS:
+            return 0
+        budget = _stoker.probe(None, False)["cpu"]["budget_cores"] or 1
+        return max(1, min(int(budget), max_workers or _stoker.MAX_WORKERS))
 
     # -- the plan -----------------------------------------------------------
 

@@ -29,6 +29,11 @@ Status ValidateTunerOptions(const LoaderOptions& o) {
         "tuner option 'interval_s' must be a finite number of seconds > 0, got " +
         FormatNumber(t.interval_s));
   }
+  if (t.initial_workers < 0 || t.initial_workers > kMaxWorkers) {
+    return InvalidArgument("tuner option 'initial_workers' must be in [0, " +
+                           std::to_string(kMaxWorkers) + "] (0 = the advisor's), got " +
+                           std::to_string(t.initial_workers));
+  }
   if (t.max_workers < 0 || t.max_workers > kMaxWorkers) {
     return InvalidArgument("tuner option 'max_workers' must be in [0, " +
                            std::to_string(kMaxWorkers) + "] (0 = from the machine), got " +
@@ -66,6 +71,11 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
   Advice advice = Advise(facts, in);
   if (options.tuner.memory_budget_bytes > 0) {
     advice.memory_budget_bytes = options.tuner.memory_budget_bytes;
+  }
+  if (options.tuner.initial_workers > 0) {
+    advice.workers = options.tuner.max_workers > 0
+                         ? std::min(options.tuner.initial_workers, options.tuner.max_workers)
+                         : options.tuner.initial_workers;
   }
   options.workers = advice.workers;
   options.prefetch_batches = advice.prefetch_batches;

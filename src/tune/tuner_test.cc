@@ -121,6 +121,8 @@ TEST(TunerTest, MakeRejectsBadTunerOptions) {
        [](TunerOptions& t) { t.interval_s = std::numeric_limits<double>::infinity(); }},
       {"max_workers", [](TunerOptions& t) { t.max_workers = -1; }},
       {"max_workers", [](TunerOptions& t) { t.max_workers = kMaxWorkers + 1; }},
+      {"initial_workers", [](TunerOptions& t) { t.initial_workers = -1; }},
+      {"initial_workers", [](TunerOptions& t) { t.initial_workers = kMaxWorkers + 1; }},
       // Below one batch buffer (10 samples x 8 bytes).
       {"memory_budget_bytes", [](TunerOptions& t) { t.memory_budget_bytes = 79; }},
   };
@@ -143,6 +145,19 @@ TEST(TunerTest, MakeRejectsBadTunerOptions) {
   o.tuner.memory_budget_bytes = 80;
   auto loader = Loader::Make(o);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+}
+
+TEST(TunerTest, StartsFromInitialWorkersWhenGiven) {
+  auto o = testing::SyntheticLoaderOptions(100, 10, 8);
+  o.workers = kAutoWorkers;
+  o.tuner.initial_workers = 3;
+  auto loader = Loader::Make(o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ((*loader)->workers(), 3);
+  o.tuner.max_workers = 2;  // never above the cap
+  loader = Loader::Make(o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ((*loader)->workers(), 2);
 }
 
 TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {

@@ -182,26 +182,71 @@ def _set_worker_info(job, worker_id, num_workers):
 
 
 class _Segment:
-    """A worker's mapping of one segment, remapped when its size changes."""
+    """A worker's mapping of one segment, remapped when its size changes. A
+    grown segment keeps its old mappings until the task ends: tensors made
+    during the task may still view them (the same file, so the same bytes)."""
 
     def __init__(self, fd):
         self.fd = fd
         self.map = None
         self.size = 0
+        self.retired = []
 
     def ensure(self, size):
         if self.map is not None and self.size == size:
             return
         if self.map is not None:
-            self.map.close()
-        self.map = mmap.mmap(self.fd, size)
+            self.retired.append(self.map)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # no fault per page later
+        self.map = mmap.mmap(self.fd, size, flags=flags)
         self.size = size
 
     def grow(self, needed):
-        size = (needed + _GROW - 1) // _GROW * _GROW
+        size = max(needed + needed // 4, _GROW)
+        size = (size + _GROW - 1) // _GROW * _GROW
         os.ftruncate(self.fd, size)
         os.posix_fallocate(self.fd, 0, size)  # an error now, never SIGBUS later
         self.ensure(size)
+
+    def end_task(self):
+        for old in self.retired:
+            try:
+                old.close()
+            except BufferError:  # a tensor still views it: it goes with the tensor
+                pass
+        self.retired = []
+
+
+class _Writer:
+    """Places a task's arrays in its segment, one after the other from the
+    data offset; remembers the tensors made in place (no copy needed)."""
+
+    def __init__(self, seg, start):
+        self.seg = seg
+        self.cursor = start
+        self.placed = {}  # id(tensor) -> (tensor, offset)
+
+    def reserve(self, nbytes):
+        off = (self.cursor + _ALIGN - 1) // _ALIGN * _ALIGN
+        if off + nbytes > self.seg.size:
+            self.seg.grow(off + nbytes)
+        self.cursor = off + nbytes
+        return off
+
+    def empty(self, dtype, shape):
+        """A tensor of `shape` living in the segment."""
+        import torch
+        count = 1
+        for d in shape:
+            count *= d
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        off = self.reserve(nbytes)
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype)
+        t = torch.frombuffer(self.seg.map, dtype=torch.uint8, count=nbytes,
+                             offset=off).view(dtype).view(shape)
+        self.placed[id(t)] = (t, off)
+        return t
 
 
 def _worker_main(sock, job, worker_id, num_workers):
@@ -283,21 +328,38 @@ def _run_task(job, seg, epoch, batch):
     _WORD.pack_into(m, 8, -1)
     collate_error = None
     payload = None
+    writer = _Writer(seg, data_off)
     if samples:
         try:
-            payload = _collate(job, samples)
+            payload = _collate(job, samples, writer)
         except Exception as e:  # noqa: BLE001
             collate_error = (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
-    return _write(seg, data_off, payload, (kept, failures, collate_error, epoch, batch))
+    try:
+        return _write(writer, payload, (kept, failures, collate_error, epoch, batch))
+    finally:
+        del payload, samples
+        writer.placed.clear()
+        seg.end_task()
 
 
-def _collate(job, samples):
+def _collate(job, samples, writer):
     if job.unbatched:
         return job.collate_fn(samples[0])
     if job.collate_fn is not job.default_collate:
         return job.collate_fn(samples)
     # torch's default_collate puts its output in torch's own shared memory when
-    # it sees a worker; ours goes into the segment, so it must not.
+    # it sees a worker; ours goes straight into the segment instead.
+    from torch.utils.data._utils import collate as torch_collate
+    if hasattr(torch_collate, "default_collate_fn_map"):
+        import torch
+
+        def stack(batch, *, collate_fn_map=None):
+            elem = batch[0]
+            out = writer.empty(elem.dtype, (len(batch), *elem.shape))
+            return torch.stack(batch, 0, out=out)
+
+        fn_map = {**torch_collate.default_collate_fn_map, torch.Tensor: stack}
+        return torch_collate.collate(samples, collate_fn_map=fn_map)
     from torch.utils.data._utils import worker as torch_worker
     info, torch_worker._worker_info = torch_worker._worker_info, None
     try:
@@ -332,24 +394,27 @@ def _nbytes(a):
     return a.numel() * a.element_size() if hasattr(a, "numel") else a.nbytes
 
 
-def _write(seg, data_off, payload, info):
+def _write(writer, payload, info):
     arrays = []
     body = io.BytesIO()
     _Pickler(body, arrays).dump(payload)
-    table, at = [], data_off
+    table, copies = [], []
     for a in arrays:
-        at = (at + _ALIGN - 1) // _ALIGN * _ALIGN
         if hasattr(a, "numel"):
-            table.append(("t", str(a.dtype).removeprefix("torch."), tuple(a.shape), at))
+            entry = ["t", str(a.dtype).removeprefix("torch."), tuple(a.shape), None]
+            placed = writer.placed.get(id(a))
+            if placed is not None and placed[0] is a:
+                entry[3] = placed[1]  # already in the segment
         else:
-            table.append(("a", a.dtype.str, a.shape, at))
-        at += _nbytes(a)
+            entry = ["a", a.dtype.str, a.shape, None]
+        if entry[3] is None:
+            entry[3] = writer.reserve(_nbytes(a))
+            copies.append((a, entry[3]))
+        table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue(), info), protocol=pickle.HIGHEST_PROTOCOL)
-    meta_off = (at + _ALIGN - 1) // _ALIGN * _ALIGN
-    if meta_off + len(meta) > seg.size:
-        seg.grow(meta_off + len(meta))
-    m = seg.map
-    for a, (_, _, _, off) in zip(arrays, table):
+    meta_off = writer.reserve(len(meta))
+    m = writer.seg.map
+    for a, off in copies:
         n = _nbytes(a)
         if n == 0:
             continue

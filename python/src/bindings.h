@@ -55,5 +55,6 @@ void BindLoader(pybind11::module_& m);
 void BindMachine(pybind11::module_& m);
 void BindDataset(pybind11::module_& m);
 void BindProcessWorkers(pybind11::module_& m);
+void BindThreadWorkers(pybind11::module_& m);
 
 }  // namespace stoker::python

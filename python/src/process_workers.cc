@@ -106,17 +106,6 @@ std::string SignalName(int sig) {
   return std::to_string(sig) + (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
 }
 
-// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams
-// apart from every sample's: a non-negative int64, so that every generator
-// (Python's, numpy's, torch's) takes it. A batch always runs whole, in order,
-// in one process, so one seed per batch gives the same data whichever worker
-// runs it -- at a per-sample cost a trivial sample would notice (tens of us).
-int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
-  constexpr uint64_t kBatchStreams = uint64_t{1} << 62;
-  SampleRng rng(seed, static_cast<uint64_t>(epoch), kBatchStreams + static_cast<uint64_t>(batch));
-  return static_cast<int64_t>(rng.NextU64() >> 1);
-}
-
 // A lock-free table (fd + 1; 0 = empty), so that a child forked while another
 // thread registers still reads a consistent copy.
 constexpr int kMaxRegistered = 4096;
@@ -251,6 +240,17 @@ void ProcessScratch::Stop() {
 
 }  // namespace
 
+// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams
+// apart from every sample's: a non-negative int64, so that every generator
+// (Python's, numpy's, torch's) takes it. A batch always runs whole, in order,
+// in one process, so one seed per batch gives the same data whichever worker
+// runs it -- at a per-sample cost a trivial sample would notice (tens of us).
+int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
+  constexpr uint64_t kBatchStreams = uint64_t{1} << 62;
+  SampleRng rng(seed, static_cast<uint64_t>(epoch), kBatchStreams + static_cast<uint64_t>(batch));
+  return static_cast<int64_t>(rng.NextU64() >> 1);
+}
+
 Mapping::~Mapping() {
   if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
 }
@@ -279,9 +279,9 @@ void CloseRegisteredFds(int keep) {
 // ProcessWorkers
 
 ProcessWorkers::ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed,
-                               int64_t batches_per_epoch)
+                               std::shared_ptr<EpochBatches> batches)
     : seed_(seed),
-      batches_per_epoch_(batches_per_epoch),
+      batches_(std::move(batches)),
       zygote_pid_(zygote_pid),
       owner_pid_(getpid()),
       zygote_(zygote_fd) {
@@ -299,32 +299,6 @@ ProcessWorkers::~ProcessWorkers() {
   Close();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& s : segments_) UnregisterFd(s->fd.get());
-}
-
-Status ProcessWorkers::SetBatches(int64_t epoch, std::vector<int64_t> flat,
-                                  std::vector<int64_t> offsets) {
-  if (static_cast<int64_t>(offsets.size()) != batches_per_epoch_ + 1) {
-    return InvalidArgument("epoch " + std::to_string(epoch) + " has " +
-                           std::to_string(static_cast<int64_t>(offsets.size()) - 1) +
-                           " batches; the loader was made for " +
-                           std::to_string(batches_per_epoch_) + " (len(batch_sampler) changed)");
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    batches_[epoch] = {std::move(flat), std::move(offsets)};
-    while (batches_.size() > 3) batches_.erase(batches_.begin());  // the oldest epochs
-  }
-  batches_cv_.notify_all();
-  return Status::Ok();
-}
-
-Result<std::vector<int64_t>> ProcessWorkers::Indices(int64_t epoch, int64_t batch) {
-  std::unique_lock<std::mutex> lock(mu_);
-  batches_cv_.wait(lock, [&] { return shutdown_ || batches_.count(epoch) > 0; });
-  if (shutdown_) return Cancelled("the loader was closed");
-  const auto& [flat, offsets] = batches_[epoch];
-  const auto b = static_cast<size_t>(batch);
-  return std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]);
 }
 
 Result<WorkerProcess> ProcessWorkers::Spawn() {
@@ -492,7 +466,7 @@ void ProcessWorkers::Shutdown() {
     shutdown_ = true;
     pids = live_pids_;
   }
-  batches_cv_.notify_all();
+  batches_->Shutdown();
   // Tasks in flight fail at once (end of file on their sockets); the zygote,
   // whose children they are, collects them.
   for (int pid : pids) kill(pid, SIGKILL);
@@ -542,7 +516,7 @@ Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::sp
                                TransformScratch* scratch) const {
   if (scratch == nullptr) return Internal("process workers need a worker thread's scratch");
   const int64_t epoch = record.epoch, batch = record.label;
-  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->Indices(epoch, batch));
+  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, batch));
   const size_t header = RoundUp((kHeaderWords + indices.size()) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   int64_t descriptor[kDescriptorWords];
@@ -561,14 +535,6 @@ void ProcessTransform::Recycle(std::span<std::byte> out) const {
   std::memcpy(d, out.data(), sizeof d);
   if (d[0] == kSegmentMagic) workers_->Release(static_cast<int>(d[1]), static_cast<uint64_t>(d[2]));
 }
-
-Status BatchNumberSource::Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const {
-  record->bytes = {};
-  record->label = index;
-  return Status::Ok();
-}
-
-std::string BatchNumberSource::Key(int64_t index) const { return "batch " + std::to_string(index); }
 
 // Bindings
 
@@ -612,25 +578,29 @@ void BindProcessWorkers(py::module_& m) {
   m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,
         "In a forked child: closes the segments and sockets of every stoker loader.");
 
-  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
-      .def(py::init<int, int, uint64_t, int64_t>(), py::arg("zygote_fd"), py::arg("zygote_pid"),
-           py::arg("seed"), py::arg("batches_per_epoch"))
+  py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
+      .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
       .def("source",
-           [](const ProcessWorkers& w) {
-             return SourceHandle{std::make_shared<BatchNumberSource>(w.batches_per_epoch()),
+           [](const EpochBatches& b) {
+             return SourceHandle{std::make_shared<BatchNumberSource>(b.batches_per_epoch()),
                                  "batches", std::nullopt};
            })
+      .def(
+          "set",
+          [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
+             std::vector<int64_t> offsets) {
+            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
+          },
+          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
+      .def("shutdown", &EpochBatches::Shutdown);
+
+  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
+      .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
+           py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
       .def("transform",
            [](const std::shared_ptr<ProcessWorkers>& w) {
              return TransformHandle{std::make_shared<ProcessTransform>(w), "python dataset"};
            })
-      .def(
-          "set_batches",
-          [](ProcessWorkers& w, int64_t epoch, std::vector<int64_t> flat,
-             std::vector<int64_t> offsets) {
-            ThrowIfError(w.SetBatches(epoch, std::move(flat), std::move(offsets)));
-          },
-          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
       .def("view", &ViewOf, py::arg("descriptor"))
       .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/unique_fd.h"
+#include "epoch_batches.h"
 #include "stoker/source.h"
 #include "stoker/status.h"
 #include "stoker/transform.h"
@@ -86,18 +87,12 @@ struct WorkerProcess {
 class ProcessWorkers {
  public:
   /// Takes ownership of `zygote_fd` (the parent's end of the zygote's socket).
-  ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed, int64_t batches_per_epoch);
+  ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed,
+                 std::shared_ptr<EpochBatches> batches);
   ~ProcessWorkers();
 
   uint64_t seed() const { return seed_; }
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
-
-  /// Sets the batches of `epoch` (flat indices and their offsets, one more
-  /// than batches); wakes workers waiting for them.
-  Status SetBatches(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets);
-  /// The indices of batch `batch` of `epoch`; waits until the epoch's batches
-  /// are set. kCancelled after Shutdown.
-  Result<std::vector<int64_t>> Indices(int64_t epoch, int64_t batch);
+  EpochBatches& batches() { return *batches_; }
 
   /// Forks a worker through the zygote and waits for its greeting (after
   /// worker_init_fn). Errors name the cause (the zygote died, init raised).
@@ -140,7 +135,7 @@ class ProcessWorkers {
   bool ForeignProcess() const;
 
   const uint64_t seed_;
-  const int64_t batches_per_epoch_;
+  const std::shared_ptr<EpochBatches> batches_;
   const int zygote_pid_;
   const int owner_pid_;
 
@@ -148,9 +143,7 @@ class ProcessWorkers {
   UniqueFd zygote_;
 
   mutable std::mutex mu_;
-  std::condition_variable batches_cv_;
   bool shutdown_ = false;
-  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> batches_;
   std::vector<std::unique_ptr<Segment>> segments_;
   std::vector<int> live_pids_;
   std::vector<bool> ids_in_use_;
@@ -171,17 +164,9 @@ class ProcessTransform : public Transform {
   std::shared_ptr<ProcessWorkers> workers_;
 };
 
-/// Batch numbers 0..n-1 as records (label = the number, no bytes).
-class BatchNumberSource : public Source {
- public:
-  explicit BatchNumberSource(int64_t batches) : batches_(batches) {}
-  int64_t size() const override { return batches_; }
-  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
-  std::string Key(int64_t index) const override;
-
- private:
-  int64_t batches_;
-};
+/// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), the same
+/// for every worker kind and for num_workers=0.
+int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch);
 
 /// Descriptors stoker holds (segments, sockets), for a forked child to close:
 /// a zygote must not keep another loader's segments or sockets open.

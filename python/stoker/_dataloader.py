@@ -1,6 +1,7 @@
 """stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
+import functools
 import json
 import os
 
@@ -37,12 +38,15 @@ class DataLoader:
     ``on_error="skip"`` leaves it out and records it in ``skipped()``.
     IterableDataset is refused: its stream cannot be split among a changing
     number of workers without repeating or losing samples.
+    ``worker_kind="threads"`` runs batches on threads of this process instead,
+    for datasets whose work releases the GIL (docs/dataloader.md).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers="auto", collate_fn=None, pin_memory=False, drop_last=False,
                  timeout=0, worker_init_fn=None, prefetch_factor=None, persistent_workers=True,
-                 generator=None, in_order=True, *, on_error="raise", max_workers=0,
+                 generator=None, in_order=True, *, worker_kind="processes", on_error="raise",
+                 max_workers=0,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
         torch = _torch()
         from torch.utils.data import IterableDataset
@@ -107,6 +111,13 @@ class DataLoader:
             prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
+        if worker_kind not in ("processes", "threads"):
+            raise ValueError("worker_kind must be 'processes' or 'threads', got "
+                             f"{worker_kind!r} ('auto', measuring both, is not built yet)")
+        if worker_kind == "threads" and worker_init_fn is not None:
+            raise ValueError("worker_init_fn needs worker processes; thread workers share this "
+                             "process (worker_kind='threads')")
+        self.worker_kind = worker_kind
 
         self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
         self._len = self._count_batches()
@@ -116,21 +127,26 @@ class DataLoader:
         self._epochs_set = set()  # epochs whose batches the workers have
         self._skipped = []
         self._inline_position = 0
+        self._job = _workers._Job(dataset, collate_fn, default_collate, worker_init_fn,
+                                  self._seed, self._unbatched)
         if workers == 0:
             return
         if self._len == 0:
             raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
                              "leaves nothing")
-        job = _workers._Job(dataset, collate_fn, default_collate, worker_init_fn,
-                            self._seed, self._unbatched)
-        fd, self._zygote_pid = _workers.start_zygote(job)
-        self._workers = _stoker.ProcessWorkers(fd, self._zygote_pid, self._seed & (2**64 - 1),
-                                               self._len)
+        self._table = _stoker.EpochBatches(self._len)
+        seed = self._seed & (2**64 - 1)
+        if worker_kind == "processes":
+            fd, self._zygote_pid = _workers.start_zygote(self._job)
+            self._workers = _stoker.ProcessWorkers(fd, self._zygote_pid, seed, self._table)
+        else:
+            self._workers = _stoker.ThreadWorkers(
+                functools.partial(_workers.run_batch, self._job), seed, self._table)
         prefetch = None if prefetch_factor is None or workers == _stoker.AUTO_WORKERS \
             else prefetch_factor * workers
         try:
             self._engine = _stoker.Loader(
-                source=self._workers.source(), transform=self._workers.transform(),
+                source=self._table.source(), transform=self._workers.transform(),
                 batch_size=1, shuffle=False, seed=0, drop_last=False, rank=0, world_size=1,
                 workers=workers, prefetch_batches=prefetch, prefetch_bytes=None,
                 on_error="raise", ordered=self.in_order, start_epoch=0,
@@ -200,7 +216,7 @@ class DataLoader:
         for b in batches:
             flat.extend(int(i) for i in b)
             offsets.append(len(flat))
-        self._workers.set_batches(epoch, flat, offsets)
+        self._table.set(epoch, flat, offsets)
         self._epochs_set = {e for e in self._epochs_set if e >= epoch - 1} | {epoch}
 
     # -- iteration ----------------------------------------------------------
@@ -307,13 +323,14 @@ class DataLoader:
             return {"workers": 0, "worker_kind": "none (num_workers=0)"}
         m = self._engine.metrics()
         view = self._engine.tuner_view()
-        total, busy = self._workers.segment_bytes()
+        processes = self.worker_kind == "processes"
+        total, busy = self._workers.segment_bytes() if processes else (0, 0)
         elapsed = max(m["consumer_wait_ns"] + m["consumer_step_ns"], 1) / 1e9
         per_batch = self.batch_size or 1
         return {
             "workers": self._engine.workers,
-            "worker_kind": "processes",
-            "worker_pids": self._workers.pids(),
+            "worker_kind": self.worker_kind,
+            "worker_pids": self._workers.pids() if processes else [],
             "worker_pss_bytes": m["worker_bytes"],
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
@@ -342,11 +359,13 @@ class DataLoader:
         self._closed = True
         if os.getpid() != self._pid:
             return  # a forked child: everything here is the parent's
-        if self._workers is not None:
+        processes = self.worker_kind == "processes" and self._workers is not None
+        if processes:
             self._workers.shutdown()
         if self._engine is not None:
+            self._table.shutdown()
             self._engine.close()
-        if self._workers is not None:
+        if processes:
             self._workers.close()
         if self._zygote_pid is not None:
             try:
@@ -425,8 +444,20 @@ class _BatchIterator:
         return payload
 
 
+def _outcome(epoch, batch, payload, info, notes):
+    """(payload, batch, failures) from what a worker made; raises when collating failed."""
+    failures = list(notes)
+    if info is not None:
+        _, worker_failures, collate_error, _, _ = info
+        failures += worker_failures
+        if collate_error is not None:
+            raise DataError(f"batch {batch} of epoch {epoch}: collate_fn raised "
+                            f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
+    return payload, batch, sorted(failures)
+
+
 class _Iterator(_BatchIterator):
-    """An epoch from the engine's worker processes."""
+    """An epoch from the engine's workers (processes or threads)."""
 
     def _produce(self):
         loader = self.loader
@@ -437,18 +468,14 @@ class _Iterator(_BatchIterator):
         if got is None:
             return None
         descriptor = got[0][0]
-        view, notes = loader._workers.view(descriptor)
         self.position += 1
+        if loader.worker_kind == "threads":
+            payload, info = loader._workers.take(descriptor)
+            return _outcome(self.epoch, int(descriptor[3]), payload, info, [])
+        view, notes = loader._workers.view(descriptor)
         payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
-        batch = int(descriptor[7])
-        failures = [(i, why, "") for i, why in notes]
-        if info is not None:
-            _, worker_failures, collate_error, _, _ = info
-            failures += worker_failures
-            if collate_error is not None:
-                raise DataError(f"batch {batch} of epoch {self.epoch}: collate_fn raised "
-                                f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
-        return payload, batch, sorted(failures)
+        return _outcome(self.epoch, int(descriptor[7]), payload, info,
+                        [(i, why, "") for i, why in notes])
 
 
 class _InlineIterator(_BatchIterator):
@@ -464,18 +491,8 @@ class _InlineIterator(_BatchIterator):
         if self.position >= len(self._batches):
             return None
         batch = self.position
-        indices = self._batches[batch]
         self.position += 1
-        _workers._seed_all(_stoker.batch_seed(loader._seed & (2**64 - 1), self.epoch, batch))
-        samples, failures = [], []
-        for index in indices:
-            try:
-                samples.append(loader.dataset[index])
-            except Exception as e:  # noqa: BLE001 -- reported with its sample
-                import traceback
-                failures.append((index, f"{type(e).__name__}: {e}",
-                                 "".join(traceback.format_exception(e))))
-        if not samples:
-            return None, batch, failures
-        payload = loader.collate_fn(samples[0] if loader._unbatched else samples)
-        return payload, batch, failures
+        seed = _stoker.batch_seed(loader._seed & (2**64 - 1), self.epoch, batch)
+        payload, info = _workers.run_batch(loader._job, self.epoch, batch,
+                                           self._batches[batch], seed)
+        return _outcome(self.epoch, batch, payload, info, [])

@@ -310,30 +310,52 @@ def _run_delay_ns():
         return 0
 
 
-def _run_task(job, seg, epoch, batch):
-    """Loads and collates the task's samples into `seg`; (meta offset, length)."""
-    m = seg.map
-    _, _, n, data_off, seed = struct.unpack_from("=5q", m, 0)
-    indices = struct.unpack_from(f"={n}q", m, _HEADER_WORDS * 8)
+def _load(job, indices, seed, at=None):
+    """(samples, their indices, failures) of one batch, its generators seeded
+    once; `at(position)` is told which sample is next (-1: done)."""
     _seed_all(seed)
     samples, kept, failures = [], [], []
     for position, index in enumerate(indices):
-        _WORD.pack_into(m, 8, position)  # whom to blame if this process dies
+        if at is not None:
+            at(position)
         try:
             samples.append(job.dataset[index])
             kept.append(index)
         except Exception as e:  # noqa: BLE001 -- reported with its sample
             failures.append((index, f"{type(e).__name__}: {e}",
                              "".join(traceback.format_exception(e))))
-    _WORD.pack_into(m, 8, -1)
-    collate_error = None
-    payload = None
+    if at is not None:
+        at(-1)
+    return samples, kept, failures
+
+
+def _collate_or_error(job, samples, writer=None):
+    """(payload, None), or (None, (message, traceback)) when collating raised."""
+    if not samples:
+        return None, None
+    try:
+        return _collate(job, samples, writer), None
+    except Exception as e:  # noqa: BLE001 -- the loader names the batch
+        return None, (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
+
+
+def run_batch(job, epoch, batch, indices, seed):
+    """One batch in this process (a worker thread, or num_workers=0):
+    (payload, (kept, failures, collate error, epoch, batch))."""
+    samples, kept, failures = _load(job, indices, seed)
+    payload, collate_error = _collate_or_error(job, samples)
+    return payload, (kept, failures, collate_error, epoch, batch)
+
+
+def _run_task(job, seg, epoch, batch):
+    """Loads and collates the task's samples into `seg`; (meta offset, length)."""
+    m = seg.map
+    _, _, n, data_off, seed = struct.unpack_from("=5q", m, 0)
+    indices = struct.unpack_from(f"={n}q", m, _HEADER_WORDS * 8)
+    # Whom to blame if this process dies: the position it is on.
+    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, 8, p))
     writer = _Writer(seg, data_off)
-    if samples:
-        try:
-            payload = _collate(job, samples, writer)
-        except Exception as e:  # noqa: BLE001
-            collate_error = (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
+    payload, collate_error = _collate_or_error(job, samples, writer)
     try:
         return _write(writer, payload, (kept, failures, collate_error, epoch, batch))
     finally:
@@ -345,7 +367,7 @@ def _run_task(job, seg, epoch, batch):
 def _collate(job, samples, writer):
     if job.unbatched:
         return job.collate_fn(samples[0])
-    if job.collate_fn is not job.default_collate:
+    if job.collate_fn is not job.default_collate or writer is None:
         return job.collate_fn(samples)
     # torch's default_collate puts its output in torch's own shared memory when
     # it sees a worker; ours goes straight into the segment instead.

@@ -375,3 +375,38 @@ def test_ctrl_c_interrupts_a_waiting_loop_at_once():
     out, _ = p.communicate(timeout=15)
     assert "interrupted" in out
     assert not alive(zygote)
+
+
+def test_thread_workers_deliver_the_same_batches_exactly_once():
+    class Plain(Dataset):  # no global generator: threads share them
+        def __len__(self):
+            return 150
+
+        def __getitem__(self, i):
+            time.sleep(0.0005)  # releases the GIL, as I/O and most C extensions do
+            return {"index": i, "square": torch.tensor([i * i])}
+
+    torch.manual_seed(3)
+    with stoker.DataLoader(Plain(), batch_size=8, shuffle=True, num_workers=0) as dl:
+        reference = [b["index"].tolist() for b in dl]
+    torch.manual_seed(3)
+    with stoker.DataLoader(Plain(), batch_size=8, shuffle=True, num_workers=3,
+                           worker_kind="threads") as dl:
+        got = [b["index"].tolist() for b in dl]
+        assert dl.stats()["worker_kind"] == "threads" and dl.stats()["worker_pids"] == []
+        dl._engine.resize(1)
+        again = indices_of(dl)
+    assert got == reference
+    assert sorted(again) == list(range(150))
+
+
+def test_thread_workers_report_failures_like_processes():
+    with stoker.DataLoader(Failing(30, bad={4}), batch_size=5, num_workers=2,
+                           worker_kind="threads") as dl:
+        got, errors = drain(dl)
+    assert sorted(got) == [i for i in range(30) if i != 4]
+    assert len(errors) == 1 and "sample 4: ValueError" in errors[0]
+    with pytest.raises(ValueError, match="worker_kind"):
+        stoker.DataLoader(Numbers(), worker_kind="auto")
+    with pytest.raises(ValueError, match="worker_init_fn"):
+        stoker.DataLoader(Numbers(), worker_kind="threads", worker_init_fn=print)

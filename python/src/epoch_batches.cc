@@ -1,0 +1,46 @@
+#include "epoch_batches.h"
+
+namespace stoker::python {
+
+Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets) {
+  if (static_cast<int64_t>(offsets.size()) != batches_per_epoch_ + 1) {
+    return InvalidArgument("epoch " + std::to_string(epoch) + " has " +
+                           std::to_string(static_cast<int64_t>(offsets.size()) - 1) +
+                           " batches; the loader was made for " +
+                           std::to_string(batches_per_epoch_) + " (len(batch_sampler) changed)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    epochs_[epoch] = {std::move(flat), std::move(offsets)};
+    while (epochs_.size() > 3) epochs_.erase(epochs_.begin());  // the oldest epochs
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<std::vector<int64_t>> EpochBatches::Indices(int64_t epoch, int64_t batch) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return shutdown_ || epochs_.count(epoch) > 0; });
+  if (shutdown_) return Cancelled("the loader was closed");
+  const auto& [flat, offsets] = epochs_[epoch];
+  const auto b = static_cast<size_t>(batch);
+  return std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]);
+}
+
+void EpochBatches::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+}
+
+Status BatchNumberSource::Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const {
+  record->bytes = {};
+  record->label = index;
+  return Status::Ok();
+}
+
+std::string BatchNumberSource::Key(int64_t index) const { return "batch " + std::to_string(index); }
+
+}  // namespace stoker::python

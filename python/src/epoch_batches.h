@@ -1,0 +1,58 @@
+#pragma once
+
+// The user's batches of each epoch (lists of dataset indices), as
+// stoker.DataLoader hands them over, for the worker kinds of Python datasets
+// (process_workers.h, thread_workers.h): the engine schedules batch numbers;
+// a worker looks up which indices its batch holds.
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/source.h"
+#include "stoker/status.h"
+
+namespace stoker::python {
+
+/// Thread-safe. Keeps the last few epochs.
+class EpochBatches {
+ public:
+  explicit EpochBatches(int64_t batches_per_epoch) : batches_per_epoch_(batches_per_epoch) {}
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  /// Sets the batches of `epoch` (flat indices and their offsets, one more
+  /// than batches); wakes workers waiting for them. kInvalidArgument when
+  /// the count differs from batches_per_epoch().
+  Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets);
+  /// The indices of batch `batch` of `epoch`; waits until the epoch's batches
+  /// are set. kCancelled after Shutdown.
+  Result<std::vector<int64_t>> Indices(int64_t epoch, int64_t batch);
+  /// Wakes and refuses every waiting and later Indices call.
+  void Shutdown();
+
+ private:
+  const int64_t batches_per_epoch_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutdown_ = false;
+  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> epochs_;
+};
+
+/// Batch numbers 0..n-1 as records (label = the number, no bytes): the
+/// engine's items when a worker kind runs whole batches of a Python dataset.
+class BatchNumberSource : public Source {
+ public:
+  explicit BatchNumberSource(int64_t batches) : batches_(batches) {}
+  int64_t size() const override { return batches_; }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
+  std::string Key(int64_t index) const override;
+
+ private:
+  int64_t batches_;
+};
+
+}  // namespace stoker::python

@@ -568,7 +568,6 @@ py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
 }  // namespace
 
 void BindProcessWorkers(py::module_& m) {
-  m.attr("SEGMENT_MAGIC") = kSegmentMagic;
   m.attr("SEGMENT_HEADER_WORDS") = kHeaderWords;
   m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
         "The seed a worker gives Python's, numpy's and torch's generators before a batch's "

@@ -5,10 +5,10 @@ batch format in shared memory. The parent's half of the protocol is C++
 A zygote is forked once, when the DataLoader is made, before stoker starts any
 thread for it; it holds the dataset (inherited, never pickled) and forks one
 worker per engine worker thread on request. A worker runs one batch per task:
-``dataset[i]`` for each index (Python's, numpy's and torch's generators seeded
-from (seed, epoch, index), so the data do not depend on which worker runs
-it: seeded once per batch, which always runs whole and in order in one process),
-the collate function, then writes the result into the task's segment:
+``dataset[i]`` for each index, with Python's, numpy's and torch's generators
+seeded once from (seed, epoch, batch) -- a batch always runs whole and in
+order in one process, so the data do not depend on which worker runs it --
+then the collate function, then writes the result into the task's segment:
 tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
@@ -28,7 +28,6 @@ from . import _stoker
 _TAG = 8
 _WORD = struct.Struct("=q")
 _HEADER_WORDS = _stoker.SEGMENT_HEADER_WORDS
-_MAGIC = _stoker.SEGMENT_MAGIC
 _ALIGN = 64
 _GROW = 1 << 20
 
@@ -42,7 +41,9 @@ def _words(data):
 
 
 def _pdeathsig():
-    """Dies with the parent: a loader's processes never outlive it."""
+    """A worker dies with its zygote (single-threaded, so with the process).
+    The zygote itself is not tied so: the signal would come when the thread
+    that made the loader ends; it leaves at end of file on its socket."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -73,7 +74,6 @@ def start_zygote(job):
 
 def _zygote_main(ctl, job):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _pdeathsig()
     children = set()
     while True:
         try:

@@ -27,6 +27,7 @@ namespace py = pybind11;
 constexpr size_t kTagBytes = 8;
 constexpr size_t kPage = 4096;
 constexpr size_t kMinSegment = size_t{1} << 20;
+constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -438,6 +439,15 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
   s.notes.clear();
+  // Batches the consumer held by the hundred (list(loader)) made many
+  // segments; past kFreeKept free ones the memory goes back. A worker's
+  // mapping stays valid: it touches a segment again only once regrown.
+  const auto free_with_memory = std::count_if(segments_.begin(), segments_.end(),
+                                              [](auto& t) { return !t->busy && t->size > 0; });
+  if (free_with_memory > kFreeKept && ftruncate(s.fd.get(), 0) == 0) {
+    s.size = 0;
+    s.map.reset();
+  }
 }
 
 Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {

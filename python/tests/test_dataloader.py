@@ -410,3 +410,22 @@ def test_thread_workers_report_failures_like_processes():
         stoker.DataLoader(Numbers(), worker_kind="auto")
     with pytest.raises(ValueError, match="worker_init_fn"):
         stoker.DataLoader(Numbers(), worker_kind="threads", worker_init_fn=print)
+
+
+def test_segments_of_batches_held_then_dropped_give_their_memory_back():
+    class Big(Dataset):
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            return torch.full((64, 1024), float(i))  # 256 KiB a sample, 1 MiB a batch
+
+    with stoker.DataLoader(Big(), batch_size=4, num_workers=2) as dl:
+        held = list(dl)  # all ten batches at once: ten segments in use
+        assert [float(b[0, 0, 0]) for b in held] == [4.0 * i for i in range(10)]
+        holding = dl.stats()["segment_bytes"]
+        del held
+        gc.collect()
+        assert dl.stats()["segment_bytes"] < holding
+        assert sorted(float(b[i, 0, 0]) for b in dl for i in range(len(b))) == \
+            [float(i) for i in range(40)]

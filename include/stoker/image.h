@@ -81,7 +81,9 @@ struct ImageTransformOptions {
 /// Errors: InvalidArgument naming the option and its value. Apply returns
 /// DataError for bytes that are not a whole, valid image (empty, truncated,
 /// corrupt), Unsupported for valid kinds libjpeg/libpng refuse (e.g. 12-bit
-/// JPEG), ResourceExhausted for images over max_pixels.
+/// JPEG), ResourceExhausted for images over max_pixels or whose full-size RGB
+/// decode (width x height x 3) with the encoded bytes exceeds the scratch's
+/// cap() (TransformScratch; both checked from the header, before decoding).
 Result<std::shared_ptr<const Transform>> MakeImageTransform(const ImageTransformOptions& options);
 
 }  // namespace stoker

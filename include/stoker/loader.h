@@ -46,6 +46,8 @@ struct LoaderOptions {
   int workers = 2;
   /// Prefetch bound: at most this many batches started and not yet delivered,
   /// and at most prefetch_bytes of their buffers (at least one batch always).
+  /// Make lowers prefetch_bytes to at most half the memory budget (see
+  /// tuner.memory_budget_bytes) when it would take more.
   int prefetch_batches = 4;
   size_t prefetch_bytes = size_t{1} << 30;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
@@ -190,7 +192,13 @@ struct LoaderMetrics {
 class Loader {
  public:
   /// The one way to make a loader. Checks every option (the tuner's too) and
-  /// resolves them; the error names the option at fault. With workers ==
+  /// resolves them; the error names the option at fault. It resolves the
+  /// memory budget (tuner.memory_budget_bytes, or the default share of
+  /// available memory) for every loader: a batch_size whose two batch buffers
+  /// exceed it is kInvalidArgument, and what the batch buffers leave becomes
+  /// each worker's per-sample cap, past which a sample is refused before it
+  /// is read or decoded (kResourceExhausted, a sample error; docs/engine.md,
+  /// "Memory budget"). With workers ==
   /// kAutoWorkers it probes the machine, starts from the advisor's worker
   /// count and prefetch bound, and attaches a tuner that adjusts them from
   /// inside Next() and WaitReady() on the consumer's thread; tuner.trace_path,
@@ -284,7 +292,8 @@ class Loader {
  private:
   class Impl;
   friend Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions options,
-                                                          std::unique_ptr<Controller> controller);
+                                                          std::unique_ptr<Controller> controller,
+                                                          const SampleCap& cap);
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -13,12 +13,14 @@
 namespace stoker {
 
 /// The sweep's table for people: one row per worker count, the best marked,
-/// then the tuner's line.
+/// then the tuner's line (when tuned_measured), and a line saying so when the
+/// sweep was interrupted.
 std::string FormatSweepTable(const SweepReport& report);
 
 /// {"sweep": [{workers, samples_per_s, stall_fraction}], "best_static":
-/// {workers, samples_per_s}, "tuned": {samples_per_s, workers_final,
-/// workers_max, stall_fraction, seconds_to_95pct}, "ratio", "decisions": [...]}.
+/// {workers, samples_per_s} (null without points), "tuned": {samples_per_s,
+/// workers_final, workers_max, stall_fraction, seconds_to_95pct} and "ratio"
+/// (both null unless tuned_measured), "decisions": [...], "interrupted".
 nlohmann::json SweepToJson(const SweepReport& report);
 
 // The engine's public structs as JSON, the one form the CLI's --json output

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stoker/record.h"
+#include "stoker/sample_cap.h"
 #include "stoker/status.h"
 
 namespace stoker {
@@ -16,6 +17,12 @@ namespace stoker {
 /// and is then reused, so reading allocates nothing per sample once warm.
 struct ReadBuffer {
   std::vector<std::byte> bytes;
+  /// The most one record may take (set by the loader from its memory budget;
+  /// unlimited by default). A source that would hold more for a sample, in
+  /// `bytes` or elsewhere, refuses it with cap.Refuse() — a ResourceExhausted
+  /// naming the size and the cap — before reading it, so `bytes` never grows
+  /// past the cap.
+  SampleCap cap;
 };
 
 /// Maps a sample index in [0, size()) to a record.
@@ -33,7 +40,8 @@ class Source {
   /// Reads sample `index` into `*record`, using `buffer` for storage when the
   /// bytes are not already in memory.
   /// REQUIRES: 0 <= index < size().
-  /// Errors name the sample's key and the cause (missing file, short read...).
+  /// Errors name the sample's key and the cause (missing file, short read,
+  /// ResourceExhausted for a record larger than buffer.cap...).
   virtual Status Read(int64_t index, ReadBuffer& buffer, Record* record) const = 0;
 
   /// A human-readable key for sample `index`: a file path, "shard.tar:member",

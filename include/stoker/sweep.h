@@ -85,6 +85,10 @@ struct SweepOptions {
   double step_ms = 0;
   /// Progress lines for people (may be empty).
   std::function<void(const std::string&)> log;
+  /// Optional: polled as ConsumeOptions::stop is; once it returns true the
+  /// sweep ends with what it measured so far (SweepReport::interrupted), e.g.
+  /// on SIGINT. The point being measured then is left out.
+  std::function<bool()> stop;
 };
 
 struct SweepPoint {
@@ -104,12 +108,18 @@ struct SweepReport {
   double ratio = 0;              // tuned / best static
   std::vector<TimelinePoint> tuned_timeline;
   std::vector<TunerDecision> trace;
+  /// SweepOptions::stop ended the sweep early: `sweep` holds the points
+  /// measured before (best_static the best of them), the tuned figures and
+  /// the ratio are set only when tuned_measured.
+  bool interrupted = false;
+  bool tuned_measured = false;
 };
 
 /// Sweeps static worker counts over fresh loaders made from `base` (its
 /// `workers` is ignored), then runs one with workers = auto and base.tuner
 /// (whose max_workers, when 0, becomes max_workers, at most kMaxWorkers).
-/// Blocks for about (points x (warm-up + point)) + tuned seconds.
+/// Blocks for about (points x (warm-up + point)) + tuned seconds, or until
+/// options.stop.
 Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& options);
 
 }  // namespace stoker

@@ -9,6 +9,7 @@
 
 #include "stoker/record.h"
 #include "stoker/rng.h"
+#include "stoker/sample_cap.h"
 #include "stoker/sample_spec.h"
 #include "stoker/status.h"
 
@@ -26,6 +27,16 @@ class TransformScratch {
   /// worker's figures so that the tuner sees where the work really ran.
   virtual int64_t cpu_ns_elsewhere() const { return 0; }
   virtual int64_t queue_ns_elsewhere() const { return 0; }
+
+  /// The most this scratch may hold for one sample, with the record's bytes
+  /// (set by the loader from its memory budget when it makes the scratch;
+  /// unlimited by default). A transform that would need more refuses the
+  /// sample with cap().Refuse() before allocating.
+  const SampleCap& cap() const { return cap_; }
+  void set_cap(const SampleCap& cap) { cap_ = cap; }
+
+ private:
+  SampleCap cap_;
 };
 
 /// Turns one record into one output sample, written in place into the

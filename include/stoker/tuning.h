@@ -8,11 +8,15 @@
 namespace stoker {
 
 /// How the tuner may act (LoaderOptions::tuner, read when workers ==
-/// kAutoWorkers). Loader::Make checks every field whatever the worker count.
+/// kAutoWorkers; memory_budget_bytes applies to every loader). Loader::Make
+/// checks every field whatever the worker count.
 struct TunerOptions {
-  /// Memory budget for buffers in flight and workers' footprint; 0 = the
-  /// default, 80 % of what is available (or of the cgroup limit). Otherwise
-  /// at least one batch buffer (batch_size x the sample's bytes).
+  /// Memory budget for buffers in flight and workers' footprint, for every
+  /// loader (fixed worker counts too); 0 = the default, 80 % of what is
+  /// available (or of the cgroup limit). Must hold two batch buffers
+  /// (batch_size x the sample's bytes: one delivered, one being written).
+  /// Loader::Make splits it into batch buffers and each worker's per-sample
+  /// cap (docs/engine.md, "Memory budget").
   size_t memory_budget_bytes = 0;
   /// Most workers it may use, at most kMaxWorkers; 0 = from the machine (CPU
   /// budget, or many times more for I/O-bound work), up to kMaxWorkers.

@@ -100,6 +100,13 @@ class Loader:
     prefetch: at most this many batches in flight (default: the tuner's pick,
         or for a fixed worker count 2, more for many workers); prefetch_bytes
         bounds their bytes.
+    memory_budget: bytes that batches in flight and workers' buffers may take
+        together, for any worker count (default: 80 % of available memory).
+        A batch_size whose two batches do not fit is a ValueError; a sample
+        larger than a worker's share (a huge file, an image whose decode
+        would not fit) is refused before it is read or decoded, as a
+        stoker.ResourceError naming it and the cap, or a skip under
+        on_error="skip".
     on_error: "raise" (a sample that cannot be read or decoded raises at its
         batch, naming the sample and file; iteration may continue after it)
         or "skip" (it is left out; see skipped()).

@@ -153,3 +153,57 @@ def test_json_keys_that_are_not_utf8_decode_like_os_fsdecode():
     (decoded, value), = _stoker._json_object_with_key(key).items()
     assert isinstance(decoded, str) and decoded == value == os.fsdecode(key)
     assert os.fsencode(decoded) == key
+
+
+# --- the memory budget --------------------------------------------------------
+
+def _huge_sparse_jpg(tree):
+    """A 3 GiB file named like an image; sparse, so it costs no disk."""
+    path = os.path.join(tree, sorted(os.listdir(tree))[0], "huge.jpg")
+    with open(path, "wb") as f:
+        f.truncate(3 << 30)
+    return path
+
+
+def test_a_file_over_the_memory_budget_is_skipped_unread_naming_the_cap(fresh_tree):
+    path = _huge_sparse_jpg(fresh_tree)
+    loader = stoker.Loader(fresh_tree, batch_size=4, transforms=stoker.transforms.eval(16),
+                           workers=2, on_error="skip", memory_budget=64 << 20)
+    delivered = sum(len(y) for _, y in loader)
+    assert delivered == len(loader.source) - 1
+    (record,) = loader.skipped()
+    assert record["key"] == path
+    assert "3.0 GiB" in record["reason"] and "per-sample cap" in record["reason"], record
+    assert "memory budget of 64.0 MiB" in record["reason"], record
+
+
+def test_a_file_over_the_memory_budget_raises_naming_it(fresh_tree):
+    path = _huge_sparse_jpg(fresh_tree)
+    loader = stoker.Loader(fresh_tree, batch_size=100, transforms=stoker.transforms.eval(16),
+                           workers=1, memory_budget=64 << 20)
+    with pytest.raises(stoker.ResourceError, match="per-sample cap") as e:
+        next(iter(loader))
+    assert path in str(e.value) and e.value.code == "resource exhausted"
+
+
+def test_an_image_whose_decode_would_not_fit_is_skipped_from_its_header(fresh_tree):
+    # A small JPEG whose frame header claims 9000 x 9000 (243 MB decoded).
+    source = stoker.ImageFolder(fresh_tree)
+    path = next(source.key(i) for i in range(len(source)) if source.key(i).endswith("img00.jpg"))
+    data = bytearray(open(path, "rb").read())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = (9000).to_bytes(2, "big") * 2
+    with open(path, "wb") as f:
+        f.write(data)
+    loader = stoker.Loader(fresh_tree, batch_size=4, transforms=stoker.transforms.eval(16),
+                           workers=2, on_error="skip", memory_budget=64 << 20)
+    assert sum(len(y) for _, y in loader) == len(loader.source) - 1
+    (record,) = loader.skipped()
+    assert record["key"] == path and "9000x9000" in record["reason"], record
+
+
+def test_a_batch_over_the_memory_budget_is_refused_when_the_loader_is_made(image_tree):
+    with pytest.raises(ValueError, match="batch_size") as e:
+        stoker.Loader(image_tree, batch_size=64, transforms=stoker.transforms.eval(224),
+                      workers=2, memory_budget=16 << 20)
+    assert "memory budget of 16.0 MiB" in str(e.value)

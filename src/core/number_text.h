@@ -1,6 +1,7 @@
 #pragma once
 
 #include <charconv>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,10 @@ namespace stoker {
 /// `value` as printf's "%.<significant_digits>g" writes it: "0.5", "1e+06".
 /// The default of 6 digits is plain "%g".
 std::string FormatNumber(double value, int significant_digits = 6);
+
+/// `bytes` in binary units for people: "512 B", "64.0 MiB", "1.5 GiB" (also
+/// declared in stoker/probe.h, its public home).
+std::string FormatBytes(uint64_t bytes);
 
 /// The decimal integer that fills all of `text` ("-12" for a signed `Int`);
 /// nullopt for empty text, any other character (spaces, '+', a trailing

@@ -19,10 +19,13 @@ Status ValidateEngineOptions(const LoaderOptions& options);
 
 /// The loader of `options`, ticking `controller` (null: none) from inside
 /// Next(). The controller is attached before the loader is returned and never
-/// replaced, so the loader may read it from any thread.
+/// replaced, so the loader may read it from any thread. Every worker (and the
+/// consumer's thread) hands `cap` to its ReadBuffer and TransformScratch and
+/// keeps their footprint within it (docs/engine.md, "Memory budget").
 /// Errors when the system refuses a worker thread.
 /// REQUIRES: ValidateEngineOptions(options) is ok and options.workers >= 0.
 Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions options,
-                                                 std::unique_ptr<Controller> controller);
+                                                 std::unique_ptr<Controller> controller,
+                                                 const SampleCap& cap);
 
 }  // namespace stoker

@@ -27,12 +27,35 @@ namespace {
 
 // What one thread (a worker, or the consumer when it does the work) keeps
 // between tasks, so that producing a sample allocates nothing once warm.
+// Its buffers stay within the per-sample cap (docs/engine.md, "Memory
+// budget"): sources and transforms refuse a sample that needs more, and
+// Trim() lets go of buffers that together grew past it.
 struct WorkerContext {
-  WorkerContext(int id, bool worker_thread, const Transform& transform)
-      : scratch(transform.NewScratch()), stats(id, worker_thread) {}
+  WorkerContext(int id, bool worker_thread, const Transform& transform, const SampleCap& cap)
+      : stats(id, worker_thread) {
+    read.cap = cap;
+    NewScratch(transform);
+  }
+
+  size_t footprint() const { return read.bytes.capacity() + (scratch ? scratch->bytes() : 0); }
+
+  // Each buffer alone fits the cap, but a large record read for one sample
+  // and a large decode for another may add up past it: start both afresh.
+  void Trim(const Transform& transform) {
+    if (read.cap.Allows(footprint())) return;
+    read.bytes = {};
+    NewScratch(transform);
+  }
+
   ReadBuffer read;
   std::unique_ptr<TransformScratch> scratch;
   WorkerStats stats;
+
+ private:
+  void NewScratch(const Transform& transform) {
+    scratch = transform.NewScratch();
+    if (scratch) scratch->set_cap(read.cap);
+  }
 };
 
 // The transform's Recycle, for pools whose outputs refer to something else.
@@ -74,8 +97,9 @@ Status CauseOf(const Status& st, const std::string& key) {
 // consumer that takes batches. Plans are built and tasks run without the lock.
 class Loader::Impl {
  public:
-  Impl(LoaderOptions options, PlanOptions plan_options)
+  Impl(LoaderOptions options, PlanOptions plan_options, SampleCap cap)
       : options_(std::move(options)),
+        cap_(cap),
         plan_options_(plan_options),
         spec_(options_.transform->spec()),
         pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(options_))),
@@ -88,7 +112,7 @@ class Loader::Impl {
                 .prefetch_bytes = options_.prefetch_bytes,
             },
             pool_.get()),
-        consumer_ctx_(-1, /*worker_thread=*/false, *options_.transform),
+        consumer_ctx_(-1, /*worker_thread=*/false, *options_.transform, cap_),
         workers_([this](int id) { WorkerMain(id); }) {
     MutexLock lock(mu_);
     pool_->set_max_free(static_cast<size_t>(sched_.depth()) + 2);
@@ -324,7 +348,8 @@ class Loader::Impl {
       timer.SampleDone();
     }
     timer.Finish();
-    ctx.stats.set_footprint(ctx.read.bytes.capacity() + (ctx.scratch ? ctx.scratch->bytes() : 0));
+    ctx.Trim(*options_.transform);
+    ctx.stats.set_footprint(ctx.footprint());
     if (slot->Done(task.length)) FinishBatch(slot);
   }
 
@@ -500,7 +525,7 @@ class Loader::Impl {
       sched_param param{};
       pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // a refusal is harmless
     }
-    WorkerContext ctx(id, /*worker_thread=*/true, *options_.transform);
+    WorkerContext ctx(id, /*worker_thread=*/true, *options_.transform, cap_);
     stats_board_.Join(&ctx.stats);
     {
       MutexLock lock(mu_);
@@ -515,6 +540,7 @@ class Loader::Impl {
   }
 
   const LoaderOptions options_;
+  const SampleCap cap_;  // each worker's, from the memory budget
   const PlanOptions plan_options_;
   const PlanShape shape_ = PlanShape::Of(plan_options_);
   const SampleSpec spec_;
@@ -595,10 +621,11 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
 }
 
 Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
-                                                 std::unique_ptr<Controller> controller) {
+                                                 std::unique_ptr<Controller> controller,
+                                                 const SampleCap& cap) {
   assert(o.source != nullptr && o.transform != nullptr && o.workers >= 0);
   const PlanOptions plan = PlanOptionsOf(o);
-  auto impl = std::make_unique<Loader::Impl>(std::move(o), plan);
+  auto impl = std::make_unique<Loader::Impl>(std::move(o), plan, cap);
   impl->SetController(std::move(controller));
   std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   STOKER_RETURN_IF_ERROR(loader->impl_->Start());

@@ -3,7 +3,6 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -56,20 +55,6 @@ const char* StorageKindName(MachineFacts::StorageKind kind) {
       break;
   }
   return "unknown";
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 6) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", value, kUnits[unit]);
-  return text;
 }
 
 MachineFacts ProbeMachine(const ProbeOptions& options) {

@@ -11,6 +11,7 @@ SweepReport Example() {
   SweepReport r;
   r.sweep = {{0, 100, 1}, {1, 180, 1}, {2, 350, 1}, {3, 352, 1}};
   r.best_static = r.sweep[3];
+  r.tuned_measured = true;
   r.tuned_samples_per_s = 345;
   r.tuned_workers_final = 2;
   r.tuned_workers_max = 3;
@@ -45,6 +46,26 @@ TEST(ReportTest, TableMarksTheBest) {
   EXPECT_NE(t.find("<- best"), std::string::npos);
   EXPECT_NE(t.find("tuned"), std::string::npos);
   EXPECT_NE(t.find("1.5 s"), std::string::npos);
+}
+
+TEST(ReportTest, AnInterruptedSweepShowsThePointsMeasuredAndSaysSo) {
+  SweepReport r = Example();
+  r.sweep.resize(2);
+  r.best_static = r.sweep[1];
+  r.tuned_measured = false;
+  r.interrupted = true;
+  const std::string t = FormatSweepTable(r);
+  EXPECT_NE(t.find("180.0"), std::string::npos) << t;
+  EXPECT_EQ(t.find("350.0"), std::string::npos) << t;
+  EXPECT_NE(t.find("interrupted: 2 counts measured"), std::string::npos) << t;
+  EXPECT_EQ(t.find("tuned /"), std::string::npos) << t;
+  const auto j = SweepToJson(r);
+  EXPECT_TRUE(j["interrupted"].get<bool>());
+  EXPECT_EQ(j["sweep"].size(), 2u);
+  EXPECT_EQ(j["best_static"]["workers"], 1);
+  EXPECT_TRUE(j["tuned"].is_null());
+  EXPECT_TRUE(j["ratio"].is_null());
+  EXPECT_FALSE(SweepToJson(Example())["interrupted"].get<bool>());
 }
 
 TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {

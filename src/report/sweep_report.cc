@@ -17,6 +17,13 @@ std::string FormatSweepTable(const SweepReport& r) {
                   p.stall_fraction * 100, p.workers == r.best_static.workers ? "   <- best" : "");
     out << line;
   }
+  if (!r.tuned_measured) {
+    if (r.interrupted) {
+      out << "\ninterrupted: " << r.sweep.size() << (r.sweep.size() == 1 ? " count" : " counts")
+          << " measured, no tuned run\n";
+    }
+    return out.str();
+  }
   std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d workers (max %d)\n",
                 "tuned", r.tuned_samples_per_s, r.tuned_stall_fraction * 100, r.tuned_workers_final,
                 r.tuned_workers_max);
@@ -27,6 +34,7 @@ std::string FormatSweepTable(const SweepReport& r) {
                 "\ntuned / best static: %.1f %%; 95 %% of the best reached after %s\n",
                 r.ratio * 100, reached);
   out << line;
+  if (r.interrupted) out << "interrupted before the best static setting was measured again\n";
   return out.str();
 }
 
@@ -46,19 +54,26 @@ nlohmann::json SweepToJson(const SweepReport& r) {
                         {"workers", p.workers},
                         {"stall_fraction", p.stall_fraction}});
   }
+  nlohmann::json best = nullptr;
+  if (!r.sweep.empty()) {
+    best = {{"workers", r.best_static.workers}, {"samples_per_s", r.best_static.samples_per_s}};
+  }
+  nlohmann::json tuned = nullptr;
+  if (r.tuned_measured) {
+    tuned = {{"samples_per_s", r.tuned_samples_per_s},
+             {"workers_final", r.tuned_workers_final},
+             {"workers_max", r.tuned_workers_max},
+             {"stall_fraction", r.tuned_stall_fraction},
+             {"seconds_to_95pct", r.seconds_to_95pct < 0 ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(r.seconds_to_95pct)},
+             {"timeline", timeline}};
+  }
   return {{"sweep", sweep},
-          {"best_static",
-           {{"workers", r.best_static.workers}, {"samples_per_s", r.best_static.samples_per_s}}},
-          {"tuned",
-           {{"samples_per_s", r.tuned_samples_per_s},
-            {"workers_final", r.tuned_workers_final},
-            {"workers_max", r.tuned_workers_max},
-            {"stall_fraction", r.tuned_stall_fraction},
-            {"seconds_to_95pct",
-             r.seconds_to_95pct < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.seconds_to_95pct)},
-            {"timeline", timeline}}},
-          {"ratio", r.ratio},
-          {"decisions", decisions}};
+          {"best_static", best},
+          {"tuned", tuned},
+          {"ratio", r.tuned_measured ? nlohmann::json(r.ratio) : nlohmann::json(nullptr)},
+          {"decisions", decisions},
+          {"interrupted", r.interrupted}};
 }
 
 }  // namespace stoker

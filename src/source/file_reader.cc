@@ -23,6 +23,10 @@ Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,
   if (!S_ISREG(st.st_mode)) {
     return DataError(S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
   }
+  if (!buffer.cap.Allows(static_cast<uint64_t>(st.st_size))) {
+    return buffer.cap.Refuse("a file of this size", static_cast<uint64_t>(st.st_size),
+                             "reading it");
+  }
   const size_t size = static_cast<size_t>(st.st_size);
   if (buffer.bytes.size() < size) buffer.bytes.resize(size);
   STOKER_RETURN_IF_ERROR(ReadFully(fd, 0, {buffer.bytes.data(), size}));

@@ -32,7 +32,8 @@ Status ReadFully(int fd, uint64_t offset, std::span<std::byte> out);
 /// permission or other OS failure an IoError; something that is not a
 /// regular file (a directory, a fifo: opened non-blocking, so never a hang)
 /// or a file that shrinks while being read (ReadFully) a DataError. A zero-byte file is
-/// read successfully as zero bytes.
+/// read successfully as zero bytes. A file larger than buffer.cap is refused
+/// from its fstat, unread: ResourceExhausted naming its size and the cap.
 /// Blocks on I/O; safe to call concurrently with distinct buffers.
 Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,
                      std::span<const std::byte>* bytes);

@@ -166,6 +166,31 @@ TEST(ImageFolderTest, ZeroByteFileReadsAsEmpty) {
   EXPECT_EQ(record.bytes.size(), 0u);
 }
 
+// A file larger than the read cap (a worker's share of the memory budget)
+// is refused from its size alone: a sparse 3 GiB ".jpg" costs no disk, and
+// the buffer shows it was never read.
+TEST(ImageFolderTest, FileOverTheReadCapIsRefusedUnreadNamingItsSizeAndTheCap) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "c/a_small.jpg", "small"));
+  ASSERT_TRUE(WriteFile(dir / "c/huge.jpg", ""));
+  ASSERT_EQ(::truncate((dir / "c/huge.jpg").c_str(), off_t{3} << 30), 0);
+  auto source = OpenImageFolder(dir.path());
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ReadBuffer buffer;
+  buffer.cap = {.bytes = 64u << 20, .budget_bytes = 256u << 20, .workers = 2};
+  Record record;
+  Status s = (*source)->Read(1, buffer, &record);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  for (const std::string& part :
+       {dir / "c/huge.jpg", std::string("3.0 GiB"), std::string("per-sample cap of 64.0 MiB"),
+        std::string("memory budget of 256.0 MiB"), std::string("refused before reading")}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.message();
+  }
+  EXPECT_EQ(buffer.bytes.capacity(), 0u) << "the file was not read";
+  ASSERT_TRUE((*source)->Read(0, buffer, &record).ok());
+  EXPECT_EQ(AsString(record.bytes), "small");
+}
+
 TEST(ImageFolderTest, FileRemovedAfterListingIsNotFoundNamingIt) {
   TempDir dir;
   ASSERT_TRUE(WriteFile(dir / "c/a.jpg", "a"));

@@ -57,6 +57,10 @@ Status SyntheticSource::Read(int64_t index, ReadBuffer& buffer, Record* record) 
   if (std::binary_search(fail_sorted_.begin(), fail_sorted_.end(), index)) {
     return DataError(Key(index) + ": injected failure");
   }
+  if (!buffer.cap.Allows(options_.sample_bytes)) {
+    return buffer.cap.Refuse(Key(index) + ": a sample of this size", options_.sample_bytes,
+                             "filling it");
+  }
   if (buffer.bytes.size() < options_.sample_bytes) buffer.bytes.resize(options_.sample_bytes);
   std::span<std::byte> out(buffer.bytes.data(), options_.sample_bytes);
   Fill(index, out);

@@ -37,6 +37,23 @@ TEST(SyntheticSourceTest, InjectedFailureNamesTheKey) {
   EXPECT_TRUE((*src)->Read(4, b, &r).ok());
 }
 
+TEST(SyntheticSourceTest, SampleOverTheReadCapIsRefusedBeforeFilling) {
+  SyntheticOptions o;
+  o.size = 10;
+  o.sample_bytes = 4096;
+  auto src = MakeSyntheticSource(o);
+  ASSERT_TRUE(src.ok());
+  ReadBuffer b;
+  b.cap.bytes = 4095;
+  Record r;
+  Status s = (*src)->Read(3, b, &r);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("synthetic:3"), std::string::npos) << s.message();
+  EXPECT_EQ(b.bytes.capacity(), 0u);
+  b.cap.bytes = 4096;
+  EXPECT_TRUE((*src)->Read(3, b, &r).ok());
+}
+
 TEST(SyntheticSourceTest, RejectsBadOptions) {
   SyntheticOptions o;
   o.size = 0;

@@ -546,10 +546,13 @@ class TarShardSource final : public Source {
     const uint64_t first = std::min(s.image_offset, s.cls_offset);
     const uint64_t last = std::max(s.image_offset + s.image_size, s.cls_offset + s.cls_size);
     const uint64_t apart = uint64_t{s.image_size} + s.cls_size;
+    if (!buffer.cap.Allows(apart)) {
+      return buffer.cap.Refuse(Key(index) + ": a sample of this size", apart, "reading it");
+    }
     std::byte* image;
     std::byte* label;
     Status status;
-    if (last - first <= apart + kMaxGapInOneRead) {
+    if (last - first <= apart + kMaxGapInOneRead && buffer.cap.Allows(last - first)) {
       // WebDataset writes a sample's members together: the label and the
       // image lie a block or two apart, and one read (a system call costs
       // more than copying those blocks) fetches both.

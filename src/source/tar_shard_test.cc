@@ -245,6 +245,28 @@ TEST(TarSourceTest, LabelsNearAndFarFromTheirImages) {
   }
 }
 
+TEST(TarSourceTest, SampleOverTheReadCapIsRefusedUnreadNamingIt) {
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"big.jpg", std::string(5000, 'x')},
+                             {"big.cls", "1"},
+                             {"small.jpg", "i"},
+                             {"small.cls", "2"}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ReadBuffer buffer;
+  buffer.cap.bytes = 1000;
+  Record record;
+  Status s = (*source)->Read(0, buffer, &record);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find(dir / "s.tar:big.jpg"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("5001 bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("cap of 1000 B"), std::string::npos) << s.message();
+  EXPECT_EQ(buffer.bytes.capacity(), 0u) << "the sample was not read";
+  ASSERT_TRUE((*source)->Read(1, buffer, &record).ok());
+  EXPECT_EQ(AsString(record.bytes), "i");
+  EXPECT_LE(buffer.bytes.capacity(), 1000u);
+}
+
 TEST(TarSourceTest, MissingOrNonIntegerClsFailsTheReadNamingTheSample) {
   TempDir dir;
   WriteShard(dir / "s.tar", {{"ok.jpg", "i"},

@@ -126,6 +126,15 @@ class ImageTransform final : public Transform {
                                " = " + std::to_string(pixels) + " pixels, more than max_pixels = " +
                                std::to_string(o_.max_pixels) + " (refused before decoding)");
     }
+    // The worker's share of the memory budget, checked from the header: a
+    // full-size RGB decode (what a PNG or a progressive JPEG may hold, an
+    // upper bound for a region or DCT-scaled one) with the encoded bytes.
+    const uint64_t need = static_cast<uint64_t>(pixels) * 3 + bytes.size();
+    if (!s.cap().Allows(need)) {
+      return s.cap().Refuse("a " + std::to_string(width) + "x" + std::to_string(height) +
+                                " image (decoded RGB with its encoded bytes)",
+                            need, "decoding it");
+    }
 
     // Geometry in full-size pixels, then at the DCT scale chosen.
     bool flip = false;

@@ -33,6 +33,21 @@ Status ApplyTo(const Transform& t, const std::vector<uint8_t>& file, uint64_t in
   return t.Apply(rec, rng, std::as_writable_bytes(std::span<uint8_t>(*out)), scratch);
 }
 
+// `jpeg` with its baseline frame header (SOF0) claiming width x height: a
+// header alone must be enough to refuse it.
+std::vector<uint8_t> WithFrameSize(std::vector<uint8_t> jpeg, int width, int height) {
+  for (size_t i = 2; i + 8 < jpeg.size(); ++i) {
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
+      jpeg[i + 5] = static_cast<uint8_t>(height >> 8);
+      jpeg[i + 6] = static_cast<uint8_t>(height);
+      jpeg[i + 7] = static_cast<uint8_t>(width >> 8);
+      jpeg[i + 8] = static_cast<uint8_t>(width);
+      break;
+    }
+  }
+  return jpeg;
+}
+
 struct Errors {
   double mean = 0;
   double max = 0;
@@ -381,15 +396,8 @@ TEST(ImageTransformTest, BadInputsAreClearErrors) {
   expect(std::vector<uint8_t>(good.begin(), good.begin() + 2000), StatusCode::kDataError,
          "Premature end of JPEG file");
   // 60000 x 60000 in the frame header: refused from the header alone.
-  std::vector<uint8_t> bomb = good;
-  for (size_t i = 2; i + 8 < bomb.size(); ++i) {
-    if (bomb[i] == 0xFF && bomb[i + 1] == 0xC0) {
-      bomb[i + 5] = bomb[i + 7] = 0xEA;  // 0xEA60 = 60000
-      bomb[i + 6] = bomb[i + 8] = 0x60;
-      break;
-    }
-  }
-  expect(bomb, StatusCode::kResourceExhausted, "60000x60000 = 3600000000 pixels");
+  expect(WithFrameSize(good, 60000, 60000), StatusCode::kResourceExhausted,
+         "60000x60000 = 3600000000 pixels");
   ImageTransformOptions capped = o;
   capped.max_pixels = 320 * 240 - 1;
   std::vector<uint8_t> tmp;
@@ -397,6 +405,40 @@ TEST(ImageTransformTest, BadInputsAreClearErrors) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   // The scratch still works after all that.
   EXPECT_TRUE(ApplyTo(*t, good, 0, &out, scratch.get()).ok());
+}
+
+// The scratch's cap (a worker's share of the loader's memory budget) refuses,
+// from the header and before any pixel buffer grows, an image whose full-size
+// decode would not fit: JPEG and PNG alike; smaller images still decode.
+TEST(ImageTransformTest, ImagesOverTheScratchCapAreRefusedFromTheHeader) {
+  ImageTransformOptions o;
+  o.max_pixels = int64_t{1} << 40;  // the cap alone decides here
+  auto t = Make(o);
+  auto scratch = t->NewScratch();
+  scratch->set_cap({.bytes = 64u << 20, .budget_bytes = 256u << 20, .workers = 3});
+  std::vector<uint8_t> out;
+  auto good = Jpeg(MakePicture(320, 240), 320, 240);
+  for (int side : {9000, 30000}) {
+    Status s = ApplyTo(*t, WithFrameSize(good, side, side), 0, &out, scratch.get());
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    const std::string size = std::to_string(side) + "x" + std::to_string(side);
+    for (const std::string& part :
+         {size, std::string("per-sample cap of 64.0 MiB"),
+          std::string("memory budget of 256.0 MiB"), std::string("refused before decoding")}) {
+      EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.message();
+    }
+    EXPECT_LT(scratch->bytes(), size_t{1} << 20) << "nothing was allocated for its pixels";
+  }
+  EXPECT_TRUE(ApplyTo(*t, good, 0, &out, scratch.get()).ok());
+
+  const size_t png_need = 320 * 240 * 3;
+  auto png = testing::Png(MakePicture(320, 240), 320, 240, PNG_COLOR_TYPE_RGB, 8);
+  scratch->set_cap({.bytes = png_need});
+  Status s = ApplyTo(*t, png, 0, &out, scratch.get());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("320x240"), std::string::npos) << s.message();
+  scratch->set_cap({.bytes = png_need + png.size()});
+  EXPECT_TRUE(ApplyTo(*t, png, 0, &out, scratch.get()).ok());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 namespace stoker {
@@ -138,8 +139,10 @@ void Log(const SweepOptions& o, const std::string& line) {
   if (o.log) o.log(line);
 }
 
-// One static setting: a fresh loader with `workers`, warmed up, then measured.
-Result<SweepPoint> MeasureStatic(const LoaderOptions& base, const SweepOptions& o, int workers) {
+// One static setting: a fresh loader with `workers`, warmed up, then
+// measured; nullopt when options.stop ended it (report.interrupted is set).
+Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const SweepOptions& o,
+                                                int workers, SweepReport& report) {
   LoaderOptions lo = base;
   lo.workers = workers;
   lo.prefetch_batches = DefaultPrefetch(workers);
@@ -147,24 +150,33 @@ Result<SweepPoint> MeasureStatic(const LoaderOptions& base, const SweepOptions& 
   ConsumeOptions warm;
   warm.seconds = o.warmup_seconds;
   warm.step_ms = o.step_ms;
-  STOKER_RETURN_IF_ERROR(Consume(*loader, warm).status());
-  ConsumeOptions run = warm;
-  run.seconds = o.point_seconds;
-  STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+  warm.stop = o.stop;
+  STOKER_ASSIGN_OR_RETURN(ConsumeStats warmed, Consume(*loader, warm));
+  ConsumeStats st;
+  if (!warmed.stopped) {
+    ConsumeOptions run = warm;
+    run.seconds = o.point_seconds;
+    STOKER_ASSIGN_OR_RETURN(st, Consume(*loader, run));
+  }
+  if (warmed.stopped || st.stopped) {
+    report.interrupted = true;
+    return std::optional<SweepPoint>();
+  }
   SweepPoint p{workers, st.samples / st.seconds, st.stall_fraction};
   char line[160];
   std::snprintf(line, sizeof line, "  workers %3d  %10.1f samples/s  stall %5.1f %%", workers,
                 p.samples_per_s, p.stall_fraction * 100);
   Log(o, line);
-  return p;
+  return std::optional<SweepPoint>(p);
 }
 
 // The worker counts the user listed.
 Status SweepListed(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
   for (int w : o.workers) {
     if (w < 0) return InvalidArgument("sweep worker counts must be >= 0, got " + std::to_string(w));
-    STOKER_ASSIGN_OR_RETURN(SweepPoint p, MeasureStatic(base, o, w));
-    report.sweep.push_back(p);
+    STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> p, MeasureStatic(base, o, w, report));
+    if (!p) break;
+    report.sweep.push_back(*p);
   }
   return Status::Ok();
 }
@@ -175,7 +187,9 @@ Status SweepUntilKnee(const LoaderOptions& base, const SweepOptions& o, SweepRep
   int misses = 0;
   double best = 0;
   for (int w = 0; w <= o.max_workers;) {
-    STOKER_ASSIGN_OR_RETURN(SweepPoint p, MeasureStatic(base, o, w));
+    STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> measured, MeasureStatic(base, o, w, report));
+    if (!measured) break;
+    const SweepPoint& p = *measured;
     report.sweep.push_back(p);
     if (w >= 2) misses = p.samples_per_s > best * (1 + kSignificant) ? 0 : misses + 1;
     best = std::max(best, p.samples_per_s);
@@ -197,13 +211,17 @@ Status ConfirmBest(const LoaderOptions& base, const SweepOptions& o, SweepReport
     return report.sweep[a].samples_per_s > report.sweep[b].samples_per_s;
   });
   order.resize(std::min<size_t>(order.size(), static_cast<size_t>(std::max(o.confirm_top, 0))));
+  if (report.interrupted) order.clear();
   if (!order.empty()) Log(o, "  measuring the best settings again ...");
   for (size_t i : order) {
     SweepPoint& p = report.sweep[i];
-    STOKER_ASSIGN_OR_RETURN(SweepPoint again, MeasureStatic(base, o, p.workers));
-    p.samples_per_s = (p.samples_per_s + again.samples_per_s) / 2;
-    p.stall_fraction = (p.stall_fraction + again.stall_fraction) / 2;
+    STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> again,
+                            MeasureStatic(base, o, p.workers, report));
+    if (!again) break;
+    p.samples_per_s = (p.samples_per_s + again->samples_per_s) / 2;
+    p.stall_fraction = (p.stall_fraction + again->stall_fraction) / 2;
   }
+  if (report.sweep.empty()) return Status::Ok();  // interrupted before the first point
   report.best_static = *std::max_element(
       report.sweep.begin(), report.sweep.end(),
       [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
@@ -220,7 +238,13 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
   ConsumeOptions run;
   run.seconds = o.tuned_seconds;
   run.step_ms = o.step_ms;
+  run.stop = o.stop;
   STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+  if (st.stopped) {
+    report.interrupted = true;
+    return Status::Ok();
+  }
+  report.tuned_measured = true;
   report.tuned_timeline = st.timeline;
   report.trace = loader->tuner_trace();
   report.tuned_workers_final = loader->workers();
@@ -235,10 +259,12 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
 // becomes the mean of before and after.
 Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
   Log(o, "  the best static setting again, after the tuned run ...");
-  STOKER_ASSIGN_OR_RETURN(SweepPoint after, MeasureStatic(base, o, report.best_static.workers));
+  STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> after,
+                          MeasureStatic(base, o, report.best_static.workers, report));
+  if (!after) return Status::Ok();
   SweepPoint& best = report.best_static;
-  best.samples_per_s = (best.samples_per_s + after.samples_per_s) / 2;
-  best.stall_fraction = (best.stall_fraction + after.stall_fraction) / 2;
+  best.samples_per_s = (best.samples_per_s + after->samples_per_s) / 2;
+  best.stall_fraction = (best.stall_fraction + after->stall_fraction) / 2;
   return Status::Ok();
 }
 
@@ -261,8 +287,9 @@ Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   STOKER_RETURN_IF_ERROR(o.workers.empty() ? SweepUntilKnee(base, o, report)
                                            : SweepListed(base, o, report));
   STOKER_RETURN_IF_ERROR(ConfirmBest(base, o, report));
-  if (!o.run_tuned) return report;
+  if (!o.run_tuned || report.interrupted) return report;
   STOKER_RETURN_IF_ERROR(RunTuned(base, o, report));
+  if (report.interrupted) return report;
   if (o.bracket) STOKER_RETURN_IF_ERROR(Bracket(base, o, report));
   const double best = report.best_static.samples_per_s;
   report.seconds_to_95pct = SecondsTo95Percent(report.tuned_timeline, best);

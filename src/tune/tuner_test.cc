@@ -123,8 +123,8 @@ TEST(TunerTest, MakeRejectsBadTunerOptions) {
       {"max_workers", [](TunerOptions& t) { t.max_workers = kMaxWorkers + 1; }},
       {"initial_workers", [](TunerOptions& t) { t.initial_workers = -1; }},
       {"initial_workers", [](TunerOptions& t) { t.initial_workers = kMaxWorkers + 1; }},
-      // Below one batch buffer (10 samples x 8 bytes).
-      {"memory_budget_bytes", [](TunerOptions& t) { t.memory_budget_bytes = 79; }},
+      // Below two batch buffers (10 samples x 8 bytes each).
+      {"memory_budget_bytes", [](TunerOptions& t) { t.memory_budget_bytes = 159; }},
   };
   for (int workers : {kAutoWorkers, 2}) {
     for (const Case& c : cases) {
@@ -142,7 +142,7 @@ TEST(TunerTest, MakeRejectsBadTunerOptions) {
   auto o = testing::SyntheticLoaderOptions(100, 10, 8);
   o.workers = kAutoWorkers;
   o.tuner.max_workers = kMaxWorkers;
-  o.tuner.memory_budget_bytes = 80;
+  o.tuner.memory_budget_bytes = 160;
   auto loader = Loader::Make(o);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
 }

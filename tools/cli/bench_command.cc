@@ -9,6 +9,7 @@
 #include "pipeline.h"
 #include "stoker/defaults.h"
 #include "stoker/report.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 namespace {
@@ -58,20 +59,29 @@ int RunBench(const BenchFlags& f) {
               << (f.step_ms > 0 ? ", step " + std::to_string(f.step_ms) + " ms" : "") << "\n";
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
+  // SIGINT and SIGTERM end the sweep, not the process: the points measured
+  // so far are printed, as `stoker run` prints its partial summary.
+  StopSignals signals;
+  so.stop = [&signals] { return signals.received() != 0; };
   auto r = RunSweep(p->loader, so);
-  if (!r.ok()) return ReportError("bench", r.status(), f.json);
+  if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
   if (!f.plot.empty()) {
     std::ofstream out(f.plot);
     out << SweepToSvg(*r, "stoker bench: " + p->description);
     if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
   }
+  const int signal = r->interrupted ? signals.received() : 0;
   if (f.json) {
-    PrintJson(SweepToJson(*r));
+    nlohmann::json j = SweepToJson(*r);
+    j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
+    PrintJson(j);
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
     if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
   }
-  return 0;
+  if (signal == 0) return 0;
+  if (!f.json) std::cout << "interrupted by " << SignalName(signal) << "\n";
+  return ExitCodeFor(signal);
 }
 
 }  // namespace

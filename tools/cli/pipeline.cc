@@ -1,15 +1,14 @@
 #include "pipeline.h"
 
+#include <cstdio>
 #include <iostream>
 #include <stdexcept>
 
 #include "option_checks.h"
-#include "stoker/advisor.h"
 #include "stoker/dataset.h"
 #include "stoker/defaults.h"
 #include "stoker/image.h"
 #include "stoker/image_sources.h"
-#include "stoker/probe.h"
 
 namespace stoker::cli {
 
@@ -23,30 +22,24 @@ std::optional<int> ParseCount(const std::string& text) {
   return std::nullopt;
 }
 
-namespace {
-
-// One batch must fit in the memory budget at all: past it the engine's
-// allocation fails, or the kernel kills the process, with no word on which
-// flag asked for too much.
-Status CheckBatchFits(const PipelineFlags& f, size_t sample_bytes, const TunerOptions& tuner) {
-  const size_t batch_bytes = sample_bytes * static_cast<size_t>(f.batch_size);
-  size_t budget = tuner.memory_budget_bytes;
-  if (budget == 0) {
-    ProbeOptions po;
-    po.skip_gpus = true;
-    AdviseInputs in;
-    in.batch_size = f.batch_size;
-    in.sample_bytes = sample_bytes;
-    budget = Advise(ProbeMachine(po), in).memory_budget_bytes;
-  }
-  if (batch_bytes <= budget) return Status::Ok();
-  return InvalidArgument("--batch-size " + std::to_string(f.batch_size) + " at --size " +
-                         std::to_string(f.size) + " makes one batch " + FormatBytes(batch_bytes) +
-                         ", more than the memory budget of " + FormatBytes(budget) +
-                         (tuner.memory_budget_bytes > 0 ? " (--memory-budget-mib)" : ""));
+Status NameFlags(const Status& status, const PipelineFlags& f) {
+  if (status.ok()) return status;
+  std::string m = status.message();
+  auto replace = [&m](const std::string& from, const std::string& to) {
+    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size())) {
+      m.replace(at, from.size(), to);
+    }
+  };
+  replace("option 'batch_size' = ", "--batch-size ");
+  replace("the transform's samples", "samples at --size " + std::to_string(f.size));
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%g", f.memory_budget_mib);
+  replace("tuner option 'memory_budget_bytes' = " +
+              std::to_string(static_cast<size_t>(f.memory_budget_mib * 1024 * 1024)),
+          "--memory-budget-mib " + std::string(mib));
+  replace("tuner option 'memory_budget_bytes'", "--memory-budget-mib");
+  return Status(status.code(), m);
 }
-
-}  // namespace
 
 void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--data", f.data,
@@ -149,7 +142,6 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     p.description += ", +" + std::to_string(f.read_latency_ms).substr(0, 5) + " ms per read";
   }
   lo.source = source;
-  STOKER_RETURN_IF_ERROR(CheckBatchFits(f, lo.transform->spec().bytes(), lo.tuner));
   return p;
 }
 

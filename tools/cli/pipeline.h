@@ -52,6 +52,11 @@ struct Pipeline {
 /// or the file.
 Result<Pipeline> BuildPipeline(const PipelineFlags& flags, bool quiet);
 
+/// `status` (from Loader::Make or a sweep) with the LoaderOptions it names
+/// (batch_size, the transform's samples, tuner memory_budget_bytes) named as
+/// the flags that set them.
+Status NameFlags(const Status& status, const PipelineFlags& flags);
+
 /// The flags of `stoker run` (and of the demo, which runs the same job).
 struct RunFlags {
   PipelineFlags pipeline;

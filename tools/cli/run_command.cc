@@ -17,7 +17,9 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   STOKER_ASSIGN_OR_RETURN(Pipeline p, BuildPipeline(f.pipeline, f.quiet));
   p.loader.tuner.trace_path = f.trace;
   if (!f.quiet) std::cerr << "stoker run: " << p.description << "\n";
-  STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(p.loader));
+  auto made = Loader::Make(p.loader);
+  if (!made.ok()) return NameFlags(made.status(), f.pipeline);
+  std::unique_ptr<Loader> loader = std::move(*made);
   LiveView view(stderr);
   ConsumeOptions co;
   co.seconds = f.seconds;

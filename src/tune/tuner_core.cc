@@ -317,14 +317,16 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   reference_ = p;
   reference_workers_ = workers_;
   // The first window holds the pool's start-up (new threads, first-touch
-  // page faults, decoder set-up), which reads as time off the CPU: under
-  // load a CPU-bound pipeline's first window showed 11.5 ms wall for 2.9 ms
-  // CPU per sample, settled ones 0.5 ms for 0.5 ms. More threads than the
-  // CPU-bound cap wait for a settled window to show the wait (StepUp).
+  // page faults, decoder set-up). With other processes keeping the CPUs
+  // busy, it and their run queue read as time off the CPU: a CPU-bound
+  // pipeline's first window beside two hogs showed 11.5 ms wall for 2.9 ms
+  // CPU per sample (settled: ~0.5 ms for 0.5 ms), and the model said 23.
+  // Then more threads than the CPU-bound cap wait for a settled window to
+  // show the wait (StepUp); with idle CPUs, time off the CPU is a wait.
   return SetByModel(p, b,
                     "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
                     "sample, %s -> %d workers",
-                    t_s, CpuBoundCap(b));
+                    t_s, p.contended ? CpuBoundCap(b) : kMaxWorkers);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,

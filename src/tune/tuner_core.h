@@ -147,8 +147,8 @@ class TunerCore {
   std::optional<Pooled> Accumulate(const Observation& o);
   // Contention, the window count at this worker count, the view's figures.
   void Note(Pooled& p, const Budgets& b);
-  // The first model jump, logged even when it keeps the count; at most
-  // CpuBoundCap workers (the first window holds the pool's start-up).
+  // The first model jump, logged even when it keeps the count; contended,
+  // at most CpuBoundCap workers (the first window holds the pool's start-up).
   std::optional<TunerDecision> Start(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);

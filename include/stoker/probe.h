@@ -125,7 +125,7 @@ struct CpuTimes {
   double busy_s = 0;  // running something (this process or others)
   double idle_s = 0;  // idle or waiting for I/O
   // Taken by the hypervisor: lost to us however many threads we run, so
-  // neither busy (a competitor to outbid) nor idle.
+  // neither busy (other processes' load on our CPUs) nor idle.
   double steal_s = 0;
   int cpus = 0;
 };

@@ -116,7 +116,8 @@ class Tuner final : public Controller {
     s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     s.proc_cpu = ProcessCpuSeconds();
     // Worker processes' CPU is ours, not other processes': without it the
-    // tuner would see its own workers as rivals and outbid them. Read live:
+    // tuner would read its own workers as other processes' load and shrink
+    // the pool for them. Read live:
     // what they report comes only with each finished batch.
     if (s.metrics.cpu_elsewhere_ns > 0) s.tree_cpu = DescendantsCpuSeconds();
     s.machine = ReadCpuTimes();

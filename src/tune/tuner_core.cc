@@ -61,17 +61,17 @@ int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
   return std::max(1, p);
 }
 
+int TunerCore::CpuBoundCap(const Budgets& b) const {
+  // A budget a few per cent short of a whole core still fills it (as the
+  // knee in StepUp reads it).
+  return std::max(1, static_cast<int>(std::floor(b.cpu_cores + params_.over_budget + 0.05)));
+}
+
 void TunerCore::UpdateContention(Pooled& p, const Budgets& b) {
-  const bool strict = Contended(p, b);
-  const bool held = contended_ && p.machine_known && p.on_cpu(params_) &&
+  const bool held = contended_ && p.machine_known && p.worker_cores() > 0 &&
                     p.idle_cores() <= params_.no_idle_share * b.cpu_cores &&
-                    p.rivals(b, params_) >= params_.rivals_held;
-  if (strict) {
-    rivals_ = p.on_cpu(params_) ? std::max(p.rivals(b, params_), contended_ ? rivals_ : 0.0) : 0;
-  } else if (!held) {
-    rivals_ = 0;
-  }
-  contended_ = strict || held;
+                    p.intruding_cores(b.others_room) >= params_.contended_held * b.cpu_cores;
+  contended_ = Contended(p, b) || held;
   p.contended = contended_;
 }
 
@@ -80,36 +80,59 @@ bool TunerCore::Contended(const Pooled& p, const Budgets& b) const {
       p.idle_cores() > params_.no_idle_share * b.cpu_cores) {
     return false;
   }
-  return p.intruding_cores(b.others_room) >= params_.contended_share * b.cpu_cores ||
-         (p.on_cpu(params_) && p.rivals(b, params_) >= params_.rivals);
+  return p.intruding_cores(b.others_room) >= params_.contended_share * b.cpu_cores;
+}
+
+double TunerCore::AvailableCores(const Pooled& p, const Budgets& b) const {
+  // With idle CPUs, what other processes use is what they need: the rest is
+  // ours. With none (contended), it is what the scheduler gave them beside
+  // our pool; aiming below it would shrink the pool, leave them more, and
+  // spiral down to one worker (seen: 3 -> 1 beside two hogs on 2 cores).
+  // Then the aim is the budget itself, never more.
+  if (!p.machine_known || p.contended) return b.cpu_cores;
+  return std::max(0.0, b.cpu_cores - p.intruding_cores(b.others_room));
+}
+
+bool TunerCore::CpuBound(const Pooled& p) const {
+  // Wall time off the CPU is a wait for I/O only where it is shown to be:
+  // by the run-queue figure, or by idle CPUs (a runnable thread would have
+  // had one). Contended and without the figure, it may be queueing behind
+  // other processes.
+  return p.on_cpu(params_) || (p.contended && p.queue_s <= 0 && p.cpu_s > 0);
+}
+
+double TunerCore::CpuFill(const Pooled& p, const Budgets& b) const {
+  // The time a sample needs, not the time it queued: the queue grows with
+  // the pool (and with other processes' threads), and sizing by it would
+  // keep a large pool large.
+  const double wall = p.unqueued_per_sample();
+  const double cpu = p.cpu_per_sample();
+  if (wall <= 0) return 0;
+  // No CPU time measured: no saturation point to size by; double the pool
+  // and let the trials judge, rather than jump to the cap.
+  if (cpu <= 0) return 2.0 * workers_;
+  // Workers whose CPU share fills the cores left to us (more only queue);
+  // work that waits off the CPU for most of its wall time (I/O) saturates
+  // the cores slowly, so it gets io_headroom.
+  const double fill = AvailableCores(p, b) * wall / cpu;
+  return wall >= 2 * cpu && !CpuBound(p) ? fill * params_.io_headroom : fill;
 }
 
 int TunerCore::Model(const Pooled& p, const Budgets& b) const {
-  // The time a sample needs, not the time it queued: the queue grows with
-  // the pool, and sizing by it would keep a large pool large.
-  const double wall = p.unqueued_per_sample();
-  const double cpu = p.cpu_per_sample();
-  if (wall <= 0) return workers_;  // nothing produced yet: no evidence
-  // Workers whose CPU share fills the budget (more only queue for cores);
-  // I/O-bound work saturates the cores slowly, so it gets io_headroom.
-  double cpu_fill = cpu > 0 ? b.cpu_cores * wall / cpu : 1e9;
-  if (cpu_fill >= 2 * b.cpu_cores) cpu_fill *= params_.io_headroom;
-  // Contended: the scheduler shares CPU time per runnable thread, so size
-  // the pool for outbid_share of the busy CPU time.
-  const bool contended = contended_;
-  if (contended) {
-    const double share = params_.outbid_share / (1 - params_.outbid_share);
-    cpu_fill = std::max(cpu_fill, std::ceil(share * rivals_));
-  }
+  if (p.unqueued_per_sample() <= 0) return workers_;  // nothing produced yet: no evidence
+  const double cpu_fill = CpuFill(p, b);
   // A bounded demand, by Little's law; queueing behind other processes will
-  // last, behind our own surplus threads it will not.
+  // last, behind our own surplus threads it will not. A consumer with no
+  // measurable demand takes what the budget allows: the CPU fill alone.
   const double demand = p.demand();
   const double need = std::isinf(demand)
-                          ? 1e9
-                          : demand * (contended ? p.wall_per_sample() : wall) * params_.headroom;
+                          ? cpu_fill
+                          : demand * (contended_ ? p.wall_per_sample() : p.unqueued_per_sample()) *
+                                params_.headroom;
   // 2.07 means 2: wall time a few per cent over CPU time is the consumer's
   // thread competing, not waiting.
-  const double m = std::ceil(std::min(need, cpu_fill) - 0.1);
+  double m = std::ceil(std::min(need, cpu_fill) - 0.1);
+  if (CpuBound(p)) m = std::min<double>(m, CpuBoundCap(b));
   return static_cast<int>(std::clamp<double>(m, 1, Cap(b)));
 }
 
@@ -128,17 +151,13 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   if (!p.on_cpu(params_) || !r.on_cpu(params_)) {
     change = std::max(change, RelChange(p.unqueued_per_sample(), r.unqueued_per_sample()));
   }
-  // Other processes on our CPUs: a core's worth more or less, contention
-  // starting or ending, or twice or half as many of their threads.
-  if (p.machine_known && r.machine_known) {
-    const double rp = p.rivals(b, params_), rr = r.rivals(b, params_);
-    if (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
-            2 * params_.contended_share * b.cpu_cores ||
-        p.contended != r.contended ||
-        (p.contended && p.on_cpu(params_) && r.on_cpu(params_) &&
-         std::min(rp, rr) >= params_.rivals && std::min(rp, rr) < 0.5 * std::max(rp, rr))) {
-      change = std::max(change, 2 * params_.change);
-    }
+  // Other processes on our CPUs: a core's worth more or less, or
+  // contention starting or ending.
+  if (p.machine_known && r.machine_known &&
+      (std::abs(p.intruding_cores(b.others_room) - r.intruding_cores(b.others_room)) >
+           2 * params_.contended_share * b.cpu_cores ||
+       p.contended != r.contended)) {
+    change = std::max(change, 2 * params_.change);
   }
   return change > params_.change ? change : 0;
 }
@@ -159,8 +178,9 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.cpu_per_sample_ms = p.cpu_per_sample() * 1e3;
   d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
   d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
+  const bool changes = workers != workers_ || prefetch != prefetch_;
   if (workers != workers_) windows_at_count_ = 0;
-  if (workers != workers_ || prefetch != prefetch_) {
+  if (changes) {
     // Let the pipeline refill before judging: a window, and longer when
     // samples are slow (the new workers' first tasks end late).
     skip_windows_ = 1;
@@ -170,6 +190,15 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   }
   workers_ = workers;
   prefetch_ = prefetch;
+  // A verdict that changes nothing is worth one record after a change (a
+  // trial paid, a knee, a floor) and then one per repeat_s: re-deciding the
+  // same count every window would bury the decisions that matter.
+  if (!changes && last_record_s_ && !last_record_changed_ &&
+      t_s - *last_record_s_ < params_.repeat_s) {
+    return std::nullopt;
+  }
+  last_record_s_ = t_s;
+  last_record_changed_ = changes;
   return d;
 }
 
@@ -214,6 +243,16 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   const int cap = Cap(b);
   if (workers_ > cap) {
     return Set(cap, b, p, Fmt("over budget: cap is %.0f workers", cap), t);
+  }
+  if (phase_ != Phase::kStart && workers_ > CpuBoundCap(b) && CpuBound(p)) {
+    // CPU-bound, and more workers than the budget allows (someone resized
+    // the loader, or the work changed): back within it at once.
+    phase_ = Phase::kRefine;
+    reference_.reset();
+    return SetByModel(p, b,
+                      "CPU-bound over the budget (%.2f ms wall, %.2f ms of it queued for a CPU, "
+                      "%.2f ms CPU per sample, %s): model says %d workers",
+                      t);
   }
   switch (phase_) {
     case Phase::kStart:
@@ -262,20 +301,32 @@ void TunerCore::Note(Pooled& p, const Budgets& b) {
   ++windows_at_count_;
   last_rate_ = p.rate();
   last_stall_ = p.stall();
-  last_cpu_cap_ =
-      p.cpu_per_sample() > 0
-          ? static_cast<int>(std::ceil(b.cpu_cores * p.unqueued_per_sample() / p.cpu_per_sample()))
-          : 0;
+  // The view's CPU budget in workers: as many as the cores left to us keep
+  // busy (CPU-bound: at most the budget + over_budget).
+  if (p.cpu_per_sample() <= 0) {
+    last_cpu_cap_ = 0;
+  } else {
+    last_cpu_cap_ = static_cast<int>(
+        std::ceil(AvailableCores(p, b) * p.unqueued_per_sample() / p.cpu_per_sample()));
+    if (CpuBound(p)) last_cpu_cap_ = std::min(last_cpu_cap_, CpuBoundCap(b));
+  }
 }
 
 std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b, double t_s) {
   phase_ = Phase::kRefine;
   reference_ = p;
   reference_workers_ = workers_;
+  // The first window holds the pool's start-up (new threads, first-touch
+  // page faults, decoder set-up). With other processes keeping the CPUs
+  // busy, it and their run queue read as time off the CPU: a CPU-bound
+  // pipeline's first window beside two hogs showed 11.5 ms wall for 2.9 ms
+  // CPU per sample (settled: ~0.5 ms for 0.5 ms), and the model said 23.
+  // Then more threads than the CPU-bound cap wait for a settled window to
+  // show the wait (StepUp); with idle CPUs, time off the CPU is a wait.
   return SetByModel(p, b,
                     "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
-                    "sample, demand %.0f/s -> %.0f workers",
-                    t_s);
+                    "sample, %s -> %d workers",
+                    t_s, p.contended ? CpuBoundCap(b) : kMaxWorkers);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
@@ -289,6 +340,16 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   if (gain >= params_.gain) {
     return Set(workers_, b, p,
                Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
+  }
+  if (gain < -params_.change) {
+    // More workers do not lose this much of the throughput: the workload
+    // changed under the trial (other processes started, say). Back, with no
+    // knee marked, to judge afresh on settled windows.
+    return Set(trial_from_, b, p,
+               Fmt("back to %.0f workers: throughput %+.1f %% at %.0f, the workload changed "
+                   "under the trial",
+                   trial_from_, gain * 100, workers_),
+               t_s);
   }
   knee_ = trial_from_;
   return Set(
@@ -347,17 +408,23 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   reference_ = p;
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
-                    "CPU per sample, demand %.0f/s): model says %.0f workers",
+                    "CPU per sample, %s): model says %d workers",
                     t_s);
 }
 
 std::optional<TunerDecision> TunerCore::SetByModel(const Pooled& p, const Budgets& b,
-                                                   const char* reason_fmt, double t_s) {
-  const int m = Model(p, b);
-  return Set(m, b, p,
-             Fmt(reason_fmt, p.wall_per_sample() * 1e3, p.queue_per_sample() * 1e3,
-                 p.cpu_per_sample() * 1e3, std::isinf(p.demand()) ? -1 : p.demand(), m),
-             t_s);
+                                                   const char* reason_fmt, double t_s, int most) {
+  const int m = std::min(Model(p, b), most);
+  const std::string demand = std::isinf(p.demand())
+                                 ? std::string("no measurable demand: as fast as the budget allows")
+                                 : Fmt("demand %.0f/s", p.demand());
+  char reason[512];
+  std::snprintf(reason, sizeof reason, reason_fmt, p.wall_per_sample() * 1e3,
+                p.queue_per_sample() * 1e3, p.cpu_per_sample() * 1e3, demand.c_str(), m);
+  std::string why = reason;
+  if (Model(p, b) > m)
+    why += Fmt(" (model %.0f: more once a settled window shows it)", Model(p, b));
+  return Set(m, b, p, std::move(why), t_s);
 }
 
 std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b, double t_s) {
@@ -365,18 +432,28 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // A trial is judged against a settled window: the first after the pool
   // grew holds the new threads' start-up and would make any step look good.
   if (windows_at_count_ < 2) return std::nullopt;
-  const int cap = Cap(b);
-  if (workers_ >= cap || (knee_ && *knee_ <= workers_)) return std::nullopt;
-  // CPU-bound workers that fill the budget are the knee already (not under
-  // contention, where more threads win a larger share).
-  const bool on_cpu = p.on_cpu(params_);
-  if (!contended_ && on_cpu && workers_ >= static_cast<int>(std::ceil(b.cpu_cores - 0.05))) {
-    return KneeHere(b, p,
-                    Fmt("knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
-                        "sample) and filling the %.1f-core budget",
-                        workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3, b.cpu_cores),
-                    t_s);
+  const bool cpu_bound = CpuBound(p);
+  // CPU-bound work never holds more than the budget + over_budget workers,
+  // whatever else runs: more threads would only win CPU time from other
+  // processes (and cost a worker's memory each).
+  const int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
+  if (knee_ && *knee_ <= workers_) return std::nullopt;
+  // CPU-bound workers that fill the budget are the knee already. With other
+  // processes on our CPUs they cannot fill it: steps may go on, each judged
+  // by what it paid, up to the budget + over_budget.
+  if (cpu_bound &&
+      workers_ >= (contended_ ? cap : static_cast<int>(std::ceil(b.cpu_cores - 0.05)))) {
+    return KneeHere(
+        b, p,
+        Fmt(contended_ ? "knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
+                         "sample), the %.1f-core budget + %.0f, other processes on our CPUs"
+                       : "knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
+                         "sample) and filling the %.1f-core budget",
+            workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3, b.cpu_cores,
+            params_.over_budget),
+        t_s);
   }
+  if (workers_ >= cap) return std::nullopt;
   // Steps of half the pool, whole while they keep paying handsomely: big
   // enough that their gain stands out of the noise of a one-second window.
   const int step = std::max(1, last_gain_ > params_.big_gain ? workers_ : workers_ / 2);
@@ -384,19 +461,6 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   if (knee_) target = std::min(target, *knee_);
   target = std::min(target, cap);
   if (target <= workers_) return std::nullopt;
-  // CPU-bound under contention a step only wins a larger share from the
-  // rivals: less than a trial can tell is the knee.
-  if (contended_ && on_cpu && rivals_ > 0) {
-    auto share = [&](int n) { return n / (n + rivals_); };
-    const double most = share(target) / share(workers_) - 1;
-    if (most < params_.gain) {
-      return KneeHere(b, p,
-                      Fmt("knee at %.0f workers: outbidding %.1f threads of other processes, "
-                          "%.0f workers would win at most %+.1f %% more of the CPUs",
-                          workers_, rivals_, target, most * 100),
-                      t_s);
-    }
-  }
   trial_from_ = workers_;
   trial_rate_before_ = p.produced_rate();
   phase_ = Phase::kTrialUp;

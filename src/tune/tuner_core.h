@@ -52,30 +52,40 @@ struct Budgets {
 ///
 /// Method: windows are pooled until they hold enough evidence (time, and
 /// batches or samples); the first pooled window sizes the pool by Little's
-/// law (workers = demand rate x wall time per sample, capped where the
-/// CPU-bound share saturates the CPU budget, the wall time counted without
-/// its queueing for a CPU, or, when other processes keep our CPUs busy,
-/// where the workers' share of them reaches outbid_share); then, while the
-/// consumer waits, it tries steps of half the pool (whole while steps pay >
-/// big_gain), each judged against a settled window (not the first after the
-/// pool grew), going on while they pay >= gain, and marks the knee when one
-/// does not; it steps down while the consumer never waits and the workers
-/// are idle enough that fewer would still keep up, marking the floor when
-/// that stalls. A workload change (demand, CPU time per sample, wall time
-/// less its queueing for a CPU unless the work is CPU-bound, at the same
-/// worker count; other processes' CPU use, or contention starting or ending)
-/// clears the marks and re-sizes by the model; a change of more than 2x is
-/// believed at once.
-/// Under contention a CPU-bound pool is sized for the other processes'
-/// threads as counted when they were plain to see (a large pool leaves them
-/// a share near the measurement's noise), and a step up that could win less
-/// than `gain` of the CPUs from them is not tried: that count is the knee.
+/// law (workers = demand rate x wall time per sample, the wall time counted
+/// without its queueing for a CPU; a consumer with no measurable demand
+/// takes what the CPUs allow, so its demand is not a bound), capped where
+/// the CPU-bound share saturates the cores left to us: the CPU budget less
+/// what other processes take of it. Their load lowers that aim and never
+/// raises it: the tuner does not size the pool to win CPU time from them.
+/// Work is CPU-bound when its wall time, run-queue delay aside, is within
+/// on_cpu of its CPU time, however busy the machine; such a pool never
+/// holds more than the CPU budget + over_budget workers. Only work that
+/// measurably waits off the CPU (I/O) gets more threads than cores.
+/// Then, while the consumer waits, it tries steps of half the pool (whole
+/// while steps pay > big_gain), each judged against a settled window (not
+/// the first after the pool grew), going on while they pay >= gain, and
+/// marks the knee when one does not (unless it lost more than `change`: the
+/// workload changed under it) or when a CPU-bound pool fills the
+/// budget (or, with other processes on our CPUs, reaches budget +
+/// over_budget); it steps down while the consumer never waits and the
+/// workers are idle enough that fewer would still keep up, marking the
+/// floor when that stalls. A workload change (demand, CPU time per sample,
+/// wall time less its queueing for a CPU unless the work is CPU-bound, at
+/// the same worker count; other processes' CPU use, or contention starting
+/// or ending) clears the marks and re-sizes by the model; a change of more
+/// than 2x is believed at once.
+/// A decision that changes neither knob is returned (and so recorded) only
+/// when it is the first verdict after a change, or when repeat_s has passed
+/// since the last one returned: a steady state is not logged over and over.
 /// docs/tuner.md has the figures behind the parameters.
 class TunerCore {
  public:
   explicit TunerCore(int initial_workers, int initial_prefetch, TunerParams params = {});
 
-  /// Feeds one window; returns a decision when workers or prefetch change.
+  /// Feeds one window; returns a decision when workers or prefetch change,
+  /// and a verdict that changes nothing when it is the first since a change
+  /// or repeat_s has passed since the last decision returned.
   std::optional<TunerDecision> Observe(const Observation& o, const Budgets& b);
 
   int workers() const { return workers_; }
@@ -106,19 +116,13 @@ class TunerCore {
     double other_cores() const { return window_s > 0 ? others_s / window_s : 0; }
     // Other processes' use beyond `room`: what they take of our budget.
     double intruding_cores(double room) const { return std::max(0.0, other_cores() - room); }
-    // Other processes' runnable threads: as many of ours as would take what
-    // they took (beyond /proc/stat's tick noise, which a big pool magnifies).
-    double rivals(const Budgets& b, const TunerParams& params) const {
-      const double seen =
-          std::max(0.0, intruding_cores(b.others_room) - params.tick_noise * b.cpu_cores);
-      return worker_cores() > 0 ? workers * seen / worker_cores() : 0;
-    }
     double idle_cores() const { return window_s > 0 ? idle_s / window_s : 0; }
     double stall() const { return StallFraction(wait_s, window_s); }
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
     double queue_per_sample() const { return produced > 0 ? queue_s / produced : 0; }
-    // Workers that hardly ever wait for anything but a core.
+    // Workers that hardly ever wait for anything but a core: wall time
+    // mostly CPU plus run-queue delay, however busy the machine.
     bool on_cpu(const TunerParams& params) const {
       return cpu_s > 0 && unqueued_per_sample() < params.on_cpu * cpu_per_sample();
     }
@@ -143,7 +147,8 @@ class TunerCore {
   std::optional<Pooled> Accumulate(const Observation& o);
   // Contention, the window count at this worker count, the view's figures.
   void Note(Pooled& p, const Budgets& b);
-  // The first model jump, logged even when it keeps the count.
+  // The first model jump, logged even when it keeps the count; contended,
+  // at most CpuBoundCap workers (the first window holds the pool's start-up).
   std::optional<TunerDecision> Start(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
@@ -157,17 +162,29 @@ class TunerCore {
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;
-  // Sets contended_ and rivals_ from a pooled window (and marks it): entered
-  // by Contended, left when the rivals estimate falls below rivals_held.
+  // Sets contended_ from a pooled window (and marks it): entered by
+  // Contended, left when they take less than contended_held of the budget.
   void UpdateContention(Pooled& p, const Budgets& b);
+  // The cores left to our workers: the budget less other processes' use of
+  // it, when the CPUs had idle time (contended: the budget).
+  double AvailableCores(const Pooled& p, const Budgets& b) const;
+  // CPU-bound: on_cpu, or contended without a run-queue figure (time off the
+  // CPU not shown to be I/O). At most CpuBoundCap workers.
+  bool CpuBound(const Pooled& p) const;
+  // Workers whose CPU share fills the available cores (I/O-bound work: with
+  // io_headroom); 0 when nothing was produced.
+  double CpuFill(const Pooled& p, const Budgets& b) const;
   int Model(const Pooled& p, const Budgets& b) const;
   int Cap(const Budgets& b) const;
+  // The most workers CPU-bound work may hold: the budget + over_budget.
+  int CpuBoundCap(const Budgets& b) const;
   int PrefetchFor(int workers, const Budgets& b) const;
   double Changed(const Pooled& p, const Budgets& b) const;
   // Sets the model's count; `reason_fmt` takes the wall, queued and CPU ms
-  // per sample, the demand (-1: unbounded) and the count.
+  // per sample (%f), the demand (%s, which says when there is none) and the
+  // count (%d); at most `most` workers.
   std::optional<TunerDecision> SetByModel(const Pooled& p, const Budgets& b, const char* reason_fmt,
-                                          double t_s);
+                                          double t_s, int most = kMaxWorkers);
   // Marks the current count as the knee (and the reference) and logs why.
   std::optional<TunerDecision> KneeHere(const Budgets& b, const Pooled& p, std::string reason,
                                         double t_s);
@@ -194,10 +211,12 @@ class TunerCore {
   double last_gain_ = 0;      // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
-  // Other processes compete for our CPUs, with this many threads' worth (the
-  // largest estimate since the contention began; 0 when not CPU-bound).
+  // Other processes compete for our CPUs.
   bool contended_ = false;
-  double rivals_ = 0;
+  // The decision trace: when the last decision was returned, and whether it
+  // changed a knob (the first verdict after a change is returned too).
+  std::optional<double> last_record_s_;
+  bool last_record_changed_ = false;
   double last_rate_ = 0, last_stall_ = 0;
   int last_cpu_cap_ = 0;
 };

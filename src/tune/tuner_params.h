@@ -17,9 +17,9 @@ struct TunerParams {
   double max_refill_s = 1.0;    // ... but at most this long
 
   // The model (Little's law).
-  double headroom = 1.2;       // provision this much above the demand
-  double io_headroom = 3.0;    // and this much above I/O-bound work's CPU-saturation point
-  double outbid_share = 0.96;  // under contention, aim for this share of the busy CPU time
+  double headroom = 1.2;     // provision this much above the demand
+  double io_headroom = 3.0;  // and this much above I/O-bound work's CPU-saturation point
+  double over_budget = 1;    // CPU-bound work holds at most the CPU budget + this many workers
 
   // What the consumer's waiting means.
   double stall_high = 0.01;  // it waits too much above this share of the time
@@ -37,10 +37,11 @@ struct TunerParams {
   // Other processes on our CPUs.
   double contended_share = 0.25;  // they take this share of our CPU budget or more ...
   double no_idle_share = 0.1;     // ... and the CPUs are idle at most this share of it
-  double rivals = 1.0;            // or they run this many threads' worth (CPU-bound pool)
-  double rivals_held = 0.25;      // once contended, the estimate may fall to this
-  double tick_noise = 0.01;       // share of the budget that /proc/stat's tick error may show
+  double contended_held = 0.125;  // once contended, until they take less than this share
   double on_cpu = 1.25;           // wall time within this factor of CPU time: CPU-bound
+
+  // The decision trace.
+  double repeat_s = 30;  // a decision that changes nothing is recorded at most this often
 };
 
 }  // namespace stoker

@@ -15,6 +15,7 @@
 
 #include "stoker/defaults.h"
 #include "stoker/loader.h"
+#include "stoker/probe.h"
 #include "testing/loader_harness.h"
 
 namespace stoker {
@@ -70,6 +71,35 @@ TEST(TunerTest, AutoWorkersMakeATunedLoaderWhoseTraceGrows) {
   EXPECT_EQ(view->decisions, static_cast<int64_t>(trace.size()));
   ASSERT_TRUE(view->last_decision.has_value());
   EXPECT_EQ(view->last_decision->reason, trace.back().reason);
+}
+
+// CPU-bound work never holds more workers than the CPU budget + 1, whatever
+// else runs on the machine (these machines are shared: other processes'
+// load is what the tuner once outbid); and a decision that changes nothing
+// is recorded at most once after a change, then once per 30 s.
+TEST(TunerTest, CpuBoundWorkStaysWithinTheBudgetAndUnchangedDecisionsAreNotRepeated) {
+  const MachineFacts facts = ProbeMachine();
+  const double budget = facts.cpu.budget_cores.value_or(facts.cpu.logical.value_or(1));
+  const int most = static_cast<int>(std::floor(budget + 1.05));
+  auto loader = Loader::Make(TunedOptions(4000, 16, std::chrono::microseconds(200), 0.01));
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  Loader& l = **loader;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(4)) {
+    testing::DrainEpoch(l);
+    EXPECT_LE(l.workers(), most);
+  }
+  const std::vector<TunerDecision> trace = l.tuner_trace();
+  ASSERT_FALSE(trace.empty());
+  auto unchanged = [](const TunerDecision& d) {
+    return d.workers_after == d.workers_before && d.prefetch_after == d.prefetch_before;
+  };
+  for (size_t i = 0; i < trace.size(); ++i) {
+    EXPECT_LE(trace[i].workers_after, most) << trace[i].reason;
+    if (i > 0 && unchanged(trace[i]) && unchanged(trace[i - 1])) {
+      EXPECT_GE(trace[i].t_s - trace[i - 1].t_s, 30.0) << trace[i].reason;
+    }
+  }
 }
 
 TEST(TunerTest, FixedWorkersHaveNoTuner) {

@@ -202,7 +202,7 @@ class _Segment:
         self.size = size
 
     def grow(self, needed):
-        size = max(needed + needed // 4, _GROW)
+        size = max(needed + needed // 16, _GROW)  # batches of one shape need no more
         size = (size + _GROW - 1) // _GROW * _GROW
         os.ftruncate(self.fd, size)
         os.posix_fallocate(self.fd, 0, size)  # an error now, never SIGBUS later
@@ -310,11 +310,13 @@ def _run_delay_ns():
         return 0
 
 
-def _load(job, indices, seed, at=None):
+def _load(job, indices, seed, at=None, samples=None):
     """(samples, their indices, failures) of one batch, its generators seeded
-    once; `at(position)` is told which sample is next (-1: done)."""
+    once; `at(position)` is told which sample is next (-1: done). `samples`:
+    where they go (a list, or a _Stream that places them as they come)."""
     _seed_all(seed)
-    samples, kept, failures = [], [], []
+    samples = [] if samples is None else samples
+    kept, failures = [], []
     for position, index in enumerate(indices):
         if at is not None:
             at(position)
@@ -334,6 +336,8 @@ def _collate_or_error(job, samples, writer=None):
     if not samples:
         return None, None
     try:
+        if isinstance(samples, _Stream):
+            return samples.collate(lambda plain: _collate(job, plain, writer)), None
         return _collate(job, samples, writer), None
     except Exception as e:  # noqa: BLE001 -- the loader names the batch
         return None, (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
@@ -352,9 +356,12 @@ def _run_task(job, seg, epoch, batch):
     m = seg.map
     _, _, n, data_off, seed = struct.unpack_from("=5q", m, 0)
     indices = struct.unpack_from(f"={n}q", m, _HEADER_WORDS * 8)
-    # Whom to blame if this process dies: the position it is on.
-    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, 8, p))
     writer = _Writer(seg, data_off)
+    streamed = (job.collate_fn is job.default_collate and not job.unbatched and
+                "torch" in sys.modules)
+    # Whom to blame if this process dies: the position it is on.
+    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, 8, p),
+                                    _Stream(writer, len(indices)) if streamed else None)
     payload, collate_error = _collate_or_error(job, samples, writer)
     try:
         return _write(writer, payload, (kept, failures, collate_error, epoch, batch))
@@ -362,6 +369,100 @@ def _run_task(job, seg, epoch, batch):
         del payload, samples
         writer.placed.clear()
         seg.end_task()
+
+
+_SCALARS = (int, float, bool, str)
+
+
+def _leaves(sample):
+    """(structure, leaves) of a sample _Stream can place, else None: a tensor,
+    or a tuple, list or dict of tensors and plain numbers or strings."""
+    import torch
+    if type(sample) is torch.Tensor:
+        return (("tensor",), ((sample.dtype, tuple(sample.shape)),)), [sample]
+    if type(sample) in (tuple, list):
+        items, shape = list(sample), (type(sample), len(sample))
+    elif type(sample) is dict:
+        items, shape = list(sample.values()), (dict, tuple(sample))
+    else:
+        return None
+    if not all(type(v) is torch.Tensor or type(v) in _SCALARS for v in items):
+        return None
+    kinds = tuple((v.dtype, tuple(v.shape)) if type(v) is torch.Tensor else type(v)
+                  for v in items)
+    return (shape, kinds), items
+
+
+class _Stream:
+    """A batch's samples for default_collate, placed as they come: each
+    tensor is copied at once into its row of the stacked output in the
+    segment, so a worker never holds a whole batch of samples (38 MB on the
+    image pipeline). Anything else falls back to a list and torch's collate;
+    the output is what default_collate gives (test_dataloader.py checks)."""
+
+    def __init__(self, writer, capacity):
+        self.writer, self.capacity = writer, capacity
+        self.structure = None  # of the first sample; every other must match
+        self.outs = None       # per leaf: the stacked tensor, or a list of values
+        self.rows = 0
+        self.plain = None      # the fallback list
+
+    def __len__(self):
+        return self.rows if self.plain is None else len(self.plain)
+
+    def append(self, sample):
+        if self.plain is not None:
+            self.plain.append(sample)
+            return
+        got = _leaves(sample)
+        if got is None or (self.structure is not None and got[0] != self.structure):
+            self.plain = self._samples_so_far() + [sample]
+            return
+        structure, items = got
+        if self.structure is None:
+            self.structure = structure
+            self.outs = [self.writer.empty(v.dtype, (self.capacity, *v.shape))
+                         if not isinstance(v, _SCALARS) else [] for v in items]
+        for out, v in zip(self.outs, items):
+            if isinstance(out, list):
+                out.append(v)
+            else:
+                out[self.rows].copy_(v)
+        self.rows += 1
+
+    def _assemble(self, values):
+        shape = self.structure[0]
+        if shape == ("tensor",):
+            return values[0]
+        kind, keys = shape
+        if kind is dict:
+            return dict(zip(keys, values))
+        return list(values) if kind is list else tuple(values)
+
+    def _samples_so_far(self):
+        return [self._assemble([out[i] for out in self.outs]) for i in range(self.rows)]
+
+    def collate(self, fallback):
+        if self.plain is not None:
+            return fallback(self.plain)
+        from torch.utils.data._utils.collate import default_collate
+        columns = []
+        sequence = self.structure[0] != ("tensor",) and self.structure[0][0] is not dict
+        for out in self.outs:
+            if isinstance(out, list):  # torch transposes a sequence with zip: tuples
+                columns.append(default_collate(tuple(out) if sequence else out))
+            else:
+                rows = out[:self.rows]  # a view at the same offset: no copy
+                placed = self.writer.placed.get(id(out))
+                if placed is not None:
+                    self.writer.placed[id(rows)] = (rows, placed[1])
+                columns.append(rows)
+        if self.structure[0] == ("tensor",):
+            return columns[0]
+        kind, _ = self.structure[0]
+        if kind is dict:
+            return dict(zip(self.structure[0][1], columns))
+        return columns  # torch collates a tuple or a list of samples into a list
 
 
 def _collate(job, samples, writer):

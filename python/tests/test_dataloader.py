@@ -429,3 +429,53 @@ def test_segments_of_batches_held_then_dropped_give_their_memory_back():
         assert dl.stats()["segment_bytes"] < holding
         assert sorted(float(b[i, 0, 0]) for b in dl for i in range(len(b))) == \
             [float(i) for i in range(40)]
+
+
+@pytest.mark.parametrize("kind", ["tensor", "tuple", "list", "dict", "mixed"])
+def test_default_collation_in_workers_is_torchs(kind):
+    from torch.utils.data import default_collate
+
+    class Shapes(Dataset):
+        def __len__(self):
+            return 21
+
+        def __getitem__(self, i):
+            t = torch.arange(6, dtype=torch.float32).reshape(2, 3) + i
+            if kind == "tensor":
+                return t
+            if kind == "tuple":
+                return (t, i, float(i) / 2, f"n{i}", i % 2 == 0)
+            if kind == "list":
+                return [t, torch.tensor(i)]
+            if kind == "dict":
+                return {"x": t, "y": i, "name": f"n{i}"}
+            return t if i < 9 else t[:1]  # shapes change mid-batch: torch's error
+
+    ds = Shapes()
+    with stoker.DataLoader(ds, batch_size=5, num_workers=2) as dl:
+        if kind == "mixed":
+            got, errors = [], []
+            it = iter(dl)
+            while True:
+                try:
+                    got.append(next(it))
+                except StopIteration:
+                    break
+                except stoker.DataError as e:
+                    errors.append(str(e))
+            assert len(got) == 4 and len(errors) == 1  # batch 1 holds both shapes
+            assert "collate_fn raised" in errors[0] and "stack expects" in errors[0]
+            return
+        batches = list(dl)
+    for b, got in enumerate(batches):
+        want = default_collate([ds[i] for i in range(5 * b, min(5 * b + 5, 21))])
+        assert type(got) is type(want)
+        flat_got = got if isinstance(got, (list, tuple)) else (
+            list(got.values()) if isinstance(got, dict) else [got])
+        flat_want = want if isinstance(want, (list, tuple)) else (
+            list(want.values()) if isinstance(want, dict) else [want])
+        for g, w in zip(flat_got, flat_want):
+            if isinstance(w, torch.Tensor):
+                assert g.dtype == w.dtype and torch.equal(g, w)
+            else:
+                assert g == w

@@ -46,6 +46,13 @@ def test_advise_json():
     j = json.loads(stoker("advise", "--json", "--no-gpus", "--batch-size", "32").stdout)
     assert j["workers"] >= 1 and j["prefetch_batches"] >= 1
     assert all(r["name"] and r["outcome"] for r in j["rules"])
+    d = j["dataloader"]  # the advice in torch's terms, to paste
+    assert d["num_workers"] >= 1 and d["prefetch_factor"] >= 1 and d["pin_memory"] is False
+    assert d["line"] == (f"DataLoader(num_workers={d['num_workers']}, prefetch_factor="
+                         f"{d['prefetch_factor']}, pin_memory=False, persistent_workers=True)")
+    assert len(d["rules"]) == 4
+    text = stoker("advise", "--no-gpus").stdout
+    assert d["line"] in text and "pin_memory=False: no GPU found" in text
 
 
 def test_run_json_summary(tmp_path):

@@ -64,4 +64,24 @@ Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs = {});
 /// "value", "limited"}], "note"}.
 nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs);
 
+/// The same advice as arguments of torch.utils.data.DataLoader, for the user
+/// to paste, with the rule behind each.
+struct DataLoaderArgs {
+  int num_workers = 0;
+  int prefetch_factor = 2;  // batches per worker (torch counts it so); unused at 0 workers
+  bool pin_memory = false;
+  bool persistent_workers = true;
+  std::vector<std::string> rules;  // one line per argument, why it has its value
+  /// "DataLoader(num_workers=2, prefetch_factor=2, pin_memory=False, persistent_workers=True)".
+  std::string Line() const;
+};
+
+/// `workers` worker processes and a prefetch depth of `prefetch_batches`
+/// batches in all; `gpus`: devices were found (pin_memory pays then).
+DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus);
+
+/// {"num_workers", "prefetch_factor" (null at 0 workers), "pin_memory",
+/// "persistent_workers", "line", "rules": [...]}.
+nlohmann::json DataLoaderArgsToJson(const DataLoaderArgs& args);
+
 }  // namespace stoker

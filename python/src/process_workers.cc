@@ -135,7 +135,7 @@ class ProcessScratch : public TransformScratch {
   struct Reply {
     int64_t size = 0, meta_off = 0, meta_len = 0;
   };
-  // One attempt; kCancelled when the process died (its cause in `died`).
+  // One attempt; kCancelled when the process died (the caller asks the zygote how).
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
                  const SegmentLease& lease, Reply* reply);
   void Stop();

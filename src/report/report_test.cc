@@ -68,6 +68,17 @@ TEST(ReportTest, AnInterruptedSweepShowsThePointsMeasuredAndSaysSo) {
   EXPECT_FALSE(SweepToJson(Example())["interrupted"].get<bool>());
 }
 
+TEST(ReportTest, SvgCountsWorkersInWholeNumbers) {
+  SweepReport r = Example();
+  r.sweep = {{1, 100, 0}, {2, 180, 0}, {3, 250, 0}, {4, 300, 0}, {5, 310, 0}};
+  const std::string svg = SweepToSvg(r, "five");
+  for (const char* half : {">1.2<", ">2.5<", ">3.8<"}) {
+    EXPECT_EQ(svg.find(half), std::string::npos) << half;  // quarter ticks of 0..5
+  }
+  EXPECT_NE(svg.find(">2<"), std::string::npos);
+  EXPECT_NE(svg.find(">4<"), std::string::npos);
+}
+
 TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {
   std::string svg = SweepToSvg(Example(), "test");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);

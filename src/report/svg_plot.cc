@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -29,17 +30,26 @@ std::string Num(double v) {
   return buf;
 }
 
+// `whole_x`: the x axis counts things (workers): ticks at whole numbers only.
 void Axes(std::ostringstream& s, const Frame& f, const std::string& xlabel,
-          const std::string& ylabel, const std::string& color = "#333") {
+          const std::string& ylabel, bool whole_x, const std::string& color = "#333") {
   s << "<rect x='" << f.x0 << "' y='" << f.y0 << "' width='" << f.w << "' height='" << f.h
     << "' fill='none' stroke='#999'/>\n";
+  std::vector<double> xticks;
+  if (whole_x) {
+    const double step = std::max(1.0, std::ceil((f.xmax - f.xmin) / 4));
+    for (double x = std::ceil(f.xmin); x <= f.xmax + 1e-9; x += step) xticks.push_back(x);
+  } else {
+    for (int i = 0; i <= 4; ++i) xticks.push_back(f.xmin + (f.xmax - f.xmin) * i / 4);
+  }
   for (int i = 0; i <= 4; ++i) {
     double yv = f.ymin + (f.ymax - f.ymin) * i / 4;
-    double xv = f.xmin + (f.xmax - f.xmin) * i / 4;
     s << "<line x1='" << f.x0 << "' x2='" << f.x0 + f.w << "' y1='" << f.Y(yv) << "' y2='"
       << f.Y(yv) << "' stroke='#eee'/>\n";
     s << "<text x='" << f.x0 - 6 << "' y='" << f.Y(yv) + 4
       << "' text-anchor='end' font-size='11' fill='" << color << "'>" << Num(yv) << "</text>\n";
+  }
+  for (double xv : xticks) {
     s << "<text x='" << f.X(xv) << "' y='" << f.y0 + f.h + 16
       << "' text-anchor='middle' font-size='11'>" << Num(xv) << "</text>\n";
   }
@@ -80,7 +90,7 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
   int wmax = 1;
   for (auto& p : r.sweep) wmax = std::max(wmax, p.workers);
   Frame left{70, 45, 330, 270, 0, static_cast<double>(wmax), 0, top};
-  Axes(s, left, "workers", "samples/s");
+  Axes(s, left, "workers", "samples/s", /*whole_x=*/true);
   std::vector<std::pair<double, double>> sweep;
   for (auto& p : r.sweep) sweep.emplace_back(p.workers, p.samples_per_s);
   Polyline(s, sweep, left, "#1f77b4", true);
@@ -94,12 +104,12 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
   int tw = 1;
   for (auto& p : r.tuned_timeline) tw = std::max(tw, p.workers);
   Frame right{520, 45, 320, 270, 0, tmax, 0, top};
-  Frame right_w{520, 45, 320, 270, 0, tmax, 0, tw * 1.2};
-  Axes(s, right, "seconds", "samples/s");
-  for (int i = 0; i <= 4; ++i) {
-    double v = right_w.ymax * i / 4;
+  Frame right_w{520, 45, 320, 270, 0, tmax, 0, static_cast<double>(tw + 1)};
+  Axes(s, right, "seconds", "samples/s", /*whole_x=*/false);
+  const int wstep = std::max(1, (tw + 1 + 3) / 4);  // whole worker counts only
+  for (int v = 0; v <= tw + 1; v += wstep) {
     s << "<text x='" << right.x0 + right.w + 6 << "' y='" << right_w.Y(v) + 4
-      << "' font-size='11' fill='#2ca02c'>" << Num(v) << "</text>\n";
+      << "' font-size='11' fill='#2ca02c'>" << v << "</text>\n";
   }
   s << "<line x1='" << right.x0 << "' x2='" << right.x0 + right.w << "' y1='"
     << right.Y(r.best_static.samples_per_s) << "' y2='" << right.Y(r.best_static.samples_per_s)

@@ -314,4 +314,51 @@ nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs) {
           {"note", advice.note}};
 }
 
+DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus) {
+  DataLoaderArgs a;
+  a.num_workers = std::max(0, workers);
+  a.pin_memory = gpus > 0;
+  a.rules.push_back("num_workers=" + std::to_string(a.num_workers) + ": " +
+                    (a.num_workers == 0 ? "none, the training loop loads"
+                                        : "the worker processes the CPU and memory budgets allow "
+                                          "(stoker advise --workers-kind processes: its rules)"));
+  if (a.num_workers > 0) {
+    a.prefetch_factor = std::max(1, (prefetch_batches + a.num_workers - 1) / a.num_workers);
+    a.rules.push_back("prefetch_factor=" + std::to_string(a.prefetch_factor) + ": " +
+                      std::to_string(prefetch_batches) + " batches in flight split among " +
+                      std::to_string(a.num_workers) +
+                      (a.num_workers == 1 ? " worker" : " workers") +
+                      ", rounded up (torch counts it per worker)");
+  }
+  a.rules.push_back(std::string("pin_memory=") + (a.pin_memory ? "True" : "False") + ": " +
+                    (a.pin_memory
+                         ? std::to_string(gpus) + " GPU(s) found: page-locked batches copy to them "
+                                                  "asynchronously and faster"
+                         : "no GPU found (NVML): pinning would cost memory for nothing"));
+  a.persistent_workers = a.num_workers > 0;
+  a.rules.push_back(a.persistent_workers
+                        ? "persistent_workers=True: workers stay between epochs, so no epoch "
+                          "pays their start (fork, dataset copy, imports) again"
+                        : "persistent_workers=False: no workers to keep (torch refuses True)");
+  return a;
+}
+
+std::string DataLoaderArgs::Line() const {
+  std::string line = "DataLoader(num_workers=" + std::to_string(num_workers);
+  if (num_workers > 0) line += ", prefetch_factor=" + std::to_string(prefetch_factor);
+  line += std::string(", pin_memory=") + (pin_memory ? "True" : "False");
+  line += std::string(", persistent_workers=") + (persistent_workers ? "True" : "False");
+  return line + ")";
+}
+
+nlohmann::json DataLoaderArgsToJson(const DataLoaderArgs& a) {
+  return {{"num_workers", a.num_workers},
+          {"prefetch_factor",
+           a.num_workers > 0 ? nlohmann::json(a.prefetch_factor) : nlohmann::json(nullptr)},
+          {"pin_memory", a.pin_memory},
+          {"persistent_workers", a.persistent_workers},
+          {"line", a.Line()},
+          {"rules", a.rules}};
+}
+
 }  // namespace stoker

@@ -235,5 +235,18 @@ TEST(AdvisorTest, JsonCarriesTheAdviceAndEveryRule) {
   EXPECT_TRUE(j["note"].is_string());
 }
 
+TEST(AdvisorTest, DataLoaderArgumentsSayTheAdviceInTorchsTerms) {
+  const DataLoaderArgs a = DataLoaderArgsFor(3, 7, /*gpus=*/1);
+  EXPECT_EQ(a.Line(),
+            "DataLoader(num_workers=3, prefetch_factor=3, pin_memory=True, "
+            "persistent_workers=True)");  // 7 batches over 3 workers, rounded up
+  EXPECT_EQ(a.rules.size(), 4u);
+  const DataLoaderArgs none = DataLoaderArgsFor(0, 2, 0);
+  EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
+  const auto j = DataLoaderArgsToJson(none);
+  EXPECT_TRUE(j["prefetch_factor"].is_null());
+  EXPECT_FALSE(j["persistent_workers"].get<bool>());
+}
+
 }  // namespace
 }  // namespace stoker

@@ -32,8 +32,15 @@ int RunAdvise(const AdviseCommandOptions& o) {
   if (o.sample_bytes > 0) inputs.sample_bytes = static_cast<size_t>(o.sample_bytes);
   inputs.workers_kind = o.workers_kind;
   Advice advice = Advise(facts, inputs);
+  // torch's DataLoader runs processes, whatever kind the advice above is for.
+  AdviseInputs for_torch = inputs;
+  for_torch.workers_kind = WorkersKind::kProcesses;
+  const Advice torch_advice = Advise(facts, for_torch);
+  const DataLoaderArgs torch_args = DataLoaderArgsFor(
+      torch_advice.workers, torch_advice.prefetch_batches, static_cast<int>(facts.gpus.size()));
   if (o.json) {
     nlohmann::json j = AdviceToJson(advice, inputs);
+    j["dataloader"] = DataLoaderArgsToJson(torch_args);
     j["facts"] = FactsToJson(facts);
     PrintJson(j);
     return 0;
@@ -52,6 +59,9 @@ int RunAdvise(const AdviseCommandOptions& o) {
               << pad << (r.limited ? "=> " : "-> ") << r.outcome << "\n";
   }
   std::cout << "\n(=> marks a rule that lowered the advice.)\n" << advice.note << "\n";
+  std::cout << "\nFor torch.utils.data.DataLoader (worker processes), paste:\n  "
+            << torch_args.Line() << "\n";
+  for (const std::string& rule : torch_args.rules) std::cout << "    " << rule << "\n";
   if (!facts.notes.empty()) {
     std::cout << "\nunreadable facts (treated as unknown):\n";
     for (const std::string& note : facts.notes) std::cout << "  " << note << "\n";

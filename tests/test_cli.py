@@ -123,6 +123,13 @@ def test_an_epoch_whose_every_file_is_bad_fails_under_skip(tmp_path):
     assert f"epoch 0 delivered nothing: all {len(files)} samples were skipped" in r.stderr, r.stderr
 
 
+def test_an_unwritable_plot_fails_before_the_sweep(tmp_path):
+    r = stoker("bench", "--synthetic", "--plot", str(tmp_path / "missing" / "sweep.svg"),
+               check=False)
+    assert r.returncode != 0 and "--plot" in r.stderr
+    assert "samples/s" not in r.stdout  # no point of the sweep was run
+
+
 def test_bad_options_name_the_option(tmp_path):
     r = stoker("run", "--synthetic", "--workers", "lots", "--seconds", "1", check=False)
     assert r.returncode != 0 and "--workers" in r.stderr

@@ -1,3 +1,5 @@
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -41,6 +43,12 @@ Result<std::vector<int>> ParseList(const std::string& text) {
 }
 
 int RunBench(const BenchFlags& f) {
+  // An unwritable --plot fails now, not after the whole sweep. Appending
+  // leaves a file that is there untouched until the plot replaces it.
+  if (!f.plot.empty() && !std::ofstream(f.plot, std::ios::app)) {
+    return ReportError("bench", "cannot write --plot " + f.plot + ": " + std::strerror(errno),
+                       f.json);
+  }
   auto p = BuildPipeline(f.pipeline, f.json);
   if (!p.ok()) return ReportError("bench", p.status(), f.json);
   SweepOptions so;

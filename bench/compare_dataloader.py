@@ -41,7 +41,7 @@ throughput follows whatever CPU the others leave: read the ratios of one run.
 
 Usage: /usr/bin/python3 bench/compare_dataloader.py [--data DIR] [--epochs 1]
        [--torch-workers 0,1,2,3,4] [--sections A,B,C,D] [--limit N]
-       [--step-batches 40] [--json]
+       [--step-batches 40] [--threads] [--json]
 A quick look (about a minute on 2 idle cores):
        --limit 256 --torch-workers 0,2 --step-batches 8
 Default data: the built-in data set (stoker.default_dataset(), made on first
@@ -114,8 +114,10 @@ def make_loader(kind, dataset, workers, shuffle):
                                            persistent_workers=workers > 0)
     import stoker
 
+    # "stoker-threads": the same loader on thread workers (worker_kind="threads").
     return stoker.DataLoader(dataset, batch_size=BATCH, shuffle=shuffle, num_workers=workers,
-                             generator=g)
+                             generator=g,
+                             worker_kind="threads" if kind == "stoker-threads" else "processes")
 
 
 def close_loader(loader):
@@ -247,7 +249,7 @@ def stoker_dataloader_missing():
 
 def run_config(section, kind, workers, a, missing):
     row = {"section": section, "kind": kind, "workers": workers}
-    if kind == "stoker" and missing:
+    if kind.startswith("stoker") and missing:
         row["error"] = NOT_AVAILABLE
         return row
     print(f"running {section}: {kind} num_workers={workers}", file=sys.stderr, flush=True)
@@ -506,6 +508,8 @@ def main():
                    help="at most N samples per epoch (images, and C's trivial samples); 0: all")
     p.add_argument("--step-batches", type=int, default=40, help="B's batches")
     p.add_argument("--json", action="store_true", help="machine-readable results on stdout")
+    p.add_argument("--threads", action="store_true",
+                   help="A also runs stoker with worker_kind='threads' (its own row)")
     p.add_argument("--child", nargs=3, metavar=("SECTION", "KIND", "WORKERS"),
                    help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -536,6 +540,8 @@ def main():
     if sections & {"A", "D"}:  # D is measured during A's runs
         a_rows = [run_config("A", "torch", w, a, missing) for w in torch_workers]
         a_rows.append(run_config("A", "stoker", "auto", a, missing))
+        if a.threads:  # a row of its own: the comparisons below stay processes'
+            a_rows.append(run_config("A", "stoker-threads", "auto", a, missing))
         best, auto, summary_a = summarise_a(a_rows)
         if "A" in sections:
             out["sections"]["A"] = {"summary": summary_a, "rows": [_public(r) for r in a_rows]}

@@ -1,5 +1,7 @@
 #include "epoch_batches.h"
 
+#include <algorithm>
+
 namespace stoker::python {
 
 Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets) {
@@ -11,8 +13,12 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    epochs_[epoch] = {std::move(flat), std::move(offsets)};
-    while (epochs_.size() > 3) epochs_.erase(epochs_.begin());  // the oldest epochs
+    epochs_[epoch] = {std::move(flat), std::move(offsets), ++clock_};
+    while (epochs_.size() > 3) {  // the current epoch, the next, one spare
+      epochs_.erase(std::min_element(epochs_.begin(), epochs_.end(), [](auto& a, auto& b) {
+        return a.second.used < b.second.used;
+      }));
+    }
   }
   cv_.notify_all();
   return Status::Ok();
@@ -22,9 +28,17 @@ Result<std::vector<int64_t>> EpochBatches::Indices(int64_t epoch, int64_t batch)
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return shutdown_ || epochs_.count(epoch) > 0; });
   if (shutdown_) return Cancelled("the loader was closed");
-  const auto& [flat, offsets] = epochs_[epoch];
+  const auto& [flat, offsets, used] = epochs_[epoch];
   const auto b = static_cast<size_t>(batch);
   return std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]);
+}
+
+bool EpochBatches::Has(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = epochs_.find(epoch);
+  if (it == epochs_.end()) return false;
+  it->second.used = ++clock_;
+  return true;
 }
 
 void EpochBatches::Shutdown() {

@@ -18,7 +18,7 @@
 
 namespace stoker::python {
 
-/// Thread-safe. Keeps the last few epochs.
+/// Thread-safe. Keeps the epochs set or asked for (Has) most recently.
 class EpochBatches {
  public:
   explicit EpochBatches(int64_t batches_per_epoch) : batches_per_epoch_(batches_per_epoch) {}
@@ -31,6 +31,8 @@ class EpochBatches {
   /// The indices of batch `batch` of `epoch`; waits until the epoch's batches
   /// are set. kCancelled after Shutdown.
   Result<std::vector<int64_t>> Indices(int64_t epoch, int64_t batch);
+  /// Whether `epoch`'s batches are here; if so, they are kept as if just set.
+  bool Has(int64_t epoch);
   /// Wakes and refuses every waiting and later Indices call.
   void Shutdown();
 
@@ -39,7 +41,12 @@ class EpochBatches {
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutdown_ = false;
-  std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> epochs_;
+  struct Epoch {
+    std::vector<int64_t> flat, offsets;
+    uint64_t used = 0;  // when last set or asked for: the least recent goes first
+  };
+  std::map<int64_t, Epoch> epochs_;
+  uint64_t clock_ = 0;
 };
 
 /// Batch numbers 0..n-1 as records (label = the number, no bytes): the

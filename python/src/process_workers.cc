@@ -119,11 +119,9 @@ class ProcessScratch : public TransformScratch {
   explicit ProcessScratch(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
   ~ProcessScratch() override { Stop(); }
 
-  // Its process's PSS (unique pages plus its share of the rest: copy-on-read
-  // growth shows here) and the segment of the batch it writes.
-  size_t bytes() const override {
-    return pss_.load(std::memory_order_relaxed) + segment_.load(std::memory_order_relaxed);
-  }
+  // Its process's PSS: unique pages plus its share of the rest, the segments
+  // it maps included; copy-on-read growth shows here.
+  size_t bytes() const override { return pss_.load(std::memory_order_relaxed); }
   int64_t cpu_ns_elsewhere() const override { return cpu_ns_.load(std::memory_order_relaxed); }
   int64_t queue_ns_elsewhere() const override { return queue_ns_.load(std::memory_order_relaxed); }
 
@@ -143,7 +141,6 @@ class ProcessScratch : public TransformScratch {
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;
   std::atomic<size_t> pss_{0};
-  std::atomic<size_t> segment_{0};
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<int64_t> queue_ns_{0};
   int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
@@ -217,10 +214,7 @@ Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> in
                       std::to_string(batch) + "), twice");
     }
   }
-  if (reply.size > 0) {
-    workers_->SetSize(lease, static_cast<size_t>(reply.size));
-    segment_.store(static_cast<size_t>(reply.size), std::memory_order_relaxed);
-  }
+  if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
   out[0] = kSegmentMagic;
   out[1] = lease.segment->id;
   out[2] = static_cast<int64_t>(lease.ticket);
@@ -601,6 +595,7 @@ void BindProcessWorkers(py::module_& m) {
             ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
           },
           py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
+      .def("has", &EpochBatches::Has, py::arg("epoch"))
       .def("shutdown", &EpochBatches::Shutdown);
 
   py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")

@@ -31,7 +31,6 @@ class ThreadWorkers {
   /// Drops the batches never taken (with the GIL).
   ~ThreadWorkers();
 
-  EpochBatches& batches() { return *batches_; }
   /// On an engine worker thread: runs the batch with the GIL; its ticket
   /// goes into `out`. An exception from Python becomes kInternal with its text.
   Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords]);

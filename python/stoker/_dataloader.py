@@ -124,7 +124,6 @@ class DataLoader:
         self._next_epoch = 0
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
-        self._epochs_set = set()  # epochs whose batches the workers have
         self._skipped = []
         self._inline_position = 0
         self._job = _workers._Job(dataset, collate_fn, default_collate, worker_init_fn,
@@ -206,7 +205,9 @@ class DataLoader:
         return self.sampler is None and self.batch_sampler is None
 
     def _give_batches(self, epoch):
-        if epoch in self._epochs_set:
+        """Hands epoch `epoch`'s batches to the workers, once per epoch number
+        (a user sampler is read then, as torch reads it at iter())."""
+        if self._table.has(epoch):
             return
         batches = self._batches(epoch)
         if len(batches) != self._len:
@@ -217,7 +218,6 @@ class DataLoader:
             flat.extend(int(i) for i in b)
             offsets.append(len(flat))
         self._table.set(epoch, flat, offsets)
-        self._epochs_set = {e for e in self._epochs_set if e >= epoch - 1} | {epoch}
 
     # -- iteration ----------------------------------------------------------
 

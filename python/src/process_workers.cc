@@ -118,6 +118,8 @@ class ProcessScratch : public TransformScratch {
  public:
   explicit ProcessScratch(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
   ~ProcessScratch() override { Stop(); }
+  // Ends its process, if any; a later task forks a fresh one. Its own thread only.
+  void Stop();
 
   // Its process's PSS: unique pages plus its share of the rest, the segments
   // it maps included; copy-on-read growth shows here.
@@ -136,7 +138,6 @@ class ProcessScratch : public TransformScratch {
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
                  const SegmentLease& lease, Reply* reply);
-  void Stop();
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;
@@ -231,6 +232,7 @@ void ProcessScratch::Stop() {
   (void)SendMessage(proc_->conn.get(), "EXIT", {});
   workers_->Reap(*proc_);
   proc_.reset();
+  pss_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -532,6 +534,10 @@ Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::sp
   }
   std::memcpy(out.data(), descriptor, sizeof descriptor);
   return Status::Ok();
+}
+
+void ProcessTransform::StopProcess(TransformScratch* scratch) {
+  if (scratch != nullptr) static_cast<ProcessScratch*>(scratch)->Stop();
 }
 
 void ProcessTransform::Recycle(std::span<std::byte> out) const {

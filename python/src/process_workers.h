@@ -159,6 +159,9 @@ class ProcessTransform : public Transform {
                TransformScratch* scratch) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;
+  /// Ends the worker process of `scratch` (made by NewScratch), if it has
+  /// one; a later Apply forks a fresh one. On the scratch's own thread only.
+  static void StopProcess(TransformScratch* scratch);
 
  private:
   std::shared_ptr<ProcessWorkers> workers_;

@@ -4,6 +4,7 @@ processes whose number the tuner sets and changes live (num_workers="auto")."""
 import functools
 import json
 import os
+import time
 
 from . import _args, _stoker, _workers
 from ._stoker import DataError
@@ -39,7 +40,8 @@ class DataLoader:
     IterableDataset is refused: its stream cannot be split among a changing
     number of workers without repeating or losing samples.
     ``worker_kind="threads"`` runs batches on threads of this process instead,
-    for datasets whose work releases the GIL (docs/dataloader.md).
+    for datasets whose work releases the GIL; ``"auto"`` measures both on your
+    loop and keeps the faster (``stats()["kind_trial"]``; docs/dataloader.md).
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
@@ -62,7 +64,8 @@ class DataLoader:
         self.dataset = dataset
         self._pid = os.getpid()
         self._engine = None
-        self._workers = None
+        self._workers = None      # process workers (kinds "processes" and "auto")
+        self._threads = None      # thread workers (kinds "threads" and "auto")
         self._zygote_pid = None
         self._closed = False
 
@@ -111,13 +114,15 @@ class DataLoader:
             prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
         self.num_workers = num_workers
         self.prefetch_factor = prefetch_factor
-        if worker_kind not in ("processes", "threads"):
-            raise ValueError("worker_kind must be 'processes' or 'threads', got "
-                             f"{worker_kind!r} ('auto', measuring both, is not built yet)")
+        if worker_kind not in ("processes", "threads", "auto"):
+            raise ValueError("worker_kind must be 'processes', 'threads' or 'auto', got "
+                             f"{worker_kind!r}")
         if worker_kind == "threads" and worker_init_fn is not None:
             raise ValueError("worker_init_fn needs worker processes; thread workers share this "
                              "process (worker_kind='threads')")
         self.worker_kind = worker_kind
+        self._kinds = None  # worker_kind="auto": both kinds' workers
+        self._trial = None
 
         self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
         self._len = self._count_batches()
@@ -135,17 +140,26 @@ class DataLoader:
                              "leaves nothing")
         self._table = _stoker.EpochBatches(self._len)
         seed = self._seed & (2**64 - 1)
-        if worker_kind == "processes":
+        if worker_kind != "threads":
             fd, self._zygote_pid = _workers.start_zygote(self._job)
             self._workers = _stoker.ProcessWorkers(fd, self._zygote_pid, seed, self._table)
-        else:
-            self._workers = _stoker.ThreadWorkers(
+        if worker_kind != "processes":
+            self._threads = _stoker.ThreadWorkers(
                 functools.partial(_workers.run_batch, self._job), seed, self._table)
+        if worker_kind == "auto":
+            self._kinds = _stoker.WorkerKinds(self._workers, self._threads)
+            self._trial = _KindTrial(self, "worker_init_fn needs worker processes"
+                                     if worker_init_fn is not None else None)
+            transform = self._kinds.transform()
+        elif worker_kind == "threads":
+            transform = self._threads.transform()
+        else:
+            transform = self._workers.transform()
         prefetch = None if prefetch_factor is None or workers == _stoker.AUTO_WORKERS \
             else prefetch_factor * workers
         try:
             self._engine = _stoker.Loader(
-                source=self._table.source(), transform=self._workers.transform(),
+                source=self._table.source(), transform=transform,
                 batch_size=1, shuffle=False, seed=0, drop_last=False, rank=0, world_size=1,
                 workers=workers, prefetch_batches=prefetch, prefetch_bytes=None,
                 on_error="raise", ordered=self.in_order, start_epoch=0,
@@ -323,13 +337,14 @@ class DataLoader:
             return {"workers": 0, "worker_kind": "none (num_workers=0)"}
         m = self._engine.metrics()
         view = self._engine.tuner_view()
-        processes = self.worker_kind == "processes"
+        processes = self._workers is not None
         total, busy = self._workers.segment_bytes() if processes else (0, 0)
         elapsed = max(m["consumer_wait_ns"] + m["consumer_step_ns"], 1) / 1e9
         per_batch = self.batch_size or 1
         return {
             "workers": self._engine.workers,
-            "worker_kind": self.worker_kind,
+            "worker_kind": self.worker_kind if self._kinds is None else self._kinds.kind,
+            "kind_trial": None if self._trial is None else self._trial.report(),
             "worker_pids": self._workers.pids() if processes else [],
             "worker_pss_bytes": m["worker_bytes"],
             "segment_bytes": total,
@@ -359,7 +374,7 @@ class DataLoader:
         self._closed = True
         if os.getpid() != self._pid:
             return  # a forked child: everything here is the parent's
-        processes = self.worker_kind == "processes" and self._workers is not None
+        processes = self._workers is not None
         if processes:
             self._workers.shutdown()
         if self._engine is not None:
@@ -384,6 +399,90 @@ class DataLoader:
             self.close()
         except Exception:  # noqa: BLE001 -- nothing to tell at collection
             pass
+
+
+class _KindTrial:
+    """worker_kind="auto": batches first come from worker processes, then from
+    threads; each kind is timed over a window of the consumer's own loop
+    (batches it took per second, its stall, worker CPU per batch) and the
+    faster is kept, the other retired. Within 5 % the kind using less CPU per
+    batch wins, processes when that ties too (their batches do not depend on
+    how threads share the global generators)."""
+
+    WARMUP_S = 1.0    # after a kind starts: workers starting, the other kind's batches draining
+    WINDOW_S = 2.0    # measured per kind, and at least MIN_BATCHES of its batches
+    MIN_BATCHES = 8
+    TIE = 0.05
+
+    def __init__(self, loader, fixed_reason=None):
+        self._loader = loader
+        self.phase = "processes"  # then "threads", then "done"
+        self.reason = "measuring processes"
+        self.figures = {}
+        self._phase_start = None
+        self._window = None       # (start time, metrics at start, batches, loop seconds)
+        if fixed_reason is not None:
+            self.phase, self.reason = "done", f"processes: {fixed_reason}"
+
+    def report(self):
+        return {"chosen": self._loader._kinds.kind if self.phase == "done" else None,
+                "reason": self.reason, "figures": dict(self.figures)}
+
+    def observe(self, kind, interval, now):
+        """The consumer took a batch made by `kind`, `interval` s after its last one."""
+        if self.phase == "done":
+            return
+        if self._phase_start is None:
+            self._phase_start = now
+        if kind != self.phase or now - self._phase_start < self.WARMUP_S:
+            return
+        if self._window is None:
+            self._window = (now, self._loader._engine.metrics(), 0, 0.0)
+            return
+        start, metrics, batches, loop_s = self._window
+        batches, loop_s = batches + 1, loop_s + interval
+        self._window = (start, metrics, batches, loop_s)
+        if now - start >= self.WINDOW_S and batches >= self.MIN_BATCHES:
+            self._close_window(now)
+
+    def _close_window(self, now):
+        start, before, batches, loop_s = self._window
+        after = self._loader._engine.metrics()
+        elapsed = now - start
+
+        def delta(key):
+            return (after[key] - before[key]) / 1e9
+
+        cpu = delta("cpu_ns")  # worker threads' CPU, their processes' included
+        self.figures[self.phase] = {
+            "batches_per_s": batches / loop_s,
+            "stall_fraction": min(1.0, delta("consumer_wait_ns") / elapsed),
+            "worker_cpu_s_per_batch": cpu / batches,
+            "workers": self._loader._engine.workers,
+        }
+        self._window = None
+        self._phase_start = now
+        if self.phase == "processes":
+            self.phase, self.reason = "threads", "measuring threads"
+            self._loader._kinds.set("threads", False)
+            return
+        chosen, self.reason = self._choose(self.figures["processes"], self.figures["threads"])
+        self.phase = "done"
+        self._loader._kinds.set(chosen, True)
+
+    @classmethod
+    def _choose(cls, p, t):
+        rates = (f"threads {t['batches_per_s']:.3g} vs processes {p['batches_per_s']:.3g} "
+                 f"batches/s, stall {t['stall_fraction']:.1%} vs {p['stall_fraction']:.1%}")
+        if t["batches_per_s"] > p["batches_per_s"] * (1 + cls.TIE):
+            return "threads", "threads: faster, " + rates
+        if p["batches_per_s"] > t["batches_per_s"] * (1 + cls.TIE):
+            return "processes", "processes: faster, " + rates
+        cpu = (f"; worker CPU {t['worker_cpu_s_per_batch'] * 1e3:.3g} vs "
+               f"{p['worker_cpu_s_per_batch'] * 1e3:.3g} ms/batch")
+        if t["worker_cpu_s_per_batch"] < p["worker_cpu_s_per_batch"] * (1 - cls.TIE):
+            return "threads", "threads: as fast, less CPU, " + rates + cpu
+        return "processes", "processes: as fast, no less CPU with threads, " + rates + cpu
 
 
 def _failure_error(epoch, batch, failures):
@@ -459,6 +558,8 @@ def _outcome(epoch, batch, payload, info, notes):
 class _Iterator(_BatchIterator):
     """An epoch from the engine's workers (processes or threads)."""
 
+    _last = None  # when the last batch was handed out (worker_kind="auto" times the loop)
+
     def _produce(self):
         loader = self.loader
         engine = loader._engine
@@ -469,13 +570,21 @@ class _Iterator(_BatchIterator):
             return None
         descriptor = got[0][0]
         self.position += 1
-        if loader.worker_kind == "threads":
-            payload, info = loader._workers.take(descriptor)
-            return _outcome(self.epoch, int(descriptor[3]), payload, info, [])
-        view, notes = loader._workers.view(descriptor)
-        payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
-        return _outcome(self.epoch, int(descriptor[7]), payload, info,
-                        [(i, why, "") for i, why in notes])
+        threads = int(descriptor[0]) == _stoker.THREAD_BATCH_MAGIC
+        if threads:
+            payload, info = loader._threads.take(descriptor)
+            made = _outcome(self.epoch, int(descriptor[3]), payload, info, [])
+        else:
+            view, notes = loader._workers.view(descriptor)
+            payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
+            made = _outcome(self.epoch, int(descriptor[7]), payload, info,
+                            [(i, why, "") for i, why in notes])
+        if loader._trial is not None:
+            now = time.perf_counter()
+            if self._last is not None:
+                loader._trial.observe("threads" if threads else "processes", now - self._last, now)
+            self._last = now
+        return made
 
 
 class _InlineIterator(_BatchIterator):

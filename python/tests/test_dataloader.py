@@ -50,6 +50,20 @@ class Failing(Dataset):
         return i
 
 
+class Plain(Dataset):
+    """Sample i: its index and a tensor of it; no global generator (threads share them)."""
+
+    def __init__(self, n=150):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(0.0002)  # releases the GIL, as I/O and most C extensions do
+        return {"index": i, "square": torch.tensor([i * i])}
+
+
 def indices_of(loader, key="index"):
     out = []
     for batch in loader:
@@ -388,14 +402,6 @@ def test_ctrl_c_interrupts_a_waiting_loop_at_once():
 
 
 def test_thread_workers_deliver_the_same_batches_exactly_once():
-    class Plain(Dataset):  # no global generator: threads share them
-        def __len__(self):
-            return 150
-
-        def __getitem__(self, i):
-            time.sleep(0.0005)  # releases the GIL, as I/O and most C extensions do
-            return {"index": i, "square": torch.tensor([i * i])}
-
     torch.manual_seed(3)
     with stoker.DataLoader(Plain(), batch_size=8, shuffle=True, num_workers=0) as dl:
         reference = [b["index"].tolist() for b in dl]
@@ -417,7 +423,7 @@ def test_thread_workers_report_failures_like_processes():
     assert sorted(got) == [i for i in range(30) if i != 4]
     assert len(errors) == 1 and "sample 4: ValueError" in errors[0]
     with pytest.raises(ValueError, match="worker_kind"):
-        stoker.DataLoader(Numbers(), worker_kind="auto")
+        stoker.DataLoader(Numbers(), worker_kind="both")
     with pytest.raises(ValueError, match="worker_init_fn"):
         stoker.DataLoader(Numbers(), worker_kind="threads", worker_init_fn=print)
 
@@ -500,3 +506,78 @@ def test_going_back_to_an_earlier_epoch_gives_its_batches_again():
         dl.set_epoch(2)
         assert indices_of(dl) == epochs[2]  # stoker's own order: a function of (seed, epoch)
         assert indices_of(dl) == epochs[3]
+
+
+@pytest.fixture
+def quick_trial(monkeypatch):
+    """worker_kind="auto" measures each kind for a short window, so tests see a choice."""
+    from stoker import _dataloader
+    monkeypatch.setattr(_dataloader._KindTrial, "WARMUP_S", 0.05)
+    monkeypatch.setattr(_dataloader._KindTrial, "WINDOW_S", 0.1)
+    monkeypatch.setattr(_dataloader._KindTrial, "MIN_BATCHES", 3)
+    return _dataloader._KindTrial
+
+
+def run_until_chosen(dl, epochs=200):
+    """Epochs until the trial has chosen; each one's indices, checked exactly once."""
+    seen = []
+    for _ in range(epochs):
+        seen.append(indices_of(dl))
+        assert sorted(seen[-1]) == list(range(dl.dataset.n))
+        if dl.stats()["kind_trial"]["chosen"] is not None:
+            return seen
+    pytest.fail(f"no choice after {epochs} epochs: {dl.stats()['kind_trial']}")
+
+
+@pytest.mark.parametrize("winner", ["processes", "threads"])
+def test_auto_kind_measures_both_keeps_one_and_loses_nothing(quick_trial, monkeypatch, winner):
+    real = quick_trial._choose
+    made_by = collections.Counter()
+
+    def choose(p, t):
+        made_by.update(k for k, f in (("processes", p), ("threads", t)) if f["batches_per_s"] > 0)
+        kind, why = real(p, t)
+        assert kind in ("processes", "threads") and why.startswith(kind)
+        return winner, why
+
+    monkeypatch.setattr(quick_trial, "_choose", staticmethod(choose))
+    torch.manual_seed(4)
+    with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=0) as dl:
+        reference = [indices_of(dl) for _ in range(3)]
+    torch.manual_seed(4)
+    with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=2,
+                           worker_kind="auto") as dl:
+        seen = run_until_chosen(dl)
+        assert seen[:3] == reference[:len(seen[:3])]  # the same order whichever kind made them
+        trial = dl.stats()["kind_trial"]
+        assert made_by == {"processes": 1, "threads": 1}
+        assert trial["chosen"] == winner == dl.stats()["worker_kind"]
+        for kind in ("processes", "threads"):
+            f = trial["figures"][kind]
+            assert f["batches_per_s"] > 0 and f["worker_cpu_s_per_batch"] >= 0
+            assert 0 <= f["stall_fraction"] <= 1 and f["workers"] >= 1
+        for _ in range(3):  # each thread ends its process at its next task
+            assert sorted(indices_of(dl)) == list(range(150))
+        pids = dl.stats()["worker_pids"]
+        assert (pids == []) == (winner == "threads")
+
+
+def test_auto_kind_keeps_processes_when_worker_init_fn_needs_them():
+    with stoker.DataLoader(Plain(40), batch_size=4, num_workers=2, worker_kind="auto",
+                           worker_init_fn=lambda worker_id: None) as dl:
+        assert sorted(indices_of(dl)) == list(range(40))
+        trial = dl.stats()["kind_trial"]
+        assert trial["chosen"] == "processes" and "worker_init_fn" in trial["reason"]
+        assert len(dl.stats()["worker_pids"]) >= 1
+
+
+def test_the_kind_trial_keeps_the_faster_then_the_cheaper():
+    from stoker._dataloader import _KindTrial
+
+    def fig(rate, cpu):
+        return {"batches_per_s": rate, "stall_fraction": 0.0, "worker_cpu_s_per_batch": cpu}
+
+    assert _KindTrial._choose(fig(100, 1), fig(120, 1))[0] == "threads"
+    assert _KindTrial._choose(fig(120, 1), fig(100, 0.1))[0] == "processes"
+    assert _KindTrial._choose(fig(100, 1), fig(102, 0.5))[0] == "threads"  # as fast, cheaper
+    assert _KindTrial._choose(fig(100, 1), fig(102, 0.98))[0] == "processes"  # a tie

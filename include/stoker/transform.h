@@ -22,6 +22,9 @@ class TransformScratch {
   virtual ~TransformScratch() = default;
   /// Bytes this scratch holds now (for the memory budget).
   virtual size_t bytes() const { return 0; }
+  /// Of bytes(), what a fresh scratch would not hold: the engine makes a
+  /// fresh one when these and the read buffer pass the per-sample cap.
+  virtual size_t trimmable_bytes() const { return bytes(); }
   /// CPU time and run-queue delay spent for this worker outside its own
   /// thread (in a worker process), cumulative; the engine adds them to the
   /// worker's figures so that the tuner sees where the work really ran.
@@ -55,6 +58,10 @@ class Transform {
 
   /// Scratch for one worker; nullptr when the transform needs none.
   virtual std::unique_ptr<TransformScratch> NewScratch() const { return nullptr; }
+  /// The scratch of an engine worker thread, made on that thread as it starts
+  /// (and when it trims); a transform may prepare there what the first task
+  /// needs. The consumer thread's scratch comes from NewScratch().
+  virtual std::unique_ptr<TransformScratch> NewWorkerScratch() const { return NewScratch(); }
 
   /// Writes the sample for `record` into `out` (exactly spec().bytes() long).
   /// Errors say what is wrong with the bytes; the engine adds the sample

@@ -118,12 +118,20 @@ class ProcessScratch : public TransformScratch {
  public:
   explicit ProcessScratch(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
   ~ProcessScratch() override { Stop(); }
+  // Forks its process if it has none. Its own thread only.
+  Status Start();
   // Ends its process, if any; a later task forks a fresh one. Its own thread only.
   void Stop();
 
   // Its process's PSS: unique pages plus its share of the rest, the segments
   // it maps included; copy-on-read growth shows here.
   size_t bytes() const override { return pss_.load(std::memory_order_relaxed); }
+  // What its process grew by since its first batch (copy-on-read of the
+  // dataset, caches): past the per-sample cap, a fresh fork gives it back.
+  size_t trimmable_bytes() const override {
+    const size_t pss = bytes();
+    return pss > baseline_ ? pss - baseline_ : 0;
+  }
   int64_t cpu_ns_elsewhere() const override { return cpu_ns_.load(std::memory_order_relaxed); }
   int64_t queue_ns_elsewhere() const override { return queue_ns_.load(std::memory_order_relaxed); }
 
@@ -145,15 +153,21 @@ class ProcessScratch : public TransformScratch {
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<int64_t> queue_ns_{0};
   int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
+  size_t baseline_ = 0;                    // its PSS after its first batch
 };
+
+Status ProcessScratch::Start() {
+  if (proc_) return Status::Ok();
+  STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
+  proc_ = std::move(started);
+  cpu_seen_ = queue_seen_ = 0;
+  baseline_ = 0;
+  return Status::Ok();
+}
 
 Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
                                const SegmentLease& lease, Reply* reply) {
-  if (!proc_) {
-    STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
-    proc_ = std::move(started);
-    cpu_seen_ = queue_seen_ = 0;
-  }
+  STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
   const size_t data_off = RoundUp((kHeaderWords + n) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
@@ -181,7 +195,10 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
   queue_ns_.fetch_add(m.words[4] - queue_seen_, std::memory_order_relaxed);
   cpu_seen_ = m.words[3];
   queue_seen_ = m.words[4];
-  if (m.words[5] > 0) pss_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
+  if (m.words[5] > 0) {
+    pss_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
+    if (baseline_ == 0) baseline_ = static_cast<size_t>(m.words[5]);
+  }
   return Status::Ok();
 }
 
@@ -518,16 +535,29 @@ std::unique_ptr<TransformScratch> ProcessTransform::NewScratch() const {
   return std::make_unique<ProcessScratch>(workers_);
 }
 
+std::unique_ptr<TransformScratch> ProcessTransform::NewWorkerScratch() const {
+  // On its engine thread as the thread starts: the process is forked now,
+  // before a task needs it (a loader's first task waits for iter()). A failure
+  // is reported by the first task, which tries again.
+  auto scratch = std::make_unique<ProcessScratch>(workers_);
+  if (!workers_->shut_down()) (void)scratch->Start();
+  return scratch;
+}
+
 Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::span<std::byte> out,
                                TransformScratch* scratch) const {
   if (scratch == nullptr) return Internal("process workers need a worker thread's scratch");
   const int64_t epoch = record.epoch, batch = record.label;
+  // The process starts while the batch list may still be on its way (a loader
+  // claims its first tasks when made, the list comes with iter()).
+  auto* process = static_cast<ProcessScratch*>(scratch);
+  if (workers_->shut_down()) return Cancelled("the loader was closed");
+  STOKER_RETURN_IF_ERROR(process->Start());
   STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, batch));
   const size_t header = RoundUp((kHeaderWords + indices.size()) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   int64_t descriptor[kDescriptorWords];
-  Status st = static_cast<ProcessScratch*>(scratch)->Run(epoch, batch, std::move(indices), lease,
-                                                         descriptor);
+  Status st = process->Run(epoch, batch, std::move(indices), lease, descriptor);
   if (!st.ok()) {
     workers_->Release(lease.segment->id, lease.ticket);
     return st;

@@ -154,7 +154,10 @@ class ProcessTransform : public Transform {
  public:
   explicit ProcessTransform(std::shared_ptr<ProcessWorkers> workers);
   SampleSpec spec() const override;
+  /// A scratch whose process is forked by its first Apply.
   std::unique_ptr<TransformScratch> NewScratch() const override;
+  /// Forks the scratch's worker process at once, on the engine thread starting.
+  std::unique_ptr<TransformScratch> NewWorkerScratch() const override;
   Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
                TransformScratch* scratch) const override;
   bool recycles() const override { return true; }

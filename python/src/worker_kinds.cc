@@ -19,6 +19,7 @@ class EitherScratch : public TransformScratch {
   explicit EitherScratch(std::unique_ptr<TransformScratch> process)
       : process_(std::move(process)) {}
   size_t bytes() const override { return process_->bytes(); }
+  size_t trimmable_bytes() const override { return process_->trimmable_bytes(); }
   int64_t cpu_ns_elsewhere() const override { return process_->cpu_ns_elsewhere(); }
   int64_t queue_ns_elsewhere() const override { return process_->queue_ns_elsewhere(); }
   TransformScratch* process() { return process_.get(); }
@@ -34,6 +35,12 @@ EitherKindTransform::EitherKindTransform(std::shared_ptr<WorkerKinds> kinds)
 
 std::unique_ptr<TransformScratch> EitherKindTransform::NewScratch() const {
   return std::make_unique<EitherScratch>(process_.NewScratch());
+}
+
+std::unique_ptr<TransformScratch> EitherKindTransform::NewWorkerScratch() const {
+  // Once threads are chosen, a new engine thread forks no process.
+  return std::make_unique<EitherScratch>(kinds_->retire_processes() ? process_.NewScratch()
+                                                                    : process_.NewWorkerScratch());
 }
 
 Status EitherKindTransform::Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,

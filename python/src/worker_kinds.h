@@ -49,6 +49,7 @@ class EitherKindTransform : public Transform {
   explicit EitherKindTransform(std::shared_ptr<WorkerKinds> kinds);
   SampleSpec spec() const override { return process_.spec(); }
   std::unique_ptr<TransformScratch> NewScratch() const override;
+  std::unique_ptr<TransformScratch> NewWorkerScratch() const override;
   Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
                TransformScratch* scratch) const override;
   bool recycles() const override { return true; }

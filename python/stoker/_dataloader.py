@@ -196,15 +196,7 @@ class DataLoader:
         """Epoch `epoch`'s batches, lists of dataset indices."""
         if self.batch_sampler is not None:
             return [list(b) for b in self.batch_sampler]
-        if self.sampler is not None:
-            order = list(self.sampler)
-        elif self._shuffle:
-            torch = _torch()
-            g = torch.Generator()
-            g.manual_seed(_stoker.batch_seed(self._seed & (2**64 - 1), epoch, -1))
-            order = torch.randperm(len(self.dataset), generator=g).tolist()
-        else:
-            order = list(range(len(self.dataset)))
+        order = list(self.sampler) if self.sampler is not None else self._order(epoch)
         if self._unbatched:
             return [[i] for i in order]
         size = self.batch_size
@@ -212,6 +204,15 @@ class DataLoader:
         if self.drop_last and batches and len(batches[-1]) < size:
             batches.pop()
         return batches
+
+    def _order(self, epoch):
+        """Epoch `epoch`'s order of the dataset without a sampler: a function of (seed, epoch)."""
+        if not self._shuffle:
+            return list(range(len(self.dataset)))
+        torch = _torch()
+        g = torch.Generator()
+        g.manual_seed(_stoker.batch_seed(self._seed & (2**64 - 1), epoch, -1))
+        return torch.randperm(len(self.dataset), generator=g).tolist()
 
     def _own_order(self):
         """True when epochs are pure functions of (seed, epoch), so the next one
@@ -223,14 +224,22 @@ class DataLoader:
         (a user sampler is read then, as torch reads it at iter())."""
         if self._table.has(epoch):
             return
-        batches = self._batches(epoch)
-        if len(batches) != self._len:
-            raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was made "
-                             f"for {self._len}: the sampler's length changed")
-        flat, offsets = [], [0]
-        for b in batches:
-            flat.extend(int(i) for i in b)
-            offsets.append(len(flat))
+        if self._own_order() and not self._unbatched:
+            # Consecutive slices of one order: no list per batch.
+            flat = self._order(epoch)
+            size = self.batch_size
+            if self.drop_last:
+                del flat[len(flat) - len(flat) % size:]
+            offsets = list(range(0, len(flat), size)) + [len(flat)]
+        else:
+            batches = self._batches(epoch)
+            if len(batches) != self._len:
+                raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was "
+                                 f"made for {self._len}: the sampler's length changed")
+            flat, offsets = [], [0]
+            for b in batches:
+                flat.extend(int(i) for i in b)
+                offsets.append(len(flat))
         self._table.set(epoch, flat, offsets)
 
     # -- iteration ----------------------------------------------------------
@@ -248,8 +257,6 @@ class DataLoader:
                                      (prev is not None and not prev.finished)):
                 self._engine.set_epoch(epoch)  # abandons what is left of the last one
             self._give_batches(epoch)
-            if self._own_order():
-                self._give_batches(epoch + 1)  # the workers may start on it early
             it = _Iterator(self, epoch)
         if prev is not None:
             prev.done = True
@@ -570,6 +577,8 @@ class _Iterator(_BatchIterator):
             return None
         descriptor = got[0][0]
         self.position += 1
+        if self.position == 1 and loader._own_order():
+            loader._give_batches(self.epoch + 1)  # the workers may start on it early
         threads = int(descriptor[0]) == _stoker.THREAD_BATCH_MAGIC
         if threads:
             payload, info = loader._threads.take(descriptor)

@@ -284,11 +284,12 @@ def _worker_main(sock, job, worker_id, num_workers):
                       f"batch {batch} of epoch {epoch}: {traceback.format_exc()}".encode(
                           errors="replace"))
             continue
+        cpu = time.process_time_ns()
+        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), pss))
+        # Measured after the reply (it walks every mapping: milliseconds), for the next one.
         now = time.monotonic()
         if now - pss_at > 1.0:
             pss, pss_at = _own_pss(), now
-        cpu = time.process_time_ns()
-        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), pss))
 
 
 def _own_pss():

@@ -581,3 +581,38 @@ def test_the_kind_trial_keeps_the_faster_then_the_cheaper():
     assert _KindTrial._choose(fig(120, 1), fig(100, 0.1))[0] == "processes"
     assert _KindTrial._choose(fig(100, 1), fig(102, 0.5))[0] == "threads"  # as fast, cheaper
     assert _KindTrial._choose(fig(100, 1), fig(102, 0.98))[0] == "processes"  # a tie
+
+
+class Hoarding(Dataset):
+    """Sample i: the pid of the process that loaded it; with `grow`, each
+    sample also keeps `grow` bytes alive in that process (a cache that leaks)."""
+
+    kept = []
+
+    def __init__(self, n, grow=0):
+        self.n, self.grow = n, grow
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.grow:
+            Hoarding.kept.append(b"\x01" * self.grow)
+            time.sleep(0.01)
+        return torch.tensor([i, os.getpid()])
+
+
+def test_a_tight_budget_keeps_its_workers_and_a_growing_worker_is_replaced():
+    budget = 64 << 20  # a few worker processes' PSS: their size alone must not restart them
+    with stoker.DataLoader(Hoarding(400), batch_size=4, num_workers=2,
+                           memory_budget_bytes=budget) as dl:
+        rows = torch.cat(list(dl))
+        assert sorted(rows[:, 0].tolist()) == list(range(400))
+        assert len(set(rows[:, 1].tolist())) == 2
+    # 8 MiB kept per batch: past the per-sample cap of growth, the worker is
+    # replaced by a fresh fork after its batch, and nothing is lost.
+    with stoker.DataLoader(Hoarding(240, grow=2 << 20), batch_size=4, num_workers=1,
+                           memory_budget_bytes=budget) as dl:
+        rows = torch.cat(list(dl))
+        assert sorted(rows[:, 0].tolist()) == list(range(240))
+        assert len(set(rows[:, 1].tolist())) >= 2

@@ -32,7 +32,7 @@ namespace {
 // Trim() lets go of buffers that together grew past it.
 struct WorkerContext {
   WorkerContext(int id, bool worker_thread, const Transform& transform, const SampleCap& cap)
-      : stats(id, worker_thread) {
+      : stats(id, worker_thread), worker_thread_(worker_thread) {
     read.cap = cap;
     NewScratch(transform);
   }
@@ -42,7 +42,9 @@ struct WorkerContext {
   // Each buffer alone fits the cap, but a large record read for one sample
   // and a large decode for another may add up past it: start both afresh.
   void Trim(const Transform& transform) {
-    if (read.cap.Allows(footprint())) return;
+    if (read.cap.Allows(read.bytes.capacity() + (scratch ? scratch->trimmable_bytes() : 0))) {
+      return;
+    }
     read.bytes = {};
     NewScratch(transform);
   }
@@ -53,9 +55,11 @@ struct WorkerContext {
 
  private:
   void NewScratch(const Transform& transform) {
-    scratch = transform.NewScratch();
+    scratch = worker_thread_ ? transform.NewWorkerScratch() : transform.NewScratch();
     if (scratch) scratch->set_cap(read.cap);
   }
+
+  bool worker_thread_;
 };
 
 // The transform's Recycle, for pools whose outputs refer to something else.

@@ -123,14 +123,16 @@ class ProcessScratch : public TransformScratch {
   // Ends its process, if any; a later task forks a fresh one. Its own thread only.
   void Stop();
 
-  // Its process's PSS: unique pages plus its share of the rest, the segments
-  // it maps included; copy-on-read growth shows here.
-  size_t bytes() const override { return pss_.load(std::memory_order_relaxed); }
+  // Its process's unique memory (copy-on-read growth shows there) and its
+  // share of the loader's segments: summed over the workers, what they cost.
+  size_t bytes() const override {
+    return private_.load(std::memory_order_relaxed) + workers_->segment_share();
+  }
   // What its process grew by since its first batch (copy-on-read of the
   // dataset, caches): past the per-sample cap, a fresh fork gives it back.
   size_t trimmable_bytes() const override {
-    const size_t pss = bytes();
-    return pss > baseline_ ? pss - baseline_ : 0;
+    const size_t now = private_.load(std::memory_order_relaxed);
+    return now > baseline_ ? now - baseline_ : 0;
   }
   int64_t cpu_ns_elsewhere() const override { return cpu_ns_.load(std::memory_order_relaxed); }
   int64_t queue_ns_elsewhere() const override { return queue_ns_.load(std::memory_order_relaxed); }
@@ -149,11 +151,11 @@ class ProcessScratch : public TransformScratch {
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;
-  std::atomic<size_t> pss_{0};
+  std::atomic<size_t> private_{0};
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<int64_t> queue_ns_{0};
   int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
-  size_t baseline_ = 0;                    // its PSS after its first batch
+  size_t baseline_ = 0;                    // its unique memory after its first batch
 };
 
 Status ProcessScratch::Start() {
@@ -196,7 +198,7 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
   cpu_seen_ = m.words[3];
   queue_seen_ = m.words[4];
   if (m.words[5] > 0) {
-    pss_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
+    private_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
     if (baseline_ == 0) baseline_ = static_cast<size_t>(m.words[5]);
   }
   return Status::Ok();
@@ -249,7 +251,7 @@ void ProcessScratch::Stop() {
   (void)SendMessage(proc_->conn.get(), "EXIT", {});
   workers_->Reap(*proc_);
   proc_.reset();
-  pss_.store(0, std::memory_order_relaxed);
+  private_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -512,6 +514,13 @@ bool ProcessWorkers::shut_down() const {
 std::vector<int> ProcessWorkers::pids() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_pids_;
+}
+
+size_t ProcessWorkers::segment_share() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t all = 0;
+  for (const auto& s : segments_) all += s->size;
+  return all / std::max<size_t>(1, live_pids_.size());
 }
 
 std::pair<size_t, size_t> ProcessWorkers::segment_bytes() const {

@@ -125,6 +125,8 @@ class ProcessWorkers {
   std::vector<int> pids() const;
   /// Bytes of segments now: all, and those in use.
   std::pair<size_t, size_t> segment_bytes() const;
+  /// All segments' bytes over the live worker processes (each counts its share).
+  size_t segment_share() const;
 
  private:
   Result<std::shared_ptr<Mapping>> MapLocked(Segment& s, size_t bytes);

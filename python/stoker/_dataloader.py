@@ -337,8 +337,9 @@ class DataLoader:
     # -- figures ------------------------------------------------------------
 
     def stats(self):
-        """Figures: workers (processes now), their pids and memory (PSS),
-        batches and samples per second, the consumer's stall, the tuner's view."""
+        """Figures: workers (processes now), their pids and memory (their unique
+        memory and the batch segments), batches and samples per second, the
+        consumer's stall, the tuner's view, and worker_kind="auto"'s trial."""
         self._check_usable()
         if self._engine is None:
             return {"workers": 0, "worker_kind": "none (num_workers=0)"}
@@ -353,7 +354,7 @@ class DataLoader:
             "worker_kind": self.worker_kind if self._kinds is None else self._kinds.kind,
             "kind_trial": None if self._trial is None else self._trial.report(),
             "worker_pids": self._workers.pids() if processes else [],
-            "worker_pss_bytes": m["worker_bytes"],
+            "worker_bytes": m["worker_bytes"],
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
             "batches_delivered": m["batches_delivered"],

@@ -264,7 +264,7 @@ def _worker_main(sock, job, worker_id, num_workers):
         return
     sock.send(_message(b"HELLO"))
     segments = {}
-    pss, pss_at = 0, 0.0
+    private, measured_at = 0, 0.0
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
@@ -285,22 +285,25 @@ def _worker_main(sock, job, worker_id, num_workers):
                           errors="replace"))
             continue
         cpu = time.process_time_ns()
-        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), pss))
+        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), private))
         # Measured after the reply (it walks every mapping: milliseconds), for the next one.
         now = time.monotonic()
-        if now - pss_at > 1.0:
-            pss, pss_at = _own_pss(), now
+        if now - measured_at > 1.0:
+            private, measured_at = _own_private_bytes(), now
 
 
-def _own_pss():
+def _own_private_bytes():
+    """This process's unique memory (USS: private pages, clean and dirty), what it
+    costs beyond what it shares with the zygote and the other workers."""
+    total = 0
     try:
         with open("/proc/self/smaps_rollup", "rb") as f:
             for line in f:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 0
+    return total
 
 
 def _run_delay_ns():

@@ -233,6 +233,7 @@ TEST(ImageTransformTest, DctScaledTrainStaysCloseToFullDecode) {
   ImageTransformOptions o;
   o.layout = ImageLayout::kUInt8HWC;
   o.height = o.width = 128;
+  o.dct_scaling = true;
   auto t = Make(o);
   auto scratch = t->NewScratch();
   std::vector<uint8_t> out;
@@ -249,6 +250,26 @@ TEST(ImageTransformTest, DctScaledTrainStaysCloseToFullDecode) {
     EXPECT_LE(e.max, 40.0) << "sample " << i;
   }
   EXPECT_GT(scaled, 8);
+}
+
+// By default (no option set) a large JPEG, where DCT scaling would apply,
+// is still decoded at full size: eval gives torchvision's pixels.
+TEST(ImageTransformTest, DefaultEvalDecodesAtFullScale) {
+  const int w = 1200, h = 900;
+  auto file = Jpeg(MakePicture(w, h, 5), w, h);
+  Image full = ReferenceDecodeJpeg(file);
+  ImageTransformOptions o;
+  o.mode = ImageMode::kEval;
+  o.layout = ImageLayout::kUInt8HWC;
+  ResizeCenterCrop g = EvalGeometry(w, h, o);
+  ASSERT_GT(ChooseDctDenominator(w, h, g.resized_width, g.resized_height), 1);
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
+  const double sx = static_cast<double>(w) / g.resized_width;
+  const double sy = static_cast<double>(h) / g.resized_height;
+  auto ref = ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
+                               ReferenceAxis(g.top * sy, sy, 224, 0, h));
+  EXPECT_LE(Compare(out, ref, false, 224).max, 1.0);
 }
 
 TEST(ImageTransformTest, EvalMatchesResizeThenCentreCrop) {

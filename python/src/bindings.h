@@ -56,5 +56,6 @@ void BindMachine(pybind11::module_& m);
 void BindDataset(pybind11::module_& m);
 void BindProcessWorkers(pybind11::module_& m);
 void BindThreadWorkers(pybind11::module_& m);
+void BindSweepReport(pybind11::module_& m);
 
 }  // namespace stoker::python

@@ -5,6 +5,7 @@ line to paste."""
 
 import os
 import time
+import warnings
 
 from . import _args, _stoker
 
@@ -153,8 +154,12 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
         loader = _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor,
                               loader_options)
         try:
-            samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds,
-                                                       step_s)
+            with warnings.catch_warnings():
+                # The sweep passes the CPU count on purpose: torch's warning
+                # that it does would repeat at every such count.
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+                samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds,
+                                                           step_s)
         finally:
             del loader
         points.append({"num_workers": workers,

@@ -101,6 +101,14 @@ def test_bench_ends_with_the_dataloader_line():
     assert tail[2].strip().startswith(f"num_workers={best[0]}: the sweep's best count")
 
 
+def test_dct_scaling_is_opt_in_and_named(tmp_path):
+    data = tmp_path / "made"
+    stoker("make-dataset", str(data), "--images", "4", "--classes", "2")
+    args = ("run", "--data", str(data), "--batch-size", "2", "--epochs", "1", "--size", "32")
+    assert "DCT-scaled decode" not in stoker(*args).stdout.splitlines()[0]
+    assert stoker(*args, "--dct-scaling").stdout.splitlines()[0].endswith(", DCT-scaled decode")
+
+
 def _folder_with_a_bad_jpeg(tmp_path):
     good = tmp_path / "made"
     stoker("make-dataset", str(good), "--images", "6", "--classes", "2")

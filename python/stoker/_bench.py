@@ -70,8 +70,12 @@ def _measure(loader, batch_size, batches, seconds, step_s):
 
 
 def _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor, options):
-    kwargs = dict(options)
-    kwargs.update(batch_size=batch_size, num_workers=workers, shuffle=kwargs.get("shuffle", True))
+    kwargs = dict(options, num_workers=workers)
+    # Shuffled as in training, unless a sampler of the user's says the order.
+    if "batch_sampler" not in kwargs:
+        kwargs["batch_size"] = batch_size
+        if "sampler" not in kwargs:
+            kwargs.setdefault("shuffle", True)
     if collate_fn is not None:
         kwargs["collate_fn"] = collate_fn
     if kind == "stoker":

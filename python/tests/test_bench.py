@@ -70,6 +70,13 @@ def test_batches_bound_each_point_and_samples_follow_the_collate_fn():
         assert p["batches"] == 5 and p["samples"] == 20, p
 
 
+def test_a_sampler_of_the_users_is_passed_on():
+    sampler = torch.utils.data.SequentialSampler(range(12))
+    r = stoker.bench(Squares(), batch_size=4, sampler=sampler, num_workers=[0], batches=3,
+                     seconds=60, gpus=0, quiet=True)
+    assert r["points"][0]["samples"] == 12
+
+
 def test_stoker_dataloader_can_be_the_thing_measured():
     r = stoker.bench(Squares(), batch_size=6, num_workers=[0, 1], seconds=0.2, kind="stoker",
                      gpus=0, quiet=True)

@@ -81,6 +81,32 @@ def test_bench_json(tmp_path):
         assert k in j["tuned"]
     assert j["ratio"] > 0
     assert plot.read_text().startswith("<svg")
+    # The torch line follows the sweep's best count, not the tuned run.
+    d = j["dataloader"]
+    assert d["num_workers"] == j["best_static"]["workers"]
+    assert d["line"].startswith(f"DataLoader(num_workers={d['num_workers']}, ")
+    assert "the sweep's best count" in d["rules"][0]
+
+
+def test_bench_ends_with_the_dataloader_line():
+    out = stoker("bench", "--synthetic", "--synthetic-size", "4000", "--size", "16",
+                 "--synthetic-cpu-us", "100", "--sweep", "0,2", "--point-seconds", "0.3",
+                 "--tuned-seconds", "1", "--no-gpus").stdout
+    best = [line.split()[0] for line in out.splitlines() if line.endswith("<- best")]
+    assert len(best) == 1
+    tail = out[out.index("For torch.utils.data.DataLoader, paste:"):].splitlines()
+    assert tail[1].strip().startswith(f"DataLoader(num_workers={best[0]}, ")
+    assert tail[1].strip().endswith("pin_memory=False, persistent_workers=" +
+                                    ("True)" if best[0] != "0" else "False)"))
+    assert tail[2].strip().startswith(f"num_workers={best[0]}: the sweep's best count")
+
+
+def test_dct_scaling_is_opt_in_and_named(tmp_path):
+    data = tmp_path / "made"
+    stoker("make-dataset", str(data), "--images", "4", "--classes", "2")
+    args = ("run", "--data", str(data), "--batch-size", "2", "--epochs", "1", "--size", "32")
+    assert "DCT-scaled decode" not in stoker(*args).stdout.splitlines()[0]
+    assert stoker(*args, "--dct-scaling").stdout.splitlines()[0].endswith(", DCT-scaled decode")
 
 
 def _folder_with_a_bad_jpeg(tmp_path):

@@ -78,7 +78,18 @@ struct DataLoaderArgs {
 
 /// `workers` worker processes and a prefetch depth of `prefetch_batches`
 /// batches in all; `gpus`: devices were found (pin_memory pays then).
-DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus);
+/// `workers_rule`: where the count comes from, for its rule line (empty: the
+/// advisor's CPU and memory budgets, as `stoker advise` derives it).
+DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus,
+                                 const std::string& workers_rule = {});
+
+/// The arguments a sweep supports: num_workers = the best count it measured,
+/// at the prefetch depth that count ran with (DefaultPrefetch), so that
+/// torch keeps the same number of batches in flight. `measured_with` names
+/// what ran the sweep (e.g. "stoker's worker threads").
+DataLoaderArgs DataLoaderArgsFromSweep(int best_workers, double samples_per_s,
+                                       double stall_fraction, int prefetch_batches, int gpus,
+                                       const std::string& measured_with);
 
 /// {"num_workers", "prefetch_factor" (null at 0 workers), "pin_memory",
 /// "persistent_workers", "line", "rules": [...]}.

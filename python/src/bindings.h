@@ -57,5 +57,6 @@ void BindDataset(pybind11::module_& m);
 void BindProcessWorkers(pybind11::module_& m);
 void BindThreadWorkers(pybind11::module_& m);
 void BindWorkerKinds(pybind11::module_& m);
+void BindSweepReport(pybind11::module_& m);
 
 }  // namespace stoker::python

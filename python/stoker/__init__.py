@@ -23,6 +23,7 @@ except ImportError as e:  # pragma: no cover -- a set-up problem, said plainly
     ) from e
 
 from . import transforms
+from ._bench import bench
 from ._dataloader import DataLoader
 from ._dataset import default_dataset, default_dataset_path, make_dataset
 from ._loader import Loader, rank_facts, shard_from_env
@@ -40,6 +41,7 @@ __all__ = [
     "Source",
     "Synthetic",
     "TarShards",
+    "bench",
     "default_dataset",
     "default_dataset_path",
     "expand_braces",

@@ -100,7 +100,7 @@ def test_bad_transform_options_raise_value_error():
 
 
 def test_eval_on_photographs_with_and_without_dct_scaling(tmp_path):
-    # Photograph-sized JPEGs: here DCT-scaled decoding (the default) kicks in,
+    # Photograph-sized JPEGs: here DCT-scaled decoding (opt-in) kicks in,
     # which is close to torchvision but not within one level everywhere.
     out = str(tmp_path / "photos")
     stoker.make_dataset(out, images=6, classes=2, seed=2)

@@ -87,6 +87,18 @@ TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {
   EXPECT_NE(svg.find("tuned:"), std::string::npos);
 }
 
+TEST(ReportTest, SvgOfAStaticSweepAloneHasNoTunedPanel) {
+  SweepReport r;
+  r.sweep = {{0, 100, 1}, {1, 180, 1}, {2, 170, 1}};
+  r.best_static = r.sweep[1];
+  const std::string svg = SweepToSvg(r, "torch");
+  EXPECT_EQ(svg.rfind("<svg xmlns='http://www.w3.org/2000/svg' width='440'", 0), 0u) << svg;
+  EXPECT_NE(svg.find("static sweep"), std::string::npos);
+  EXPECT_EQ(svg.find("tuned:"), std::string::npos);
+  EXPECT_EQ(svg.find("seconds"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
 TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
   LoaderMetrics m;
   m.workers_target = 3;

@@ -75,7 +75,10 @@ void Polyline(std::ostringstream& s, const std::vector<std::pair<double, double>
 }  // namespace
 
 std::string SweepToSvg(const SweepReport& r, const std::string& title) {
-  const double width = 900, height = 380;
+  // A sweep of static counts alone (stoker.bench over a torch DataLoader)
+  // has no tuned run: the left panel only.
+  const bool tuned_panel = r.tuned_measured || !r.tuned_timeline.empty();
+  const double width = tuned_panel ? 900 : 440, height = 380;
   std::ostringstream s;
   s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
     << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n";
@@ -100,6 +103,10 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
     << "' font-size='12'>static sweep (best circled)</text>\n";
 
   // Right: the tuned run over time; workers on a second axis.
+  if (!tuned_panel) {
+    s << "</svg>\n";
+    return s.str();
+  }
   double tmax = r.tuned_timeline.empty() ? 1 : r.tuned_timeline.back().t_s;
   int tw = 1;
   for (auto& p : r.tuned_timeline) tw = std::max(tw, p.workers);

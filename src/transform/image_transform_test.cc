@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "testing/test_images.h"
 
@@ -77,6 +78,16 @@ std::vector<double> ReferenceTrain(const Image& full, CropBox box, int out_w, in
       ReferenceAxis(box.x, static_cast<double>(box.width) / out_w, out_w, box.x, box.x + box.width),
       ReferenceAxis(box.y, static_cast<double>(box.height) / out_h, out_h, box.y,
                     box.y + box.height));
+}
+
+// The same for eval: resize the whole image so its shorter side is
+// o.resize_shorter, then cut the centre 224x224.
+std::vector<double> ReferenceEval(const Image& full, int w, int h, const ImageTransformOptions& o) {
+  ResizeCenterCrop g = EvalGeometry(w, h, o);
+  const double sx = static_cast<double>(w) / g.resized_width;
+  const double sy = static_cast<double>(h) / g.resized_height;
+  return ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
+                           ReferenceAxis(g.top * sy, sy, 224, 0, h));
 }
 
 TEST(RandomResizedCropTest, BoxesStayInsideAndFollowScaleAndRatio) {
@@ -233,6 +244,7 @@ TEST(ImageTransformTest, DctScaledTrainStaysCloseToFullDecode) {
   ImageTransformOptions o;
   o.layout = ImageLayout::kUInt8HWC;
   o.height = o.width = 128;
+  o.dct_scaling = true;
   auto t = Make(o);
   auto scratch = t->NewScratch();
   std::vector<uint8_t> out;
@@ -251,27 +263,27 @@ TEST(ImageTransformTest, DctScaledTrainStaysCloseToFullDecode) {
   EXPECT_GT(scaled, 8);
 }
 
+// With the default options: also on a 1200x900 JPEG, where DCT scaling
+// would apply, eval decodes at full size and gives torchvision's pixels.
 TEST(ImageTransformTest, EvalMatchesResizeThenCentreCrop) {
-  const int w = 500, h = 375;
-  auto file = Jpeg(MakePicture(w, h, 2), w, h);
-  Image full = ReferenceDecodeJpeg(file);
+  for (const auto& [w, h, seed] : {std::tuple{500, 375, 2}, std::tuple{1200, 900, 5}}) {
+    auto file = Jpeg(MakePicture(w, h, seed), w, h);
+    Image full = ReferenceDecodeJpeg(file);
+    ImageTransformOptions o;
+    o.mode = ImageMode::kEval;
+    o.layout = ImageLayout::kUInt8HWC;
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
+    EXPECT_LE(Compare(out, ReferenceEval(full, w, h, o), false, 224).max, 1.0) << w << "x" << h;
+    // Eval never draws randomness: any index gives the same output.
+    std::vector<uint8_t> again;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 12345, &again, nullptr).ok());
+    EXPECT_EQ(out, again);
+  }
   ImageTransformOptions o;
   o.mode = ImageMode::kEval;
-  o.layout = ImageLayout::kUInt8HWC;
-  o.dct_scaling = false;
-  std::vector<uint8_t> out;
-  ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
-  ResizeCenterCrop g = EvalGeometry(w, h, o);
-  const double sx = static_cast<double>(w) / g.resized_width;
-  const double sy = static_cast<double>(h) / g.resized_height;
-  auto ref = ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
-                               ReferenceAxis(g.top * sy, sy, 224, 0, h));
-  Errors e = Compare(out, ref, false, 224);
-  EXPECT_LE(e.max, 1.0);
-  // Eval never draws randomness: any index gives the same output.
-  std::vector<uint8_t> again;
-  ASSERT_TRUE(ApplyTo(*Make(o), file, 12345, &again, nullptr).ok());
-  EXPECT_EQ(out, again);
+  ResizeCenterCrop g = EvalGeometry(1200, 900, o);
+  EXPECT_GT(ChooseDctDenominator(1200, 900, g.resized_width, g.resized_height), 1);
 }
 
 TEST(ImageTransformTest, FlipMirrorsAndNormaliseFollowsTheFormula) {

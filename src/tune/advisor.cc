@@ -314,14 +314,17 @@ nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs) {
           {"note", advice.note}};
 }
 
-DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus) {
+DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus,
+                                 const std::string& workers_rule) {
   DataLoaderArgs a;
   a.num_workers = std::max(0, workers);
   a.pin_memory = gpus > 0;
-  a.rules.push_back("num_workers=" + std::to_string(a.num_workers) + ": " +
-                    (a.num_workers == 0 ? "none, the training loop loads"
-                                        : "the worker processes the CPU and memory budgets allow "
-                                          "(stoker advise --workers-kind processes: its rules)"));
+  const std::string why = !workers_rule.empty() ? workers_rule
+                          : a.num_workers == 0
+                              ? "none, the training loop loads"
+                              : "the worker processes the CPU and memory budgets allow "
+                                "(stoker advise --workers-kind processes: its rules)";
+  a.rules.push_back("num_workers=" + std::to_string(a.num_workers) + ": " + why);
   if (a.num_workers > 0) {
     a.prefetch_factor = std::max(1, (prefetch_batches + a.num_workers - 1) / a.num_workers);
     a.rules.push_back("prefetch_factor=" + std::to_string(a.prefetch_factor) + ": " +
@@ -341,6 +344,20 @@ DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus) {
                           "pays their start (fork, dataset copy, imports) again"
                         : "persistent_workers=False: no workers to keep (torch refuses True)");
   return a;
+}
+
+DataLoaderArgs DataLoaderArgsFromSweep(int best_workers, double samples_per_s,
+                                       double stall_fraction, int prefetch_batches, int gpus,
+                                       const std::string& measured_with) {
+  char measured[96];
+  std::snprintf(measured, sizeof measured, "%.1f samples/s, stall %.1f %%", samples_per_s,
+                stall_fraction * 100);
+  // Without workers the training loop loads each batch itself: nothing in flight.
+  const std::string in_flight =
+      best_workers > 0 ? ", " + std::to_string(prefetch_batches) + " batches in flight" : "";
+  return DataLoaderArgsFor(best_workers, prefetch_batches, gpus,
+                           "the sweep's best count (" + std::string(measured) + in_flight +
+                               "), measured with " + measured_with);
 }
 
 std::string DataLoaderArgs::Line() const {

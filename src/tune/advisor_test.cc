@@ -248,5 +248,24 @@ TEST(AdvisorTest, DataLoaderArgumentsSayTheAdviceInTorchsTerms) {
   EXPECT_FALSE(j["persistent_workers"].get<bool>());
 }
 
+TEST(AdvisorTest, DataLoaderArgumentsFromASweepNameTheMeasurement) {
+  // Best at 6 workers, which ran with DefaultPrefetch(6) = 3 batches in flight.
+  const DataLoaderArgs a =
+      DataLoaderArgsFromSweep(6, 812.5, 0.004, DefaultPrefetch(6), 0, "stoker's worker threads");
+  EXPECT_EQ(a.Line(),
+            "DataLoader(num_workers=6, prefetch_factor=1, pin_memory=False, "
+            "persistent_workers=True)");
+  ASSERT_EQ(a.rules.size(), 4u);
+  EXPECT_EQ(a.rules[0],
+            "num_workers=6: the sweep's best count (812.5 samples/s, stall 0.4 %, 3 batches in "
+            "flight), measured with stoker's worker threads");
+  // Best without workers: no prefetch_factor (torch refuses it at 0).
+  const DataLoaderArgs none = DataLoaderArgsFromSweep(0, 90, 0.5, DefaultPrefetch(0), 0, "x");
+  EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
+  EXPECT_EQ(
+      none.rules[0],
+      "num_workers=0: the sweep's best count (90.0 samples/s, stall 50.0 %), measured with x");
+}
+
 }  // namespace
 }  // namespace stoker

@@ -3,13 +3,16 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "command_output.h"
 #include "commands.h"
 #include "option_checks.h"
 #include "pipeline.h"
+#include "stoker/advisor.h"
 #include "stoker/defaults.h"
+#include "stoker/probe.h"
 #include "stoker/report.h"
 #include "stop_signals.h"
 
@@ -25,6 +28,7 @@ struct BenchFlags {
   std::string workers_list;
   std::string plot;
   bool json = false;
+  bool no_gpus = false;
 };
 
 Result<std::vector<int>> ParseList(const std::string& text) {
@@ -79,13 +83,34 @@ int RunBench(const BenchFlags& f) {
     if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
   }
   const int signal = r->interrupted ? signals.received() : 0;
+  // The paste-able line for torch: the best static count and the prefetch it
+  // ran with (what kept the consumer fed), not the tuned run's end state.
+  std::optional<DataLoaderArgs> torch_args;
+  if (!r->sweep.empty()) {
+    ProbeOptions probe;
+    probe.skip_gpus = f.no_gpus;
+    const int gpus = static_cast<int>(ProbeMachine(probe).gpus.size());
+    // The figures of the best's row in the table (best_static may be bracketed).
+    SweepPoint best = r->best_static;
+    for (const SweepPoint& p : r->sweep) {
+      if (p.workers == best.workers) best = p;
+    }
+    torch_args = DataLoaderArgsFromSweep(best.workers, best.samples_per_s, best.stall_fraction,
+                                         DefaultPrefetch(best.workers), gpus,
+                                         "stoker's worker threads on this pipeline");
+  }
   if (f.json) {
     nlohmann::json j = SweepToJson(*r);
+    j["dataloader"] = torch_args ? DataLoaderArgsToJson(*torch_args) : nlohmann::json();
     j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
     PrintJson(j);
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
     if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
+    if (torch_args) {
+      std::cout << "\nFor torch.utils.data.DataLoader, paste:\n  " << torch_args->Line() << "\n";
+      for (const std::string& rule : torch_args->rules) std::cout << "    " << rule << "\n";
+    }
   }
   if (signal == 0) return 0;
   if (!f.json) std::cout << "interrupted by " << SignalName(signal) << "\n";
@@ -119,6 +144,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
           },
           "LIST"));
   cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run");
+  cmd->add_flag("--no-gpus", f->no_gpus, "skip the NVML probe (pin_memory is then False)");
   cmd->add_flag("--json", f->json, "print JSON on stdout");
   cmd->callback([f, &exit_code] { exit_code = RunBench(*f); });
 }

@@ -49,6 +49,9 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
       ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--size", f.size, "output height and width")->check(CountIn(1, kMaxImageSide));
   cmd->add_flag("--eval", f.eval, "Resize(size*8/7)+CenterCrop instead of RandomResizedCrop+flip");
+  cmd->add_flag("--dct-scaling", f.dct_scaling,
+                "decode JPEGs at 1/2, 1/4 or 1/8 scale where that covers the output: faster, "
+                "but not torchvision's pixels (default: exact)");
   cmd->add_option("--layout", f.layout, "output: float32-chw (normalised), uint8-hwc, uint8-chw")
       ->check(CLI::IsMember({"float32-chw", "uint8-hwc", "uint8-chw"}));
   cmd->add_option("--seed", f.seed, "shuffle and augmentation seed")->check(CountIn(0, UINT64_MAX));
@@ -128,12 +131,14 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     io.mode = f.eval ? ImageMode::kEval : ImageMode::kTrain;
     io.height = io.width = f.size;
     io.resize_shorter = f.size * 8 / 7;
+    io.dct_scaling = f.dct_scaling;
     io.layout = f.layout == "uint8-hwc"   ? ImageLayout::kUInt8HWC
                 : f.layout == "uint8-chw" ? ImageLayout::kUInt8CHW
                                           : ImageLayout::kFloat32CHW;
     STOKER_ASSIGN_OR_RETURN(lo.transform, MakeImageTransform(io));
     p.description = "images in " + data + " (" + std::to_string(source->size()) + "), " +
-                    (f.eval ? "eval " : "train ") + std::to_string(f.size) + ", " + f.layout;
+                    (f.eval ? "eval " : "train ") + std::to_string(f.size) + ", " + f.layout +
+                    (f.dct_scaling ? ", DCT-scaled decode" : "");
   }
   if (f.read_latency_ms > 0) {
     p.slow = std::make_shared<SlowSource>(

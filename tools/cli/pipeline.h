@@ -20,6 +20,7 @@ struct PipelineFlags {
   int64_t batch_size = 64;
   int size = 224;
   bool eval = false;
+  bool dct_scaling = false;  // JPEG decode at 1/2..1/8 scale: faster, not torchvision's pixels
   std::string layout = "float32-chw";
   uint64_t seed = 0;
   bool no_shuffle = false;

@@ -1,0 +1,68 @@
+// The sweep's report (table, SVG plot) and the DataLoader arguments it
+// supports, for stoker.bench: a sweep measured in Python is shown exactly as
+// `stoker bench` shows its own.
+#include <pybind11/stl.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "stoker/advisor.h"
+#include "stoker/report.h"
+#include "stoker/sweep.h"
+
+namespace py = pybind11;
+
+namespace stoker::python {
+namespace {
+
+// (workers, samples/s, stall fraction) per point; the best is the point
+// with `best_workers` (the caller's choice, as RunSweep makes its own).
+using PointTuple = std::tuple<int, double, double>;
+
+SweepReport StaticSweep(const std::vector<PointTuple>& points, int best_workers) {
+  SweepReport r;
+  for (const auto& [workers, rate, stall] : points) {
+    r.sweep.push_back({workers, rate, stall});
+    if (workers == best_workers) r.best_static = r.sweep.back();
+  }
+  if (r.best_static.workers != best_workers) {
+    throw py::value_error("best_workers " + std::to_string(best_workers) +
+                          " is not one of the points' worker counts");
+  }
+  return r;
+}
+
+}  // namespace
+
+void BindSweepReport(py::module_& m) {
+  m.def(
+      "sweep_table",
+      [](const std::vector<PointTuple>& points, int best_workers) {
+        return FormatSweepTable(StaticSweep(points, best_workers));
+      },
+      py::arg("points"), py::arg("best_workers"),
+      "The table `stoker bench` prints, for a static sweep (no tuned run).");
+  m.def(
+      "sweep_svg",
+      [](const std::vector<PointTuple>& points, int best_workers, const std::string& title) {
+        return SweepToSvg(StaticSweep(points, best_workers), title);
+      },
+      py::arg("points"), py::arg("best_workers"), py::arg("title"),
+      "The SVG plot `stoker bench --plot` writes, for a static sweep.");
+  m.def(
+      "dataloader_args_from_sweep",
+      [](int best_workers, double samples_per_s, double stall_fraction, int prefetch_batches,
+         int gpus, const std::string& measured_with) {
+        return JsonToPython(DataLoaderArgsToJson(DataLoaderArgsFromSweep(
+            best_workers, samples_per_s, stall_fraction, prefetch_batches, gpus, measured_with)));
+      },
+      py::arg("best_workers"), py::arg("samples_per_s"), py::arg("stall_fraction"),
+      py::arg("prefetch_batches"), py::arg("gpus"), py::arg("measured_with"),
+      "DataLoaderArgsFromSweep as a dict: num_workers, prefetch_factor, pin_memory, "
+      "persistent_workers, line, rules.");
+}
+
+}  // namespace stoker::python

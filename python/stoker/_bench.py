@@ -1,0 +1,192 @@
+"""stoker.bench: `stoker bench` for your own PyTorch dataset. Sweeps
+torch.utils.data.DataLoader (or stoker.DataLoader) over num_workers, prints
+samples/s per count in `stoker bench`'s table, and ends with the DataLoader
+line to paste."""
+
+import os
+import time
+import warnings
+
+from . import _args, _stoker
+
+
+_EPOCH_END = object()
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover -- not Linux
+        return os.cpu_count() or 1
+
+
+def _batch_samples(batch, batch_size):
+    """Samples in a batch whatever the collate_fn made: the length of a
+    tensor or array, or of the first field of a tuple, list or dict; else
+    batch_size."""
+    first = batch
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    elif isinstance(first, (tuple, list)) and first:
+        first = first[0]
+    shape = getattr(first, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if isinstance(first, (list, tuple)):
+        return len(first)
+    return batch_size
+
+
+def _measure(loader, batch_size, batches, seconds, step_s):
+    """Takes the first batch (worker start and first fill: not measured),
+    then batches until `batches` or `seconds`, starting new epochs as
+    needed. Returns (samples, batches, seconds, seconds waited in next())."""
+    it = iter(loader)
+    try:
+        next(it)
+    except StopIteration:
+        raise ValueError("stoker.bench: the DataLoader gave no batch (an empty dataset, or "
+                         "drop_last with fewer samples than batch_size)") from None
+    samples = taken = 0
+    waited = 0.0
+    start = time.perf_counter()
+    elapsed = 0.0
+    while (batches is None or taken < batches) and elapsed < seconds:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)  # the next epoch; its first fill counts as waiting
+            batch = _EPOCH_END
+        waited += time.perf_counter() - t0
+        if batch is not _EPOCH_END:
+            samples += _batch_samples(batch, batch_size)
+            taken += 1
+            if step_s > 0:
+                time.sleep(step_s)
+        elapsed = time.perf_counter() - start
+    del it
+    return samples, taken, elapsed, waited
+
+
+def _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor, options):
+    kwargs = dict(options, num_workers=workers)
+    # Shuffled as in training, unless a sampler of the user's says the order.
+    if "batch_sampler" not in kwargs:
+        kwargs["batch_size"] = batch_size
+        if "sampler" not in kwargs:
+            kwargs.setdefault("shuffle", True)
+    if collate_fn is not None:
+        kwargs["collate_fn"] = collate_fn
+    if kind == "stoker":
+        from ._dataloader import DataLoader
+        return DataLoader(dataset, **kwargs)
+    import torch.utils.data
+    if workers > 0:
+        kwargs.setdefault("prefetch_factor", prefetch_factor)
+        kwargs.setdefault("persistent_workers", True)  # a new epoch does not fork again
+    return torch.utils.data.DataLoader(dataset, **kwargs)
+
+
+def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=None, seconds=2.0,
+          *, kind="torch", step_ms=0.0, prefetch_factor=2, plot=None, gpus=None, quiet=False,
+          **loader_options):
+    """Measures samples/s of a DataLoader over ``dataset`` for each count in
+    ``num_workers`` (default 0, 1, ... 2 x the CPUs this process may use),
+    prints the table `stoker bench` prints, marks the best, and ends with the
+    ``DataLoader(num_workers=..., prefetch_factor=..., ...)`` line to paste
+    and the rule behind each argument.
+
+    Each count gets a fresh loader; its first batch (worker start-up, first
+    fill) is not measured, then it runs for ``seconds`` or ``batches``
+    batches, whichever comes first, a step of ``step_ms`` after each batch
+    (a stand-in for the training step; 0: as fast as batches come). Stall is
+    the share of that time spent waiting in next().
+
+    ``kind``: "torch" measures torch.utils.data.DataLoader (workers kept
+    between epochs, ``prefetch_factor`` batches each), "stoker" measures
+    stoker.DataLoader with the same fixed counts. Other keyword arguments
+    (``shuffle``, ``pin_memory``, ``drop_last``, ...) go to the loader.
+    ``plot``: write the sweep's SVG (`stoker bench --plot`'s left panel)
+    there. ``gpus``: the device count for pin_memory's rule (default: NVML's).
+
+    Returns a dict: "points" (one per count: num_workers, samples_per_s,
+    stall_fraction, samples, batches, seconds, best), "best" (the best
+    point), "dataloader" (num_workers, prefetch_factor, pin_memory,
+    persistent_workers, "line", "rules"), "table" (the printed table) and
+    "plot" (the path written, or None).
+    """
+    if kind not in ("torch", "stoker"):
+        raise ValueError(f"kind must be 'torch' or 'stoker', got {kind!r}")
+    batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
+    if num_workers is None:
+        num_workers = list(range(0, 2 * _cores() + 1))
+    elif not isinstance(num_workers, (str, bytes)) and not hasattr(num_workers, "__iter__"):
+        num_workers = [num_workers]
+    counts = _args.integers("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+    if not counts:
+        raise ValueError("num_workers must list at least one count")
+    if len(set(counts)) != len(counts):
+        raise ValueError(f"num_workers must not repeat a count, got {counts}")
+    batches = _args.optional_integer("batches", batches, 1, _args.INT64[1])
+    seconds = _args.real("seconds", seconds, above=0)
+    step_s = _args.real("step_ms", step_ms, at_least=0) / 1000
+    prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, _args.INT32[1])
+    plot = _args.optional_path("plot", plot)
+    if plot is not None:
+        # Fail before the sweep, as `stoker bench --plot` does; appending
+        # leaves a file already there untouched until the plot replaces it.
+        try:
+            open(plot, "a").close()
+        except OSError as e:
+            raise OSError(f"stoker.bench: cannot write plot {plot}: {e.strerror}") from e
+    if gpus is None:
+        gpus = len(_stoker.probe(None, True).get("gpus") or [])
+    gpus = _args.integer("gpus", gpus, 0, _args.INT32[1])
+
+    what = "torch.utils.data.DataLoader" if kind == "torch" else "stoker.DataLoader"
+    say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
+    try:
+        size = f" ({len(dataset)} samples)"
+    except TypeError:
+        size = ""
+    say(f"stoker.bench: {what} over {type(dataset).__name__}{size}, batch {batch_size}"
+        + (f", step {step_ms} ms" if step_s > 0 else ""))
+    points = []
+    for workers in counts:
+        say(f"  measuring num_workers={workers} ...")
+        loader = _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor,
+                              loader_options)
+        try:
+            with warnings.catch_warnings():
+                # The sweep passes the CPU count on purpose: torch's warning
+                # that it does would repeat at every such count.
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+                samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds,
+                                                           step_s)
+        finally:
+            del loader
+        points.append({"num_workers": workers,
+                       "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
+                       "stall_fraction": min(1.0, waited / elapsed) if elapsed > 0 else 0.0,
+                       "samples": samples, "batches": taken, "seconds": elapsed, "best": False})
+    best = max(points, key=lambda p: p["samples_per_s"])  # the first of equals: fewer workers
+    best["best"] = True
+    rows = [(p["num_workers"], p["samples_per_s"], p["stall_fraction"]) for p in points]
+    table = _stoker.sweep_table(rows, best["num_workers"])
+    # torch keeps prefetch_factor batches per worker in flight.
+    args = _stoker.dataloader_args_from_sweep(
+        best["num_workers"], best["samples_per_s"], best["stall_fraction"],
+        best["num_workers"] * prefetch_factor, gpus, f"{what} over this dataset")
+    if plot is not None:
+        svg = _stoker.sweep_svg(rows, best["num_workers"],
+                                f"stoker.bench: {what}, {type(dataset).__name__}")
+        with open(plot, "w") as f:
+            f.write(svg)
+    say("\n" + table.rstrip("\n"))
+    if plot is not None:
+        say(f"plot written to {plot}")
+    say(f"\nFor torch.utils.data.DataLoader, paste:\n  {args['line']}")
+    for rule in args["rules"]:
+        say(f"    {rule}")
+    return {"points": points, "best": best, "dataloader": args, "table": table, "plot": plot}

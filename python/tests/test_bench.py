@@ -1,0 +1,114 @@
+"""stoker.bench: a num_workers sweep of a DataLoader over the user's dataset,
+shown as `stoker bench` shows its own, ending with the line to paste."""
+
+import pytest
+import torch
+
+import stoker
+import stoker._bench
+
+
+class Squares(torch.utils.data.Dataset):
+    """48 small samples (an image-like tensor and a label)."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        return torch.full((3, 8, 8), float(i)), i
+
+
+def _table_rows(table):
+    lines = table.splitlines()
+    assert lines[0].split() == ["workers", "samples/s", "stall"]
+    return [line.split() for line in lines[1:] if line.strip()]
+
+
+def test_sweep_prints_the_table_marks_the_best_and_ends_with_the_line(tmp_path, capsys):
+    plot = tmp_path / "sweep.svg"
+    r = stoker.bench(Squares(), batch_size=4, num_workers=[0, 1, 2], seconds=0.2,
+                     plot=str(plot), gpus=0)
+    assert [p["num_workers"] for p in r["points"]] == [0, 1, 2]
+    assert all(p["samples_per_s"] > 0 and p["batches"] > 0 for p in r["points"])
+    best = r["best"]
+    assert [p["best"] for p in r["points"]].count(True) == 1 and best["best"]
+    assert best["samples_per_s"] == max(p["samples_per_s"] for p in r["points"])
+
+    rows = _table_rows(r["table"])
+    assert [int(row[0]) for row in rows] == [0, 1, 2]
+    marked = [int(row[0]) for row in rows if row[-2:] == ["<-", "best"]]
+    assert marked == [best["num_workers"]]
+
+    n = best["num_workers"]
+    d = r["dataloader"]
+    assert d["num_workers"] == n and d["pin_memory"] is False
+    assert d["prefetch_factor"] == (2 if n > 0 else None)  # torch's default, what ran
+    assert d["line"] == (f"DataLoader(num_workers={n}, prefetch_factor=2, pin_memory=False, "
+                         "persistent_workers=True)" if n > 0 else
+                         "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)")
+    assert d["rules"][0].startswith(f"num_workers={n}: the sweep's best count (")
+
+    out = capsys.readouterr().out
+    assert r["table"].rstrip("\n") in out
+    tail = out[out.index("For torch.utils.data.DataLoader, paste:"):].splitlines()
+    assert tail[1].strip() == d["line"]
+    assert [line.strip() for line in tail[2:]] == d["rules"]
+
+    svg = plot.read_text()
+    assert r["plot"] == str(plot) and svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert "static sweep" in svg and "tuned:" not in svg
+
+
+def test_batches_bound_each_point_and_samples_follow_the_collate_fn():
+    def as_dict(items):
+        xs, ys = zip(*items)
+        return {"images": torch.stack(xs), "labels": torch.tensor(ys)}
+
+    r = stoker.bench(Squares(), batch_size=4, collate_fn=as_dict, num_workers=[0, 1],
+                     batches=5, seconds=60, gpus=0, quiet=True)
+    for p in r["points"]:
+        assert p["batches"] == 5 and p["samples"] == 20, p
+
+
+def test_a_sampler_of_the_users_is_passed_on():
+    sampler = torch.utils.data.SequentialSampler(range(12))
+    r = stoker.bench(Squares(), batch_size=4, sampler=sampler, num_workers=[0], batches=3,
+                     seconds=60, gpus=0, quiet=True)
+    assert r["points"][0]["samples"] == 12
+
+
+def test_stoker_dataloader_can_be_the_thing_measured():
+    r = stoker.bench(Squares(), batch_size=6, num_workers=[0, 1], seconds=0.2, kind="stoker",
+                     gpus=0, quiet=True)
+    assert [p["num_workers"] for p in r["points"]] == [0, 1]
+    assert "stoker.DataLoader over this dataset" in r["dataloader"]["rules"][0]
+
+
+def test_default_counts_run_from_zero_to_twice_the_cpus(monkeypatch):
+    monkeypatch.setattr(stoker._bench, "_cores", lambda: 1)
+    r = stoker.bench(Squares(), batch_size=8, batches=1, gpus=0, quiet=True)
+    assert [p["num_workers"] for p in r["points"]] == [0, 1, 2]
+
+
+class Broken(Squares):
+    def __getitem__(self, i):
+        raise AssertionError("the sweep must not start")
+
+
+def test_bad_arguments_fail_before_the_sweep(tmp_path):
+    with pytest.raises(ValueError, match="kind"):
+        stoker.bench(Broken(), kind="jax")
+    with pytest.raises(ValueError, match="repeat"):
+        stoker.bench(Broken(), num_workers=[1, 1])
+    with pytest.raises(ValueError, match="seconds"):
+        stoker.bench(Broken(), num_workers=[0], seconds=0)
+    with pytest.raises(TypeError, match="num_workers"):
+        stoker.bench(Broken(), num_workers=["two"])
+    with pytest.raises(OSError, match="missing"):
+        stoker.bench(Broken(), num_workers=[0], plot=tmp_path / "missing" / "sweep.svg", gpus=0)
+
+
+def test_a_dataset_without_batches_is_named():
+    with pytest.raises(ValueError, match="no batch"):
+        stoker.bench(torch.utils.data.TensorDataset(torch.zeros(3, 2)), batch_size=4,
+                     drop_last=True, num_workers=[0], gpus=0, quiet=True)

@@ -23,22 +23,18 @@ namespace {
 constexpr char kMagic[8] = {'s', 't', 'o', 'k', 'n', 'o', 'd', 'e'};
 constexpr uint32_t kVersion = 1;
 
-// One loader's slot. Written only under the file lock.
+// One loader's slot. Written only under the file lock. The record is
+// stored as it is: the header's entry size (and version) tell a table of
+// another layout.
 struct Entry {
   uint64_t token;  // 0: free
   int64_t heartbeat_ns;
   uint64_t start_ticks;  // of its process; 0 unknown
   uint64_t pid_ns;       // inode of its pid namespace; 0 unknown
   uint64_t loader_id;
-  uint64_t domain;
   int32_t pid;
-  int32_t local_rank;
-  int32_t workers;
   int32_t reserved;
-  double cpu_cores;
-  double stall;
-  double want_cores;
-  double budget_cores;
+  NodeLoaderRecord record;
 };
 
 int64_t MonotonicNs() {
@@ -72,6 +68,7 @@ struct NodeRegistry::Table {
   Entry entry[kEntries];
 };
 static_assert(std::is_trivially_copyable_v<Entry> && sizeof(Entry) == 96);
+static_assert(std::is_trivially_copyable_v<NodeLoaderRecord>);
 
 std::optional<ProcessStart> ReadProcessStart(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -97,12 +94,15 @@ std::vector<std::string> NodeRegistry::DefaultPaths() {
     if (std::strcmp(set, "off") == 0 || *set == '\0') return {};
     return {set};
   }
+  // The layout's version is in the name: loaders of another version keep
+  // their own table rather than refuse this one.
+  const std::string name = "stoker-node-v" + std::to_string(kVersion);
   const std::string uid = std::to_string(::getuid());
-  std::vector<std::string> paths = {"/dev/shm/stoker-node-" + uid};
+  std::vector<std::string> paths = {"/dev/shm/" + name + "-" + uid};
   if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run != nullptr && *run == '/') {
-    paths.push_back(std::string(run) + "/stoker-node");
+    paths.push_back(std::string(run) + "/" + name);
   }
-  paths.push_back("/tmp/stoker-node-" + uid);
+  paths.push_back("/tmp/" + name + "-" + uid);
   return paths;
 }
 
@@ -177,7 +177,7 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
   static const char kZero[8] = {};
   if (std::memcmp(table->magic, kZero, sizeof kZero) == 0) {
     // New, or its creator died before writing the header: entries are zero.
-    std::memset(table, 0, bytes);
+    *table = Table{};
     table->version = kVersion;
     table->entries = kEntries;
     table->entry_bytes = sizeof(Entry);
@@ -285,25 +285,13 @@ Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& re
   }
   Entry& e = table_->entry[own];
   e.heartbeat_ns = now;
-  e.local_rank = record.local_rank;
-  e.workers = record.workers;
-  e.cpu_cores = record.cpu_cores;
-  e.stall = record.stall;
-  e.want_cores = record.want_cores;
-  e.budget_cores = record.budget_cores;
-  e.domain = record.domain;
+  e.record = record;
   std::vector<NodeLoader> live;
   for (int i = 0; i < kEntries; ++i) {
     const Entry& x = table_->entry[i];
     if (x.token == 0) continue;
     NodeLoader l;
-    l.record.local_rank = x.local_rank;
-    l.record.workers = x.workers;
-    l.record.cpu_cores = x.cpu_cores;
-    l.record.stall = x.stall;
-    l.record.want_cores = x.want_cores;
-    l.record.budget_cores = x.budget_cores;
-    l.record.domain = x.domain;
+    l.record = x.record;
     l.pid = x.pid;
     l.loader_id = x.loader_id;
     l.heartbeat_age_s = static_cast<double>(now - x.heartbeat_ns) * 1e-9;

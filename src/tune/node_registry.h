@@ -68,8 +68,8 @@ class NodeRegistry {
                                                     NodeRegistryOptions options = {});
 
   /// Where the default table lives, in the order tried: $STOKER_NODE_REGISTRY
-  /// when set ("off": none), else stoker-node-<uid> in /dev/shm,
-  /// $XDG_RUNTIME_DIR and /tmp.
+  /// when set ("off": none), else stoker-node-v<layout version>-<uid> in
+  /// /dev/shm, then in $XDG_RUNTIME_DIR (without the uid) and /tmp.
   static std::vector<std::string> DefaultPaths();
   /// Opens the first default path that works; the error (none is usable, or
   /// the registry is turned off) names each path and why.

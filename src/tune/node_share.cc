@@ -12,9 +12,9 @@
 namespace stoker {
 namespace {
 
-// Needs are averaged over about this long: a tick (0.2 s) wanders, and a
-// consumer that slows down should hand its share back within a second or two.
-constexpr double kNeedTauS = 0.5;
+// Needs are judged on about this much of the recent past: one tick (0.2 s)
+// wanders, and a consumer that slows down hands its share back after it.
+constexpr double kNeedWindowS = 1.0;
 
 }  // namespace
 
@@ -50,9 +50,11 @@ std::vector<double> SplitNodeBudget(double budget_cores, const std::vector<doubl
   return shares;
 }
 
-double CoresWanted(double stall, double cpu_cores) {
+double CoresWanted(double stall, double cpu_cores, bool data_bound_before) {
   const TunerParams params;
-  if (stall > params.stall_high) return std::numeric_limits<double>::infinity();
+  if (stall > (data_bound_before ? params.stall_low : params.stall_high)) {
+    return std::numeric_limits<double>::infinity();
+  }
   return std::max(0.0, cpu_cores) * params.headroom;
 }
 
@@ -83,13 +85,25 @@ NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_non
 double NodeShare::Update(double window_s, double wait_s, double cpu_s, int workers,
                          double node_budget_cores) {
   if (window_s > 0) {
-    const double stall = std::clamp(wait_s / window_s, 0.0, 1.0);
-    const double cores = std::max(0.0, cpu_s / window_s);
-    const double a = measured_ ? 1 - std::exp(-window_s / kNeedTauS) : 1.0;
-    stall_ += a * (stall - stall_);
-    cpu_cores_ += a * (cores - cpu_cores_);
-    measured_ = true;
+    recent_.push_back({window_s, std::clamp(wait_s, 0.0, window_s), std::max(0.0, cpu_s)});
   }
+  Tick sum{0, 0, 0};
+  for (const Tick& t : recent_) {
+    sum.window_s += t.window_s;
+    sum.wait_s += t.wait_s;
+    sum.cpu_s += t.cpu_s;
+  }
+  // Keep the newest ticks that cover kNeedWindowS.
+  while (!recent_.empty() && sum.window_s - recent_.front().window_s >= kNeedWindowS) {
+    sum.window_s -= recent_.front().window_s;
+    sum.wait_s -= recent_.front().wait_s;
+    sum.cpu_s -= recent_.front().cpu_s;
+    recent_.pop_front();
+  }
+  const double stall = sum.window_s > 0 ? sum.wait_s / sum.window_s : 0;
+  const double cpu_cores = sum.window_s > 0 ? sum.cpu_s / sum.window_s : 0;
+  const double want = CoresWanted(stall, cpu_cores, data_bound_);
+  data_bound_ = std::isinf(want);
   view_.budget_cores = node_budget_cores;
   // Without the registry, as before it: an equal part per local rank.
   const double fallback = node_budget_cores / local_world_size_;
@@ -103,9 +117,9 @@ double NodeShare::Update(double window_s, double wait_s, double cpu_s, int worke
   NodeLoaderRecord mine;
   mine.local_rank = local_rank_.value_or(-1);
   mine.workers = workers;
-  mine.cpu_cores = cpu_cores_;
-  mine.stall = stall_;
-  mine.want_cores = CoresWanted(stall_, cpu_cores_);
+  mine.cpu_cores = cpu_cores;
+  mine.stall = stall;
+  mine.want_cores = want;
   mine.budget_cores = node_budget_cores;
   mine.domain = domain_;
   Result<std::vector<NodeLoader>> live = registry_->Publish(mine);
@@ -124,7 +138,7 @@ double NodeShare::Update(double window_s, double wait_s, double cpu_s, int worke
     if (l.self) self = wants.size();
     wants.push_back(l.self ? mine.want_cores : l.record.want_cores);
     node_workers += l.self ? workers : l.record.workers;
-    node_cpu += l.self ? cpu_cores_ : l.record.cpu_cores;
+    node_cpu += l.self ? cpu_cores : l.record.cpu_cores;
   }
   const double share = SplitNodeBudget(node_budget_cores, wants)[self];
   share_fraction_ = node_budget_cores > 0 ? share / node_budget_cores : 1.0;

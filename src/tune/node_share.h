@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,10 +28,13 @@ inline constexpr double kMinShareCores = 0.25;
 /// Returns the shares in the order of `wants`. Pure.
 std::vector<double> SplitNodeBudget(double budget_cores, const std::vector<double>& wants);
 
-/// A loader's need: +inf (data-bound) when its consumer waits more than the
-/// tuner's stall_high share of the time, else the cores its workers use with
-/// the tuner's headroom.
-double CoresWanted(double stall, double cpu_cores);
+/// A loader's need from its consumer's recent stall and its workers' CPU
+/// use (cores): +inf (data-bound) when the consumer waited more than the
+/// tuner's stall_high share of the time, or, `data_bound_before`, more than
+/// its stall_low (the same hysteresis as the tuner's, so that a need near
+/// the bar does not make every other loader's share flap); else the cores
+/// its workers use with the tuner's headroom.
+double CoresWanted(double stall, double cpu_cores, bool data_bound_before);
 
 /// A hash of the CPUs this process may run on: loaders share a budget only
 /// with those whose CPUs are the same. 0 when the affinity is unknown.
@@ -64,8 +68,12 @@ class NodeShare {
   const std::optional<int> local_rank_;
   const int local_world_size_;
   const uint64_t domain_;
-  double stall_ = 0, cpu_cores_ = 0;  // moving averages over about a second
-  bool measured_ = false;
+  // The last second or so of ticks: window, wait and CPU seconds.
+  struct Tick {
+    double window_s, wait_s, cpu_s;
+  };
+  std::deque<Tick> recent_;
+  bool data_bound_ = false;
   std::optional<double> share_fraction_;  // the last share / budget from the registry
   NodeView view_;
 };

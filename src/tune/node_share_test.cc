@@ -85,10 +85,15 @@ TEST(SplitNodeBudgetTest, ALeavingLoadersShareReturnsToTheOthers) {
 }
 
 TEST(CoresWantedTest, AStallingConsumerIsDataBound) {
-  EXPECT_TRUE(std::isinf(CoresWanted(0.5, 1.0)));
-  EXPECT_TRUE(std::isinf(CoresWanted(0.02, 0.1)));
-  EXPECT_DOUBLE_EQ(CoresWanted(0.0, 0.5), 0.6);  // its use, with the tuner's 20 % headroom
-  EXPECT_DOUBLE_EQ(CoresWanted(0.0, -1), 0.0);
+  EXPECT_TRUE(std::isinf(CoresWanted(0.5, 1.0, false)));
+  EXPECT_TRUE(std::isinf(CoresWanted(0.02, 0.1, false)));
+  EXPECT_DOUBLE_EQ(CoresWanted(0.0, 0.5, false), 0.6);  // its use, with the tuner's 20 % headroom
+  EXPECT_DOUBLE_EQ(CoresWanted(0.0, -1, false), 0.0);
+  // Between the tuner's stall_low (0.3 %) and stall_high (1 %) it stays what
+  // it was: a need near the bar does not flap.
+  EXPECT_DOUBLE_EQ(CoresWanted(0.005, 0.5, false), 0.6);
+  EXPECT_TRUE(std::isinf(CoresWanted(0.005, 0.5, true)));
+  EXPECT_DOUBLE_EQ(CoresWanted(0.002, 0.5, true), 0.6);
 }
 
 TEST(NodeShareTest, WithoutARegistryTheBudgetIsSplitByLocalRanks) {
@@ -127,7 +132,7 @@ TEST(NodeShareTest, SharesFollowNeedsThroughTheRegistry) {
   EXPECT_EQ(fed->view().workers, 4);
   EXPECT_DOUBLE_EQ(fed->view().share_cores, small);
   // The fed consumer starts to wait: its share grows back to half within a
-  // few ticks (the needs are averaged over about half a second).
+  // few ticks (the needs are judged on the last second).
   double now_fed = small;
   for (int tick = 0; tick < 20 && now_fed < 1; ++tick) {
     data_bound.Update(0.2, 0.2, 0.36, 3, 2);

@@ -4,11 +4,16 @@
 // + 1, back within 95 % <= 5 s after a phase change, the memory budget never
 // exceeded. With CPU hogs starting or stopping (CPU-bound work), the tuner
 // is a good neighbour: never more workers than the CPU budget + 1, and
-// >= 97 % of the best static count among those.
+// >= 97 % of the best static count among those. With 2 and 4 local ranks
+// on the node (separate processes, each with its own tuned loader, sharing
+// the CPU budget through the node registry), one rank's consumer slowing
+// from step 0 to 200 ms: total workers <= cores + ranks, summed throughput
+// >= 95 % of one process tuned alone, and the slowed rank's share handed
+// back within 5 s.
 //
 // Usage: tuner_scenarios DATA_FOLDER [--rounds N] [--timeline] [scenario ...]
 //   scenarios: cpu io consumer phase-step phase-hog phase-latency
-//   phase-hog-stop memory
+//   phase-hog-stop memory ranks
 //   --rounds N: tuned runs per scenario (default 5), interleaved with the
 //   best static setting; throughput goals are judged on all rounds together
 //   (their mean tuned rate over their mean reference), times on the median
@@ -20,12 +25,16 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -361,6 +370,248 @@ void MemoryScenario(const std::string& data) {
        peak / 1048576.0, "MiB");
 }
 
+// One rank's view at one timeline point.
+struct RankPoint {
+  double t_s = 0;
+  double samples_per_s = 0;
+  int workers = 0;
+  double share_cores = 0;  // of the node's CPU budget, as its tuner sees it
+  int loaders = 0;         // loaders sharing the node, as it sees them
+};
+
+// One local rank: a child process with its own tuned loader (made after
+// the fork, as a launcher's ranks make theirs), consuming from `go` on for
+// `seconds`, its step from `slow_at` s on `slow_ms`. Writes its points to
+// `out`, one "t rate workers share loaders" line each. Never returns.
+[[noreturn]] void RunRank(const std::string& data, int rank, int ranks, int ready_fd, int go_fd,
+                          double seconds, double slow_at, double slow_ms, const std::string& out) {
+  const std::string r = std::to_string(rank), n = std::to_string(ranks);
+  ::setenv("RANK", r.c_str(), 1);
+  ::setenv("LOCAL_RANK", r.c_str(), 1);
+  ::setenv("WORLD_SIZE", n.c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", n.c_str(), 1);
+  Setup s = MakeSetup(data);
+  LoaderOptions lo = s.base;
+  lo.workers = kAutoWorkers;
+  auto made = Loader::Make(lo);
+  if (!made.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, made.status().ToString().c_str());
+    ::_exit(2);
+  }
+  Loader& loader = **made;
+  char byte = 1;
+  if (::write(ready_fd, &byte, 1) != 1 || ::read(go_fd, &byte, 1) != 1) ::_exit(2);
+  std::vector<RankPoint> points;
+  ConsumeOptions co;
+  co.seconds = seconds;
+  co.step_ms_at = [&](double t) { return t >= slow_at ? slow_ms : 0.0; };
+  co.on_point = [&](const TimelinePoint& p) {
+    const std::optional<TunerView> v = loader.tuner_view();
+    points.push_back(
+        {p.t_s, p.samples_per_s, p.workers, v ? v->node.share_cores : 0, v ? v->node.loaders : 0});
+  };
+  if (!Consume(loader, co).ok()) ::_exit(2);
+  std::ofstream f(out);
+  for (const RankPoint& p : points) {
+    f << p.t_s << ' ' << p.samples_per_s << ' ' << p.workers << ' ' << p.share_cores << ' '
+      << p.loaders << '\n';
+  }
+  f.close();
+  // Not exit(): the loader's threads and the parent's state belong to no one
+  // here once the points are written.
+  ::_exit(f ? 0 : 2);
+}
+
+// Runs `ranks` local ranks side by side (rank 0 slowing to `slow_ms` at
+// `slow_at` s); returns each rank's points, empty on failure.
+std::vector<std::vector<RankPoint>> RunRanks(const std::string& data, int ranks, double seconds,
+                                             double slow_at, double slow_ms) {
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+  int ready[2], go[2];
+  if (::pipe(ready) != 0 || ::pipe(go) != 0) return {};
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int i = 0; i < ranks; ++i) {
+    char path[] = "/tmp/stoker-rank-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) return {};
+    ::close(fd);
+    outs.push_back(path);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(ready[0]);
+      ::close(go[1]);
+      RunRank(data, i, ranks, ready[1], go[0], seconds, i == 0 ? slow_at : 1e9, slow_ms, path);
+    }
+    pids.push_back(pid);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  // Every rank's loader is made before any starts: their clocks then agree.
+  char byte;
+  int made = 0;
+  while (made < ranks && ::read(ready[0], &byte, 1) == 1) ++made;
+  const std::string all(static_cast<size_t>(ranks), '\1');
+  const bool started = made == ranks && ::write(go[1], all.data(), all.size()) == ranks;
+  ::close(ready[0]);
+  ::close(go[1]);
+  std::vector<std::vector<RankPoint>> result;
+  bool ok = started;
+  for (int i = 0; i < ranks; ++i) {
+    int status = 0;
+    if (pids[i] <= 0 || ::waitpid(pids[i], &status, 0) != pids[i] || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+      ok = false;
+    }
+    std::ifstream f(outs[i]);
+    std::vector<RankPoint> points;
+    RankPoint p;
+    while (f >> p.t_s >> p.samples_per_s >> p.workers >> p.share_cores >> p.loaders) {
+      points.push_back(p);
+    }
+    std::remove(outs[i].c_str());
+    result.push_back(std::move(points));
+  }
+  if (!ok) {
+    std::fprintf(stderr, "tuner_scenarios: a rank of %d failed\n", ranks);
+    return {};
+  }
+  return result;
+}
+
+// Time-weighted mean rate of one rank over (from, to].
+double RankRate(const std::vector<RankPoint>& points, double from, double to) {
+  std::vector<TimelinePoint> tl;
+  for (const RankPoint& p : points) {
+    TimelinePoint t;
+    t.t_s = p.t_s;
+    t.samples_per_s = p.samples_per_s;
+    tl.push_back(t);
+  }
+  return MeanRate(tl, from, to);
+}
+
+// 2 and 4 local ranks on this node, each with its own tuned loader, all at
+// step 0; at t = 12 s rank 0's step rises to 200 ms (it turns compute-bound).
+// Reference: one process tuned alone, run before each round.
+void RanksScenario(const std::string& data, double budget) {
+  constexpr double kSeconds = 30, kSlowAt = 12, kSlowMs = 200;
+  std::printf("\n== local ranks on one node: step 0, rank 0's step 200 ms from t = 12 s\n");
+  std::printf(
+      "    node CPU budget %.1f cores, node registry: %s\n", budget,
+      std::getenv("STOKER_NODE_REGISTRY") ? std::getenv("STOKER_NODE_REGISTRY") : "default");
+  struct Figures {
+    double alone = 0, phase1 = 0, phase2 = 0, release_s = 0, settled_share = 0;
+    int most_workers = 0;
+  };
+  std::map<int, std::vector<Figures>> by_ranks;
+  // One process tuned alone, at step 0 throughout: its rate after 5 s.
+  auto run_alone = [&](int round) {
+    const auto alone = RunRanks(data, 1, kSeconds, 1e9, 0);
+    const double rate = alone.empty() ? 0 : RankRate(alone[0], 5, kSeconds);
+    int workers = 0;
+    if (!alone.empty() && !alone[0].empty()) workers = alone[0].back().workers;
+    std::printf("    round %d: alone %.1f samples/s, %d workers at the end\n", round + 1, rate,
+                workers);
+    return rate;
+  };
+  // The machine's speed drifts (other sessions' builds): each run of ranks
+  // is bracketed by runs alone, and its reference is their mean.
+  double before = 0;
+  for (int round = 0; round < rounds; ++round) {
+    if (round == 0) before = run_alone(round);
+    for (int ranks : {2, 4}) {
+      const auto rs = RunRanks(data, ranks, kSeconds, kSlowAt, kSlowMs);
+      const double after = run_alone(round);
+      if (rs.empty() || before <= 0 || after <= 0) {
+        Goal(false, "the ranks and the process alone ran", 0, "");
+        return;
+      }
+      const double alone_rate = (before + after) / 2;
+      before = after;
+      Figures f;
+      f.alone = alone_rate;
+      for (const auto& r : rs) {
+        f.phase1 += RankRate(r, 5, kSlowAt);
+        f.phase2 += RankRate(r, kSlowAt + 5, kSeconds);
+      }
+      // Workers of all ranks at the same moment, at most: every 0.05 s,
+      // the sum of each rank's count at its latest point.
+      for (double t = 0; t <= kSeconds; t += 0.05) {
+        int sum = 0;
+        for (const auto& r : rs) {
+          int w = 0;
+          for (const RankPoint& p : r) {
+            if (p.t_s > t) break;
+            w = p.workers;
+          }
+          sum += w;
+        }
+        f.most_workers = std::max(f.most_workers, sum);
+      }
+      // Rank 0's share: settled over the last 10 s; released when it is
+      // halfway from an equal part down to that.
+      double sum = 0;
+      int n = 0;
+      for (const RankPoint& p : rs[0]) {
+        if (p.t_s > kSeconds - 10) sum += p.share_cores, ++n;
+      }
+      f.settled_share = n > 0 ? sum / n : 0;
+      const double halfway = (budget / ranks + f.settled_share) / 2;
+      f.release_s = 1e9;
+      for (const RankPoint& p : rs[0]) {
+        if (p.t_s >= kSlowAt && p.share_cores <= halfway) {
+          f.release_s = p.t_s - kSlowAt;
+          break;
+        }
+      }
+      std::printf(
+          "    round %d, %d ranks (alone, mean of the runs around: %.1f): summed %.1f samples/s "
+          "before the change (%.3f of alone), "
+          "%.1f after (%.3f); at most %d workers; rank 0's share %.2f -> %.2f cores in %.1f s\n",
+          round + 1, ranks, alone_rate, f.phase1, f.phase1 / alone_rate, f.phase2,
+          f.phase2 / alone_rate, f.most_workers, budget / ranks, f.settled_share, f.release_s);
+      if (timelines) {
+        for (size_t i = 0; i < rs.size(); ++i) {
+          std::printf("      rank %zu (t:samples/s:workers:share:loaders):", i);
+          for (const RankPoint& p : rs[i]) {
+            if (std::lround(p.t_s * 4) % 4 == 0) {
+              std::printf(" %.0f:%.0f:%d:%.2f:%d", p.t_s, p.samples_per_s, p.workers, p.share_cores,
+                          p.loaders);
+            }
+          }
+          std::printf("\n");
+        }
+      }
+      by_ranks[ranks].push_back(f);
+    }
+  }
+  for (const auto& [ranks, fs] : by_ranks) {
+    double alone = 0, phase1 = 0, phase2 = 0;
+    int most = 0;
+    std::vector<double> release;
+    for (const Figures& f : fs) {
+      alone += f.alone;
+      phase1 += f.phase1;
+      phase2 += f.phase2;
+      most = std::max(most, f.most_workers);
+      release.push_back(f.release_s);
+    }
+    std::sort(release.begin(), release.end());
+    const double median_release = release[release.size() / 2];
+    const int within = static_cast<int>(budget + 0.05) + ranks;
+    std::printf("    %d ranks, all rounds:\n", ranks);
+    char what[96];
+    std::snprintf(what, sizeof what, "most workers of all ranks together (<= %d)", within);
+    Goal(most <= within, what, most, "");
+    Goal(phase1 >= 0.95 * alone, "summed / alone, all at step 0 (>= 0.95)", phase1 / alone, "");
+    Goal(phase2 >= 0.95 * alone, "summed / alone, rank 0 at 200 ms (>= 0.95)", phase2 / alone, "");
+    Goal(median_release <= 5, "seconds until rank 0's share is handed back, median (<= 5)",
+         median_release, "s");
+  }
+}
+
 }  // namespace
 }  // namespace stoker
 
@@ -370,7 +621,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: %s DATA_FOLDER [--rounds N] [--timeline] [cpu io consumer phase-step phase-hog "
-        "phase-latency phase-hog-stop memory]\n",
+        "phase-latency phase-hog-stop memory ranks]\n",
         argv[0]);
     return 2;
   }
@@ -474,6 +725,7 @@ int main(int argc, char** argv) {
     hog.reset();
   }
   if (on("memory")) MemoryScenario(argv[1]);
+  if (on("ranks")) RanksScenario(argv[1], budget);
   std::printf("\n%d goal(s) failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

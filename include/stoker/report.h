@@ -47,10 +47,14 @@ nlohmann::json LoaderStateToJson(const LoaderState& state);
 /// object.
 Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
+/// {registry (the file, or null without one), note, share_cores,
+/// budget_cores, loaders, workers, cpu_cores}: NodeView's fields.
+nlohmann::json NodeViewToJson(const NodeView& view);
+
 /// {workers, prefetch_batches, cpu_budget_workers, max_workers,
 /// memory_budget_bytes, samples_per_s, stall_fraction, phase, decisions,
-/// last_decision}: the last decision as TunerDecisionToJson writes it, or
-/// null before the first.
+/// last_decision, node}: the last decision as TunerDecisionToJson writes it,
+/// or null before the first; node as NodeViewToJson writes it.
 nlohmann::json TunerViewToJson(const TunerView& view);
 
 /// An SVG picture with two panels: throughput against worker count (the
@@ -66,8 +70,10 @@ class LiveView {
  public:
   explicit LiveView(std::FILE* out);
   /// Draws `point`; `progress` is e.g. "epoch 1 37 %" and `decision` the
-  /// tuner's latest reason (may be empty).
-  void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision);
+  /// tuner's latest reason (may be empty); `node` (may be empty) this
+  /// loader's share of the node and the node's totals (NodeViewText).
+  void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision,
+              const std::string& node = "");
   /// Ends the live line so that what follows starts on a fresh one.
   void Finish();
 
@@ -78,6 +84,11 @@ class LiveView {
   double cpu_last_s_ = 0;
   double wall_last_s_ = 0;
 };
+
+/// The live view's words for a loader's place on its node, e.g. "share
+/// 1.5/4.0 cores, node: 3 loaders, 7 workers"; "no node registry" without
+/// one.
+std::string NodeViewText(const NodeView& node);
 
 /// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
 size_t PeakRssBytes();

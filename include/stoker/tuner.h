@@ -11,7 +11,8 @@ namespace stoker {
 
 /// One decision as a JSON object (the trace file's line format): t_s,
 /// workers_before/after, prefetch_before/after, reason, samples_per_s,
-/// stall_fraction, cpu_per_sample_ms, wall_per_sample_ms, demand_per_s.
+/// stall_fraction, cpu_per_sample_ms, wall_per_sample_ms, demand_per_s,
+/// cpu_budget_cores, node_loaders.
 nlohmann::json TunerDecisionToJson(const TunerDecision& decision);
 
 }  // namespace stoker

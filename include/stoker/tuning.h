@@ -47,6 +47,30 @@ struct TunerDecision {
   double cpu_per_sample_ms = 0;
   double wall_per_sample_ms = 0;
   double demand_per_s = 0;  // the consumer's rate when it is not waiting
+  /// The CPU budget the decision aimed at: this loader's share of the node's
+  /// budget (NodeView::share_cores), less a busy trainer's CPU.
+  double cpu_budget_cores = 0;
+  /// Loaders sharing the node's budget then (this one included); 0 without
+  /// a node registry.
+  int node_loaders = 0;
+};
+
+/// This loader among the stoker loaders on its machine, which split the
+/// node's CPU budget by need through a shared registry (docs/tuner.md,
+/// "Loaders sharing a node").
+struct NodeView {
+  /// The registry's file; empty when there is none (`note` says why: the
+  /// share is then the budget / LOCAL_WORLD_SIZE).
+  std::string registry;
+  /// Why there is no registry, or why the last tick could not reach it.
+  std::string note;
+  double share_cores = 0;   // this loader's share of the node's CPU budget
+  double budget_cores = 0;  // the node's CPU budget (affinity and quota)
+  // The loaders sharing that budget (this one included), their workers and
+  // their workers' CPU use (cores); 0 without a registry.
+  int loaders = 0;
+  int workers = 0;
+  double cpu_cores = 0;
 };
 
 /// The tuner's current picture, for people and for `stats()`.
@@ -63,6 +87,7 @@ struct TunerView {
   std::string phase;
   std::optional<TunerDecision> last_decision;
   int64_t decisions = 0;
+  NodeView node;
 };
 
 }  // namespace stoker

@@ -229,8 +229,9 @@ class Loader:
         """What the loader is doing: "workers", "samples_per_s" and
         "stall_fraction" (the share of time your loop waited for data) since
         the loader was made, "tuner" (the tuner's current view, with its last
-        decision and reason; None with a fixed worker count) and "metrics"
-        (the engine's raw counters)."""
+        decision and reason, and under "node" this loader's share of the
+        machine's CPU budget beside the other stoker loaders there; None with
+        a fixed worker count) and "metrics" (the engine's raw counters)."""
         m = self._impl.metrics()
         elapsed = max(time.monotonic() - self._started, 1e-9)
         wait = m["consumer_wait_ns"]

@@ -4,6 +4,7 @@ import gc
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -157,6 +158,38 @@ def test_stats_with_tuner_and_with_fixed_workers():
     next(iter(fixed))
     assert fixed.stats()["tuner"] is None and fixed.stats()["workers"] == 2
     assert fixed.decisions() == []
+
+
+def test_stats_show_the_loaders_share_of_the_node(tmp_path, monkeypatch):
+    # Two tuned loaders on one node registry split its CPU budget; stats()
+    # shows each one's share and the node's totals.
+    path = str(tmp_path / "node")
+    monkeypatch.setenv("STOKER_NODE_REGISTRY", path)
+    source = stoker.Synthetic(size=256, shape=(64,), cpu_cost_us=50)
+    loaders = [stoker.Loader(source, batch_size=16, workers="auto", tune_interval=0.01)
+               for _ in range(2)]
+    iters = [iter(l) for l in loaders]
+
+    def node(i):
+        return loaders[i].stats()["tuner"]["node"]
+
+    deadline = time.monotonic() + 60  # a generous bound for a loaded machine
+    while time.monotonic() < deadline and not all(node(i)["loaders"] == 2 for i in (0, 1)):
+        for i in (0, 1):
+            if next(iters[i], None) is None:
+                iters[i] = iter(loaders[i])
+    for i in (0, 1):
+        n = node(i)
+        assert n["registry"] == path and n["note"] == ""
+        assert n["loaders"] == 2 and n["workers"] >= 2
+        assert 0 < n["share_cores"] <= n["budget_cores"]
+    assert node(0)["share_cores"] + node(1)["share_cores"] == pytest.approx(
+        node(0)["budget_cores"], rel=0.2)
+
+    monkeypatch.setenv("STOKER_NODE_REGISTRY", "off")
+    alone = stoker.Loader(source, batch_size=16, workers="auto")
+    n = alone.stats()["tuner"]["node"]
+    assert n["registry"] is None and "STOKER_NODE_REGISTRY" in n["note"]
 
 
 def test_argument_errors():

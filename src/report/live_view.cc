@@ -30,8 +30,17 @@ LiveView::LiveView(std::FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {
   cpu_last_s_ = ProcessCpuSeconds();
 }
 
+std::string NodeViewText(const NodeView& node) {
+  if (node.loaders == 0) return "no node registry";
+  char text[128];
+  std::snprintf(text, sizeof text, "share %.1f/%.1f cores, node: %d loader%s, %d workers",
+                node.share_cores, node.budget_cores, node.loaders, node.loaders == 1 ? "" : "s",
+                node.workers);
+  return text;
+}
+
 void LiveView::Update(const TimelinePoint& p, const std::string& progress,
-                      const std::string& decision) {
+                      const std::string& decision, const std::string& node) {
   if (!tty_ && p.t_s - last_print_s_ < kPlainEveryS) return;
   const double cpu = ProcessCpuSeconds();
   const double dt = p.t_s - wall_last_s_;
@@ -46,6 +55,7 @@ void LiveView::Update(const TimelinePoint& p, const std::string& progress,
       progress.c_str(), p.samples_per_s, p.stall_fraction * 100, p.workers, cpu_pct,
       StatusBytes("VmRSS:") >> 20);
   std::string text = line;
+  if (!node.empty()) text += "  " + node;
   if (!decision.empty()) text += "  | " + decision;
   if (tty_) {
     if (text.size() > 200) text.resize(200);

@@ -122,6 +122,16 @@ Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json) {
   return s;
 }
 
+nlohmann::json NodeViewToJson(const NodeView& v) {
+  return {{"registry", v.registry.empty() ? nlohmann::json(nullptr) : nlohmann::json(v.registry)},
+          {"note", v.note},
+          {"share_cores", v.share_cores},
+          {"budget_cores", v.budget_cores},
+          {"loaders", v.loaders},
+          {"workers", v.workers},
+          {"cpu_cores", v.cpu_cores}};
+}
+
 nlohmann::json TunerViewToJson(const TunerView& v) {
   return {{"workers", v.workers},
           {"prefetch_batches", v.prefetch_batches},
@@ -133,7 +143,8 @@ nlohmann::json TunerViewToJson(const TunerView& v) {
           {"phase", v.phase},
           {"last_decision",
            v.last_decision ? TunerDecisionToJson(*v.last_decision) : nlohmann::json(nullptr)},
-          {"decisions", v.decisions}};
+          {"decisions", v.decisions},
+          {"node", NodeViewToJson(v.node)}};
 }
 
 }  // namespace stoker

@@ -253,5 +253,45 @@ TEST(LoaderJsonTest, TunerViewCarriesItsLastDecision) {
   EXPECT_EQ(TunerViewToJson(v)["last_decision"], TunerDecisionToJson(d));
 }
 
+// The node's split shows in stats(): this loader's share and the node's
+// totals, and without a registry why there is none.
+TEST(LoaderJsonTest, TunerViewCarriesTheNodeShare) {
+  TunerView v;
+  v.node.registry = "/dev/shm/stoker-node-0";
+  v.node.share_cores = 1.5;
+  v.node.budget_cores = 4;
+  v.node.loaders = 3;
+  v.node.workers = 7;
+  v.node.cpu_cores = 3.2;
+  nlohmann::json node = TunerViewToJson(v)["node"];
+  EXPECT_EQ(node["registry"], "/dev/shm/stoker-node-0");
+  EXPECT_EQ(node["share_cores"], 1.5);
+  EXPECT_EQ(node["budget_cores"], 4.0);
+  EXPECT_EQ(node["loaders"], 3);
+  EXPECT_EQ(node["workers"], 7);
+  EXPECT_EQ(node["cpu_cores"], 3.2);
+  v.node = {};
+  v.node.note = "node registry turned off ($STOKER_NODE_REGISTRY=off)";
+  node = TunerViewToJson(v)["node"];
+  EXPECT_TRUE(node["registry"].is_null());
+  EXPECT_EQ(node["note"], v.node.note);
+  TunerDecision d;
+  d.cpu_budget_cores = 1.25;
+  d.node_loaders = 2;
+  EXPECT_EQ(TunerDecisionToJson(d)["cpu_budget_cores"], 1.25);
+  EXPECT_EQ(TunerDecisionToJson(d)["node_loaders"], 2);
+}
+
+TEST(LiveViewTest, NodeTextShowsTheShareAndTheNodesTotals) {
+  NodeView v;
+  EXPECT_EQ(NodeViewText(v), "no node registry");
+  v.registry = "/tmp/stoker-node-0";
+  v.share_cores = 1.5;
+  v.budget_cores = 4;
+  v.loaders = 3;
+  v.workers = 7;
+  EXPECT_EQ(NodeViewText(v), "share 1.5/4.0 cores, node: 3 loaders, 7 workers");
+}
+
 }  // namespace
 }  // namespace stoker

@@ -11,6 +11,7 @@
 #include "core/thread_annotations.h"
 #include "stoker/json_text.h"
 #include "stoker/tuner.h"
+#include "tune/node_share.h"
 #include "tune/tuner_core.h"
 
 namespace stoker {
@@ -20,12 +21,24 @@ constexpr double kReprobeS = 2.0;  // re-read the machine's budgets this often
 constexpr size_t kThreadOverhead = 256 * 1024;
 constexpr size_t kAssumedWorkerBytes = 16u << 20;  // until a worker has reported
 
-// Cores the workers of this loader may use: the probe's budget shared among
-// the local ranks.
+// The node's CPU budget as the probe reads it (affinity and quota), which
+// the loaders on the machine split among themselves (NodeShare).
+double NodeBudget(const MachineFacts& f) {
+  return f.cpu.budget_cores.value_or(f.cpu.logical.value_or(1));
+}
+
+// Cores the workers of this loader may use before its first tick: the
+// budget shared among the local ranks.
 double CpuBudget(const MachineFacts& f) {
-  double cores = f.cpu.budget_cores.value_or(f.cpu.logical.value_or(1));
   int local = f.ranks.local_world_size.value_or(1);
-  return std::max(cores / std::max(local, 1), 0.5);
+  return std::max(NodeBudget(f) / std::max(local, 1), 0.5);
+}
+
+NodeShare MakeNodeShare(const MachineFacts& f) {
+  Result<std::unique_ptr<NodeRegistry>> registry = NodeRegistry::OpenDefault();
+  return NodeShare(registry.ok() ? std::move(*registry) : nullptr,
+                   registry.ok() ? "" : registry.status().message(), f.ranks.local_rank,
+                   f.ranks.local_world_size);
 }
 
 }  // namespace
@@ -41,7 +54,9 @@ nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
           {"stall_fraction", d.stall_fraction},
           {"cpu_per_sample_ms", d.cpu_per_sample_ms},
           {"wall_per_sample_ms", d.wall_per_sample_ms},
-          {"demand_per_s", d.demand_per_s}};
+          {"demand_per_s", d.demand_per_s},
+          {"cpu_budget_cores", d.cpu_budget_cores},
+          {"node_loaders", d.node_loaders}};
 }
 
 namespace {
@@ -52,10 +67,11 @@ namespace {
 // written by its TraceWriter's thread, never the consumer's.
 class Tuner final : public Controller {
  public:
-  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes,
-        std::unique_ptr<TraceWriter> trace_writer)
+  Tuner(TunerOptions options, const Advice& advice, double cpu_budget, NodeShare node,
+        size_t batch_bytes, std::unique_ptr<TraceWriter> trace_writer)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches),
+        node_(std::move(node)),
         start_(std::chrono::steady_clock::now()),
         trace_writer_(std::move(trace_writer)) {
     budgets_.cpu_cores = cpu_budget;
@@ -70,6 +86,7 @@ class Tuner final : public Controller {
     view_.memory_budget_bytes = budgets_.memory_bytes;
     view_.max_workers = budgets_.max_workers;
     view_.phase = core_.phase();
+    view_.node = node_.view();
   }
 
   std::chrono::nanoseconds interval() const override {
@@ -86,7 +103,11 @@ class Tuner final : public Controller {
     RefreshBudgets(*last_, now, o);
     last_ = std::move(now);
     std::optional<TunerDecision> d = core_.Observe(o, budgets_);
-    if (d) Apply(*d, loader);
+    if (d) {
+      d->cpu_budget_cores = budgets_.cpu_cores;
+      d->node_loaders = node_.view().loaders;
+      Apply(*d, loader);
+    }
     UpdateView(std::move(d));
   }
 
@@ -171,17 +192,19 @@ class Tuner final : public Controller {
       budgets_.worker_bytes =
           m.worker_bytes / static_cast<size_t>(m.workers_running) + kThreadOverhead;
     }
-    if (now.t_s - last_probe_s_ >= kReprobeS || machine_cores_ == 0) {
+    if (now.t_s - last_probe_s_ >= kReprobeS || node_cores_ == 0) {
       last_probe_s_ = now.t_s;
       ProbeOptions po;
       po.skip_gpus = true;
-      machine_cores_ = CpuBudget(ProbeMachine(po));
+      node_cores_ = NodeBudget(ProbeMachine(po));
     }
-    budgets_.cpu_cores =
-        std::max(0.5, machine_cores_ - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
+    // This loader's share of the node, re-split by need every tick.
+    const double share = std::max(
+        0.5, node_.Update(o.window_s, o.wait_s, o.cpu_s, now.metrics.workers_target, node_cores_));
+    budgets_.cpu_cores = std::max(0.5, share - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
     // Our CPUs beyond this rank's budget belong to others (other ranks,
     // other tenants under a quota): their use there is no contention.
-    if (now.machine) budgets_.others_room = std::max(0.0, now.machine->cpus - machine_cores_);
+    if (now.machine) budgets_.others_room = std::max(0.0, now.machine->cpus - share);
   }
 
   // Sets the loader's knobs to the decision and queues it for the trace file.
@@ -207,6 +230,7 @@ class Tuner final : public Controller {
     view_.samples_per_s = core_.samples_per_s();
     view_.stall_fraction = core_.stall_fraction();
     view_.phase = core_.phase();
+    view_.node = node_.view();
     if (d) {
       view_.last_decision = *d;
       ++view_.decisions;
@@ -216,11 +240,12 @@ class Tuner final : public Controller {
 
   const TunerOptions options_;
   TunerCore core_;  // consumer thread only
+  NodeShare node_;  // consumer thread only
   Budgets budgets_;
   const std::chrono::steady_clock::time_point start_;
   std::optional<Snapshot> last_;  // the previous tick's
   double trainer_cores_ = 0;
-  double machine_cores_ = 0;
+  double node_cores_ = 0;
   double last_probe_s_ = 0;
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
 
@@ -234,8 +259,8 @@ class Tuner final : public Controller {
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
                                       std::unique_ptr<TraceWriter> trace_writer) {
-  return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), batch_bytes,
-                                 std::move(trace_writer));
+  return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), MakeNodeShare(facts),
+                                 batch_bytes, std::move(trace_writer));
 }
 
 }  // namespace stoker

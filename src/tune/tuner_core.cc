@@ -159,6 +159,13 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
        p.contended != r.contended)) {
     change = std::max(change, 2 * params_.change);
   }
+  // Our CPU budget moved by half a core or more (the node's loaders
+  // re-split it, a quota changed): the model's aim moved with it. Believed
+  // at once, like a large change: the budget is a fact, not a measurement.
+  if (r.cpu_cores > 0 && std::abs(p.cpu_cores - r.cpu_cores) >= 0.5 &&
+      RelChange(p.cpu_cores, r.cpu_cores) > params_.change) {
+    change = std::max(change, 2 * params_.big_change);
+  }
   return change > params_.change ? change : 0;
 }
 
@@ -298,6 +305,7 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
 
 void TunerCore::Note(Pooled& p, const Budgets& b) {
   UpdateContention(p, b);
+  p.cpu_cores = b.cpu_cores;
   ++windows_at_count_;
   last_rate_ = p.rate();
   last_stall_ = p.stall();

@@ -106,6 +106,7 @@ class TunerCore {
     double others_s = 0, idle_s = 0;
     bool machine_known = true;  // others_s and idle_s were known in every window
     bool contended = false;     // other processes compete for our CPUs (see contended_)
+    double cpu_cores = 0;       // the CPU budget while pooled (Budgets::cpu_cores)
     int workers = 0;            // the worker count throughout
     int64_t batches = 0, samples = 0, produced = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }

@@ -367,6 +367,35 @@ TEST(TunerCoreTest, OtherRanksOnTheirOwnCpusAreNoContention) {
   for (auto& d : r.decisions) EXPECT_LE(d.workers_after, 4) << d.reason;
 }
 
+// The node's loaders re-split its budget. Two ranks on 2 cores: this one's
+// share grows from 1 to 1.75 cores when the other rank's consumer turns
+// compute-bound (its workers then use 0.2 cores), and shrinks back when it
+// is data-bound again. A knee found under the small share must not hold the
+// pool there (the other rank's drop in CPU use is too small to read as a
+// workload change); over the shrunk share, CPU-bound work comes back within
+// it at once.
+TEST(TunerCoreTest, AChangedShareOfTheNodeReSizesThePool) {
+  SimWorkload w;
+  auto share = [&](double cores, double others) {
+    w.cores = cores;       // the CPU time this rank's workers get
+    w.elsewhere = others;  // the other rank's
+    Budgets b = TwoCores();
+    b.cpu_cores = cores;
+    b.others_room = 2 - cores;
+    return b;
+  };
+  TunerCore core(1, 2);
+  SimRun even = Drive(core, w, share(1, 1), 100);
+  EXPECT_EQ(even.Final(), 1);
+  SimRun grown = Drive(core, w, share(1.75, 0.2), 100, 100 * kTick);
+  EXPECT_EQ(grown.Final(), 2);
+  SimRun shrunk = Drive(core, w, share(1, 1), 20, 200 * kTick);
+  EXPECT_LE(shrunk.Final(), 2);
+  for (const SimRun* r : {&even, &grown, &shrunk}) {
+    for (const TunerDecision& d : r->decisions) EXPECT_LE(d.workers_after, 3) << d.reason;
+  }
+}
+
 TEST(TunerCoreTest, NeverExceedsTheMemoryBudget) {
   SimWorkload w;
   w.cpu_s = 0.00005;

@@ -36,7 +36,8 @@ Result<RunSummary> RunJob(const RunFlags& f) {
           static_cast<long long>(per_epoch ? (m.batches_delivered % per_epoch) * 100 / per_epoch
                                            : 0));
       auto tv = l->tuner_view();
-      view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "");
+      view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "",
+                  tv ? NodeViewText(tv->node) : "");
     };
   }
   // From here on SIGINT and SIGTERM end the loop, not the process: the

@@ -1,0 +1,305 @@
+#include "tune/node_registry.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <type_traits>
+
+namespace stoker {
+namespace {
+
+constexpr char kMagic[8] = {'s', 't', 'o', 'k', 'n', 'o', 'd', 'e'};
+constexpr uint32_t kVersion = 1;
+
+// One loader's slot. Written only under the file lock. The record is
+// stored as it is: the header's entry size (and version) tell a table of
+// another layout.
+struct Entry {
+  uint64_t token;  // 0: free
+  int64_t heartbeat_ns;
+  uint64_t start_ticks;  // of its process; 0 unknown
+  uint64_t pid_ns;       // inode of its pid namespace; 0 unknown
+  uint64_t loader_id;
+  int32_t pid;
+  int32_t reserved;
+  NodeLoaderRecord record;
+};
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t PidNamespace() {
+  struct stat st;
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+uint64_t NewToken() {
+  std::random_device rd;
+  uint64_t t = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(MonotonicNs()) * 0x9e3779b97f4a7c15ull;
+  return t == 0 ? 1 : t;
+}
+
+std::atomic<uint64_t> next_loader_id{1};
+
+}  // namespace
+
+struct NodeRegistry::Table {
+  char magic[8];
+  uint32_t version;
+  uint32_t entries;
+  uint32_t entry_bytes;
+  uint32_t reserved;
+  Entry entry[kEntries];
+};
+static_assert(std::is_trivially_copyable_v<Entry> && sizeof(Entry) == 96);
+static_assert(std::is_trivially_copyable_v<NodeLoaderRecord>);
+
+std::optional<ProcessStart> ReadProcessStart(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!in || !std::getline(in, text)) return std::nullopt;
+  // The command name (field 2) may hold spaces and parentheses: the fields
+  // after it start past the last ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(text.substr(close + 1));
+  std::string state;
+  fields >> state;  // field 3
+  std::string skip;
+  for (int field = 4; field < 22 && fields >> skip; ++field) {
+  }
+  uint64_t ticks = 0;
+  if (!(fields >> ticks)) return std::nullopt;
+  return ProcessStart{ticks, state == "Z" || state == "X"};
+}
+
+std::vector<std::string> NodeRegistry::DefaultPaths() {
+  if (const char* set = std::getenv("STOKER_NODE_REGISTRY")) {
+    if (std::strcmp(set, "off") == 0 || *set == '\0') return {};
+    return {set};
+  }
+  // The layout's version is in the name: loaders of another version keep
+  // their own table rather than refuse this one.
+  const std::string name = "stoker-node-v" + std::to_string(kVersion);
+  const std::string uid = std::to_string(::getuid());
+  std::vector<std::string> paths = {"/dev/shm/" + name + "-" + uid};
+  if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run != nullptr && *run == '/') {
+    paths.push_back(std::string(run) + "/" + name);
+  }
+  paths.push_back("/tmp/" + name + "-" + uid);
+  return paths;
+}
+
+Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault() {
+  const std::vector<std::string> paths = DefaultPaths();
+  if (paths.empty()) {
+    return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
+  }
+  std::string why;
+  for (const std::string& path : paths) {
+    Result<std::unique_ptr<NodeRegistry>> r = Open(path);
+    if (r.ok()) return r;
+    why += (why.empty() ? "" : "; ") + r.status().message();
+  }
+  return Unavailable("no node registry: " + why);
+}
+
+Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path,
+                                                         NodeRegistryOptions options) {
+  // O_NOFOLLOW and the owner check: in a shared /tmp another user could
+  // have put a link or a file of theirs there.
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return ErrnoError("node registry " + path + ": cannot open", errno);
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  // Creation and first initialisation under the lock: two loaders starting
+  // together must not both write the header.
+  int tries = 0;
+  while (::fcntl(fd.get(), F_OFD_SETLK, &lock) != 0) {
+    if ((errno != EAGAIN && errno != EACCES) || ++tries > 200) {
+      return ErrnoError("node registry " + path + ": cannot lock", errno);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto unlock = [&] {
+    lock.l_type = F_UNLCK;
+    ::fcntl(fd.get(), F_OFD_SETLK, &lock);
+  };
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    const int err = errno;
+    unlock();
+    return ErrnoError("node registry " + path + ": cannot stat", err);
+  }
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid()) {
+    unlock();
+    return Unavailable("node registry " + path + ": not a regular file of this user");
+  }
+  const size_t bytes = sizeof(Table);
+  if (st.st_size == 0) {
+    // Reserve the pages now: a full tmpfs would otherwise fail a later write
+    // to the mapping with SIGBUS instead of this error.
+    if (const int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); err != 0) {
+      unlock();
+      return ErrnoError(
+          "node registry " + path + ": cannot reserve " + std::to_string(bytes) + " bytes", err);
+    }
+  } else if (static_cast<size_t>(st.st_size) != bytes) {
+    unlock();
+    return DataError("node registry " + path + ": " + std::to_string(st.st_size) +
+                     " bytes, not a stoker node registry of version " + std::to_string(kVersion) +
+                     " (" + std::to_string(bytes) + " bytes)");
+  }
+  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (map == MAP_FAILED) {
+    const int err = errno;
+    unlock();
+    return ErrnoError("node registry " + path + ": cannot map", err);
+  }
+  auto* table = static_cast<Table*>(map);
+  static const char kZero[8] = {};
+  if (std::memcmp(table->magic, kZero, sizeof kZero) == 0) {
+    // New, or its creator died before writing the header: entries are zero.
+    *table = Table{};
+    table->version = kVersion;
+    table->entries = kEntries;
+    table->entry_bytes = sizeof(Entry);
+    std::memcpy(table->magic, kMagic, sizeof kMagic);
+  } else if (std::memcmp(table->magic, kMagic, sizeof kMagic) != 0 || table->version != kVersion ||
+             table->entries != kEntries || table->entry_bytes != sizeof(Entry)) {
+    ::munmap(map, bytes);
+    unlock();
+    return DataError("node registry " + path + ": not a stoker node registry of version " +
+                     std::to_string(kVersion));
+  }
+  unlock();
+  return std::unique_ptr<NodeRegistry>(new NodeRegistry(path, std::move(fd), table, options));
+}
+
+NodeRegistry::NodeRegistry(std::string path, UniqueFd fd, Table* table, NodeRegistryOptions options)
+    : path_(std::move(path)),
+      fd_(std::move(fd)),
+      table_(table),
+      options_(options),
+      loader_id_(next_loader_id.fetch_add(1)),
+      token_(NewToken()),
+      start_ticks_(ReadProcessStart(::getpid()).value_or(ProcessStart{}).ticks),
+      pid_ns_(PidNamespace()),
+      pid_(::getpid()) {}
+
+NodeRegistry::~NodeRegistry() {
+  // In a forked child the entry is the parent's. A busy lock leaves the
+  // entry to go stale: the others free it within stale_s.
+  if (::getpid() == pid_ && Lock().ok()) {
+    if (const int own = FindOwn(); own >= 0) table_->entry[own] = Entry{};
+    Unlock();
+  }
+  ::munmap(table_, sizeof(Table));
+}
+
+Status NodeRegistry::Lock() {
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  // Held for microseconds by each publisher; a holder that is stopped (not
+  // dead: the kernel drops a dead one's lock) must not stall our consumer.
+  for (int tries = 0; ::fcntl(fd_.get(), F_OFD_SETLK, &lock) != 0; ++tries) {
+    if ((errno != EAGAIN && errno != EACCES) || tries >= 20) {
+      return Unavailable("node registry " + path_ + ": lock busy");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(250));
+  }
+  return Status::Ok();
+}
+
+void NodeRegistry::Unlock() {
+  struct flock lock = {};
+  lock.l_type = F_UNLCK;
+  lock.l_whence = SEEK_SET;
+  ::fcntl(fd_.get(), F_OFD_SETLK, &lock);
+}
+
+int NodeRegistry::FindOwn() const {
+  for (int i = 0; i < kEntries; ++i) {
+    const Entry& e = table_->entry[i];
+    if (e.token == token_ && e.pid == pid_) return i;
+  }
+  return -1;
+}
+
+bool NodeRegistry::Live(int index, int64_t now_ns) const {
+  const Entry& e = table_->entry[index];
+  if (e.token == 0) return false;
+  const double age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
+  if (age_s > options_.stale_s) return false;
+  if (age_s <= options_.check_pid_after_s || e.pid_ns == 0 || e.pid_ns != pid_ns_) {
+    // Young, or in another pid namespace (its pid means nothing here).
+    return true;
+  }
+  if (const std::optional<ProcessStart> s = ReadProcessStart(e.pid)) {
+    return !s->zombie && (e.start_ticks == 0 || s->ticks == e.start_ticks);
+  }
+  return !(::kill(e.pid, 0) != 0 && errno == ESRCH);
+}
+
+Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& record) {
+  STOKER_RETURN_IF_ERROR(Lock());
+  const int64_t now = MonotonicNs();
+  int own = FindOwn();
+  for (int i = 0; i < kEntries; ++i) {
+    if (i != own && table_->entry[i].token != 0 && !Live(i, now)) table_->entry[i] = Entry{};
+  }
+  if (own < 0) {
+    for (int i = 0; i < kEntries && own < 0; ++i) {
+      if (table_->entry[i].token == 0) own = i;
+    }
+    if (own < 0) {
+      Unlock();
+      return Unavailable("node registry " + path_ + ": all " + std::to_string(kEntries) +
+                         " entries taken by live loaders");
+    }
+    Entry& e = table_->entry[own];
+    e = Entry{};
+    e.token = token_;
+    e.pid = pid_;
+    e.start_ticks = start_ticks_;
+    e.pid_ns = pid_ns_;
+    e.loader_id = loader_id_;
+  }
+  Entry& e = table_->entry[own];
+  e.heartbeat_ns = now;
+  e.record = record;
+  std::vector<NodeLoader> live;
+  for (int i = 0; i < kEntries; ++i) {
+    const Entry& x = table_->entry[i];
+    if (x.token == 0) continue;
+    NodeLoader l;
+    l.record = x.record;
+    l.pid = x.pid;
+    l.loader_id = x.loader_id;
+    l.heartbeat_age_s = static_cast<double>(now - x.heartbeat_ns) * 1e-9;
+    l.self = i == own;
+    live.push_back(l);
+  }
+  Unlock();
+  return live;
+}
+
+}  // namespace stoker

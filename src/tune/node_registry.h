@@ -1,0 +1,123 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/unique_fd.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+/// What one loader tells the others on its machine (docs/tuner.md, "Loaders
+/// sharing a node").
+struct NodeLoaderRecord {
+  int local_rank = -1;      // LOCAL_RANK when the launcher set it; -1 otherwise
+  int workers = 0;          // its worker count now
+  double cpu_cores = 0;     // its workers' CPU use, cores, over the last second or so
+  double stall = 0;         // the share of time its consumer waited for data, recently
+  double want_cores = 0;    // its need: the cores it would use; +inf: data-bound
+  double budget_cores = 0;  // the node's CPU budget as its probe reads it
+  uint64_t domain = 0;      // the CPUs it may run on (a hash of its affinity mask)
+};
+
+/// A live loader as the registry lists it.
+struct NodeLoader {
+  NodeLoaderRecord record;
+  pid_t pid = 0;
+  uint64_t loader_id = 0;      // unique within its process
+  double heartbeat_age_s = 0;  // since it last published
+  bool self = false;           // the loader that read the list
+};
+
+/// Tunables of the registry; tests shorten them.
+struct NodeRegistryOptions {
+  /// An entry whose loader has not published for this long is free to take:
+  /// its process is stopped, hung, or gone.
+  double stale_s = 2.0;
+  /// Entries older than this are checked for a dead process (pid gone, a
+  /// zombie, or another process under the same pid) and freed at once.
+  double check_pid_after_s = 0.5;
+};
+
+/// One loader's handle on the node registry: a small table in a shared file
+/// (fixed size, kEntries entries, mapped by every loader on the machine) in
+/// which each live loader keeps one entry, so that loaders of the local ranks
+/// (or any loaders on the machine) see each other's workers, CPU and need.
+///
+/// Writes and reads take a non-blocking OFD byte-range lock on the file (the
+/// kernel drops it when its holder dies, so a crashed loader never wedges the
+/// others); when it cannot be had within a few milliseconds the call gives
+/// up (kUnavailable) rather than block the consumer. An entry is free when
+/// its process is gone (pid absent, a zombie, or a process with another
+/// start time: a reused pid) or its heartbeat is older than stale_s.
+///
+/// Not thread-safe: one caller at a time (the tuner's tick). Each handle maps
+/// the file itself, so handles of different loaders never share memory.
+class NodeRegistry {
+ public:
+  static constexpr int kEntries = 64;
+
+  /// Opens (creating if needed, mode 0600) the table at `path`. Errors name
+  /// the path: it cannot be created or mapped, or holds something else.
+  static Result<std::unique_ptr<NodeRegistry>> Open(const std::string& path,
+                                                    NodeRegistryOptions options = {});
+
+  /// Where the default table lives, in the order tried: $STOKER_NODE_REGISTRY
+  /// when set ("off": none), else stoker-node-v<layout version>-<uid> in
+  /// /dev/shm, then in $XDG_RUNTIME_DIR (without the uid) and /tmp.
+  static std::vector<std::string> DefaultPaths();
+  /// Opens the first default path that works; the error (none is usable, or
+  /// the registry is turned off) names each path and why.
+  static Result<std::unique_ptr<NodeRegistry>> OpenDefault();
+
+  /// Frees this loader's entry (if it still holds it).
+  ~NodeRegistry();
+  NodeRegistry(const NodeRegistry&) = delete;
+  NodeRegistry& operator=(const NodeRegistry&) = delete;
+
+  /// Publishes `record` with a fresh heartbeat, taking an entry the first
+  /// time (and again if its entry was taken as stale), and returns every
+  /// live loader's record, this one's included. Frees dead entries it finds.
+  /// Errors: kUnavailable when the lock was busy or the table is full
+  /// (naming the path); the caller keeps its last picture.
+  Result<std::vector<NodeLoader>> Publish(const NodeLoaderRecord& record);
+
+  const std::string& path() const { return path_; }
+  uint64_t loader_id() const { return loader_id_; }
+
+ private:
+  struct Table;
+  NodeRegistry(std::string path, UniqueFd fd, Table* table, NodeRegistryOptions options);
+  // Takes and drops the lock on the whole file; Lock fails rather than wait.
+  Status Lock();
+  void Unlock();
+  // The index of this loader's entry, or -1 (never taken, or taken from it).
+  int FindOwn() const;
+  bool Live(int index, int64_t now_ns) const;
+
+  const std::string path_;
+  const UniqueFd fd_;
+  Table* const table_;  // the mapping, owned
+  const NodeRegistryOptions options_;
+  const uint64_t loader_id_;
+  const uint64_t token_;  // tells this loader's entry from any other's
+  const uint64_t start_ticks_;
+  const uint64_t pid_ns_;
+  const pid_t pid_;
+};
+
+/// The start time of process `pid` in clock ticks since boot (field 22 of
+/// /proc/<pid>/stat), with whether it is a zombie; nullopt when there is no
+/// such process or /proc cannot tell.
+struct ProcessStart {
+  uint64_t ticks = 0;
+  bool zombie = false;
+};
+std::optional<ProcessStart> ReadProcessStart(pid_t pid);
+
+}  // namespace stoker

@@ -1,0 +1,149 @@
+// The split of a node's CPU budget among its loaders (a pure rule), and
+// NodeShare, which feeds it from the registry each tick.
+
+#include "tune/node_share.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "testing/source_test_util.h"
+
+namespace stoker {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The rule's invariants, for any input: the shares sum to the budget, and
+// each is at least min(kMinShareCores, budget / n).
+void ExpectSound(double budget, const std::vector<double>& shares) {
+  ASSERT_FALSE(shares.empty());
+  EXPECT_NEAR(std::accumulate(shares.begin(), shares.end(), 0.0), budget, 1e-9);
+  const double least = std::min(kMinShareCores, budget / static_cast<double>(shares.size()));
+  for (double s : shares) EXPECT_GE(s, least - 1e-12);
+}
+
+std::vector<double> Split(double budget, const std::vector<double>& wants) {
+  std::vector<double> shares = SplitNodeBudget(budget, wants);
+  EXPECT_EQ(shares.size(), wants.size());
+  ExpectSound(budget, shares);
+  return shares;
+}
+
+TEST(SplitNodeBudgetTest, ALoaderAloneGetsTheWholeBudget) {
+  EXPECT_EQ(Split(8, {kInf}), std::vector<double>{8});
+  EXPECT_EQ(Split(8, {0.3}), std::vector<double>{8});  // needing little changes nothing alone
+  EXPECT_TRUE(SplitNodeBudget(8, {}).empty());
+}
+
+TEST(SplitNodeBudgetTest, EqualNeedsSplitEqually) {
+  for (double s : Split(2, {kInf, kInf})) EXPECT_DOUBLE_EQ(s, 1);
+  for (double s : Split(8, {kInf, kInf, kInf, kInf})) EXPECT_DOUBLE_EQ(s, 2);
+  // Equal small needs: met, and the rest split equally too.
+  for (double s : Split(8, {1, 1, 1, 1})) EXPECT_DOUBLE_EQ(s, 2);
+}
+
+// The compute-bound rank (its consumer never waits; its workers use 0.3
+// cores) keeps what it uses; the data-bound ones take the rest.
+TEST(SplitNodeBudgetTest, AComputeBoundLoaderLeavesItsShareToTheDataBound) {
+  const std::vector<double> two = Split(2, {0.3, kInf});
+  EXPECT_DOUBLE_EQ(two[0], 0.3);
+  EXPECT_DOUBLE_EQ(two[1], 1.7);
+  const std::vector<double> four = Split(8, {kInf, 0.3, kInf, kInf});
+  EXPECT_DOUBLE_EQ(four[1], 0.3);
+  for (size_t i : {0, 2, 3}) EXPECT_DOUBLE_EQ(four[i], 7.7 / 3);
+  // A need above an equal part of what is left is not met in full.
+  const std::vector<double> mixed = Split(6, {1, 3, kInf});
+  EXPECT_DOUBLE_EQ(mixed[0], 1);
+  EXPECT_DOUBLE_EQ(mixed[1], 2.5);
+  EXPECT_DOUBLE_EQ(mixed[2], 2.5);
+}
+
+// However little a loader needs, it keeps a worker's worth: kMinShareCores,
+// or an equal part when the budget is smaller than that per loader.
+TEST(SplitNodeBudgetTest, EveryLoaderKeepsAMinimumShare) {
+  const std::vector<double> idle = Split(2, {0.0, kInf, kInf, kInf});
+  EXPECT_DOUBLE_EQ(idle[0], kMinShareCores);
+  for (size_t i : {1, 2, 3}) EXPECT_DOUBLE_EQ(idle[i], (2 - kMinShareCores) / 3);
+  for (double s : Split(0.5, {0.0, 0.0, kInf, kInf})) EXPECT_DOUBLE_EQ(s, 0.125);
+  // A need that cannot be read counts as the least.
+  const std::vector<double> unknown = Split(2, {std::nan(""), kInf});
+  EXPECT_DOUBLE_EQ(unknown[0], kMinShareCores);
+}
+
+// A loader that leaves (or crashes, and the registry frees its entry) is
+// simply not among the needs of the next split: its share returns.
+TEST(SplitNodeBudgetTest, ALeavingLoadersShareReturnsToTheOthers) {
+  const std::vector<double> before = Split(6, {kInf, kInf, kInf});
+  const std::vector<double> after = Split(6, {kInf, kInf});
+  EXPECT_DOUBLE_EQ(before[0], 2);
+  EXPECT_DOUBLE_EQ(after[0], 3);
+  EXPECT_DOUBLE_EQ(after[1], 3);
+}
+
+TEST(CoresWantedTest, AStallingConsumerIsDataBound) {
+  EXPECT_TRUE(std::isinf(CoresWanted(0.5, 1.0, false)));
+  EXPECT_TRUE(std::isinf(CoresWanted(0.02, 0.1, false)));
+  EXPECT_DOUBLE_EQ(CoresWanted(0.0, 0.5, false), 0.6);  // its use, with the tuner's 20 % headroom
+  EXPECT_DOUBLE_EQ(CoresWanted(0.0, -1, false), 0.0);
+  // Between the tuner's stall_low (0.3 %) and stall_high (1 %) it stays what
+  // it was: a need near the bar does not flap.
+  EXPECT_DOUBLE_EQ(CoresWanted(0.005, 0.5, false), 0.6);
+  EXPECT_TRUE(std::isinf(CoresWanted(0.005, 0.5, true)));
+  EXPECT_DOUBLE_EQ(CoresWanted(0.002, 0.5, true), 0.6);
+}
+
+TEST(NodeShareTest, WithoutARegistryTheBudgetIsSplitByLocalRanks) {
+  NodeShare share(nullptr, "node registry turned off ($STOKER_NODE_REGISTRY=off)", 1, 4);
+  EXPECT_DOUBLE_EQ(share.Update(0.2, 0.2, 0.2, 2, 8), 2);
+  EXPECT_TRUE(share.view().registry.empty());
+  EXPECT_NE(share.view().note.find("turned off"), std::string::npos);
+  EXPECT_EQ(share.view().loaders, 0);
+  EXPECT_DOUBLE_EQ(share.view().budget_cores, 8);
+}
+
+// Two loaders of one process on a shared registry: the one whose consumer
+// waits gets what the one whose consumer is fed does not use; when both
+// wait they split evenly; when one goes, the other has it all.
+TEST(NodeShareTest, SharesFollowNeedsThroughTheRegistry) {
+  testing::TempDir dir;
+  auto open = [&] {
+    auto r = NodeRegistry::Open(dir / "reg");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  };
+  NodeShare data_bound(open(), "", 0, 2);
+  auto fed = std::make_unique<NodeShare>(open(), "", 1, 2);
+  ASSERT_FALSE(data_bound.view().registry.empty());
+  // Windows of 0.2 s: one consumer waits all of it with its workers on 1.8
+  // cores, the other never waits and its workers use 0.1 cores.
+  for (int tick = 0; tick < 3; ++tick) {
+    data_bound.Update(0.2, 0.2, 0.36, 3, 2);
+    fed->Update(0.2, 0.0, 0.02, 1, 2);
+  }
+  const double big = data_bound.Update(0.2, 0.2, 0.36, 3, 2);
+  const double small = fed->Update(0.2, 0.0, 0.02, 1, 2);
+  EXPECT_DOUBLE_EQ(small, kMinShareCores);
+  EXPECT_DOUBLE_EQ(big, 2 - kMinShareCores);
+  EXPECT_EQ(fed->view().loaders, 2);
+  EXPECT_EQ(fed->view().workers, 4);
+  EXPECT_DOUBLE_EQ(fed->view().share_cores, small);
+  // The fed consumer starts to wait: its share grows back to half within a
+  // few ticks (the needs are judged on the last second).
+  double now_fed = small;
+  for (int tick = 0; tick < 20 && now_fed < 1; ++tick) {
+    data_bound.Update(0.2, 0.2, 0.36, 3, 2);
+    now_fed = fed->Update(0.2, 0.2, 0.3, 2, 2);
+  }
+  EXPECT_DOUBLE_EQ(now_fed, 1);
+  // It leaves: the other has the whole budget at its next tick.
+  fed.reset();
+  EXPECT_DOUBLE_EQ(data_bound.Update(0.2, 0.2, 0.36, 3, 2), 2);
+  EXPECT_EQ(data_bound.view().loaders, 1);
+}
+
+}  // namespace
+}  // namespace stoker

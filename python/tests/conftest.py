@@ -7,6 +7,16 @@ import pytest
 
 import stoker  # noqa: F401 -- fail the whole run at once when the module is missing
 
+# The tests' tuned loaders share a node registry of their own, not the
+# machine's (where a training job or another test run would count them).
+if "STOKER_NODE_REGISTRY" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    _registry_dir = tempfile.mkdtemp(prefix="stoker-tests-")
+    atexit.register(shutil.rmtree, _registry_dir, True)
+    os.environ["STOKER_NODE_REGISTRY"] = os.path.join(_registry_dir, "node-registry")
+
 Image = pytest.importorskip("PIL.Image")
 
 CLASSES = ("ant", "bee", "cat")

@@ -127,9 +127,10 @@ class Batch {
   /// without blocking the host (cudaStreamWaitEvent). When the Batch is then
   /// released, an event is recorded on that stream and the device buffer is
   /// written again only after it: work queued on `stream` before the release
-  /// may still read device_data(). Without WaitOn, the consumer must have
-  /// finished using device_data() when it releases the Batch. kFailedPrecondition
-  /// without a device.
+  /// may still read device_data(); `stream` must outlive the Batch. Without
+  /// WaitOn, the consumer must have
+  /// finished using device_data() when it releases the Batch.
+  /// kFailedPrecondition without a device.
   Status WaitOn(void* stream);
 
  private:

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/gpu_sampler.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
 #include "stoker/sweep.h"
@@ -67,7 +68,8 @@ class LiveView {
   explicit LiveView(std::FILE* out);
   /// Draws `point`; `progress` is e.g. "epoch 1 37 %" and `decision` the
   /// tuner's latest reason (may be empty).
-  void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision);
+  void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision,
+              const std::string& gpu = {});
   /// Ends the live line so that what follows starts on a fresh one.
   void Finish();
 
@@ -78,6 +80,10 @@ class LiveView {
   double cpu_last_s_ = 0;
   double wall_last_s_ = 0;
 };
+
+/// GPU columns for the live view: "GPU0 37% 1.0/8.0GiB PCIe rx 120 tx 3 MB/s"
+/// per GPU (a figure NVML did not give is left out).
+std::string GpuColumns(const std::vector<GpuUsage>& gpus);
 
 /// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
 size_t PeakRssBytes();

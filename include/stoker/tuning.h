@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "stoker/gpu_sampler.h"
 
 namespace stoker {
 
@@ -47,6 +50,9 @@ struct TunerDecision {
   double cpu_per_sample_ms = 0;
   double wall_per_sample_ms = 0;
   double demand_per_s = 0;  // the consumer's rate when it is not waiting
+  /// Each GPU's utilisation and memory when the decision was made (NVML;
+  /// empty without it). Recorded for people, never an input of a decision.
+  std::vector<GpuUsage> gpus;
 };
 
 /// The tuner's current picture, for people and for `stats()`.

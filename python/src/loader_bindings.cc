@@ -17,6 +17,7 @@
 #include "bindings.h"
 #include "errors.h"
 #include "stoker/defaults.h"
+#include "stoker/gpu_sampler.h"
 #include "stoker/loader.h"
 #include "stoker/report.h"
 #include "stoker/tuner.h"
@@ -227,7 +228,36 @@ ErrorPolicy PolicyFromName(const std::string& name) {
 
 }  // namespace
 
+// Every GPU's use (NVML), as dicts; or the reason there is none, as a str.
+// NVML is opened once per process, on first use.
+py::object GpuUsageNow(bool pcie) {
+  static const Result<std::unique_ptr<GpuSampler>>* sampler =
+      new Result<std::unique_ptr<GpuSampler>>(GpuSampler::Open());  // never freed: lives on
+  if (!sampler->ok()) return py::str(sampler->status().message());
+  std::vector<GpuUsage> gpus;
+  {
+    py::gil_scoped_release release;
+    gpus = (**sampler)->Sample(pcie);
+  }
+  py::list out;
+  for (const GpuUsage& g : gpus) {
+    py::dict d;
+    d["index"] = g.index;
+    d["utilization_percent"] = g.utilization_percent;
+    d["memory_used_bytes"] = g.memory_used_bytes;
+    d["memory_total_bytes"] = g.memory_total_bytes;
+    d["pcie_rx_bytes_per_s"] = g.pcie_rx_bytes_per_s;
+    d["pcie_tx_bytes_per_s"] = g.pcie_tx_bytes_per_s;
+    out.append(d);
+  }
+  return out;
+}
+
 void BindLoader(py::module_& m) {
+  m.def("gpu_usage", &GpuUsageNow, py::arg("pcie") = true,
+        "Every GPU's utilisation, memory and PCIe throughput (NVML; -1 where unknown) as a "
+        "list of dicts, or a str saying why there is none ('no GPU (NVML not found: ...)'). "
+        "PCIe takes NVML ~20 ms per GPU and direction.");
   py::class_<DeviceImages>(m, "DeviceImages",
                            "A batch's images on a CUDA device, for torch.as_tensor; owns the "
                            "batch while alive.")

@@ -279,16 +279,20 @@ class Loader:
         """Worker threads now."""
         return self._impl.workers
 
-    def stats(self):
+    def stats(self, gpu=True, pcie=False):
         """What the loader is doing: "workers", "samples_per_s" and
         "stall_fraction" (the share of time your loop waited for data) since
         the loader was made, "tuner" (the tuner's current view, with its last
-        decision and reason; None with a fixed worker count) and "metrics"
-        (the engine's raw counters)."""
+        decision and reason; None with a fixed worker count), "metrics"
+        (the engine's raw counters) and, with ``gpu``, "gpu": every GPU's
+        utilisation and memory from NVML, and with ``pcie`` its PCIe
+        throughput too (which NVML takes ~40 ms per GPU to measure; -1
+        otherwise), as a list of dicts; or None with "gpu_note" saying why
+        (e.g. "no GPU (NVML not found: ...)")."""
         m = self._impl.metrics()
         elapsed = max(time.monotonic() - self._started, 1e-9)
         wait = m["consumer_wait_ns"]
-        return {
+        out = {
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
@@ -297,6 +301,10 @@ class Loader:
             "tuner": self._impl.tuner_view(),
             "metrics": m,
         }
+        if gpu:
+            usage = _stoker.gpu_usage(pcie=bool(pcie))
+            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
+        return out
 
     def decisions(self):
         """Every decision the tuner made so far, with its reason and figures."""

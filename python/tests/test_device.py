@@ -132,3 +132,14 @@ def test_device_tensors_on_a_real_gpu():
     for want, (images, labels) in zip(host, loader):
         assert images.device == torch.device("cuda", 0) and labels.device == images.device
         assert torch.equal(images.cpu(), want)
+
+
+def test_stats_show_the_gpus_or_say_why_not(monkeypatch):
+    # NVML is opened once per process: whichever way it went, stats says so.
+    stats = stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4, workers=1).stats()
+    if stats["gpu"] is None:
+        assert stats["gpu_note"].startswith("no GPU (")
+    else:
+        assert stats["gpu"] and all(0 <= g["utilization_percent"] <= 100 for g in stats["gpu"])
+    assert "gpu" not in stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4,
+                                      workers=1).stats(gpu=False)

@@ -30,6 +30,21 @@ double CpuBudget(const MachineFacts& f) {
 
 }  // namespace
 
+namespace {
+
+nlohmann::json GpuUsageToJson(const std::vector<GpuUsage>& gpus) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const GpuUsage& g : gpus) {
+    out.push_back({{"index", g.index},
+                   {"utilization_percent", g.utilization_percent},
+                   {"memory_used_bytes", g.memory_used_bytes},
+                   {"memory_total_bytes", g.memory_total_bytes}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
   return {{"t_s", d.t_s},
           {"workers_before", d.workers_before},
@@ -41,7 +56,8 @@ nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
           {"stall_fraction", d.stall_fraction},
           {"cpu_per_sample_ms", d.cpu_per_sample_ms},
           {"wall_per_sample_ms", d.wall_per_sample_ms},
-          {"demand_per_s", d.demand_per_s}};
+          {"demand_per_s", d.demand_per_s},
+          {"gpus", GpuUsageToJson(d.gpus)}};
 }
 
 namespace {
@@ -53,11 +69,12 @@ namespace {
 class Tuner final : public Controller {
  public:
   Tuner(TunerOptions options, const Advice& advice, double cpu_budget, size_t batch_bytes,
-        std::unique_ptr<TraceWriter> trace_writer)
+        std::unique_ptr<TraceWriter> trace_writer, std::unique_ptr<GpuSampler> gpus)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches),
         start_(std::chrono::steady_clock::now()),
-        trace_writer_(std::move(trace_writer)) {
+        trace_writer_(std::move(trace_writer)),
+        gpus_(std::move(gpus)) {
     budgets_.cpu_cores = cpu_budget;
     budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
@@ -86,6 +103,8 @@ class Tuner final : public Controller {
     RefreshBudgets(*last_, now, o);
     last_ = std::move(now);
     std::optional<TunerDecision> d = core_.Observe(o, budgets_);
+    // Utilisation goes in the record, after the decision: shown, not driven on.
+    if (d && gpus_) d->gpus = gpus_->Sample(/*pcie=*/false);
     if (d) Apply(*d, loader);
     UpdateView(std::move(d));
   }
@@ -223,6 +242,7 @@ class Tuner final : public Controller {
   double machine_cores_ = 0;
   double last_probe_s_ = 0;
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
+  const std::unique_ptr<GpuSampler> gpus_;           // null: no NVML or no GPU
 
   mutable Mutex mu_;
   TunerView view_ GUARDED_BY(mu_);
@@ -234,8 +254,13 @@ class Tuner final : public Controller {
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
                                       std::unique_ptr<TraceWriter> trace_writer) {
+  // NVML only where the probe saw a GPU through it (loading it costs time).
+  std::unique_ptr<GpuSampler> gpus;
+  if (!facts.gpus.empty()) {
+    if (auto opened = GpuSampler::Open(); opened.ok()) gpus = std::move(*opened);
+  }
   return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), batch_bytes,
-                                 std::move(trace_writer));
+                                 std::move(trace_writer), std::move(gpus));
 }
 
 }  // namespace stoker

@@ -133,6 +133,9 @@ class Loader::Impl {
         pool_->Release(pool_->Acquire());
       } catch (const SlotRefused& refused) {
         return refused.status;
+      } catch (const std::bad_alloc&) {
+        return Unavailable("out of memory for a batch buffer of " +
+                           std::to_string(pool_->batch_bytes()) + " bytes");
       }
     }
     Status st = Resize(options_.workers);

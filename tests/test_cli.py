@@ -418,3 +418,12 @@ def test_a_signal_mid_bench_with_json_says_interrupted():
     j = json.loads(out)
     assert j["interrupted"] is True and j["signal"] == "SIGTERM"
     assert isinstance(j["sweep"], list) and j["tuned"] is None
+
+
+def test_run_gpu_util_without_nvml_says_so_once():
+    env = dict(os.environ, STOKER_NVML="/nonexistent/libnvidia-ml.so.1")
+    out = subprocess.run([CLI, "run", "--synthetic", "--synthetic-size", "300",
+                          "--synthetic-cpu-us", "0", "--workers", "1", "--gpu-util"],
+                         capture_output=True, text=True, check=True, timeout=300, env=env)
+    assert out.stderr.count("no GPU (NVML not found: ") == 1, out.stderr
+    assert "samples/s" in out.stdout

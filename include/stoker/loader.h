@@ -59,6 +59,20 @@ struct LoaderOptions {
   bool batch_scheduling = true;
   /// Epoch the first Next() starts.
   int64_t start_epoch = 0;
+  /// Page-locks each recycled batch buffer once, with cudaHostRegister when
+  /// it is made (unregistered when freed), so that copies to a GPU are
+  /// asynchronous. Needs the CUDA runtime (loaded at run time).
+  bool pin_memory = false;
+  /// kNoDevice: batches stay in host memory. Otherwise a CUDA device index:
+  /// each batch is also copied, on the loader's own stream, into a device
+  /// buffer (Batch::device_data); implies pin_memory. docs/engine.md,
+  /// "Device path".
+  static constexpr int kNoDevice = -1;
+  int device = kNoDevice;
+  /// Bytes of device buffers copied ahead of delivery (the device prefetch
+  /// bound, in whole batches; less than a batch: copies happen in Next());
+  /// 0 = a quarter of the device's free memory when the loader is made.
+  size_t device_prefetch_bytes = 0;
   /// How the tuner acts when workers == kAutoWorkers; otherwise unused (but
   /// still checked).
   TunerOptions tuner;
@@ -101,6 +115,23 @@ class Batch {
   std::span<const int64_t> labels() const;
   /// Source index of each delivered sample.
   std::span<const int64_t> sample_indices() const;
+
+  /// With LoaderOptions::device: the batch's data() on the device (same
+  /// size), written by an asynchronous copy that is complete once
+  /// ready_event() is; null without a device.
+  void* device_data() const;
+  /// The copy's cudaEvent_t (recorded after it on the loader's stream), or
+  /// null without a device. Valid while the Batch lives.
+  void* ready_event() const;
+  /// Makes `stream` (a cudaStream_t of the batch's device) wait for the copy
+  /// without blocking the host (cudaStreamWaitEvent). When the Batch is then
+  /// released, an event is recorded on that stream and the device buffer is
+  /// written again only after it: work queued on `stream` before the release
+  /// may still read device_data(); `stream` must outlive the Batch. Without
+  /// WaitOn, the consumer must have
+  /// finished using device_data() when it releases the Batch.
+  /// kFailedPrecondition without a device.
+  Status WaitOn(void* stream);
 
  private:
   friend class Loader;
@@ -164,12 +195,18 @@ struct LoaderMetrics {
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
   int64_t next_calls = 0;
-  int ready_batches = 0;               // finished, not yet delivered
-  int open_batches = 0;                // started, not yet delivered
-  size_t bytes_in_flight = 0;          // buffers of open batches
-  size_t batch_bytes = 0;              // one batch buffer
-  size_t worker_bytes = 0;             // read buffers and transform scratch of running workers
-  std::vector<WorkerMetrics> workers;  // threads running now
+  int ready_batches = 0;       // finished, not yet delivered
+  int open_batches = 0;        // started, not yet delivered
+  size_t bytes_in_flight = 0;  // buffers of open batches
+  size_t batch_bytes = 0;      // one batch buffer
+  size_t worker_bytes = 0;     // read buffers and transform scratch of running workers
+  // With a device (LoaderOptions::device), else 0.
+  int64_t device_copies = 0;              // host-to-device batch copies
+  int64_t device_copies_at_delivery = 0;  // of those, made in Next(): none were ahead
+  int device_prefetched = 0;              // copied ahead, not yet delivered
+  int device_prefetch_batches = 0;        // the bound of device_prefetched
+  int64_t pinned_buffers = 0;             // batch buffers page-locked so far
+  std::vector<WorkerMetrics> workers;     // threads running now
 };
 
 /// The data loader: a plan of batches, produced by a live-resizable pool of

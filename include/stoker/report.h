@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/gpu_sampler.h"
 #include "stoker/loader.h"
 #include "stoker/status.h"
 #include "stoker/sweep.h"
@@ -71,9 +72,10 @@ class LiveView {
   explicit LiveView(std::FILE* out);
   /// Draws `point`; `progress` is e.g. "epoch 1 37 %" and `decision` the
   /// tuner's latest reason (may be empty); `node` (may be empty) this
-  /// loader's share of the node and the node's totals (NodeViewText).
+  /// loader's share of the node and the node's totals (NodeViewText), `gpu`
+  /// (may be empty) the GPU columns (GpuColumns).
   void Update(const TimelinePoint& point, const std::string& progress, const std::string& decision,
-              const std::string& node = "");
+              const std::string& node = "", const std::string& gpu = "");
   /// Ends the live line so that what follows starts on a fresh one.
   void Finish();
 
@@ -89,6 +91,10 @@ class LiveView {
 /// 1.5/4.0 cores, node: 3 loaders, 7 workers"; "no node registry" without
 /// one.
 std::string NodeViewText(const NodeView& node);
+
+/// GPU columns for the live view: "GPU0 37% 1.0/8.0GiB PCIe rx 120 tx 3 MB/s"
+/// per GPU (a figure NVML did not give is left out).
+std::string GpuColumns(const std::vector<GpuUsage>& gpus);
 
 /// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
 size_t PeakRssBytes();

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "stoker/gpu_sampler.h"
 
 namespace stoker {
 
@@ -53,6 +56,9 @@ struct TunerDecision {
   /// Loaders sharing the node's budget then (this one included); 0 without
   /// a node registry.
   int node_loaders = 0;
+  /// Each GPU's utilisation and memory when the decision was made (NVML;
+  /// empty without it). Recorded for people, never an input of a decision.
+  std::vector<GpuUsage> gpus;
 };
 
 /// This loader among the stoker loaders on its machine, which split the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "bindings.h"
 #include "errors.h"
 #include "stoker/defaults.h"
+#include "stoker/gpu_sampler.h"
 #include "stoker/loader.h"
 #include "stoker/report.h"
 #include "stoker/tuner.h"
@@ -42,6 +44,33 @@ py::array ImagesOf(Batch batch) {
   py::capsule base(owned, [](void* p) { delete static_cast<Batch*>(p); });
   return py::array(dtype, shape, data, base);
 }
+
+// A batch's device buffer for torch.as_tensor, through
+// __cuda_array_interface__ (version 3): it owns the Batch, and torch keeps
+// this object alive while a tensor made from it lives, so the device buffer
+// goes back to the loader's pool only after the tensor is gone.
+class DeviceImages {
+ public:
+  explicit DeviceImages(Batch batch) : batch_(std::move(batch)) {}
+
+  py::dict Interface() const {
+    py::list shape;
+    shape.append(batch_.size());
+    for (int64_t d : batch_.spec().shape) shape.append(d);
+    py::dict cai;
+    cai["shape"] = py::tuple(shape);
+    cai["typestr"] = NumpyDType(batch_.spec().dtype).attr("str");
+    cai["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(batch_.device_data()), false);
+    cai["strides"] = py::none();
+    // The consumer's stream already waits on the copy (Batch::WaitOn in next()).
+    cai["stream"] = py::none();
+    cai["version"] = 3;
+    return cai;
+  }
+
+ private:
+  Batch batch_;
+};
 
 // Marks the loader as in use by one Python thread for the length of a call:
 // the C++ consumer calls are not for two threads at once, and with the GIL
@@ -74,8 +103,10 @@ class PyLoader {
   // No thread can be inside a method here: each call holds a reference.
   ~PyLoader() { Destroy(); }
 
-  // (images, labels), or None at the end of the epoch.
-  py::object Next() {
+  // (images, labels), or None at the end of the epoch. With a device, images
+  // is a DeviceImages, and `stream` (a cudaStream_t as an integer; 0: none)
+  // is made to wait for its copy.
+  py::object Next(std::uintptr_t stream) {
     Loader& l = loader();
     ConsumerTurn turn(busy_);
     // Wait in slices first so that Ctrl-C is heard at once; the engine counts
@@ -91,6 +122,10 @@ class PyLoader {
     std::span<const int64_t> labels = batch.labels();
     py::array_t<int64_t> label_array(static_cast<py::ssize_t>(labels.size()));
     std::copy(labels.begin(), labels.end(), label_array.mutable_data());
+    if (batch.device_data() != nullptr) {
+      if (stream != 0) ThrowIfError(batch.WaitOn(reinterpret_cast<void*>(stream)));
+      return py::make_tuple(py::cast(DeviceImages(std::move(batch))), label_array);
+    }
     return py::make_tuple(ImagesOf(std::move(batch)), label_array);
   }
 
@@ -193,7 +228,41 @@ ErrorPolicy PolicyFromName(const std::string& name) {
 
 }  // namespace
 
+// Every GPU's use (NVML), as dicts; or the reason there is none, as a str.
+// NVML is opened once per process, on first use.
+py::object GpuUsageNow(bool pcie) {
+  static const Result<std::unique_ptr<GpuSampler>>* sampler =
+      new Result<std::unique_ptr<GpuSampler>>(GpuSampler::Open());  // never freed: lives on
+  if (!sampler->ok()) return py::str(sampler->status().message());
+  std::vector<GpuUsage> gpus;
+  {
+    py::gil_scoped_release release;
+    gpus = (**sampler)->Sample(pcie);
+  }
+  py::list out;
+  for (const GpuUsage& g : gpus) {
+    py::dict d;
+    d["index"] = g.index;
+    d["utilization_percent"] = g.utilization_percent;
+    d["memory_used_bytes"] = g.memory_used_bytes;
+    d["memory_total_bytes"] = g.memory_total_bytes;
+    d["pcie_rx_bytes_per_s"] = g.pcie_rx_bytes_per_s;
+    d["pcie_tx_bytes_per_s"] = g.pcie_tx_bytes_per_s;
+    out.append(d);
+  }
+  return out;
+}
+
 void BindLoader(py::module_& m) {
+  m.def("gpu_usage", &GpuUsageNow, py::arg("pcie") = true,
+        "Every GPU's utilisation, memory and PCIe throughput (NVML; -1 where unknown) as a "
+        "list of dicts, or a str saying why there is none ('no GPU (NVML not found: ...)'). "
+        "PCIe takes NVML ~20 ms per GPU and direction.");
+  py::class_<DeviceImages>(m, "DeviceImages",
+                           "A batch's images on a CUDA device, for torch.as_tensor; owns the "
+                           "batch while alive.")
+      .def_property_readonly("__cuda_array_interface__", &DeviceImages::Interface);
+
   // The shared defaults (stoker/defaults.h), so that Python repeats none of them.
   m.attr("AUTO_WORKERS") = kAutoWorkers;
   m.attr("MAX_WORKERS") = kMaxWorkers;
@@ -210,7 +279,8 @@ void BindLoader(py::module_& m) {
                        std::optional<size_t> prefetch_bytes, const std::string& on_error,
                        bool ordered, int64_t start_epoch, size_t memory_budget_bytes,
                        int max_workers, double interval_s, const std::string& trace_path,
-                       int initial_workers) {
+                       int initial_workers, bool pin_memory, int device,
+                       size_t device_prefetch_bytes) {
              LoaderOptions o;
              o.source = source.source;
              o.transform = transform.transform;
@@ -231,6 +301,9 @@ void BindLoader(py::module_& m) {
              o.tuner.interval_s = interval_s;
              o.tuner.trace_path = trace_path;
              o.tuner.initial_workers = initial_workers;
+             o.pin_memory = pin_memory;
+             o.device = device;
+             o.device_prefetch_bytes = device_prefetch_bytes;
              return std::make_unique<PyLoader>(std::move(o));
            }),
            py::arg("source"), py::arg("transform"), py::arg("batch_size"), py::arg("shuffle"),
@@ -238,10 +311,13 @@ void BindLoader(py::module_& m) {
            py::arg("workers"), py::arg("prefetch_batches"), py::arg("prefetch_bytes"),
            py::arg("on_error"), py::arg("ordered"), py::arg("start_epoch"),
            py::arg("memory_budget_bytes"), py::arg("max_workers"), py::arg("interval_s"),
-           py::arg("trace_path"), py::arg("initial_workers") = 0)
-      .def("next", &PyLoader::Next,
-           "The next (images, labels) as numpy arrays, or None at the end of the epoch. "
-           "Waits with the GIL released; Ctrl-C interrupts the wait.")
+           py::arg("trace_path"), py::arg("initial_workers") = 0, py::arg("pin_memory") = false,
+           py::arg("device") = LoaderOptions::kNoDevice, py::arg("device_prefetch_bytes") = 0)
+      .def("next", &PyLoader::Next, py::arg("stream") = 0,
+           "The next (images, labels) as numpy arrays, or None at the end of the epoch; with "
+           "a device, images is a DeviceImages (__cuda_array_interface__) and `stream` "
+           "(cudaStream_t as an int) waits for its copy. Waits with the GIL released; Ctrl-C "
+           "interrupts the wait.")
       .def("wait_ready", &PyLoader::WaitReady, py::arg("timeout_s"),
            "Waits up to timeout_s for a batch (Ctrl-C interrupts); True when next() would "
            "not block.")

@@ -84,6 +84,37 @@ def _resolve_output(output):
     return torch
 
 
+def _resolve_device(device, torch):
+    """(CUDA device index, torch.device) for ``device``, or (None, None) for
+    batches in host memory. A device needs torch with CUDA and a GPU; without
+    them it is a RuntimeError that says which is missing."""
+    if device is None:
+        return None, None
+    if isinstance(device, bool) or not isinstance(device, (int, str)) and \
+            type(device).__name__ != "device":
+        raise TypeError(f"device must be None, 'cpu', 'cuda', 'cuda:N', an int or a "
+                        f"torch.device, got {type(device).__name__}")
+    spec = f"cuda:{device}" if isinstance(device, int) else str(device)
+    if spec == "cpu":
+        return None, None
+    if spec != "cuda" and not (spec.startswith("cuda:") and spec[5:].isdigit()):
+        raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if torch is None:
+        raise RuntimeError(f"device={device!r} gives torch tensors, but torch is not installed "
+                           "(or output='numpy' was asked for)")
+    if not torch.cuda.is_available():
+        why = ("was built without CUDA" if torch.version.cuda is None
+               else f"(CUDA {torch.version.cuda}) sees no GPU")
+        raise RuntimeError(f"device={device!r}: this PyTorch {torch.__version__} {why}; "
+                           "use device=None for batches in host memory")
+    index = torch.cuda.current_device() if spec == "cuda" else int(spec[5:])
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(f"device={device!r} is out of range: torch sees {count} CUDA "
+                         f"device(s)")
+    return index, torch.device("cuda", index)
+
+
 class Loader:
     """Batches of ``(images, labels)`` from ``source``, made by a pool of C++
     worker threads whose size the tuner picks while you train.
@@ -119,6 +150,17 @@ class Loader:
         "torch" or "numpy". Images are zero-copy views of the batch buffer,
         which stays valid while any array or tensor of it is alive (even after
         the loader is gone); labels are int64.
+    pin_memory: page-lock the loader's recycled batch buffers once (with
+        cudaHostRegister; the CUDA runtime is loaded when asked for), so that
+        ``images.to("cuda", non_blocking=True)`` copies asynchronously.
+    device: None (host batches), "cuda" (torch's current device) or
+        "cuda:N": images and labels are torch tensors on that device. stoker
+        copies each batch on its own CUDA stream as soon as it is ready (at
+        most device_prefetch_bytes ahead; default a quarter of the free device
+        memory) and makes torch's current stream wait for the copy, without
+        blocking the host. The device buffer is reused once the tensor is
+        gone and the work queued on that stream before then is done. Needs
+        torch with CUDA (a RuntimeError otherwise); implies pin_memory.
 
     Iterating yields the rest of the current epoch; the next pass starts the
     following epoch, or the one given to set_epoch(). Use from one thread.
@@ -128,7 +170,7 @@ class Loader:
                  transforms=None, workers="auto", prefetch=None, on_error="raise", rank=None,
                  world_size=None, *, output="auto", ordered=True, prefetch_bytes=None,
                  memory_budget=None, max_workers=None, tune_interval=0.2, trace_path=None,
-                 start_epoch=0):
+                 start_epoch=0, pin_memory=False, device=None, device_prefetch_bytes=None):
         self._impl = None
         # Every argument is checked here, before the source is opened: a
         # wrong one is a TypeError or ValueError that names it.
@@ -157,12 +199,17 @@ class Loader:
         start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)
+        pin_memory = _args.boolean("pin_memory", pin_memory)
+        device_prefetch_bytes = _args.optional_integer(
+            "device_prefetch_bytes", device_prefetch_bytes, 1, _args.UINT64_MAX) or 0
+        self._device_index, self.device = _resolve_device(device, self._torch)
         self.source = _open_source(source)
         self.transform = _make_transform(transforms, self.source)
         self._impl = _stoker.Loader(
             self.source._impl, self.transform._impl, batch_size, shuffle, seed, drop_last,
             self.rank, self.world_size, workers, prefetch, prefetch_bytes, on_error, ordered,
-            start_epoch, memory_budget, max_workers, tune_interval, trace_path)
+            start_epoch, memory_budget, max_workers, tune_interval, trace_path, 0, pin_memory,
+            -1 if self._device_index is None else self._device_index, device_prefetch_bytes)
         self.batch_size = batch_size
         self._started = time.monotonic()
 
@@ -172,13 +219,20 @@ class Loader:
         return self
 
     def __next__(self):
+        stream = 0
+        if self.device is not None:  # torch's stream waits for stoker's copy
+            stream = self._torch.cuda.current_stream(self.device).cuda_stream
         while True:
-            batch = self._impl.next()
+            batch = self._impl.next(stream)
             if batch is None:
                 raise StopIteration
             images, labels = batch
             if len(labels):  # a batch whose samples were all skipped is left out
                 break
+        if self.device is not None:
+            # A zero-copy view: the tensor keeps stoker's batch alive.
+            return (self._torch.as_tensor(images, device=self.device),
+                    self._torch.from_numpy(labels).to(self.device))
         if self._torch is not None:
             return self._torch.from_numpy(images), self._torch.from_numpy(labels)
         return images, labels
@@ -225,17 +279,21 @@ class Loader:
         """Worker threads now."""
         return self._impl.workers
 
-    def stats(self):
+    def stats(self, gpu=True, pcie=False):
         """What the loader is doing: "workers", "samples_per_s" and
         "stall_fraction" (the share of time your loop waited for data) since
         the loader was made, "tuner" (the tuner's current view, with its last
         decision and reason, and under "node" this loader's share of the
         machine's CPU budget beside the other stoker loaders there; None with
-        a fixed worker count) and "metrics" (the engine's raw counters)."""
+        a fixed worker count), "metrics" (the engine's raw counters) and, with
+        ``gpu``, "gpu": every GPU's utilisation and memory from NVML, and with
+        ``pcie`` its PCIe throughput too (which NVML takes ~40 ms per GPU to
+        measure; -1 otherwise), as a list of dicts; or None with "gpu_note"
+        saying why (e.g. "no GPU (NVML not found: ...)")."""
         m = self._impl.metrics()
         elapsed = max(time.monotonic() - self._started, 1e-9)
         wait = m["consumer_wait_ns"]
-        return {
+        out = {
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
@@ -244,6 +302,10 @@ class Loader:
             "tuner": self._impl.tuner_view(),
             "metrics": m,
         }
+        if gpu:
+            usage = _stoker.gpu_usage(pcie=bool(pcie))
+            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
+        return out
 
     def decisions(self):
         """Every decision the tuner made so far, with its reason and figures."""

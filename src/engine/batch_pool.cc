@@ -29,7 +29,20 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
   if (zeroed) std::memset(data_, 0, buffer_bytes_);
 }
 
-BatchSlot::~BatchSlot() { std::free(data_); }
+BatchSlot::~BatchSlot() {
+  device_copy_.reset();  // before the host buffer goes
+  if (pinned_by_ != nullptr) pinned_by_->api().cudaHostUnregister(data_);
+  std::free(data_);
+}
+
+Status BatchSlot::Pin(std::shared_ptr<const CudaRuntime> cuda) {
+  if (pinned_by_ != nullptr) return Status::Ok();
+  Status st = cuda->Check(cuda->api().cudaHostRegister(data_, buffer_bytes_, 0),
+                          "cudaHostRegister of " + std::to_string(buffer_bytes_) + " bytes");
+  if (!st.ok()) return st.WithContext("option 'pin_memory': page-locking a batch buffer failed");
+  pinned_by_ = std::move(cuda);
+  return Status::Ok();
+}
 
 void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
   epoch_ = epoch;
@@ -74,8 +87,12 @@ Status BatchSlot::Failure::Named() const {
   return status.WithContext("sample " + std::to_string(index) + " (" + key + ")");
 }
 
-BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle)
-    : spec_(std::move(spec)), batch_size_(batch_size), recycle_(std::move(recycle)) {}
+BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle,
+                     std::shared_ptr<const CudaRuntime> pin)
+    : spec_(std::move(spec)),
+      batch_size_(batch_size),
+      recycle_(std::move(recycle)),
+      pin_(std::move(pin)) {}
 
 std::unique_ptr<BatchSlot> BatchPool::Acquire() {
   {
@@ -86,11 +103,16 @@ std::unique_ptr<BatchSlot> BatchPool::Acquire() {
       return slot;
     }
   }
+  auto slot = std::make_unique<BatchSlot>(&spec_, batch_size_, /*zeroed=*/recycle_ != nullptr);
+  if (pin_ != nullptr) {
+    if (Status st = slot->Pin(pin_); !st.ok()) throw SlotRefused{std::move(st)};
+  }
   slots_made_.fetch_add(1, std::memory_order_relaxed);
-  return std::make_unique<BatchSlot>(&spec_, batch_size_, /*zeroed=*/recycle_ != nullptr);
+  return slot;
 }
 
 void BatchPool::Release(std::unique_ptr<BatchSlot> slot) {
+  slot->DropDeviceCopy();
   if (recycle_) {
     for (int64_t p = 0; p < slot->length(); ++p) {
       std::span<std::byte> sample = slot->sample(p);

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "engine/cuda_runtime.h"
+#include "engine/device_stage.h"
 #include "stoker/loader.h"
 #include "stoker/sample_spec.h"
 #include "stoker/status.h"
@@ -93,6 +95,18 @@ class BatchSlot {
   size_t buffer_bytes() const { return buffer_bytes_; }
   const std::byte* buffer() const { return data_; }
 
+  // -- Device side (docs/engine.md, "Device path").
+  /// Page-locks the buffer with cudaHostRegister, once; the destructor
+  /// unregisters it. Errors name option 'pin_memory' and the cause.
+  Status Pin(std::shared_ptr<const CudaRuntime> cuda);
+  bool pinned() const { return pinned_by_ != nullptr; }
+  /// The batch's copy on the device, or null.
+  DeviceCopy* device_copy() const { return device_copy_.get(); }
+  void set_device_copy(std::unique_ptr<DeviceCopy> copy) { device_copy_ = std::move(copy); }
+  /// Waits for the device copy to have read the buffer and gives the device
+  /// buffer back; before the host buffer may be written again.
+  void DropDeviceCopy() { device_copy_.reset(); }
+
  private:
   int64_t epoch_ = 0;
   int64_t batch_ = 0;
@@ -110,6 +124,8 @@ class BatchSlot {
   size_t sample_bytes_;
   size_t buffer_bytes_;
   std::byte* data_;
+  std::shared_ptr<const CudaRuntime> pinned_by_;  // null: pageable
+  std::unique_ptr<DeviceCopy> device_copy_;
 };
 
 template <typename Pred>
@@ -136,6 +152,12 @@ void BatchSlot::DropFailures(Pred drop) {
   failed_.store(failed, std::memory_order_relaxed);
 }
 
+/// Thrown by BatchPool::Acquire when a new slot cannot be page-locked; the
+/// scheduler's state is unchanged, as for std::bad_alloc.
+struct SlotRefused {
+  Status status;
+};
+
 /// A free list of BatchSlots of one shape. Acquire reuses a free slot or
 /// makes a new one; Release keeps up to max_free() slots for reuse and frees
 /// the rest. Safe for concurrent use from many threads.
@@ -146,9 +168,15 @@ void BatchSlot::DropFailures(Pred drop) {
 class BatchPool {
  public:
   using Recycle = std::function<void(std::span<std::byte> sample)>;
-  BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle = {});
+  /// `pin`: page-lock every slot once, when it is made (pin_memory).
+  BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle = {},
+            std::shared_ptr<const CudaRuntime> pin = nullptr);
 
+  /// A free slot or a new one. Throws std::bad_alloc, or SlotRefused when a
+  /// new slot cannot be page-locked.
   std::unique_ptr<BatchSlot> Acquire() EXCLUDES(mu_);
+  /// Drops the slot's device copy first (waiting for it to have read the
+  /// buffer), then recycles the buffer.
   void Release(std::unique_ptr<BatchSlot> slot) EXCLUDES(mu_);
 
   void set_max_free(size_t n) EXCLUDES(mu_);
@@ -162,6 +190,7 @@ class BatchPool {
   const SampleSpec spec_;
   const int64_t batch_size_;
   const Recycle recycle_;
+  const std::shared_ptr<const CudaRuntime> pin_;
   std::atomic<int64_t> slots_made_{0};
   Mutex mu_;
   size_t max_free_ GUARDED_BY(mu_) = 8;

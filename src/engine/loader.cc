@@ -15,6 +15,8 @@
 #include "core/thread_annotations.h"
 #include "engine/batch_pool.h"
 #include "engine/controller.h"
+#include "engine/cuda_runtime.h"
+#include "engine/device_stage.h"
 #include "engine/engine_loader.h"
 #include "engine/epoch_scheduler.h"
 #include "engine/worker_pool.h"
@@ -101,12 +103,15 @@ Status CauseOf(const Status& st, const std::string& key) {
 // consumer that takes batches. Plans are built and tasks run without the lock.
 class Loader::Impl {
  public:
-  Impl(LoaderOptions options, PlanOptions plan_options, SampleCap cap)
+  Impl(LoaderOptions options, PlanOptions plan_options, SampleCap cap,
+       std::shared_ptr<const CudaRuntime> pin, std::shared_ptr<DeviceStage> device)
       : options_(std::move(options)),
         cap_(cap),
         plan_options_(plan_options),
         spec_(options_.transform->spec()),
-        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(options_))),
+        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(options_),
+                                          std::move(pin))),
+        device_(std::move(device)),
         sched_(
             {
                 .plan = plan_options_,
@@ -124,8 +129,19 @@ class Loader::Impl {
 
   ~Impl() { Stop(); }
 
-  // Starts the workers; an error when the system refuses a thread.
+  // Starts the workers; an error when the system refuses a thread, or
+  // refuses to page-lock a batch buffer (tried once here, to fail early).
   Status Start() EXCLUDES(mu_) {
+    if (options_.pin_memory || device_ != nullptr) {
+      try {
+        pool_->Release(pool_->Acquire());
+      } catch (const SlotRefused& refused) {
+        return refused.status;
+      } catch (const std::bad_alloc&) {
+        return Unavailable("out of memory for a batch buffer of " +
+                           std::to_string(pool_->batch_bytes()) + " bytes");
+      }
+    }
     Status st = Resize(options_.workers);
     return st.ok() ? st : st.WithContext("option 'workers' = " + std::to_string(options_.workers));
   }
@@ -251,6 +267,14 @@ class Loader::Impl {
       m.open_batches = sched_.open_batches();
     }
     m.bytes_in_flight = static_cast<size_t>(m.open_batches) * pool_->batch_bytes();
+    if (options_.pin_memory || device_ != nullptr) m.pinned_buffers = pool_->slots_made();
+    if (device_ != nullptr) {
+      const DeviceStageMetrics d = device_->Metrics();
+      m.device_copies = d.copies;
+      m.device_copies_at_delivery = d.copies_at_delivery;
+      m.device_prefetched = d.prefetched;
+      m.device_prefetch_batches = d.max_prefetched;
+    }
     stats_board_.AddTo(consumer_ctx_.stats, &m);
     return m;
   }
@@ -319,6 +343,9 @@ class Loader::Impl {
     } catch (const std::bad_alloc&) {  // a new batch buffer; the scheduler is unchanged
       Fail(Unavailable("out of memory for a batch buffer of " +
                        std::to_string(pool_->batch_bytes()) + " bytes"));
+      return false;
+    } catch (SlotRefused& refused) {  // cudaHostRegister of a new one
+      Fail(std::move(refused.status));
       return false;
     }
     switch (claim.work) {
@@ -393,6 +420,9 @@ class Loader::Impl {
       }
       slot->DropFailures([](const Status& st) { return IsSampleError(st); });
     }
+    // The copy starts now, ahead of delivery, so that the consumer finds it
+    // done; a batch with failures left changes before delivery, so it waits.
+    if (device_ != nullptr && !slot->failed() && slot->count() > 0) device_->Prefetch(*slot);
     MutexLock lock(mu_);
     switch (sched_.Complete(slot)) {
       case EpochScheduler::Completed::kDeliverable:
@@ -478,6 +508,14 @@ class Loader::Impl {
       pool_->Release(std::move(slot));
       return std::nullopt;
     }
+    if (device_ != nullptr) {
+      if (Status st = device_->Deliver(*slot); !st.ok()) {
+        pool_->Release(std::move(slot));
+        MutexLock relock(mu_);
+        Fail(st);  // the batch is gone: the loader cannot go on
+        return Result<std::optional<Batch>>(std::move(st));
+      }
+    }
     samples_delivered_.fetch_add(slot->count(), std::memory_order_relaxed);
     return Result<std::optional<Batch>>(std::optional<Batch>(Batch(std::move(slot), pool_)));
   }
@@ -549,6 +587,7 @@ class Loader::Impl {
   const PlanShape shape_ = PlanShape::Of(plan_options_);
   const SampleSpec spec_;
   const std::shared_ptr<BatchPool> pool_;
+  const std::shared_ptr<DeviceStage> device_;  // null without a device
 
   mutable Mutex mu_;
   CondVar work_cv_;   // workers: work, room, a plan, resize or stop
@@ -607,6 +646,11 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
                            std::to_string(o.prefetch_batches));
   }
   if (o.prefetch_bytes < 1) return InvalidArgument("option 'prefetch_bytes' must be >= 1");
+  if (o.device < LoaderOptions::kNoDevice) {
+    return InvalidArgument(
+        "option 'device' must be a CUDA device index >= 0 or kNoDevice (-1), got " +
+        std::to_string(o.device));
+  }
   if (o.start_epoch < 0) {
     return InvalidArgument("option 'start_epoch' must be >= 0, got " +
                            std::to_string(o.start_epoch));
@@ -629,7 +673,24 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
                                                  const SampleCap& cap) {
   assert(o.source != nullptr && o.transform != nullptr && o.workers >= 0);
   const PlanOptions plan = PlanOptionsOf(o);
-  auto impl = std::make_unique<Loader::Impl>(std::move(o), plan, cap);
+  std::shared_ptr<const CudaRuntime> cuda;
+  std::shared_ptr<DeviceStage> device;
+  if (o.pin_memory || o.device != LoaderOptions::kNoDevice) {
+    const std::string option = o.device != LoaderOptions::kNoDevice
+                                   ? "option 'device' = " + std::to_string(o.device)
+                                   : std::string("option 'pin_memory'");
+    auto loaded = CudaRuntime::Load();
+    if (!loaded.ok()) return loaded.status().WithContext(option);
+    cuda = std::move(loaded).value();
+  }
+  if (o.device != LoaderOptions::kNoDevice) {
+    const size_t batch_bytes = o.transform->spec().bytes() * static_cast<size_t>(o.batch_size);
+    auto made = DeviceStage::Make(cuda, o.device, o.device_prefetch_bytes, batch_bytes);
+    if (!made.ok()) return made.status();
+    device = std::move(made).value();
+  }
+  auto impl =
+      std::make_unique<Loader::Impl>(std::move(o), plan, cap, std::move(cuda), std::move(device));
   impl->SetController(std::move(controller));
   std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   STOKER_RETURN_IF_ERROR(loader->impl_->Start());
@@ -728,5 +789,19 @@ std::span<const std::byte> Batch::data() const { return slot_->data(); }
 std::span<std::byte> Batch::mutable_data() { return slot_->mutable_data(); }
 std::span<const int64_t> Batch::labels() const { return slot_->labels(); }
 std::span<const int64_t> Batch::sample_indices() const { return slot_->indices(); }
+void* Batch::device_data() const {
+  const DeviceCopy* copy = slot_->device_copy();
+  return copy != nullptr ? copy->data() : nullptr;
+}
+void* Batch::ready_event() const {
+  const DeviceCopy* copy = slot_->device_copy();
+  return copy != nullptr ? static_cast<void*>(copy->ready_event()) : nullptr;
+}
+Status Batch::WaitOn(void* stream) {
+  DeviceCopy* copy = slot_->device_copy();
+  if (copy == nullptr)
+    return FailedPrecondition("this batch has no device copy (option 'device' unset)");
+  return copy->WaitOn(static_cast<CudaStream>(stream));
+}
 
 }  // namespace stoker

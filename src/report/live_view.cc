@@ -39,8 +39,31 @@ std::string NodeViewText(const NodeView& node) {
   return text;
 }
 
+std::string GpuColumns(const std::vector<GpuUsage>& gpus) {
+  std::string out;
+  char col[160];
+  for (const GpuUsage& g : gpus) {
+    int n = std::snprintf(col, sizeof col, "%sGPU%d", out.empty() ? "" : "  ", g.index);
+    if (g.utilization_percent >= 0) {
+      n += std::snprintf(col + n, sizeof col - n, " %3d%%", g.utilization_percent);
+    }
+    if (g.memory_total_bytes > 0) {
+      n += std::snprintf(col + n, sizeof col - n, " %.1f/%.1fGiB",
+                         static_cast<double>(g.memory_used_bytes) / (1 << 30),
+                         static_cast<double>(g.memory_total_bytes) / (1 << 30));
+    }
+    if (g.pcie_rx_bytes_per_s >= 0 && g.pcie_tx_bytes_per_s >= 0) {
+      std::snprintf(col + n, sizeof col - n, " PCIe rx %.0f tx %.0f MB/s",
+                    g.pcie_rx_bytes_per_s / 1e6, g.pcie_tx_bytes_per_s / 1e6);
+    }
+    out += col;
+  }
+  return out;
+}
+
 void LiveView::Update(const TimelinePoint& p, const std::string& progress,
-                      const std::string& decision, const std::string& node) {
+                      const std::string& decision, const std::string& node,
+                      const std::string& gpu) {
   if (!tty_ && p.t_s - last_print_s_ < kPlainEveryS) return;
   const double cpu = ProcessCpuSeconds();
   const double dt = p.t_s - wall_last_s_;
@@ -56,6 +79,7 @@ void LiveView::Update(const TimelinePoint& p, const std::string& progress,
       StatusBytes("VmRSS:") >> 20);
   std::string text = line;
   if (!node.empty()) text += "  " + node;
+  if (!gpu.empty()) text += "  " + gpu;
   if (!decision.empty()) text += "  | " + decision;
   if (tty_) {
     if (text.size() > 200) text.resize(200);

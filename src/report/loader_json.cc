@@ -70,6 +70,11 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
           {"bytes_in_flight", m.bytes_in_flight},
           {"batch_bytes", m.batch_bytes},
           {"worker_bytes", m.worker_bytes},
+          {"pinned_buffers", m.pinned_buffers},
+          {"device_copies", m.device_copies},
+          {"device_copies_at_delivery", m.device_copies_at_delivery},
+          {"device_prefetched", m.device_prefetched},
+          {"device_prefetch_batches", m.device_prefetch_batches},
           {"workers", workers}};
 }
 

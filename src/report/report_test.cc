@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stoker/tuner.h"
+
 namespace stoker {
 namespace {
 
@@ -127,10 +129,15 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "bytes_in_flight",
                           "batch_bytes",
                           "worker_bytes",
+                          "pinned_buffers",
+                          "device_copies",
+                          "device_copies_at_delivery",
+                          "device_prefetched",
+                          "device_prefetch_batches",
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 21u);
+  EXPECT_EQ(j.size(), 26u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);
@@ -291,6 +298,33 @@ TEST(LiveViewTest, NodeTextShowsTheShareAndTheNodesTotals) {
   v.loaders = 3;
   v.workers = 7;
   EXPECT_EQ(NodeViewText(v), "share 1.5/4.0 cores, node: 3 loaders, 7 workers");
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST(LiveViewTest, GpuColumnsShowWhatNvmlGave) {
+  GpuUsage full{.index = 0,
+                .utilization_percent = 37,
+                .memory_used_bytes = int64_t{3} << 29,
+                .memory_total_bytes = int64_t{8} << 30,
+                .pcie_rx_bytes_per_s = 120e6,
+                .pcie_tx_bytes_per_s = 3e6};
+  GpuUsage bare{.index = 1};
+  EXPECT_EQ(GpuColumns({full, bare}), "GPU0  37% 1.5/8.0GiB PCIe rx 120 tx 3 MB/s  GPU1");
+  EXPECT_EQ(GpuColumns({}), "");
+}
+
+TEST(LiveViewTest, TunerDecisionsRecordTheGpus) {
+  TunerDecision d;
+  d.gpus = {GpuUsage{.index = 2, .utilization_percent = 64}};
+  const auto j = TunerDecisionToJson(d);
+  ASSERT_EQ(j["gpus"].size(), 1u);
+  EXPECT_EQ(j["gpus"][0]["index"], 2);
+  EXPECT_EQ(j["gpus"][0]["utilization_percent"], 64);
 }
 
 }  // namespace

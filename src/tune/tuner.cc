@@ -43,6 +43,21 @@ NodeShare MakeNodeShare(const MachineFacts& f) {
 
 }  // namespace
 
+namespace {
+
+nlohmann::json GpuUsageToJson(const std::vector<GpuUsage>& gpus) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const GpuUsage& g : gpus) {
+    out.push_back({{"index", g.index},
+                   {"utilization_percent", g.utilization_percent},
+                   {"memory_used_bytes", g.memory_used_bytes},
+                   {"memory_total_bytes", g.memory_total_bytes}});
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
   return {{"t_s", d.t_s},
           {"workers_before", d.workers_before},
@@ -56,7 +71,8 @@ nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
           {"wall_per_sample_ms", d.wall_per_sample_ms},
           {"demand_per_s", d.demand_per_s},
           {"cpu_budget_cores", d.cpu_budget_cores},
-          {"node_loaders", d.node_loaders}};
+          {"node_loaders", d.node_loaders},
+          {"gpus", GpuUsageToJson(d.gpus)}};
 }
 
 namespace {
@@ -68,12 +84,14 @@ namespace {
 class Tuner final : public Controller {
  public:
   Tuner(TunerOptions options, const Advice& advice, double cpu_budget, NodeShare node,
-        size_t batch_bytes, std::unique_ptr<TraceWriter> trace_writer)
+        size_t batch_bytes, std::unique_ptr<TraceWriter> trace_writer,
+        std::unique_ptr<GpuSampler> gpus)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches),
         node_(std::move(node)),
         start_(std::chrono::steady_clock::now()),
-        trace_writer_(std::move(trace_writer)) {
+        trace_writer_(std::move(trace_writer)),
+        gpus_(std::move(gpus)) {
     budgets_.cpu_cores = cpu_budget;
     budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
@@ -106,6 +124,8 @@ class Tuner final : public Controller {
     if (d) {
       d->cpu_budget_cores = budgets_.cpu_cores;
       d->node_loaders = node_.view().loaders;
+      // Utilisation goes in the record, after the decision: shown, not driven on.
+      if (gpus_) d->gpus = gpus_->Sample(/*pcie=*/false);
       Apply(*d, loader);
     }
     UpdateView(std::move(d));
@@ -248,6 +268,7 @@ class Tuner final : public Controller {
   double node_cores_ = 0;
   double last_probe_s_ = 0;
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
+  const std::unique_ptr<GpuSampler> gpus_;           // null: no NVML or no GPU
 
   mutable Mutex mu_;
   TunerView view_ GUARDED_BY(mu_);
@@ -259,8 +280,13 @@ class Tuner final : public Controller {
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
                                       std::unique_ptr<TraceWriter> trace_writer) {
+  // NVML only where the probe saw a GPU through it (loading it costs time).
+  std::unique_ptr<GpuSampler> gpus;
+  if (!facts.gpus.empty()) {
+    if (auto opened = GpuSampler::Open(); opened.ok()) gpus = std::move(*opened);
+  }
   return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), MakeNodeShare(facts),
-                                 batch_bytes, std::move(trace_writer));
+                                 batch_bytes, std::move(trace_writer), std::move(gpus));
 }
 
 }  // namespace stoker

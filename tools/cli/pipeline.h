@@ -67,6 +67,7 @@ struct RunFlags {
   std::string trace;
   bool json = false;
   bool quiet = false;
+  bool gpu_util = false;  // GPU columns in the live view (NVML)
 };
 void AddRunFlags(CLI::App* cmd, RunFlags& flags);
 

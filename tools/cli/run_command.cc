@@ -27,8 +27,25 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   co.step_ms = f.step_ms;
   const int64_t per_epoch = loader->batches_per_epoch();
   Loader* l = loader.get();
+  // --gpu-util: NVML's figures beside the stall, sampled at most once a
+  // second (PCIe throughput takes NVML ~20 ms a direction to measure).
+  std::unique_ptr<GpuSampler> gpus;
+  if (f.gpu_util && !f.quiet) {
+    auto opened = GpuSampler::Open();
+    if (opened.ok()) {
+      gpus = std::move(*opened);
+    } else {
+      std::cerr << "stoker run: " << opened.status().message() << "\n";
+    }
+  }
+  std::string gpu_columns;
+  double gpu_sampled_s = -1e9;
   if (!f.quiet) {
-    co.on_point = [&view, l, per_epoch](const TimelinePoint& pt) {
+    co.on_point = [&, l, per_epoch](const TimelinePoint& pt) {
+      if (gpus != nullptr && pt.t_s - gpu_sampled_s >= 1.0) {
+        gpu_columns = GpuColumns(gpus->Sample(/*pcie=*/true));
+        gpu_sampled_s = pt.t_s;
+      }
       LoaderMetrics m = l->Metrics();
       char progress[64];
       std::snprintf(
@@ -37,7 +54,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
                                            : 0));
       auto tv = l->tuner_view();
       view.Update(pt, progress, tv && tv->last_decision ? tv->last_decision->reason : "",
-                  tv ? NodeViewText(tv->node) : "");
+                  tv ? NodeViewText(tv->node) : "", gpu_columns);
     };
   }
   // From here on SIGINT and SIGTERM end the loop, not the process: the
@@ -115,6 +132,8 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines");
   cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
   cmd->add_flag("--quiet", f.quiet, "no live view");
+  cmd->add_flag("--gpu-util", f.gpu_util,
+                "show GPU utilisation, memory and PCIe throughput (NVML) in the live view");
 }
 
 void AddRunCommand(CLI::App& app, int& exit_code) {

@@ -1,0 +1,145 @@
+"""pin_memory and device: the arguments, the error without CUDA, and (with
+the fake CUDA runtime the C++ tests build, tests/testing/fake_cudart.cc)
+page-locked buffers and device batches read through __cuda_array_interface__."""
+
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker import _stoker
+
+
+def _fake_cudart_path():
+    # build/<preset>/python/stoker/_stoker*.so -> build/<preset>/tests/testing/
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_stoker.__file__))))
+    path = os.path.join(build, "tests", "testing", "libstoker_fake_cudart.so")
+    return path if os.path.exists(path) else None
+
+
+@pytest.fixture
+def fake_cudart(monkeypatch):
+    path = _fake_cudart_path()
+    if path is None:
+        pytest.skip("the fake CUDA runtime (target stoker_fake_cudart) is not built")
+    monkeypatch.setenv("STOKER_CUDART", path)
+    lib = ctypes.CDLL(path)
+    lib.fake_cudart_set.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+    lib.fake_cudart_get.argtypes = [ctypes.c_char_p]
+    lib.fake_cudart_get.restype = ctypes.c_int64
+    for knob, value in (("devices", 1), ("refuse_register", 0), ("malloc_budget", -1),
+                        ("copy_delay_us", 0)):
+        lib.fake_cudart_set(knob.encode(), value)
+    return lib
+
+
+def _torch_with_cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def test_device_arguments_are_checked():
+    src = stoker.Synthetic(size=16, shape=(4,))
+    with pytest.raises(ValueError, match="device must be"):
+        stoker.Loader(src, batch_size=4, device="tpu")
+    with pytest.raises(TypeError, match="device must be"):
+        stoker.Loader(src, batch_size=4, device=True)
+    with pytest.raises(TypeError, match="pin_memory"):
+        stoker.Loader(src, batch_size=4, pin_memory="yes")
+    loader = stoker.Loader(src, batch_size=4, workers=1, device="cpu")
+    assert loader.device is None
+
+
+@pytest.mark.skipif(_torch_with_cuda(), reason="torch has CUDA here")
+def test_a_device_without_cuda_in_torch_is_a_clear_error():
+    pytest.importorskip("torch")
+    src = stoker.Synthetic(size=16, shape=(4,))
+    for device in ("cuda", "cuda:0", 0):
+        with pytest.raises(RuntimeError, match=r"device=.*PyTorch .*(without CUDA|sees no GPU)"):
+            stoker.Loader(src, batch_size=4, workers=1, device=device)
+
+
+def test_pin_memory_without_a_cuda_runtime_names_the_option(monkeypatch):
+    monkeypatch.setenv("STOKER_CUDART", "/nonexistent/libcudart.so")
+    with pytest.raises(RuntimeError, match=r"option 'pin_memory'.*/nonexistent/libcudart.so"):
+        stoker.Loader(stoker.Synthetic(size=16, shape=(4,)), batch_size=4, pin_memory=True)
+
+
+def test_pinned_buffers_are_registered_once(fake_cudart):
+    before = fake_cudart.fake_cudart_get(b"registrations")
+    loader = stoker.Loader(stoker.Synthetic(size=64, shape=(8,)), batch_size=4, workers=2,
+                           pin_memory=True, output="numpy")
+    for _ in range(2):
+        assert sum(len(labels) for _, labels in loader) == 64
+    pinned = loader.stats()["metrics"]["pinned_buffers"]
+    assert 0 < pinned < 16
+    assert fake_cudart.fake_cudart_get(b"registrations") - before == pinned
+
+
+def test_registration_refused_names_pin_memory(fake_cudart):
+    fake_cudart.fake_cudart_set(b"refuse_register", 1)
+    with pytest.raises(RuntimeError, match=r"option 'pin_memory'.*cudaHostRegister"):
+        stoker.Loader(stoker.Synthetic(size=16, shape=(4,)), batch_size=4, pin_memory=True)
+
+
+def test_device_batches_match_the_host_batches(fake_cudart):
+    # The C++ loader, as stoker.Loader drives it with a device, on the fake
+    # runtime; "device memory" is host memory there, so ctypes can read it.
+    fake_cudart.cudaStreamCreateWithFlags.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                                      ctypes.c_uint]
+    fake_cudart.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+    fake_cudart.cudaStreamDestroy.argtypes = [ctypes.c_void_p]
+    fake_cudart.fake_cudart_set(b"copy_delay_us", 500)
+    stream = ctypes.c_void_p()
+    assert fake_cudart.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
+    src = stoker.Synthetic(size=40, shape=(3, 5), dtype="float32")
+    host = stoker.Loader(src, batch_size=8, shuffle=False, workers=2, output="numpy")
+    expected = [images.copy() for images, _ in host]
+    kept = []
+    loader = stoker.Loader(src, batch_size=8, shuffle=False, workers=2, output="numpy")
+    impl = _stoker.Loader(loader.source._impl, loader.transform._impl, 8, False, 0, False, 0, 1,
+                          2, None, None, "raise", True, 0, 0, 0, 0.2, "", 0, False, 0, 0)
+    for want in expected:
+        images, labels = impl.next(stream.value)
+        cai = images.__cuda_array_interface__
+        assert cai["shape"] == want.shape and cai["typestr"] == want.dtype.str
+        assert cai["version"] == 3 and cai["data"][0] != 0
+        assert fake_cudart.cudaStreamSynchronize(stream) == 0  # the wait on the copy, then it
+        got = np.frombuffer(ctypes.string_at(cai["data"][0], want.nbytes), dtype=want.dtype)
+        np.testing.assert_array_equal(got.reshape(want.shape), want)
+        kept.append(images)  # held: each keeps its own device buffer
+    assert impl.next(stream.value) is None
+    metrics = impl.metrics()
+    assert metrics["device_copies"] - metrics["device_prefetched"] == len(expected)
+    del kept, images  # before the stream they were waited on goes
+    impl.close()
+    fake_cudart.cudaStreamDestroy(stream)
+    assert fake_cudart.fake_cudart_get(b"torn_copies") == 0
+
+
+@pytest.mark.skipif(not _torch_with_cuda(), reason="needs torch with CUDA and a GPU")
+def test_device_tensors_on_a_real_gpu():
+    import torch
+    src = stoker.Synthetic(size=64, shape=(3, 8, 8), dtype="float32")
+    host = [images.clone() for images, _ in stoker.Loader(src, batch_size=16, shuffle=False,
+                                                          workers=2)]
+    loader = stoker.Loader(src, batch_size=16, shuffle=False, workers=2, device="cuda:0")
+    for want, (images, labels) in zip(host, loader):
+        assert images.device == torch.device("cuda", 0) and labels.device == images.device
+        assert torch.equal(images.cpu(), want)
+
+
+def test_stats_show_the_gpus_or_say_why_not(monkeypatch):
+    # NVML is opened once per process: whichever way it went, stats says so.
+    stats = stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4, workers=1).stats()
+    if stats["gpu"] is None:
+        assert stats["gpu_note"].startswith("no GPU (")
+    else:
+        assert stats["gpu"] and all(0 <= g["utilization_percent"] <= 100 for g in stats["gpu"])
+    assert "gpu" not in stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4,
+                                      workers=1).stats(gpu=False)

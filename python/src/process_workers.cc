@@ -268,7 +268,19 @@ int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
 }
 
 Mapping::~Mapping() {
+  if (pinned_by_ != nullptr) (void)pinned_by_->api().cudaHostUnregister(addr);
   if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
+}
+
+Result<bool> Mapping::Pin(const std::shared_ptr<const CudaRuntime>& cuda) {
+  std::lock_guard<std::mutex> lock(pin_mu_);
+  if (pinned_by_ != nullptr) return false;
+  STOKER_RETURN_IF_ERROR(
+      cuda->Check(cuda->api().cudaHostRegister(addr, size, 0),
+                  "cudaHostRegister of a " + std::to_string(size) + "-byte batch segment")
+          .WithContext("option 'pin_memory'"));
+  pinned_by_ = cuda;
+  return true;
 }
 
 void RegisterFd(int fd) {
@@ -466,14 +478,26 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
 }
 
 Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size()) ||
       segments_[static_cast<size_t>(segment_id)]->ticket != ticket) {
     return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) + ")");
   }
   Segment& s = *segments_[static_cast<size_t>(segment_id)];
   STOKER_ASSIGN_OR_RETURN(auto map, MapLocked(s, s.size));
-  return SegmentView{std::move(map), s.notes};
+  SegmentView view{std::move(map), s.notes};
+  if (cuda_ != nullptr) {
+    lock.unlock();  // registering pins every page: not under the pool's lock
+    STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda_));
+    if (registered) pinned_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return view;
+}
+
+Status ProcessWorkers::Pin() {
+  if (cuda_ != nullptr) return Status::Ok();
+  STOKER_ASSIGN_OR_RETURN(cuda_, CudaRuntime::Load());
+  return Status::Ok();
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapForWrite(const SegmentLease& lease,
@@ -653,6 +677,8 @@ void BindProcessWorkers(py::module_& m) {
       .def("view", &ViewOf, py::arg("descriptor"))
       .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
+      .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })
+      .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
       .def("pids", &ProcessWorkers::pids)
       .def("segment_bytes", &ProcessWorkers::segment_bytes);
 }

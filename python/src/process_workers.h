@@ -12,6 +12,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/unique_fd.h"
+#include "engine/cuda_runtime.h"
 #include "epoch_batches.h"
 #include "stoker/source.h"
 #include "stoker/status.h"
@@ -40,14 +42,22 @@ inline constexpr int kHeaderWords = 8;
 inline constexpr int kDescriptorWords = 8;
 
 /// A read-write shared mapping of a segment, unmapped when the last owner
-/// (the pool or a consumer's view) lets go.
+/// (the pool or a consumer's view) lets go; page-locked for CUDA once, when
+/// the loader pins (pin_memory), and unregistered before it is unmapped.
 struct Mapping {
   Mapping(void* addr, size_t size) : addr(addr), size(size) {}
   ~Mapping();
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
+  /// Registers the mapping with `cuda` (cudaHostRegister) unless it is
+  /// already; true when this call registered it.
+  Result<bool> Pin(const std::shared_ptr<const CudaRuntime>& cuda);
   void* addr;
   size_t size;
+
+ private:
+  std::mutex pin_mu_;
+  std::shared_ptr<const CudaRuntime> pinned_by_;  // set once registered
 };
 
 /// One shared-memory segment and its use. Guarded by ProcessWorkers' mutex.
@@ -110,8 +120,15 @@ class ProcessWorkers {
   /// Gives the segment back if `ticket` is its current use; else nothing.
   void Release(int segment_id, uint64_t ticket);
   /// The parent's mapping of a leased segment (mapped or remapped to its
-  /// current size) and its notes; kInvalidArgument for a stale descriptor.
+  /// current size, page-locked when pinning) and its notes; kInvalidArgument
+  /// for a stale descriptor.
   Result<SegmentView> View(int segment_id, uint64_t ticket);
+  /// From now on, segments are page-locked for CUDA once each, when first
+  /// viewed (pin_memory=True: batches copy to a GPU asynchronously, with no
+  /// pinned copy). kUnavailable when the CUDA runtime does not load.
+  Status Pin();
+  /// Mappings registered so far.
+  int64_t pinned_mappings() const { return pinned_.load(std::memory_order_relaxed); }
   /// A mapping of at least `bytes` of a leased segment, for the parent's writes.
   Result<std::shared_ptr<Mapping>> MapForWrite(const SegmentLease& lease, size_t bytes);
 
@@ -143,6 +160,9 @@ class ProcessWorkers {
 
   mutable std::mutex zygote_mu_;  // one request to the zygote at a time
   UniqueFd zygote_;
+
+  std::shared_ptr<const CudaRuntime> cuda_;  // set once by Pin(), before batches are viewed
+  std::atomic<int64_t> pinned_{0};
 
   mutable std::mutex mu_;
   bool shutdown_ = false;

@@ -1,12 +1,14 @@
 """stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
+import collections
 import functools
 import json
 import os
 import time
 
 from . import _args, _stoker, _workers
+from ._loader import _resolve_device
 from ._stoker import DataError
 
 _FORMAT = "stoker.DataLoader/1"
@@ -39,6 +41,10 @@ class DataLoader:
     ``on_error="skip"`` leaves it out and records it in ``skipped()``.
     IterableDataset is refused: its stream cannot be split among a changing
     number of workers without repeating or losing samples.
+    ``device="cuda[:N]"``: batches arrive as tensors on that device, copied on a
+    stream of their own while the consumer works on the batch before (at most
+    ``device_prefetch_bytes`` ahead, default a quarter of the free device
+    memory); the consumer's current stream waits for each copy, the host does not.
     ``worker_kind="threads"`` runs batches on threads of this process instead,
     for datasets whose work releases the GIL; ``"auto"`` measures both on your
     loop and keeps the faster (``stats()["kind_trial"]``; docs/dataloader.md).
@@ -48,7 +54,7 @@ class DataLoader:
                  num_workers="auto", collate_fn=None, pin_memory=False, drop_last=False,
                  timeout=0, worker_init_fn=None, prefetch_factor=None, persistent_workers=True,
                  generator=None, in_order=True, *, worker_kind="processes", on_error="raise",
-                 max_workers=0,
+                 max_workers=0, device=None, device_prefetch_bytes=None,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
         torch = _torch()
         from torch.utils.data import IterableDataset
@@ -93,6 +99,11 @@ class DataLoader:
             collate_fn = default_convert if self._unbatched else default_collate
         self.collate_fn = collate_fn
         self.pin_memory = bool(pin_memory)
+        _, self.device = _resolve_device(device, torch)
+        self._device_budget = _args.optional_integer(
+            "device_prefetch_bytes", device_prefetch_bytes, 1, 2**63 - 1)
+        if self.device is not None and self._device_budget is None:
+            self._device_budget = torch.cuda.mem_get_info(self.device)[0] // 4
         self.timeout = _args.real("timeout", timeout, at_least=0)
         self.worker_init_fn = worker_init_fn
         self.persistent_workers = persistent_workers
@@ -146,6 +157,11 @@ class DataLoader:
         if worker_kind != "processes":
             self._threads = _stoker.ThreadWorkers(
                 functools.partial(_workers.run_batch, self._job), seed, self._table)
+        if self._workers is not None and (self.pin_memory or self.device is not None) \
+                and torch.cuda.is_available():
+            # Segments page-locked once each: batches from processes are pinned
+            # where the workers wrote them, with no pinned copy per batch.
+            self._workers.pin()
         if worker_kind == "auto":
             self._kinds = _stoker.WorkerKinds(self._workers, self._threads)
             self._trial = _KindTrial(self, "worker_init_fn needs worker processes"
@@ -493,6 +509,100 @@ class _KindTrial:
         return "processes", "processes: as fast, no less CPU with threads, " + rates + cpu
 
 
+def _tensors(payload, out):
+    """The tensors in a collated batch (nested tuples, lists and dicts)."""
+    torch = _torch()
+    if isinstance(payload, torch.Tensor):
+        out.append(payload)
+    elif isinstance(payload, dict):
+        for v in payload.values():
+            _tensors(v, out)
+    elif isinstance(payload, (list, tuple)):
+        for v in payload:
+            _tensors(v, out)
+    return out
+
+
+def _to_device(payload, device):
+    torch = _torch()
+    if isinstance(payload, torch.Tensor):
+        return payload.to(device, non_blocking=True)
+    if isinstance(payload, dict):
+        return type(payload)((k, _to_device(v, device)) for k, v in payload.items())
+    if isinstance(payload, tuple) and hasattr(payload, "_fields"):  # a namedtuple
+        return type(payload)(*(_to_device(v, device) for v in payload))
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(_to_device(v, device) for v in payload)
+    return payload
+
+
+class _DeviceAhead:
+    """device=...: each batch is copied to the device on a stream of its own as
+    soon as it is made, up to `budget` bytes ahead of the consumer (one batch
+    at least, besides the one handed over), while the consumer works on the batch before. Handing one over
+    makes the consumer's current stream wait for its copy's event (no host
+    sync); the host batch is let go only once its copy's event has completed,
+    since its shared memory is then reused. A failure met while copying ahead
+    is raised after the batches before it, so the order is the loader's."""
+
+    def __init__(self, produce, ready_now, device, budget):
+        torch = _torch()
+        self._produce, self._ready_now = produce, ready_now
+        self._device, self._budget = device, budget
+        cuda = device.type == "cuda"
+        self._stream = torch.cuda.Stream(device) if cuda else None
+        self._queue = collections.deque()  # (batch on the device, event, bytes, host batch)
+        self._bytes = 0
+        self._copying = []                 # (event, host batch) handed over, copy maybe running
+        self._pending = None               # raised once the batches before it are handed over
+
+    def next(self):
+        torch = _torch()
+        self._let_go()
+        if not self._queue:
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                raise pending
+            self._send(self._produce())
+        while self._pending is None and (len(self._queue) < 2 or self._bytes < self._budget) \
+                and self._ready_now():
+            try:
+                self._send(self._produce())
+            except Exception as e:  # noqa: BLE001 -- StopIteration and DataError included
+                self._pending = e
+        batch, event, size, host = self._queue.popleft()
+        self._bytes -= size
+        if event is not None:
+            current = torch.cuda.current_stream(self._device)
+            current.wait_event(event)
+            for t in _tensors(batch, []):
+                t.record_stream(current)
+            self._copying.append((event, host))
+        return batch
+
+    def _send(self, host):
+        torch = _torch()
+        if self._stream is None:
+            batch, event = _to_device(host, self._device), None
+        else:
+            with torch.cuda.stream(self._stream):
+                batch = _to_device(host, self._device)
+                event = torch.cuda.Event()
+                event.record(self._stream)
+        size = sum(t.numel() * t.element_size() for t in _tensors(batch, []))
+        self._queue.append((batch, event, size, host))
+        self._bytes += size
+
+    def _let_go(self):
+        self._copying = [(event, host) for event, host in self._copying if not event.query()]
+
+    def __del__(self):
+        # Host batches go back to the workers now: their copies must be done.
+        for event in [e for _, e, _, _ in self._queue] + [e for e, _ in self._copying]:
+            if event is not None:
+                event.synchronize()
+
+
 def _failure_error(epoch, batch, failures):
     lines = [f"sample {index}: {reason}" for index, reason, _ in failures]
     head = f"batch {batch} of epoch {epoch}: "
@@ -511,6 +621,7 @@ class _BatchIterator:
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
         self._held = None      # the good samples of a batch whose failures were raised
+        self._ahead = None     # device=...: batches copied ahead
 
     def __iter__(self):
         return self
@@ -521,6 +632,19 @@ class _BatchIterator:
     def __next__(self):
         loader = self.loader
         loader._check_usable()
+        if loader.device is None:
+            return self._next_host()
+        if self._ahead is None:
+            self._ahead = _DeviceAhead(self._next_host, self._ready_now, loader.device,
+                                       loader._device_budget)
+        return self._ahead.next()
+
+    def _ready_now(self):
+        """A batch can be had without waiting (device look-ahead only takes those)."""
+        return False
+
+    def _next_host(self):
+        loader = self.loader
         if self.done:
             raise StopIteration
         while True:
@@ -543,7 +667,7 @@ class _BatchIterator:
                 return self._finish(payload)
 
     def _finish(self, payload):
-        if self.loader.pin_memory:
+        if self.loader.pin_memory and self.loader.device is None:
             torch = _torch()
             if torch.cuda.is_available():
                 from torch.utils.data._utils.pin_memory import pin_memory
@@ -565,6 +689,9 @@ def _outcome(epoch, batch, payload, info, notes):
 
 class _Iterator(_BatchIterator):
     """An epoch from the engine's workers (processes or threads)."""
+
+    def _ready_now(self):
+        return self._held is not None or self.loader._engine.wait_ready(0)
 
     _last = None  # when the last batch was handed out (worker_kind="auto" times the loop)
 

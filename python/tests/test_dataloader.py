@@ -616,3 +616,68 @@ def test_a_tight_budget_keeps_its_workers_and_a_growing_worker_is_replaced():
         rows = torch.cat(list(dl))
         assert sorted(rows[:, 0].tolist()) == list(range(240))
         assert len(set(rows[:, 1].tolist())) >= 2
+
+
+def test_device_look_ahead_keeps_the_order_errors_included_within_its_budget():
+    from stoker._dataloader import _DeviceAhead
+
+    made = []
+
+    def produce():
+        i = len(made)
+        made.append(i)
+        if i == 5:
+            raise stoker.DataError("batch 5 of epoch 0: sample 50: broken")
+        if i == 9:
+            raise StopIteration
+        return {"x": torch.full((4,), i), "name": [f"b{i}"]}
+
+    def taken(budget):
+        made.clear()
+        ahead = _DeviceAhead(produce, lambda: True, torch.device("cpu"), budget)
+        out, ahead_most = [], 0
+        while True:
+            try:
+                batch = ahead.next()
+                out.append(int(batch["x"][0]))
+                assert batch["name"] == [f"b{out[-1]}"]
+            except stoker.DataError:
+                out.append("error")
+            except StopIteration:
+                return out, ahead_most
+            ahead_most = max(ahead_most, len(made) - len(out))
+
+    out, ahead_most = taken(budget=1 << 20)  # room for every batch: all made ahead
+    assert out == [0, 1, 2, 3, 4, "error", 6, 7, 8]
+    assert ahead_most >= 3
+    out, ahead_most = taken(budget=1)  # one batch ahead at most
+    assert out == [0, 1, 2, 3, 4, "error", 6, 7, 8]
+    assert ahead_most <= 2
+
+
+def test_a_device_without_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="device='cuda'"):
+        stoker.DataLoader(Plain(10), batch_size=2, num_workers=1, device="cuda")
+    with pytest.raises(ValueError, match="device"):
+        stoker.DataLoader(Plain(10), batch_size=2, num_workers=1, device="tpu")
+
+
+def test_pinned_segments_are_registered_once_and_unregistered_when_freed(fake_cudart):
+    def count(what):
+        return fake_cudart.fake_cudart_get(what.encode())
+
+    registered, unregistered = count("registrations"), count("unregistrations")
+    dl = stoker.DataLoader(Plain(64), batch_size=8, num_workers=2)
+    dl._workers.pin()  # what pin_memory=True or a device does where torch has CUDA
+    for _ in range(3):
+        assert sorted(indices_of(dl)) == list(range(64))
+    pinned = dl._workers.pinned_mappings
+    assert 0 < pinned <= 8 + 2  # segments kept free, and one per worker
+    assert count("registrations") - registered == pinned
+    assert count("double_registrations") == 0
+    dl.close()
+    del dl
+    gc.collect()
+    assert count("unregistrations") - unregistered == pinned

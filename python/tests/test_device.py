@@ -3,36 +3,12 @@ the fake CUDA runtime the C++ tests build, tests/testing/fake_cudart.cc)
 page-locked buffers and device batches read through __cuda_array_interface__."""
 
 import ctypes
-import os
 
 import numpy as np
 import pytest
 
 import stoker
 from stoker import _stoker
-
-
-def _fake_cudart_path():
-    # build/<preset>/python/stoker/_stoker*.so -> build/<preset>/tests/testing/
-    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(_stoker.__file__))))
-    path = os.path.join(build, "tests", "testing", "libstoker_fake_cudart.so")
-    return path if os.path.exists(path) else None
-
-
-@pytest.fixture
-def fake_cudart(monkeypatch):
-    path = _fake_cudart_path()
-    if path is None:
-        pytest.skip("the fake CUDA runtime (target stoker_fake_cudart) is not built")
-    monkeypatch.setenv("STOKER_CUDART", path)
-    lib = ctypes.CDLL(path)
-    lib.fake_cudart_set.argtypes = [ctypes.c_char_p, ctypes.c_int64]
-    lib.fake_cudart_get.argtypes = [ctypes.c_char_p]
-    lib.fake_cudart_get.restype = ctypes.c_int64
-    for knob, value in (("devices", 1), ("refuse_register", 0), ("malloc_budget", -1),
-                        ("copy_delay_us", 0)):
-        lib.fake_cudart_set(knob.encode(), value)
-    return lib
 
 
 def _torch_with_cuda():

@@ -352,13 +352,19 @@ class DataLoader:
 
     # -- figures ------------------------------------------------------------
 
-    def stats(self):
+    def stats(self, gpu=True, pcie=False):
         """Figures: workers (processes now), their pids and memory (their unique
         memory and the batch segments), batches and samples per second, the
-        consumer's stall, the tuner's view, and worker_kind="auto"'s trial."""
+        consumer's stall, the tuner's view, worker_kind="auto"'s trial, and
+        with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
+        PCIe throughput too), as stoker.Loader.stats() gives them."""
         self._check_usable()
+        out = {}
+        if gpu:
+            usage = _stoker.gpu_usage(pcie=bool(pcie))
+            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
         if self._engine is None:
-            return {"workers": 0, "worker_kind": "none (num_workers=0)"}
+            return {"workers": 0, "worker_kind": "none (num_workers=0)", **out}
         m = self._engine.metrics()
         view = self._engine.tuner_view()
         processes = self._workers is not None
@@ -378,6 +384,7 @@ class DataLoader:
             "stall_fraction": _stoker.stall_fraction(m["consumer_wait_ns"] / 1e9, elapsed),
             "prefetch_batches": m["prefetch_batches"],
             "tuner": view,
+            **out,
         }
 
     def tuner_trace(self):

@@ -119,3 +119,9 @@ def test_stats_show_the_gpus_or_say_why_not(monkeypatch):
         assert stats["gpu"] and all(0 <= g["utilization_percent"] <= 100 for g in stats["gpu"])
     assert "gpu" not in stoker.Loader(stoker.Synthetic(size=8, shape=(4,)), batch_size=4,
                                       workers=1).stats(gpu=False)
+    pytest.importorskip("torch")
+    for workers in (0, 1):
+        with stoker.DataLoader(list(range(8)), batch_size=4, num_workers=workers) as dl:
+            got = dl.stats()
+            assert (got["gpu"] is None) == (stats["gpu"] is None)
+            assert "gpu" not in dl.stats(gpu=False)

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "source/service_slots.h"
 
 namespace stoker {
 namespace {
@@ -73,12 +74,23 @@ std::string SyntheticSource::Key(int64_t index) const {
   return "synthetic:" + std::to_string(index);
 }
 
-SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency)
-    : inner_(std::move(inner)), latency_ns_(latency.count()) {}
+SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency,
+                       int slots)
+    : inner_(std::move(inner)),
+      latency_ns_(latency.count()),
+      slots_(std::make_unique<ServiceSlots>(slots)) {}
+
+SlowSource::~SlowSource() = default;
+
+void SlowSource::set_slots(int slots) { slots_->Resize(slots); }
 
 Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
-  if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+  if (ns > 0) {
+    const int64_t now = SteadyNanos();
+    const int64_t done = slots_->Reserve(now, ns);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(done - now));
+  }
   return inner_->Read(index, buffer, record);
 }
 

@@ -3,12 +3,23 @@
 #include <algorithm>
 #include <cassert>
 
+#include "core/clock.h"
+
 namespace stoker {
 
 ServiceSlots::ServiceSlots(int slots) { Resize(slots); }
 
 int64_t ServiceSlots::Reserve(int64_t now, int64_t service_ns) {
   MutexLock lock(mu_);
+  return Book(now, service_ns);
+}
+
+int64_t ServiceSlots::ReserveNow(int64_t service_ns) {
+  MutexLock lock(mu_);
+  return Book(SteadyNanos(), service_ns);
+}
+
+int64_t ServiceSlots::Book(int64_t now, int64_t service_ns) {
   if (free_at_.empty()) return now + service_ns;
   // A handful of slots: a linear scan beats a heap's upkeep.
   auto first = std::min_element(free_at_.begin(), free_at_.end());

@@ -87,9 +87,10 @@ void SlowSource::set_slots(int slots) { slots_->Resize(slots); }
 Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
   if (ns > 0) {
-    const int64_t now = SteadyNanos();
-    const int64_t done = slots_->Reserve(now, ns);
-    std::this_thread::sleep_for(std::chrono::nanoseconds(done - now));
+    // An absolute end (SteadyNanos is steady_clock's): a thread preempted
+    // after booking still ends when its read does, not later.
+    std::this_thread::sleep_until(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(slots_->ReserveNow(ns))));
   }
   return inner_->Read(index, buffer, record);
 }

@@ -408,10 +408,16 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   floor_.reset();
   careful_ = false;
   last_gain_ = 0;
-  // The store's points hold while its wait at this count holds: contention
-  // or the CPU time per sample changing does not change the store.
-  if (!reference_ ||
-      RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change) {
+  // The store's points hold until the store changes: reads served faster
+  // than its service time, or a wait and a rate that both changed at this
+  // count. Contention, the CPU time per sample, or the wait alone changing
+  // do not change it: a saturated store's wait per sample wanders by a third
+  // from window to window at 128 workers (tasks of several 300 ms reads end
+  // in lumps), and forgetting the small pool's point would hold 128.
+  const bool faster = p.wait_per_sample() < (1 - params_.change) * store_.service_s();
+  if (!reference_ || faster ||
+      (RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
+       RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
   }
@@ -453,6 +459,11 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
     const int store_knee = std::min(store_.Knee(), cap);
     if (workers_ >= store_knee) return StoreKnee(p, b, store_knee, t_s);
     cap = store_knee;
+  } else if (store_knee_ && knee_ == store_knee_) {
+    // The store's knee, but no point shows it saturated any more (it got
+    // faster, or gained slots): look again.
+    knee_.reset();
+    store_knee_.reset();
   }
   if (knee_ && *knee_ <= workers_) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already. With other
@@ -542,6 +553,7 @@ std::optional<TunerDecision> TunerCore::StoreKnee(const Pooled& p, const Budgets
                t_s);
   }
   if (knee_ && *knee_ == workers_) return std::nullopt;  // held here already
+  store_knee_ = workers_;
   return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(), t_s);
 }
 
@@ -551,7 +563,7 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
   reference_.reset();
   const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   if (change >= -params_.gain) {
-    knee_ = workers_;
+    knee_ = store_knee_ = workers_;
     return Set(workers_, b, p,
                Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)", workers_,
                    change * 100, trial_from_),

@@ -235,10 +235,11 @@ class TunerCore {
   // Other processes compete for our CPUs.
   bool contended_ = false;
   // Storage that saturates: what the windows showed, whether the trial down
-  // is the store's (judged by throughput), and a count that lost.
+  // is the store's (judged by throughput), a count that lost, its knee.
   StoreModel store_;
   bool store_trial_ = false;
   std::optional<int> store_floor_;
+  std::optional<int> store_knee_;  // the knee the store set (knee_ while it holds)
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).
   std::optional<double> last_record_s_;

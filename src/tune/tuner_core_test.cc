@@ -216,6 +216,22 @@ TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
   EXPECT_GE(w.Rate(p.Final()), 0.97 * BestStatic(w, 128));
 }
 
+TEST(TunerCoreTest, StoreThatGainsSlotsIsExploredAgain) {
+  SimWorkload w;
+  w.cpu_s = 0.0007;
+  w.io_s = 0.02;
+  w.slots = 8;
+  const Budgets b = TwoCores();
+  TunerCore core(2, 4);
+  SimRun before = Drive(core, w, b, 100);
+  ASSERT_LE(before.Final(), KneeOf(w, 128) + 3);
+  // The store now serves 16 reads at once: the knee it set no longer holds.
+  w.slots = 16;
+  SimRun after = Drive(core, w, b, 200, 20.0);
+  EXPECT_GE(w.Rate(after.Final()), 0.97 * BestStatic(w, 128)) << after.Final() << " workers";
+  EXPECT_LE(after.Final(), KneeOf(w, 128) + 4);
+}
+
 TEST(TunerCoreTest, StoreWithFewSlotsFromTheStartHoldsNearItsKnee) {
   // Two slots and 5 ms reads (400/s), the pool starting above the knee: the
   // least wait seen is already queued, so the model's knee errs high; the

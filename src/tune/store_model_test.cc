@@ -17,14 +17,14 @@ StoreModel::Point Loop(int workers, int slots, double service_s, double rest_s) 
 }
 
 TEST(StoreModelTest, FlatWaitIsAParallelStore) {
-  StoreModel m(1.5, 1.2, 0.06);
+  StoreModel m(1.5, 1.2, 0.15);
   for (int n : {2, 16, 128}) m.Add(Loop(n, 0, 0.02, 0.001));
   EXPECT_FALSE(m.Saturated());
   EXPECT_DOUBLE_EQ(m.service_s(), 0.02);
 }
 
 TEST(StoreModelTest, WaitGrowingWithThePoolGivesTheSlotsAndTheKnee) {
-  StoreModel m(1.5, 1.2, 0.06);
+  StoreModel m(1.5, 1.2, 0.15);
   m.Add(Loop(2, 8, 0.02, 0.001));
   EXPECT_FALSE(m.Saturated());
   m.Add(Loop(128, 8, 0.02, 0.001));
@@ -38,7 +38,7 @@ TEST(StoreModelTest, WaitGrowingWithThePoolGivesTheSlotsAndTheKnee) {
 
 TEST(StoreModelTest, ALargerPoolThatProducedLessIsForgotten) {
   // The store gained slots: 12 workers now produce more than 128 did.
-  StoreModel m(1.5, 1.2, 0.06);
+  StoreModel m(1.5, 1.2, 0.15);
   m.Add(Loop(2, 4, 0.02, 0.001));
   m.Add(Loop(128, 4, 0.02, 0.001));
   ASSERT_TRUE(m.Saturated());

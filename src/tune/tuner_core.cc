@@ -24,7 +24,7 @@ TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams para
     : params_(params),
       workers_(std::max(1, initial_workers)),
       prefetch_(std::max(1, initial_prefetch)),
-      store_(params.store_queued, params.store_headroom, 2 * params.gain) {}
+      store_(params.store_queued, params.store_headroom, 5 * params.gain) {}
 
 const char* TunerCore::phase() const {
   switch (phase_) {

@@ -420,9 +420,11 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
        RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
+    // This window too (Observe fed it): it may straddle the change (seen:
+    // 20 ms reads starting mid-window read as a 1.6 ms wait at 3 workers,
+    // and then 29 workers' 20 ms as a store serving ~2 reads at once).
   }
   reference_ = p;
-  Learn(p, b);
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
                     "CPU per sample, %s): model says %d workers",

@@ -167,16 +167,21 @@ int MostAfter(const SimRun& r, double t_s) {
   return most;
 }
 
-TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
-  // A store with 8 service slots and 20 ms of service per read (0.7 ms CPU
-  // per sample on 2 cores): 400 samples/s whatever the pool past 9 workers;
-  // more workers only queue there. The model's first jump sizes the pool as
-  // if reads were served in parallel (128); the waits it then shows give the
-  // store away, and the pool comes down to the knee.
+// A store with 8 service slots and 20 ms of service per read, 0.7 ms CPU
+// per sample on 2 cores: 400 samples/s whatever the pool past 9 workers.
+SimWorkload EightSlotStore() {
   SimWorkload w;
   w.cpu_s = 0.0007;
   w.io_s = 0.02;
   w.slots = 8;
+  return w;
+}
+
+TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
+  // More workers than the knee only queue at the store. The model's first
+  // jump sizes the pool as if reads were served in parallel (128); the
+  // waits it then shows give the store away, and the pool comes down.
+  SimWorkload w = EightSlotStore();
   const Budgets b = TwoCores();
   TunerCore core(2, 4);
   SimRun r = Drive(core, w, b, 200);
@@ -217,10 +222,7 @@ TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
 }
 
 TEST(TunerCoreTest, StoreThatGainsSlotsIsExploredAgain) {
-  SimWorkload w;
-  w.cpu_s = 0.0007;
-  w.io_s = 0.02;
-  w.slots = 8;
+  SimWorkload w = EightSlotStore();
   const Budgets b = TwoCores();
   TunerCore core(2, 4);
   SimRun before = Drive(core, w, b, 100);

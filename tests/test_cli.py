@@ -266,6 +266,8 @@ BAD_OPTIONS = [
     (["run", "--synthetic", "--seconds", "nan"], "--seconds"),
     (["run", "--synthetic", "--epochs", "1.5"], "--epochs"),
     (["run", "--synthetic", "--read-latency-ms", "-1"], "--read-latency-ms"),
+    (["run", "--synthetic", "--read-latency-ms", "5", "--read-slots", "-1"], "--read-slots"),
+    (["run", "--synthetic", "--read-slots", "4"], "--read-slots"),
     (["run", "--synthetic", "--memory-budget-mib", "-1"], "--memory-budget-mib"),
     (["run", "--synthetic", "--synthetic-size", "0"], "--synthetic-size"),
     (["run", "--synthetic", "--synthetic-cpu-us", "1e300"], "--synthetic-cpu-us"),

@@ -33,23 +33,35 @@ struct SyntheticOptions {
 /// Checks `options` and makes the source; errors name the option.
 Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions& options);
 
-/// A slow-storage wrapper: every Read of `inner` first sleeps for the current
-/// latency (like a remote or network file system). The latency may be
-/// changed while workers read (a benchmark's "storage got slower" phase);
-/// everything else is `inner`'s.
+class ServiceSlots;  // src/source/service_slots.h
+
+/// A slow-storage wrapper: every Read of `inner` first waits for the current
+/// latency (like a remote or network file system). With `slots` > 0 the
+/// store serves at most that many reads at once, like an NFS or FUSE server,
+/// an object-store gateway or a disk: a read takes the slot that frees first
+/// (first come, first served), holds it for the latency (its service time),
+/// and its wall time is its wait for a slot plus that service. With 0 slots
+/// every read is served at once, however many wait. Latency and slots may
+/// be changed while workers read (a benchmark's "storage got slower"
+/// phase); everything else is `inner`'s. Read is safe from many threads.
 class SlowSource final : public Source {
  public:
-  SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency);
+  SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency, int slots = 0);
+  ~SlowSource() override;
   int64_t size() const override { return inner_->size(); }
   Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
   std::string Key(int64_t index) const override { return inner_->Key(index); }
   std::vector<std::string> ClassNames() const override { return inner_->ClassNames(); }
   /// Safe from any thread.
   void set_latency(std::chrono::nanoseconds latency) { latency_ns_.store(latency.count()); }
+  /// At most `slots` reads served at once; 0: any number. Reads already
+  /// waiting keep their turn. REQUIRES: slots >= 0. Safe from any thread.
+  void set_slots(int slots);
 
  private:
   std::shared_ptr<const Source> inner_;
   std::atomic<int64_t> latency_ns_;
+  const std::unique_ptr<ServiceSlots> slots_;  // the store's queue
 };
 
 /// Copies each record's bytes unchanged into a sample of `spec` (the record

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "source/service_slots.h"
 
 namespace stoker {
 namespace {
@@ -73,12 +74,24 @@ std::string SyntheticSource::Key(int64_t index) const {
   return "synthetic:" + std::to_string(index);
 }
 
-SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency)
-    : inner_(std::move(inner)), latency_ns_(latency.count()) {}
+SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency,
+                       int slots)
+    : inner_(std::move(inner)),
+      latency_ns_(latency.count()),
+      slots_(std::make_unique<ServiceSlots>(slots)) {}
+
+SlowSource::~SlowSource() = default;
+
+void SlowSource::set_slots(int slots) { slots_->Resize(slots); }
 
 Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
-  if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+  if (ns > 0) {
+    // An absolute end (SteadyNanos is steady_clock's): a thread preempted
+    // after booking still ends when its read does, not later.
+    std::this_thread::sleep_until(
+        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(slots_->ReserveNow(ns))));
+  }
   return inner_->Read(index, buffer, record);
 }
 

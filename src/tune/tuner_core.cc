@@ -23,7 +23,8 @@ double RelChange(double now, double before) {
 TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams params)
     : params_(params),
       workers_(std::max(1, initial_workers)),
-      prefetch_(std::max(1, initial_prefetch)) {}
+      prefetch_(std::max(1, initial_prefetch)),
+      store_(params.store_queued, params.store_headroom, 5 * params.gain) {}
 
 const char* TunerCore::phase() const {
   switch (phase_) {
@@ -246,6 +247,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   if (!pooled) return std::nullopt;
   Pooled& p = *pooled;
   Note(p, b);
+  Learn(p, b);
   const double t = o.t_s;
   const int cap = Cap(b);
   if (workers_ > cap) {
@@ -369,6 +371,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
 std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Budgets& b,
                                                        double t_s) {
   phase_ = Phase::kRefine;
+  if (store_trial_) return JudgeStoreTrial(p, b, t_s);
   if (p.stall() > params_.stall_high) {
     const bool single_step = trial_from_ - workers_ == 1;
     if (single_step) floor_ = trial_from_;
@@ -413,6 +416,22 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   floor_.reset();
   careful_ = false;
   last_gain_ = 0;
+  // The store's points hold until the store changes: reads served faster
+  // than its service time, or a wait and a rate that both changed at this
+  // count. Contention, the CPU time per sample, or the wait alone changing
+  // do not change it: a saturated store's wait per sample wanders by a third
+  // from window to window at 128 workers (tasks of several 300 ms reads end
+  // in lumps), and forgetting the small pool's point would hold 128.
+  const bool faster = p.wait_per_sample() < (1 - params_.change) * store_.service_s();
+  if (!reference_ || faster ||
+      (RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
+       RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
+    store_.Clear();
+    store_floor_.reset();
+    // This window too (Observe fed it): it may straddle the change (seen:
+    // 20 ms reads starting mid-window read as a 1.6 ms wait at 3 workers,
+    // and then 29 workers' 20 ms as a store serving ~2 reads at once).
+  }
   reference_ = p;
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
@@ -444,7 +463,18 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // CPU-bound work never holds more than the budget + over_budget workers,
   // whatever else runs: more threads would only win CPU time from other
   // processes (and cost a worker's memory each).
-  const int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
+  int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
+  // A store that saturated: more workers than its knee only queue there.
+  if (!cpu_bound && store_.Saturated()) {
+    const int store_knee = std::min(store_.Knee(), cap);
+    if (workers_ >= store_knee) return StoreKnee(p, b, store_knee, t_s);
+    cap = store_knee;
+  } else if (store_knee_ && knee_ == store_knee_) {
+    // The store's knee, but no point shows it saturated any more (it got
+    // faster, or gained slots): look again.
+    knee_.reset();
+    store_knee_.reset();
+  }
   if (knee_ && *knee_ <= workers_) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already. With other
   // processes on our CPUs they cannot fill it: steps may go on, each judged
@@ -495,6 +525,65 @@ std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets&
   return Set(target, b, p,
              Fmt("consumer fed (stall %.2f %%), workers %.0f %% busy: trying %.0f", p.stall() * 100,
                  busy * 100, target),
+             t_s);
+}
+
+void TunerCore::Learn(const Pooled& p, const Budgets& b) {
+  // Reads must be most of a sample's time (twice the rest: a CPU-bound
+  // pipeline on a loaded machine showed 1.6 ms off the CPU for 0.4 ms CPU),
+  // and time off the CPU a wait, not a run queue unseen: the kernel's
+  // figure is there, the CPUs had idle time, or our workers use under half
+  // the budget (their own queue is short; a busy machine's first windows
+  // show no run queue for a few sleeping workers).
+  const double wait = p.wait_per_sample();
+  const bool waits_seen =
+      p.queue_s > 0 || (p.machine_known && p.idle_cores() > params_.no_idle_share * b.cpu_cores) ||
+      p.worker_cores() < 0.5 * b.cpu_cores;
+  if (p.produced <= 0 || p.window_s <= 0 || CpuBound(p) ||
+      wait < 2 * (p.cpu_per_sample() + p.queue_per_sample()) || wait <= 0 || !waits_seen) {
+    return;
+  }
+  store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait});
+}
+
+std::optional<TunerDecision> TunerCore::StoreKnee(const Pooled& p, const Budgets& b, int knee,
+                                                  double t_s) {
+  // Steps within an eighth of the knee are within its estimate's noise.
+  const int slack = std::max(1, knee / 8);
+  int target = knee;
+  // The knee lost before: halfway between that count and this one.
+  if (store_floor_ && target <= *store_floor_) target = (*store_floor_ + workers_ + 1) / 2;
+  if (workers_ - target > slack) {
+    trial_from_ = workers_;
+    trial_rate_before_ = p.produced_rate();
+    phase_ = Phase::kTrialDown;
+    store_trial_ = true;
+    return Set(target, b, p,
+               store_.Describe() + Fmt(": trying %.0f workers (%.0f samples/s at %.0f)", target,
+                                       p.produced_rate(), workers_),
+               t_s);
+  }
+  if (knee_ && *knee_ == workers_) return std::nullopt;  // held here already
+  store_knee_ = workers_;
+  return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(), t_s);
+}
+
+std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const Budgets& b,
+                                                        double t_s) {
+  store_trial_ = false;
+  reference_.reset();
+  const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
+  if (change >= -params_.gain) {
+    knee_ = store_knee_ = workers_;
+    return Set(workers_, b, p,
+               Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)", workers_,
+                   change * 100, trial_from_),
+               t_s);
+  }
+  store_floor_ = workers_;
+  return Set(trial_from_, b, p,
+             Fmt("back to %.0f workers: %.0f lost %.1f %% of the store's rate", trial_from_,
+                 workers_, -change * 100),
              t_s);
 }
 

@@ -9,6 +9,7 @@
 
 #include "stoker/defaults.h"
 #include "stoker/tuning.h"
+#include "tune/store_model.h"
 #include "tune/tuner_params.h"
 
 namespace stoker {
@@ -75,6 +76,14 @@ struct Budgets {
 /// the same worker count; other processes' CPU use, or contention starting
 /// or ending) clears the marks and re-sizes by the model; a change of more
 /// than 2x is believed at once.
+/// I/O-bound pools also feed a StoreModel: when more workers made each
+/// read wait longer (store_queued x its service time), the store serves a
+/// limited number of reads at once, and more workers only queue there. Then
+/// steps up go no further than its knee (the fewest workers that keep its
+/// slots busy, with store_headroom), and a pool above it (the model's first
+/// jump, or a count where a step up paid nothing) tries a step down to it,
+/// judged by throughput: kept if it loses less than `gain`, else back, and
+/// later tries halfway between the two.
 /// A decision that changes neither knob is returned (and so recorded) only
 /// when it is the first verdict after a change, or when repeat_s has passed
 /// since the last one returned: a steady state is not logged over and over.
@@ -122,6 +131,10 @@ class TunerCore {
     double wall_per_sample() const { return produced > 0 ? busy_s / produced : 0; }
     double cpu_per_sample() const { return produced > 0 ? cpu_s / produced : 0; }
     double queue_per_sample() const { return produced > 0 ? queue_s / produced : 0; }
+    // Wall time per sample off the CPU and not queued for one: waiting for reads.
+    double wait_per_sample() const {
+      return produced > 0 ? std::max(0.0, busy_s - queue_s - cpu_s) / produced : 0;
+    }
     // Workers that hardly ever wait for anything but a core: wall time
     // mostly CPU plus run-queue delay, however busy the machine.
     bool on_cpu(const TunerParams& params) const {
@@ -160,6 +173,14 @@ class TunerCore {
                                        double t_s);
   std::optional<TunerDecision> StepUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> StepDown(const Pooled& p, const Budgets& b, double t_s);
+  // Feeds an I/O-bound window, whose wait off the CPU is not a run queue in
+  // disguise, to the store model.
+  void Learn(const Pooled& p, const Budgets& b);
+  // At or above a saturated store's knee `knee`: a step down to it (or
+  // halfway to a count that lost), the knee here, or nothing (held).
+  std::optional<TunerDecision> StoreKnee(const Pooled& p, const Budgets& b, int knee, double t_s);
+  // A step down to a saturated store's knee, judged by throughput.
+  std::optional<TunerDecision> JudgeStoreTrial(const Pooled& p, const Budgets& b, double t_s);
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;
@@ -214,6 +235,12 @@ class TunerCore {
   std::optional<int> floor_;  // fewer than this stalled
   // Other processes compete for our CPUs.
   bool contended_ = false;
+  // Storage that saturates: what the windows showed, whether the trial down
+  // is the store's (judged by throughput), a count that lost, its knee.
+  StoreModel store_;
+  bool store_trial_ = false;
+  std::optional<int> store_floor_;
+  std::optional<int> store_knee_;  // the knee the store set (knee_ while it holds)
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).
   std::optional<double> last_record_s_;

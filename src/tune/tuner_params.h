@@ -40,6 +40,10 @@ struct TunerParams {
   double contended_held = 0.125;  // once contended, until they take less than this share
   double on_cpu = 1.25;           // wall time within this factor of CPU time: CPU-bound
 
+  // Storage that saturates (StoreModel).
+  double store_queued = 1.5;  // reads waiting this many times their service time queue at the store
+  double store_headroom = 1.2;  // workers above those that keep the store's slots busy
+
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often
 };

@@ -15,9 +15,10 @@ namespace stoker::cli {
 // The bounds, one place for every command. Past them a run cannot mean
 // anything on one machine, or would overflow its arithmetic.
 inline constexpr uint64_t kMaxBatchSize = uint64_t{1} << 20;
-inline constexpr uint64_t kMaxImageSide = 8192;  // --size: a float32 sample is then 768 MiB
-inline constexpr uint64_t kMaxPrefetch = 1024;   // batches
-inline constexpr double kMaxLatencyMs = 60'000;  // --read-latency-ms: a minute per read
+inline constexpr uint64_t kMaxImageSide = 8192;       // --size: a float32 sample is then 768 MiB
+inline constexpr uint64_t kMaxPrefetch = 1024;        // batches
+inline constexpr double kMaxLatencyMs = 60'000;       // --read-latency-ms: a minute per read
+inline constexpr uint64_t kMaxReadSlots = 1'000'000;  // --read-slots
 inline constexpr double kMaxMemoryBudgetMib = double(uint64_t{1} << 30);  // 1 PiB
 inline constexpr double kMaxSyntheticCpuUs = 1e6;                         // a second per sample
 inline constexpr uint64_t kMaxSyntheticSize = 100'000'000;  // its plan alone is 800 MB

@@ -74,9 +74,15 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
                       std::to_string(DefaultPrefetch(0)) + ", more for many workers, up to " +
                       std::to_string(DefaultPrefetch(kMaxWorkers)) + ")")
       ->check(CountIn(1, kMaxPrefetch));
-  cmd->add_option("--read-latency-ms", f.read_latency_ms,
-                  "add this latency to every read (simulates slow or remote storage)")
-      ->check(NumberIn(0, kMaxLatencyMs));
+  CLI::Option* latency =
+      cmd->add_option("--read-latency-ms", f.read_latency_ms,
+                      "add this latency to every read (simulates slow or remote storage)")
+          ->check(NumberIn(0, kMaxLatencyMs));
+  cmd->add_option("--read-slots", f.read_slots,
+                  "with --read-latency-ms: the store serves at most this many reads at once "
+                  "(like NFS, FUSE or a disk; more wait their turn); 0: any number")
+      ->check(CountIn(0, kMaxReadSlots))
+      ->needs(latency);
   cmd->add_option("--memory-budget-mib", f.memory_budget_mib,
                   "memory the tuner may use for batches and workers (default " +
                       std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
@@ -142,9 +148,13 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   }
   if (f.read_latency_ms > 0) {
     p.slow = std::make_shared<SlowSource>(
-        source, std::chrono::nanoseconds(static_cast<int64_t>(f.read_latency_ms * 1e6)));
+        source, std::chrono::nanoseconds(static_cast<int64_t>(f.read_latency_ms * 1e6)),
+        f.read_slots);
     source = p.slow;
     p.description += ", +" + std::to_string(f.read_latency_ms).substr(0, 5) + " ms per read";
+    if (f.read_slots > 0) {
+      p.description += " (at most " + std::to_string(f.read_slots) + " at once)";
+    }
   }
   lo.source = source;
   return p;

@@ -27,7 +27,8 @@ struct PipelineFlags {
   std::string on_error = "raise";
   std::string workers = "auto";
   int prefetch = 0;            // 0: DefaultPrefetch(workers)
-  double read_latency_ms = 0;  // slow-storage wrapper
+  double read_latency_ms = 0;  // slow-storage wrapper ...
+  int read_slots = 0;          // ... serving at most this many reads at once (0: any)
   double memory_budget_mib = 0;
   bool synthetic = false;  // a synthetic source instead of images
   double synthetic_cpu_us = 500;

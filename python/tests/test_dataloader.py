@@ -448,7 +448,8 @@ def test_segments_of_batches_held_then_dropped_give_their_memory_back():
 
 
 @pytest.mark.parametrize("kind", ["tensor", "tuple", "list", "dict", "mixed"])
-def test_default_collation_in_workers_is_torchs(kind):
+@pytest.mark.parametrize("width", [1, 2048])  # collated at once, and placed per sample
+def test_default_collation_in_workers_is_torchs(kind, width):
     from torch.utils.data import default_collate
 
     class Shapes(Dataset):
@@ -456,7 +457,7 @@ def test_default_collation_in_workers_is_torchs(kind):
             return 21
 
         def __getitem__(self, i):
-            t = torch.arange(6, dtype=torch.float32).reshape(2, 3) + i
+            t = torch.arange(6 * width, dtype=torch.float32).reshape(2, 3, width) + i
             if kind == "tensor":
                 return t
             if kind == "tuple":

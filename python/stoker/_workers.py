@@ -306,10 +306,15 @@ def _own_private_bytes():
     return total
 
 
+_schedstat = None  # this worker's /proc/thread-self/schedstat, opened once
+
+
 def _run_delay_ns():
+    global _schedstat
     try:
-        with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1])
+        if _schedstat is None:
+            _schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(_schedstat, 128, 0).split()[1])
     except (OSError, IndexError, ValueError):
         return 0
 

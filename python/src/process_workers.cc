@@ -125,8 +125,11 @@ class ProcessScratch : public TransformScratch {
 
   // Its process's unique memory (copy-on-read growth shows there) and its
   // share of the loader's segments: summed over the workers, what they cost.
+  // Nothing without a live, measured process: a scratch that ran no task
+  // yet, or one whose engine thread runs batches itself (worker_kind="auto").
   size_t bytes() const override {
-    return private_.load(std::memory_order_relaxed) + workers_->segment_share();
+    const size_t own = private_.load(std::memory_order_relaxed);
+    return own == 0 ? 0 : own + workers_->segment_share();
   }
   // What its process grew by since its first batch (copy-on-read of the
   // dataset, caches): past the per-sample cap, a fresh fork gives it back.
@@ -268,18 +271,14 @@ int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
 }
 
 Mapping::~Mapping() {
-  if (pinned_by_ != nullptr) (void)pinned_by_->api().cudaHostUnregister(addr);
+  pinned_.reset();  // unregistered before it is unmapped
   if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
 }
 
 Result<bool> Mapping::Pin(const std::shared_ptr<const CudaRuntime>& cuda) {
   std::lock_guard<std::mutex> lock(pin_mu_);
-  if (pinned_by_ != nullptr) return false;
-  STOKER_RETURN_IF_ERROR(
-      cuda->Check(cuda->api().cudaHostRegister(addr, size, 0),
-                  "cudaHostRegister of a " + std::to_string(size) + "-byte batch segment")
-          .WithContext("option 'pin_memory'"));
-  pinned_by_ = cuda;
+  if (pinned_ != nullptr) return false;
+  STOKER_ASSIGN_OR_RETURN(pinned_, HostRegistration::Make(cuda, addr, size, "a batch segment"));
   return true;
 }
 

@@ -57,7 +57,7 @@ struct Mapping {
 
  private:
   std::mutex pin_mu_;
-  std::shared_ptr<const CudaRuntime> pinned_by_;  // set once registered
+  std::unique_ptr<HostRegistration> pinned_;  // set once registered
 };
 
 /// One shared-memory segment and its use. Guarded by ProcessWorkers' mutex.

@@ -286,7 +286,7 @@ def _worker_main(sock, job, worker_id, num_workers):
             continue
         cpu = time.process_time_ns()
         sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), private))
-        # Measured after the reply (it walks every mapping: milliseconds), for the next one.
+        # Measured after the reply (reading it walks every mapping), for the next one.
         now = time.monotonic()
         if now - measured_at > 1.0:
             private, measured_at = _own_private_bytes(), now
@@ -403,7 +403,7 @@ def _leaves(sample):
 
 
 # Samples smaller than this are collected and collated at once: placing each
-# costs more (~6 us of Python a sample) than the copy it saves.
+# costs more Python time than the copy it saves.
 _STREAM_MIN_BYTES = 16 << 10
 
 

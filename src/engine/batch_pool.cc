@@ -31,16 +31,14 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
 
 BatchSlot::~BatchSlot() {
   device_copy_.reset();  // before the host buffer goes
-  if (pinned_by_ != nullptr) pinned_by_->api().cudaHostUnregister(data_);
+  pinned_.reset();
   std::free(data_);
 }
 
 Status BatchSlot::Pin(std::shared_ptr<const CudaRuntime> cuda) {
-  if (pinned_by_ != nullptr) return Status::Ok();
-  Status st = cuda->Check(cuda->api().cudaHostRegister(data_, buffer_bytes_, 0),
-                          "cudaHostRegister of " + std::to_string(buffer_bytes_) + " bytes");
-  if (!st.ok()) return st.WithContext("option 'pin_memory': page-locking a batch buffer failed");
-  pinned_by_ = std::move(cuda);
+  if (pinned_ != nullptr) return Status::Ok();
+  STOKER_ASSIGN_OR_RETURN(
+      pinned_, HostRegistration::Make(std::move(cuda), data_, buffer_bytes_, "a batch buffer"));
   return Status::Ok();
 }
 

@@ -99,7 +99,7 @@ class BatchSlot {
   /// Page-locks the buffer with cudaHostRegister, once; the destructor
   /// unregisters it. Errors name option 'pin_memory' and the cause.
   Status Pin(std::shared_ptr<const CudaRuntime> cuda);
-  bool pinned() const { return pinned_by_ != nullptr; }
+  bool pinned() const { return pinned_ != nullptr; }
   /// The batch's copy on the device, or null.
   DeviceCopy* device_copy() const { return device_copy_.get(); }
   void set_device_copy(std::unique_ptr<DeviceCopy> copy) { device_copy_ = std::move(copy); }
@@ -124,7 +124,7 @@ class BatchSlot {
   size_t sample_bytes_;
   size_t buffer_bytes_;
   std::byte* data_;
-  std::shared_ptr<const CudaRuntime> pinned_by_;  // null: pageable
+  std::unique_ptr<HostRegistration> pinned_;  // null: pageable
   std::unique_ptr<DeviceCopy> device_copy_;
 };
 

@@ -93,4 +93,15 @@ CudaDeviceGuard::~CudaDeviceGuard() {
   }
 }
 
+Result<std::unique_ptr<HostRegistration>> HostRegistration::Make(
+    std::shared_ptr<const CudaRuntime> cuda, void* addr, size_t bytes, const std::string& what) {
+  STOKER_RETURN_IF_ERROR(
+      cuda->Check(cuda->api().cudaHostRegister(addr, bytes, 0),
+                  "cudaHostRegister of " + what + " (" + std::to_string(bytes) + " bytes)")
+          .WithContext("option 'pin_memory'"));
+  return std::unique_ptr<HostRegistration>(new HostRegistration(std::move(cuda), addr));
+}
+
+HostRegistration::~HostRegistration() { (void)cuda_->api().cudaHostUnregister(addr_); }
+
 }  // namespace stoker

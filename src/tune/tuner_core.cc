@@ -419,18 +419,17 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   // The store's points hold until the store changes: reads served faster
   // than its service time, or a wait and a rate that both changed at this
   // count. Contention, the CPU time per sample, or the wait alone changing
-  // do not change it: a saturated store's wait per sample wanders by a third
-  // from window to window at 128 workers (tasks of several 300 ms reads end
-  // in lumps), and forgetting the small pool's point would hold 128.
+  // do not change it: a saturated store's wait per sample wanders widely
+  // from window to window, and forgetting the small pool's point would hold
+  // the large pool (docs/tuner.md, "Storage that saturates").
   const bool faster = p.wait_per_sample() < (1 - params_.change) * store_.service_s();
   if (!reference_ || faster ||
       (RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
        RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
-    // This window too (Observe fed it): it may straddle the change (seen:
-    // 20 ms reads starting mid-window read as a 1.6 ms wait at 3 workers,
-    // and then 29 workers' 20 ms as a store serving ~2 reads at once).
+    // This window too (Observe fed it): it may straddle the change, and a
+    // wait averaged across it would teach the model a false service time.
   }
   reference_ = p;
   return SetByModel(p, b,
@@ -530,8 +529,8 @@ std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets&
 
 void TunerCore::Learn(const Pooled& p, const Budgets& b) {
   // Reads must be most of a sample's time (twice the rest: a CPU-bound
-  // pipeline on a loaded machine showed 1.6 ms off the CPU for 0.4 ms CPU),
-  // and time off the CPU a wait, not a run queue unseen: the kernel's
+  // pipeline on a loaded machine spends time off the CPU too), and time
+  // off the CPU a wait, not a run queue unseen: the kernel's
   // figure is there, the CPUs had idle time, or our workers use under half
   // the budget (their own queue is short; a busy machine's first windows
   // show no run queue for a few sleeping workers).

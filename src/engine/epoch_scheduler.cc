@@ -96,6 +96,14 @@ EpochRun* EpochScheduler::ClaimableRun(Claim* claim) {
 }
 
 EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
+  // A task claimed while the pool was smaller may be far longer than a
+  // worker's share of the window now: new workers split it before opening
+  // more, or its batch (perhaps the one delivery waits for) ends last.
+  const int64_t share =
+      std::max<int64_t>(1, depth() * shape_.batch_size / (2 * std::max(1, threads)));
+  if (Join([&](const TaskCursor& c) { return c.left() > 2 * share; }, task)) {
+    return {Work::kTask, 0};
+  }
   Claim claim;
   EpochRun* run = ClaimableRun(&claim);
   if (run == nullptr) return claim;
@@ -108,19 +116,46 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
     run->open_.push_back({batch, std::move(slot), false});
     ++open_count_;
   }
-  const int64_t window = static_cast<int64_t>(depth()) * shape_.batch_size;
-  const int64_t chunk =
-      std::clamp<int64_t>(window / (2 * std::max(1, threads)), 1, length - run->claim_offset_);
+  const int64_t chunk = std::min(share, length - run->claim_offset_);
   task->plan = run->plan_;
   task->slot = run->open_.back().slot.get();
   task->offset = run->claim_offset_;
   task->length = chunk;
+  task->cursor = std::make_shared<TaskCursor>(task->offset, task->offset + chunk);
+  DropExhausted();
+  running_.push_back({task->plan, task->slot, task->cursor});
   run->claim_offset_ += chunk;
   if (run->claim_offset_ == length) {
     ++run->claim_batch_;
     run->claim_offset_ = 0;
   }
   return {Work::kTask, 0};
+}
+
+void EpochScheduler::DropExhausted() {
+  std::erase_if(running_, [](const Running& r) { return r.cursor->left() == 0; });
+}
+
+bool EpochScheduler::ClaimHelp(BatchTask* task) {
+  return Join([](const TaskCursor& c) { return c.left() > 0; }, task);
+}
+
+template <typename Pred>
+bool EpochScheduler::Join(Pred wanted, BatchTask* task) {
+  DropExhausted();
+  for (const Running& r : running_) {
+    if (!wanted(*r.cursor)) continue;
+    // A task with positions left has a worker, who holds its plan (unless
+    // the loader is stopping).
+    std::shared_ptr<const EpochPlan> plan = r.plan.lock();
+    if (plan == nullptr) continue;
+    // The last positions may be taken before the helper gets to them: it
+    // then takes none, and touches nothing.
+    *task = {std::move(plan), r.slot, r.cursor, r.cursor->end() - r.cursor->left(),
+             r.cursor->left()};
+    return true;
+  }
+  return false;
 }
 
 EpochScheduler::Completed EpochScheduler::Complete(BatchSlot* slot) {
@@ -217,6 +252,8 @@ std::unique_ptr<BatchSlot> EpochScheduler::Deliver() {
 void EpochScheduler::Abandon(std::unique_ptr<EpochRun>& run) {
   if (run == nullptr) return;
   for (EpochRun::OpenBatch& o : run->open_) {
+    // Nobody waits for its samples: its running tasks get no help.
+    std::erase_if(running_, [&](const Running& r) { return r.slot == o.slot.get(); });
     ready_count_ -= o.ready ? 1 : 0;
     bool release_now = o.ready;
     if (!release_now && o.batch == run->claim_batch_ && run->claim_offset_ > 0) {

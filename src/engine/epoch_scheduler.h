@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -14,10 +15,33 @@
 
 namespace stoker {
 
-/// A claimed run of consecutive positions of one batch, for one worker.
+/// Where a claimed run of positions stands. Its positions are taken one at a
+/// time, by the worker that claimed it and by idle workers that help it, so
+/// that one slow run (a worker descheduled, reads queued at a saturated
+/// store) cannot hold up its batch while others have nothing to do.
+class TaskCursor {
+ public:
+  TaskCursor(int64_t begin, int64_t end) : next_(begin), end_(end) {}
+  /// The next position to produce, each one to exactly one caller;
+  /// >= end() once the run is exhausted.
+  int64_t Take() { return next_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t end() const { return end_; }
+  int64_t left() const {
+    return std::max<int64_t>(0, end_ - next_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  std::atomic<int64_t> next_;
+  const int64_t end_;
+};
+
+/// A claimed run of consecutive positions of one batch, [offset, offset +
+/// length), or a share in another worker's (ClaimHelp). Positions are taken
+/// from `cursor`; whoever takes some counts them Done on the slot.
 struct BatchTask {
   std::shared_ptr<const EpochPlan> plan;
   BatchSlot* slot = nullptr;
+  std::shared_ptr<TaskCursor> cursor;
   int64_t offset = 0;
   int64_t length = 0;
 };
@@ -98,8 +122,14 @@ class EpochScheduler {
   /// once that is fully claimed from the next one. Opening a batch needs room
   /// under the prefetch bound. Chunks shrink when many of `threads` share a
   /// small window, so that every worker finds work; with few a task is a
-  /// whole batch.
+  /// whole batch. A running task more than twice as long as a chunk now
+  /// (claimed while the pool was smaller) is shared first.
   Claim ClaimTask(int threads, BatchTask* task);
+  /// For a worker that found nothing to claim: a share in the running task
+  /// of the earliest batch that has positions left (the batch delivery
+  /// waits for first); false when none has. The positions it takes are its
+  /// own, like a claimed task's.
+  bool ClaimHelp(BatchTask* task);
 
   /// Builds epoch `epoch`'s run. Pure; call it without any lock.
   static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);
@@ -187,6 +217,19 @@ class EpochScheduler {
   std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written
   int open_count_ = 0;
   int ready_count_ = 0;
+  // Tasks claimed from the runs being produced, in claim order (delivery
+  // order); exhausted ones are dropped at the next claim. The plan is held
+  // by the tasks' workers: one freed here would be freed under the lock.
+  struct Running {
+    std::weak_ptr<const EpochPlan> plan;
+    BatchSlot* slot = nullptr;
+    std::shared_ptr<TaskCursor> cursor;
+  };
+  void DropExhausted();
+  // Joins the earliest running task whose cursor `wanted` says yes to.
+  template <typename Pred>
+  bool Join(Pred wanted, BatchTask* task);
+  std::vector<Running> running_;
 };
 
 }  // namespace stoker

@@ -137,31 +137,50 @@ class SchedulerSim {
   bool Claim() {
     BatchTask task;
     const int threads = static_cast<int>(Uniform(1, 8));
+    const int open_before = sched_->open_batches();
     const auto claim = sched_->ClaimTask(threads, &task);
     if (claim.work == Work::kBuild) builds_.push_back(claim.epoch);
+    if (claim.work == Work::kWait && Coin() && sched_->ClaimHelp(&task)) {
+      // A worker with nothing to claim helps a running task.
+      EXPECT_GE(task.cursor->end() - task.offset, task.length);
+      tasks_.push_back({task, 0});
+      return true;
+    }
     if (claim.work != Work::kTask) return claim.work == Work::kBuild;
     EXPECT_GE(task.length, 1);
     EXPECT_LE(task.offset + task.length, task.slot->length());
-    if (task.offset == 0) {
+    EXPECT_EQ(task.cursor->end(), task.offset + task.length);
+    if (sched_->open_batches() > open_before) {  // it opened a batch: under the bound
       EXPECT_LE(sched_->open_batches(), sched_->depth());
     }
-    tasks_.push_back(task);
+    tasks_.push_back({task, 0});
     return true;
   }
 
+  // A worker (owner or helper) takes a few of its task's positions, and
+  // counts its own once the cursor is exhausted.
   bool RunOneTask() {
     if (tasks_.empty()) return false;
     const size_t i = static_cast<size_t>(Uniform(0, static_cast<int64_t>(tasks_.size()) - 1));
-    BatchTask task = tasks_[i];
-    tasks_.erase(tasks_.begin() + static_cast<ptrdiff_t>(i));
+    auto& [task, produced] = tasks_[i];
     BatchSlot* slot = task.slot;
     const EpochPlan& plan = *task.plan;
-    for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
+    bool exhausted = false;
+    for (int64_t n = Uniform(1, 3); n > 0; --n) {
+      const int64_t p = task.cursor->Take();
+      if (p >= task.cursor->end()) {
+        exhausted = true;
+        break;
+      }
+      EXPECT_GE(p, task.offset);
       const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
       slot->sample(p)[0] = ByteOf(plan.epoch(), index);
       slot->Put(p, index, LabelOf(plan.epoch(), index));
+      ++produced;
     }
-    if (slot->Done(task.length)) sched_->Complete(slot);
+    if (!exhausted) return true;
+    if (produced > 0 && slot->Done(produced)) sched_->Complete(slot);
+    tasks_.erase(tasks_.begin() + static_cast<ptrdiff_t>(i));
     return true;
   }
 
@@ -350,10 +369,11 @@ class SchedulerSim {
   std::unique_ptr<EpochScheduler> sched_;
   bool ordered_ = true;
   std::map<int64_t, EpochPlan> plans_;
-  std::vector<BatchTask> tasks_;  // claimed, not yet run
-  std::vector<int64_t> builds_;   // plans asked for, not yet offered
-  int64_t epoch_ = 0;             // the epoch being delivered
-  std::set<int64_t> delivered_;   // its batches delivered so far
+  // Claimed or joined, not yet finished, with the positions each produced.
+  std::vector<std::pair<BatchTask, int64_t>> tasks_;
+  std::vector<int64_t> builds_;  // plans asked for, not yet offered
+  int64_t epoch_ = 0;            // the epoch being delivered
+  std::set<int64_t> delivered_;  // its batches delivered so far
   int64_t epochs_done_ = 0;
   std::optional<std::pair<LoaderState, std::set<int64_t>>> saved_;
 };
@@ -431,6 +451,83 @@ TEST(EpochSchedulerTest, PrefetchBoundCountsAbandonedBatchesStillBeingWritten) {
   ASSERT_TRUE(task.slot->Done(task.length));
   EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kReleased);
   EXPECT_EQ(s.ClaimTask(1, &other).work, Work::kTask);
+}
+
+TEST(EpochSchedulerTest, AnIdleWorkerHelpsTheEarliestRunningTaskAndEachPositionGoesOnce) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 2}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask owner, later;
+  ASSERT_EQ(s.ClaimTask(1, &owner).work, Work::kTask);  // one worker: the whole batch
+  ASSERT_EQ(owner.length, 4);
+  ASSERT_EQ(s.ClaimTask(1, &later).work, Work::kTask);  // batch 1
+  BatchTask helper;
+  ASSERT_EQ(s.ClaimTask(2, &helper).work, Work::kWait);  // the prefetch bound: nothing new
+  ASSERT_TRUE(s.ClaimHelp(&helper));  // batch 0's task: delivery waits for it first
+  EXPECT_EQ(helper.slot, owner.slot);
+  EXPECT_EQ(helper.cursor, owner.cursor);
+  // The two take positions in turn; each is handed out once.
+  std::set<int64_t> taken;
+  int64_t by_owner = 0, by_helper = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (auto [task, count] : {std::pair{&owner, &by_owner}, std::pair{&helper, &by_helper}}) {
+      const int64_t p = task->cursor->Take();
+      if (p >= task->cursor->end()) continue;
+      EXPECT_TRUE(taken.insert(p).second) << p;
+      task->slot->Put(p, p, p);
+      ++*count;
+    }
+  }
+  EXPECT_EQ(taken, (std::set<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(by_owner, 2);
+  EXPECT_EQ(by_helper, 2);
+  EXPECT_FALSE(owner.slot->Done(by_owner));
+  ASSERT_TRUE(helper.slot->Done(by_helper));  // the batch completes once, on the last count
+  EXPECT_EQ(s.Complete(helper.slot), EpochScheduler::Completed::kDeliverable);
+  while (later.cursor->Take() < later.cursor->end()) {
+  }
+  BatchTask none;
+  EXPECT_FALSE(s.ClaimHelp(&none));  // nothing left to help
+}
+
+TEST(EpochSchedulerTest, ATaskClaimedByASmallerPoolIsSharedBeforeMoreIsOpened) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 2}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask owner;
+  ASSERT_EQ(s.ClaimTask(1, &owner).work, Work::kTask);  // alone: the whole batch
+  ASSERT_EQ(owner.length, 4);
+  // The pool grew to 4: a chunk is now 8 / (2 x 4) = 1 position, and the
+  // owner's 4 left are over twice that.
+  BatchTask joined;
+  ASSERT_EQ(s.ClaimTask(4, &joined).work, Work::kTask);
+  EXPECT_EQ(joined.cursor, owner.cursor);
+  EXPECT_EQ(s.open_batches(), 1);
+  EXPECT_EQ(owner.cursor->Take(), 0);
+  EXPECT_EQ(joined.cursor->Take(), 1);
+  // 2 left: no longer over twice a chunk, so the next claim opens batch 1.
+  BatchTask fresh;
+  ASSERT_EQ(s.ClaimTask(4, &fresh).work, Work::kTask);
+  EXPECT_NE(fresh.cursor, owner.cursor);
+  EXPECT_EQ(fresh.slot->batch(), 1);
+  EXPECT_EQ(fresh.length, 1);
+}
+
+TEST(EpochSchedulerTest, TasksOfAnAbandonedEpochGetNoHelp) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 1}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask owner;
+  ASSERT_EQ(s.ClaimTask(1, &owner).work, Work::kTask);
+  s.SetEpoch(3);
+  BatchTask helper;
+  EXPECT_FALSE(s.ClaimHelp(&helper));
 }
 
 TEST(EpochSchedulerTest, ACheckpointOfAnotherPlanIsRefusedNamingTheFieldAndBothValues) {

@@ -359,7 +359,14 @@ class Loader::Impl {
         Build(claim.epoch);
         return true;
       case EpochScheduler::Work::kWait:
-        return false;
+        // Nothing new to start: help the earliest task that has positions left.
+        if (!sched_.ClaimHelp(&task)) return false;
+        {
+          MutexUnlock unlock(mu_);
+          RunTask(ctx, task);
+          task = {};  // perhaps the last reference to an epoch's plan
+        }
+        return true;
     }
     return false;
   }
@@ -370,18 +377,25 @@ class Loader::Impl {
     ready_cv_.NotifyAll();
   }
 
+  // Produces the task's positions as its cursor hands them out (helpers
+  // may take some), then counts those it produced.
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
     TaskTimer timer(ctx.stats, task.length, ctx.scratch.get());
-    for (int64_t p = task.offset; p < task.offset + task.length; ++p) {
-      if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
+    int64_t produced = 0;
+    while (!stop_flag_.load(std::memory_order_relaxed)) {  // else nobody waits for it any more
+      const int64_t p = task.cursor->Take();
+      if (p >= task.cursor->end()) break;
       Produce(ctx, *task.plan, slot, p);
       timer.SampleDone();
+      ++produced;
     }
+    if (stop_flag_.load(std::memory_order_relaxed)) return;
     timer.Finish();
+    if (produced == 0) return;  // helpers took them all: the slot may be gone already
     ctx.Trim(*options_.transform);
     ctx.stats.set_footprint(ctx.footprint());
-    if (slot->Done(task.length)) FinishBatch(slot);
+    if (slot->Done(produced)) FinishBatch(slot);
   }
 
   // Reads and transforms the sample at position `p` of `slot`; a failure,

@@ -33,7 +33,6 @@ WorkerMetrics WorkerStats::Snapshot() const {
 TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch)
     : stats_(stats),
       scratch_(scratch),
-      samples_(samples),
       start_ns_(SteadyNanos()),
       timed_(stats.run_delay_ != nullptr && stats.sample_ns_ * samples >= kRunDelayTaskNs),
       wall0_(start_ns_),
@@ -79,7 +78,8 @@ void TaskTimer::Publish() {
 
 void TaskTimer::Finish() {
   if (pending_ > 0) Publish();
-  const int64_t per_sample = (wall0_ - start_ns_) / std::max<int64_t>(samples_, 1);
+  if (done_ == 0) return;
+  const int64_t per_sample = (wall0_ - start_ns_) / done_;
   stats_.sample_ns_ = per_sample;
   stats_.publish_every_ =
       std::clamp<int64_t>(kPublishNs / std::max<int64_t>(per_sample, 1), 1, 1 << 20);

@@ -60,9 +60,11 @@ class TaskTimer {
   TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch = nullptr);
   /// After each sample.
   void SampleDone() {
+    ++done_;
     if (++pending_ >= stats_.publish_every_) Publish();
   }
-  /// After the last sample: publishes and sets the cadence for the next task.
+  /// After the last sample: publishes and sets the cadence for the next task
+  /// (kept when the task produced none).
   void Finish();
 
  private:
@@ -72,7 +74,6 @@ class TaskTimer {
 
   WorkerStats& stats_;
   const TransformScratch* scratch_;
-  const int64_t samples_;
   const int64_t start_ns_;
   const bool timed_;
   int64_t wall0_;
@@ -80,6 +81,7 @@ class TaskTimer {
   int64_t queue0_;       // the scratch's queue time elsewhere at the last publication
   int64_t elsewhere0_;   // and its CPU time elsewhere
   int64_t pending_ = 0;  // samples not yet published
+  int64_t done_ = 0;     // samples of this task (helpers may take some of `samples`)
 };
 
 /// The loader's workers' statistics: those running now, and the totals of

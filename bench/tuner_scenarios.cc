@@ -63,7 +63,7 @@ void Goal(bool ok, const char* what, double value, const char* unit) {
 double TimeTo(const std::vector<TimelinePoint>& tl, double from, double target) {
   for (const auto& p : tl) {
     if (p.t_s < from + 1.0) continue;
-    if (MeanRate(tl, p.t_s - 1.0, p.t_s) >= target) return p.t_s - from;
+    if (SettledRate(tl, p.t_s - 1.0, p.t_s) >= target) return p.t_s - from;
   }
   return 1e9;
 }
@@ -233,7 +233,7 @@ Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double fr
   const double after = StaticRate(s, best_workers);
   rd.reference = (before + after) / 2;
   rd.seconds = TimeTo(st.timeline, from, 0.95 * rd.reference);
-  rd.tuned = MeanRate(st.timeline, from + s.settle_s, st.seconds);
+  rd.tuned = SettledRate(st.timeline, from + s.settle_s, st.seconds);
   rd.ratio = rd.tuned / rd.reference;
   before = after;
   std::printf("    round %d trace:\n", index + 1);

@@ -15,7 +15,8 @@ namespace stoker {
 /// One moment of a run, for live views, summaries and plots.
 struct TimelinePoint {
   double t_s = 0;
-  double samples_per_s = 0;  // over the interval that ends at t_s
+  double samples_per_s = 0;   // delivered, over the interval that ends at t_s
+  double produced_per_s = 0;  // produced by the workers (or the consumer), same interval
   double stall_fraction = 0;
   int workers = 0;
   int prefetch_batches = 0;
@@ -25,6 +26,12 @@ struct TimelinePoint {
 /// throughput (samples/s) and stall fraction.
 double MeanRate(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
 double MeanStall(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
+/// The throughput a stretch of the timeline shows: the lesser of what was
+/// delivered and what was produced. Delivery alone reads high while the
+/// consumer catches up on batches started before the stretch (a pool that
+/// just shrank, a warm-up that ended with many batches part-filled);
+/// production alone reads high while the prefetch window fills.
+double SettledRate(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
 
 /// How the stand-in training loop consumes batches.
 struct ConsumeOptions {
@@ -49,7 +56,8 @@ struct ConsumeOptions {
 
 /// What a consume loop saw.
 struct ConsumeStats {
-  int64_t samples = 0;
+  int64_t samples = 0;   // delivered
+  int64_t produced = 0;  // produced by the workers (or the consumer) meanwhile
   int64_t batches = 0;
   int64_t epochs_completed = 0;
   double seconds = 0;

@@ -56,6 +56,7 @@ TimelinePoint PointBetween(const LoaderMetrics& last, const LoaderMetrics& m, do
   TimelinePoint p;
   p.t_s = t_s;
   p.samples_per_s = dt_s > 0 ? (m.samples_delivered - last.samples_delivered) / dt_s : 0;
+  p.produced_per_s = dt_s > 0 ? (m.samples_produced - last.samples_produced) / dt_s : 0;
   p.stall_fraction =
       StallFraction(static_cast<double>(m.consumer_wait_ns - last.consumer_wait_ns) * 1e-9, dt_s);
   p.workers = m.workers_target;
@@ -71,6 +72,12 @@ double MeanRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s
 
 double MeanStall(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
   return TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.stall_fraction; });
+}
+
+double SettledRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  return std::min(
+      MeanRate(tl, from_s, to_s),
+      TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.produced_per_s; }));
 }
 
 Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
@@ -128,6 +135,7 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   s.seconds = Since(t0);
   LoaderMetrics end = loader.Metrics();
   s.workers_max = std::max(s.workers_max, end.workers_target);
+  s.produced = end.samples_produced - m0.samples_produced;
   s.stall_fraction = StallFraction(
       static_cast<double>(end.consumer_wait_ns - m0.consumer_wait_ns) * 1e-9, s.seconds);
   return s;
@@ -162,7 +170,11 @@ Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const
     report.interrupted = true;
     return std::optional<SweepPoint>();
   }
-  SweepPoint p{workers, st.samples / st.seconds, st.stall_fraction};
+  // The lesser of delivered and produced (SettledRate says why): a short
+  // warm-up on a saturated store ends with many batches part-filled, and
+  // delivering them read up to 15 % above what the store serves.
+  SweepPoint p{workers, static_cast<double>(std::min(st.samples, st.produced)) / st.seconds,
+               st.stall_fraction};
   char line[160];
   std::snprintf(line, sizeof line, "  workers %3d  %10.1f samples/s  stall %5.1f %%", workers,
                 p.samples_per_s, p.stall_fraction * 100);
@@ -251,7 +263,7 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
   report.tuned_workers_max = st.workers_max;
   report.tuned_stall_fraction = st.stall_fraction;
   const double settle = std::min(5.0, o.tuned_seconds / 3);
-  report.tuned_samples_per_s = MeanRate(st.timeline, settle, st.seconds);
+  report.tuned_samples_per_s = SettledRate(st.timeline, settle, st.seconds);
   return Status::Ok();
 }
 
@@ -272,7 +284,7 @@ Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& re
 double SecondsTo95Percent(const std::vector<TimelinePoint>& timeline, double best) {
   for (const auto& p : timeline) {
     if (p.t_s < 1.0) continue;
-    if (MeanRate(timeline, p.t_s - 1.0, p.t_s) >= 0.95 * best) return p.t_s;
+    if (SettledRate(timeline, p.t_s - 1.0, p.t_s) >= 0.95 * best) return p.t_s;
   }
   return -1;
 }

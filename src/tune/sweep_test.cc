@@ -1,0 +1,49 @@
+// The stand-in training loop's figures: what a stretch of a run delivered
+// and produced, and which of the two a throughput figure believes.
+
+#include "stoker/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/loader_harness.h"
+
+namespace stoker {
+namespace {
+
+TimelinePoint At(double t_s, double delivered, double produced) {
+  TimelinePoint p;
+  p.t_s = t_s;
+  p.samples_per_s = delivered;
+  p.produced_per_s = produced;
+  return p;
+}
+
+TEST(SweepTest, ASettledRateIsTheLesserOfDeliveredAndProduced) {
+  // A pool that shrank: the consumer catches up on batches the larger pool
+  // part-filled (delivered > produced), then both agree.
+  const std::vector<TimelinePoint> shrink = {At(1, 400, 400), At(2, 1400, 400), At(3, 400, 400)};
+  EXPECT_DOUBLE_EQ(MeanRate(shrink, 0, 3), 2200.0 / 3);
+  EXPECT_DOUBLE_EQ(SettledRate(shrink, 0, 3), 400);
+  // A pipeline that fills its prefetch window: produced > delivered.
+  const std::vector<TimelinePoint> filling = {At(1, 100, 700), At(2, 300, 500)};
+  EXPECT_DOUBLE_EQ(SettledRate(filling, 0, 2), 200);
+  EXPECT_DOUBLE_EQ(SettledRate({}, 0, 2), 0);
+}
+
+TEST(SweepTest, ConsumeCountsWhatTheWorkersProduced) {
+  auto o = testing::SyntheticLoaderOptions(2000, 32, 64, {});
+  o.workers = 2;
+  auto loader = testing::MakeLoader(o);
+  ConsumeOptions co;
+  co.epochs = 2;
+  auto st = Consume(*loader, co);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->samples, 4000);
+  // A fresh loader: every delivered sample was produced within the run, and
+  // the look-ahead may have produced some of a third epoch.
+  EXPECT_GE(st->produced, st->samples);
+  EXPECT_LE(st->produced, 6000);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -37,16 +37,24 @@ def _batch_samples(batch, batch_size):
     return batch_size
 
 
-def _measure(loader, batch_size, batches, seconds, step_s):
-    """Takes the first batch (worker start and first fill: not measured),
-    then batches until `batches` or `seconds`, starting new epochs as
-    needed. Returns (samples, batches, seconds, seconds waited in next())."""
+def _measure(loader, batch_size, batches, seconds, step_s, warm_batches=1):
+    """Takes `warm_batches` batches unmeasured (worker start and the first
+    round: each worker's first batch was begun at the start, so counting
+    those after the first would credit the measurement with work done
+    before it), then batches until `batches` or `seconds`, starting new
+    epochs as needed. Returns (samples, batches, seconds, seconds waited in
+    next())."""
     it = iter(loader)
     try:
         next(it)
     except StopIteration:
         raise ValueError("stoker.bench: the DataLoader gave no batch (an empty dataset, or "
                          "drop_last with fewer samples than batch_size)") from None
+    for _ in range(warm_batches - 1):
+        try:
+            next(it)
+        except StopIteration:
+            it = iter(loader)
     samples = taken = 0
     waited = 0.0
     start = time.perf_counter()
@@ -97,8 +105,8 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     ``DataLoader(num_workers=..., prefetch_factor=..., ...)`` line to paste
     and the rule behind each argument.
 
-    Each count gets a fresh loader; its first batch (worker start-up, first
-    fill) is not measured, then it runs for ``seconds`` or ``batches``
+    Each count gets a fresh loader; its first round of batches (one per
+    worker: start-up, first fill) is not measured, then it runs for ``seconds`` or ``batches``
     batches, whichever comes first, a step of ``step_ms`` after each batch
     (a stand-in for the training step; 0: as fast as batches come). Stall is
     the share of that time spent waiting in next().
@@ -163,7 +171,7 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
                 # that it does would repeat at every such count.
                 warnings.filterwarnings("ignore", message="This DataLoader will create")
                 samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds,
-                                                           step_s)
+                                                           step_s, max(1, workers))
         finally:
             del loader
         points.append({"num_workers": workers,

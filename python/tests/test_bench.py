@@ -112,3 +112,15 @@ def test_a_dataset_without_batches_is_named():
     with pytest.raises(ValueError, match="no batch"):
         stoker.bench(torch.utils.data.TensorDataset(torch.zeros(3, 2)), batch_size=4,
                      drop_last=True, num_workers=[0], gpus=0, quiet=True)
+
+
+def test_a_count_is_measured_after_its_first_round_of_batches():
+    # Each worker's first batch was begun when the loader started: counted
+    # after the first one arrives, they would credit the measurement with
+    # work done before it (many workers on a slow store read high).
+    batches = [torch.zeros(n) for n in (1, 2, 3, 4, 5, 6)]  # batch i has i + 1 samples
+    samples, taken, _, _ = stoker._bench._measure(batches, 1, 2, 10.0, 0.0, warm_batches=3)
+    assert (samples, taken) == (4 + 5, 2)
+    # An epoch shorter than the warm-up: the measurement starts the next one.
+    samples, taken, _, _ = stoker._bench._measure(batches[:2], 1, 1, 10.0, 0.0, warm_batches=3)
+    assert (samples, taken) == (1, 1)

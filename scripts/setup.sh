@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
+  libfuse3-dev fuse3
   libjpeg62-turbo-dev libpng-dev
   clang libclang-rt-14-dev clang-format
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pytest-timeout

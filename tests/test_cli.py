@@ -61,9 +61,13 @@ def test_run_json_summary(tmp_path):
                           "200", "--size", "16", "--seconds", "2", "--json", "--quiet",
                           "--trace", str(trace)).stdout)
     for k in ("samples", "seconds", "samples_per_s", "stall_fraction", "workers_final",
-              "workers_max", "decisions", "peak_rss_bytes", "skipped"):
+              "workers_max", "decisions", "peak_rss_bytes", "skipped", "timeline"):
         assert k in j, k
     assert j["samples"] > 0 and j["workers_final"] >= 1 and j["skipped"] == 0
+    # A point every 0.25 s, in order, within the run.
+    ts = [p["t_s"] for p in j["timeline"]]
+    assert len(ts) >= 4 and ts == sorted(ts) and ts[-1] <= j["seconds"]
+    assert all(p["workers"] >= 1 and p["samples_per_s"] >= 0 for p in j["timeline"])
     lines = trace.read_text().splitlines() if trace.exists() else []
     assert len(lines) == j["decisions"]
     for line in lines:

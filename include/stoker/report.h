@@ -20,9 +20,14 @@ std::string FormatSweepTable(const SweepReport& report);
 
 /// {"sweep": [{workers, samples_per_s, stall_fraction}], "best_static":
 /// {workers, samples_per_s} (null without points), "tuned": {samples_per_s,
-/// workers_final, workers_max, stall_fraction, seconds_to_95pct} and "ratio"
-/// (both null unless tuned_measured), "decisions": [...], "interrupted".
+/// workers_final, workers_max, stall_fraction, seconds_to_95pct, timeline}
+/// and "ratio" (both null unless tuned_measured), "decisions": [...],
+/// "interrupted".
 nlohmann::json SweepToJson(const SweepReport& report);
+
+/// [{t_s, samples_per_s, workers, stall_fraction}]: a run's timeline (the
+/// tuned run's in SweepToJson, `stoker run --json`'s "timeline").
+nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline);
 
 // The engine's public structs as JSON, the one form the CLI's --json output
 // and Python's dicts (stats(), skipped(), state_dict()) share. Keys are the

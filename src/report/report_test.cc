@@ -38,6 +38,10 @@ TEST(ReportTest, JsonHasTheStableKeys) {
   EXPECT_DOUBLE_EQ(j["tuned"]["seconds_to_95pct"].get<double>(), 1.5);
   EXPECT_NEAR(j["ratio"].get<double>(), 0.98, 0.001);
   EXPECT_EQ(j["decisions"][0]["reason"], "model");
+  ASSERT_EQ(j["tuned"]["timeline"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["tuned"]["timeline"][1]["t_s"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["tuned"]["timeline"][1]["samples_per_s"].get<double>(), 300);
+  EXPECT_EQ(j["tuned"]["timeline"][1]["workers"], 2);
   SweepReport never = Example();
   never.seconds_to_95pct = -1;
   EXPECT_TRUE(SweepToJson(never)["tuned"]["seconds_to_95pct"].is_null());

@@ -38,6 +38,17 @@ std::string FormatSweepTable(const SweepReport& r) {
   return out.str();
 }
 
+nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : timeline) {
+    out.push_back({{"t_s", p.t_s},
+                   {"samples_per_s", p.samples_per_s},
+                   {"workers", p.workers},
+                   {"stall_fraction", p.stall_fraction}});
+  }
+  return out;
+}
+
 nlohmann::json SweepToJson(const SweepReport& r) {
   nlohmann::json sweep = nlohmann::json::array();
   for (const auto& p : r.sweep) {
@@ -47,13 +58,6 @@ nlohmann::json SweepToJson(const SweepReport& r) {
   }
   nlohmann::json decisions = nlohmann::json::array();
   for (const auto& d : r.trace) decisions.push_back(TunerDecisionToJson(d));
-  nlohmann::json timeline = nlohmann::json::array();
-  for (const auto& p : r.tuned_timeline) {
-    timeline.push_back({{"t_s", p.t_s},
-                        {"samples_per_s", p.samples_per_s},
-                        {"workers", p.workers},
-                        {"stall_fraction", p.stall_fraction}});
-  }
   nlohmann::json best = nullptr;
   if (!r.sweep.empty()) {
     best = {{"workers", r.best_static.workers}, {"samples_per_s", r.best_static.samples_per_s}};
@@ -66,7 +70,7 @@ nlohmann::json SweepToJson(const SweepReport& r) {
              {"stall_fraction", r.tuned_stall_fraction},
              {"seconds_to_95pct", r.seconds_to_95pct < 0 ? nlohmann::json(nullptr)
                                                          : nlohmann::json(r.seconds_to_95pct)},
-             {"timeline", timeline}};
+             {"timeline", TimelineToJson(r.tuned_timeline)}};
   }
   return {{"sweep", sweep},
           {"best_static", best},

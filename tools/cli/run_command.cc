@@ -91,7 +91,10 @@ nlohmann::json RunSummaryToJson(const RunSummary& s) {
           {"skipped_samples", skipped},
           {"epochs_completed", s.stats.epochs_completed},
           {"interrupted", s.signal != 0},
-          {"signal", s.signal != 0 ? nlohmann::json(SignalName(s.signal)) : nlohmann::json()}};
+          {"signal", s.signal != 0 ? nlohmann::json(SignalName(s.signal)) : nlohmann::json()},
+          // A point every 0.25 s: the rate once settled, without the start-up
+          // that "samples_per_s" includes.
+          {"timeline", TimelineToJson(s.stats.timeline)}};
 }
 
 void PrintRunSummary(const RunSummary& s, std::ostream& out) {

@@ -13,7 +13,8 @@ side in one run, with the same pipeline options apart from --workers:
           bench's own tuned run, which is shown too);
   tuned   --rounds x stoker run --data MOUNT --workers auto --seconds S
           --step-ms 0 --quiet --json --trace FILE: each round's settled
-          rate, the mean over its last 2/3 (its JSON timeline; the whole
+          rate over its last 2/3: the lesser of delivered and produced (its
+          JSON timeline, as stoker's SettledRate; the whole
           run's rate from a stoker without one, start-up included).
 
 Prints the best static count and rate, the knee (the fewest workers within
@@ -150,7 +151,7 @@ def stoker_json(cmd):
     return json.loads(out.stdout)
 
 
-def mean_rate(timeline, from_s, to_s):
+def mean_rate(timeline, from_s, to_s, key="samples_per_s"):
     """Samples/s over the timeline points that end in (from_s, to_s], each
     weighted by its interval (what stoker's MeanRate does)."""
     samples = seconds = 0.0
@@ -158,16 +159,23 @@ def mean_rate(timeline, from_s, to_s):
     for p in timeline:
         if from_s < p["t_s"] <= to_s:
             dt = p["t_s"] - prev
-            samples += p["samples_per_s"] * dt
+            samples += p.get(key, p["samples_per_s"]) * dt
             seconds += dt
         prev = p["t_s"]
     return samples / seconds if seconds > 0 else None
 
 
+def settled_rate(timeline, from_s, to_s):
+    """The lesser of delivered and produced samples/s (stoker's
+    SettledRate): batches part-filled before the stretch read high."""
+    rates = [mean_rate(timeline, from_s, to_s, k) for k in ("samples_per_s", "produced_per_s")]
+    return None if None in rates else min(rates)
+
+
 def seconds_to(timeline, rate):
     """The first time a 1 s window reaches `rate`; None if never."""
     for p in timeline:
-        if p["t_s"] >= 1.0 and (mean_rate(timeline, p["t_s"] - 1.0, p["t_s"]) or 0) >= rate:
+        if p["t_s"] >= 1.0 and (settled_rate(timeline, p["t_s"] - 1.0, p["t_s"]) or 0) >= rate:
             return p["t_s"]
     return None
 
@@ -176,7 +184,7 @@ def settled(run):
     """(rate over the last 2/3 of the run, where it comes from)."""
     timeline = run.get("timeline")
     if timeline:
-        rate = mean_rate(timeline, run["seconds"] / 3, run["seconds"])
+        rate = settled_rate(timeline, run["seconds"] / 3, run["seconds"])
         if rate is not None:
             return rate, "last 2/3"
     return run["samples_per_s"], "whole run"

@@ -25,7 +25,7 @@ std::string FormatSweepTable(const SweepReport& report);
 /// "interrupted".
 nlohmann::json SweepToJson(const SweepReport& report);
 
-/// [{t_s, samples_per_s, workers, stall_fraction}]: a run's timeline (the
+/// [{t_s, samples_per_s, produced_per_s, workers, stall_fraction}]: a run's timeline (the
 /// tuned run's in SweepToJson, `stoker run --json`'s "timeline").
 nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline);
 

@@ -19,7 +19,24 @@ SweepReport Example() {
   r.tuned_workers_max = 3;
   r.seconds_to_95pct = 1.5;
   r.ratio = 345.0 / 352;
-  r.tuned_timeline = {{0.5, 150, 1, 1, 4}, {1.0, 300, 1, 2, 4}, {1.5, 349, 1, 2, 4}};
+  r.tuned_timeline = {{.t_s = 0.5,
+                       .samples_per_s = 150,
+                       .produced_per_s = 160,
+                       .stall_fraction = 1,
+                       .workers = 1,
+                       .prefetch_batches = 4},
+                      {.t_s = 1.0,
+                       .samples_per_s = 300,
+                       .produced_per_s = 310,
+                       .stall_fraction = 1,
+                       .workers = 2,
+                       .prefetch_batches = 4},
+                      {.t_s = 1.5,
+                       .samples_per_s = 349,
+                       .produced_per_s = 349,
+                       .stall_fraction = 1,
+                       .workers = 2,
+                       .prefetch_batches = 4}};
   TunerDecision d;
   d.reason = "model";
   d.workers_before = 1;
@@ -42,6 +59,7 @@ TEST(ReportTest, JsonHasTheStableKeys) {
   EXPECT_DOUBLE_EQ(j["tuned"]["timeline"][1]["t_s"].get<double>(), 1.0);
   EXPECT_DOUBLE_EQ(j["tuned"]["timeline"][1]["samples_per_s"].get<double>(), 300);
   EXPECT_EQ(j["tuned"]["timeline"][1]["workers"], 2);
+  EXPECT_DOUBLE_EQ(j["tuned"]["timeline"][1]["produced_per_s"].get<double>(), 310);
   SweepReport never = Example();
   never.seconds_to_95pct = -1;
   EXPECT_TRUE(SweepToJson(never)["tuned"]["seconds_to_95pct"].is_null());

@@ -43,6 +43,7 @@ nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline) {
   for (const auto& p : timeline) {
     out.push_back({{"t_s", p.t_s},
                    {"samples_per_s", p.samples_per_s},
+                   {"produced_per_s", p.produced_per_s},
                    {"workers", p.workers},
                    {"stall_fraction", p.stall_fraction}});
   }

@@ -172,10 +172,20 @@ def settled_rate(timeline, from_s, to_s):
     return None if None in rates else min(rates)
 
 
+def window_rate(timeline, from_s, to_s):
+    """Delivered samples/s, or produced where the consumer caught up on
+    batches filled before the window (stoker's WindowRate)."""
+    delivered = mean_rate(timeline, from_s, to_s)
+    produced = mean_rate(timeline, from_s, to_s, "produced_per_s")
+    if delivered is None or produced is None:
+        return None
+    return produced if delivered > 1.2 * produced else delivered
+
+
 def seconds_to(timeline, rate):
     """The first time a 1 s window reaches `rate`; None if never."""
     for p in timeline:
-        if p["t_s"] >= 1.0 and (settled_rate(timeline, p["t_s"] - 1.0, p["t_s"]) or 0) >= rate:
+        if p["t_s"] >= 1.0 and (window_rate(timeline, p["t_s"] - 1.0, p["t_s"]) or 0) >= rate:
             return p["t_s"]
     return None
 

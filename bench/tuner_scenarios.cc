@@ -63,7 +63,7 @@ void Goal(bool ok, const char* what, double value, const char* unit) {
 double TimeTo(const std::vector<TimelinePoint>& tl, double from, double target) {
   for (const auto& p : tl) {
     if (p.t_s < from + 1.0) continue;
-    if (SettledRate(tl, p.t_s - 1.0, p.t_s) >= target) return p.t_s - from;
+    if (WindowRate(tl, p.t_s - 1.0, p.t_s) >= target) return p.t_s - from;
   }
   return 1e9;
 }

@@ -32,6 +32,11 @@ double MeanStall(const std::vector<TimelinePoint>& timeline, double from_s, doub
 /// just shrank, a warm-up that ended with many batches part-filled);
 /// production alone reads high while the prefetch window fills.
 double SettledRate(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
+/// For a short window (when a rate was first reached): what was delivered,
+/// unless the consumer caught up on batches filled before it (delivered over
+/// 1.2 x produced): then what was produced. The lesser of the two would read
+/// a steady one-second window low by its noise.
+double WindowRate(const std::vector<TimelinePoint>& timeline, double from_s, double to_s);
 
 /// How the stand-in training loop consumes batches.
 struct ConsumeOptions {

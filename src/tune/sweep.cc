@@ -74,10 +74,21 @@ double MeanStall(const std::vector<TimelinePoint>& tl, double from_s, double to_
   return TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.stall_fraction; });
 }
 
+namespace {
+
+double MeanProduced(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  return TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.produced_per_s; });
+}
+
+}  // namespace
+
 double SettledRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
-  return std::min(
-      MeanRate(tl, from_s, to_s),
-      TimelineMean(tl, from_s, to_s, [](const TimelinePoint& p) { return p.produced_per_s; }));
+  return std::min(MeanRate(tl, from_s, to_s), MeanProduced(tl, from_s, to_s));
+}
+
+double WindowRate(const std::vector<TimelinePoint>& tl, double from_s, double to_s) {
+  const double delivered = MeanRate(tl, from_s, to_s), produced = MeanProduced(tl, from_s, to_s);
+  return delivered > 1.2 * produced ? produced : delivered;
 }
 
 Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
@@ -284,7 +295,7 @@ Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& re
 double SecondsTo95Percent(const std::vector<TimelinePoint>& timeline, double best) {
   for (const auto& p : timeline) {
     if (p.t_s < 1.0) continue;
-    if (SettledRate(timeline, p.t_s - 1.0, p.t_s) >= 0.95 * best) return p.t_s;
+    if (WindowRate(timeline, p.t_s - 1.0, p.t_s) >= 0.95 * best) return p.t_s;
   }
   return -1;
 }

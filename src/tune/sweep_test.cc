@@ -30,6 +30,14 @@ TEST(SweepTest, ASettledRateIsTheLesserOfDeliveredAndProduced) {
   EXPECT_DOUBLE_EQ(SettledRate({}, 0, 2), 0);
 }
 
+TEST(SweepTest, AWindowRateIsWhatWasDeliveredUnlessTheConsumerCaughtUp) {
+  // Noise: delivered a little above produced is believed.
+  EXPECT_DOUBLE_EQ(WindowRate({At(1, 3450, 3300)}, 0, 1), 3450);
+  EXPECT_DOUBLE_EQ(WindowRate({At(1, 3300, 3450)}, 0, 1), 3300);
+  // A catch-up: what the workers produced meanwhile.
+  EXPECT_DOUBLE_EQ(WindowRate({At(1, 1475, 400)}, 0, 1), 400);
+}
+
 TEST(SweepTest, ConsumeCountsWhatTheWorkersProduced) {
   auto o = testing::SyntheticLoaderOptions(2000, 32, 64, {});
   o.workers = 2;

@@ -109,20 +109,26 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
   if (run == nullptr) return claim;
   const int64_t batch = run->claim_batch_;
   const int64_t length = shape_.batch_length(batch);
-  if (run->claim_offset_ == 0) {
-    if (open_count_ >= depth()) return claim;
+  const bool opens = run->claim_offset_ == 0;
+  if (opens && open_count_ >= depth()) return claim;
+  const int64_t chunk = std::min(share, length - run->claim_offset_);
+  // Whatever may throw (std::bad_alloc, a refused buffer) comes before any
+  // change: the loader reports it, and the scheduler is as it was.
+  auto cursor = std::make_shared<TaskCursor>(run->claim_offset_, run->claim_offset_ + chunk);
+  DropExhausted();
+  running_.reserve(running_.size() + 1);
+  if (opens) {
+    run->open_.reserve(run->open_.size() + 1);
     auto slot = pool_->Acquire();
     slot->Open(run->epoch(), batch, length);
     run->open_.push_back({batch, std::move(slot), false});
     ++open_count_;
   }
-  const int64_t chunk = std::min(share, length - run->claim_offset_);
   task->plan = run->plan_;
   task->slot = run->open_.back().slot.get();
   task->offset = run->claim_offset_;
   task->length = chunk;
-  task->cursor = std::make_shared<TaskCursor>(task->offset, task->offset + chunk);
-  DropExhausted();
+  task->cursor = std::move(cursor);
   running_.push_back({task->plan, task->slot, task->cursor});
   run->claim_offset_ += chunk;
   if (run->claim_offset_ == length) {

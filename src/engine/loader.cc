@@ -340,7 +340,7 @@ class Loader::Impl {
     EpochScheduler::Claim claim;
     try {
       claim = sched_.ClaimTask(threads, &task);
-    } catch (const std::bad_alloc&) {  // a new batch buffer; the scheduler is unchanged
+    } catch (const std::bad_alloc&) {  // a batch buffer or a task; the scheduler is unchanged
       Fail(Unavailable("out of memory for a batch buffer of " +
                        std::to_string(pool_->batch_bytes()) + " bytes"));
       return false;

@@ -10,12 +10,12 @@ transform. Prints each seed's accuracy, the paired difference and its 95 %
 interval, and whether that interval lies inside +-margin (equivalence shown)
 or not (then exact decoding must stay the default for train too).
 
-The data: the built-in data set's 2000 JPEGs. Its folder labels (i % 10)
-carry no information: image i is cut from photograph i % P, and with P = 33
-installed photographs every class holds crops of every photograph, so no model
-beats chance on them. Here each image is labelled with its photograph
-(i % P, P counted as make-dataset counts it): a real P-class task, telling
-photographs apart from random crops of them. Every 5th image is held out.
+The data: the built-in data set's 2000 JPEGs. Image i is cut from
+photograph i % P (P = 33 installed photographs here); its folder's class is
+(i % P) % 10, so a class holds 3-4 photographs. Here each image is labelled
+with its photograph (i % P, P counted as make-dataset counts it): a harder
+P-class task, telling photographs apart from random crops of them. Every 5th
+image is held out.
 The resolution is low (default 48 px) to fit a CPU; there DCT
 scaling is used for most samples, so this is the setting where it can
 matter most.

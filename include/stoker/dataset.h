@@ -14,8 +14,10 @@ struct MakeDatasetOptions {
   /// The folder to write, as OUT/<class>/<class>_<index>.jpg. Created if
   /// missing; files already there with other names are left alone.
   std::string output;
-  /// Number of images, spread round-robin over `classes` classes named
-  /// n000, n001, ... (wider numbers past 1000 classes).
+  /// Number of images, over `classes` classes named n000, n001, ... (wider
+  /// numbers past 1000 classes). Image i is cut from photograph i % P and
+  /// belongs to class (i % P) % classes, so that a class's images share their
+  /// scenes and can be learned; with fewer photographs than classes, i % classes.
   int64_t images = 2000;
   int classes = 10;
   /// Same seed and photographs, byte-identical files.

@@ -12,7 +12,9 @@ def make_dataset(output, images=DEFAULT_IMAGES, classes=DEFAULT_CLASSES, seed=0,
                  photos="/usr/share/wallpapers"):
     """Writes an ImageNet-like class-per-folder JPEG data set,
     ``output/<class>/<class>_<index>.jpg``, cut from the installed wallpaper
-    photographs (Debian's plasma-workspace-wallpapers); with ``shards`` > 0
+    photographs (Debian's plasma-workspace-wallpapers), image i from
+    photograph i % P and in that photograph's class, (i % P) % classes, so
+    that the classes can be learned; with ``shards`` > 0
     also as WebDataset tar shards in ``output-shards/``. The same seed gives
     byte-identical files. Returns what it wrote, as a dict."""
     report = _stoker.make_dataset(

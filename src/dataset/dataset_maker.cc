@@ -303,17 +303,24 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
     fs::create_directories(dir, ec);
     if (ec) return IoError("make-dataset: cannot create " + dir + ": " + ec.message());
   }
-  auto key_of = [&](int64_t i) {
-    return report.class_names[static_cast<size_t>(i % o.classes)] + "_" + Padded(i, index_digits);
-  };
-  auto path_of = [&](int64_t i) {
-    return report.root + "/" + report.class_names[static_cast<size_t>(i % o.classes)] + "/" +
-           key_of(i) + ".jpg";
-  };
-
   // Image i comes from photograph i % P: each photograph is decoded once and
   // every image it gives is cut while it is in memory.
   const int64_t photo_count = std::min<int64_t>(static_cast<int64_t>(photos.size()), o.images);
+  // Its class is its photograph's, (i % P) % classes, when there are
+  // photographs for every class: a class's images are crops of the same
+  // scenes, which a model can learn (with i % classes every class held crops
+  // of every photograph, and training on them stayed at chance).
+  auto class_of = [&](int64_t i) {
+    return static_cast<size_t>(photo_count >= o.classes ? i % photo_count % o.classes
+                                                        : i % o.classes);
+  };
+  auto key_of = [&](int64_t i) {
+    return report.class_names[class_of(i)] + "_" + Padded(i, index_digits);
+  };
+  auto path_of = [&](int64_t i) {
+    return report.root + "/" + report.class_names[class_of(i)] + "/" + key_of(i) + ".jpg";
+  };
+
   PhotoLoader loader;
   ImageCutter cutter;
   Photo photo;
@@ -350,7 +357,7 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
       for (int64_t i = begin; i < end; ++i) {
         const size_t j = static_cast<size_t>(i - begin);
         STOKER_RETURN_IF_ERROR(ReadFile(path_of(i), &files[j]));
-        labels[j] = std::to_string(i % o.classes);
+        labels[j] = std::to_string(class_of(i));
         members.push_back({key_of(i) + ".jpg", std::as_bytes(std::span<const uint8_t>(files[j]))});
         members.push_back({key_of(i) + ".cls", std::as_bytes(std::span<const char>(labels[j]))});
       }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -171,6 +172,31 @@ TEST(DatasetMakerTest, PlansStayInRangeAndInsideThePhoto) {
     ASSERT_GE(p.crop_y, 0);
     ASSERT_LE(p.crop_x + p.crop_width, 1280 + 1e-9);
     ASSERT_LE(p.crop_y + p.crop_height, 720 + 1e-9);
+  }
+}
+
+TEST(DatasetMakerTest, AnImageHasItsPhotographsClassSoThatClassesCanBeLearned) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  Write(fs::path(o.photos) / "Gamma/contents/images/800x600.jpg",
+        testing::Jpeg(testing::MakePicture(800, 600, 3), 800, 600));
+  o.images = 12;
+  o.classes = 2;
+  o.output = tmp.path() + "/out";
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_EQ(report->photos_used, 3);
+  // Image i is cut from photograph i % 3, and its class is that one's, % 2:
+  // photographs 0 and 2 in n000, photograph 1 in n001 (with i % 2 every
+  // class would hold crops of every photograph).
+  const auto files = ReadTree(o.output);
+  ASSERT_EQ(files.size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "n00" + std::to_string(i % 3 % 2);
+    char file[32];
+    std::snprintf(file, sizeof file, "%s/%s_%06d.jpg", name.c_str(), name.c_str(), i);
+    EXPECT_EQ(files.count(file), 1u) << file;
   }
 }
 

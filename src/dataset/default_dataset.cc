@@ -9,7 +9,8 @@ namespace stoker {
 namespace {
 
 // Written last, so that an interrupted run is made again rather than used.
-constexpr const char* kCompleteMarker = ".stoker-complete";
+// v2: classes follow photographs; a folder of another layout is made again.
+constexpr const char* kCompleteMarker = ".stoker-complete-v2";
 
 }  // namespace
 
@@ -32,6 +33,11 @@ Result<std::string> EnsureDefaultDataset(bool quiet) {
   const std::string path = DefaultDatasetPath();
   std::error_code ec;
   if (std::filesystem::exists(path + "/" + kCompleteMarker, ec)) return path;
+  // What is there is an interrupted run or an older layout, whose files would
+  // stay beside the new ones: the folder is stoker's own cache.
+  std::filesystem::remove_all(path, ec);
+  if (ec)
+    return IoError("cannot remove the incomplete built-in data set " + path + ": " + ec.message());
   MakeDatasetOptions o;
   o.output = path;
   if (!quiet) {

@@ -50,11 +50,30 @@ Status ErrnoError(const std::string& what, int err) {
     case ENOTDIR:
       code = StatusCode::kNotFound;
       break;
+    // The machine refused a resource, or the store itself is gone or out of
+    // reach (a FUSE server that died, an NFS or network store, removed
+    // media): no sample's fault, and every other read would fail alike, so
+    // such errors are never skipped as bad samples.
     case EMFILE:
     case ENFILE:
     case ENOMEM:
     case EAGAIN:
     case ENOBUFS:
+    case ENOTCONN:
+    case ESTALE:
+    case ENODEV:
+    case ENXIO:
+    case ENOMEDIUM:
+    case ETIMEDOUT:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case ENETRESET:
+    case ENOLINK:
       code = StatusCode::kUnavailable;
       break;
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace stoker {
 namespace {
@@ -41,6 +42,12 @@ TEST(StatusTest, RefusedResourcesAreNotTheSamplesFault) {
   EXPECT_EQ(ErrnoError("open a", ENOENT).code(), StatusCode::kNotFound);
   EXPECT_EQ(ErrnoError("read a", EIO).code(), StatusCode::kIoError);
   EXPECT_FALSE(IsSampleError(ErrnoError("open a", EMFILE)));
+  // A store that is gone or out of reach fails every read alike.
+  for (int err : {ENOTCONN, ESTALE, ENODEV, ENXIO, ENOMEDIUM, ETIMEDOUT, ECONNRESET, EHOSTDOWN,
+                  ENETUNREACH}) {
+    EXPECT_FALSE(IsSampleError(ErrnoError("open a", err))) << std::strerror(err);
+  }
+  EXPECT_TRUE(IsSampleError(ErrnoError("open a", EACCES)));  // that file's permissions
   EXPECT_FALSE(IsSampleError(Unavailable("no thread")));
   EXPECT_FALSE(IsSampleError(Internal("bug")));
   EXPECT_FALSE(IsSampleError(Cancelled("stop")));

@@ -67,8 +67,10 @@ void RegisterErrors(py::module_& m) {
                               "kind this build cannot decode). The message names the sample and "
                               "its file.");
   g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,
-                                  "A budget or cap was hit (an image over max_pixels), or the "
-                                  "machine refused memory, file descriptors or threads.");
+                                  "A budget or cap was hit (an image over max_pixels), the "
+                                  "machine refused memory, file descriptors or threads, or the "
+                                  "store is gone or out of reach. Never skipped by "
+                                  "on_error='skip': it is not the sample's fault.");
   g_cancelled = NewException(m, "Cancelled", PyExc_RuntimeError, "The loader was stopped.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {

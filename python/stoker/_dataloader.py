@@ -9,7 +9,7 @@ import time
 
 from . import _args, _stoker, _workers
 from ._loader import _resolve_device
-from ._stoker import DataError
+from ._stoker import DataError, ResourceError
 
 _FORMAT = "stoker.DataLoader/1"
 
@@ -38,7 +38,10 @@ class DataLoader:
     ``state_dict`` resumes in a new process. A sample whose ``__getitem__``
     raises (or whose worker dies) is reported by a ``stoker.DataError`` naming
     it, and the batch's other samples come with the next ``next()``;
-    ``on_error="skip"`` leaves it out and records it in ``skipped()``.
+    ``on_error="skip"`` leaves it out and records it in ``skipped()``, except
+    what is not the sample's fault (MemoryError; an OSError of refused
+    resources or of a store gone or out of reach, e.g. ENOTCONN, ESTALE,
+    ETIMEDOUT): that raises ``stoker.ResourceError`` in either mode.
     IterableDataset is refused: its stream cannot be split among a changing
     number of workers without repeating or losing samples.
     ``device="cuda[:N]"``: batches arrive as tensors on that device, copied on a
@@ -611,11 +614,15 @@ class _DeviceAhead:
 
 
 def _failure_error(epoch, batch, failures):
-    lines = [f"sample {index}: {reason}" for index, reason, _ in failures]
+    lines = [f"sample {index}: {reason}" for index, reason, _, _ in failures]
     head = f"batch {batch} of epoch {epoch}: "
     head += lines[0] if len(lines) == 1 else f"{len(lines)} samples failed: " + "; ".join(lines)
-    trace = next((t for _, _, t in failures if t), "")
-    return DataError(head + (f"\n\nIn the worker:\n{trace}" if trace else ""))
+    trace = next((t for _, _, t, _ in failures if t), "")
+    tail = f"\n\nIn the worker:\n{trace}" if trace else ""
+    if any(fatal for _, _, _, fatal in failures):
+        return ResourceError(head + " (the machine or the store refused, not the sample: "
+                             "never skipped)" + tail)
+    return DataError(head + tail)
 
 
 class _BatchIterator:
@@ -664,10 +671,10 @@ class _BatchIterator:
                 raise StopIteration
             payload, batch, failures = got
             if failures:
-                if loader.on_error == "raise":
+                if loader.on_error == "raise" or any(fatal for _, _, _, fatal in failures):
                     self._held = payload
                     raise _failure_error(self.epoch, batch, failures)
-                for index, reason, _ in failures:
+                for index, reason, _, _ in failures:
                     loader._skipped.append({"epoch": self.epoch, "batch": batch,
                                             "index": index, "reason": reason})
             if payload is not None:
@@ -722,7 +729,7 @@ class _Iterator(_BatchIterator):
             view, notes = loader._workers.view(descriptor)
             payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
             made = _outcome(self.epoch, int(descriptor[7]), payload, info,
-                            [(i, why, "") for i, why in notes])
+                            [(i, why, "", False) for i, why in notes])
         if loader._trial is not None:
             now = time.perf_counter()
             if self._last is not None:

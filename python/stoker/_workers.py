@@ -12,6 +12,7 @@ then the collate function, then writes the result into the task's segment:
 tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
+import errno
 import io
 import mmap
 import os
@@ -319,10 +320,27 @@ def _run_delay_ns():
         return 0
 
 
+# errnos that say the machine refused a resource or the store is gone or out
+# of reach (a FUSE server that died, NFS, a network store): no sample's fault,
+# every other read would fail alike (as the engine's ErrnoError classes them).
+_NOT_THE_SAMPLES_FAULT = {getattr(errno, name) for name in (
+    "EMFILE", "ENFILE", "ENOMEM", "EAGAIN", "ENOBUFS", "ENOTCONN", "ESTALE", "ENODEV", "ENXIO",
+    "ENOMEDIUM", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTDOWN",
+    "EHOSTUNREACH", "ENETDOWN", "ENETUNREACH", "ENETRESET", "ENOLINK") if hasattr(errno, name)}
+
+
+def not_the_samples_fault(e):
+    """An exception on_error="skip" must not skip: out of memory, or an
+    OSError whose errno is the machine's or the store's (above)."""
+    return isinstance(e, MemoryError) or (
+        isinstance(e, OSError) and e.errno in _NOT_THE_SAMPLES_FAULT)
+
+
 def _load(job, indices, seed, at=None, samples=None):
     """(samples, their indices, failures) of one batch, its generators seeded
     once; `at(position)` is told which sample is next (-1: done). `samples`:
-    where they go (a list, or a _Stream that places them as they come)."""
+    where they go (a list, or a _Stream that places them as they come). A
+    failure is (index, reason, traceback, not the sample's fault)."""
     _seed_all(seed)
     samples = [] if samples is None else samples
     kept, failures = [], []
@@ -334,7 +352,7 @@ def _load(job, indices, seed, at=None, samples=None):
             kept.append(index)
         except Exception as e:  # noqa: BLE001 -- reported with its sample
             failures.append((index, f"{type(e).__name__}: {e}",
-                             "".join(traceback.format_exception(e))))
+                             "".join(traceback.format_exception(e)), not_the_samples_fault(e)))
     if at is not None:
         at(-1)
     return samples, kept, failures

@@ -2,6 +2,7 @@
 processes, with torch's DataLoader semantics."""
 
 import collections
+import errno
 import gc
 import os
 import random
@@ -239,6 +240,45 @@ def test_skip_records_instead_of_raising():
         assert sorted(indices_of(dl, key=None)) == [i for i in range(20) if i != 2]
         [record] = dl.skipped()
         assert record["index"] == 2 and "ValueError" in record["reason"]
+
+
+class StoreGone(Dataset):
+    """Sample 6 meets `error` (a store that died, memory refused): no sample's fault."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        if i == 6:
+            raise self.error
+        return i
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOTCONN, "Transport endpoint is not connected", "/mnt/store/6.jpg"),
+    OSError(errno.EMFILE, "Too many open files"),
+    MemoryError("out of memory")])
+def test_skip_does_not_skip_what_the_machine_or_the_store_refused(kind, error):
+    with stoker.DataLoader(StoreGone(error), batch_size=4, num_workers=1, worker_kind=kind,
+                           on_error="skip") as dl:
+        got, refused = [], []
+        it = iter(dl)
+        while True:
+            try:
+                got += next(it).tolist()
+            except StopIteration:
+                break
+            except stoker.ResourceError as e:
+                refused.append(str(e))
+        assert len(refused) == 1 and "sample 6" in refused[0] and "batch 1 of epoch 0" in refused[0]
+        assert "not the sample" in refused[0]
+        assert dl.skipped() == []
+        # The rest of its batch and of the epoch still arrive.
+        assert sorted(got) == [i for i in range(20) if i != 6]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])

@@ -1,11 +1,13 @@
 """stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
+import atexit
 import collections
 import functools
 import json
 import os
 import time
+import weakref
 
 from . import _args, _stoker, _workers
 from ._loader import _resolve_device
@@ -77,6 +79,7 @@ class DataLoader:
         self._threads = None      # thread workers (kinds "threads" and "auto")
         self._zygote_pid = None
         self._closed = False
+        _open_loaders.add(self)
 
         # -- batching, as torch decides it
         if batch_sampler is not None:
@@ -432,6 +435,22 @@ class DataLoader:
         try:
             self.close()
         except Exception:  # noqa: BLE001 -- nothing to tell at collection
+            pass
+
+
+# Loaders still open when the interpreter exits are closed first, while it
+# can still run their threads: an engine thread that asks for the GIL once
+# finalisation began is ended by the interpreter mid-C++ and aborts the
+# process (an uncaught exception kept a loader alive through its traceback).
+_open_loaders = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loaders():
+    for loader in list(_open_loaders):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 -- the interpreter is exiting; nothing to tell
             pass
 
 

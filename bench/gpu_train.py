@@ -28,8 +28,9 @@ Usage: python3 bench/gpu_train.py [--data DIR] [--steps 60] [--warmup 15]
 import argparse
 import json
 import sys
-import threading
 import time
+
+from proc_memory import Poller
 
 BATCH = 64
 SIZE = 224
@@ -48,30 +49,20 @@ def _require_cuda():
     return torch
 
 
-class GpuUtilisation:
+class GpuUtilisation(Poller):
     """Mean NVML utilisation of GPU `index` while running (a thread polls)."""
 
     def __init__(self, index):
+        super().__init__(0.1)
         import stoker._stoker as s
         self._sample = lambda: s.gpu_usage(pcie=False)
         self._index = index
         self._values = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self):
-        while not self._stop.wait(0.1):
-            usage = self._sample()
-            if not isinstance(usage, str) and self._index < len(usage):
-                self._values.append(usage[self._index]["utilization_percent"])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    def poll(self):
+        usage = self._sample()
+        if not isinstance(usage, str) and self._index < len(usage):
+            self._values.append(usage[self._index]["utilization_percent"])
 
     def restart(self):
         self._values = []

@@ -53,22 +53,21 @@ def tree_memory(pid):
     return rss, pss
 
 
-class PeakMemory:
-    """Samples tree_memory(pid) on a thread from __enter__ to __exit__ and
-    keeps the peaks in `rss` and `pss` (bytes)."""
+class Poller:
+    """Calls self.poll() on a thread every interval_s from __enter__ to __exit__."""
 
-    def __init__(self, pid, interval_s=0.05):
-        self.pid = pid
+    def __init__(self, interval_s):
         self.interval_s = interval_s
-        self.rss = self.pss = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _sample(self):
+    def _run(self):
         while not self._stop.is_set():
-            rss, pss = tree_memory(self.pid)
-            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            self.poll()
             self._stop.wait(self.interval_s)
+
+    def poll(self):
+        raise NotImplementedError
 
     def __enter__(self):
         self._thread.start()
@@ -77,6 +76,20 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+class PeakMemory(Poller):
+    """Samples tree_memory(pid) from __enter__ to __exit__ and keeps the
+    peaks in `rss` and `pss` (bytes)."""
+
+    def __init__(self, pid, interval_s=0.05):
+        super().__init__(interval_s)
+        self.pid = pid
+        self.rss = self.pss = 0
+
+    def poll(self):
+        rss, pss = tree_memory(self.pid)
+        self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
 
 
 def run_measured(argv):

@@ -433,3 +433,24 @@ def test_run_gpu_util_without_nvml_says_so_once():
                          capture_output=True, text=True, check=True, timeout=300, env=env)
     assert out.stderr.count("no GPU (NVML not found: ") == 1, out.stderr
     assert "samples/s" in out.stdout
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/wallpapers"), reason="no wallpapers installed")
+def test_the_built_in_data_set_is_made_once_in_place_by_two_processes_at_once(tmp_path):
+    # An older layout (no v2 marker, a file the new one does not have) is
+    # replaced whole; two makers starting together (local ranks) both succeed
+    # and leave one complete folder, nothing half-made beside it.
+    root = tmp_path / "imagenet-like"
+    (root / "n003").mkdir(parents=True)
+    (root / ".stoker-complete").write_text("2000\n")
+    (root / "n003" / "n003_000033.jpg").write_bytes(b"old layout")
+    env = dict(os.environ, STOKER_DATA_HOME=str(tmp_path))
+    makers = [subprocess.Popen([CLI, "make-dataset"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for m in makers:
+        out, err = m.communicate(timeout=300)
+        assert m.returncode == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imagenet-like"]
+    assert (root / ".stoker-complete-v2").exists()
+    assert not (root / "n003" / "n003_000033.jpg").exists()
+    assert len(list(root.glob("n*/*.jpg"))) == 2000

@@ -68,8 +68,9 @@ inline Status FailedPrecondition(std::string m) {
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 /// Builds an error from errno: "<what>: <strerror(err)>". Missing paths are
-/// kNotFound; a refused resource (EMFILE, ENFILE, ENOMEM, EAGAIN, ENOBUFS) is
-/// kUnavailable; the rest kIoError.
+/// kNotFound; a refused resource (EMFILE, ENFILE, ENOMEM, EAGAIN, ENOBUFS) or
+/// a store gone or out of reach (ENOTCONN, ESTALE, ETIMEDOUT, network errnos,
+/// removed media) is kUnavailable; the rest kIoError.
 Status ErrnoError(const std::string& what, int err);
 
 /// True when `status` is about the sample itself (missing, unreadable,

@@ -72,6 +72,12 @@ void RegisterErrors(py::module_& m) {
                                   "store is gone or out of reach. Never skipped by "
                                   "on_error='skip': it is not the sample's fault.");
   g_cancelled = NewException(m, "Cancelled", PyExc_RuntimeError, "The loader was stopped.");
+  // The engine's errno classes, for Python datasets' OSErrors (one list: ErrnoError's).
+  m.def(
+      "errno_is_sample_error", [](int err) { return IsSampleError(ErrnoError("", err)); },
+      py::arg("errno"),
+      "Whether an OSError with this errno may be the sample's fault (skippable); False for a "
+      "refused resource or a store gone or out of reach.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

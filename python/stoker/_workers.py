@@ -12,7 +12,6 @@ then the collate function, then writes the result into the task's segment:
 tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
-import errno
 import io
 import mmap
 import os
@@ -320,20 +319,13 @@ def _run_delay_ns():
         return 0
 
 
-# errnos that say the machine refused a resource or the store is gone or out
-# of reach (a FUSE server that died, NFS, a network store): no sample's fault,
-# every other read would fail alike (as the engine's ErrnoError classes them).
-_NOT_THE_SAMPLES_FAULT = {getattr(errno, name) for name in (
-    "EMFILE", "ENFILE", "ENOMEM", "EAGAIN", "ENOBUFS", "ENOTCONN", "ESTALE", "ENODEV", "ENXIO",
-    "ENOMEDIUM", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EHOSTDOWN",
-    "EHOSTUNREACH", "ENETDOWN", "ENETUNREACH", "ENETRESET", "ENOLINK") if hasattr(errno, name)}
-
-
 def not_the_samples_fault(e):
     """An exception on_error="skip" must not skip: out of memory, or an
-    OSError whose errno is the machine's or the store's (above)."""
+    OSError whose errno is the machine's or the store's (a refused resource,
+    a store gone or out of reach), as the engine classes errnos."""
     return isinstance(e, MemoryError) or (
-        isinstance(e, OSError) and e.errno in _NOT_THE_SAMPLES_FAULT)
+        isinstance(e, OSError) and e.errno is not None
+        and not _stoker.errno_is_sample_error(e.errno))
 
 
 def _load(job, indices, seed, at=None, samples=None):

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,27 +32,48 @@ std::string DefaultDatasetPath() {
 }
 
 Result<std::string> EnsureDefaultDataset(bool quiet) {
+  namespace fs = std::filesystem;
   const std::string path = DefaultDatasetPath();
+  const std::string marker = path + "/" + kCompleteMarker;
   std::error_code ec;
-  if (std::filesystem::exists(path + "/" + kCompleteMarker, ec)) return path;
-  // What is there is an interrupted run or an older layout, whose files would
-  // stay beside the new ones: the folder is stoker's own cache.
-  std::filesystem::remove_all(path, ec);
-  if (ec)
-    return IoError("cannot remove the incomplete built-in data set " + path + ": " + ec.message());
+  if (fs::exists(marker, ec)) return path;
+  // Made beside it and renamed into place, so that loaders starting together
+  // (local ranks) never see, nor remove, one another's half-made folder.
+  const std::string making = path + ".making-" + std::to_string(::getpid());
+  fs::remove_all(making, ec);
   MakeDatasetOptions o;
-  o.output = path;
+  o.output = making;
   if (!quiet) {
     std::cerr << "stoker: making the built-in data set (" << o.images << " images, " << o.classes
               << " classes) in " << path << " ...\n";
   }
-  STOKER_ASSIGN_OR_RETURN(MakeDatasetReport r, MakeDataset(o));
-  std::ofstream marker(path + "/" + kCompleteMarker);
-  marker << r.images << "\n";
-  if (!marker) return IoError("cannot write " + path + "/" + kCompleteMarker);
+  Result<MakeDatasetReport> r = MakeDataset(o);
+  if (r.ok()) {
+    std::ofstream out(making + "/" + kCompleteMarker);
+    out << r->images << "\n";
+    if (!out) r = IoError("cannot write " + making + "/" + kCompleteMarker);
+  }
+  if (!r.ok()) {
+    fs::remove_all(making, ec);
+    return r.status();
+  }
+  // What is there now is an older layout or an interrupted run (stoker's own
+  // cache: its files would stay beside the new ones), or another process's
+  // finished one, which is kept.
+  if (!fs::exists(marker, ec)) {
+    const std::string old = path + ".old-" + std::to_string(::getpid());
+    fs::rename(path, old, ec);  // fails harmlessly when there is none
+    fs::remove_all(old, ec);
+    fs::rename(making, path, ec);
+  }
+  fs::remove_all(making, ec);  // another process's came first
+  if (!fs::exists(marker, ec)) {
+    return IoError("cannot put the built-in data set in place at " + path +
+                   (ec ? ": " + ec.message() : std::string()));
+  }
   if (!quiet) {
-    std::cerr << "stoker: wrote " << r.images << " images (" << (r.bytes >> 20) << " MiB) in "
-              << r.seconds << " s\n";
+    std::cerr << "stoker: wrote " << r->images << " images (" << (r->bytes >> 20) << " MiB) in "
+              << r->seconds << " s\n";
   }
   return path;
 }

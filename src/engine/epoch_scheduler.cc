@@ -95,6 +95,17 @@ EpochRun* EpochScheduler::ClaimableRun(Claim* claim) {
   return ahead_->fully_claimed() ? nullptr : ahead_.get();
 }
 
+namespace {
+
+// Room for one more element, grown geometrically, so that the push_back
+// after it cannot throw.
+template <typename T>
+void ReserveOneMore(std::vector<T>& v) {
+  if (v.size() == v.capacity()) v.reserve(std::max<size_t>(8, 2 * v.size()));
+}
+
+}  // namespace
+
 EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
   // A task claimed while the pool was smaller may be far longer than a
   // worker's share of the window now: new workers split it before opening
@@ -116,9 +127,9 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
   // change: the loader reports it, and the scheduler is as it was.
   auto cursor = std::make_shared<TaskCursor>(run->claim_offset_, run->claim_offset_ + chunk);
   DropExhausted();
-  running_.reserve(running_.size() + 1);
+  ReserveOneMore(running_);
   if (opens) {
-    run->open_.reserve(run->open_.size() + 1);
+    ReserveOneMore(run->open_);
     auto slot = pool_->Acquire();
     slot->Open(run->epoch(), batch, length);
     run->open_.push_back({batch, std::move(slot), false});

@@ -138,8 +138,7 @@ class Loader::Impl {
       } catch (const SlotRefused& refused) {
         return refused.status;
       } catch (const std::bad_alloc&) {
-        return Unavailable("out of memory for a batch buffer of " +
-                           std::to_string(pool_->batch_bytes()) + " bytes");
+        return OutOfMemoryForABatch();
       }
     }
     Status st = Resize(options_.workers);
@@ -341,34 +340,27 @@ class Loader::Impl {
     try {
       claim = sched_.ClaimTask(threads, &task);
     } catch (const std::bad_alloc&) {  // a batch buffer or a task; the scheduler is unchanged
-      Fail(Unavailable("out of memory for a batch buffer of " +
-                       std::to_string(pool_->batch_bytes()) + " bytes"));
+      Fail(OutOfMemoryForABatch());
       return false;
     } catch (SlotRefused& refused) {  // cudaHostRegister of a new one
       Fail(std::move(refused.status));
       return false;
     }
-    switch (claim.work) {
-      case EpochScheduler::Work::kTask: {
-        MutexUnlock unlock(mu_);
-        RunTask(ctx, task);
-        task.plan.reset();  // perhaps the last reference to an epoch's plan
-        return true;
-      }
-      case EpochScheduler::Work::kBuild:
-        Build(claim.epoch);
-        return true;
-      case EpochScheduler::Work::kWait:
-        // Nothing new to start: help the earliest task that has positions left.
-        if (!sched_.ClaimHelp(&task)) return false;
-        {
-          MutexUnlock unlock(mu_);
-          RunTask(ctx, task);
-          task = {};  // perhaps the last reference to an epoch's plan
-        }
-        return true;
+    if (claim.work == EpochScheduler::Work::kBuild) {
+      Build(claim.epoch);
+      return true;
     }
-    return false;
+    // Nothing new to start: help the earliest task that has positions left.
+    if (claim.work == EpochScheduler::Work::kWait && !sched_.ClaimHelp(&task)) return false;
+    MutexUnlock unlock(mu_);
+    RunTask(ctx, task);
+    task = {};  // perhaps the last reference to an epoch's plan
+    return true;
+  }
+
+  Status OutOfMemoryForABatch() const {
+    return Unavailable("out of memory for a batch buffer of " +
+                       std::to_string(pool_->batch_bytes()) + " bytes");
   }
 
   // The loader cannot go on (memory for a batch or a plan): Next() says so.
@@ -382,16 +374,13 @@ class Loader::Impl {
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
     TaskTimer timer(ctx.stats, task.length, ctx.scratch.get());
-    int64_t produced = 0;
-    while (!stop_flag_.load(std::memory_order_relaxed)) {  // else nobody waits for it any more
-      const int64_t p = task.cursor->Take();
-      if (p >= task.cursor->end()) break;
+    for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
+      if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
       Produce(ctx, *task.plan, slot, p);
       timer.SampleDone();
-      ++produced;
     }
-    if (stop_flag_.load(std::memory_order_relaxed)) return;
     timer.Finish();
+    const int64_t produced = timer.samples();
     if (produced == 0) return;  // helpers took them all: the slot may be gone already
     ctx.Trim(*options_.transform);
     ctx.stats.set_footprint(ctx.footprint());

@@ -66,6 +66,8 @@ class TaskTimer {
   /// After the last sample: publishes and sets the cadence for the next task
   /// (kept when the task produced none).
   void Finish();
+  /// Samples done in this task (helpers may take some of those planned).
+  int64_t samples() const { return done_; }
 
  private:
   void Publish();
@@ -81,7 +83,7 @@ class TaskTimer {
   int64_t queue0_;       // the scratch's queue time elsewhere at the last publication
   int64_t elsewhere0_;   // and its CPU time elsewhere
   int64_t pending_ = 0;  // samples not yet published
-  int64_t done_ = 0;     // samples of this task (helpers may take some of `samples`)
+  int64_t done_ = 0;     // samples done in this task
 };
 
 /// The loader's workers' statistics: those running now, and the totals of

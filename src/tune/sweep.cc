@@ -181,9 +181,7 @@ Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const
     report.interrupted = true;
     return std::optional<SweepPoint>();
   }
-  // The lesser of delivered and produced (SettledRate says why): a short
-  // warm-up on a saturated store ends with many batches part-filled, and
-  // delivering them read up to 15 % above what the store serves.
+  // The lesser of delivered and produced, as SettledRate (which says why).
   SweepPoint p{workers, static_cast<double>(std::min(st.samples, st.produced)) / st.seconds,
                st.stall_fraction};
   char line[160];

@@ -319,7 +319,6 @@ def report(a, data, bench, rounds, load_before, elapsed_s):
     if ceiling:
         print(f"tuned / the store's ceiling: {tuned / ceiling:.2f}")
         if best_rate > 1.01 * ceiling:  # beyond the measurement's noise
-            # Before SettledRate: 2-4 % above at 12-32 workers (0.5 s warm-up, 2 s points).
             print(f"  note: the best static point reads {best_rate / ceiling - 1:.1%} above the "
                   "ceiling: sweep points on a saturated store read high (a longer "
                   "--point-seconds dilutes it)")

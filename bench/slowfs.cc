@@ -36,10 +36,10 @@
 
 namespace {
 
-// libfuse 3.12+ serves at most 10 requests at once by default (max_threads;
-// measured here: 20 ms opens from 32 threads, 9.6 in service), which would cap
-// the store below --slots and queue fast getattrs behind slow opens. 256: a
-// reader thread has one request in flight, the tuner goes to 128 workers.
+// libfuse 3.12+ serves at most 10 requests at once by default (max_threads),
+// which would cap the store below --slots and queue fast getattrs behind slow
+// opens. 256: a reader thread has one request in flight, the tuner goes to
+// 128 workers.
 constexpr int kMaxThreads = 256;
 // The source does not change while mounted: names and attributes may stay
 // in the kernel's cache. Opens are never cached (each open() is a request).

@@ -108,15 +108,12 @@ void PrintTrace(const std::vector<TunerDecision>& trace) {
 struct Setup {
   LoaderOptions base;
   std::shared_ptr<SlowSource> slow;
-  // A static run's warm-up before it is measured. A saturated store needs
-  // seconds: 72 workers on an 8-slot, 20 ms store (400 reads/s) measured
-  // 471/s after the default 0.5 s, counting reads done during the warm-up.
+  // A static run's warm-up before it is measured: longer on a saturated store,
+  // whose pipeline takes seconds to fill (docs/tuner.md).
   double warmup_s = SweepOptions{}.warmup_seconds;
   // A tuned run's throughput is measured from this long after its start (or
-  // its change). A saturated store's: later, since a pool that shrank from
-  // 128 workers (16 batches in flight) to 10 delivers the reads its larger
-  // pipeline held for seconds after (tuned runs read 480/s from a 400/s
-  // store, measured from 5 s).
+  // its change); later on a saturated store, whose first jump takes longer
+  // to settle (docs/tuner.md).
   double settle_s = 5;
 };
 

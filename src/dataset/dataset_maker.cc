@@ -308,8 +308,7 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
   const int64_t photo_count = std::min<int64_t>(static_cast<int64_t>(photos.size()), o.images);
   // Its class is its photograph's, (i % P) % classes, when there are
   // photographs for every class: a class's images are crops of the same
-  // scenes, which a model can learn (with i % classes every class held crops
-  // of every photograph, and training on them stayed at chance).
+  // scenes, which a model can learn.
   auto class_of = [&](int64_t i) {
     return static_cast<size_t>(photo_count >= o.classes ? i % photo_count % o.classes
                                                         : i % o.classes);

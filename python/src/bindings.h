@@ -54,6 +54,7 @@ void BindTransforms(pybind11::module_& m);
 void BindLoader(pybind11::module_& m);
 void BindMachine(pybind11::module_& m);
 void BindDataset(pybind11::module_& m);
+void BindWorkerProtocol(pybind11::module_& m);
 void BindProcessWorkers(pybind11::module_& m);
 void BindThreadWorkers(pybind11::module_& m);
 void BindWorkerKinds(pybind11::module_& m);

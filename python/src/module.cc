@@ -17,6 +17,7 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::BindLoader(m);
   stoker::python::BindMachine(m);
   stoker::python::BindDataset(m);
+  stoker::python::BindWorkerProtocol(m);
   stoker::python::BindProcessWorkers(m);
   stoker::python::BindThreadWorkers(m);
   stoker::python::BindWorkerKinds(m);

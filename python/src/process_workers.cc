@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <span>
 
 #include "bindings.h"
 #include "errors.h"
@@ -24,26 +26,28 @@ namespace {
 
 namespace py = pybind11;
 
-constexpr size_t kTagBytes = 8;
+using protocol::kMessages;
+using protocol::Tag;
 constexpr size_t kPage = 4096;
-constexpr size_t kMinSegment = size_t{1} << 20;
 constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// A message: an 8-byte tag and int64 words, plus text for the failures that
-// carry one. Both sides use SOCK_SEQPACKET, so one send is one message.
+// A message as worker_protocol.h lays it out: one send is one message.
 struct Message {
-  std::string tag;
-  std::vector<int64_t> words;
-  std::string text;
-  int fd = -1;  // received with it, now owned by the receiver
+  Tag::Index tag = Tag::kCount;
+  std::vector<int64_t> words;  // as many as the tag has
+  std::string text;            // the messages that carry text
+  int fd = -1;                 // received with it, now owned by the receiver
 };
 
-Status SendMessage(int sock, const char* tag, std::initializer_list<int64_t> words, int fd = -1) {
-  std::string bytes(kTagBytes, '\0');
-  std::memcpy(bytes.data(), tag, std::min(std::strlen(tag), kTagBytes));
-  for (int64_t w : words) bytes.append(reinterpret_cast<const char*>(&w), sizeof w);
+// `words` in the order of the tag's list (worker_protocol.h), indexed by its enum.
+Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd = -1) {
+  const protocol::MessageKind& kind = kMessages[tag];
+  assert(!kind.text && static_cast<int>(words.size()) == kind.words);
+  std::string bytes(protocol::kTagBytes, '\0');
+  std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
+  bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
   iovec iov{bytes.data(), bytes.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -65,7 +69,8 @@ Status SendMessage(int sock, const char* tag, std::initializer_list<int64_t> wor
   return Status::Ok();
 }
 
-// kCancelled on end of file (the other side is gone).
+// kCancelled on end of file (the other side is gone); kInternal for a tag
+// the protocol does not have or a message short of its words.
 Result<Message> ReceiveMessage(int sock) {
   std::array<char, 65536> buffer;
   iovec iov{buffer.data(), buffer.size()};
@@ -86,19 +91,26 @@ Result<Message> ReceiveMessage(int sock) {
       std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
     }
   }
-  if (static_cast<size_t>(n) < kTagBytes) return Internal("a worker sent a short message");
-  m.tag.assign(buffer.data(), strnlen(buffer.data(), kTagBytes));
-  // Words follow the tag; a message with text (FAIL) has one word, its length.
-  size_t at = kTagBytes;
-  if (m.tag == "INITFAIL" || m.tag == "FORKFAIL" || m.tag == "TASKFAIL") {
-    m.text.assign(buffer.data() + at, static_cast<size_t>(n) - at);
+  const auto size = static_cast<size_t>(n);
+  const std::string tag(buffer.data(), strnlen(buffer.data(), std::min(size, protocol::kTagBytes)));
+  m.tag = Tag::Index{};
+  while (m.tag < Tag::kCount && tag != kMessages[m.tag].tag) m.tag = Tag::Index(m.tag + 1);
+  if (m.tag == Tag::kCount || size < protocol::kTagBytes) {
+    if (m.fd >= 0) ::close(m.fd);
+    return Internal("a worker process sent an unknown message '" + tag + "'");
+  }
+  const protocol::MessageKind& kind = kMessages[m.tag];
+  const size_t at = protocol::kTagBytes;
+  if (kind.text) {
+    m.text.assign(buffer.data() + at, size - at);
     return m;
   }
-  for (; at + sizeof(int64_t) <= static_cast<size_t>(n); at += sizeof(int64_t)) {
-    int64_t w;
-    std::memcpy(&w, buffer.data() + at, sizeof w);
-    m.words.push_back(w);
+  if (size - at < kind.words * sizeof(int64_t)) {
+    if (m.fd >= 0) ::close(m.fd);
+    return Internal("a worker process sent a short " + tag + " message");
   }
+  m.words.resize(static_cast<size_t>(kind.words));
+  std::memcpy(m.words.data(), buffer.data() + at, m.words.size() * sizeof(int64_t));
   return m;
 }
 
@@ -174,35 +186,45 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
                                const SegmentLease& lease, Reply* reply) {
   STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
-  const size_t data_off = RoundUp((kHeaderWords + n) * sizeof(int64_t), kPage);
+  const size_t data_off = RoundUp((protocol::kSegmentHeaderWords + n) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
   auto* words = static_cast<int64_t*>(map->addr);
-  words[0] = kSegmentMagic;
-  words[1] = -1;
-  words[2] = static_cast<int64_t>(n);
-  words[3] = static_cast<int64_t>(data_off);
-  words[4] = BatchSeed(workers_->seed(), epoch, batch);
-  std::copy(indices.begin(), indices.end(), words + kHeaderWords);
+  using H = protocol::SegmentWord;
+  words[H::kMagic] = protocol::kSegmentMagic;
+  words[H::kPosition] = -1;
+  words[H::kSamples] = static_cast<int64_t>(n);
+  words[H::kDataOffset] = static_cast<int64_t>(data_off);
+  words[H::kSeed] = BatchSeed(workers_->seed(), epoch, batch);
+  std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
   const int id = lease.segment->id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
                      proc_->known_segments.end();
-  STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), "TASK",
-                                     {epoch, batch, id, static_cast<int64_t>(map->size)},
-                                     known ? -1 : lease.segment->fd.get()));
+  using T = protocol::TaskWord;
+  protocol::Words<T> task{};
+  task[T::kEpoch] = epoch;
+  task[T::kBatch] = batch;
+  task[T::kSegment] = id;
+  task[T::kSegmentSize] = static_cast<int64_t>(map->size);
+  STOKER_RETURN_IF_ERROR(
+      SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.segment->fd.get()));
   if (!known) proc_->known_segments.push_back(id);
   STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
-  if (m.tag == "TASKFAIL") return Internal(m.text);
-  if (m.tag != "DONE" || m.words.size() < 6) return Internal("a worker sent '" + m.tag + "'");
-  reply->size = m.words[0];
-  reply->meta_off = m.words[1];
-  reply->meta_len = m.words[2];
-  cpu_ns_.fetch_add(m.words[3] - cpu_seen_, std::memory_order_relaxed);
-  queue_ns_.fetch_add(m.words[4] - queue_seen_, std::memory_order_relaxed);
-  cpu_seen_ = m.words[3];
-  queue_seen_ = m.words[4];
-  if (m.words[5] > 0) {
-    private_.store(static_cast<size_t>(m.words[5]), std::memory_order_relaxed);
-    if (baseline_ == 0) baseline_ = static_cast<size_t>(m.words[5]);
+  if (m.tag == Tag::kTaskFail) return Internal(m.text);
+  if (m.tag != Tag::kDone) {
+    return Internal(std::string("a worker sent ") + kMessages[m.tag].tag + " instead of DONE");
+  }
+  using D = protocol::DoneWord;
+  reply->size = m.words[D::kSegmentSize];
+  reply->meta_off = m.words[D::kMetaOffset];
+  reply->meta_len = m.words[D::kMetaLength];
+  const int64_t cpu = m.words[D::kCpuNs], queue = m.words[D::kRunDelayNs];
+  cpu_ns_.fetch_add(cpu - cpu_seen_, std::memory_order_relaxed);
+  queue_ns_.fetch_add(queue - queue_seen_, std::memory_order_relaxed);
+  cpu_seen_ = cpu;
+  queue_seen_ = queue;
+  if (const int64_t own = m.words[D::kPrivateBytes]; own > 0) {
+    private_.store(static_cast<size_t>(own), std::memory_order_relaxed);
+    if (baseline_ == 0) baseline_ = static_cast<size_t>(own);
   }
   return Status::Ok();
 }
@@ -223,8 +245,10 @@ Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> in
     const std::string cause = workers_->Reap(*proc_);
     proc_.reset();
     if (workers_->shut_down()) return Cancelled("the loader was closed");
-    STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, kHeaderWords * 8));
-    const int64_t position = static_cast<const int64_t*>(map->addr)[1];
+    STOKER_ASSIGN_OR_RETURN(
+        auto map, workers_->MapForWrite(lease, protocol::kSegmentHeaderWords * sizeof(int64_t)));
+    const int64_t position =
+        static_cast<const int64_t*>(map->addr)[protocol::SegmentWord::kPosition];
     const std::string what = "worker process " + std::to_string(pid) + " " + cause;
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
       const int64_t index = indices[static_cast<size_t>(position)];
@@ -238,20 +262,21 @@ Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> in
     }
   }
   if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
-  out[0] = kSegmentMagic;
-  out[1] = lease.segment->id;
-  out[2] = static_cast<int64_t>(lease.ticket);
-  out[3] = reply.size;
-  out[4] = reply.meta_off;
-  out[5] = reply.meta_len;
-  out[6] = epoch;
-  out[7] = batch;
+  using D = protocol::ProcessDescriptor;
+  out[D::kMagic] = protocol::kSegmentMagic;
+  out[D::kSegment] = lease.segment->id;
+  out[D::kTicket] = static_cast<int64_t>(lease.ticket);
+  out[D::kSegmentSize] = reply.size;
+  out[D::kMetaOffset] = reply.meta_off;
+  out[D::kMetaLength] = reply.meta_len;
+  out[D::kEpoch] = epoch;
+  out[D::kBatch] = batch;
   return Status::Ok();
 }
 
 void ProcessScratch::Stop() {
   if (!proc_) return;
-  (void)SendMessage(proc_->conn.get(), "EXIT", {});
+  (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
   workers_->Reap(*proc_);
   proc_.reset();
   private_.store(0, std::memory_order_relaxed);
@@ -346,7 +371,10 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   Message forked;
   {
     std::lock_guard<std::mutex> lock(zygote_mu_);
-    Status st = SendMessage(zygote_.get(), "FORK", {id, workers});
+    protocol::Words<protocol::ForkWord> fork{};
+    fork[protocol::ForkWord::kWorkerId] = id;
+    fork[protocol::ForkWord::kNumWorkers] = workers;
+    Status st = SendMessage(zygote_.get(), Tag::kFork, fork);
     Result<Message> r = st.ok() ? ReceiveMessage(zygote_.get()) : Result<Message>(st);
     if (!r.ok()) {
       give_back_id();
@@ -355,13 +383,13 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     }
     forked = std::move(*r);
   }
-  if (forked.tag != "FORKED" || forked.fd < 0 || forked.words.empty()) {
+  if (forked.tag != Tag::kForked || forked.fd < 0) {
     give_back_id();
     if (forked.fd >= 0) ::close(forked.fd);
     return Unavailable("the worker fork server could not start a worker: " + forked.text);
   }
   WorkerProcess w;
-  w.pid = static_cast<int>(forked.words[0]);
+  w.pid = static_cast<int>(forked.words[protocol::ForkedWord::kPid]);
   w.id = id;
   w.conn.reset(forked.fd);
   RegisterFd(forked.fd);
@@ -371,7 +399,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
   }
   Result<Message> hello = ReceiveMessage(w.conn.get());
-  if (hello.ok() && hello->tag == "HELLO") return w;
+  if (hello.ok() && hello->tag == Tag::kHello) return w;
   std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w)
                                 : "worker_init_fn raised: " + hello->text;
   if (hello.ok()) Reap(w);
@@ -389,12 +417,15 @@ std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
   }
   UnregisterFd(worker.conn.get());
   std::lock_guard<std::mutex> lock(zygote_mu_);
-  Result<Message> r = SendMessage(zygote_.get(), "REAP", {worker.pid}).ok()
+  protocol::Words<protocol::ReapWord> reap{};
+  reap[protocol::ReapWord::kPid] = worker.pid;
+  Result<Message> r = SendMessage(zygote_.get(), Tag::kReap, reap).ok()
                           ? ReceiveMessage(zygote_.get())
                           : Result<Message>(Cancelled("no fork server"));
-  if (!r.ok() || r->tag != "REAPED" || r->words.size() < 2) return "ended (cause unknown)";
-  const int64_t kind = r->words[0], value = r->words[1];
-  if (kind == 0) return "exited with code " + std::to_string(value);
+  if (!r.ok() || r->tag != Tag::kReaped) return "ended (cause unknown)";
+  const int64_t value = r->words[protocol::ReapedWord::kValue];
+  if (r->words[protocol::ReapedWord::kSignalled] == 0)
+    return "exited with code " + std::to_string(value);
   std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
   if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
   return how;
@@ -402,7 +433,7 @@ std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t bytes) {
   if (s.size < bytes) {
-    const size_t size = std::max(RoundUp(bytes, kMinSegment), kMinSegment);
+    const size_t size = std::max(RoundUp(bytes, protocol::kSegmentGrain), protocol::kSegmentGrain);
     if (ftruncate(s.fd.get(), static_cast<off_t>(size)) != 0) {
       return ErrnoError("growing a shared-memory segment to " + std::to_string(size) + " bytes",
                         errno);
@@ -525,6 +556,9 @@ void ProcessWorkers::Close() {
   Shutdown();
   std::lock_guard<std::mutex> lock(zygote_mu_);
   if (!zygote_.valid()) return;
+  // Said, not only closed: a process forked by the user after the loader may
+  // hold a copy of this socket, and the zygote would never see end of file.
+  (void)SendMessage(zygote_.get(), Tag::kExit, {});
   UnregisterFd(zygote_.get());
   zygote_.reset();
 }
@@ -586,7 +620,8 @@ Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::sp
   if (workers_->shut_down()) return Cancelled("the loader was closed");
   STOKER_RETURN_IF_ERROR(process->Start());
   STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, batch));
-  const size_t header = RoundUp((kHeaderWords + indices.size()) * sizeof(int64_t), kPage);
+  const size_t header =
+      RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   int64_t descriptor[kDescriptorWords];
   Status st = process->Run(epoch, batch, std::move(indices), lease, descriptor);
@@ -605,7 +640,10 @@ void ProcessTransform::StopProcess(TransformScratch* scratch) {
 void ProcessTransform::Recycle(std::span<std::byte> out) const {
   int64_t d[kDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);
-  if (d[0] == kSegmentMagic) workers_->Release(static_cast<int>(d[1]), static_cast<uint64_t>(d[2]));
+  using D = protocol::ProcessDescriptor;
+  if (d[D::kMagic] == protocol::kSegmentMagic) {
+    workers_->Release(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
+  }
 }
 
 // Bindings
@@ -616,12 +654,14 @@ namespace {
 // mapping and `keep` (the engine's descriptor array, which owns the engine's
 // slot): the segment goes back to the pool when the last view of it is gone.
 py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
-  if (descriptor.size() < kDescriptorWords || descriptor.data()[0] != kSegmentMagic) {
+  using D = protocol::ProcessDescriptor;
+  if (descriptor.size() < kDescriptorWords ||
+      descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
     throw py::value_error("not a batch descriptor");
   }
   const int64_t* d = descriptor.data();
-  SegmentView view =
-      ValueOrThrow(workers.View(static_cast<int>(d[1]), static_cast<uint64_t>(d[2])));
+  SegmentView view = ValueOrThrow(
+      workers.View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket])));
   struct Keep {
     std::shared_ptr<Mapping> map;
     py::object descriptor;
@@ -640,7 +680,6 @@ py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
 }  // namespace
 
 void BindProcessWorkers(py::module_& m) {
-  m.attr("SEGMENT_HEADER_WORDS") = kHeaderWords;
   m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
         "The seed a worker gives Python's, numpy's and torch's generators before a batch's "
         "first sample (batch -1: the epoch's shuffle).");

@@ -1,7 +1,7 @@
 #pragma once
 
 // Worker processes for Python datasets (stoker.DataLoader): the parent's half
-// of the protocol spoken with python/stoker/_workers.py.
+// of the protocol (worker_protocol.h) spoken with python/stoker/_workers.py.
 //
 // The engine schedules the user's batches as its items (batch_size 1 over
 // "batch numbers"); ProcessTransform runs each one in a worker process forked
@@ -28,18 +28,12 @@
 #include "stoker/source.h"
 #include "stoker/status.h"
 #include "stoker/transform.h"
+#include "worker_protocol.h"
 
 namespace stoker::python {
 
-/// The layout both sides agree on (python/stoker/_workers.py repeats it).
-/// A segment starts with kHeaderWords int64s: magic, the position the worker
-/// is on (-1 outside a sample), the sample count n, the offset where the
-/// worker may write, the batch's seed. Then n indices (int64), then data.
-inline constexpr int64_t kSegmentMagic = 0x31474553524b5453;  // "STKRSEG1"
-inline constexpr int kHeaderWords = 8;
-/// A delivered item as the engine carries it: kDescriptorWords int64s.
-/// magic, segment id, ticket, segment size, meta offset, meta length, epoch, batch.
-inline constexpr int kDescriptorWords = 8;
+/// A delivered item as the engine carries it: protocol::ProcessDescriptor.
+inline constexpr int kDescriptorWords = protocol::ProcessDescriptor::kCount;
 
 /// A read-write shared mapping of a segment, unmapped when the last owner
 /// (the pool or a consumer's view) lets go; page-locked for CUDA once, when
@@ -135,7 +129,8 @@ class ProcessWorkers {
   /// Stops for good: waiting calls return kCancelled, every worker process
   /// is killed (their tasks fail at once), the zygote is told to exit.
   void Shutdown();
-  /// Shutdown, then closes the zygote's socket: it kills what is left and exits.
+  /// Shutdown, then tells the zygote to exit and closes its socket: it kills
+  /// what is left and exits.
   void Close();
   bool shut_down() const;
   /// Pids of the worker processes alive now.

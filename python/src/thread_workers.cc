@@ -44,10 +44,11 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescr
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t ticket = next_ticket_++;
   ready_.emplace(ticket, std::move(made));
-  out[0] = kThreadMagic;
-  out[1] = static_cast<int64_t>(ticket);
-  out[2] = epoch;
-  out[3] = batch;
+  using D = protocol::ThreadDescriptor;
+  out[D::kMagic] = protocol::kThreadMagic;
+  out[D::kTicket] = static_cast<int64_t>(ticket);
+  out[D::kEpoch] = epoch;
+  out[D::kBatch] = batch;
   return Status::Ok();
 }
 
@@ -86,7 +87,9 @@ Status ThreadTransform::Apply(const Record& record, SampleRng& /*rng*/, std::spa
 void ThreadTransform::Recycle(std::span<std::byte> out) const {
   int64_t d[kThreadDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);
-  if (d[0] == kThreadMagic) workers_->Recycle(static_cast<uint64_t>(d[1]));
+  using D = protocol::ThreadDescriptor;
+  if (d[D::kMagic] == protocol::kThreadMagic)
+    workers_->Recycle(static_cast<uint64_t>(d[D::kTicket]));
 }
 
 void BindThreadWorkers(py::module_& m) {
@@ -100,11 +103,12 @@ void BindThreadWorkers(py::module_& m) {
       .def(
           "take",
           [](ThreadWorkers& w, py::array_t<int64_t> descriptor) {
+            using D = protocol::ThreadDescriptor;
             if (descriptor.size() < kThreadDescriptorWords ||
-                descriptor.data()[0] != kThreadMagic) {
+                descriptor.data()[D::kMagic] != protocol::kThreadMagic) {
               throw py::value_error("not a thread batch descriptor");
             }
-            return w.Take(static_cast<uint64_t>(descriptor.data()[1]));
+            return w.Take(static_cast<uint64_t>(descriptor.data()[D::kTicket]));
           },
           py::arg("descriptor"));
 }

@@ -15,12 +15,12 @@
 
 #include "epoch_batches.h"
 #include "stoker/transform.h"
+#include "worker_protocol.h"
 
 namespace stoker::python {
 
-/// The engine's item for the thread kind: magic, ticket, epoch, batch.
-inline constexpr int kThreadDescriptorWords = 4;
-inline constexpr int64_t kThreadMagic = 0x31444854524b5453;  // "STKRTHD1"
+/// The engine's item for the thread kind: protocol::ThreadDescriptor.
+inline constexpr int kThreadDescriptorWords = protocol::ThreadDescriptor::kCount;
 
 /// The batches made and not yet taken. Thread-safe; the GIL is taken after
 /// (never while holding) its own lock.

@@ -61,7 +61,6 @@ void EitherKindTransform::Recycle(std::span<std::byte> out) const {
 }
 
 void BindWorkerKinds(py::module_& m) {
-  m.attr("THREAD_BATCH_MAGIC") = kThreadMagic;
   py::class_<WorkerKinds, std::shared_ptr<WorkerKinds>>(m, "WorkerKinds")
       .def(py::init<std::shared_ptr<ProcessWorkers>, std::shared_ptr<ThreadWorkers>>(),
            py::arg("processes"), py::arg("threads"))

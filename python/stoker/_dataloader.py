@@ -14,6 +14,8 @@ from ._loader import _resolve_device
 from ._stoker import DataError, ResourceError
 
 _FORMAT = "stoker.DataLoader/1"
+_PROTOCOL = _stoker.protocol
+_PROCESS, _THREAD = _PROTOCOL.PROCESS_DESCRIPTOR, _PROTOCOL.THREAD_DESCRIPTOR
 
 
 def _torch():
@@ -420,10 +422,7 @@ class DataLoader:
         if processes:
             self._workers.close()
         if self._zygote_pid is not None:
-            try:
-                os.waitpid(self._zygote_pid, 0)
-            except ChildProcessError:
-                pass
+            _workers.end_zygote(self._zygote_pid)
 
     def __enter__(self):
         return self
@@ -740,14 +739,15 @@ class _Iterator(_BatchIterator):
         self.position += 1
         if self.position == 1 and loader._own_order():
             loader._give_batches(self.epoch + 1)  # the workers may start on it early
-        threads = int(descriptor[0]) == _stoker.THREAD_BATCH_MAGIC
+        threads = int(descriptor[_THREAD.magic]) == _PROTOCOL.THREAD_MAGIC
         if threads:
             payload, info = loader._threads.take(descriptor)
-            made = _outcome(self.epoch, int(descriptor[3]), payload, info, [])
+            made = _outcome(self.epoch, int(descriptor[_THREAD.batch]), payload, info, [])
         else:
             view, notes = loader._workers.view(descriptor)
-            payload, info = _workers.read_batch(view, int(descriptor[4]), int(descriptor[5]))
-            made = _outcome(self.epoch, int(descriptor[7]), payload, info,
+            payload, info = _workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
+                                                int(descriptor[_PROCESS.meta_length]))
+            made = _outcome(self.epoch, int(descriptor[_PROCESS.batch]), payload, info,
                             [(i, why, "", False) for i, why in notes])
         if loader._trial is not None:
             now = time.perf_counter()

@@ -1,6 +1,8 @@
 """Worker processes for stoker.DataLoader: the zygote, the worker loop, and the
 batch format in shared memory. The parent's half of the protocol is C++
-(python/src/process_workers.cc); both halves keep the layout below.
+(python/src/process_workers.cc); messages, the segment header and the
+descriptors are laid out once, in python/src/worker_protocol.h, and read here
+by name through ``_stoker.protocol`` (docs/dataloader.md has the table).
 
 A zygote is forked once, when the DataLoader is made, before stoker starts any
 thread for it; it holds the dataset (inherited, never pickled) and forks one
@@ -25,19 +27,40 @@ import traceback
 
 from . import _stoker
 
-_TAG = 8
+P = _stoker.protocol
 _WORD = struct.Struct("=q")
-_HEADER_WORDS = _stoker.SEGMENT_HEADER_WORDS
-_ALIGN = 64
-_GROW = 1 << 20
+_HEADER = P.SEGMENT_HEADER
+_ALIGN = P.DATA_ALIGN
+_GROW = P.SEGMENT_GRAIN
+_KINDS = {getattr(P, name).tag: getattr(P, name) for name in dir(P)
+          if hasattr(getattr(P, name), "tag")}
+_PARENT_CHECK_S = 1.0  # how often an idle zygote checks that its parent lives
 
 
-def _message(tag, *words):
-    return tag.ljust(_TAG, b"\0") + b"".join(_WORD.pack(w) for w in words)
+def _message(kind, text=None, **words):
+    """Message `kind` (a protocol layout, e.g. P.DONE) with its words by name,
+    or its text for the kinds that carry text."""
+    head = kind.tag.ljust(P.TAG_BYTES, b"\0")
+    if kind.text:
+        return head + text.encode(errors="replace")
+    if sorted(words) != sorted(kind.fields):
+        raise TypeError(f"{kind.tag.decode()} takes words {kind.fields}, got {tuple(words)}")
+    values = [0] * kind.words
+    for name, value in words.items():
+        values[getattr(kind, name)] = value
+    return head + b"".join(_WORD.pack(v) for v in values)
 
 
-def _words(data):
-    return [w for (w,) in _WORD.iter_unpack(data[_TAG:_TAG + (len(data) - _TAG) // 8 * 8])]
+def _parse(data):
+    """(kind, words) of a received message; kind None for a tag the protocol
+    lacks; end of file (b"") reads as EXIT."""
+    if not data:
+        return P.EXIT, []
+    kind = _KINDS.get(data[:P.TAG_BYTES].rstrip(b"\0"))
+    if kind is None or kind.text:
+        return kind, []
+    end = P.TAG_BYTES + kind.words * _WORD.size
+    return kind, [w for (w,) in _WORD.iter_unpack(data[P.TAG_BYTES:end])]
 
 
 def _pdeathsig():
@@ -72,28 +95,42 @@ def start_zygote(job):
     return parent.detach(), pid
 
 
+def end_zygote(pid, patience_s=5.0):
+    """Collects a zygote told to exit, killing it if it outstays `patience_s`."""
+    _wait(pid, patience_s=patience_s)
+
+
 def _zygote_main(ctl, job):
+    """Serves the parent until it says EXIT, closes its socket, or dies (a
+    process forked by the user may hold a copy of the parent's socket, so
+    the zygote also watches its parent's pid), then ends its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    parent = os.getppid()
+    ctl.settimeout(_PARENT_CHECK_S)
     children = set()
     while True:
         try:
             data = ctl.recv(4096)
+        except socket.timeout:
+            if os.getppid() == parent:
+                continue
+            data = b""
         except OSError:
             data = b""
-        if not data:  # the loader is gone
+        kind, words = _parse(data)
+        if kind is P.EXIT:
             for pid in children:
                 _kill(pid)
             for pid in children:
                 _wait(pid)
             return
-        tag = data[:_TAG].rstrip(b"\0")
-        words = _words(data)
-        if tag == b"FORK":
-            _fork_worker(ctl, job, words[0], words[1], children)
-        elif tag == b"REAP":
-            kind, value = _wait(words[0], patience_s=2.0)
-            children.discard(words[0])
-            ctl.send(_message(b"REAPED", kind, value))
+        if kind is P.FORK:
+            _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers], children)
+        elif kind is P.REAP:
+            pid = words[P.REAP.pid]
+            signalled, value = _wait(pid, patience_s=2.0)
+            children.discard(pid)
+            ctl.send(_message(P.REAPED, signalled=signalled, value=value))
 
 
 def _fork_worker(ctl, job, worker_id, num_workers, children):
@@ -101,7 +138,7 @@ def _fork_worker(ctl, job, worker_id, num_workers, children):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
     except OSError as e:
-        ctl.send(b"FORKFAIL".ljust(_TAG, b"\0") + str(e).encode())
+        ctl.send(_message(P.FORKFAIL, str(e)))
         return
     if pid == 0:  # the worker
         code = 0
@@ -117,7 +154,7 @@ def _fork_worker(ctl, job, worker_id, num_workers, children):
             os._exit(code)
     theirs.close()
     children.add(pid)
-    socket.send_fds(ctl, [_message(b"FORKED", pid)], [mine.fileno()])
+    socket.send_fds(ctl, [_message(P.FORKED, pid=pid)], [mine.fileno()])
     mine.close()
 
 
@@ -260,9 +297,9 @@ def _worker_main(sock, job, worker_id, num_workers):
         if job.worker_init_fn is not None:
             job.worker_init_fn(worker_id)
     except BaseException:  # noqa: BLE001 -- said to the parent, which raises it
-        sock.send(b"INITFAIL".ljust(_TAG, b"\0") + traceback.format_exc().encode(errors="replace"))
+        sock.send(_message(P.INITFAIL, traceback.format_exc()))
         return
-    sock.send(_message(b"HELLO"))
+    sock.send(_message(P.HELLO))
     segments = {}
     private, measured_at = 0, 0.0
     while True:
@@ -270,9 +307,12 @@ def _worker_main(sock, job, worker_id, num_workers):
             data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
         except OSError:
             return
-        if not data or data[:_TAG].rstrip(b"\0") != b"TASK":
+        kind, words = _parse(data)
+        if kind is not P.TASK:
             return
-        epoch, batch, seg_id, seg_size = _words(data)[:4]
+        T = P.TASK
+        epoch, batch, seg_id = words[T.epoch], words[T.batch], words[T.segment]
+        seg_size = words[T.segment_size]
         if fds:
             segments[seg_id] = _Segment(fds[0])
         seg = segments[seg_id]
@@ -280,12 +320,13 @@ def _worker_main(sock, job, worker_id, num_workers):
             seg.ensure(seg_size)
             meta_off, meta_len = _run_task(job, seg, epoch, batch)
         except BaseException:  # noqa: BLE001 -- the loader names the batch
-            sock.send(b"TASKFAIL".ljust(_TAG, b"\0") +
-                      f"batch {batch} of epoch {epoch}: {traceback.format_exc()}".encode(
-                          errors="replace"))
+            sock.send(_message(P.TASKFAIL, f"batch {batch} of epoch {epoch}: "
+                                            f"{traceback.format_exc()}"))
             continue
         cpu = time.process_time_ns()
-        sock.send(_message(b"DONE", seg.size, meta_off, meta_len, cpu, _run_delay_ns(), private))
+        sock.send(_message(P.DONE, segment_size=seg.size, meta_offset=meta_off,
+                           meta_length=meta_len, cpu_ns=cpu, run_delay_ns=_run_delay_ns(),
+                           private_bytes=private))
         # Measured after the reply (reading it walks every mapping), for the next one.
         now = time.monotonic()
         if now - measured_at > 1.0:
@@ -373,13 +414,14 @@ def run_batch(job, epoch, batch, indices, seed):
 def _run_task(job, seg, epoch, batch):
     """Loads and collates the task's samples into `seg`; (meta offset, length)."""
     m = seg.map
-    _, _, n, data_off, seed = struct.unpack_from("=5q", m, 0)
-    indices = struct.unpack_from(f"={n}q", m, _HEADER_WORDS * 8)
+    header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
+    n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
+    indices = struct.unpack_from(f"={n}q", m, _HEADER.words * _WORD.size)
     writer = _Writer(seg, data_off)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
     # Whom to blame if this process dies: the position it is on.
-    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, 8, p),
+    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, _HEADER.position * _WORD.size, p),
                                     _Stream(writer, len(indices)) if streamed else None)
     payload, collate_error = _collate_or_error(job, samples, writer)
     try:

@@ -1,0 +1,174 @@
+#pragma once
+
+// What crosses the process boundary between stoker.DataLoader's parent
+// (process_workers.cc) and its zygote and worker processes (_workers.py):
+// message tags and their words, the segment header, and the descriptors the
+// engine carries. Each list below is the one definition; C++ reads it through
+// the enums, Python through `_stoker.protocol` (BindWorkerProtocol), by name.
+// Renaming or moving a field here is the only edit a change needs.
+//
+// Each message is one SOCK_SEQPACKET datagram: an 8-byte tag (NUL-padded),
+// then either native int64 words in the order listed, or UTF-8 text (the
+// messages marked with text). A file descriptor may ride along (SCM_RIGHTS).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace stoker::python::protocol {
+
+inline constexpr size_t kTagBytes = 8;
+
+// X(CppName, python_name): the words of each message, in order. The lists
+// are tables, one field a line.
+// clang-format off
+
+// parent -> zygote: fork a worker with this torch worker id, of this many.
+#define STOKER_FORK_WORDS(X) \
+  X(WorkerId, worker_id)     \
+  X(NumWorkers, num_workers)
+// zygote -> parent: the worker's pid; its socket rides along.
+#define STOKER_FORKED_WORDS(X) \
+  X(Pid, pid)
+// parent -> zygote: collect this worker.
+#define STOKER_REAP_WORDS(X) \
+  X(Pid, pid)
+// zygote -> parent: how it ended (signalled: 0 exit code, 1 signal number).
+#define STOKER_REAPED_WORDS(X) \
+  X(Signalled, signalled)      \
+  X(Value, value)
+// parent -> worker: run a batch; the segment's fd rides along the first
+// time this worker sees the segment.
+#define STOKER_TASK_WORDS(X) \
+  X(Epoch, epoch)            \
+  X(Batch, batch)            \
+  X(Segment, segment)        \
+  X(SegmentSize, segment_size)
+// worker -> parent: the batch is in the segment, with the worker's figures
+// (cumulative CPU and run-queue delay, unique memory; 0: not measured).
+#define STOKER_DONE_WORDS(X)   \
+  X(SegmentSize, segment_size) \
+  X(MetaOffset, meta_offset)   \
+  X(MetaLength, meta_length)   \
+  X(CpuNs, cpu_ns)             \
+  X(RunDelayNs, run_delay_ns)  \
+  X(PrivateBytes, private_bytes)
+// Messages of no words: HELLO (worker -> parent: ready for tasks, after
+// worker_init_fn), EXIT, and those that carry text.
+#define STOKER_NO_WORDS(X)
+
+// X(CppName, TAG, its words, carries text). EXIT (parent -> worker or
+// zygote): leave now; a zygote kills its workers, collects them and exits.
+// The FAIL messages carry the error's text: a fork refused, worker_init_fn
+// raised, a batch failed outside its samples.
+#define STOKER_MESSAGES(X)                      \
+  X(Fork, FORK, STOKER_FORK_WORDS, false)       \
+  X(Forked, FORKED, STOKER_FORKED_WORDS, false) \
+  X(ForkFail, FORKFAIL, STOKER_NO_WORDS, true)  \
+  X(Reap, REAP, STOKER_REAP_WORDS, false)       \
+  X(Reaped, REAPED, STOKER_REAPED_WORDS, false) \
+  X(Hello, HELLO, STOKER_NO_WORDS, false)       \
+  X(InitFail, INITFAIL, STOKER_NO_WORDS, true)  \
+  X(Task, TASK, STOKER_TASK_WORDS, false)       \
+  X(TaskFail, TASKFAIL, STOKER_NO_WORDS, true)  \
+  X(Done, DONE, STOKER_DONE_WORDS, false)       \
+  X(Exit, EXIT, STOKER_NO_WORDS, false)
+
+// The first words of a batch segment (kSegmentHeaderWords reserved), then
+// the batch's `samples` dataset indices, then data from `data_offset`. The
+// worker keeps `position` on the sample it is loading (-1 outside one), so
+// that the parent can blame that sample if the process dies.
+#define STOKER_SEGMENT_HEADER(X) \
+  X(Magic, magic)                \
+  X(Position, position)          \
+  X(Samples, samples)            \
+  X(DataOffset, data_offset)     \
+  X(Seed, seed)
+
+// A batch made by a worker process, as the engine carries it to the consumer.
+#define STOKER_PROCESS_DESCRIPTOR(X) \
+  X(Magic, magic)                    \
+  X(Segment, segment)                \
+  X(Ticket, ticket)                  \
+  X(SegmentSize, segment_size)       \
+  X(MetaOffset, meta_offset)         \
+  X(MetaLength, meta_length)         \
+  X(Epoch, epoch)                    \
+  X(Batch, batch)
+// A batch made by a worker thread (a Python object held by ticket).
+#define STOKER_THREAD_DESCRIPTOR(X) \
+  X(Magic, magic)                   \
+  X(Ticket, ticket)                 \
+  X(Epoch, epoch)                   \
+  X(Batch, batch)
+
+// clang-format on
+
+inline constexpr int kSegmentHeaderWords = 8;
+inline constexpr int64_t kSegmentMagic = 0x31474553524b5453;  // "STKRSEG1"
+inline constexpr int64_t kThreadMagic = 0x31444854524b5453;   // "STKRTHD1"
+/// Segments grow in steps of this many bytes, so batches of one shape fit again.
+inline constexpr size_t kSegmentGrain = size_t{1} << 20;
+/// Arrays in a segment start at multiples of this.
+inline constexpr size_t kDataAlign = 64;
+
+#define STOKER_PROTOCOL_ENUMERATOR(Cpp, py) k##Cpp,
+#define STOKER_PROTOCOL_WORDS_ENUM(Name, Words) \
+  enum Name : int { Words(STOKER_PROTOCOL_ENUMERATOR) kCount };
+
+/// Word positions, e.g. TaskWord::kBatch; kCount: how many words.
+struct TaskWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_TASK_WORDS)
+};
+struct DoneWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_DONE_WORDS)
+};
+struct ForkWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORK_WORDS)
+};
+struct ForkedWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORKED_WORDS)
+};
+struct ReapWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_REAP_WORDS)
+};
+struct ReapedWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_REAPED_WORDS)
+};
+struct SegmentWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_SEGMENT_HEADER)
+};
+struct ProcessDescriptor {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_PROCESS_DESCRIPTOR)
+};
+struct ThreadDescriptor {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_THREAD_DESCRIPTOR)
+};
+static_assert(SegmentWord::kCount <= kSegmentHeaderWords);
+
+/// The words of one layout, indexed by its enum: Words<TaskWord> w; w[TaskWord::kBatch] = b;
+template <typename Layout>
+using Words = std::array<int64_t, Layout::kCount>;
+
+/// The messages, e.g. Tag::kDone; kMessages[Tag::kDone].tag is "DONE".
+struct Tag {
+#define STOKER_PROTOCOL_TAG_ENUMERATOR(Cpp, TAG, Words, text) k##Cpp,
+  enum Index : int { STOKER_MESSAGES(STOKER_PROTOCOL_TAG_ENUMERATOR) kCount };
+#undef STOKER_PROTOCOL_TAG_ENUMERATOR
+};
+struct MessageKind {
+  const char* tag;
+  bool text;  // carries text instead of words
+  int words;
+};
+inline constexpr MessageKind kMessages[] = {
+#define STOKER_PROTOCOL_COUNT_WORD(Cpp, py) +1
+#define STOKER_PROTOCOL_MESSAGE_KIND(Cpp, TAG, Words, text) \
+  {#TAG, text, 0 Words(STOKER_PROTOCOL_COUNT_WORD)},
+    STOKER_MESSAGES(STOKER_PROTOCOL_MESSAGE_KIND)
+#undef STOKER_PROTOCOL_MESSAGE_KIND
+#undef STOKER_PROTOCOL_COUNT_WORD
+};
+static_assert(sizeof kMessages / sizeof kMessages[0] == Tag::kCount);
+
+}  // namespace stoker::python::protocol

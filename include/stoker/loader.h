@@ -15,6 +15,7 @@
 #include "stoker/status.h"
 #include "stoker/transform.h"
 #include "stoker/tuning.h"
+#include "stoker/worker_kind.h"
 
 namespace stoker {
 
@@ -30,8 +31,13 @@ enum class ErrorPolicy {
 
 /// What the user sets. Resolved and checked once by Loader::Make.
 struct LoaderOptions {
-  std::shared_ptr<const Source> source;        // required
-  std::shared_ptr<const Transform> transform;  // required
+  /// The samples: a source and a transform, or a kind.
+  std::shared_ptr<const Source> source;
+  std::shared_ptr<const Transform> transform;
+  /// Instead of source and transform: items made by a worker kind (whole
+  /// user batches in worker processes, on Python threads, remotely); the
+  /// plan orders kind->items() items as it would samples.
+  std::shared_ptr<const WorkerKind> kind;
   int64_t batch_size = 64;
   bool shuffle = true;
   uint64_t seed = 0;

@@ -20,6 +20,8 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
       indices_(static_cast<size_t>(batch_size)),
       outcomes_(static_cast<size_t>(batch_size)),
       keys_(static_cast<size_t>(batch_size)),
+      samples_(static_cast<size_t>(batch_size), 1),
+      notes_(static_cast<size_t>(batch_size)),
       spec_(spec),
       sample_bytes_(spec->bytes()),
       buffer_bytes_(RoundUp(std::max<size_t>(1, sample_bytes_ * static_cast<size_t>(batch_size)),
@@ -52,20 +54,35 @@ void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
   remaining_.store(length, std::memory_order_relaxed);
   if (failed_.load(std::memory_order_relaxed)) {
     for (auto& o : outcomes_) o = Status::Ok();
+    for (auto& n : notes_) n.clear();
     failed_.store(false, std::memory_order_relaxed);
   }
 }
 
-void BatchSlot::Put(int64_t position, int64_t index, int64_t label) {
+void BatchSlot::Put(int64_t position, int64_t index, int64_t label, int64_t samples) {
   const auto p = static_cast<size_t>(position);
   indices_[p] = index;
   labels_[p] = label;
+  samples_[p] = samples;
+}
+
+void BatchSlot::Note(int64_t position, std::vector<SampleFailure> failures) {
+  if (failures.empty()) return;
+  notes_[static_cast<size_t>(position)] = std::move(failures);
+  failed_.store(true, std::memory_order_relaxed);
+}
+
+int64_t BatchSlot::samples() const {
+  int64_t n = 0;
+  for (int64_t p = 0; p < count_; ++p) n += samples_[static_cast<size_t>(p)];
+  return n;
 }
 
 void BatchSlot::Fail(int64_t position, int64_t index, std::string key, Status cause) {
   const auto p = static_cast<size_t>(position);
   indices_[p] = index;
   labels_[p] = 0;
+  samples_[p] = 0;
   keys_[p] = std::move(key);
   outcomes_[p] = std::move(cause);
   failed_.store(true, std::memory_order_relaxed);
@@ -77,12 +94,15 @@ std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
     if (!outcomes_[up].ok()) out.push_back({indices_[up], keys_[up], outcomes_[up]});
+    for (const SampleFailure& f : notes_[up]) out.push_back({f.index, f.key, f.status});
   }
   return out;
 }
 
 Status BatchSlot::Failure::Named() const {
-  return status.WithContext("sample " + std::to_string(index) + " (" + key + ")");
+  if (index < 0) return key.empty() ? status : status.WithContext(key);
+  const std::string where = "sample " + std::to_string(index);
+  return status.WithContext(key.empty() ? where : where + " (" + key + ")");
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle,

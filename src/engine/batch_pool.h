@@ -16,6 +16,7 @@
 #include "stoker/loader.h"
 #include "stoker/sample_spec.h"
 #include "stoker/status.h"
+#include "stoker/worker_kind.h"
 
 namespace stoker {
 
@@ -47,7 +48,12 @@ class BatchSlot {
   std::span<std::byte> sample(int64_t position) {
     return {data_ + position * static_cast<int64_t>(sample_bytes_), sample_bytes_};
   }
-  void Put(int64_t position, int64_t index, int64_t label);
+  /// `samples`: the user samples its output holds (1 for a sample; an item
+  /// of a WorkerKind may hold many, or none).
+  void Put(int64_t position, int64_t index, int64_t label, int64_t samples = 1);
+  /// Failed samples inside the item at `position` (already Put): the item is
+  /// kept, the failures are reported or skipped like failed positions.
+  void Note(int64_t position, std::vector<SampleFailure> failures);
   /// The sample at `position` (source index `index`, source key `key`)
   /// failed; `cause` says why without naming the sample (the report adds
   /// index and key).
@@ -59,16 +65,19 @@ class BatchSlot {
   // -- Finished (and, for a batch with failures, on the consumer's thread).
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
   struct Failure {
-    int64_t index = 0;  // the sample's index in the source
-    std::string key;    // the source's key for it
+    int64_t index = 0;  // the sample's index in the source; -1: a kind's item, no sample
+    std::string key;    // the source's key for it (the kind's, for an item)
     Status status;      // the cause, without index or key
-    /// The cause with the sample named: "sample <index> (<key>): <cause>".
+    /// The cause with the sample named: "sample <index> (<key>): <cause>"
+    /// ("sample <index>: " without a key; "<key>: " for an item).
     Status Named() const;
   };
-  /// The failed samples among the count() kept, in order.
+  /// The failed samples among the count() kept, in order (each position's
+  /// own failure, or its item's noted failures).
   std::vector<Failure> Failures() const;
   /// Leaves out the failed samples `drop` says yes to: the rest (succeeded,
   /// or failed and kept) move to the front in order; count() is their number.
+  /// A noted failure is dropped alone, its item stays.
   template <typename Pred>
   void DropFailures(Pred drop);
   /// Under the skip policy, the samples left out, travelling with the batch.
@@ -89,6 +98,8 @@ class BatchSlot {
   std::span<const int64_t> indices() const {
     return {indices_.data(), static_cast<size_t>(count_)};
   }
+  /// User samples in the count() positions delivered.
+  int64_t samples() const;
 
   const SampleSpec& spec() const { return *spec_; }
   size_t sample_bytes() const { return sample_bytes_; }
@@ -114,8 +125,10 @@ class BatchSlot {
   int64_t count_ = 0;   // delivered samples
   std::vector<int64_t> labels_;
   std::vector<int64_t> indices_;
-  std::vector<Status> outcomes_;   // per position; written by its worker only
-  std::vector<std::string> keys_;  // per position, of failed samples only
+  std::vector<Status> outcomes_;                   // per position; written by its worker only
+  std::vector<std::string> keys_;                  // per position, of failed samples only
+  std::vector<int64_t> samples_;                   // per position, user samples in its output
+  std::vector<std::vector<SampleFailure>> notes_;  // per position, its item's failed samples
   std::vector<SkipRecord> skips_;
   bool failures_reported_ = false;
   std::atomic<int64_t> remaining_{0};
@@ -134,17 +147,25 @@ void BatchSlot::DropFailures(Pred drop) {
   bool failed = false;
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
-    if (!outcomes_[up].ok() && drop(outcomes_[up])) continue;
+    if (!outcomes_[up].ok() && drop(outcomes_[up])) {
+      notes_[up].clear();
+      continue;
+    }
+    std::erase_if(notes_[up], [&](const SampleFailure& f) { return drop(f.status); });
     if (kept != p) {
       const auto uk = static_cast<size_t>(kept);
       std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
       labels_[uk] = labels_[up];
       indices_[uk] = indices_[up];
+      samples_[uk] = samples_[up];
       keys_[uk] = std::move(keys_[up]);
       outcomes_[uk] = std::move(outcomes_[up]);
       outcomes_[up] = Status::Ok();
+      notes_[uk] = std::move(notes_[up]);
+      notes_[up].clear();
     }
-    failed = failed || !outcomes_[static_cast<size_t>(kept)].ok();
+    const auto uk = static_cast<size_t>(kept);
+    failed = failed || !outcomes_[uk].ok() || !notes_[uk].empty();
     ++kept;
   }
   for (int64_t p = kept; p < count_; ++p) outcomes_[static_cast<size_t>(p)] = Status::Ok();

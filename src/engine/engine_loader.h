@@ -12,6 +12,9 @@ namespace stoker {
 // (src/tune/loader_factory.cc), which resolves kAutoWorkers through the
 // advisor and builds the tuner; the engine cannot depend on either.
 
+/// The shape of each of the loader's samples (or items, with a kind).
+SampleSpec ItemSpec(const LoaderOptions& options);
+
 /// Checks the options the engine reads (all but `tuner`); the error names the
 /// option at fault. workers may be kAutoWorkers, which the factory resolves
 /// before calling MakeEngineLoader.

@@ -19,6 +19,7 @@
 #include "engine/device_stage.h"
 #include "engine/engine_loader.h"
 #include "engine/epoch_scheduler.h"
+#include "engine/sample_kind.h"
 #include "engine/worker_pool.h"
 #include "engine/worker_stats.h"
 #include "plan/epoch_plan.h"
@@ -28,46 +29,43 @@ namespace stoker {
 namespace {
 
 // What one thread (a worker, or the consumer when it does the work) keeps
-// between tasks, so that producing a sample allocates nothing once warm.
-// Its buffers stay within the per-sample cap (docs/engine.md, "Memory
-// budget"): sources and transforms refuse a sample that needs more, and
-// Trim() lets go of buffers that together grew past it.
+// between items: its kind's worker and its figures. A worker whose
+// trimmable memory passed the per-sample cap (docs/engine.md, "Memory
+// budget") is replaced by a fresh one between tasks.
 struct WorkerContext {
-  WorkerContext(int id, bool worker_thread, const Transform& transform, const SampleCap& cap)
-      : stats(id, worker_thread), worker_thread_(worker_thread) {
-    read.cap = cap;
-    NewScratch(transform);
+  WorkerContext(int id, WorkerPlace place, const WorkerKind& kind, const SampleCap& cap)
+      : stats(id, place == WorkerPlace::kWorkerThread),
+        worker(kind.NewWorker(place, cap)),
+        place_(place),
+        cap_(cap) {}
+
+  size_t footprint() const { return worker->cost().bytes; }
+
+  void Trim(const WorkerKind& kind) {
+    if (cap_.Allows(worker->cost().trimmable_bytes)) return;
+    worker.reset();  // a worker process ends before its replacement starts
+    worker = kind.NewWorker(place_, cap_);
   }
 
-  size_t footprint() const { return read.bytes.capacity() + (scratch ? scratch->bytes() : 0); }
-
-  // Each buffer alone fits the cap, but a large record read for one sample
-  // and a large decode for another may add up past it: start both afresh.
-  void Trim(const Transform& transform) {
-    if (read.cap.Allows(read.bytes.capacity() + (scratch ? scratch->trimmable_bytes() : 0))) {
-      return;
-    }
-    read.bytes = {};
-    NewScratch(transform);
-  }
-
-  ReadBuffer read;
-  std::unique_ptr<TransformScratch> scratch;
   WorkerStats stats;
+  std::unique_ptr<KindWorker> worker;
+  ItemOutcome outcome;  // reused by every item
 
  private:
-  void NewScratch(const Transform& transform) {
-    scratch = worker_thread_ ? transform.NewWorkerScratch() : transform.NewScratch();
-    if (scratch) scratch->set_cap(read.cap);
-  }
-
-  bool worker_thread_;
+  WorkerPlace place_;
+  SampleCap cap_;
 };
 
-// The transform's Recycle, for pools whose outputs refer to something else.
-BatchPool::Recycle RecycleOf(const LoaderOptions& o) {
-  if (!o.transform->recycles()) return {};
-  return [t = o.transform](std::span<std::byte> sample) { t->Recycle(sample); };
+// The kind's Recycle, for pools whose outputs refer to something else.
+BatchPool::Recycle RecycleOf(const std::shared_ptr<const WorkerKind>& kind) {
+  if (!kind->recycles()) return {};
+  return [kind](std::span<std::byte> sample) { kind->Recycle(sample); };
+}
+
+// The kind the options name: theirs, or the engine's own over source and transform.
+std::shared_ptr<const WorkerKind> KindOf(const LoaderOptions& o) {
+  if (o.kind != nullptr) return o.kind;
+  return std::make_shared<SampleKind>(o.source, o.transform, o.seed);
 }
 
 // Bumped in the child of every fork(). A loader remembers the value it was
@@ -108,8 +106,9 @@ class Loader::Impl {
       : options_(std::move(options)),
         cap_(cap),
         plan_options_(plan_options),
-        spec_(options_.transform->spec()),
-        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(options_),
+        kind_(KindOf(options_)),
+        spec_(kind_->spec()),
+        pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(kind_),
                                           std::move(pin))),
         device_(std::move(device)),
         sched_(
@@ -121,7 +120,7 @@ class Loader::Impl {
                 .prefetch_bytes = options_.prefetch_bytes,
             },
             pool_.get()),
-        consumer_ctx_(-1, /*worker_thread=*/false, *options_.transform, cap_),
+        consumer_ctx_(-1, WorkerPlace::kConsumer, *kind_, cap_),
         workers_([this](int id) { WorkerMain(id); }) {
     MutexLock lock(mu_);
     pool_->set_max_free(static_cast<size_t>(sched_.depth()) + 2);
@@ -373,7 +372,7 @@ class Loader::Impl {
   // may take some), then counts those it produced.
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
-    TaskTimer timer(ctx.stats, task.length, ctx.scratch.get());
+    TaskTimer timer(ctx.stats, task.length, ctx.worker.get());
     for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
       if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
       Produce(ctx, *task.plan, slot, p);
@@ -382,35 +381,36 @@ class Loader::Impl {
     timer.Finish();
     const int64_t produced = timer.samples();
     if (produced == 0) return;  // helpers took them all: the slot may be gone already
-    ctx.Trim(*options_.transform);
+    ctx.Trim(*kind_);
     ctx.stats.set_footprint(ctx.footprint());
     if (slot->Done(produced)) FinishBatch(slot);
   }
 
-  // Reads and transforms the sample at position `p` of `slot`; a failure,
-  // or an exception from the source or transform, becomes its outcome.
+  // Makes the item at position `p` of `slot`; a failure, or an exception
+  // from the kind's worker, becomes its outcome.
   void Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
     const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
-    Record record;
+    ItemOutcome& outcome = ctx.outcome;
+    outcome.label = 0;
+    outcome.samples = 1;
+    outcome.failures.clear();
     Status st;
     try {
-      SampleRng rng(options_.seed, static_cast<uint64_t>(plan.epoch()),
-                    static_cast<uint64_t>(index));
-      st = options_.source->Read(index, ctx.read, &record);
-      record.epoch = plan.epoch();
-      if (st.ok()) st = options_.transform->Apply(record, rng, slot->sample(p), ctx.scratch.get());
+      st = ctx.worker->Run(plan.epoch(), index, slot->sample(p), &outcome);
     } catch (const std::bad_alloc&) {
       st = Unavailable("out of memory");
     } catch (const std::exception& e) {
       st = Internal(std::string("the source or transform threw: ") + e.what());
     }
     if (st.ok()) {
-      slot->Put(p, index, record.label);
+      slot->Put(p, index, outcome.label, outcome.samples);
+      if (!outcome.failures.empty()) slot->Note(p, std::move(outcome.failures));
       return;
     }
-    std::string key = options_.source->Key(index);
+    std::string key = kind_->Key(index);
     Status cause = CauseOf(st, key);
-    slot->Fail(p, index, std::move(key), std::move(cause));
+    // A kind's item is no sample: its failure names the item (its key) alone.
+    slot->Fail(p, options_.kind != nullptr ? -1 : index, std::move(key), std::move(cause));
   }
 
   // Runs on the thread that completed the batch's last position.
@@ -519,7 +519,7 @@ class Loader::Impl {
         return Result<std::optional<Batch>>(std::move(st));
       }
     }
-    samples_delivered_.fetch_add(slot->count(), std::memory_order_relaxed);
+    samples_delivered_.fetch_add(slot->samples(), std::memory_order_relaxed);
     return Result<std::optional<Batch>>(std::optional<Batch>(Batch(std::move(slot), pool_)));
   }
 
@@ -539,13 +539,17 @@ class Loader::Impl {
       return Status::Ok();
     }
     const std::string skipped = std::to_string(tally_.skipped);
-    const std::string what = tally_.skipped == shape_.num_samples
+    // With a kind, items are not samples: how many samples it planned is its own.
+    const std::string what = options_.kind != nullptr ? skipped + " samples were skipped"
+                             : tally_.skipped == shape_.num_samples
                                  ? "all " + skipped + " samples were skipped"
                                  : skipped + " of its " + std::to_string(shape_.num_samples) +
                                        " samples were skipped and the others failed";
     const SkipRecord& first = skipped_[tally_.first_skip];
+    const std::string name =
+        first.key.empty() ? "sample " + std::to_string(first.index) : first.key;
     return DataError("epoch " + std::to_string(sched_.epoch()) + " delivered nothing: " + what +
-                     " (first: " + first.key + ": " + first.reason + ")");
+                     " (first: " + name + ": " + first.reason + ")");
   }
 
   // One error for every failed sample left in `slot`, with the code of the
@@ -570,7 +574,7 @@ class Loader::Impl {
       sched_param param{};
       pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // a refusal is harmless
     }
-    WorkerContext ctx(id, /*worker_thread=*/true, *options_.transform, cap_);
+    WorkerContext ctx(id, WorkerPlace::kWorkerThread, *kind_, cap_);
     stats_board_.Join(&ctx.stats);
     {
       MutexLock lock(mu_);
@@ -588,6 +592,7 @@ class Loader::Impl {
   const SampleCap cap_;  // each worker's, from the memory budget
   const PlanOptions plan_options_;
   const PlanShape shape_ = PlanShape::Of(plan_options_);
+  const std::shared_ptr<const WorkerKind> kind_;
   const SampleSpec spec_;
   const std::shared_ptr<BatchPool> pool_;
   const std::shared_ptr<DeviceStage> device_;  // null without a device
@@ -629,16 +634,30 @@ class Loader::Impl {
 
 namespace {
 
+int64_t ItemCount(const LoaderOptions& o) {
+  return o.kind != nullptr ? o.kind->items() : o.source->size();
+}
+
 PlanOptions PlanOptionsOf(const LoaderOptions& o) {
-  return {o.source->size(), o.batch_size, o.shuffle,    o.seed,
-          o.drop_last,      o.rank,       o.world_size, o.pad_shards};
+  return {ItemCount(o), o.batch_size, o.shuffle,    o.seed,
+          o.drop_last,  o.rank,       o.world_size, o.pad_shards};
 }
 
 }  // namespace
 
+SampleSpec ItemSpec(const LoaderOptions& o) {
+  return o.kind != nullptr ? o.kind->spec() : o.transform->spec();
+}
+
 Status ValidateEngineOptions(const LoaderOptions& o) {
-  if (o.source == nullptr) return InvalidArgument("option 'source' is required");
-  if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
+  if (o.kind != nullptr) {
+    if (o.source != nullptr || o.transform != nullptr) {
+      return InvalidArgument("options 'kind' and 'source'/'transform' exclude each other");
+    }
+  } else {
+    if (o.source == nullptr) return InvalidArgument("option 'source' is required");
+    if (o.transform == nullptr) return InvalidArgument("option 'transform' is required");
+  }
   if ((o.workers < 0 && o.workers != kAutoWorkers) || o.workers > kMaxWorkers) {
     return InvalidArgument("option 'workers' must be in [0, " + std::to_string(kMaxWorkers) +
                            "] or kAutoWorkers (" + std::to_string(kAutoWorkers) + "), got " +
@@ -658,13 +677,11 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
     return InvalidArgument("option 'start_epoch' must be >= 0, got " +
                            std::to_string(o.start_epoch));
   }
-  if (o.transform->spec().bytes() == 0) {
-    return InvalidArgument("the transform's sample spec has zero bytes");
-  }
+  if (ItemSpec(o).bytes() == 0) return InvalidArgument("the sample spec has zero bytes");
   const PlanOptions plan = PlanOptionsOf(o);
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
   if (PlanShape::Of(plan).num_batches == 0) {
-    return InvalidArgument("drop_last leaves no batch: " + std::to_string(o.source->size()) +
+    return InvalidArgument("drop_last leaves no batch: " + std::to_string(ItemCount(o)) +
                            " samples over world_size " + std::to_string(o.world_size) +
                            " is less than batch_size " + std::to_string(o.batch_size));
   }
@@ -674,7 +691,7 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
 Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
                                                  std::unique_ptr<Controller> controller,
                                                  const SampleCap& cap) {
-  assert(o.source != nullptr && o.transform != nullptr && o.workers >= 0);
+  assert((o.kind != nullptr || (o.source != nullptr && o.transform != nullptr)) && o.workers >= 0);
   const PlanOptions plan = PlanOptionsOf(o);
   std::shared_ptr<const CudaRuntime> cuda;
   std::shared_ptr<DeviceStage> device;
@@ -687,7 +704,7 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
     cuda = std::move(loaded).value();
   }
   if (o.device != LoaderOptions::kNoDevice) {
-    const size_t batch_bytes = o.transform->spec().bytes() * static_cast<size_t>(o.batch_size);
+    const size_t batch_bytes = ItemSpec(o).bytes() * static_cast<size_t>(o.batch_size);
     auto made = DeviceStage::Make(cuda, o.device, o.device_prefetch_bytes, batch_bytes);
     if (!made.ok()) return made.status();
     device = std::move(made).value();

@@ -30,15 +30,15 @@ WorkerMetrics WorkerStats::Snapshot() const {
           elsewhere_ns_.load(std::memory_order_relaxed)};
 }
 
-TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch)
+TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* worker)
     : stats_(stats),
-      scratch_(scratch),
+      worker_(worker),
       start_ns_(SteadyNanos()),
       timed_(stats.run_delay_ != nullptr && stats.sample_ns_ * samples >= kRunDelayTaskNs),
       wall0_(start_ns_),
       cpu0_(CpuNow()),
-      queue0_(scratch != nullptr ? scratch->queue_ns_elsewhere() : 0),
-      elsewhere0_(scratch != nullptr ? scratch->cpu_ns_elsewhere() : 0) {
+      queue0_(worker != nullptr ? worker->cost().queue_ns : 0),
+      elsewhere0_(worker != nullptr ? worker->cost().cpu_ns : 0) {
   if (timed_) {
     // From here: a wait for a CPU between tasks is no sample's.
     const int64_t d = stats_.run_delay_->ReadNanos();
@@ -47,7 +47,7 @@ TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch
 }
 
 int64_t TaskTimer::CpuNow() const {
-  return ThreadCpuNanos() + (scratch_ != nullptr ? scratch_->cpu_ns_elsewhere() : 0);
+  return ThreadCpuNanos() + (worker_ != nullptr ? worker_->cost().cpu_ns : 0);
 }
 
 void TaskTimer::Publish() {
@@ -63,11 +63,12 @@ void TaskTimer::Publish() {
     stats_.queue_ns_.fetch_add(delay - stats_.run_delay_ns_, std::memory_order_relaxed);
     stats_.run_delay_ns_ = delay;
   }
-  if (scratch_ != nullptr) {
-    const int64_t queue1 = scratch_->queue_ns_elsewhere();
+  if (worker_ != nullptr) {
+    const WorkerCost cost = worker_->cost();
+    const int64_t queue1 = cost.queue_ns;
     stats_.queue_ns_.fetch_add(queue1 - queue0_, std::memory_order_relaxed);
     queue0_ = queue1;
-    const int64_t elsewhere1 = scratch_->cpu_ns_elsewhere();
+    const int64_t elsewhere1 = cost.cpu_ns;
     stats_.elsewhere_ns_.fetch_add(elsewhere1 - elsewhere0_, std::memory_order_relaxed);
     elsewhere0_ = elsewhere1;
   }

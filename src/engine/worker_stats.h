@@ -9,7 +9,7 @@
 #include "core/thread_annotations.h"
 #include "engine/run_delay.h"
 #include "stoker/loader.h"
-#include "stoker/transform.h"
+#include "stoker/worker_kind.h"
 
 namespace stoker {
 
@@ -55,9 +55,9 @@ class WorkerStats {
 /// notice, judged by the last task's samples.
 class TaskTimer {
  public:
-  /// `scratch`: the worker's transform scratch, whose work elsewhere (a
-  /// worker process) counts as the task's; may be null.
-  TaskTimer(WorkerStats& stats, int64_t samples, const TransformScratch* scratch = nullptr);
+  /// `worker`: the kind's worker, whose work elsewhere (a worker process)
+  /// counts as the task's; may be null.
+  TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* worker = nullptr);
   /// After each sample.
   void SampleDone() {
     ++done_;
@@ -75,12 +75,12 @@ class TaskTimer {
   int64_t CpuNow() const;
 
   WorkerStats& stats_;
-  const TransformScratch* scratch_;
+  const KindWorker* worker_;
   const int64_t start_ns_;
   const bool timed_;
   int64_t wall0_;
   int64_t cpu0_;
-  int64_t queue0_;       // the scratch's queue time elsewhere at the last publication
+  int64_t queue0_;       // the worker's queue time elsewhere at the last publication
   int64_t elsewhere0_;   // and its CPU time elsewhere
   int64_t pending_ = 0;  // samples not yet published
   int64_t done_ = 0;     // samples done in this task

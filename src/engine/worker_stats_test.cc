@@ -20,17 +20,17 @@ TEST(WorkerStatsTest, ATaskPublishesEverySample) {
   EXPECT_GE(m.busy_ns, m.queue_ns);
 }
 
-// A scratch whose work runs elsewhere (a worker process) and is reported back.
-class ElsewhereScratch : public TransformScratch {
+// A worker whose work runs elsewhere (a worker process) and is reported back.
+class ElsewhereWorker : public KindWorker {
  public:
-  int64_t cpu_ns_elsewhere() const override { return cpu; }
-  int64_t queue_ns_elsewhere() const override { return queue; }
+  Status Run(int64_t, int64_t, std::span<std::byte>, ItemOutcome*) override { return Status::Ok(); }
+  WorkerCost cost() const override { return {.cpu_ns = cpu, .queue_ns = queue}; }
   int64_t cpu = 1'000'000'000, queue = 5'000'000'000;  // totals before the task count for nothing
 };
 
 TEST(WorkerStatsTest, WorkElsewhereCountsAsTheTasks) {
   WorkerStats stats(0, /*sample_run_delay=*/false);
-  ElsewhereScratch scratch;
+  ElsewhereWorker scratch;
   TaskTimer timer(stats, 1, &scratch);
   scratch.cpu += 7'000'000'000;  // far more than this thread could spend here
   scratch.queue += 2'000'000;

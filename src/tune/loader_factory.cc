@@ -45,8 +45,7 @@ Status ValidateTunerOptions(const LoaderOptions& o) {
 // One batch buffer's bytes; nullopt when the product overflows.
 std::optional<size_t> BatchBytes(const LoaderOptions& o) {
   size_t bytes = 0;
-  if (__builtin_mul_overflow(o.transform->spec().bytes(), static_cast<size_t>(o.batch_size),
-                             &bytes)) {
+  if (__builtin_mul_overflow(ItemSpec(o).bytes(), static_cast<size_t>(o.batch_size), &bytes)) {
     return std::nullopt;
   }
   return bytes;
@@ -63,13 +62,13 @@ Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
           ? std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
                 " % of available memory, the default of tuner option 'memory_budget_bytes'"
           : "tuner option 'memory_budget_bytes' = " + std::to_string(o.tuner.memory_budget_bytes);
-  return InvalidArgument(
-      "option 'batch_size' = " + std::to_string(o.batch_size) + " makes one batch " +
-      (batch ? FormatBytes(*batch) : std::string("too large to count")) +
-      " (of the transform's samples, " + FormatBytes(o.transform->spec().bytes()) +
-      " each); a loader needs room for two (one delivered, one being written), "
-      "more than the memory budget of " +
-      FormatBytes(budget) + " (" + budget_option + ")");
+  return InvalidArgument("option 'batch_size' = " + std::to_string(o.batch_size) +
+                         " makes one batch " +
+                         (batch ? FormatBytes(*batch) : std::string("too large to count")) +
+                         " (of the transform's samples, " + FormatBytes(ItemSpec(o).bytes()) +
+                         " each); a loader needs room for two (one delivered, one being written), "
+                         "more than the memory budget of " +
+                         FormatBytes(budget) + " (" + budget_option + ")");
 }
 
 // Splits the budget (docs/engine.md, "Memory budget"): batch buffers first,
@@ -116,7 +115,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
     facts = ProbeMachine(po);
     AdviseInputs in;
     in.batch_size = options.batch_size;
-    in.sample_bytes = options.transform->spec().bytes();
+    in.sample_bytes = ItemSpec(options).bytes();
     advice = Advise(facts, in);
     if (budget == 0) budget = advice.memory_budget_bytes;
     advice.memory_budget_bytes = budget;

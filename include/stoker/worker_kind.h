@@ -1,0 +1,100 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stoker/sample_cap.h"
+#include "stoker/sample_spec.h"
+#include "stoker/status.h"
+
+namespace stoker {
+
+/// Where a kind's worker runs: on an engine worker thread of its own, or on
+/// the consumer's thread inside Next() (workers == 0).
+enum class WorkerPlace { kWorkerThread, kConsumer };
+
+/// What a worker's items cost where the engine's thread clocks cannot see it
+/// (a worker process, a remote machine). CPU and run-queue times are
+/// cumulative over the worker's life; bytes are now.
+struct WorkerCost {
+  int64_t cpu_ns = 0;    // CPU time spent elsewhere for this worker
+  int64_t queue_ns = 0;  // of the wall time, waiting for a CPU elsewhere
+  /// Memory the worker holds for the loader (the memory budget counts it).
+  size_t bytes = 0;
+  /// Of `bytes`, what a fresh worker would not hold: past the per-sample cap,
+  /// the engine replaces the worker with a fresh one between items.
+  size_t trimmable_bytes = 0;
+};
+
+/// A sample inside an item that failed while the item itself was made (a
+/// user batch one of whose samples raised): the engine's error policy
+/// reports it (raise) or records it (skip) as it does a failed item.
+struct SampleFailure {
+  int64_t index = 0;  // the sample's index in the user's data set
+  std::string key;    // its key (a file), or empty where unknown
+  Status status;      // the cause, without index or key
+};
+
+/// What one Run made, besides the bytes written to `out`.
+struct ItemOutcome {
+  int64_t label = 0;    // the engine's label for the item
+  int64_t samples = 1;  // user samples the item holds (0: all failed, or none planned)
+  /// Failed samples of the item; the item is still delivered.
+  std::vector<SampleFailure> failures;
+};
+
+/// One worker of a kind: runs items one at a time, always on one thread
+/// (its engine thread, or the consumer's). Made by WorkerKind::NewWorker.
+class KindWorker {
+ public:
+  virtual ~KindWorker() = default;
+  /// Makes item `item` of `epoch` into `out` (spec().bytes() long) and says
+  /// what it made in `outcome` (reset by the engine before each call). An
+  /// error fails the whole item; it names the cause, the engine adds the item.
+  virtual Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+                     ItemOutcome* outcome) = 0;
+  /// Its cost elsewhere so far; read by the engine between items, from the
+  /// worker's own thread, and by the tuner from any thread (so thread-safe).
+  virtual WorkerCost cost() const { return {}; }
+};
+
+/// How the engine's items are made, when they are not samples of a Source
+/// put through a Transform: whole user batches run in worker processes, on
+/// Python threads, or on a remote cluster. The engine schedules the items
+/// (order, prefetch, delivery, checkpoints, error policy, the tuner's pool
+/// size) exactly as it does samples; a kind only runs "item I of epoch E
+/// into this output".
+///
+/// Immutable after construction and shared by every worker: its const
+/// methods are safe from many threads at once.
+class WorkerKind {
+ public:
+  virtual ~WorkerKind() = default;
+
+  /// The shape of every item's output (a descriptor of where the item is).
+  virtual SampleSpec spec() const = 0;
+  /// Items per epoch.
+  virtual int64_t items() const = 0;
+  /// A human-readable key for item `item` ("batch 3"), for errors.
+  virtual std::string Key(int64_t item) const = 0;
+
+  /// A worker for `place`, holding at most `cap` for one item where it can
+  /// tell. A kind may start what the worker needs here (a process), on the
+  /// worker's own thread. Errors are reported by the items that need it.
+  virtual std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const = 0;
+
+  /// Whether Recycle does anything: the engine then hands it every output
+  /// and zeroes the output after (a cost per batch, so only when needed).
+  virtual bool recycles() const { return false; }
+  /// Called once for every output the engine is done with: delivered and
+  /// released by the consumer, or dropped unused (its epoch abandoned, its
+  /// item failed). Outputs never written arrive as zero bytes. Any thread;
+  /// must not block.
+  virtual void Recycle(std::span<std::byte> out) const { (void)out; }
+};
+
+}  // namespace stoker

@@ -1,0 +1,240 @@
+// The engine with a WorkerKind: items (whole user batches) made by a kind's
+// workers, under the engine's own plan, policy, checkpoints and accounting.
+
+#include "stoker/worker_kind.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "stoker/loader.h"
+#include "testing/loader_harness.h"
+
+namespace stoker {
+namespace {
+
+using testing::MakeLoader;
+
+// Item i holds user samples i*kPer .. i*kPer+kPer-1, of which those in
+// `bad` fail (named by their index) and the item keeps the rest. Its
+// output is (item, samples kept). Counts workers made and outputs recycled.
+class FakeKind : public WorkerKind {
+ public:
+  static constexpr int64_t kPer = 4;
+  FakeKind(int64_t items, std::set<int64_t> bad, std::set<int64_t> bad_items = {})
+      : items_(items), bad_(std::move(bad)), bad_items_(std::move(bad_items)) {}
+
+  SampleSpec spec() const override { return {{2}, DType::kInt64}; }
+  int64_t items() const override { return items_; }
+  std::string Key(int64_t item) const override { return "item " + std::to_string(item); }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap&) const override {
+    workers_made.fetch_add(1);
+    if (place == WorkerPlace::kConsumer) consumer_workers.fetch_add(1);
+    return std::make_unique<Worker>(*this);
+  }
+  bool recycles() const override { return true; }
+  void Recycle(std::span<std::byte> out) const override {
+    int64_t words[2];
+    std::memcpy(words, out.data(), sizeof words);
+    if (words[1] != 0) recycled.fetch_add(1);  // written outputs only
+  }
+
+  mutable std::atomic<int> workers_made{0};
+  mutable std::atomic<int> consumer_workers{0};
+  mutable std::atomic<int> recycled{0};
+  std::atomic<int64_t> grow_bytes{0};  // each item adds this to its worker's trimmable memory
+
+ private:
+  class Worker : public KindWorker {
+   public:
+    explicit Worker(const FakeKind& kind) : kind_(kind) {}
+    Status Run(int64_t /*epoch*/, int64_t item, std::span<std::byte> out,
+               ItemOutcome* outcome) override {
+      if (kind_.bad_items_.count(item) != 0) return Internal("collate_fn raised");
+      int64_t kept = 0;
+      for (int64_t s = item * kPer; s < (item + 1) * kPer; ++s) {
+        if (kind_.bad_.count(s) == 0) {
+          ++kept;
+          continue;
+        }
+        outcome->failures.push_back({s, "", DataError("ValueError: bad sample")});
+      }
+      const int64_t words[2] = {item, kept + 1};  // +1: never zero once written
+      std::memcpy(out.data(), words, sizeof words);
+      outcome->label = item;
+      outcome->samples = kept;
+      grown_ += static_cast<size_t>(kind_.grow_bytes.load());
+      cpu_ns_ += 1'000'000;
+      return Status::Ok();
+    }
+    WorkerCost cost() const override {
+      return {.cpu_ns = cpu_ns_, .bytes = grown_, .trimmable_bytes = grown_};
+    }
+
+   private:
+    const FakeKind& kind_;
+    size_t grown_ = 0;
+    int64_t cpu_ns_ = 0;
+  };
+
+  const int64_t items_;
+  const std::set<int64_t> bad_, bad_items_;
+};
+
+LoaderOptions KindOptions(std::shared_ptr<const WorkerKind> kind, int workers) {
+  LoaderOptions o;
+  o.kind = std::move(kind);
+  o.batch_size = 1;
+  o.shuffle = false;
+  o.workers = workers;
+  return o;
+}
+
+struct Drained {
+  std::vector<int64_t> items;  // delivered, in order
+  int64_t samples = 0;         // user samples they hold
+  std::vector<Status> errors;
+};
+
+Drained DrainEpoch(Loader& loader) {
+  Drained d;
+  while (true) {
+    auto r = loader.Next();
+    if (!r.ok()) {
+      d.errors.push_back(r.status());
+      if (d.errors.size() > 100) break;
+      continue;
+    }
+    if (!r->has_value()) break;
+    int64_t words[2];
+    std::memcpy(words, (*r)->data().data(), sizeof words);
+    d.items.push_back(words[0]);
+    d.samples += words[1] - 1;
+  }
+  return d;
+}
+
+TEST(WorkerKindTest, EveryItemOnceInOrderAtAnyWorkerCount) {
+  for (int workers : {0, 1, 3}) {
+    auto kind = std::make_shared<FakeKind>(25, std::set<int64_t>{});
+    auto loader = MakeLoader(KindOptions(kind, workers));
+    ASSERT_NE(loader, nullptr);
+    EXPECT_EQ(loader->batches_per_epoch(), 25);
+    const Drained d = DrainEpoch(*loader);
+    ASSERT_EQ(d.items.size(), 25u) << workers;
+    for (int64_t i = 0; i < 25; ++i) EXPECT_EQ(d.items[static_cast<size_t>(i)], i);
+    EXPECT_TRUE(d.errors.empty());
+    // Metrics count the user samples the items hold, not the items.
+    EXPECT_EQ(loader->Metrics().samples_delivered, 25 * FakeKind::kPer);
+    EXPECT_EQ(kind->consumer_workers.load(), 1);  // Next()'s own, made with the loader
+  }
+}
+
+TEST(WorkerKindTest, RaiseNamesTheFailedSamplesOfAnItemThenDeliversIt) {
+  auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{9, 10});  // both in item 2
+  auto loader = MakeLoader(KindOptions(kind, 2));
+  const Drained d = DrainEpoch(*loader);
+  ASSERT_EQ(d.errors.size(), 1u);
+  const std::string& m = d.errors[0].message();
+  EXPECT_EQ(d.errors[0].code(), StatusCode::kDataError);
+  EXPECT_NE(m.find("batch 2 of epoch 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("2 samples failed: data error: sample 9: ValueError: bad sample; data error: "
+                   "sample 10: ValueError: bad sample"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(d.items.size(), 10u);  // item 2 came after its error, with its good samples
+  EXPECT_EQ(d.samples, 10 * FakeKind::kPer - 2);
+}
+
+TEST(WorkerKindTest, SkipRecordsTheFailedSamplesAndKeepsTheItem) {
+  auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{5});
+  auto o = KindOptions(kind, 2);
+  o.on_error = ErrorPolicy::kSkip;
+  auto loader = MakeLoader(o);
+  const Drained d = DrainEpoch(*loader);
+  EXPECT_TRUE(d.errors.empty());
+  EXPECT_EQ(d.items.size(), 10u);
+  const auto skipped = loader->Skipped();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].index, 5);
+  EXPECT_EQ(skipped[0].reason, "data error: ValueError: bad sample");
+}
+
+TEST(WorkerKindTest, AnItemThatFailsWholeIsNamedByItsKey) {
+  auto kind = std::make_shared<FakeKind>(6, std::set<int64_t>{}, std::set<int64_t>{3});
+  auto loader = MakeLoader(KindOptions(kind, 2));
+  const Drained d = DrainEpoch(*loader);
+  ASSERT_EQ(d.errors.size(), 1u);
+  // The item is no sample: its error is named by the kind's key alone.
+  EXPECT_EQ(d.errors[0].message(), "batch 3 of epoch 0: item 3: collate_fn raised");
+  EXPECT_EQ(d.items, (std::vector<int64_t>{0, 1, 2, 4, 5}));
+}
+
+TEST(WorkerKindTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {
+  std::set<int64_t> all;
+  for (int64_t s = 0; s < 3 * FakeKind::kPer; ++s) all.insert(s);
+  auto o = KindOptions(std::make_shared<FakeKind>(3, all), 1);
+  o.on_error = ErrorPolicy::kSkip;
+  auto loader = MakeLoader(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader->Next().ok());  // the items, empty
+  auto r = loader->Next();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "epoch 0 delivered nothing: 12 samples were skipped (first: sample 0: data error: "
+            "ValueError: bad sample)");
+}
+
+TEST(WorkerKindTest, ResumesFromACheckpointWithAnotherWorkerCount) {
+  auto kind = std::make_shared<FakeKind>(20, std::set<int64_t>{});
+  auto first = MakeLoader(KindOptions(kind, 3));
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(first->Next().ok());
+  const LoaderState state = *first->State();
+  for (int workers : {0, 1, 4}) {
+    auto second = MakeLoader(KindOptions(kind, workers));
+    ASSERT_TRUE(second->Restore(state).ok());
+    const Drained d = DrainEpoch(*second);
+    ASSERT_EQ(d.items.size(), 13u) << workers;
+    EXPECT_EQ(d.items.front(), 7);
+    EXPECT_EQ(d.items.back(), 19);
+  }
+}
+
+TEST(WorkerKindTest, CostElsewhereCountsAsTheWorkersAndEveryOutputIsRecycled) {
+  auto kind = std::make_shared<FakeKind>(12, std::set<int64_t>{});
+  {
+    auto loader = MakeLoader(KindOptions(kind, 2));
+    DrainEpoch(*loader);
+    // 1 ms of CPU elsewhere per item, far more than the engine threads spend.
+    EXPECT_GE(loader->Metrics().cpu_elsewhere_ns, 12 * 1'000'000);
+  }
+  EXPECT_EQ(kind->recycled.load(), 12);  // delivered, released, handed back
+}
+
+TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {
+  auto kind = std::make_shared<FakeKind>(8, std::set<int64_t>{});
+  kind->grow_bytes = 1 << 20;  // each item grows its worker by 1 MiB
+  auto o = KindOptions(kind, 1);
+  o.tuner.memory_budget_bytes = 64 << 20;  // a per-sample cap far below 8 MiB
+  auto loader = MakeLoader(o);
+  const int before = kind->workers_made.load();
+  const Drained d = DrainEpoch(*loader);
+  EXPECT_EQ(d.items.size(), 8u);
+  EXPECT_GT(kind->workers_made.load(), before);
+}
+
+TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {
+  auto o = testing::SyntheticLoaderOptions(10, 2, 8);
+  o.kind = std::make_shared<FakeKind>(5, std::set<int64_t>{});
+  auto made = Loader::Make(o);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("'kind'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stoker

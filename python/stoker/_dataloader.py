@@ -10,7 +10,7 @@ import time
 import weakref
 
 from . import _args, _stoker, _workers
-from ._loader import _resolve_device
+from ._loader import _prefetch_batches, _resolve_device
 from ._stoker import DataError, ResourceError
 
 _FORMAT = "stoker.DataLoader/1"
@@ -180,17 +180,19 @@ class DataLoader:
         prefetch = None if prefetch_factor is None or workers == _stoker.AUTO_WORKERS \
             else prefetch_factor * workers
         try:
-            self._engine = _stoker.Loader(
-                source=self._table.source(), transform=transform,
-                batch_size=1, shuffle=False, seed=0, drop_last=False, rank=0, world_size=1,
-                workers=workers, prefetch_batches=prefetch, prefetch_bytes=None,
-                on_error="raise", ordered=self.in_order, start_epoch=0,
+            tuner = _stoker.TunerOptions(
                 memory_budget_bytes=_args.integer("memory_budget_bytes", memory_budget_bytes,
                                                   0, 2**63 - 1),
                 max_workers=_args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS),
                 interval_s=_args.real("tune_interval", tune_interval, above=0),
-                trace_path="" if trace_path is None else os.fsdecode(trace_path),
+                trace_path=None if trace_path is None else os.fsdecode(trace_path),
                 initial_workers=self._initial_workers(workers, max_workers))
+            # The user's batches are the engine's samples, in plan order; the
+            # error policy is applied here to the failures each batch carries.
+            self._engine = _stoker.Loader(_stoker.LoaderOptions(
+                source=self._table.source(), transform=transform, batch_size=1, shuffle=False,
+                workers=workers, prefetch_batches=_prefetch_batches(prefetch, workers),
+                on_error=_stoker.ErrorPolicy.RAISE, ordered=self.in_order, tuner=tuner))
         except BaseException:
             self.close()
             raise

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 
-from . import _args, _stoker
+from . import _args, _stats, _stoker
 
 
 _EPOCH_END = object()
@@ -174,9 +174,7 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
                                                            step_s, max(1, workers))
         finally:
             del loader
-        points.append({"num_workers": workers,
-                       "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
-                       "stall_fraction": min(1.0, waited / elapsed) if elapsed > 0 else 0.0,
+        points.append({"num_workers": workers, **_stats.rates(samples, waited, elapsed),
                        "samples": samples, "batches": taken, "seconds": elapsed, "best": False})
     best = max(points, key=lambda p: p["samples_per_s"])  # the first of equals: fewer workers
     best["best"] = True

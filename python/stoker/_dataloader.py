@@ -9,7 +9,7 @@ import os
 import time
 import weakref
 
-from . import _args, _stoker, _workers
+from . import _args, _stats, _stoker, _workers
 from ._loader import _prefetch_batches, _resolve_device
 from ._stoker import DataError, ResourceError
 
@@ -115,9 +115,7 @@ class DataLoader:
         self.persistent_workers = persistent_workers
         self.in_order = bool(in_order)
         self.generator = generator
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.on_error = on_error
+        self.on_error = _args.on_error(on_error)
 
         # -- workers
         if num_workers == "auto":
@@ -367,18 +365,13 @@ class DataLoader:
         with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
         PCIe throughput too), as stoker.Loader.stats() gives them."""
         self._check_usable()
-        out = {}
-        if gpu:
-            usage = _stoker.gpu_usage(pcie=bool(pcie))
-            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
+        out = _stats.gpu(pcie) if gpu else {}
         if self._engine is None:
             return {"workers": 0, "worker_kind": "none (num_workers=0)", **out}
         m = self._engine.metrics()
         view = self._engine.tuner_view()
         processes = self._workers is not None
         total, busy = self._workers.segment_bytes() if processes else (0, 0)
-        elapsed = max(m["consumer_wait_ns"] + m["consumer_step_ns"], 1) / 1e9
-        per_batch = self.batch_size or 1
         return {
             "workers": self._engine.workers,
             "worker_kind": self.worker_kind if self._kinds is None else self._kinds.kind,
@@ -388,8 +381,8 @@ class DataLoader:
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
             "batches_delivered": m["batches_delivered"],
-            "samples_per_s": m["batches_delivered"] * per_batch / elapsed,
-            "stall_fraction": _stoker.stall_fraction(m["consumer_wait_ns"] / 1e9, elapsed),
+            **_stats.rates(m["batches_delivered"] * (self.batch_size or 1),
+                           *_stats.consumer_seconds(m)),
             "prefetch_batches": m["prefetch_batches"],
             "tuner": view,
             **out,
@@ -511,7 +504,7 @@ class _KindTrial:
         cpu = delta("cpu_ns")  # worker threads' CPU, their processes' included
         self.figures[self.phase] = {
             "batches_per_s": batches / loop_s,
-            "stall_fraction": min(1.0, delta("consumer_wait_ns") / elapsed),
+            "stall_fraction": _stoker.stall_fraction(delta("consumer_wait_ns"), elapsed),
             "worker_cpu_s_per_batch": cpu / batches,
             "workers": self._loader._engine.workers,
         }

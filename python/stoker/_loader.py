@@ -2,9 +2,8 @@
 
 import json
 import os
-import time
 
-from . import _args, _stoker
+from . import _args, _stats, _stoker
 from . import transforms as _transforms
 from ._sources import Source, Synthetic, _open_path
 
@@ -196,8 +195,7 @@ class Loader:
         else:
             workers = _args.integer("workers", workers, 0, _args.INT32[1])
         prefetch = _args.optional_integer("prefetch", prefetch, 1, _args.INT32[1])
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        on_error = _args.on_error(on_error)
         ordered = _args.boolean("ordered", ordered)
         prefetch_bytes = _args.optional_integer("prefetch_bytes", prefetch_bytes, 1,
                                                 _args.UINT64_MAX)
@@ -227,7 +225,6 @@ class Loader:
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
         self.batch_size = batch_size
-        self._started = time.monotonic()
 
     # Iteration -------------------------------------------------------------
 
@@ -298,7 +295,7 @@ class Loader:
     def stats(self, gpu=True, pcie=False):
         """What the loader is doing: "workers", "samples_per_s" and
         "stall_fraction" (the share of time your loop waited for data) since
-        the loader was made, "tuner" (the tuner's current view, with its last
+        its first batch was asked for, "tuner" (the tuner's current view, with its last
         decision and reason, and under "node" this loader's share of the
         machine's CPU budget beside the other stoker loaders there; None with
         a fixed worker count), "metrics" (the engine's raw counters) and, with
@@ -307,21 +304,15 @@ class Loader:
         measure; -1 otherwise), as a list of dicts; or None with "gpu_note"
         saying why (e.g. "no GPU (NVML not found: ...)")."""
         m = self._impl.metrics()
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        wait = m["consumer_wait_ns"]
-        out = {
+        return {
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
-            "samples_per_s": m["samples_delivered"] / elapsed,
-            "stall_fraction": _stoker.stall_fraction(wait, wait + m["consumer_step_ns"]),
+            **_stats.rates(m["samples_delivered"], *_stats.consumer_seconds(m)),
             "tuner": self._impl.tuner_view(),
             "metrics": m,
+            **(_stats.gpu(pcie) if gpu else {}),
         }
-        if gpu:
-            usage = _stoker.gpu_usage(pcie=bool(pcie))
-            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
-        return out
 
     def decisions(self):
         """Every decision the tuner made so far, with its reason and figures."""

@@ -220,10 +220,71 @@ class PyLoader {
   std::atomic<bool> busy_{false};
 };
 
-ErrorPolicy PolicyFromName(const std::string& name) {
-  if (name == "raise") return ErrorPolicy::kRaise;
-  if (name == "skip") return ErrorPolicy::kSkip;
-  throw py::value_error("on_error must be 'raise' or 'skip', got '" + name + "'");
+// Options built by name, as Python spells them: LoaderOptions(batch_size=64,
+// workers=AUTO_WORKERS, ...). A field given None keeps its default; a name
+// that is no field is a TypeError naming it.
+template <typename Options>
+Options FromKeywords(const char* type_name, const py::kwargs& fields) {
+  Options options;
+  py::object view = py::cast(&options, py::return_value_policy::reference);
+  for (const auto& [name, value] : fields) {
+    if (value.is_none()) continue;
+    if (!py::hasattr(view, name)) {
+      throw py::type_error(std::string(type_name) + " has no field '" +
+                           py::str(name).cast<std::string>() + "'");
+    }
+    view.attr(name) = value;
+  }
+  return options;
+}
+
+void BindOptions(py::module_& m) {
+  py::enum_<ErrorPolicy>(m, "ErrorPolicy", "What happens to a sample that cannot be made.")
+      .value("RAISE", ErrorPolicy::kRaise)
+      .value("SKIP", ErrorPolicy::kSkip);
+  py::class_<TunerOptions>(m, "TunerOptions", "stoker::TunerOptions, set by keyword.")
+      .def(py::init([](const py::kwargs& fields) {
+        return FromKeywords<TunerOptions>("TunerOptions", fields);
+      }))
+      .def_readwrite("memory_budget_bytes", &TunerOptions::memory_budget_bytes)
+      .def_readwrite("max_workers", &TunerOptions::max_workers)
+      .def_readwrite("initial_workers", &TunerOptions::initial_workers)
+      .def_readwrite("interval_s", &TunerOptions::interval_s)
+      .def_readwrite("trace_path", &TunerOptions::trace_path);
+  py::class_<LoaderOptions>(m, "LoaderOptions", "stoker::LoaderOptions, set by keyword.")
+      .def(py::init([](const py::kwargs& fields) {
+        return FromKeywords<LoaderOptions>("LoaderOptions", fields);
+      }))
+      .def_property(
+          "source",
+          [](const LoaderOptions& o) {
+            return SourceHandle{o.source, "", std::nullopt};
+          },
+          [](LoaderOptions& o, const SourceHandle& h) { o.source = h.source; })
+      .def_property(
+          "transform",
+          [](const LoaderOptions& o) {
+            return TransformHandle{o.transform, ""};
+          },
+          [](LoaderOptions& o, const TransformHandle& h) { o.transform = h.transform; })
+      .def_readwrite("batch_size", &LoaderOptions::batch_size)
+      .def_readwrite("shuffle", &LoaderOptions::shuffle)
+      .def_readwrite("seed", &LoaderOptions::seed)
+      .def_readwrite("drop_last", &LoaderOptions::drop_last)
+      .def_readwrite("rank", &LoaderOptions::rank)
+      .def_readwrite("world_size", &LoaderOptions::world_size)
+      .def_readwrite("pad_shards", &LoaderOptions::pad_shards)
+      .def_readwrite("workers", &LoaderOptions::workers)
+      .def_readwrite("prefetch_batches", &LoaderOptions::prefetch_batches)
+      .def_readwrite("prefetch_bytes", &LoaderOptions::prefetch_bytes)
+      .def_readwrite("on_error", &LoaderOptions::on_error)
+      .def_readwrite("ordered", &LoaderOptions::ordered)
+      .def_readwrite("batch_scheduling", &LoaderOptions::batch_scheduling)
+      .def_readwrite("start_epoch", &LoaderOptions::start_epoch)
+      .def_readwrite("pin_memory", &LoaderOptions::pin_memory)
+      .def_readwrite("device", &LoaderOptions::device)
+      .def_readwrite("device_prefetch_bytes", &LoaderOptions::device_prefetch_bytes)
+      .def_readwrite("tuner", &LoaderOptions::tuner);
 }
 
 }  // namespace
@@ -271,48 +332,10 @@ void BindLoader(py::module_& m) {
         "The prefetch depth, in batches, for a fixed worker count when none is given.");
   m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),
         "The share of `elapsed_s` the consumer spent waiting, in [0, 1].");
+  BindOptions(m);
 
   py::class_<PyLoader>(m, "Loader", "The C++ loader; see stoker.Loader for the Python API.")
-      .def(py::init([](const SourceHandle& source, const TransformHandle& transform,
-                       int64_t batch_size, bool shuffle, uint64_t seed, bool drop_last, int rank,
-                       int world_size, int workers, std::optional<int> prefetch_batches,
-                       std::optional<size_t> prefetch_bytes, const std::string& on_error,
-                       bool ordered, int64_t start_epoch, size_t memory_budget_bytes,
-                       int max_workers, double interval_s, const std::string& trace_path,
-                       int initial_workers, bool pin_memory, int device,
-                       size_t device_prefetch_bytes) {
-             LoaderOptions o;
-             o.source = source.source;
-             o.transform = transform.transform;
-             o.batch_size = batch_size;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.workers = workers;
-             o.prefetch_batches = prefetch_batches.value_or(DefaultPrefetch(workers));
-             if (prefetch_bytes) o.prefetch_bytes = *prefetch_bytes;
-             o.on_error = PolicyFromName(on_error);
-             o.ordered = ordered;
-             o.start_epoch = start_epoch;
-             o.tuner.memory_budget_bytes = memory_budget_bytes;
-             o.tuner.max_workers = max_workers;
-             o.tuner.interval_s = interval_s;
-             o.tuner.trace_path = trace_path;
-             o.tuner.initial_workers = initial_workers;
-             o.pin_memory = pin_memory;
-             o.device = device;
-             o.device_prefetch_bytes = device_prefetch_bytes;
-             return std::make_unique<PyLoader>(std::move(o));
-           }),
-           py::arg("source"), py::arg("transform"), py::arg("batch_size"), py::arg("shuffle"),
-           py::arg("seed"), py::arg("drop_last"), py::arg("rank"), py::arg("world_size"),
-           py::arg("workers"), py::arg("prefetch_batches"), py::arg("prefetch_bytes"),
-           py::arg("on_error"), py::arg("ordered"), py::arg("start_epoch"),
-           py::arg("memory_budget_bytes"), py::arg("max_workers"), py::arg("interval_s"),
-           py::arg("trace_path"), py::arg("initial_workers") = 0, py::arg("pin_memory") = false,
-           py::arg("device") = LoaderOptions::kNoDevice, py::arg("device_prefetch_bytes") = 0)
+      .def(py::init<LoaderOptions>(), py::arg("options"))
       .def("next", &PyLoader::Next, py::arg("stream") = 0,
            "The next (images, labels) as numpy arrays, or None at the end of the epoch; with "
            "a device, images is a DeviceImages (__cuda_array_interface__) and `stream` "

@@ -83,6 +83,17 @@ def boolean(name, value):
     raise TypeError(f"{name} must be True or False, got {_describe(value)}")
 
 
+ON_ERROR = ("raise", "skip")
+
+
+def on_error(value):
+    """``value`` as an error policy: "raise" or "skip" (stoker.Loader and
+    stoker.DataLoader's ``on_error``)."""
+    if value not in ON_ERROR:
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {value!r}")
+    return value
+
+
 def optional_path(name, value):
     """None, or ``value`` (str, bytes or os.PathLike) as a str."""
     if value is None:

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 
-from . import _args, _stoker
+from . import _args, _stats, _stoker
 
 
 _EPOCH_END = object()
@@ -96,6 +96,50 @@ def _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor
     return torch.utils.data.DataLoader(dataset, **kwargs)
 
 
+def _counts(num_workers):
+    """The worker counts to sweep: ``num_workers`` (one or a list), by
+    default 0 to twice the CPUs this process may use."""
+    if num_workers is None:
+        num_workers = list(range(0, 2 * _cores() + 1))
+    elif not isinstance(num_workers, (str, bytes)) and not hasattr(num_workers, "__iter__"):
+        num_workers = [num_workers]
+    counts = _args.integers("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+    if not counts:
+        raise ValueError("num_workers must list at least one count")
+    if len(set(counts)) != len(counts):
+        raise ValueError(f"num_workers must not repeat a count, got {counts}")
+    return counts
+
+
+def _size(dataset):
+    """' (N samples)' for a dataset with a length, else ''."""
+    try:
+        return f" ({len(dataset)} samples)"
+    except TypeError:
+        return ""
+
+
+def _check_writable(plot):
+    """Fails before the sweep, as `stoker bench --plot` does; appending
+    leaves a file already there untouched until the plot replaces it."""
+    try:
+        open(plot, "a").close()
+    except OSError as e:
+        raise OSError(f"stoker.bench: cannot write plot {plot}: {e.strerror}") from e
+
+
+def _point(loader, workers, batch_size, batches, seconds, step_s):
+    """One row of the sweep: `loader` (with `workers` workers) measured."""
+    with warnings.catch_warnings():
+        # The sweep passes the CPU count on purpose: torch's warning that it
+        # does would repeat at every such count.
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds, step_s,
+                                                   max(1, workers))
+    return {"num_workers": workers, **_stats.rates(samples, waited, elapsed),
+            "samples": samples, "batches": taken, "seconds": elapsed, "best": False}
+
+
 def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=None, seconds=2.0,
           *, kind="torch", step_ms=0.0, prefetch_factor=2, plot=None, gpus=None, quiet=False,
           **loader_options):
@@ -127,38 +171,22 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     if kind not in ("torch", "stoker"):
         raise ValueError(f"kind must be 'torch' or 'stoker', got {kind!r}")
     batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
-    if num_workers is None:
-        num_workers = list(range(0, 2 * _cores() + 1))
-    elif not isinstance(num_workers, (str, bytes)) and not hasattr(num_workers, "__iter__"):
-        num_workers = [num_workers]
-    counts = _args.integers("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
-    if not counts:
-        raise ValueError("num_workers must list at least one count")
-    if len(set(counts)) != len(counts):
-        raise ValueError(f"num_workers must not repeat a count, got {counts}")
+    counts = _counts(num_workers)
     batches = _args.optional_integer("batches", batches, 1, _args.INT64[1])
     seconds = _args.real("seconds", seconds, above=0)
     step_s = _args.real("step_ms", step_ms, at_least=0) / 1000
     prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, _args.INT32[1])
     plot = _args.optional_path("plot", plot)
     if plot is not None:
-        # Fail before the sweep, as `stoker bench --plot` does; appending
-        # leaves a file already there untouched until the plot replaces it.
-        try:
-            open(plot, "a").close()
-        except OSError as e:
-            raise OSError(f"stoker.bench: cannot write plot {plot}: {e.strerror}") from e
+        _check_writable(plot)
     if gpus is None:
         gpus = len(_stoker.probe(None, True).get("gpus") or [])
     gpus = _args.integer("gpus", gpus, 0, _args.INT32[1])
 
     what = "torch.utils.data.DataLoader" if kind == "torch" else "stoker.DataLoader"
     say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
-    try:
-        size = f" ({len(dataset)} samples)"
-    except TypeError:
-        size = ""
-    say(f"stoker.bench: {what} over {type(dataset).__name__}{size}, batch {batch_size}"
+    say(f"stoker.bench: {what} over {type(dataset).__name__}{_size(dataset)}, "
+        f"batch {batch_size}"
         + (f", step {step_ms} ms" if step_s > 0 else ""))
     points = []
     for workers in counts:
@@ -166,18 +194,9 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
         loader = _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor,
                               loader_options)
         try:
-            with warnings.catch_warnings():
-                # The sweep passes the CPU count on purpose: torch's warning
-                # that it does would repeat at every such count.
-                warnings.filterwarnings("ignore", message="This DataLoader will create")
-                samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds,
-                                                           step_s, max(1, workers))
+            points.append(_point(loader, workers, batch_size, batches, seconds, step_s))
         finally:
             del loader
-        points.append({"num_workers": workers,
-                       "samples_per_s": samples / elapsed if elapsed > 0 else 0.0,
-                       "stall_fraction": min(1.0, waited / elapsed) if elapsed > 0 else 0.0,
-                       "samples": samples, "batches": taken, "seconds": elapsed, "best": False})
     best = max(points, key=lambda p: p["samples_per_s"])  # the first of equals: fewer workers
     best["best"] = True
     rows = [(p["num_workers"], p["samples_per_s"], p["stall_fraction"]) for p in points]

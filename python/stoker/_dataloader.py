@@ -3,14 +3,15 @@ processes whose number the tuner sets and changes live (num_workers="auto")."""
 
 import atexit
 import collections
+import dataclasses
 import functools
 import json
 import os
 import time
 import weakref
 
-from . import _args, _stoker, _workers
-from ._loader import _resolve_device
+from . import _args, _stats, _stoker, _workers
+from ._loader import _prefetch_batches, _resolve_device
 from ._stoker import DataError, ResourceError
 
 _FORMAT = "stoker.DataLoader/1"
@@ -30,7 +31,8 @@ class DataLoader:
 
     ``num_workers="auto"`` (the default): the tuner picks the count and the
     prefetch depth and keeps adjusting them, so the consumer does not wait, with
-    the fewest workers. An int fixes the count; 0 loads in the calling thread.
+    the fewest workers. An int fixes the count; 0 loads in the calling thread,
+    each batch when ``next()`` asks for it.
 
     Differences from torch: workers are forked once from a zygote made here
     (the dataset is inherited, never pickled, so lambdas work), and kept
@@ -63,208 +65,32 @@ class DataLoader:
                  generator=None, in_order=True, *, worker_kind="processes", on_error="raise",
                  max_workers=0, device=None, device_prefetch_bytes=None,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
-        torch = _torch()
-        from torch.utils.data import IterableDataset
-        from torch.utils.data._utils.collate import default_collate, default_convert
-        if isinstance(dataset, IterableDataset):
-            raise TypeError("stoker.DataLoader takes map-style datasets (with __getitem__ and "
-                            "__len__); an IterableDataset's stream cannot be split among a "
-                            "changing number of workers without repeating or losing samples. "
-                            "Use torch.utils.data.DataLoader for it.")
-        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-            raise TypeError("dataset must have __getitem__ and __len__, got "
-                            f"{type(dataset).__name__}")
+        self._run = None  # until every option is checked
+        options = _resolve_options(
+            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+            pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+            worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers, generator=generator, in_order=in_order,
+            worker_kind=worker_kind, on_error=on_error, max_workers=max_workers, device=device,
+            device_prefetch_bytes=device_prefetch_bytes, memory_budget_bytes=memory_budget_bytes,
+            tune_interval=tune_interval, trace_path=trace_path)
+        # The effects, in order: the seed, the zygote, the threads, the engine.
         self.dataset = dataset
-        self._pid = os.getpid()
-        self._engine = None
-        self._workers = None      # process workers (kinds "processes" and "auto")
-        self._threads = None      # thread workers (kinds "threads" and "auto")
-        self._zygote_pid = None
-        self._closed = False
-        _open_loaders.add(self)
-
-        # -- batching, as torch decides it
-        if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
-                raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
-                                 "shuffle, sampler, and drop_last")
-            batch_size, drop_last = None, False
-        elif batch_size is None:
-            if drop_last:
-                raise ValueError("batch_size=None option disables auto-batching and is mutually "
-                                 "exclusive with drop_last")
-        else:
-            batch_size = _args.integer("batch_size", batch_size, 1, 1 << 31)
-        if sampler is not None and shuffle:
-            raise ValueError("sampler option is mutually exclusive with shuffle")
-        self.batch_size = batch_size
-        self.drop_last = bool(drop_last)
-        self.sampler = sampler
-        self.batch_sampler = batch_sampler
-        self._shuffle = bool(shuffle)
-        self._unbatched = batch_sampler is None and batch_size is None
-        if collate_fn is None:
-            collate_fn = default_convert if self._unbatched else default_collate
-        self.collate_fn = collate_fn
-        self.pin_memory = bool(pin_memory)
-        _, self.device = _resolve_device(device, torch)
-        self._device_budget = _args.optional_integer(
-            "device_prefetch_bytes", device_prefetch_bytes, 1, 2**63 - 1)
-        if self.device is not None and self._device_budget is None:
-            self._device_budget = torch.cuda.mem_get_info(self.device)[0] // 4
-        self.timeout = _args.real("timeout", timeout, at_least=0)
-        self.worker_init_fn = worker_init_fn
-        self.persistent_workers = persistent_workers
-        self.in_order = bool(in_order)
-        self.generator = generator
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.on_error = on_error
-
-        # -- workers
-        if num_workers == "auto":
-            workers = _stoker.AUTO_WORKERS
-        else:
-            workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
-        if prefetch_factor is not None:
-            if workers == 0:
-                raise ValueError("prefetch_factor option could only be specified in "
-                                 "multiprocessing (num_workers > 0 or 'auto')")
-            prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
-        self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
-        if worker_kind not in ("processes", "threads", "auto"):
-            raise ValueError("worker_kind must be 'processes', 'threads' or 'auto', got "
-                             f"{worker_kind!r}")
-        if worker_kind == "threads" and worker_init_fn is not None:
-            raise ValueError("worker_init_fn needs worker processes; thread workers share this "
-                             "process (worker_kind='threads')")
-        self.worker_kind = worker_kind
-        self._kinds = None  # worker_kind="auto": both kinds' workers
-        self._trial = None
-
+        for name in _PUBLIC_OPTIONS:
+            setattr(self, name, getattr(options, name))
+        self._options = options
+        torch = _torch()
         self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
-        self._len = self._count_batches()
+        self._len = options.batches_per_epoch
         self._next_epoch = 0
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
-        self._skipped = []
-        self._inline_position = 0
-        self._job = _workers._Job(dataset, collate_fn, default_collate, worker_init_fn,
-                                  self._seed, self._unbatched)
-        if workers == 0:
-            return
-        if self._len == 0:
-            raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
-                             "leaves nothing")
-        self._table = _stoker.EpochBatches(self._len)
-        seed = self._seed & (2**64 - 1)
-        if worker_kind != "threads":
-            fd, self._zygote_pid = _workers.start_zygote(self._job)
-            self._workers = _stoker.ProcessWorkers(fd, self._zygote_pid, seed, self._table)
-        if worker_kind != "processes":
-            self._threads = _stoker.ThreadWorkers(
-                functools.partial(_workers.run_batch, self._job), seed, self._table)
-        if self._workers is not None and (self.pin_memory or self.device is not None) \
-                and torch.cuda.is_available():
-            # Segments page-locked once each: batches from processes are pinned
-            # where the workers wrote them, with no pinned copy per batch.
-            self._workers.pin()
-        if worker_kind == "auto":
-            self._kinds = _stoker.WorkerKinds(self._workers, self._threads)
-            self._trial = _KindTrial(self, "worker_init_fn needs worker processes"
-                                     if worker_init_fn is not None else None)
-            transform = self._kinds.transform()
-        elif worker_kind == "threads":
-            transform = self._threads.transform()
-        else:
-            transform = self._workers.transform()
-        prefetch = None if prefetch_factor is None or workers == _stoker.AUTO_WORKERS \
-            else prefetch_factor * workers
-        try:
-            self._engine = _stoker.Loader(
-                source=self._table.source(), transform=transform,
-                batch_size=1, shuffle=False, seed=0, drop_last=False, rank=0, world_size=1,
-                workers=workers, prefetch_batches=prefetch, prefetch_bytes=None,
-                on_error="raise", ordered=self.in_order, start_epoch=0,
-                memory_budget_bytes=_args.integer("memory_budget_bytes", memory_budget_bytes,
-                                                  0, 2**63 - 1),
-                max_workers=_args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS),
-                interval_s=_args.real("tune_interval", tune_interval, above=0),
-                trace_path="" if trace_path is None else os.fsdecode(trace_path),
-                initial_workers=self._initial_workers(workers, max_workers))
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def _initial_workers(workers, max_workers):
-        """With "auto": the CPU budget, where a user would start (the tuner
-        then finds the fewest that keep up); processes are slow to add."""
-        if workers != _stoker.AUTO_WORKERS:
-            return 0
-        budget = _stoker.probe(None, False)["cpu"]["budget_cores"] or 1
-        return max(1, min(int(budget), max_workers or _stoker.MAX_WORKERS))
-
-    # -- the plan -----------------------------------------------------------
-
-    def _count_batches(self):
-        if self.batch_sampler is not None:
-            return len(self.batch_sampler)
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        if self._unbatched:
-            return n
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    def _batches(self, epoch):
-        """Epoch `epoch`'s batches, lists of dataset indices."""
-        if self.batch_sampler is not None:
-            return [list(b) for b in self.batch_sampler]
-        order = list(self.sampler) if self.sampler is not None else self._order(epoch)
-        if self._unbatched:
-            return [[i] for i in order]
-        size = self.batch_size
-        batches = [order[i:i + size] for i in range(0, len(order), size)]
-        if self.drop_last and batches and len(batches[-1]) < size:
-            batches.pop()
-        return batches
-
-    def _order(self, epoch):
-        """Epoch `epoch`'s order of the dataset without a sampler: a function of (seed, epoch)."""
-        if not self._shuffle:
-            return list(range(len(self.dataset)))
-        torch = _torch()
-        g = torch.Generator()
-        g.manual_seed(_stoker.batch_seed(self._seed & (2**64 - 1), epoch, -1))
-        return torch.randperm(len(self.dataset), generator=g).tolist()
-
-    def _own_order(self):
-        """True when epochs are pure functions of (seed, epoch), so the next one
-        may be handed to the workers early."""
-        return self.sampler is None and self.batch_sampler is None
-
-    def _give_batches(self, epoch):
-        """Hands epoch `epoch`'s batches to the workers, once per epoch number
-        (a user sampler is read then, as torch reads it at iter())."""
-        if self._table.has(epoch):
-            return
-        if self._own_order() and not self._unbatched:
-            # Consecutive slices of one order: no list per batch.
-            flat = self._order(epoch)
-            size = self.batch_size
-            if self.drop_last:
-                del flat[len(flat) - len(flat) % size:]
-            offsets = list(range(0, len(flat), size)) + [len(flat)]
-        else:
-            batches = self._batches(epoch)
-            if len(batches) != self._len:
-                raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was "
-                                 f"made for {self._len}: the sampler's length changed")
-            flat, offsets = [], [0]
-            for b in batches:
-                flat.extend(int(i) for i in b)
-                offsets.append(len(flat))
-        self._table.set(epoch, flat, offsets)
+        self._plan = _Plan(dataset, options, self._seed)
+        job = _workers._Job(dataset, options.collate_fn, options.default_collate,
+                            options.worker_init_fn, self._seed, options.unbatched)
+        self._run = _Run.start(options, self._plan, job)
+        _open_loaders.add(self)
 
     # -- iteration ----------------------------------------------------------
 
@@ -272,16 +98,14 @@ class DataLoader:
         return self._len
 
     def __iter__(self):
-        self._check_usable()
+        run = self._run
+        run.check_usable()
         prev, epoch = self._iterator, self._next_epoch
-        if self._engine is None:
-            it = _InlineIterator(self, epoch, self._inline_position if self._resume else 0)
-        else:
-            if not self._resume and (self._engine.epoch != epoch or
-                                     (prev is not None and not prev.finished)):
-                self._engine.set_epoch(epoch)  # abandons what is left of the last one
-            self._give_batches(epoch)
-            it = _Iterator(self, epoch)
+        if not self._resume and (run.engine.epoch != epoch or
+                                 (prev is not None and not prev.finished)):
+            run.engine.set_epoch(epoch)  # abandons what is left of the last one
+        self._plan.give(epoch)
+        it = _Iterator(run, epoch, self)
         if prev is not None:
             prev.done = True
         self._resume = False
@@ -292,49 +116,34 @@ class DataLoader:
     def set_epoch(self, epoch):
         """Makes ``epoch`` the one the next ``iter()`` runs (as a sampler's
         set_epoch does for torch); an epoch in progress is abandoned then."""
-        self._check_usable()
+        self._run.check_usable()
         epoch = _args.integer("epoch", epoch, 0, 2**62)
         self._next_epoch = epoch
         self._resume = False
-        if self._engine is not None:
-            self._engine.set_epoch(epoch)
+        self._run.engine.set_epoch(epoch)
         if self._iterator is not None:
             self._iterator.done = True
-
-    def _check_usable(self):
-        if os.getpid() != self._pid:
-            raise RuntimeError(
-                f"this stoker.DataLoader was made in process {self._pid} and cannot be used in "
-                f"a forked child (pid {os.getpid()}): its workers belong to the parent; make a "
-                "new loader in the child")
-        if self._closed:
-            raise ValueError("this stoker.DataLoader is closed")
 
     # -- checkpoints --------------------------------------------------------
 
     def state_dict(self):
         """Where the current epoch stands; ``load_state_dict`` in a new process
-        (with any ``num_workers``) resumes with exactly the remaining batches.
-        With your own sampler, it must give that epoch the same order again."""
-        self._check_usable()
-        it = self._iterator
-        if self._engine is not None:
-            engine = self._engine.state()
-        else:
-            epoch = it.epoch if it is not None and not it.finished else self._next_epoch
-            position = it.position if it is not None and not it.finished else 0
-            engine = {"epoch": epoch, "position": position}
+        (with any ``num_workers``, 0 included) resumes with exactly the
+        remaining batches. With your own sampler, it must give that epoch the
+        same order again."""
+        self._run.check_usable()
+        options = self._options
         return {"format": _FORMAT, "seed": self._seed, "dataset_len": len(self.dataset),
-                "batches_per_epoch": self._len, "batch_size": self.batch_size,
-                "shuffle": self._shuffle, "drop_last": self.drop_last,
-                "sampler": "default" if self._own_order() else type(
-                    self.batch_sampler or self.sampler).__name__,
-                "engine": engine}
+                "batches_per_epoch": self._len, "batch_size": options.batch_size,
+                "shuffle": options.shuffle, "drop_last": options.drop_last,
+                "sampler": "default" if self._plan.own_order else type(
+                    options.batch_sampler or options.sampler).__name__,
+                "engine": self._run.engine.state()}
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
         continues that epoch. Errors name the field that differs."""
-        self._check_usable()
+        self._run.check_usable()
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
         mine = self.state_dict()
@@ -347,12 +156,8 @@ class DataLoader:
         if not isinstance(engine, dict):
             raise ValueError("state dict has no 'engine' entry")
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
-        if self._engine is not None:
-            self._engine.restore(json.dumps(engine))
-            self._give_batches(epoch)
-        else:
-            self._inline_position = _args.integer("state['engine']['position']",
-                                                  engine.get("position"), 0, self._len)
+        self._run.engine.restore(json.dumps(engine))
+        self._plan.give(epoch)
         self._next_epoch = epoch
         self._resume = True
         if self._iterator is not None:
@@ -366,63 +171,43 @@ class DataLoader:
         consumer's stall, the tuner's view, worker_kind="auto"'s trial, and
         with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
         PCIe throughput too), as stoker.Loader.stats() gives them."""
-        self._check_usable()
-        out = {}
-        if gpu:
-            usage = _stoker.gpu_usage(pcie=bool(pcie))
-            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
-        if self._engine is None:
-            return {"workers": 0, "worker_kind": "none (num_workers=0)", **out}
-        m = self._engine.metrics()
-        view = self._engine.tuner_view()
-        processes = self._workers is not None
-        total, busy = self._workers.segment_bytes() if processes else (0, 0)
-        elapsed = max(m["consumer_wait_ns"] + m["consumer_step_ns"], 1) / 1e9
-        per_batch = self.batch_size or 1
+        run = self._run
+        run.check_usable()
+        m = run.engine.metrics()
+        processes = run.workers is not None
+        total, busy = run.workers.segment_bytes() if processes else (0, 0)
         return {
-            "workers": self._engine.workers,
-            "worker_kind": self.worker_kind if self._kinds is None else self._kinds.kind,
-            "kind_trial": None if self._trial is None else self._trial.report(),
-            "worker_pids": self._workers.pids() if processes else [],
+            "workers": run.engine.workers,
+            "worker_kind": run.kind(),
+            "kind_trial": None if run.trial is None else run.trial.report(),
+            "worker_pids": run.workers.pids() if processes else [],
             "worker_bytes": m["worker_bytes"],
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
             "batches_delivered": m["batches_delivered"],
-            "samples_per_s": m["batches_delivered"] * per_batch / elapsed,
-            "stall_fraction": _stoker.stall_fraction(m["consumer_wait_ns"] / 1e9, elapsed),
+            **_stats.rates(m["batches_delivered"] * (self._options.batch_size or 1),
+                           *_stats.consumer_seconds(m)),
             "prefetch_batches": m["prefetch_batches"],
-            "tuner": view,
-            **out,
+            "tuner": run.engine.tuner_view(),
+            **(_stats.gpu(pcie) if gpu else {}),
         }
 
     def tuner_trace(self):
-        return [] if self._engine is None else self._engine.tuner_trace()
+        self._run.check_usable()
+        return self._run.engine.tuner_trace()
 
     def skipped(self):
         """Samples left out under on_error="skip": dicts with epoch, batch,
         index and reason."""
-        return list(self._skipped)
+        return list(self._run.skipped)
 
     # -- the end ------------------------------------------------------------
 
     def close(self):
         """Stops the workers and the zygote, at once; batches already handed out
         stay valid. Idempotent; also on garbage collection and ``with``."""
-        if self._closed:
-            return
-        self._closed = True
-        if os.getpid() != self._pid:
-            return  # a forked child: everything here is the parent's
-        processes = self._workers is not None
-        if processes:
-            self._workers.shutdown()
-        if self._engine is not None:
-            self._table.shutdown()
-            self._engine.close()
-        if processes:
-            self._workers.close()
-        if self._zygote_pid is not None:
-            _workers.end_zygote(self._zygote_pid)
+        if self._run is not None:
+            self._run.close()
 
     def __enter__(self):
         return self
@@ -435,6 +220,366 @@ class DataLoader:
             self.close()
         except Exception:  # noqa: BLE001 -- nothing to tell at collection
             pass
+
+
+# The options a DataLoader shows as attributes, as torch's does.
+_PUBLIC_OPTIONS = ("batch_size", "drop_last", "sampler", "batch_sampler", "collate_fn",
+                   "pin_memory", "device", "timeout", "worker_init_fn", "persistent_workers",
+                   "in_order", "generator", "on_error", "num_workers", "prefetch_factor",
+                   "worker_kind")
+
+
+@dataclasses.dataclass(frozen=True)
+class _DataLoaderOptions:
+    """Every option of a DataLoader, checked and resolved by _resolve_options
+    before anything is made; the zygote, the threads and the engine are made
+    from this alone."""
+
+    # The batches, as torch decides them.
+    batch_size: object        # an int; None: batch_sampler's batches, or unbatched
+    shuffle: bool
+    sampler: object
+    batch_sampler: object
+    drop_last: bool
+    unbatched: bool           # batch_size=None without a batch_sampler: sample by sample
+    collate_fn: object
+    default_collate: object   # torch's, which the workers collate into shared memory
+    batches_per_epoch: int
+    # Who makes them.
+    num_workers: object       # as given: an int or "auto"
+    workers: int              # the engine's count: num_workers, or _stoker.AUTO_WORKERS
+    initial_workers: int      # with "auto", the tuner's first count; else unused
+    prefetch_factor: object
+    prefetch_batches: int     # the engine's bound
+    worker_kind: str
+    worker_init_fn: object
+    max_workers: int
+    memory_budget_bytes: int
+    tune_interval: float
+    trace_path: str
+    # How they are delivered.
+    timeout: float
+    in_order: bool
+    on_error: str
+    pin_memory: bool
+    device: object            # a torch.device, or None: batches in host memory
+    device_budget: object     # with a device: bytes copied ahead of the consumer
+    generator: object
+    persistent_workers: object
+
+    @property
+    def processes(self):
+        """Worker processes are made (from a zygote)."""
+        return self.workers != 0 and self.worker_kind != "threads"
+
+    @property
+    def threads(self):
+        """Batches are made by Python on this process's threads: thread
+        workers, or the consumer's own thread at num_workers=0."""
+        return self.workers == 0 or self.worker_kind != "processes"
+
+
+def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, num_workers,
+                     collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                     prefetch_factor, persistent_workers, generator, in_order, worker_kind,
+                     on_error, max_workers, device, device_prefetch_bytes,
+                     memory_budget_bytes, tune_interval, trace_path):
+    """A DataLoader's options, every one checked (TypeError or ValueError
+    naming the option and its value) before anything is made."""
+    from torch.utils.data import IterableDataset
+    if isinstance(dataset, IterableDataset):
+        raise TypeError("stoker.DataLoader takes map-style datasets (with __getitem__ and "
+                        "__len__); an IterableDataset's stream cannot be split among a "
+                        "changing number of workers without repeating or losing samples. "
+                        "Use torch.utils.data.DataLoader for it.")
+    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        raise TypeError("dataset must have __getitem__ and __len__, got "
+                        f"{type(dataset).__name__}")
+    batching = _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler,
+                                 drop_last, collate_fn)
+    delivery = _resolve_delivery(pin_memory, device, device_prefetch_bytes, timeout, in_order,
+                                 generator, on_error, persistent_workers)
+    workers = _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn,
+                               max_workers, memory_budget_bytes, tune_interval, trace_path)
+    if batching["batches_per_epoch"] == 0:  # for every worker count: the engine has none
+        raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
+                         "leaves nothing")
+    return _DataLoaderOptions(**batching, **delivery, **workers)
+
+
+def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
+                      collate_fn):
+    """The batch options, as torch checks them, and the batches per epoch."""
+    from torch.utils.data._utils.collate import default_collate, default_convert
+    if batch_sampler is not None:
+        if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
+                             "shuffle, sampler, and drop_last")
+        batch_size, drop_last = None, False
+    elif batch_size is None:
+        if drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+    else:
+        batch_size = _args.integer("batch_size", batch_size, 1, 1 << 31)
+    if sampler is not None and shuffle:
+        raise ValueError("sampler option is mutually exclusive with shuffle")
+    unbatched = batch_sampler is None and batch_size is None
+    if collate_fn is None:
+        collate_fn = default_convert if unbatched else default_collate
+    if batch_sampler is not None:
+        count = len(batch_sampler)
+    else:
+        n = len(sampler) if sampler is not None else len(dataset)
+        count = n if unbatched else n // batch_size if drop_last else -(-n // batch_size)
+    return {"batch_size": batch_size, "shuffle": bool(shuffle), "sampler": sampler,
+            "batch_sampler": batch_sampler, "drop_last": bool(drop_last),
+            "unbatched": unbatched, "collate_fn": collate_fn, "default_collate": default_collate,
+            "batches_per_epoch": count}
+
+
+def _resolve_delivery(pin_memory, device, device_prefetch_bytes, timeout, in_order, generator,
+                      on_error, persistent_workers):
+    """How batches reach the consumer: pinned, on a device, in order, within a timeout."""
+    torch = _torch()
+    _, device = _resolve_device(device, torch)
+    budget = _args.optional_integer("device_prefetch_bytes", device_prefetch_bytes, 1,
+                                    2**63 - 1)
+    if device is not None and budget is None:
+        budget = torch.cuda.mem_get_info(device)[0] // 4
+    return {"timeout": _args.real("timeout", timeout, at_least=0),
+            "in_order": bool(in_order), "on_error": _args.on_error(on_error),
+            "pin_memory": bool(pin_memory), "device": device, "device_budget": budget,
+            "generator": generator, "persistent_workers": persistent_workers}
+
+
+def _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn, max_workers,
+                     memory_budget_bytes, tune_interval, trace_path):
+    """Who makes the batches: the count, the kind, the prefetch bound, the tuner's options."""
+    if num_workers == "auto":
+        workers = _stoker.AUTO_WORKERS
+    else:
+        workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+    if prefetch_factor is not None:
+        if workers == 0:
+            raise ValueError("prefetch_factor option could only be specified in "
+                             "multiprocessing (num_workers > 0 or 'auto')")
+        prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
+    if worker_kind not in ("processes", "threads", "auto"):
+        raise ValueError("worker_kind must be 'processes', 'threads' or 'auto', got "
+                         f"{worker_kind!r}")
+    if worker_kind == "threads" and worker_init_fn is not None:
+        raise ValueError("worker_init_fn needs worker processes; thread workers share this "
+                         "process (worker_kind='threads')")
+    max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
+    auto = workers == _stoker.AUTO_WORKERS
+    return {
+        "num_workers": num_workers, "workers": workers,
+        "initial_workers": _initial_workers(max_workers) if auto else 0,
+        "prefetch_factor": prefetch_factor,
+        "prefetch_batches": _prefetch_batches(
+            None if prefetch_factor is None or auto else prefetch_factor * workers, workers),
+        "worker_kind": worker_kind, "worker_init_fn": worker_init_fn, "max_workers": max_workers,
+        "memory_budget_bytes": _args.integer("memory_budget_bytes", memory_budget_bytes, 0,
+                                             2**63 - 1),
+        "tune_interval": _args.real("tune_interval", tune_interval, above=0),
+        "trace_path": _args.optional_path("trace_path", trace_path) or "",
+    }
+
+
+def _initial_workers(max_workers):
+    """With "auto": the CPU budget, where a user would start (the tuner then
+    finds the fewest that keep up); processes are slow to add."""
+    budget = _stoker.probe(None, False)["cpu"]["budget_cores"] or 1
+    return max(1, min(int(budget), max_workers or _stoker.MAX_WORKERS))
+
+
+class _Plan:
+    """The batches of each epoch (lists of dataset indices), from the user's
+    sampler or stoker's own order, handed to the workers through the table
+    of epochs' batches."""
+
+    def __init__(self, dataset, options, seed):
+        self._dataset = dataset
+        self._options = options
+        self.seed = seed & (2**64 - 1)  # as the engine's generators take it
+        # Epochs are pure functions of (seed, epoch): the next one may be
+        # handed to the workers early.
+        self.own_order = options.sampler is None and options.batch_sampler is None
+        self.table = _stoker.EpochBatches(options.batches_per_epoch)
+
+    def batches(self, epoch):
+        """Epoch `epoch`'s batches, lists of dataset indices."""
+        options = self._options
+        if options.batch_sampler is not None:
+            return [list(b) for b in options.batch_sampler]
+        order = list(options.sampler) if options.sampler is not None else self.order(epoch)
+        if options.unbatched:
+            return [[i] for i in order]
+        size = options.batch_size
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        if options.drop_last and batches and len(batches[-1]) < size:
+            batches.pop()
+        return batches
+
+    def order(self, epoch):
+        """Epoch `epoch`'s order of the dataset without a sampler: a function of (seed, epoch)."""
+        if not self._options.shuffle:
+            return list(range(len(self._dataset)))
+        torch = _torch()
+        g = torch.Generator()
+        g.manual_seed(_stoker.batch_seed(self.seed, epoch, -1))
+        return torch.randperm(len(self._dataset), generator=g).tolist()
+
+    def give(self, epoch):
+        """Hands epoch `epoch`'s batches to the workers, once per epoch number
+        (a user sampler is read then, as torch reads it at iter())."""
+        if self.table.has(epoch):
+            return
+        options = self._options
+        if self.own_order and not options.unbatched:
+            # Consecutive slices of one order: no list per batch.
+            flat = self.order(epoch)
+            size = options.batch_size
+            if options.drop_last:
+                del flat[len(flat) - len(flat) % size:]
+            offsets = list(range(0, len(flat), size)) + [len(flat)]
+        else:
+            batches = self.batches(epoch)
+            if len(batches) != options.batches_per_epoch:
+                raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was "
+                                 f"made for {options.batches_per_epoch}: the sampler's length "
+                                 "changed")
+            flat, offsets = [], [0]
+            for b in batches:
+                flat.extend(int(i) for i in b)
+                offsets.append(len(flat))
+        self.table.set(epoch, flat, offsets)
+
+
+class _Run:
+    """What a DataLoader made to run its batches: the engine, the worker
+    processes and their zygote, the thread workers, worker_kind="auto"'s
+    trial, and the record of skipped samples. The loader makes it; its
+    iterators get it instead of reading the loader's attributes."""
+
+    def __init__(self, options, plan):
+        self.options = options
+        self.plan = plan
+        self.pid = os.getpid()
+        self.closed = False
+        self.engine = None
+        self.zygote_pid = None
+        self.workers = None  # process workers (kinds "processes" and "auto")
+        self.threads = None  # thread workers (kinds "threads" and "auto"), or num_workers=0's
+        self.kinds = None    # worker_kind="auto": both kinds' workers
+        self.trial = None
+        self.skipped = []
+
+    @classmethod
+    def start(cls, options, plan, job):
+        """Forks the zygote (before stoker starts any thread for this loader),
+        then makes the thread workers and the engine; closes what it made on
+        an error."""
+        run = cls(options, plan)
+        try:
+            run._start_engine(run._start_workers(job))
+        except BaseException:
+            run.close()
+            raise
+        return run
+
+    def _start_workers(self, job):
+        """Makes the workers of the kind asked for; returns the engine's transform."""
+        options = self.options
+        if options.processes:
+            fd, self.zygote_pid = _workers.start_zygote(job)
+            self.workers = _stoker.ProcessWorkers(fd, self.zygote_pid, self.plan.seed,
+                                                  self.plan.table)
+            if (options.pin_memory or options.device is not None) \
+                    and _torch().cuda.is_available():
+                # Segments page-locked once each: batches from processes are pinned
+                # where the workers wrote them, with no pinned copy per batch.
+                self.workers.pin()
+        if options.threads:
+            self.threads = _stoker.ThreadWorkers(functools.partial(_run_batch, job),
+                                                 self.plan.seed, self.plan.table)
+        if self.workers is not None and self.threads is not None:
+            self.kinds = _stoker.WorkerKinds(self.workers, self.threads)
+            return self.kinds.transform()
+        return (self.threads if self.workers is None else self.workers).transform()
+
+    def _start_engine(self, transform):
+        """The engine over the user's batches: batch numbers are its samples."""
+        options = self.options
+        tuner = _stoker.TunerOptions(
+            memory_budget_bytes=options.memory_budget_bytes, max_workers=options.max_workers,
+            interval_s=options.tune_interval, trace_path=options.trace_path,
+            initial_workers=options.initial_workers)
+        # The user's batches are the engine's samples, in plan order; the
+        # error policy is applied here to the failures each batch carries.
+        self.engine = _stoker.Loader(_stoker.LoaderOptions(
+            source=self.plan.table.source(), transform=transform, batch_size=1, shuffle=False,
+            workers=options.workers, prefetch_batches=options.prefetch_batches,
+            on_error=_stoker.ErrorPolicy.RAISE, ordered=options.in_order, tuner=tuner))
+        if self.kinds is not None:
+            self.trial = _KindTrial(self.engine, self.kinds,
+                                    "worker_init_fn needs worker processes"
+                                    if options.worker_init_fn is not None else None)
+
+    def kind(self):
+        """What makes the batches now."""
+        if self.options.workers == 0:
+            return "none (num_workers=0)"
+        return self.options.worker_kind if self.kinds is None else self.kinds.kind
+
+    def in_forked_child(self):
+        return os.getpid() != self.pid
+
+    def check_usable(self):
+        """RuntimeError in a child forked since the loader was made (the
+        engine's words for it); ValueError once closed."""
+        if self.in_forked_child():
+            raise RuntimeError(
+                f"this stoker loader was made in process {self.pid} and cannot be used in a "
+                f"forked child (pid {os.getpid()}); make a new loader in the child")
+        if self.closed:
+            raise ValueError("this stoker.DataLoader is closed")
+
+    def close(self):
+        """Stops the workers, the engine and the zygote; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.in_forked_child():
+            return  # everything here is the parent's
+        if self.workers is not None:
+            self.workers.shutdown()
+        if self.engine is not None:
+            self.plan.table.shutdown()
+            self.engine.close()
+        if self.workers is not None:
+            self.workers.close()
+        if self.zygote_pid is not None:
+            _workers.end_zygote(self.zygote_pid)
+
+
+class _Raised:
+    """What a batch raised that is not a sample's failure (KeyboardInterrupt
+    at num_workers=0, SystemExit): carried through the engine and raised by
+    next() on the consumer's thread, as torch raises it."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _run_batch(job, epoch, batch, indices, seed):
+    """_workers.run_batch on this process's threads (thread workers, or the
+    consumer's at num_workers=0)."""
+    try:
+        return _workers.run_batch(job, epoch, batch, indices, seed)
+    except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
+        return _Raised(e), None
 
 
 # Loaders still open when the interpreter exits are closed first, while it
@@ -466,8 +611,9 @@ class _KindTrial:
     MIN_BATCHES = 8
     TIE = 0.05
 
-    def __init__(self, loader, fixed_reason=None):
-        self._loader = loader
+    def __init__(self, engine, kinds, fixed_reason=None):
+        self._engine = engine
+        self._kinds = kinds
         self.phase = "processes"  # then "threads", then "done"
         self.reason = "measuring processes"
         self.figures = {}
@@ -477,7 +623,7 @@ class _KindTrial:
             self.phase, self.reason = "done", f"processes: {fixed_reason}"
 
     def report(self):
-        return {"chosen": self._loader._kinds.kind if self.phase == "done" else None,
+        return {"chosen": self._kinds.kind if self.phase == "done" else None,
                 "reason": self.reason, "figures": dict(self.figures)}
 
     def observe(self, kind, interval, now):
@@ -489,7 +635,7 @@ class _KindTrial:
         if kind != self.phase or now - self._phase_start < self.WARMUP_S:
             return
         if self._window is None:
-            self._window = (now, self._loader._engine.metrics(), 0, 0.0)
+            self._window = (now, self._engine.metrics(), 0, 0.0)
             return
         start, metrics, batches, loop_s = self._window
         batches, loop_s = batches + 1, loop_s + interval
@@ -499,7 +645,7 @@ class _KindTrial:
 
     def _close_window(self, now):
         start, before, batches, loop_s = self._window
-        after = self._loader._engine.metrics()
+        after = self._engine.metrics()
         elapsed = now - start
 
         def delta(key):
@@ -508,19 +654,19 @@ class _KindTrial:
         cpu = delta("cpu_ns")  # worker threads' CPU, their processes' included
         self.figures[self.phase] = {
             "batches_per_s": batches / loop_s,
-            "stall_fraction": min(1.0, delta("consumer_wait_ns") / elapsed),
+            "stall_fraction": _stoker.stall_fraction(delta("consumer_wait_ns"), elapsed),
             "worker_cpu_s_per_batch": cpu / batches,
-            "workers": self._loader._engine.workers,
+            "workers": self._engine.workers,
         }
         self._window = None
         self._phase_start = now
         if self.phase == "processes":
             self.phase, self.reason = "threads", "measuring threads"
-            self._loader._kinds.set("threads", False)
+            self._kinds.set("threads", False)
             return
         chosen, self.reason = self._choose(self.figures["processes"], self.figures["threads"])
         self.phase = "done"
-        self._loader._kinds.set(chosen, True)
+        self._kinds.set(chosen, True)
 
     @classmethod
     def _choose(cls, p, t):
@@ -643,40 +789,62 @@ def _failure_error(epoch, batch, failures):
     return DataError(head + tail)
 
 
-class _BatchIterator:
-    """What both iterators share: failures reported once, then the rest."""
+def _outcome(epoch, batch, payload, info, notes):
+    """(payload, batch, failures) from what a worker made; raises when collating failed."""
+    failures = list(notes)
+    if info is not None:
+        _, worker_failures, collate_error, _, _ = info
+        failures += worker_failures
+        if collate_error is not None:
+            raise DataError(f"batch {batch} of epoch {epoch}: collate_fn raised "
+                            f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
+    elif isinstance(payload, _Raised):
+        raise payload.error
+    return payload, batch, sorted(failures)
 
-    def __init__(self, loader, epoch):
-        self.loader = loader
+
+class _Iterator:
+    """An epoch from the engine, whoever makes its batches: failures reported
+    once, then the rest."""
+
+    def __init__(self, run, epoch, owner):
+        self.run = run
+        self._owner = owner    # the loader lives while its iterator does (its close ends the run)
         self.epoch = epoch
         self.done = False      # replaced by a newer iterator or a set_epoch
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
         self._held = None      # the good samples of a batch whose failures were raised
         self._ahead = None     # device=...: batches copied ahead
+        self._last = None      # when the last batch was handed out (the kind trial times the loop)
+        # What each batch reads, looked up once.
+        options = run.options
+        self._engine, self._threads, self._workers = run.engine, run.threads, run.workers
+        self._trial, self._timeout, self._device = run.trial, options.timeout, options.device
+        self._pin = options.pin_memory and options.device is None
+        # At num_workers=0 a batch is made when asked for: none ahead (as torch).
+        self._lookahead = options.workers != 0
 
     def __iter__(self):
         return self
 
     def __len__(self):
-        return self.loader._len
+        return self.run.options.batches_per_epoch
 
     def __next__(self):
-        loader = self.loader
-        loader._check_usable()
-        if loader.device is None:
+        self.run.check_usable()
+        if self._device is None:
             return self._next_host()
         if self._ahead is None:
-            self._ahead = _DeviceAhead(self._next_host, self._ready_now, loader.device,
-                                       loader._device_budget)
+            self._ahead = _DeviceAhead(self._next_host, self._ready_now, self._device,
+                                       self.run.options.device_budget)
         return self._ahead.next()
 
     def _ready_now(self):
         """A batch can be had without waiting (device look-ahead only takes those)."""
-        return False
+        return self._held is not None or self._lookahead and self._engine.wait_ready(0)
 
     def _next_host(self):
-        loader = self.loader
         if self.done:
             raise StopIteration
         while True:
@@ -689,89 +857,47 @@ class _BatchIterator:
                 raise StopIteration
             payload, batch, failures = got
             if failures:
-                if loader.on_error == "raise" or any(fatal for _, _, _, fatal in failures):
+                if self.run.options.on_error == "raise" or any(f for _, _, _, f in failures):
                     self._held = payload
                     raise _failure_error(self.epoch, batch, failures)
                 for index, reason, _, _ in failures:
-                    loader._skipped.append({"epoch": self.epoch, "batch": batch,
-                                            "index": index, "reason": reason})
+                    self.run.skipped.append({"epoch": self.epoch, "batch": batch,
+                                             "index": index, "reason": reason})
             if payload is not None:
                 return self._finish(payload)
 
     def _finish(self, payload):
-        if self.loader.pin_memory and self.loader.device is None:
+        if self._pin:
             torch = _torch()
             if torch.cuda.is_available():
                 from torch.utils.data._utils.pin_memory import pin_memory
                 payload = pin_memory(payload)
         return payload
 
-
-def _outcome(epoch, batch, payload, info, notes):
-    """(payload, batch, failures) from what a worker made; raises when collating failed."""
-    failures = list(notes)
-    if info is not None:
-        _, worker_failures, collate_error, _, _ = info
-        failures += worker_failures
-        if collate_error is not None:
-            raise DataError(f"batch {batch} of epoch {epoch}: collate_fn raised "
-                            f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
-    return payload, batch, sorted(failures)
-
-
-class _Iterator(_BatchIterator):
-    """An epoch from the engine's workers (processes or threads)."""
-
-    def _ready_now(self):
-        return self._held is not None or self.loader._engine.wait_ready(0)
-
-    _last = None  # when the last batch was handed out (worker_kind="auto" times the loop)
-
     def _produce(self):
-        loader = self.loader
-        engine = loader._engine
-        if loader.timeout > 0 and not engine.wait_ready(loader.timeout):
-            raise RuntimeError(f"DataLoader timed out after {loader.timeout} seconds")
+        engine = self._engine
+        if self._timeout > 0 and not engine.wait_ready(self._timeout):
+            raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         got = engine.next()
         if got is None:
             return None
         descriptor = got[0][0]
         self.position += 1
-        if self.position == 1 and loader._own_order():
-            loader._give_batches(self.epoch + 1)  # the workers may start on it early
+        if self.position == 1 and self.run.plan.own_order:
+            self.run.plan.give(self.epoch + 1)  # the workers may start on it early
         threads = int(descriptor[_THREAD.magic]) == _PROTOCOL.THREAD_MAGIC
         if threads:
-            payload, info = loader._threads.take(descriptor)
+            payload, info = self._threads.take(descriptor)
             made = _outcome(self.epoch, int(descriptor[_THREAD.batch]), payload, info, [])
         else:
-            view, notes = loader._workers.view(descriptor)
+            view, notes = self._workers.view(descriptor)
             payload, info = _workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
                                                 int(descriptor[_PROCESS.meta_length]))
             made = _outcome(self.epoch, int(descriptor[_PROCESS.batch]), payload, info,
                             [(i, why, "", False) for i, why in notes])
-        if loader._trial is not None:
+        if self._trial is not None:
             now = time.perf_counter()
             if self._last is not None:
-                loader._trial.observe("threads" if threads else "processes", now - self._last, now)
+                self._trial.observe("threads" if threads else "processes", now - self._last, now)
             self._last = now
         return made
-
-
-class _InlineIterator(_BatchIterator):
-    """num_workers=0: the same batches, made in the calling thread."""
-
-    def __init__(self, loader, epoch, position):
-        super().__init__(loader, epoch)
-        self.position = position
-        self._batches = loader._batches(epoch)
-
-    def _produce(self):
-        loader = self.loader
-        if self.position >= len(self._batches):
-            return None
-        batch = self.position
-        self.position += 1
-        seed = _stoker.batch_seed(loader._seed & (2**64 - 1), self.epoch, batch)
-        payload, info = _workers.run_batch(loader._job, self.epoch, batch,
-                                           self._batches[batch], seed)
-        return _outcome(self.epoch, batch, payload, info, [])

@@ -2,9 +2,8 @@
 
 import json
 import os
-import time
 
-from . import _args, _stoker
+from . import _args, _stats, _stoker
 from . import transforms as _transforms
 from ._sources import Source, Synthetic, _open_path
 
@@ -82,6 +81,17 @@ def _resolve_output(output):
             raise
         return None
     return torch
+
+
+def _prefetch_batches(prefetch, workers):
+    """The engine's prefetch bound: `prefetch` batches, or for None the
+    default for `workers` (stoker/defaults.h)."""
+    return _stoker.default_prefetch(workers) if prefetch is None else prefetch
+
+
+def _error_policy(on_error):
+    """The engine's ErrorPolicy for on_error ("raise" or "skip", as _args.on_error checks it)."""
+    return _stoker.ErrorPolicy.__members__[on_error.upper()]
 
 
 def _resolve_device(device, torch):
@@ -185,33 +195,36 @@ class Loader:
         else:
             workers = _args.integer("workers", workers, 0, _args.INT32[1])
         prefetch = _args.optional_integer("prefetch", prefetch, 1, _args.INT32[1])
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        on_error = _args.on_error(on_error)
         ordered = _args.boolean("ordered", ordered)
         prefetch_bytes = _args.optional_integer("prefetch_bytes", prefetch_bytes, 1,
                                                 _args.UINT64_MAX)
-        # None means "the tuner decides", which the C++ side spells 0.
+        # None keeps the engine's default (LoaderOptions and TunerOptions).
         memory_budget = _args.optional_integer("memory_budget", memory_budget, 1,
-                                               _args.UINT64_MAX) or 0
-        max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1]) or 0
+                                               _args.UINT64_MAX)
+        max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1])
         tune_interval = _args.real("tune_interval", tune_interval, above=0)
-        trace_path = _args.optional_path("trace_path", trace_path) or ""
+        trace_path = _args.optional_path("trace_path", trace_path)
         start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)
         pin_memory = _args.boolean("pin_memory", pin_memory)
         device_prefetch_bytes = _args.optional_integer(
-            "device_prefetch_bytes", device_prefetch_bytes, 1, _args.UINT64_MAX) or 0
+            "device_prefetch_bytes", device_prefetch_bytes, 1, _args.UINT64_MAX)
         self._device_index, self.device = _resolve_device(device, self._torch)
         self.source = _open_source(source)
         self.transform = _make_transform(transforms, self.source)
-        self._impl = _stoker.Loader(
-            self.source._impl, self.transform._impl, batch_size, shuffle, seed, drop_last,
-            self.rank, self.world_size, workers, prefetch, prefetch_bytes, on_error, ordered,
-            start_epoch, memory_budget, max_workers, tune_interval, trace_path, 0, pin_memory,
-            -1 if self._device_index is None else self._device_index, device_prefetch_bytes)
+        tuner = _stoker.TunerOptions(memory_budget_bytes=memory_budget, max_workers=max_workers,
+                                     interval_s=tune_interval, trace_path=trace_path)
+        self._impl = _stoker.Loader(_stoker.LoaderOptions(
+            source=self.source._impl, transform=self.transform._impl, batch_size=batch_size,
+            shuffle=shuffle, seed=seed, drop_last=drop_last, rank=self.rank,
+            world_size=self.world_size, workers=workers,
+            prefetch_batches=_prefetch_batches(prefetch, workers), prefetch_bytes=prefetch_bytes,
+            on_error=_error_policy(on_error), ordered=ordered, start_epoch=start_epoch,
+            pin_memory=pin_memory, device=self._device_index,
+            device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
         self.batch_size = batch_size
-        self._started = time.monotonic()
 
     # Iteration -------------------------------------------------------------
 
@@ -282,7 +295,7 @@ class Loader:
     def stats(self, gpu=True, pcie=False):
         """What the loader is doing: "workers", "samples_per_s" and
         "stall_fraction" (the share of time your loop waited for data) since
-        the loader was made, "tuner" (the tuner's current view, with its last
+        its first batch was asked for, "tuner" (the tuner's current view, with its last
         decision and reason, and under "node" this loader's share of the
         machine's CPU budget beside the other stoker loaders there; None with
         a fixed worker count), "metrics" (the engine's raw counters) and, with
@@ -291,21 +304,15 @@ class Loader:
         measure; -1 otherwise), as a list of dicts; or None with "gpu_note"
         saying why (e.g. "no GPU (NVML not found: ...)")."""
         m = self._impl.metrics()
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        wait = m["consumer_wait_ns"]
-        out = {
+        return {
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
-            "samples_per_s": m["samples_delivered"] / elapsed,
-            "stall_fraction": _stoker.stall_fraction(wait, wait + m["consumer_step_ns"]),
+            **_stats.rates(m["samples_delivered"], *_stats.consumer_seconds(m)),
             "tuner": self._impl.tuner_view(),
             "metrics": m,
+            **(_stats.gpu(pcie) if gpu else {}),
         }
-        if gpu:
-            usage = _stoker.gpu_usage(pcie=bool(pcie))
-            out["gpu"], out["gpu_note"] = (None, usage) if isinstance(usage, str) else (usage, "")
-        return out
 
     def decisions(self):
         """Every decision the tuner made so far, with its reason and figures."""

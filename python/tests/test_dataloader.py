@@ -153,7 +153,7 @@ def test_exactly_once_under_random_live_resizes():
             for batch in dl:
                 got += batch["index"].tolist()
                 if rng.random() < 0.3:
-                    dl._engine.resize(rng.randint(1, 4))
+                    dl._run.engine.resize(rng.randint(1, 4))
             assert sorted(got) == list(range(600))
         assert torch.equal(
             torch.tensor(sorted(indices_of(dl))), torch.arange(600))
@@ -308,7 +308,7 @@ def test_timeout():
 
 def test_no_process_outlives_close_error_or_collection():
     def pids_of(dl):
-        return [dl._zygote_pid] + dl.stats()["worker_pids"]
+        return [dl._run.zygote_pid] + dl.stats()["worker_pids"]
 
     dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2)
     next(iter(dl))
@@ -413,6 +413,11 @@ def test_resume_in_a_new_process_with_another_worker_count():
     assert collections.Counter(first["taken"] + rest).most_common(1)[0][1] == 1
     rest_auto = run("auto", json.dumps(first["state"]))
     assert rest_auto == rest
+    # num_workers=0 runs on the engine too: the same checkpoint, either way.
+    inline = run(0)
+    assert inline == first
+    assert run(0, json.dumps(first["state"])) == rest
+    assert run(2, json.dumps(inline["state"])) == rest
 
 
 def test_ctrl_c_interrupts_a_waiting_loop_at_once():
@@ -424,7 +429,7 @@ def test_ctrl_c_interrupts_a_waiting_loop_at_once():
                 time.sleep(30)
                 return i
         dl = stoker.DataLoader(Slow(), batch_size=2, num_workers=1)
-        print(dl._zygote_pid, flush=True)
+        print(dl._run.zygote_pid, flush=True)
         try:
             next(iter(dl))
         except KeyboardInterrupt:
@@ -450,7 +455,7 @@ def test_thread_workers_deliver_the_same_batches_exactly_once():
                            worker_kind="threads") as dl:
         got = [b["index"].tolist() for b in dl]
         assert dl.stats()["worker_kind"] == "threads" and dl.stats()["worker_pids"] == []
-        dl._engine.resize(1)
+        dl._run.engine.resize(1)
         again = indices_of(dl)
     assert got == reference
     assert sorted(again) == list(range(150))
@@ -711,10 +716,10 @@ def test_pinned_segments_are_registered_once_and_unregistered_when_freed(fake_cu
 
     registered, unregistered = count("registrations"), count("unregistrations")
     dl = stoker.DataLoader(Plain(64), batch_size=8, num_workers=2)
-    dl._workers.pin()  # what pin_memory=True or a device does where torch has CUDA
+    dl._run.workers.pin()  # what pin_memory=True or a device does where torch has CUDA
     for _ in range(3):
         assert sorted(indices_of(dl)) == list(range(64))
-    pinned = dl._workers.pinned_mappings
+    pinned = dl._run.workers.pinned_mappings
     assert pinned > 0
     assert count("registrations") - registered == pinned
     assert count("double_registrations") == 0
@@ -751,3 +756,84 @@ def test_an_uncaught_error_with_a_loader_open_exits_with_it_not_an_abort(kind):
         assert out.returncode == 1, out.stderr
         assert "the user's own error" in out.stderr
         assert "terminate called" not in out.stderr
+
+
+COUNTS = (0, 2, "auto")
+
+
+@pytest.mark.parametrize("taken_at", COUNTS)
+def test_a_checkpoint_at_any_worker_count_resumes_at_each_other_with_exactly_the_rest(taken_at):
+    def loader(workers):
+        torch.manual_seed(11)  # the same seed, so the same plan
+        return stoker.DataLoader(Plain(90), batch_size=4, shuffle=True, num_workers=workers)
+
+    with loader(taken_at) as dl:
+        whole = indices_of(dl)
+    with loader(taken_at) as dl:
+        it = iter(dl)
+        head = [i for _ in range(6) for i in next(it)["index"].tolist()]
+        state = dl.state_dict()
+    assert sorted(whole) == list(range(90)) and head == whole[:24]
+    for resumed_at in COUNTS:
+        with loader(resumed_at) as dl:
+            dl.load_state_dict(state)
+            assert dl.state_dict() == state  # one shape and one content for every count
+            rest = indices_of(dl)
+        assert head + rest == whole, (taken_at, resumed_at)  # none twice, none missing
+
+
+class Counted(Dataset):
+    """Records which samples were asked for."""
+
+    def __init__(self, n=40):
+        self.n, self.asked = n, []
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.asked.append(i)
+        if i == 9:
+            raise KeyboardInterrupt
+        return i
+
+
+def test_zero_workers_make_each_batch_when_asked_on_the_consumers_thread():
+    ds = Counted()
+    with stoker.DataLoader(ds, batch_size=4, num_workers=0,
+                           worker_init_fn=lambda worker_id: pytest.fail("called")) as dl:
+        it = iter(dl)
+        assert ds.asked == []  # nothing before next(), as torch at num_workers=0
+        assert next(it).tolist() == [0, 1, 2, 3] and ds.asked == [0, 1, 2, 3]
+        assert next(it).tolist() == [4, 5, 6, 7] and len(ds.asked) == 8
+        assert dl.stats()["workers"] == 0 and dl.stats()["worker_pids"] == []
+        with pytest.raises(KeyboardInterrupt):  # raised as torch raises it; its batch is gone
+            next(it)
+        assert next(it).tolist() == [12, 13, 14, 15]
+        assert torch.utils.data.get_worker_info() is None
+    # An iterator keeps its loader alive: `for b in DataLoader(...)` holds only the iterator.
+    for workers in COUNTS:
+        it = iter(stoker.DataLoader(list(range(10)), batch_size=4, num_workers=workers))
+        gc.collect()
+        assert [b.tolist() for b in it] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize("option, value", [("memory_budget_bytes", -1), ("max_workers", 10**6),
+                                           ("tune_interval", 0), ("trace_path", 3),
+                                           ("on_error", "ignore"), ("worker_kind", "both")])
+def test_every_option_is_checked_before_the_zygote_is_forked(monkeypatch, option, value):
+    def children():
+        out = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                out.update(f.read().split())
+        return out
+
+    def forked(job):
+        pytest.fail("the zygote was forked before every option was checked")
+
+    monkeypatch.setattr(stoker._workers, "start_zygote", forked)
+    before = children()
+    with pytest.raises((ValueError, TypeError), match=option):
+        stoker.DataLoader(Numbers(), batch_size=4, num_workers=2, **{option: value})
+    assert children() <= before

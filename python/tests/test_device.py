@@ -78,8 +78,9 @@ def test_device_batches_match_the_host_batches(fake_cudart):
     expected = [images.copy() for images, _ in host]
     kept = []
     loader = stoker.Loader(src, batch_size=8, shuffle=False, workers=2, output="numpy")
-    impl = _stoker.Loader(loader.source._impl, loader.transform._impl, 8, False, 0, False, 0, 1,
-                          2, None, None, "raise", True, 0, 0, 0, 0.2, "", 0, False, 0, 0)
+    impl = _stoker.Loader(_stoker.LoaderOptions(
+        source=loader.source._impl, transform=loader.transform._impl, batch_size=8,
+        shuffle=False, workers=2, device=0))
     for want in expected:
         images, labels = impl.next(stream.value)
         cai = images.__cuda_array_interface__

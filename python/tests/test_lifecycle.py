@@ -38,7 +38,7 @@ PRELUDE = textwrap.dedent("""
         def __len__(self): return 64
         def __getitem__(self, i): return torch.tensor(i)
     def pids(dl):
-        return [dl._zygote_pid] + dl.stats()["worker_pids"]
+        return [dl._run.zygote_pid] + dl.stats()["worker_pids"]
 """)
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import stoker
+from stoker import _stoker
 
 
 def _epoch(loader):
@@ -219,3 +220,15 @@ def test_path_string_sources(image_tree, tmp_path):
     assert isinstance(by_bytes, stoker.ImageFolder) and by_bytes.root == image_tree
     with pytest.raises(FileNotFoundError):
         stoker.Loader(os.path.join(str(tmp_path), "nowhere"))
+
+
+def test_the_engine_options_are_set_by_name():
+    tuner = _stoker.TunerOptions(max_workers=5, trace_path=None)  # None keeps the default
+    options = _stoker.LoaderOptions(batch_size=3, workers=_stoker.AUTO_WORKERS, device=None,
+                                    on_error=_stoker.ErrorPolicy.SKIP, tuner=tuner)
+    default = _stoker.LoaderOptions()
+    assert options.batch_size == 3 and options.workers == _stoker.AUTO_WORKERS
+    assert options.on_error == _stoker.ErrorPolicy.SKIP and options.device == default.device
+    assert options.tuner.max_workers == 5 and options.tuner.trace_path == ""
+    with pytest.raises(TypeError, match="LoaderOptions has no field 'batchsize'"):
+        _stoker.LoaderOptions(batchsize=3)

@@ -20,16 +20,9 @@ namespace stoker {
 class TransformScratch {
  public:
   virtual ~TransformScratch() = default;
-  /// Bytes this scratch holds now (for the memory budget).
+  /// Bytes this scratch holds now (for the memory budget): the engine makes
+  /// a fresh one when these and the read buffer pass the per-sample cap.
   virtual size_t bytes() const { return 0; }
-  /// Of bytes(), what a fresh scratch would not hold: the engine makes a
-  /// fresh one when these and the read buffer pass the per-sample cap.
-  virtual size_t trimmable_bytes() const { return bytes(); }
-  /// CPU time and run-queue delay spent for this worker outside its own
-  /// thread (in a worker process), cumulative; the engine adds them to the
-  /// worker's figures so that the tuner sees where the work really ran.
-  virtual int64_t cpu_ns_elsewhere() const { return 0; }
-  virtual int64_t queue_ns_elsewhere() const { return 0; }
 
   /// The most this scratch may hold for one sample, with the record's bytes
   /// (set by the loader from its memory budget when it makes the scratch;
@@ -58,24 +51,12 @@ class Transform {
 
   /// Scratch for one worker; nullptr when the transform needs none.
   virtual std::unique_ptr<TransformScratch> NewScratch() const { return nullptr; }
-  /// The scratch of an engine worker thread, made on that thread as it starts
-  /// (and when it trims); a transform may prepare there what the first task
-  /// needs. The consumer thread's scratch comes from NewScratch().
-  virtual std::unique_ptr<TransformScratch> NewWorkerScratch() const { return NewScratch(); }
 
   /// Writes the sample for `record` into `out` (exactly spec().bytes() long).
   /// Errors say what is wrong with the bytes; the engine adds the sample
   /// index and source key. On error `out` may hold partial output.
   virtual Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
                        TransformScratch* scratch) const = 0;
-
-  /// Called once for every output the engine is done with: delivered and
-  /// released by the consumer, or dropped unused (its epoch abandoned, its
-  /// batch failed). Outputs never written arrive as zero bytes. A transform
-  /// whose output refers to something elsewhere (a shared-memory segment)
-  /// takes it back here. Any thread; must not block. Default: nothing.
-  virtual bool recycles() const { return false; }
-  virtual void Recycle(std::span<std::byte> out) const { (void)out; }
 };
 
 }  // namespace stoker

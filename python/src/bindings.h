@@ -11,6 +11,7 @@
 #include "stoker/sample_spec.h"
 #include "stoker/source.h"
 #include "stoker/transform.h"
+#include "stoker/worker_kind.h"
 
 namespace stoker::python {
 
@@ -23,6 +24,12 @@ struct SourceHandle {
   /// records are already samples (synthetic); a loader uses it when no
   /// transform is given.
   std::optional<SampleSpec> raw_spec;
+};
+
+/// A worker kind as Python holds it (the DataLoader's processes or threads),
+/// for LoaderOptions.kind.
+struct KindHandle {
+  std::shared_ptr<const WorkerKind> kind;
 };
 
 /// A transform as Python holds it; immutable, shareable between loaders.

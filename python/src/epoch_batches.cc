@@ -49,12 +49,4 @@ void EpochBatches::Shutdown() {
   cv_.notify_all();
 }
 
-Status BatchNumberSource::Read(int64_t index, ReadBuffer& /*buffer*/, Record* record) const {
-  record->bytes = {};
-  record->label = index;
-  return Status::Ok();
-}
-
-std::string BatchNumberSource::Key(int64_t index) const { return "batch " + std::to_string(index); }
-
 }  // namespace stoker::python

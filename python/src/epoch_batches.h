@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "stoker/source.h"
 #include "stoker/status.h"
 
 namespace stoker::python {
@@ -47,19 +46,6 @@ class EpochBatches {
   };
   std::map<int64_t, Epoch> epochs_;
   uint64_t clock_ = 0;
-};
-
-/// Batch numbers 0..n-1 as records (label = the number, no bytes): the
-/// engine's items when a worker kind runs whole batches of a Python dataset.
-class BatchNumberSource : public Source {
- public:
-  explicit BatchNumberSource(int64_t batches) : batches_(batches) {}
-  int64_t size() const override { return batches_; }
-  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override;
-  std::string Key(int64_t index) const override;
-
- private:
-  int64_t batches_;
 };
 
 }  // namespace stoker::python

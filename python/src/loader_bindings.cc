@@ -251,6 +251,9 @@ void BindOptions(py::module_& m) {
       .def_readwrite("initial_workers", &TunerOptions::initial_workers)
       .def_readwrite("interval_s", &TunerOptions::interval_s)
       .def_readwrite("trace_path", &TunerOptions::trace_path);
+  py::class_<KindHandle>(m, "WorkerKind",
+                         "How a DataLoader's batches are made (processes, threads); "
+                         "LoaderOptions.kind.");
   py::class_<LoaderOptions>(m, "LoaderOptions", "stoker::LoaderOptions, set by keyword.")
       .def(py::init([](const py::kwargs& fields) {
         return FromKeywords<LoaderOptions>("LoaderOptions", fields);
@@ -267,6 +270,9 @@ void BindOptions(py::module_& m) {
             return TransformHandle{o.transform, ""};
           },
           [](LoaderOptions& o, const TransformHandle& h) { o.transform = h.transform; })
+      .def_property(
+          "kind", [](const LoaderOptions& o) { return KindHandle{o.kind}; },
+          [](LoaderOptions& o, const KindHandle& h) { o.kind = h.kind; })
       .def_readwrite("batch_size", &LoaderOptions::batch_size)
       .def_readwrite("shuffle", &LoaderOptions::shuffle)
       .def_readwrite("seed", &LoaderOptions::seed)

@@ -44,7 +44,7 @@ struct Message {
 // `words` in the order of the tag's list (worker_protocol.h), indexed by its enum.
 Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd = -1) {
   const protocol::MessageKind& kind = kMessages[tag];
-  assert(!kind.text && static_cast<int>(words.size()) == kind.words);
+  assert(static_cast<int>(words.size()) == kind.words);
   std::string bytes(protocol::kTagBytes, '\0');
   std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
   bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
@@ -100,17 +100,15 @@ Result<Message> ReceiveMessage(int sock) {
     return Internal("a worker process sent an unknown message '" + tag + "'");
   }
   const protocol::MessageKind& kind = kMessages[m.tag];
-  const size_t at = protocol::kTagBytes;
-  if (kind.text) {
-    m.text.assign(buffer.data() + at, size - at);
-    return m;
-  }
-  if (size - at < kind.words * sizeof(int64_t)) {
+  const size_t words = static_cast<size_t>(kind.words) * sizeof(int64_t);
+  if (size - protocol::kTagBytes < words) {
     if (m.fd >= 0) ::close(m.fd);
     return Internal("a worker process sent a short " + tag + " message");
   }
   m.words.resize(static_cast<size_t>(kind.words));
-  std::memcpy(m.words.data(), buffer.data() + at, m.words.size() * sizeof(int64_t));
+  std::memcpy(m.words.data(), buffer.data() + protocol::kTagBytes, words);
+  if (kind.text)
+    m.text.assign(buffer.data() + protocol::kTagBytes + words, size - protocol::kTagBytes - words);
   return m;
 }
 
@@ -124,66 +122,44 @@ std::string SignalName(int sig) {
 constexpr int kMaxRegistered = 4096;
 std::atomic<int> g_registered_fds[kMaxRegistered];
 
-// The scratch of one engine worker thread: its worker process, started at
-// its first task and stopped when the thread leaves.
-class ProcessScratch : public TransformScratch {
- public:
-  explicit ProcessScratch(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
-  ~ProcessScratch() override { Stop(); }
-  // Forks its process if it has none. Its own thread only.
-  Status Start();
-  // Ends its process, if any; a later task forks a fresh one. Its own thread only.
-  void Stop();
+// How a worker process that died mid-sample is reported: SIGKILL is the
+// kernel's answer to memory (the OOM killer) or someone's kill, not the
+// sample's fault; a crash or an exit in the sample's code is.
+Status DeathCause(const std::string& what, int64_t index, bool killed) {
+  return SampleFailureStatus(what + " while loading sample " + std::to_string(index), "", killed);
+}
 
-  // Its process's unique memory (copy-on-read growth shows there) and its
-  // share of the loader's segments: summed over the workers, what they cost.
-  // Nothing without a live, measured process: a scratch that ran no task
-  // yet, or one whose engine thread runs batches itself (worker_kind="auto").
-  size_t bytes() const override {
-    const size_t own = private_.load(std::memory_order_relaxed);
-    return own == 0 ? 0 : own + workers_->segment_share();
-  }
-  // What its process grew by since its first batch (copy-on-read of the
-  // dataset, caches): past the per-sample cap, a fresh fork gives it back.
-  size_t trimmable_bytes() const override {
-    const size_t now = private_.load(std::memory_order_relaxed);
-    return now > baseline_ ? now - baseline_ : 0;
-  }
-  int64_t cpu_ns_elsewhere() const override { return cpu_ns_.load(std::memory_order_relaxed); }
-  int64_t queue_ns_elsewhere() const override { return queue_ns_.load(std::memory_order_relaxed); }
+}  // namespace
 
-  // Runs `indices` into the leased segment; see ProcessTransform::Apply.
-  Status Run(int64_t epoch, int64_t batch, std::vector<int64_t> indices, const SegmentLease& lease,
-             int64_t out[kDescriptorWords]);
+ProcessWorker::ProcessWorker(std::shared_ptr<ProcessWorkers> workers)
+    : workers_(std::move(workers)) {}
 
- private:
-  struct Reply {
-    int64_t size = 0, meta_off = 0, meta_len = 0;
-  };
-  // One attempt; kCancelled when the process died (the caller asks the zygote how).
-  Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                 const SegmentLease& lease, Reply* reply);
+ProcessWorker::~ProcessWorker() { Stop(); }
 
-  std::shared_ptr<ProcessWorkers> workers_;
-  std::optional<WorkerProcess> proc_;
-  std::atomic<size_t> private_{0};
-  std::atomic<int64_t> cpu_ns_{0};
-  std::atomic<int64_t> queue_ns_{0};
-  int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
-  size_t baseline_ = 0;                    // its unique memory after its first batch
-};
+WorkerCost ProcessWorker::cost() const {
+  // Its unique memory (copy-on-read growth shows there) and its share of the
+  // loader's segments: summed over the workers, what they cost. Nothing
+  // without a live, measured process.
+  const size_t own = private_.load(std::memory_order_relaxed);
+  return {.cpu_ns = cpu_ns_.load(std::memory_order_relaxed),
+          .queue_ns = queue_ns_.load(std::memory_order_relaxed),
+          .bytes = own == 0 ? 0 : own + workers_->segment_share(),
+          .trimmable_bytes = own > baseline_.load(std::memory_order_relaxed)
+                                 ? own - baseline_.load(std::memory_order_relaxed)
+                                 : 0};
+}
 
-Status ProcessScratch::Start() {
+Status ProcessWorker::Start() {
   if (proc_) return Status::Ok();
   STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
   proc_ = std::move(started);
   cpu_seen_ = queue_seen_ = 0;
-  baseline_ = 0;
+  baseline_.store(0, std::memory_order_relaxed);
   return Status::Ok();
 }
 
-Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                               const SegmentLease& lease, Reply* reply) {
+Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
+                              const SegmentLease& lease, Reply* reply, ItemOutcome* outcome) {
   STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
   const size_t data_off = RoundUp((protocol::kSegmentHeaderWords + n) * sizeof(int64_t), kPage);
@@ -208,51 +184,66 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
   STOKER_RETURN_IF_ERROR(
       SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.segment->fd.get()));
   if (!known) proc_->known_segments.push_back(id);
-  STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
-  if (m.tag == Tag::kTaskFail) return Internal(m.text);
-  if (m.tag != Tag::kDone) {
-    return Internal(std::string("a worker sent ") + kMessages[m.tag].tag + " instead of DONE");
+  while (true) {
+    STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
+    if (m.tag == Tag::kTaskFail) return DataError(m.text);
+    if (m.tag == Tag::kSampleFail) {
+      // Its text: the exception, a NUL, the worker's traceback.
+      using F = protocol::SampleFailWord;
+      const size_t nul = std::min(m.text.find('\0'), m.text.size());
+      const std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
+      outcome->failures.push_back({m.words[F::kIndex], "",
+                                   SampleFailureStatus(m.text.substr(0, nul), trace,
+                                                       m.words[F::kNotTheSamplesFault] != 0)});
+      continue;
+    }
+    if (m.tag != Tag::kDone) {
+      return Internal(std::string("a worker sent ") + kMessages[m.tag].tag + " instead of DONE");
+    }
+    using D = protocol::DoneWord;
+    reply->samples = m.words[D::kSamples];
+    reply->size = m.words[D::kSegmentSize];
+    reply->meta_off = m.words[D::kMetaOffset];
+    reply->meta_len = m.words[D::kMetaLength];
+    const int64_t cpu = m.words[D::kCpuNs], queue = m.words[D::kRunDelayNs];
+    cpu_ns_.fetch_add(cpu - cpu_seen_, std::memory_order_relaxed);
+    queue_ns_.fetch_add(queue - queue_seen_, std::memory_order_relaxed);
+    cpu_seen_ = cpu;
+    queue_seen_ = queue;
+    if (const int64_t own = m.words[D::kPrivateBytes]; own > 0) {
+      private_.store(static_cast<size_t>(own), std::memory_order_relaxed);
+      size_t none = 0;
+      baseline_.compare_exchange_strong(none, static_cast<size_t>(own));
+    }
+    return Status::Ok();
   }
-  using D = protocol::DoneWord;
-  reply->size = m.words[D::kSegmentSize];
-  reply->meta_off = m.words[D::kMetaOffset];
-  reply->meta_len = m.words[D::kMetaLength];
-  const int64_t cpu = m.words[D::kCpuNs], queue = m.words[D::kRunDelayNs];
-  cpu_ns_.fetch_add(cpu - cpu_seen_, std::memory_order_relaxed);
-  queue_ns_.fetch_add(queue - queue_seen_, std::memory_order_relaxed);
-  cpu_seen_ = cpu;
-  queue_seen_ = queue;
-  if (const int64_t own = m.words[D::kPrivateBytes]; own > 0) {
-    private_.store(static_cast<size_t>(own), std::memory_order_relaxed);
-    if (baseline_ == 0) baseline_ = static_cast<size_t>(own);
-  }
-  return Status::Ok();
 }
 
-Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                           const SegmentLease& lease, int64_t out[kDescriptorWords]) {
-  Reply reply;
+Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
+                                   const SegmentLease& lease, Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
-    if (indices.empty()) break;  // every sample went down with a worker
-    Status st = Attempt(epoch, batch, indices, lease, &reply);
-    if (st.ok()) break;
+    if (indices.empty()) return Status::Ok();  // every sample went down with a worker
+    const size_t reported = outcome->failures.size();
+    Status st = Attempt(epoch, batch, indices, lease, reply, outcome);
+    if (st.ok()) return st;
     if (st.code() != StatusCode::kCancelled || !proc_) return st;
     // The process died mid-task: blame the sample it was on and run the rest
-    // in a fresh process; twice outside any sample fails the batch.
+    // in a fresh process, which reports the others' failures again.
+    outcome->failures.resize(reported);
     const int pid = proc_->pid;
-    const std::string cause = workers_->Reap(*proc_);
+    const ProcessWorkers::Ending ending = workers_->Reap(*proc_);
     proc_.reset();
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     STOKER_ASSIGN_OR_RETURN(
         auto map, workers_->MapForWrite(lease, protocol::kSegmentHeaderWords * sizeof(int64_t)));
     const int64_t position =
         static_cast<const int64_t*>(map->addr)[protocol::SegmentWord::kPosition];
-    const std::string what = "worker process " + std::to_string(pid) + " " + cause;
+    const std::string what = "worker process " + std::to_string(pid) + " " + ending.how;
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
       const int64_t index = indices[static_cast<size_t>(position)];
-      workers_->AddNote(lease, index, what + " while loading sample " + std::to_string(index));
+      outcome->failures.push_back({index, "", DeathCause(what, index, ending.killed)});
       indices.erase(indices.begin() + position);
       continue;
     }
@@ -261,20 +252,42 @@ Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> in
                       std::to_string(batch) + "), twice");
     }
   }
+}
+
+Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+                          ItemOutcome* outcome) {
+  // The process starts while the batch list may still be on its way (a loader
+  // claims its first tasks when made, the list comes with iter()).
+  if (workers_->shut_down()) return Cancelled("the loader was closed");
+  STOKER_RETURN_IF_ERROR(Start());
+  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, item));
+  const size_t header =
+      RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
+  STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
+  Reply reply;
+  Status st = RunInSegment(epoch, item, std::move(indices), lease, &reply, outcome);
+  if (!st.ok()) {
+    workers_->Release(lease.segment->id, lease.ticket);
+    return st;
+  }
   if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
   using D = protocol::ProcessDescriptor;
-  out[D::kMagic] = protocol::kSegmentMagic;
-  out[D::kSegment] = lease.segment->id;
-  out[D::kTicket] = static_cast<int64_t>(lease.ticket);
-  out[D::kSegmentSize] = reply.size;
-  out[D::kMetaOffset] = reply.meta_off;
-  out[D::kMetaLength] = reply.meta_len;
-  out[D::kEpoch] = epoch;
-  out[D::kBatch] = batch;
+  int64_t d[kDescriptorWords];
+  d[D::kMagic] = protocol::kSegmentMagic;
+  d[D::kSegment] = lease.segment->id;
+  d[D::kTicket] = static_cast<int64_t>(lease.ticket);
+  d[D::kSegmentSize] = reply.size;
+  d[D::kMetaOffset] = reply.meta_off;
+  d[D::kMetaLength] = reply.meta_len;
+  d[D::kEpoch] = epoch;
+  d[D::kBatch] = item;
+  std::memcpy(out.data(), d, sizeof d);
+  outcome->label = item;
+  outcome->samples = reply.samples;
   return Status::Ok();
 }
 
-void ProcessScratch::Stop() {
+void ProcessWorker::Stop() {
   if (!proc_) return;
   (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
   workers_->Reap(*proc_);
@@ -282,7 +295,15 @@ void ProcessScratch::Stop() {
   private_.store(0, std::memory_order_relaxed);
 }
 
-}  // namespace
+namespace {}  // namespace
+
+Status SampleFailureStatus(const std::string& reason, const std::string& trace,
+                           bool not_the_samples_fault) {
+  std::string text = reason;
+  if (not_the_samples_fault) text += " (not the sample's fault: never skipped)";
+  if (!trace.empty()) text += "\n\nIn the worker:\n" + trace;
+  return not_the_samples_fault ? Unavailable(std::move(text)) : DataError(std::move(text));
+}
 
 // The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams
 // apart from every sample's: a non-negative int64, so that every generator
@@ -400,14 +421,14 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   }
   Result<Message> hello = ReceiveMessage(w.conn.get());
   if (hello.ok() && hello->tag == Tag::kHello) return w;
-  std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w)
+  std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w).how
                                 : "worker_init_fn raised: " + hello->text;
   if (hello.ok()) Reap(w);
   return Internal("worker " + std::to_string(id) + " (pid " + std::to_string(w.pid) +
                   ") could not start: " + why);
 }
 
-std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
+ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::erase(live_pids_, worker.pid);
@@ -422,13 +443,14 @@ std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
   Result<Message> r = SendMessage(zygote_.get(), Tag::kReap, reap).ok()
                           ? ReceiveMessage(zygote_.get())
                           : Result<Message>(Cancelled("no fork server"));
-  if (!r.ok() || r->tag != Tag::kReaped) return "ended (cause unknown)";
+  if (!r.ok() || r->tag != Tag::kReaped) return {"ended (cause unknown)", false};
   const int64_t value = r->words[protocol::ReapedWord::kValue];
-  if (r->words[protocol::ReapedWord::kSignalled] == 0)
-    return "exited with code " + std::to_string(value);
+  if (r->words[protocol::ReapedWord::kSignalled] == 0) {
+    return {"exited with code " + std::to_string(value), false};
+  }
   std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
   if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
-  return how;
+  return {how, value == SIGKILL};
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t bytes) {
@@ -472,7 +494,6 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
   STOKER_RETURN_IF_ERROR(MapLocked(*pick, bytes).status());
   pick->busy = true;
   pick->ticket += 1;
-  pick->notes.clear();
   return SegmentLease{pick, pick->ticket};
 }
 
@@ -482,12 +503,6 @@ void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
     lease.segment->size = std::max(lease.segment->size, size);
 }
 
-void ProcessWorkers::AddNote(const SegmentLease& lease, int64_t index, std::string note) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (lease.segment->ticket == lease.ticket)
-    lease.segment->notes.emplace_back(index, std::move(note));
-}
-
 void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size())) return;
@@ -495,7 +510,6 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
   if (!s.busy || s.ticket != ticket) return;
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
-  s.notes.clear();
   // Batches the consumer held by the hundred (list(loader)) made many
   // segments; past kFreeKept free ones the memory goes back. A worker's
   // mapping stays valid: it touches a segment again only once regrown.
@@ -515,7 +529,7 @@ Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
   }
   Segment& s = *segments_[static_cast<size_t>(segment_id)];
   STOKER_ASSIGN_OR_RETURN(auto map, MapLocked(s, s.size));
-  SegmentView view{std::move(map), s.notes};
+  SegmentView view{std::move(map)};
   if (cuda_ != nullptr) {
     lock.unlock();  // registering pins every page: not under the pool's lock
     STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda_));
@@ -590,54 +604,24 @@ std::pair<size_t, size_t> ProcessWorkers::segment_bytes() const {
   return {all, busy};
 }
 
-// ProcessTransform
+// ProcessKind
 
-ProcessTransform::ProcessTransform(std::shared_ptr<ProcessWorkers> workers)
-    : workers_(std::move(workers)) {}
+ProcessKind::ProcessKind(std::shared_ptr<ProcessWorkers> workers) : workers_(std::move(workers)) {}
 
-SampleSpec ProcessTransform::spec() const { return {{kDescriptorWords}, DType::kInt64}; }
+SampleSpec ProcessKind::spec() const { return {{kDescriptorWords}, DType::kInt64}; }
 
-std::unique_ptr<TransformScratch> ProcessTransform::NewScratch() const {
-  return std::make_unique<ProcessScratch>(workers_);
+int64_t ProcessKind::items() const { return workers_->batches().batches_per_epoch(); }
+
+std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace place, const SampleCap&) const {
+  // On an engine thread as it starts: the process is forked now, before a
+  // task needs it (a loader's first task waits for iter()). A failure is
+  // reported by the first task, which tries again.
+  auto worker = std::make_unique<ProcessWorker>(workers_);
+  if (place == WorkerPlace::kWorkerThread && !workers_->shut_down()) (void)worker->Start();
+  return worker;
 }
 
-std::unique_ptr<TransformScratch> ProcessTransform::NewWorkerScratch() const {
-  // On its engine thread as the thread starts: the process is forked now,
-  // before a task needs it (a loader's first task waits for iter()). A failure
-  // is reported by the first task, which tries again.
-  auto scratch = std::make_unique<ProcessScratch>(workers_);
-  if (!workers_->shut_down()) (void)scratch->Start();
-  return scratch;
-}
-
-Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::span<std::byte> out,
-                               TransformScratch* scratch) const {
-  if (scratch == nullptr) return Internal("process workers need a worker thread's scratch");
-  const int64_t epoch = record.epoch, batch = record.label;
-  // The process starts while the batch list may still be on its way (a loader
-  // claims its first tasks when made, the list comes with iter()).
-  auto* process = static_cast<ProcessScratch*>(scratch);
-  if (workers_->shut_down()) return Cancelled("the loader was closed");
-  STOKER_RETURN_IF_ERROR(process->Start());
-  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, batch));
-  const size_t header =
-      RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
-  STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
-  int64_t descriptor[kDescriptorWords];
-  Status st = process->Run(epoch, batch, std::move(indices), lease, descriptor);
-  if (!st.ok()) {
-    workers_->Release(lease.segment->id, lease.ticket);
-    return st;
-  }
-  std::memcpy(out.data(), descriptor, sizeof descriptor);
-  return Status::Ok();
-}
-
-void ProcessTransform::StopProcess(TransformScratch* scratch) {
-  if (scratch != nullptr) static_cast<ProcessScratch*>(scratch)->Stop();
-}
-
-void ProcessTransform::Recycle(std::span<std::byte> out) const {
+void ProcessKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);
   using D = protocol::ProcessDescriptor;
@@ -653,7 +637,7 @@ namespace {
 // A delivered batch's segment as a numpy uint8 array whose base owns the
 // mapping and `keep` (the engine's descriptor array, which owns the engine's
 // slot): the segment goes back to the pool when the last view of it is gone.
-py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
+py::array ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
   using D = protocol::ProcessDescriptor;
   if (descriptor.size() < kDescriptorWords ||
       descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
@@ -671,10 +655,7 @@ py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
   auto* keep = new Keep{std::move(view.map), descriptor};
   py::capsule base(keep, [](void* p) { delete static_cast<Keep*>(p); });
   py::array array(py::dtype("uint8"), {size}, static_cast<uint8_t*>(addr), base);
-  py::list notes;
-  for (const auto& [index, text] : view.notes)
-    notes.append(py::make_tuple(index, DecodeText(text)));
-  return py::make_tuple(array, notes);
+  return array;
 }
 
 }  // namespace
@@ -690,11 +671,6 @@ void BindProcessWorkers(py::module_& m) {
 
   py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
       .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
-      .def("source",
-           [](const EpochBatches& b) {
-             return SourceHandle{std::make_shared<BatchNumberSource>(b.batches_per_epoch()),
-                                 "batches", std::nullopt};
-           })
       .def(
           "set",
           [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
@@ -708,9 +684,9 @@ void BindProcessWorkers(py::module_& m) {
   py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
       .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
            py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
-      .def("transform",
+      .def("as_kind",
            [](const std::shared_ptr<ProcessWorkers>& w) {
-             return TransformHandle{std::make_shared<ProcessTransform>(w), "python dataset"};
+             return KindHandle{std::make_shared<ProcessKind>(w)};
            })
       .def("view", &ViewOf, py::arg("descriptor"))
       .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())

@@ -3,12 +3,10 @@
 // Worker processes for Python datasets (stoker.DataLoader): the parent's half
 // of the protocol (worker_protocol.h) spoken with python/stoker/_workers.py.
 //
-// The engine schedules the user's batches as its items (batch_size 1 over
-// "batch numbers"); ProcessTransform runs each one in a worker process forked
-// by a zygote, which writes the collated batch into a shared-memory segment
-// (a memfd) that the loader owns and recycles. Each engine worker thread
-// owns one process (its transform scratch), so resizing the engine's pool
-// resizes the process pool, under the same tuner and the same invariants.
+// The engine schedules the user's batches as its items (batch_size 1);
+// ProcessKind runs each one in a worker process forked by a zygote, which
+// writes the collated batch into a shared-memory segment (a memfd) that the
+// loader owns and recycles.
 
 #include <pybind11/pybind11.h>
 
@@ -18,6 +16,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,9 +25,8 @@
 #include "core/unique_fd.h"
 #include "engine/cuda_runtime.h"
 #include "epoch_batches.h"
-#include "stoker/source.h"
 #include "stoker/status.h"
-#include "stoker/transform.h"
+#include "stoker/worker_kind.h"
 #include "worker_protocol.h"
 
 namespace stoker::python {
@@ -61,8 +60,7 @@ struct Segment {
   size_t size = 0;      // the file's size as last known
   uint64_t ticket = 0;  // which use of the segment a descriptor names
   bool busy = false;
-  std::shared_ptr<Mapping> map;                        // the parent's mapping, of map->size bytes
-  std::vector<std::pair<int64_t, std::string>> notes;  // samples lost with a worker
+  std::shared_ptr<Mapping> map;  // the parent's mapping, of map->size bytes
 };
 
 /// A segment handed to one task: which, and for which use.
@@ -74,7 +72,6 @@ struct SegmentLease {
 /// What a consumer needs to read a delivered batch.
 struct SegmentView {
   std::shared_ptr<Mapping> map;
-  std::vector<std::pair<int64_t, std::string>> notes;
 };
 
 /// One worker process as its engine thread holds it.
@@ -101,21 +98,25 @@ class ProcessWorkers {
   /// Forks a worker through the zygote and waits for its greeting (after
   /// worker_init_fn). Errors name the cause (the zygote died, init raised).
   Result<WorkerProcess> Spawn();
-  /// Asks the zygote to collect `pid` and says how it ended ("exited with
-  /// code 1", "killed by signal 9 (SIGKILL)"); frees its worker id.
-  std::string Reap(const WorkerProcess& worker);
+  /// How a worker process ended: "exited with code 1", "was killed by
+  /// signal 9 (SIGKILL)…"; `killed`: by SIGKILL (the OOM killer, or a kill).
+  struct Ending {
+    std::string how;
+    bool killed = false;
+  };
+  /// Asks the zygote to collect `pid` and says how it ended; frees its worker id.
+  Ending Reap(const WorkerProcess& worker);
 
   /// A free segment of at least `bytes`, grown (and its pages reserved) as
   /// needed, with a new ticket. kUnavailable when memory is refused.
   Result<SegmentLease> Acquire(size_t bytes);
   /// Notes the segment's size after a worker grew it.
   void SetSize(const SegmentLease& lease, size_t size);
-  void AddNote(const SegmentLease& lease, int64_t index, std::string note);
   /// Gives the segment back if `ticket` is its current use; else nothing.
   void Release(int segment_id, uint64_t ticket);
   /// The parent's mapping of a leased segment (mapped or remapped to its
-  /// current size, page-locked when pinning) and its notes; kInvalidArgument
-  /// for a stale descriptor.
+  /// current size, page-locked when pinning); kInvalidArgument for a stale
+  /// descriptor.
   Result<SegmentView> View(int segment_id, uint64_t ticket);
   /// From now on, segments are page-locked for CUDA once each, when first
   /// viewed (pin_memory=True: batches copy to a GPU asynchronously, with no
@@ -166,26 +167,70 @@ class ProcessWorkers {
   std::vector<bool> ids_in_use_;
 };
 
-/// Runs the engine's items (batch numbers) in worker processes; see above.
-class ProcessTransform : public Transform {
+/// One engine thread's worker process, forked when the thread starts (or at
+/// its first item) and ended with it; runs the user's batches in it.
+class ProcessWorker : public KindWorker {
  public:
-  explicit ProcessTransform(std::shared_ptr<ProcessWorkers> workers);
+  explicit ProcessWorker(std::shared_ptr<ProcessWorkers> workers);
+  ~ProcessWorker() override;
+  /// Runs batch `item` of `epoch` in the process, into a leased segment;
+  /// `out` gets the batch's descriptor (protocol::ProcessDescriptor). A
+  /// sample that raised, or whose process died, is a failure in `outcome`
+  /// (a fresh process runs the rest of the batch).
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override;
+  /// CPU and run-queue time in the process; its unique memory plus its share
+  /// of the segments; what it grew by since its first batch (trimmable).
+  WorkerCost cost() const override;
+  /// Forks its process if it has none. Its own thread only.
+  Status Start();
+  /// Ends its process, if any; a later item forks a fresh one. Its own thread only.
+  void Stop();
+
+ private:
+  struct Reply {
+    int64_t samples = 0, size = 0, meta_off = 0, meta_len = 0;
+  };
+  // One attempt; kCancelled when the process died (the caller asks the zygote how).
+  Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
+                 const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
+  // Attempts until the batch is made, blaming the sample a dead process was on.
+  Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
+                      const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
+
+  std::shared_ptr<ProcessWorkers> workers_;
+  std::optional<WorkerProcess> proc_;
+  std::atomic<size_t> private_{0};
+  std::atomic<size_t> baseline_{0};  // its unique memory after its first batch
+  std::atomic<int64_t> cpu_ns_{0};
+  std::atomic<int64_t> queue_ns_{0};
+  int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
+};
+
+/// The user's batches as the engine's items, each run whole in a worker
+/// process forked by the zygote: each engine worker thread owns one process
+/// (its ProcessWorker), so resizing the engine's pool resizes the process
+/// pool, under the same tuner and the same invariants.
+class ProcessKind : public WorkerKind {
+ public:
+  explicit ProcessKind(std::shared_ptr<ProcessWorkers> workers);
   SampleSpec spec() const override;
-  /// A scratch whose process is forked by its first Apply.
-  std::unique_ptr<TransformScratch> NewScratch() const override;
-  /// Forks the scratch's worker process at once, on the engine thread starting.
-  std::unique_ptr<TransformScratch> NewWorkerScratch() const override;
-  Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
-               TransformScratch* scratch) const override;
+  int64_t items() const override;
+  /// Empty: the engine names the batch itself.
+  std::string Key(int64_t) const override { return ""; }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
+  /// Gives the descriptor's segment back to the pool.
   void Recycle(std::span<std::byte> out) const override;
-  /// Ends the worker process of `scratch` (made by NewScratch), if it has
-  /// one; a later Apply forks a fresh one. On the scratch's own thread only.
-  static void StopProcess(TransformScratch* scratch);
 
  private:
   std::shared_ptr<ProcessWorkers> workers_;
 };
+
+/// The failure of a Python dataset's sample: `reason` ("ValueError: ..."),
+/// the worker's traceback after it; kUnavailable (never skipped) when it is
+/// not the sample's fault, else kDataError.
+Status SampleFailureStatus(const std::string& reason, const std::string& trace,
+                           bool not_the_samples_fault);
 
 /// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), the same
 /// for every worker kind and for num_workers=0.

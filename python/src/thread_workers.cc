@@ -31,15 +31,46 @@ ThreadWorkers::~ThreadWorkers() {
   run_batch_ = py::object();
 }
 
-Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords]) {
+namespace {
+
+// The failures in run_batch's (payload, info): info is (kept, failures,
+// collate error, epoch, batch), each failure (index, reason, traceback, not
+// the sample's fault); None when the batch raised what next() re-raises.
+Status ReadOutcome(const py::tuple& made, ItemOutcome* outcome) {
+  const py::object info = made[1];
+  if (info.is_none()) return Status::Ok();
+  const auto parts = info.cast<py::tuple>();
+  outcome->samples = static_cast<int64_t>(py::len(parts[0]));
+  for (const py::handle f : parts[1]) {
+    const auto failure = f.cast<py::tuple>();
+    outcome->failures.push_back(
+        {failure[0].cast<int64_t>(), "",
+         SampleFailureStatus(failure[1].cast<std::string>(), failure[2].cast<std::string>(),
+                             failure[3].cast<bool>())});
+  }
+  if (const py::object collate = parts[2]; !collate.is_none()) {
+    const auto error = collate.cast<py::tuple>();
+    return DataError("collate_fn raised " + error[0].cast<std::string>() + "\n\nIn the worker:\n" +
+                     error[1].cast<std::string>());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
+                          ItemOutcome* outcome) {
   STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, batches_->Indices(epoch, batch));
   const int64_t seed = BatchSeed(seed_, epoch, batch);
   py::gil_scoped_acquire gil;
   py::object made;
   try {
     made = run_batch_(epoch, batch, py::cast(indices), seed);
+    STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), outcome));
   } catch (py::error_already_set& e) {
     return Internal(std::string("the batch failed in a worker thread: ") + e.what());
+  } catch (const py::cast_error& e) {
+    return Internal(std::string("run_batch gave no (payload, info): ") + e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t ticket = next_ticket_++;
@@ -76,15 +107,37 @@ py::object ThreadWorkers::Take(uint64_t ticket) {
   return taken;  // `dead` is dropped here, with the GIL held
 }
 
-Status ThreadTransform::Apply(const Record& record, SampleRng& /*rng*/, std::span<std::byte> out,
-                              TransformScratch* /*scratch*/) const {
+namespace {
+
+class ThreadWorker : public KindWorker {
+ public:
+  explicit ThreadWorker(const ThreadKind& kind) : kind_(kind) {}
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
+    return kind_.Run(epoch, item, out, outcome);
+  }
+
+ private:
+  const ThreadKind& kind_;
+};
+
+}  // namespace
+
+int64_t ThreadKind::items() const { return workers_->batches_per_epoch(); }
+
+std::unique_ptr<KindWorker> ThreadKind::NewWorker(WorkerPlace, const SampleCap&) const {
+  return std::make_unique<ThreadWorker>(*this);
+}
+
+Status ThreadKind::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+                       ItemOutcome* outcome) const {
   int64_t descriptor[kThreadDescriptorWords];
-  STOKER_RETURN_IF_ERROR(workers_->Run(record.epoch, record.label, descriptor));
+  STOKER_RETURN_IF_ERROR(workers_->Run(epoch, item, descriptor, outcome));
   std::memcpy(out.data(), descriptor, sizeof descriptor);
+  outcome->label = item;
   return Status::Ok();
 }
 
-void ThreadTransform::Recycle(std::span<std::byte> out) const {
+void ThreadKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kThreadDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);
   using D = protocol::ThreadDescriptor;
@@ -96,9 +149,9 @@ void BindThreadWorkers(py::module_& m) {
   py::class_<ThreadWorkers, std::shared_ptr<ThreadWorkers>>(m, "ThreadWorkers")
       .def(py::init<py::object, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("run_batch"),
            py::arg("seed"), py::arg("batches"))
-      .def("transform",
+      .def("as_kind",
            [](const std::shared_ptr<ThreadWorkers>& w) {
-             return TransformHandle{std::make_shared<ThreadTransform>(w), "python dataset"};
+             return KindHandle{std::make_shared<ThreadKind>(w)};
            })
       .def(
           "take",

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "epoch_batches.h"
-#include "stoker/transform.h"
+#include "stoker/worker_kind.h"
 #include "worker_protocol.h"
 
 namespace stoker::python {
@@ -31,14 +31,18 @@ class ThreadWorkers {
   /// Drops the batches never taken (with the GIL).
   ~ThreadWorkers();
 
-  /// On an engine worker thread: runs the batch with the GIL; its ticket
-  /// goes into `out`. An exception from Python becomes kInternal with its text.
-  Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords]);
+  /// On an engine worker thread (or the consumer's): runs the batch with the
+  /// GIL; its ticket goes into `out`, its failed samples into `outcome`.
+  /// collate_fn raising fails the batch (kDataError, with the traceback); an
+  /// exception from run_batch itself becomes kInternal with its text.
+  Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
+             ItemOutcome* outcome);
   /// The engine is done with a ticket's batch without handing it out (its
   /// epoch abandoned): dropped at the next Take. Any thread, GIL or not.
   void Recycle(uint64_t ticket);
   /// The batch of `ticket`, once. REQUIRES: the GIL.
   pybind11::object Take(uint64_t ticket);
+  int64_t batches_per_epoch() const { return batches_->batches_per_epoch(); }
 
  private:
   pybind11::object run_batch_;
@@ -50,14 +54,21 @@ class ThreadWorkers {
   std::vector<pybind11::object> dead_;  // dropped by Take, which holds the GIL
 };
 
-class ThreadTransform : public Transform {
+/// The user's batches as the engine's items, each run by Python on the
+/// engine's thread (or the consumer's, with no workers), holding the GIL only
+/// while Python runs.
+class ThreadKind : public WorkerKind {
  public:
-  explicit ThreadTransform(std::shared_ptr<ThreadWorkers> workers) : workers_(std::move(workers)) {}
+  explicit ThreadKind(std::shared_ptr<ThreadWorkers> workers) : workers_(std::move(workers)) {}
   SampleSpec spec() const override { return {{kThreadDescriptorWords}, DType::kInt64}; }
-  Status Apply(const Record& record, SampleRng& rng, std::span<std::byte> out,
-               TransformScratch* scratch) const override;
+  int64_t items() const override;
+  /// Empty: the engine names the batch itself.
+  std::string Key(int64_t) const override { return ""; }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;
+  /// Runs `item` on the calling thread, as one of its workers would.
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) const;
 
  private:
   std::shared_ptr<ThreadWorkers> workers_;

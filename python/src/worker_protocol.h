@@ -8,8 +8,8 @@
 // Renaming or moving a field here is the only edit a change needs.
 //
 // Each message is one SOCK_SEQPACKET datagram: an 8-byte tag (NUL-padded),
-// then either native int64 words in the order listed, or UTF-8 text (the
-// messages marked with text). A file descriptor may ride along (SCM_RIGHTS).
+// then native int64 words in the order listed, then UTF-8 text for the
+// messages marked with text. A file descriptor may ride along (SCM_RIGHTS).
 
 #include <array>
 #include <cstddef>
@@ -44,9 +44,17 @@ inline constexpr size_t kTagBytes = 8;
   X(Batch, batch)            \
   X(Segment, segment)        \
   X(SegmentSize, segment_size)
-// worker -> parent: the batch is in the segment, with the worker's figures
-// (cumulative CPU and run-queue delay, unique memory; 0: not measured).
+// worker -> parent, before DONE, for each sample whose __getitem__ raised:
+// its index, whether it is not the sample's fault (memory, a store gone),
+// and text: the exception and the worker's traceback.
+#define STOKER_SAMPLEFAIL_WORDS(X) \
+  X(Index, index)                  \
+  X(NotTheSamplesFault, not_the_samples_fault)
+// worker -> parent: the batch is in the segment (`samples` of it loaded),
+// with the worker's figures (cumulative CPU and run-queue delay, unique
+// memory; 0: not measured).
 #define STOKER_DONE_WORDS(X)   \
+  X(Samples, samples)          \
   X(SegmentSize, segment_size) \
   X(MetaOffset, meta_offset)   \
   X(MetaLength, meta_length)   \
@@ -57,21 +65,23 @@ inline constexpr size_t kTagBytes = 8;
 // worker_init_fn), EXIT, and those that carry text.
 #define STOKER_NO_WORDS(X)
 
-// X(CppName, TAG, its words, carries text). EXIT (parent -> worker or
-// zygote): leave now; a zygote kills its workers, collects them and exits.
-// The FAIL messages carry the error's text: a fork refused, worker_init_fn
-// raised, a batch failed outside its samples.
-#define STOKER_MESSAGES(X)                      \
-  X(Fork, FORK, STOKER_FORK_WORDS, false)       \
-  X(Forked, FORKED, STOKER_FORKED_WORDS, false) \
-  X(ForkFail, FORKFAIL, STOKER_NO_WORDS, true)  \
-  X(Reap, REAP, STOKER_REAP_WORDS, false)       \
-  X(Reaped, REAPED, STOKER_REAPED_WORDS, false) \
-  X(Hello, HELLO, STOKER_NO_WORDS, false)       \
-  X(InitFail, INITFAIL, STOKER_NO_WORDS, true)  \
-  X(Task, TASK, STOKER_TASK_WORDS, false)       \
-  X(TaskFail, TASKFAIL, STOKER_NO_WORDS, true)  \
-  X(Done, DONE, STOKER_DONE_WORDS, false)       \
+// X(CppName, TAG, its words, carries text after them). EXIT (parent ->
+// worker or zygote): leave now; a zygote kills its workers, collects them
+// and exits. The FAIL messages carry the error's text: a fork refused,
+// worker_init_fn raised, a sample raised, a batch failed outside its
+// samples (collate_fn).
+#define STOKER_MESSAGES(X)                                 \
+  X(Fork, FORK, STOKER_FORK_WORDS, false)                  \
+  X(Forked, FORKED, STOKER_FORKED_WORDS, false)            \
+  X(ForkFail, FORKFAIL, STOKER_NO_WORDS, true)             \
+  X(Reap, REAP, STOKER_REAP_WORDS, false)                  \
+  X(Reaped, REAPED, STOKER_REAPED_WORDS, false)            \
+  X(Hello, HELLO, STOKER_NO_WORDS, false)                  \
+  X(InitFail, INITFAIL, STOKER_NO_WORDS, true)             \
+  X(Task, TASK, STOKER_TASK_WORDS, false)                  \
+  X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
+  X(TaskFail, TASKFAIL, STOKER_NO_WORDS, true)             \
+  X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
 
 // The first words of a batch segment (kSegmentHeaderWords reserved), then
@@ -123,6 +133,9 @@ struct TaskWord {
 struct DoneWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_DONE_WORDS)
 };
+struct SampleFailWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_SAMPLEFAIL_WORDS)
+};
 struct ForkWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORK_WORDS)
 };
@@ -158,7 +171,7 @@ struct Tag {
 };
 struct MessageKind {
   const char* tag;
-  bool text;  // carries text instead of words
+  bool text;  // carries text after its words
   int words;
 };
 inline constexpr MessageKind kMessages[] = {
@@ -170,5 +183,15 @@ inline constexpr MessageKind kMessages[] = {
 #undef STOKER_PROTOCOL_COUNT_WORD
 };
 static_assert(sizeof kMessages / sizeof kMessages[0] == Tag::kCount);
+static_assert(
+    [] {
+      for (const MessageKind& m : kMessages) {
+        size_t n = 0;
+        while (m.tag[n] != '\0') ++n;
+        if (n > kTagBytes) return false;
+      }
+      return true;
+    }(),
+    "a tag longer than kTagBytes");
 
 }  // namespace stoker::python::protocol

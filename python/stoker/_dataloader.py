@@ -11,8 +11,7 @@ import time
 import weakref
 
 from . import _args, _stats, _stoker, _workers
-from ._loader import _prefetch_batches, _resolve_device
-from ._stoker import DataError, ResourceError
+from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/1"
 _PROTOCOL = _stoker.protocol
@@ -197,9 +196,11 @@ class DataLoader:
         return self._run.engine.tuner_trace()
 
     def skipped(self):
-        """Samples left out under on_error="skip": dicts with epoch, batch,
-        index and reason."""
-        return list(self._run.skipped)
+        """Samples left out under on_error="skip": dicts with epoch, index
+        (the dataset's), key (empty: a dataset has none) and reason, as
+        stoker.Loader gives them."""
+        self._run.check_usable()
+        return self._run.engine.skipped()
 
     # -- the end ------------------------------------------------------------
 
@@ -460,7 +461,7 @@ class _Plan:
 class _Run:
     """What a DataLoader made to run its batches: the engine, the worker
     processes and their zygote, the thread workers, worker_kind="auto"'s
-    trial, and the record of skipped samples. The loader makes it; its
+    trial. The loader makes it; its
     iterators get it instead of reading the loader's attributes."""
 
     def __init__(self, options, plan):
@@ -474,7 +475,6 @@ class _Run:
         self.threads = None  # thread workers (kinds "threads" and "auto"), or num_workers=0's
         self.kinds = None    # worker_kind="auto": both kinds' workers
         self.trial = None
-        self.skipped = []
 
     @classmethod
     def start(cls, options, plan, job):
@@ -490,7 +490,7 @@ class _Run:
         return run
 
     def _start_workers(self, job):
-        """Makes the workers of the kind asked for; returns the engine's transform."""
+        """Makes the workers of the kind asked for; returns the engine's worker kind."""
         options = self.options
         if options.processes:
             fd, self.zygote_pid = _workers.start_zygote(job)
@@ -506,22 +506,22 @@ class _Run:
                                                  self.plan.seed, self.plan.table)
         if self.workers is not None and self.threads is not None:
             self.kinds = _stoker.WorkerKinds(self.workers, self.threads)
-            return self.kinds.transform()
-        return (self.threads if self.workers is None else self.workers).transform()
+            return self.kinds.as_kind()
+        return (self.threads if self.workers is None else self.workers).as_kind()
 
-    def _start_engine(self, transform):
-        """The engine over the user's batches: batch numbers are its samples."""
+    def _start_engine(self, kind):
+        """The engine over the user's batches: they are its items, made by `kind`."""
         options = self.options
         tuner = _stoker.TunerOptions(
             memory_budget_bytes=options.memory_budget_bytes, max_workers=options.max_workers,
             interval_s=options.tune_interval, trace_path=options.trace_path,
             initial_workers=options.initial_workers)
-        # The user's batches are the engine's samples, in plan order; the
-        # error policy is applied here to the failures each batch carries.
+        # The user's batches are the engine's items, one to an engine batch, in
+        # plan order; the engine's policy handles the failed samples they carry.
         self.engine = _stoker.Loader(_stoker.LoaderOptions(
-            source=self.plan.table.source(), transform=transform, batch_size=1, shuffle=False,
-            workers=options.workers, prefetch_batches=options.prefetch_batches,
-            on_error=_stoker.ErrorPolicy.RAISE, ordered=options.in_order, tuner=tuner))
+            kind=kind, batch_size=1, shuffle=False, workers=options.workers,
+            prefetch_batches=options.prefetch_batches, on_error=_error_policy(options.on_error),
+            ordered=options.in_order, tuner=tuner))
         if self.kinds is not None:
             self.trial = _KindTrial(self.engine, self.kinds,
                                     "worker_init_fn needs worker processes"
@@ -562,6 +562,9 @@ class _Run:
             self.workers.close()
         if self.zygote_pid is not None:
             _workers.end_zygote(self.zygote_pid)
+
+
+_END = object()  # what _Iterator._produce gives at the end of the epoch
 
 
 class _Raised:
@@ -777,35 +780,10 @@ class _DeviceAhead:
                 event.synchronize()
 
 
-def _failure_error(epoch, batch, failures):
-    lines = [f"sample {index}: {reason}" for index, reason, _, _ in failures]
-    head = f"batch {batch} of epoch {epoch}: "
-    head += lines[0] if len(lines) == 1 else f"{len(lines)} samples failed: " + "; ".join(lines)
-    trace = next((t for _, _, t, _ in failures if t), "")
-    tail = f"\n\nIn the worker:\n{trace}" if trace else ""
-    if any(fatal for _, _, _, fatal in failures):
-        return ResourceError(head + " (the machine or the store refused, not the sample: "
-                             "never skipped)" + tail)
-    return DataError(head + tail)
-
-
-def _outcome(epoch, batch, payload, info, notes):
-    """(payload, batch, failures) from what a worker made; raises when collating failed."""
-    failures = list(notes)
-    if info is not None:
-        _, worker_failures, collate_error, _, _ = info
-        failures += worker_failures
-        if collate_error is not None:
-            raise DataError(f"batch {batch} of epoch {epoch}: collate_fn raised "
-                            f"{collate_error[0]}\n\nIn the worker:\n{collate_error[1]}")
-    elif isinstance(payload, _Raised):
-        raise payload.error
-    return payload, batch, sorted(failures)
-
-
 class _Iterator:
-    """An epoch from the engine, whoever makes its batches: failures reported
-    once, then the rest."""
+    """An epoch from the engine, whoever makes its batches. The engine's
+    policy reports failed samples (a DataError or ResourceError naming each,
+    then the rest of their batch) or skips them."""
 
     def __init__(self, run, epoch, owner):
         self.run = run
@@ -814,7 +792,6 @@ class _Iterator:
         self.done = False      # replaced by a newer iterator or a set_epoch
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
-        self._held = None      # the good samples of a batch whose failures were raised
         self._ahead = None     # device=...: batches copied ahead
         self._last = None      # when the last batch was handed out (the kind trial times the loop)
         # What each batch reads, looked up once.
@@ -842,28 +819,17 @@ class _Iterator:
 
     def _ready_now(self):
         """A batch can be had without waiting (device look-ahead only takes those)."""
-        return self._held is not None or self._lookahead and self._engine.wait_ready(0)
+        return self._lookahead and self._engine.wait_ready(0)
 
     def _next_host(self):
         if self.done:
             raise StopIteration
         while True:
-            if self._held is not None:
-                payload, self._held = self._held, None
-                return self._finish(payload)
-            got = self._produce()
-            if got is None:
+            payload = self._produce()
+            if payload is _END:
                 self.finished = self.done = True
                 raise StopIteration
-            payload, batch, failures = got
-            if failures:
-                if self.run.options.on_error == "raise" or any(f for _, _, _, f in failures):
-                    self._held = payload
-                    raise _failure_error(self.epoch, batch, failures)
-                for index, reason, _, _ in failures:
-                    self.run.skipped.append({"epoch": self.epoch, "batch": batch,
-                                             "index": index, "reason": reason})
-            if payload is not None:
+            if payload is not None:  # None: every sample of the batch failed
                 return self._finish(payload)
 
     def _finish(self, payload):
@@ -878,26 +844,25 @@ class _Iterator:
         engine = self._engine
         if self._timeout > 0 and not engine.wait_ready(self._timeout):
             raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
-        got = engine.next()
+        got = engine.next()  # raises the failures of the next batch, once
         if got is None:
-            return None
+            return _END
         descriptor = got[0][0]
         self.position += 1
         if self.position == 1 and self.run.plan.own_order:
             self.run.plan.give(self.epoch + 1)  # the workers may start on it early
         threads = int(descriptor[_THREAD.magic]) == _PROTOCOL.THREAD_MAGIC
         if threads:
-            payload, info = self._threads.take(descriptor)
-            made = _outcome(self.epoch, int(descriptor[_THREAD.batch]), payload, info, [])
+            payload, _ = self._threads.take(descriptor)
+            if isinstance(payload, _Raised):
+                raise payload.error
         else:
-            view, notes = self._workers.view(descriptor)
-            payload, info = _workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
-                                                int(descriptor[_PROCESS.meta_length]))
-            made = _outcome(self.epoch, int(descriptor[_PROCESS.batch]), payload, info,
-                            [(i, why, "", False) for i, why in notes])
+            payload = _workers.read_batch(self._workers.view(descriptor),
+                                          int(descriptor[_PROCESS.meta_offset]),
+                                          int(descriptor[_PROCESS.meta_length]))
         if self._trial is not None:
             now = time.perf_counter()
             if self._last is not None:
                 self._trial.observe("threads" if threads else "processes", now - self._last, now)
             self._last = now
-        return made
+        return payload

@@ -39,16 +39,16 @@ _PARENT_CHECK_S = 1.0  # how often an idle zygote checks that its parent lives
 
 def _message(kind, text=None, **words):
     """Message `kind` (a protocol layout, e.g. P.DONE) with its words by name,
-    or its text for the kinds that carry text."""
-    head = kind.tag.ljust(P.TAG_BYTES, b"\0")
-    if kind.text:
-        return head + text.encode(errors="replace")
+    then its text for the kinds that carry text."""
     if sorted(words) != sorted(kind.fields):
         raise TypeError(f"{kind.tag.decode()} takes words {kind.fields}, got {tuple(words)}")
     values = [0] * kind.words
     for name, value in words.items():
         values[getattr(kind, name)] = value
-    return head + b"".join(_WORD.pack(v) for v in values)
+    body = b"".join(_WORD.pack(v) for v in values)
+    if kind.text:
+        body += text.encode(errors="replace")
+    return kind.tag.ljust(P.TAG_BYTES, b"\0") + body
 
 
 def _parse(data):
@@ -318,13 +318,19 @@ def _worker_main(sock, job, worker_id, num_workers):
         seg = segments[seg_id]
         try:
             seg.ensure(seg_size)
-            meta_off, meta_len = _run_task(job, seg, epoch, batch)
+            meta_off, meta_len, kept, failures, collate_error = _run_task(job, seg, epoch, batch)
         except BaseException:  # noqa: BLE001 -- the loader names the batch
-            sock.send(_message(P.TASKFAIL, f"batch {batch} of epoch {epoch}: "
-                                            f"{traceback.format_exc()}"))
+            sock.send(_message(P.TASKFAIL, traceback.format_exc()))
+            continue
+        for index, reason, trace, fatal in failures:
+            sock.send(_message(P.SAMPFAIL, f"{reason}\0{trace}", index=index,
+                               not_the_samples_fault=int(fatal)))
+        if collate_error is not None:
+            sock.send(_message(P.TASKFAIL, f"collate_fn raised {collate_error[0]}\n\n"
+                                            f"In the worker:\n{collate_error[1]}"))
             continue
         cpu = time.process_time_ns()
-        sock.send(_message(P.DONE, segment_size=seg.size, meta_offset=meta_off,
+        sock.send(_message(P.DONE, samples=len(kept), segment_size=seg.size, meta_offset=meta_off,
                            meta_length=meta_len, cpu_ns=cpu, run_delay_ns=_run_delay_ns(),
                            private_bytes=private))
         # Measured after the reply (reading it walks every mapping), for the next one.
@@ -412,7 +418,8 @@ def run_batch(job, epoch, batch, indices, seed):
 
 
 def _run_task(job, seg, epoch, batch):
-    """Loads and collates the task's samples into `seg`; (meta offset, length)."""
+    """Loads and collates the task's samples into `seg`: (meta offset, meta
+    length, the indices kept, the failures, the collate error or None)."""
     m = seg.map
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
@@ -425,7 +432,9 @@ def _run_task(job, seg, epoch, batch):
                                     _Stream(writer, len(indices)) if streamed else None)
     payload, collate_error = _collate_or_error(job, samples, writer)
     try:
-        return _write(writer, payload, (kept, failures, collate_error, epoch, batch))
+        if collate_error is not None:
+            return 0, 0, kept, failures, collate_error
+        return (*_write(writer, payload), kept, failures, collate_error)
     finally:
         del payload, samples
         writer.placed.clear()
@@ -588,7 +597,7 @@ def _nbytes(a):
     return a.numel() * a.element_size() if hasattr(a, "numel") else a.nbytes
 
 
-def _write(writer, payload, info):
+def _write(writer, payload):
     arrays = []
     body = io.BytesIO()
     _Pickler(body, arrays).dump(payload)
@@ -605,7 +614,7 @@ def _write(writer, payload, info):
             entry[3] = writer.reserve(_nbytes(a))
             copies.append((a, entry[3]))
         table.append(tuple(entry))
-    meta = pickle.dumps((table, body.getvalue(), info), protocol=pickle.HIGHEST_PROTOCOL)
+    meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
     m = writer.seg.map
     for a, off in copies:
@@ -636,14 +645,14 @@ class _Unpickler(pickle.Unpickler):
 
 
 def read_batch(view, meta_off, meta_len):
-    """(payload, (kept, failures, collate_error, epoch, batch)) from a segment's
-    view (a numpy uint8 array); tensors and arrays view the segment, no copy."""
+    """The payload in a segment's view (a numpy uint8 array), None for a
+    batch whose every sample failed; tensors and arrays view the segment,
+    no copy."""
     if meta_len == 0:
-        return None, None
-    table, body, info = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
+        return None
+    table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
     arrays = [_rebuild(view, entry) for entry in table]
-    payload = _Unpickler(io.BytesIO(body), arrays).load()
-    return payload, info
+    return _Unpickler(io.BytesIO(body), arrays).load()
 
 
 def _rebuild(view, entry):

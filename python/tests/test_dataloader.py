@@ -72,7 +72,7 @@ def indices_of(loader, key="index"):
     return out
 
 
-def drain(loader):
+def drain(loader, errors_of=(stoker.DataError,)):
     """Every sample of an epoch and every error on the way, carrying on after each."""
     got, errors = [], []
     it = iter(loader)
@@ -81,7 +81,7 @@ def drain(loader):
             got += next(it).tolist()
         except StopIteration:
             return got, errors
-        except stoker.DataError as e:
+        except errors_of as e:
             errors.append(str(e))
 
 
@@ -283,8 +283,11 @@ def test_skip_does_not_skip_what_the_machine_or_the_store_refused(kind, error):
 
 @pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL])
 def test_a_worker_that_dies_is_reported_and_its_batch_rerun(sig):
+    # A crash is the sample's; SIGKILL (the kernel's OOM killer) is not, and
+    # is never skipped.
+    error_type = stoker.ResourceError if sig == signal.SIGKILL else stoker.DataError
     with stoker.DataLoader(Failing(60, crash={13}, sig=sig), batch_size=8, num_workers=2) as dl:
-        got, errors = drain(dl)
+        got, errors = drain(dl, errors_of=error_type)
         assert sorted(got) == [i for i in range(60) if i != 13]
         [error] = errors
         assert "sample 13" in error and f"killed by signal {int(sig)}" in error

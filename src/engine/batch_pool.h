@@ -75,7 +75,8 @@ class BatchSlot {
   /// The failed samples among the count() kept, in order (each position's
   /// own failure, or its item's noted failures).
   std::vector<Failure> Failures() const;
-  /// Leaves out the failed samples `drop` says yes to: the rest (succeeded,
+  /// Leaves out the failed samples `drop(index, cause)` says yes to (index
+  /// -1: a kind's item): the rest (succeeded,
   /// or failed and kept) move to the front in order; count() is their number.
   /// A noted failure is dropped alone, its item stays.
   template <typename Pred>
@@ -147,11 +148,11 @@ void BatchSlot::DropFailures(Pred drop) {
   bool failed = false;
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
-    if (!outcomes_[up].ok() && drop(outcomes_[up])) {
+    if (!outcomes_[up].ok() && drop(indices_[up], outcomes_[up])) {
       notes_[up].clear();
       continue;
     }
-    std::erase_if(notes_[up], [&](const SampleFailure& f) { return drop(f.status); });
+    std::erase_if(notes_[up], [&](const SampleFailure& f) { return drop(f.index, f.status); });
     if (kept != p) {
       const auto uk = static_cast<size_t>(kept);
       std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);

@@ -72,7 +72,7 @@ TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   EXPECT_EQ(failures[1].status.message(), "bad 3");
   EXPECT_EQ(failures[1].key, "k3");
   EXPECT_EQ(failures[1].Named().message(), "sample 103 (k3): bad 3");
-  s->DropFailures([](const Status&) { return true; });
+  s->DropFailures([](int64_t, const Status&) { return true; });
   ASSERT_EQ(s->count(), 3);
   EXPECT_FALSE(s->failed());
   EXPECT_EQ(static_cast<int>(s->data()[4]), 3);
@@ -93,7 +93,7 @@ TEST(BatchPoolTest, DropsOnlyTheFailuresAskedForAndKeepsTheRestInPlace) {
   s->Fail(2, 102, "k2", Unavailable("EMFILE"));
   s->Put(3, 103, 3);
   s->Fail(4, 104, "k4", DataError("truncated"));
-  s->DropFailures([](const Status& st) { return IsSampleError(st); });
+  s->DropFailures([](int64_t, const Status& st) { return IsSampleError(st); });
   ASSERT_EQ(s->count(), 3);
   EXPECT_TRUE(s->failed());
   auto left = s->Failures();
@@ -101,7 +101,7 @@ TEST(BatchPoolTest, DropsOnlyTheFailuresAskedForAndKeepsTheRestInPlace) {
   EXPECT_EQ(left[0].index, 102);
   EXPECT_EQ(left[0].key, "k2");  // moved with its sample
   EXPECT_EQ(s->indices()[1], 102);
-  s->DropFailures([](const Status&) { return true; });
+  s->DropFailures([](int64_t, const Status&) { return true; });
   ASSERT_EQ(s->count(), 2);
   EXPECT_FALSE(s->failed());
   EXPECT_EQ(s->indices()[1], 103);

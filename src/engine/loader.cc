@@ -416,12 +416,17 @@ class Loader::Impl {
   // Runs on the thread that completed the batch's last position.
   void FinishBatch(BatchSlot* slot) EXCLUDES(mu_) {
     if (slot->failed() && options_.on_error == ErrorPolicy::kSkip) {
+      // What is not the sample's fault, or a kind's whole item (no sample to
+      // name), is reported as an error, never skipped.
+      const auto skippable = [](int64_t index, const Status& st) {
+        return index >= 0 && IsSampleError(st);
+      };
       for (const auto& f : slot->Failures()) {
-        if (!IsSampleError(f.status)) continue;  // reported as an error, never skipped
+        if (!skippable(f.index, f.status)) continue;
         // The record has the index and key: its reason is the cause alone.
         slot->skips().push_back({slot->epoch(), f.index, f.key, f.status.ToString()});
       }
-      slot->DropFailures([](const Status& st) { return IsSampleError(st); });
+      slot->DropFailures(skippable);
     }
     // The copy starts now, ahead of delivery, so that the consumer finds it
     // done; a batch with failures left changes before delivery, so it waits.
@@ -506,7 +511,8 @@ class Loader::Impl {
     for (auto& skip : slot->skips()) skipped_.push_back(std::move(skip));
     MutexUnlock unlock(mu_);
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
-    if (slot->failed()) slot->DropFailures([](const Status&) { return true; });  // reported
+    if (slot->failed())
+      slot->DropFailures([](int64_t, const Status&) { return true; });  // reported
     if (slot->count() == 0) {
       pool_->Release(std::move(slot));
       return std::nullopt;

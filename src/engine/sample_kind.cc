@@ -9,12 +9,11 @@ namespace {
 
 class SampleWorker : public KindWorker {
  public:
-  SampleWorker(const Source& source, const Transform& transform, uint64_t seed, WorkerPlace place,
+  SampleWorker(const Source& source, const Transform& transform, uint64_t seed,
                const SampleCap& cap)
       : source_(source), transform_(transform), seed_(seed) {
     read_.cap = cap;
-    scratch_ =
-        place == WorkerPlace::kWorkerThread ? transform.NewWorkerScratch() : transform.NewScratch();
+    scratch_ = transform.NewScratch();
     if (scratch_) scratch_->set_cap(cap);
   }
 
@@ -29,12 +28,8 @@ class SampleWorker : public KindWorker {
   }
 
   WorkerCost cost() const override {
-    const size_t read = read_.bytes.capacity();
-    if (!scratch_) return {.bytes = read, .trimmable_bytes = read};
-    return {.cpu_ns = scratch_->cpu_ns_elsewhere(),
-            .queue_ns = scratch_->queue_ns_elsewhere(),
-            .bytes = read + scratch_->bytes(),
-            .trimmable_bytes = read + scratch_->trimmable_bytes()};
+    const size_t bytes = read_.bytes.capacity() + (scratch_ ? scratch_->bytes() : 0);
+    return {.bytes = bytes, .trimmable_bytes = bytes};
   }
 
  private:
@@ -54,8 +49,8 @@ SampleKind::SampleKind(std::shared_ptr<const Source> source,
       seed_(seed),
       spec_(transform_->spec()) {}
 
-std::unique_ptr<KindWorker> SampleKind::NewWorker(WorkerPlace place, const SampleCap& cap) const {
-  return std::make_unique<SampleWorker>(*source_, *transform_, seed_, place, cap);
+std::unique_ptr<KindWorker> SampleKind::NewWorker(WorkerPlace, const SampleCap& cap) const {
+  return std::make_unique<SampleWorker>(*source_, *transform_, seed_, cap);
 }
 
 }  // namespace stoker

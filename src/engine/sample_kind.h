@@ -23,8 +23,6 @@ class SampleKind : public WorkerKind {
   int64_t items() const override { return source_->size(); }
   std::string Key(int64_t item) const override { return source_->Key(item); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
-  bool recycles() const override { return transform_->recycles(); }
-  void Recycle(std::span<std::byte> out) const override { transform_->Recycle(out); }
 
  private:
   const std::shared_ptr<const Source> source_;

@@ -27,7 +27,7 @@ echo "== release build: Python and command-line tests"
 
 echo "== ThreadSanitizer: concurrency tests"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target engine_test loader_property_test tuner_test
+cmake --build --preset tsan --target engine_test loader_property_test tuner_test process_workers_test
 ctest --preset tsan -L concurrency -j2
 
 echo "== AddressSanitizer + UBSan: the rest"

@@ -1,30 +1,23 @@
 #include "process_workers.h"
 
 #include <fcntl.h>
-#include <pybind11/numpy.h>
-#include <pybind11/stl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <span>
 
-#include "bindings.h"
-#include "errors.h"
 #include "stoker/rng.h"
+#include "worker_message.h"
 
 namespace stoker::python {
 namespace {
-
-namespace py = pybind11;
 
 using protocol::kMessages;
 using protocol::Tag;
@@ -32,87 +25,6 @@ constexpr size_t kPage = 4096;
 constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// A message as worker_protocol.h lays it out: one send is one message.
-struct Message {
-  Tag::Index tag = Tag::kCount;
-  std::vector<int64_t> words;  // as many as the tag has
-  std::string text;            // the messages that carry text
-  int fd = -1;                 // received with it, now owned by the receiver
-};
-
-// `words` in the order of the tag's list (worker_protocol.h), indexed by its enum.
-Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd = -1) {
-  const protocol::MessageKind& kind = kMessages[tag];
-  assert(!kind.text && static_cast<int>(words.size()) == kind.words);
-  std::string bytes(protocol::kTagBytes, '\0');
-  std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
-  bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
-    if (errno == EINTR) continue;
-    return ErrnoError("sending to a worker process", errno);
-  }
-  return Status::Ok();
-}
-
-// kCancelled on end of file (the other side is gone); kInternal for a tag
-// the protocol does not have or a message short of its words.
-Result<Message> ReceiveMessage(int sock) {
-  std::array<char, 65536> buffer;
-  iovec iov{buffer.data(), buffer.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0) {
-    if (errno != EINTR) return ErrnoError("receiving from a worker process", errno);
-  }
-  if (n == 0) return Cancelled("the process closed its socket");
-  Message m;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
-    }
-  }
-  const auto size = static_cast<size_t>(n);
-  const std::string tag(buffer.data(), strnlen(buffer.data(), std::min(size, protocol::kTagBytes)));
-  m.tag = Tag::Index{};
-  while (m.tag < Tag::kCount && tag != kMessages[m.tag].tag) m.tag = Tag::Index(m.tag + 1);
-  if (m.tag == Tag::kCount || size < protocol::kTagBytes) {
-    if (m.fd >= 0) ::close(m.fd);
-    return Internal("a worker process sent an unknown message '" + tag + "'");
-  }
-  const protocol::MessageKind& kind = kMessages[m.tag];
-  const size_t at = protocol::kTagBytes;
-  if (kind.text) {
-    m.text.assign(buffer.data() + at, size - at);
-    return m;
-  }
-  if (size - at < kind.words * sizeof(int64_t)) {
-    if (m.fd >= 0) ::close(m.fd);
-    return Internal("a worker process sent a short " + tag + " message");
-  }
-  m.words.resize(static_cast<size_t>(kind.words));
-  std::memcpy(m.words.data(), buffer.data() + at, m.words.size() * sizeof(int64_t));
-  return m;
-}
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -644,81 +556,6 @@ void ProcessTransform::Recycle(std::span<std::byte> out) const {
   if (d[D::kMagic] == protocol::kSegmentMagic) {
     workers_->Release(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
   }
-}
-
-// Bindings
-
-namespace {
-
-// A delivered batch's segment as a numpy uint8 array whose base owns the
-// mapping and `keep` (the engine's descriptor array, which owns the engine's
-// slot): the segment goes back to the pool when the last view of it is gone.
-py::tuple ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
-  using D = protocol::ProcessDescriptor;
-  if (descriptor.size() < kDescriptorWords ||
-      descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
-    throw py::value_error("not a batch descriptor");
-  }
-  const int64_t* d = descriptor.data();
-  SegmentView view = ValueOrThrow(
-      workers.View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket])));
-  struct Keep {
-    std::shared_ptr<Mapping> map;
-    py::object descriptor;
-  };
-  void* addr = view.map->addr;
-  const auto size = static_cast<py::ssize_t>(view.map->size);
-  auto* keep = new Keep{std::move(view.map), descriptor};
-  py::capsule base(keep, [](void* p) { delete static_cast<Keep*>(p); });
-  py::array array(py::dtype("uint8"), {size}, static_cast<uint8_t*>(addr), base);
-  py::list notes;
-  for (const auto& [index, text] : view.notes)
-    notes.append(py::make_tuple(index, DecodeText(text)));
-  return py::make_tuple(array, notes);
-}
-
-}  // namespace
-
-void BindProcessWorkers(py::module_& m) {
-  m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
-        "The seed a worker gives Python's, numpy's and torch's generators before a batch's "
-        "first sample (batch -1: the epoch's shuffle).");
-  m.def("register_fd", &RegisterFd, py::arg("fd"));
-  m.def("unregister_fd", &UnregisterFd, py::arg("fd"));
-  m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,
-        "In a forked child: closes the segments and sockets of every stoker loader.");
-
-  py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
-      .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
-      .def("source",
-           [](const EpochBatches& b) {
-             return SourceHandle{std::make_shared<BatchNumberSource>(b.batches_per_epoch()),
-                                 "batches", std::nullopt};
-           })
-      .def(
-          "set",
-          [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
-             std::vector<int64_t> offsets) {
-            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
-          },
-          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
-      .def("has", &EpochBatches::Has, py::arg("epoch"))
-      .def("shutdown", &EpochBatches::Shutdown);
-
-  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
-      .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
-           py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
-      .def("transform",
-           [](const std::shared_ptr<ProcessWorkers>& w) {
-             return TransformHandle{std::make_shared<ProcessTransform>(w), "python dataset"};
-           })
-      .def("view", &ViewOf, py::arg("descriptor"))
-      .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
-      .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
-      .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })
-      .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
-      .def("pids", &ProcessWorkers::pids)
-      .def("segment_bytes", &ProcessWorkers::segment_bytes);
 }
 
 }  // namespace stoker::python

@@ -9,13 +9,13 @@
 // (a memfd) that the loader owns and recycles. Each engine worker thread
 // owns one process (its transform scratch), so resizing the engine's pool
 // resizes the process pool, under the same tuner and the same invariants.
-
-#include <pybind11/pybind11.h>
+//
+// Plain C++ (library stoker_pyworkers, tested with a fake zygote in
+// process_workers_test.cc); its bindings are process_workers_bindings.cc.
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -9,10 +9,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "epoch_batches.h"
 #include "stoker/transform.h"
 #include "worker_protocol.h"
@@ -33,21 +33,21 @@ class ThreadWorkers {
 
   /// On an engine worker thread: runs the batch with the GIL; its ticket
   /// goes into `out`. An exception from Python becomes kInternal with its text.
-  Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords]);
+  Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords]) EXCLUDES(mu_);
   /// The engine is done with a ticket's batch without handing it out (its
   /// epoch abandoned): dropped at the next Take. Any thread, GIL or not.
-  void Recycle(uint64_t ticket);
+  void Recycle(uint64_t ticket) EXCLUDES(mu_);
   /// The batch of `ticket`, once. REQUIRES: the GIL.
-  pybind11::object Take(uint64_t ticket);
+  pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
 
  private:
   pybind11::object run_batch_;
   const uint64_t seed_;
   const std::shared_ptr<EpochBatches> batches_;
-  std::mutex mu_;
-  uint64_t next_ticket_ = 1;
-  std::unordered_map<uint64_t, pybind11::object> ready_;
-  std::vector<pybind11::object> dead_;  // dropped by Take, which holds the GIL
+  Mutex mu_;
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, pybind11::object> ready_ GUARDED_BY(mu_);
+  std::vector<pybind11::object> dead_ GUARDED_BY(mu_);  // dropped by Take, which holds the GIL
 };
 
 class ThreadTransform : public Transform {

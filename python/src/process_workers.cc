@@ -108,7 +108,7 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
   words[H::kDataOffset] = static_cast<int64_t>(data_off);
   words[H::kSeed] = BatchSeed(workers_->seed(), epoch, batch);
   std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
-  const int id = lease.segment->id;
+  const int id = lease.segment_id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
                      proc_->known_segments.end();
   using T = protocol::TaskWord;
@@ -117,8 +117,7 @@ Status ProcessScratch::Attempt(int64_t epoch, int64_t batch, const std::vector<i
   task[T::kBatch] = batch;
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
-  STOKER_RETURN_IF_ERROR(
-      SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.segment->fd.get()));
+  STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
   if (m.tag == Tag::kTaskFail) return Internal(m.text);
@@ -176,7 +175,7 @@ Status ProcessScratch::Run(int64_t epoch, int64_t batch, std::vector<int64_t> in
   if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
   using D = protocol::ProcessDescriptor;
   out[D::kMagic] = protocol::kSegmentMagic;
-  out[D::kSegment] = lease.segment->id;
+  out[D::kSegment] = lease.segment_id;
   out[D::kTicket] = static_cast<int64_t>(lease.ticket);
   out[D::kSegmentSize] = reply.size;
   out[D::kMetaOffset] = reply.meta_off;
@@ -213,7 +212,7 @@ Mapping::~Mapping() {
 }
 
 Result<bool> Mapping::Pin(const std::shared_ptr<const CudaRuntime>& cuda) {
-  std::lock_guard<std::mutex> lock(pin_mu_);
+  MutexLock lock(pin_mu_);
   if (pinned_ != nullptr) return false;
   STOKER_ASSIGN_OR_RETURN(pinned_, HostRegistration::Make(cuda, addr, size, "a batch segment"));
   return true;
@@ -261,7 +260,7 @@ ProcessWorkers::~ProcessWorkers() {
     return;
   }
   Close();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& s : segments_) UnregisterFd(s->fd.get());
 }
 
@@ -269,7 +268,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   int id = 0;
   int workers = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shutdown_) return Cancelled("the loader was closed");
     while (id < static_cast<int>(ids_in_use_.size()) && ids_in_use_[static_cast<size_t>(id)]) ++id;
     if (id == static_cast<int>(ids_in_use_.size())) ids_in_use_.push_back(false);
@@ -277,12 +276,12 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     workers = static_cast<int>(std::count(ids_in_use_.begin(), ids_in_use_.end(), true));
   }
   auto give_back_id = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ids_in_use_[static_cast<size_t>(id)] = false;
   };
   Message forked;
   {
-    std::lock_guard<std::mutex> lock(zygote_mu_);
+    MutexLock lock(zygote_mu_);
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
     fork[protocol::ForkWord::kNumWorkers] = workers;
@@ -306,7 +305,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   w.conn.reset(forked.fd);
   RegisterFd(forked.fd);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     live_pids_.push_back(w.pid);
     if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
   }
@@ -321,14 +320,14 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
 
 std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::erase(live_pids_, worker.pid);
     if (worker.id >= 0 && worker.id < static_cast<int>(ids_in_use_.size())) {
       ids_in_use_[static_cast<size_t>(worker.id)] = false;
     }
   }
   UnregisterFd(worker.conn.get());
-  std::lock_guard<std::mutex> lock(zygote_mu_);
+  MutexLock lock(zygote_mu_);
   protocol::Words<protocol::ReapWord> reap{};
   reap[protocol::ReapWord::kPid] = worker.pid;
   Result<Message> r = SendMessage(zygote_.get(), Tag::kReap, reap).ok()
@@ -341,6 +340,16 @@ std::string ProcessWorkers::Reap(const WorkerProcess& worker) {
   std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
   if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
   return how;
+}
+
+ProcessWorkers::Segment* ProcessWorkers::FindLocked(int id) {
+  if (id < 0 || id >= static_cast<int>(segments_.size())) return nullptr;
+  return segments_[static_cast<size_t>(id)].get();
+}
+
+ProcessWorkers::Segment* ProcessWorkers::LeasedLocked(const SegmentLease& lease) {
+  Segment* s = FindLocked(lease.segment_id);
+  return s != nullptr && s->ticket == lease.ticket ? s : nullptr;
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t bytes) {
@@ -365,7 +374,7 @@ Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t by
 }
 
 Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
   Segment* pick = nullptr;
   for (auto& s : segments_) {
@@ -385,26 +394,24 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
   pick->busy = true;
   pick->ticket += 1;
   pick->notes.clear();
-  return SegmentLease{pick, pick->ticket};
+  return SegmentLease{pick->id, pick->fd.get(), pick->ticket};
 }
 
 void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (lease.segment->ticket == lease.ticket)
-    lease.segment->size = std::max(lease.segment->size, size);
+  MutexLock lock(mu_);
+  if (Segment* s = LeasedLocked(lease)) s->size = std::max(s->size, size);
 }
 
 void ProcessWorkers::AddNote(const SegmentLease& lease, int64_t index, std::string note) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (lease.segment->ticket == lease.ticket)
-    lease.segment->notes.emplace_back(index, std::move(note));
+  MutexLock lock(mu_);
+  if (Segment* s = LeasedLocked(lease)) s->notes.emplace_back(index, std::move(note));
 }
 
 void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size())) return;
-  Segment& s = *segments_[static_cast<size_t>(segment_id)];
-  if (!s.busy || s.ticket != ticket) return;
+  MutexLock lock(mu_);
+  Segment* found = FindLocked(segment_id);
+  if (found == nullptr || !found->busy || found->ticket != ticket) return;
+  Segment& s = *found;
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
   s.notes.clear();
@@ -420,39 +427,51 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
 }
 
 Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size()) ||
-      segments_[static_cast<size_t>(segment_id)]->ticket != ticket) {
-    return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) + ")");
+  SegmentView view;
+  std::shared_ptr<const CudaRuntime> cuda;
+  {
+    MutexLock lock(mu_);
+    Segment* s = FindLocked(segment_id);
+    if (s == nullptr || s->ticket != ticket) {
+      return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) +
+                             ")");
+    }
+    STOKER_ASSIGN_OR_RETURN(view.map, MapLocked(*s, s->size));
+    view.notes = s->notes;
+    cuda = cuda_;
   }
-  Segment& s = *segments_[static_cast<size_t>(segment_id)];
-  STOKER_ASSIGN_OR_RETURN(auto map, MapLocked(s, s.size));
-  SegmentView view{std::move(map), s.notes};
-  if (cuda_ != nullptr) {
-    lock.unlock();  // registering pins every page: not under the pool's lock
-    STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda_));
+  if (cuda != nullptr) {  // registering pins every page: not under the pool's lock
+    STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda));
     if (registered) pinned_.fetch_add(1, std::memory_order_relaxed);
   }
   return view;
 }
 
 Status ProcessWorkers::Pin() {
-  if (cuda_ != nullptr) return Status::Ok();
-  STOKER_ASSIGN_OR_RETURN(cuda_, CudaRuntime::Load());
+  {
+    MutexLock lock(mu_);
+    if (cuda_ != nullptr) return Status::Ok();
+  }
+  // Loaded outside the lock (it opens a library); a second caller's load is dropped.
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const CudaRuntime> cuda, CudaRuntime::Load());
+  MutexLock lock(mu_);
+  if (cuda_ == nullptr) cuda_ = std::move(cuda);
   return Status::Ok();
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapForWrite(const SegmentLease& lease,
                                                              size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return MapLocked(*lease.segment, bytes);
+  MutexLock lock(mu_);
+  Segment* s = FindLocked(lease.segment_id);
+  if (s == nullptr) return Internal("no segment " + std::to_string(lease.segment_id));
+  return MapLocked(*s, bytes);
 }
 
 void ProcessWorkers::Shutdown() {
   if (ForeignProcess()) return;
   std::vector<int> pids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shutdown_) return;
     shutdown_ = true;
     pids = live_pids_;
@@ -466,7 +485,7 @@ void ProcessWorkers::Shutdown() {
 void ProcessWorkers::Close() {
   if (ForeignProcess()) return;
   Shutdown();
-  std::lock_guard<std::mutex> lock(zygote_mu_);
+  MutexLock lock(zygote_mu_);
   if (!zygote_.valid()) return;
   // Said, not only closed: a process forked by the user after the loader may
   // hold a copy of this socket, and the zygote would never see end of file.
@@ -476,24 +495,24 @@ void ProcessWorkers::Close() {
 }
 
 bool ProcessWorkers::shut_down() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return shutdown_;
 }
 
 std::vector<int> ProcessWorkers::pids() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return live_pids_;
 }
 
 size_t ProcessWorkers::segment_share() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t all = 0;
   for (const auto& s : segments_) all += s->size;
   return all / std::max<size_t>(1, live_pids_.size());
 }
 
 std::pair<size_t, size_t> ProcessWorkers::segment_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t all = 0, busy = 0;
   for (const auto& s : segments_) {
     all += s->size;
@@ -538,7 +557,7 @@ Status ProcessTransform::Apply(const Record& record, SampleRng& /*rng*/, std::sp
   int64_t descriptor[kDescriptorWords];
   Status st = process->Run(epoch, batch, std::move(indices), lease, descriptor);
   if (!st.ok()) {
-    workers_->Release(lease.segment->id, lease.ticket);
+    workers_->Release(lease.segment_id, lease.ticket);
     return st;
   }
   std::memcpy(out.data(), descriptor, sizeof descriptor);

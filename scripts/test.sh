@@ -14,9 +14,9 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 echo "== format: every tracked C++ file as .clang-format says"
 bash scripts/check_format.sh
 
-echo "== thread-safety analysis: the libraries that lock, built by clang with -Werror=thread-safety"
+echo "== thread-safety analysis: the libraries that lock and _stoker, built by clang with -Werror=thread-safety"
 cmake --preset tsa >/dev/null
-cmake --build --preset tsa --target stoker_engine stoker_tune
+cmake --build --preset tsa --target stoker_engine stoker_tune _stoker
 
 echo "== release build: all tests"
 bash scripts/build.sh release
@@ -27,7 +27,7 @@ echo "== release build: Python and command-line tests"
 
 echo "== ThreadSanitizer: concurrency tests"
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target engine_test loader_property_test tuner_test
+cmake --build --preset tsan --target engine_test loader_property_test tuner_test process_workers_test
 ctest --preset tsan -L concurrency -j2
 
 echo "== AddressSanitizer + UBSan: the rest"

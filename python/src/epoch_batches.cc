@@ -12,7 +12,7 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
                            std::to_string(batches_per_epoch_) + " (len(batch_sampler) changed)");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     epochs_[epoch] = {std::move(flat), std::move(offsets), ++clock_};
     while (epochs_.size() > 3) {  // the current epoch, the next, one spare
       epochs_.erase(std::min_element(epochs_.begin(), epochs_.end(), [](auto& a, auto& b) {
@@ -20,13 +20,13 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
       }));
     }
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
 Result<std::vector<int64_t>> EpochBatches::Indices(int64_t epoch, int64_t batch) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return shutdown_ || epochs_.count(epoch) > 0; });
+  MutexLock lock(mu_);
+  while (!shutdown_ && epochs_.count(epoch) == 0) cv_.Wait(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
   const auto& [flat, offsets, used] = epochs_[epoch];
   const auto b = static_cast<size_t>(batch);
@@ -34,7 +34,7 @@ Result<std::vector<int64_t>> EpochBatches::Indices(int64_t epoch, int64_t batch)
 }
 
 bool EpochBatches::Has(int64_t epoch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = epochs_.find(epoch);
   if (it == epochs_.end()) return false;
   it->second.used = ++clock_;
@@ -43,10 +43,10 @@ bool EpochBatches::Has(int64_t epoch) {
 
 void EpochBatches::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     shutdown_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 }  // namespace stoker::python

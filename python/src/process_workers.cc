@@ -1,30 +1,23 @@
 #include "process_workers.h"
 
 #include <fcntl.h>
-#include <pybind11/numpy.h>
-#include <pybind11/stl.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <span>
 
-#include "bindings.h"
-#include "errors.h"
 #include "stoker/rng.h"
+#include "worker_message.h"
 
 namespace stoker::python {
 namespace {
-
-namespace py = pybind11;
 
 using protocol::kMessages;
 using protocol::Tag;
@@ -32,85 +25,6 @@ constexpr size_t kPage = 4096;
 constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-// A message as worker_protocol.h lays it out: one send is one message.
-struct Message {
-  Tag::Index tag = Tag::kCount;
-  std::vector<int64_t> words;  // as many as the tag has
-  std::string text;            // the messages that carry text
-  int fd = -1;                 // received with it, now owned by the receiver
-};
-
-// `words` in the order of the tag's list (worker_protocol.h), indexed by its enum.
-Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd = -1) {
-  const protocol::MessageKind& kind = kMessages[tag];
-  assert(static_cast<int>(words.size()) == kind.words);
-  std::string bytes(protocol::kTagBytes, '\0');
-  std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
-  bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  }
-  while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
-    if (errno == EINTR) continue;
-    return ErrnoError("sending to a worker process", errno);
-  }
-  return Status::Ok();
-}
-
-// kCancelled on end of file (the other side is gone); kInternal for a tag
-// the protocol does not have or a message short of its words.
-Result<Message> ReceiveMessage(int sock) {
-  std::array<char, 65536> buffer;
-  iovec iov{buffer.data(), buffer.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0) {
-    if (errno != EINTR) return ErrnoError("receiving from a worker process", errno);
-  }
-  if (n == 0) return Cancelled("the process closed its socket");
-  Message m;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
-    }
-  }
-  const auto size = static_cast<size_t>(n);
-  const std::string tag(buffer.data(), strnlen(buffer.data(), std::min(size, protocol::kTagBytes)));
-  m.tag = Tag::Index{};
-  while (m.tag < Tag::kCount && tag != kMessages[m.tag].tag) m.tag = Tag::Index(m.tag + 1);
-  if (m.tag == Tag::kCount || size < protocol::kTagBytes) {
-    if (m.fd >= 0) ::close(m.fd);
-    return Internal("a worker process sent an unknown message '" + tag + "'");
-  }
-  const protocol::MessageKind& kind = kMessages[m.tag];
-  const size_t words = static_cast<size_t>(kind.words) * sizeof(int64_t);
-  if (size - protocol::kTagBytes < words) {
-    if (m.fd >= 0) ::close(m.fd);
-    return Internal("a worker process sent a short " + tag + " message");
-  }
-  m.words.resize(static_cast<size_t>(kind.words));
-  std::memcpy(m.words.data(), buffer.data() + protocol::kTagBytes, words);
-  if (kind.text)
-    m.text.assign(buffer.data() + protocol::kTagBytes + words, size - protocol::kTagBytes - words);
-  return m;
-}
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -172,7 +86,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   words[H::kDataOffset] = static_cast<int64_t>(data_off);
   words[H::kSeed] = BatchSeed(workers_->seed(), epoch, batch);
   std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
-  const int id = lease.segment->id;
+  const int id = lease.segment_id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
                      proc_->known_segments.end();
   using T = protocol::TaskWord;
@@ -181,8 +95,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kBatch] = batch;
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
-  STOKER_RETURN_IF_ERROR(
-      SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.segment->fd.get()));
+  STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
@@ -267,14 +180,14 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   Reply reply;
   Status st = RunInSegment(epoch, item, std::move(indices), lease, &reply, outcome);
   if (!st.ok()) {
-    workers_->Release(lease.segment->id, lease.ticket);
+    workers_->Release(lease.segment_id, lease.ticket);
     return st;
   }
   if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
   using D = protocol::ProcessDescriptor;
   int64_t d[kDescriptorWords];
   d[D::kMagic] = protocol::kSegmentMagic;
-  d[D::kSegment] = lease.segment->id;
+  d[D::kSegment] = lease.segment_id;
   d[D::kTicket] = static_cast<int64_t>(lease.ticket);
   d[D::kSegmentSize] = reply.size;
   d[D::kMetaOffset] = reply.meta_off;
@@ -294,8 +207,6 @@ void ProcessWorker::Stop() {
   proc_.reset();
   private_.store(0, std::memory_order_relaxed);
 }
-
-namespace {}  // namespace
 
 Status SampleFailureStatus(const std::string& reason, const std::string& trace,
                            bool not_the_samples_fault) {
@@ -322,7 +233,7 @@ Mapping::~Mapping() {
 }
 
 Result<bool> Mapping::Pin(const std::shared_ptr<const CudaRuntime>& cuda) {
-  std::lock_guard<std::mutex> lock(pin_mu_);
+  MutexLock lock(pin_mu_);
   if (pinned_ != nullptr) return false;
   STOKER_ASSIGN_OR_RETURN(pinned_, HostRegistration::Make(cuda, addr, size, "a batch segment"));
   return true;
@@ -370,7 +281,7 @@ ProcessWorkers::~ProcessWorkers() {
     return;
   }
   Close();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& s : segments_) UnregisterFd(s->fd.get());
 }
 
@@ -378,7 +289,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   int id = 0;
   int workers = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shutdown_) return Cancelled("the loader was closed");
     while (id < static_cast<int>(ids_in_use_.size()) && ids_in_use_[static_cast<size_t>(id)]) ++id;
     if (id == static_cast<int>(ids_in_use_.size())) ids_in_use_.push_back(false);
@@ -386,12 +297,12 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     workers = static_cast<int>(std::count(ids_in_use_.begin(), ids_in_use_.end(), true));
   }
   auto give_back_id = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ids_in_use_[static_cast<size_t>(id)] = false;
   };
   Message forked;
   {
-    std::lock_guard<std::mutex> lock(zygote_mu_);
+    MutexLock lock(zygote_mu_);
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
     fork[protocol::ForkWord::kNumWorkers] = workers;
@@ -415,7 +326,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   w.conn.reset(forked.fd);
   RegisterFd(forked.fd);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     live_pids_.push_back(w.pid);
     if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
   }
@@ -430,14 +341,14 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
 
 ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     std::erase(live_pids_, worker.pid);
     if (worker.id >= 0 && worker.id < static_cast<int>(ids_in_use_.size())) {
       ids_in_use_[static_cast<size_t>(worker.id)] = false;
     }
   }
   UnregisterFd(worker.conn.get());
-  std::lock_guard<std::mutex> lock(zygote_mu_);
+  MutexLock lock(zygote_mu_);
   protocol::Words<protocol::ReapWord> reap{};
   reap[protocol::ReapWord::kPid] = worker.pid;
   Result<Message> r = SendMessage(zygote_.get(), Tag::kReap, reap).ok()
@@ -451,6 +362,16 @@ ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
   std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
   if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
   return {how, value == SIGKILL};
+}
+
+ProcessWorkers::Segment* ProcessWorkers::FindLocked(int id) {
+  if (id < 0 || id >= static_cast<int>(segments_.size())) return nullptr;
+  return segments_[static_cast<size_t>(id)].get();
+}
+
+ProcessWorkers::Segment* ProcessWorkers::LeasedLocked(const SegmentLease& lease) {
+  Segment* s = FindLocked(lease.segment_id);
+  return s != nullptr && s->ticket == lease.ticket ? s : nullptr;
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t bytes) {
@@ -475,7 +396,7 @@ Result<std::shared_ptr<Mapping>> ProcessWorkers::MapLocked(Segment& s, size_t by
 }
 
 Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
   Segment* pick = nullptr;
   for (auto& s : segments_) {
@@ -494,20 +415,19 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
   STOKER_RETURN_IF_ERROR(MapLocked(*pick, bytes).status());
   pick->busy = true;
   pick->ticket += 1;
-  return SegmentLease{pick, pick->ticket};
+  return SegmentLease{pick->id, pick->fd.get(), pick->ticket};
 }
 
 void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (lease.segment->ticket == lease.ticket)
-    lease.segment->size = std::max(lease.segment->size, size);
+  MutexLock lock(mu_);
+  if (Segment* s = LeasedLocked(lease)) s->size = std::max(s->size, size);
 }
 
 void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size())) return;
-  Segment& s = *segments_[static_cast<size_t>(segment_id)];
-  if (!s.busy || s.ticket != ticket) return;
+  MutexLock lock(mu_);
+  Segment* found = FindLocked(segment_id);
+  if (found == nullptr || !found->busy || found->ticket != ticket) return;
+  Segment& s = *found;
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
   // Batches the consumer held by the hundred (list(loader)) made many
@@ -522,39 +442,50 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
 }
 
 Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (segment_id < 0 || segment_id >= static_cast<int>(segments_.size()) ||
-      segments_[static_cast<size_t>(segment_id)]->ticket != ticket) {
-    return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) + ")");
+  SegmentView view;
+  std::shared_ptr<const CudaRuntime> cuda;
+  {
+    MutexLock lock(mu_);
+    Segment* s = FindLocked(segment_id);
+    if (s == nullptr || s->ticket != ticket) {
+      return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) +
+                             ")");
+    }
+    STOKER_ASSIGN_OR_RETURN(view.map, MapLocked(*s, s->size));
+    cuda = cuda_;
   }
-  Segment& s = *segments_[static_cast<size_t>(segment_id)];
-  STOKER_ASSIGN_OR_RETURN(auto map, MapLocked(s, s.size));
-  SegmentView view{std::move(map)};
-  if (cuda_ != nullptr) {
-    lock.unlock();  // registering pins every page: not under the pool's lock
-    STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda_));
+  if (cuda != nullptr) {  // registering pins every page: not under the pool's lock
+    STOKER_ASSIGN_OR_RETURN(const bool registered, view.map->Pin(cuda));
     if (registered) pinned_.fetch_add(1, std::memory_order_relaxed);
   }
   return view;
 }
 
 Status ProcessWorkers::Pin() {
-  if (cuda_ != nullptr) return Status::Ok();
-  STOKER_ASSIGN_OR_RETURN(cuda_, CudaRuntime::Load());
+  {
+    MutexLock lock(mu_);
+    if (cuda_ != nullptr) return Status::Ok();
+  }
+  // Loaded outside the lock (it opens a library); a second caller's load is dropped.
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const CudaRuntime> cuda, CudaRuntime::Load());
+  MutexLock lock(mu_);
+  if (cuda_ == nullptr) cuda_ = std::move(cuda);
   return Status::Ok();
 }
 
 Result<std::shared_ptr<Mapping>> ProcessWorkers::MapForWrite(const SegmentLease& lease,
                                                              size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return MapLocked(*lease.segment, bytes);
+  MutexLock lock(mu_);
+  Segment* s = FindLocked(lease.segment_id);
+  if (s == nullptr) return Internal("no segment " + std::to_string(lease.segment_id));
+  return MapLocked(*s, bytes);
 }
 
 void ProcessWorkers::Shutdown() {
   if (ForeignProcess()) return;
   std::vector<int> pids;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (shutdown_) return;
     shutdown_ = true;
     pids = live_pids_;
@@ -568,7 +499,7 @@ void ProcessWorkers::Shutdown() {
 void ProcessWorkers::Close() {
   if (ForeignProcess()) return;
   Shutdown();
-  std::lock_guard<std::mutex> lock(zygote_mu_);
+  MutexLock lock(zygote_mu_);
   if (!zygote_.valid()) return;
   // Said, not only closed: a process forked by the user after the loader may
   // hold a copy of this socket, and the zygote would never see end of file.
@@ -578,24 +509,24 @@ void ProcessWorkers::Close() {
 }
 
 bool ProcessWorkers::shut_down() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return shutdown_;
 }
 
 std::vector<int> ProcessWorkers::pids() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return live_pids_;
 }
 
 size_t ProcessWorkers::segment_share() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t all = 0;
   for (const auto& s : segments_) all += s->size;
   return all / std::max<size_t>(1, live_pids_.size());
 }
 
 std::pair<size_t, size_t> ProcessWorkers::segment_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t all = 0, busy = 0;
   for (const auto& s : segments_) {
     all += s->size;
@@ -628,73 +559,6 @@ void ProcessKind::Recycle(std::span<std::byte> out) const {
   if (d[D::kMagic] == protocol::kSegmentMagic) {
     workers_->Release(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
   }
-}
-
-// Bindings
-
-namespace {
-
-// A delivered batch's segment as a numpy uint8 array whose base owns the
-// mapping and `keep` (the engine's descriptor array, which owns the engine's
-// slot): the segment goes back to the pool when the last view of it is gone.
-py::array ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
-  using D = protocol::ProcessDescriptor;
-  if (descriptor.size() < kDescriptorWords ||
-      descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
-    throw py::value_error("not a batch descriptor");
-  }
-  const int64_t* d = descriptor.data();
-  SegmentView view = ValueOrThrow(
-      workers.View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket])));
-  struct Keep {
-    std::shared_ptr<Mapping> map;
-    py::object descriptor;
-  };
-  void* addr = view.map->addr;
-  const auto size = static_cast<py::ssize_t>(view.map->size);
-  auto* keep = new Keep{std::move(view.map), descriptor};
-  py::capsule base(keep, [](void* p) { delete static_cast<Keep*>(p); });
-  py::array array(py::dtype("uint8"), {size}, static_cast<uint8_t*>(addr), base);
-  return array;
-}
-
-}  // namespace
-
-void BindProcessWorkers(py::module_& m) {
-  m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
-        "The seed a worker gives Python's, numpy's and torch's generators before a batch's "
-        "first sample (batch -1: the epoch's shuffle).");
-  m.def("register_fd", &RegisterFd, py::arg("fd"));
-  m.def("unregister_fd", &UnregisterFd, py::arg("fd"));
-  m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,
-        "In a forked child: closes the segments and sockets of every stoker loader.");
-
-  py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
-      .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
-      .def(
-          "set",
-          [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
-             std::vector<int64_t> offsets) {
-            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
-          },
-          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
-      .def("has", &EpochBatches::Has, py::arg("epoch"))
-      .def("shutdown", &EpochBatches::Shutdown);
-
-  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
-      .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
-           py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
-      .def("as_kind",
-           [](const std::shared_ptr<ProcessWorkers>& w) {
-             return KindHandle{std::make_shared<ProcessKind>(w)};
-           })
-      .def("view", &ViewOf, py::arg("descriptor"))
-      .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
-      .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
-      .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })
-      .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
-      .def("pids", &ProcessWorkers::pids)
-      .def("segment_bytes", &ProcessWorkers::segment_bytes);
 }
 
 }  // namespace stoker::python

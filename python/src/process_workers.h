@@ -7,21 +7,20 @@
 // ProcessKind runs each one in a worker process forked by a zygote, which
 // writes the collated batch into a shared-memory segment (a memfd) that the
 // loader owns and recycles.
-
-#include <pybind11/pybind11.h>
+//
+// Plain C++ (library stoker_pyworkers, tested with a fake zygote in
+// process_workers_test.cc); its bindings are process_workers_bindings.cc.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "core/unique_fd.h"
 #include "engine/cuda_runtime.h"
 #include "epoch_batches.h"
@@ -44,28 +43,21 @@ struct Mapping {
   Mapping& operator=(const Mapping&) = delete;
   /// Registers the mapping with `cuda` (cudaHostRegister) unless it is
   /// already; true when this call registered it.
-  Result<bool> Pin(const std::shared_ptr<const CudaRuntime>& cuda);
-  void* addr;
-  size_t size;
+  Result<bool> Pin(const std::shared_ptr<const CudaRuntime>& cuda) EXCLUDES(pin_mu_);
+  void* const addr;
+  const size_t size;
 
  private:
-  std::mutex pin_mu_;
-  std::unique_ptr<HostRegistration> pinned_;  // set once registered
+  Mutex pin_mu_;
+  std::unique_ptr<HostRegistration> pinned_ GUARDED_BY(pin_mu_);  // set once registered
 };
 
-/// One shared-memory segment and its use. Guarded by ProcessWorkers' mutex.
-struct Segment {
-  int id = 0;
-  UniqueFd fd;
-  size_t size = 0;      // the file's size as last known
-  uint64_t ticket = 0;  // which use of the segment a descriptor names
-  bool busy = false;
-  std::shared_ptr<Mapping> map;  // the parent's mapping, of map->size bytes
-};
-
-/// A segment handed to one task: which, and for which use.
+/// A segment handed to one task, as copied when it was acquired: which
+/// segment, its descriptor's number (to send to a worker; valid while the
+/// ProcessWorkers lives) and which use of it.
 struct SegmentLease {
-  Segment* segment = nullptr;
+  int segment_id = -1;
+  int fd = -1;
   uint64_t ticket = 0;
 };
 
@@ -97,7 +89,7 @@ class ProcessWorkers {
 
   /// Forks a worker through the zygote and waits for its greeting (after
   /// worker_init_fn). Errors name the cause (the zygote died, init raised).
-  Result<WorkerProcess> Spawn();
+  Result<WorkerProcess> Spawn() EXCLUDES(mu_, zygote_mu_);
   /// How a worker process ended: "exited with code 1", "was killed by
   /// signal 9 (SIGKILL)…"; `killed`: by SIGKILL (the OOM killer, or a kill).
   struct Ending {
@@ -105,44 +97,60 @@ class ProcessWorkers {
     bool killed = false;
   };
   /// Asks the zygote to collect `pid` and says how it ended; frees its worker id.
-  Ending Reap(const WorkerProcess& worker);
+  Ending Reap(const WorkerProcess& worker) EXCLUDES(mu_, zygote_mu_);
 
   /// A free segment of at least `bytes`, grown (and its pages reserved) as
   /// needed, with a new ticket. kUnavailable when memory is refused.
-  Result<SegmentLease> Acquire(size_t bytes);
+  Result<SegmentLease> Acquire(size_t bytes) EXCLUDES(mu_);
   /// Notes the segment's size after a worker grew it.
-  void SetSize(const SegmentLease& lease, size_t size);
+  void SetSize(const SegmentLease& lease, size_t size) EXCLUDES(mu_);
   /// Gives the segment back if `ticket` is its current use; else nothing.
-  void Release(int segment_id, uint64_t ticket);
+  void Release(int segment_id, uint64_t ticket) EXCLUDES(mu_);
   /// The parent's mapping of a leased segment (mapped or remapped to its
   /// current size, page-locked when pinning); kInvalidArgument for a stale
   /// descriptor.
-  Result<SegmentView> View(int segment_id, uint64_t ticket);
+  Result<SegmentView> View(int segment_id, uint64_t ticket) EXCLUDES(mu_);
   /// From now on, segments are page-locked for CUDA once each, when first
   /// viewed (pin_memory=True: batches copy to a GPU asynchronously, with no
   /// pinned copy). kUnavailable when the CUDA runtime does not load.
-  Status Pin();
+  Status Pin() EXCLUDES(mu_);
   /// Mappings registered so far.
   int64_t pinned_mappings() const { return pinned_.load(std::memory_order_relaxed); }
   /// A mapping of at least `bytes` of a leased segment, for the parent's writes.
-  Result<std::shared_ptr<Mapping>> MapForWrite(const SegmentLease& lease, size_t bytes);
+  Result<std::shared_ptr<Mapping>> MapForWrite(const SegmentLease& lease, size_t bytes)
+      EXCLUDES(mu_);
 
   /// Stops for good: waiting calls return kCancelled, every worker process
   /// is killed (their tasks fail at once), the zygote is told to exit.
-  void Shutdown();
+  void Shutdown() EXCLUDES(mu_);
   /// Shutdown, then tells the zygote to exit and closes its socket: it kills
   /// what is left and exits.
-  void Close();
-  bool shut_down() const;
+  void Close() EXCLUDES(mu_, zygote_mu_);
+  bool shut_down() const EXCLUDES(mu_);
   /// Pids of the worker processes alive now.
-  std::vector<int> pids() const;
+  std::vector<int> pids() const EXCLUDES(mu_);
   /// Bytes of segments now: all, and those in use.
-  std::pair<size_t, size_t> segment_bytes() const;
+  std::pair<size_t, size_t> segment_bytes() const EXCLUDES(mu_);
   /// All segments' bytes over the live worker processes (each counts its share).
-  size_t segment_share() const;
+  size_t segment_share() const EXCLUDES(mu_);
 
  private:
-  Result<std::shared_ptr<Mapping>> MapLocked(Segment& s, size_t bytes);
+  /// One shared-memory segment and its use; reached only through segments_,
+  /// under mu_ (a task holds a SegmentLease, a copy of what it needs).
+  struct Segment {
+    int id = 0;
+    UniqueFd fd;
+    size_t size = 0;      // the file's size as last known
+    uint64_t ticket = 0;  // which use of the segment a descriptor names
+    bool busy = false;
+    std::shared_ptr<Mapping> map;  // the parent's mapping, of map->size bytes
+  };
+
+  /// The segment `id`, or nullptr for an id never handed out.
+  Segment* FindLocked(int id) REQUIRES(mu_);
+  /// The segment of `lease` while `lease.ticket` is its current use, else nullptr.
+  Segment* LeasedLocked(const SegmentLease& lease) REQUIRES(mu_);
+  Result<std::shared_ptr<Mapping>> MapLocked(Segment& s, size_t bytes) REQUIRES(mu_);
 
   // In a forked child (a worker, another loader's zygote) this object is a
   // copy of the parent's: its descriptors' numbers may name the child's own
@@ -154,17 +162,17 @@ class ProcessWorkers {
   const int zygote_pid_;
   const int owner_pid_;
 
-  mutable std::mutex zygote_mu_;  // one request to the zygote at a time
-  UniqueFd zygote_;
+  Mutex zygote_mu_;  // one request to the zygote at a time
+  UniqueFd zygote_ GUARDED_BY(zygote_mu_);
 
-  std::shared_ptr<const CudaRuntime> cuda_;  // set once by Pin(), before batches are viewed
   std::atomic<int64_t> pinned_{0};
 
-  mutable std::mutex mu_;
-  bool shutdown_ = false;
-  std::vector<std::unique_ptr<Segment>> segments_;
-  std::vector<int> live_pids_;
-  std::vector<bool> ids_in_use_;
+  mutable Mutex mu_;
+  std::shared_ptr<const CudaRuntime> cuda_ GUARDED_BY(mu_);  // set once by Pin()
+  bool shutdown_ GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Segment>> segments_ GUARDED_BY(mu_);  // indexed by id
+  std::vector<int> live_pids_ GUARDED_BY(mu_);
+  std::vector<bool> ids_in_use_ GUARDED_BY(mu_);
 };
 
 /// One engine thread's worker process, forked when the thread starts (or at

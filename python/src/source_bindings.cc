@@ -47,9 +47,23 @@ void CheckIndex(const SourceHandle& h, int64_t index) {
   }
 }
 
-}  // namespace
+// Source.read: the record, read with the GIL released.
+py::tuple ReadRecord(const SourceHandle& h, int64_t index) {
+  CheckIndex(h, index);
+  ReadBuffer buffer;
+  Record record;
+  Status st;
+  {
+    py::gil_scoped_release release;
+    st = h.source->Read(index, buffer, &record);
+  }
+  ThrowIfError(st);
+  py::bytes bytes(reinterpret_cast<const char*>(record.bytes.data()), record.bytes.size());
+  return py::make_tuple(bytes, record.label);
+}
 
-void BindSources(py::module_& m) {
+// stoker._stoker.Source: an opened source as Python holds it.
+void BindSourceHandle(py::module_& m) {
   py::class_<SourceHandle>(m, "Source", "An opened, immutable source of samples.")
       .def_readonly("kind", &SourceHandle::kind)
       .def("__len__", [](const SourceHandle& h) { return h.source->size(); })
@@ -60,28 +74,18 @@ void BindSources(py::module_& m) {
             return py::bytes(h.source->Key(index));
           },
           py::arg("index"), "The sample's key (a path, 'shard.tar:member'), as bytes.")
-      .def(
-          "read",
-          [](const SourceHandle& h, int64_t index) {
-            CheckIndex(h, index);
-            ReadBuffer buffer;
-            Record record;
-            Status st;
-            {
-              py::gil_scoped_release release;
-              st = h.source->Read(index, buffer, &record);
-            }
-            ThrowIfError(st);
-            py::bytes bytes(reinterpret_cast<const char*>(record.bytes.data()),
-                            record.bytes.size());
-            return py::make_tuple(bytes, record.label);
-          },
-          py::arg("index"), "The sample's raw record: (bytes, label).")
+      .def("read", &ReadRecord, py::arg("index"), "The sample's raw record: (bytes, label).")
       .def("class_names", [](const SourceHandle& h) {
         py::list names;
         for (const std::string& n : h.source->ClassNames()) names.append(py::bytes(n));
         return names;
       });
+}
+
+}  // namespace
+
+void BindSources(py::module_& m) {
+  BindSourceHandle(m);
 
   m.def(
       "open_image_folder",

@@ -72,7 +72,7 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescr
   } catch (const py::cast_error& e) {
     return Internal(std::string("run_batch gave no (payload, info): ") + e.what());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t ticket = next_ticket_++;
   ready_.emplace(ticket, std::move(made));
   using D = protocol::ThreadDescriptor;
@@ -84,7 +84,7 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescr
 }
 
 void ThreadWorkers::Recycle(uint64_t ticket) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = ready_.find(ticket);
   if (it == ready_.end()) return;          // taken already
   dead_.push_back(std::move(it->second));  // a move: no reference count touched
@@ -95,7 +95,7 @@ py::object ThreadWorkers::Take(uint64_t ticket) {
   py::object taken;
   std::vector<py::object> dead;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = ready_.find(ticket);
     if (it != ready_.end()) {
       taken = std::move(it->second);

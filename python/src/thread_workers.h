@@ -9,10 +9,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "epoch_batches.h"
 #include "stoker/worker_kind.h"
 #include "worker_protocol.h"
@@ -36,22 +36,22 @@ class ThreadWorkers {
   /// collate_fn raising fails the batch (kDataError, with the traceback); an
   /// exception from run_batch itself becomes kInternal with its text.
   Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
-             ItemOutcome* outcome);
+             ItemOutcome* outcome) EXCLUDES(mu_);
   /// The engine is done with a ticket's batch without handing it out (its
   /// epoch abandoned): dropped at the next Take. Any thread, GIL or not.
-  void Recycle(uint64_t ticket);
+  void Recycle(uint64_t ticket) EXCLUDES(mu_);
   /// The batch of `ticket`, once. REQUIRES: the GIL.
-  pybind11::object Take(uint64_t ticket);
+  pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
   int64_t batches_per_epoch() const { return batches_->batches_per_epoch(); }
 
  private:
   pybind11::object run_batch_;
   const uint64_t seed_;
   const std::shared_ptr<EpochBatches> batches_;
-  std::mutex mu_;
-  uint64_t next_ticket_ = 1;
-  std::unordered_map<uint64_t, pybind11::object> ready_;
-  std::vector<pybind11::object> dead_;  // dropped by Take, which holds the GIL
+  Mutex mu_;
+  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, pybind11::object> ready_ GUARDED_BY(mu_);
+  std::vector<pybind11::object> dead_ GUARDED_BY(mu_);  // dropped by Take, which holds the GIL
 };
 
 /// The user's batches as the engine's items, each run by Python on the

@@ -1,0 +1,80 @@
+// _stoker.ProcessWorkers and _stoker.EpochBatches: process_workers.h as
+// stoker.DataLoader's worker processes (python/stoker/_workers.py) use it.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "errors.h"
+#include "process_workers.h"
+
+namespace stoker::python {
+namespace {
+
+namespace py = pybind11;
+
+// A delivered batch's segment as a numpy uint8 array whose base owns the
+// mapping and `keep` (the engine's descriptor array, which owns the engine's
+// slot): the segment goes back to the pool when the last view of it is gone.
+py::array ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
+  using D = protocol::ProcessDescriptor;
+  if (descriptor.size() < kDescriptorWords ||
+      descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
+    throw py::value_error("not a batch descriptor");
+  }
+  const int64_t* d = descriptor.data();
+  SegmentView view = ValueOrThrow(
+      workers.View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket])));
+  struct Keep {
+    std::shared_ptr<Mapping> map;
+    py::object descriptor;
+  };
+  void* addr = view.map->addr;
+  const auto size = static_cast<py::ssize_t>(view.map->size);
+  auto* keep = new Keep{std::move(view.map), descriptor};
+  py::capsule base(keep, [](void* p) { delete static_cast<Keep*>(p); });
+  py::array array(py::dtype("uint8"), {size}, static_cast<uint8_t*>(addr), base);
+  return array;
+}
+
+}  // namespace
+
+void BindProcessWorkers(py::module_& m) {
+  m.def("batch_seed", &BatchSeed, py::arg("seed"), py::arg("epoch"), py::arg("batch"),
+        "The seed a worker gives Python's, numpy's and torch's generators before a batch's "
+        "first sample (batch -1: the epoch's shuffle).");
+  m.def("register_fd", &RegisterFd, py::arg("fd"));
+  m.def("unregister_fd", &UnregisterFd, py::arg("fd"));
+  m.def("close_registered_fds", &CloseRegisteredFds, py::arg("keep") = -1,
+        "In a forked child: closes the segments and sockets of every stoker loader.");
+
+  py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
+      .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
+      .def(
+          "set",
+          [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
+             std::vector<int64_t> offsets) {
+            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
+          },
+          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
+      .def("has", &EpochBatches::Has, py::arg("epoch"))
+      .def("shutdown", &EpochBatches::Shutdown);
+
+  py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
+      .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
+           py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
+      .def("as_kind",
+           [](const std::shared_ptr<ProcessWorkers>& w) {
+             return KindHandle{std::make_shared<ProcessKind>(w)};
+           })
+      .def("view", &ViewOf, py::arg("descriptor"))
+      .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
+      .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })
+      .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
+      .def("pids", &ProcessWorkers::pids)
+      .def("segment_bytes", &ProcessWorkers::segment_bytes);
+}
+
+}  // namespace stoker::python

@@ -1,0 +1,339 @@
+// ProcessWorkers and ProcessKind against a fake zygote: a C++ child that
+// speaks worker_protocol.h as python/stoker/_workers.py does, forking fake
+// workers that write a recognisable payload. The zygote is forked before the
+// test starts a thread (ThreadSanitizer does not follow a fork after threads);
+// it and its workers stay single-threaded.
+
+#include "process_workers.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <latch>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stoker/rng.h"
+#include "worker_message.h"
+
+namespace stoker::python {
+namespace {
+
+using protocol::Tag;
+using Descriptor = std::array<int64_t, kDescriptorWords>;
+using D = protocol::ProcessDescriptor;
+
+constexpr uint64_t kSeed = 7;
+// Samples that make the fake worker misbehave while its position names them.
+constexpr int64_t kDies = 1'000'001;   // it kills itself with SIGTERM
+constexpr int64_t kHangs = 1'000'002;  // it says so on the notify pipe, then waits forever
+
+// What the fake worker writes for a sample: the index and the batch's seed.
+int64_t Payload(int64_t index, int64_t seed) { return index ^ seed; }
+
+// Runs one TASK: the samples' payloads from the data offset, one word each,
+// with the position on the sample being loaded. Returns the DONE words.
+protocol::Words<protocol::DoneWord> FakeTask(int64_t* words, int64_t size, int notify) {
+  using H = protocol::SegmentWord;
+  const int64_t n = words[H::kSamples], data = words[H::kDataOffset];
+  const int64_t* indices = words + protocol::kSegmentHeaderWords;
+  int64_t* out = words + data / static_cast<int64_t>(sizeof(int64_t));
+  for (int64_t i = 0; i < n; ++i) {
+    words[H::kPosition] = i;
+    if (indices[i] == kDies) kill(getpid(), SIGTERM);
+    if (indices[i] == kHangs) {
+      const char byte = 1;
+      (void)!write(notify, &byte, 1);
+      while (true) pause();
+    }
+    out[i] = Payload(indices[i], words[H::kSeed]);
+  }
+  words[H::kPosition] = -1;
+  using W = protocol::DoneWord;
+  protocol::Words<W> done{};
+  done[W::kSamples] = n;
+  done[W::kSegmentSize] = size;
+  done[W::kMetaOffset] = data;
+  done[W::kMetaLength] = n * static_cast<int64_t>(sizeof(int64_t));
+  return done;
+}
+
+// A fake worker: greets, then answers TASKs until EXIT or end of file.
+[[noreturn]] void FakeWorker(int sock, int notify) {
+  // kDies needs SIGTERM's default action, whatever the test inherited.
+  signal(SIGTERM, SIG_DFL);
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_UNBLOCK, &term, nullptr);
+  (void)SendMessage(sock, Tag::kHello, {});
+  std::map<int64_t, int> segments;  // id -> descriptor, sent with its first task
+  while (true) {
+    Result<Message> m = ReceiveMessage(sock);
+    if (!m.ok() || m->tag != Tag::kTask) _exit(0);
+    using T = protocol::TaskWord;
+    const int64_t id = m->words[T::kSegment], size = m->words[T::kSegmentSize];
+    if (m->fd >= 0) segments[id] = m->fd;
+    void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      segments.at(id), 0);
+    if (addr == MAP_FAILED) _exit(2);
+    const auto done = FakeTask(static_cast<int64_t*>(addr), size, notify);
+    munmap(addr, static_cast<size_t>(size));
+    if (!SendMessage(sock, Tag::kDone, done).ok()) _exit(0);
+  }
+}
+
+// FORK: a fake worker, its socket sent back with FORKED.
+void ForkWorker(int ctl, int notify, std::vector<int>& children) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) _exit(3);
+  const int pid = fork();
+  if (pid == 0) {
+    close(ctl);
+    close(pair[0]);
+    FakeWorker(pair[1], notify);
+  }
+  close(pair[1]);
+  children.push_back(pid);
+  protocol::Words<protocol::ForkedWord> forked{};
+  forked[protocol::ForkedWord::kPid] = pid;
+  (void)SendMessage(ctl, Tag::kForked, forked, pair[0]);
+  close(pair[0]);
+}
+
+// The fake zygote: FORK, REAP (waitpid, REAPED), and EXIT or end of file
+// (kill the workers, collect them, exit 0).
+[[noreturn]] void FakeZygote(int ctl, int notify) {
+  std::vector<int> children;
+  while (true) {
+    Result<Message> m = ReceiveMessage(ctl);
+    if (!m.ok() || m->tag == Tag::kExit) {
+      for (int pid : children) kill(pid, SIGKILL);
+      for (int pid : children) waitpid(pid, nullptr, 0);
+      _exit(0);
+    }
+    if (m->tag == Tag::kFork) {
+      ForkWorker(ctl, notify, children);
+    } else if (m->tag == Tag::kReap) {
+      const auto pid = static_cast<int>(m->words[protocol::ReapWord::kPid]);
+      int status = 0;
+      waitpid(pid, &status, 0);
+      std::erase(children, pid);
+      using R = protocol::ReapedWord;
+      protocol::Words<R> reaped{};
+      reaped[R::kSignalled] = WIFSIGNALED(status) ? 1 : 0;
+      reaped[R::kValue] = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+      (void)SendMessage(ctl, Tag::kReaped, reaped);
+    }
+  }
+}
+
+// Forks the fake zygote (at once: before the test starts a thread) and makes
+// the ProcessWorkers that talks to it; collects the zygote at the end.
+class ProcessWorkersTest : public ::testing::Test {
+ protected:
+  ProcessWorkersTest() {
+    int ctl[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl), 0);
+    EXPECT_EQ(pipe2(notify_, O_CLOEXEC), 0);
+    zygote_pid_ = fork();
+    if (zygote_pid_ == 0) {
+      close(ctl[0]);
+      close(notify_[0]);
+      FakeZygote(ctl[1], notify_[1]);
+    }
+    close(ctl[1]);
+    close(notify_[1]);
+    batches_ = std::make_shared<EpochBatches>(kBatches);
+    workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, kSeed, batches_);
+    kind_ = std::make_unique<ProcessKind>(workers_);
+  }
+  ~ProcessWorkersTest() override {
+    kind_.reset();
+    workers_->Close();
+    if (zygote_pid_ > 0) waitpid(zygote_pid_, nullptr, 0);
+    close(notify_[0]);
+  }
+
+  // Epoch `epoch`: batch b holds kSamples indices from b * 100, with `odd`
+  // (when given) in the middle of batch 0.
+  void SetEpoch(int64_t epoch, int64_t odd = -1) {
+    std::vector<int64_t> flat, offsets{0};
+    for (int64_t b = 0; b < kBatches; ++b) {
+      for (int64_t i = 0; i < kSamples; ++i) flat.push_back(b * 100 + i);
+      offsets.push_back(static_cast<int64_t>(flat.size()));
+    }
+    if (odd >= 0) flat[kSamples / 2] = odd;
+    ASSERT_TRUE(batches_->Set(epoch, std::move(flat), std::move(offsets)).ok());
+  }
+
+  // A worker as the engine makes it for one of its threads (the process
+  // forked now), or for the consumer's (forked at its first batch).
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace place = WorkerPlace::kWorkerThread) {
+    return kind_->NewWorker(place, SampleCap{});
+  }
+
+  // Runs batch `batch` of `epoch` as an engine worker thread does; the
+  // failed samples go into `outcome` (when given).
+  Status Run(KindWorker* worker, int64_t epoch, int64_t batch, Descriptor* d,
+             ItemOutcome* outcome = nullptr) {
+    ItemOutcome mine;
+    return worker->Run(epoch, batch, std::as_writable_bytes(std::span(*d)),
+                       outcome != nullptr ? outcome : &mine);
+  }
+
+  // The payload words of a delivered batch. Gives the segment back, as the
+  // engine's batch pool does.
+  std::vector<int64_t> Take(Descriptor& d) {
+    Result<SegmentView> view =
+        workers_->View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
+    EXPECT_TRUE(view.ok()) << view.status().message();
+    if (!view.ok()) return {};
+    const auto* bytes = static_cast<const std::byte*>(view->map->addr) + d[D::kMetaOffset];
+    std::vector<int64_t> words(static_cast<size_t>(d[D::kMetaLength]) / sizeof(int64_t));
+    std::memcpy(words.data(), bytes, words.size() * sizeof(int64_t));
+    kind_->Recycle(std::as_writable_bytes(std::span(d)));
+    return words;
+  }
+
+  // Batch `batch` of epoch 0 as the fake writes it, without `odd`.
+  std::vector<int64_t> Expected(int64_t batch, int64_t odd = -1) {
+    const int64_t seed = BatchSeed(kSeed, 0, batch);
+    std::vector<int64_t> words;
+    for (int64_t i = 0; i < kSamples; ++i) {
+      if (!(batch == 0 && odd >= 0 && i == kSamples / 2))
+        words.push_back(Payload(batch * 100 + i, seed));
+    }
+    return words;
+  }
+
+  static constexpr int64_t kBatches = 12;
+  static constexpr int64_t kSamples = 5;
+  int zygote_pid_ = -1;
+  int notify_[2] = {-1, -1};
+  std::shared_ptr<EpochBatches> batches_;
+  std::shared_ptr<ProcessWorkers> workers_;
+  std::unique_ptr<ProcessKind> kind_;
+};
+
+TEST_F(ProcessWorkersTest, BatchesFromSeveralThreadsComeBackWithTheirDescriptors) {
+  SetEpoch(0);
+  constexpr int kThreads = 3;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::unique_ptr<KindWorker> worker = NewWorker();
+      for (int64_t b = t; b < kBatches; b += kThreads) {
+        Descriptor d{};
+        ItemOutcome outcome;
+        Status st = Run(worker.get(), 0, b, &d, &outcome);
+        ASSERT_TRUE(st.ok()) << st.message();
+        EXPECT_EQ(outcome.samples, kSamples);
+        EXPECT_TRUE(outcome.failures.empty());
+        EXPECT_EQ(d[D::kMagic], protocol::kSegmentMagic);
+        EXPECT_EQ(d[D::kEpoch], 0);
+        EXPECT_EQ(d[D::kBatch], b);
+        EXPECT_EQ(d[D::kSegmentSize], static_cast<int64_t>(protocol::kSegmentGrain));
+        EXPECT_EQ(d[D::kMetaLength], kSamples * static_cast<int64_t>(sizeof(int64_t)));
+        EXPECT_EQ(Take(d), Expected(b));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(workers_->pids().empty());            // each worker ended its process
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);  // every segment given back
+}
+
+TEST_F(ProcessWorkersTest, AWorkerThatDiesMidTaskIsNamedAndTheBatchReruns) {
+  SetEpoch(0, kDies);
+  std::vector<std::thread> threads;
+  for (int64_t b : {0, 1}) {
+    threads.emplace_back([&, b] {
+      std::unique_ptr<KindWorker> worker = NewWorker();
+      Descriptor d{};
+      ItemOutcome outcome;
+      Status st = Run(worker.get(), 0, b, &d, &outcome);
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(Take(d), Expected(b, kDies));
+      if (b != 0) {
+        EXPECT_TRUE(outcome.failures.empty());
+        return;
+      }
+      EXPECT_EQ(outcome.samples, kSamples - 1);
+      ASSERT_EQ(outcome.failures.size(), 1u);
+      const SampleFailure& f = outcome.failures[0];
+      EXPECT_EQ(f.index, kDies);
+      // A crash is the sample's fault (SIGKILL would not be).
+      EXPECT_EQ(f.status.code(), StatusCode::kDataError);
+      EXPECT_NE(f.status.message().find("killed by signal 15 (SIGTERM)"), std::string::npos)
+          << f.status.message();
+      EXPECT_NE(f.status.message().find("while loading sample " + std::to_string(kDies)),
+                std::string::npos)
+          << f.status.message();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+}
+
+TEST_F(ProcessWorkersTest, ShutdownFromAnotherThreadCancelsWaitingTasks) {
+  SetEpoch(0, kHangs);
+  Status in_worker, in_batches;
+  // One task waits for a worker that hangs on a sample, one for an epoch's
+  // batches that never come.
+  std::thread hung([&] {
+    std::unique_ptr<KindWorker> worker = NewWorker(WorkerPlace::kConsumer);
+    Descriptor d{};
+    in_worker = Run(worker.get(), 0, 0, &d);
+  });
+  std::latch started(1);  // its process is up: Shutdown does not race its fork
+  std::thread unset([&] {
+    std::unique_ptr<KindWorker> worker = NewWorker();
+    started.count_down();
+    Descriptor d{};
+    in_batches = Run(worker.get(), 1, 0, &d);
+  });
+  started.wait();
+  char byte = 0;
+  ASSERT_EQ(read(notify_[0], &byte, 1), 1);  // the worker is on the sample that hangs
+  workers_->Shutdown();
+  hung.join();
+  unset.join();
+  EXPECT_EQ(in_worker.code(), StatusCode::kCancelled) << in_worker.message();
+  // Whether it was waiting yet or not, a shut-down loader cancels it.
+  EXPECT_EQ(in_batches.code(), StatusCode::kCancelled) << in_batches.message();
+  EXPECT_EQ(workers_->Acquire(1).status().code(), StatusCode::kCancelled);
+}
+
+TEST_F(ProcessWorkersTest, CloseMakesTheZygoteExit) {
+  SetEpoch(0);
+  std::thread user([&] {
+    std::unique_ptr<KindWorker> worker = NewWorker(WorkerPlace::kConsumer);
+    Descriptor d{};
+    Status st = Run(worker.get(), 0, 3, &d);
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(Take(d), Expected(3));
+  });
+  user.join();
+  std::thread closer([&] { workers_->Close(); });
+  closer.join();
+  int status = 0;
+  ASSERT_EQ(waitpid(zygote_pid_, &status, 0), zygote_pid_);
+  zygote_pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(workers_->shut_down());
+}
+
+}  // namespace
+}  // namespace stoker::python

@@ -1,0 +1,86 @@
+#include "worker_message.h"
+
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+namespace stoker::python {
+
+using protocol::kMessages;
+using protocol::Tag;
+
+Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd) {
+  const protocol::MessageKind& kind = kMessages[tag];
+  assert(static_cast<int>(words.size()) == kind.words);
+  std::string bytes(protocol::kTagBytes, '\0');
+  std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
+  bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
+  iovec iov{bytes.data(), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno == EINTR) continue;
+    return ErrnoError("sending to a worker process", errno);
+  }
+  return Status::Ok();
+}
+
+Result<Message> ReceiveMessage(int sock) {
+  std::array<char, 65536> buffer;
+  iovec iov{buffer.data(), buffer.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0) {
+    if (errno != EINTR) return ErrnoError("receiving from a worker process", errno);
+  }
+  if (n == 0) return Cancelled("the process closed its socket");
+  Message m;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  const auto size = static_cast<size_t>(n);
+  const std::string tag(buffer.data(), strnlen(buffer.data(), std::min(size, protocol::kTagBytes)));
+  m.tag = Tag::Index{};
+  while (m.tag < Tag::kCount && tag != kMessages[m.tag].tag) m.tag = Tag::Index(m.tag + 1);
+  if (m.tag == Tag::kCount || size < protocol::kTagBytes) {
+    if (m.fd >= 0) ::close(m.fd);
+    return Internal("a worker process sent an unknown message '" + tag + "'");
+  }
+  const protocol::MessageKind& kind = kMessages[m.tag];
+  const size_t at = protocol::kTagBytes;
+  const size_t words = static_cast<size_t>(kind.words) * sizeof(int64_t);
+  if (size - at < words) {
+    if (m.fd >= 0) ::close(m.fd);
+    return Internal("a worker process sent a short " + tag + " message");
+  }
+  m.words.resize(static_cast<size_t>(kind.words));
+  std::memcpy(m.words.data(), buffer.data() + at, words);
+  if (kind.text) m.text.assign(buffer.data() + at + words, size - at - words);
+  return m;
+}
+
+}  // namespace stoker::python

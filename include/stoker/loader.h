@@ -189,7 +189,11 @@ struct LoaderMetrics {
   int prefetch_batches = 0;
   size_t prefetch_bytes = 0;
   int64_t batches_delivered = 0;
+  // The engine's samples (a kind's items), the unit of samples_produced and
+  // of the tuner's rates; and the user's samples those held (the same
+  // without a kind; with one, what its items held less those that failed).
   int64_t samples_delivered = 0;
+  int64_t user_samples_delivered = 0;
   int64_t samples_produced = 0;  // by workers and the consumer's thread
   int64_t busy_ns = 0;           // all workers' task wall time
   int64_t cpu_ns = 0;            // all workers' task CPU time

@@ -251,6 +251,7 @@ class Loader::Impl {
     m.time_ns = SteadyNanos();
     m.batches_delivered = batches_delivered_.load(std::memory_order_relaxed);
     m.samples_delivered = samples_delivered_.load(std::memory_order_relaxed);
+    m.user_samples_delivered = user_samples_delivered_.load(std::memory_order_relaxed);
     m.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
     m.consumer_step_ns = consumer_step_ns_.load(std::memory_order_relaxed);
     m.next_calls = next_calls_.load(std::memory_order_relaxed);
@@ -525,14 +526,16 @@ class Loader::Impl {
         return Result<std::optional<Batch>>(std::move(st));
       }
     }
-    samples_delivered_.fetch_add(slot->samples(), std::memory_order_relaxed);
+    samples_delivered_.fetch_add(slot->count(), std::memory_order_relaxed);
+    user_samples_delivered_.fetch_add(slot->samples(), std::memory_order_relaxed);
     return Result<std::optional<Batch>>(std::optional<Batch>(Batch(std::move(slot), pool_)));
   }
 
   // Starts counting what the epoch now due delivers and skips; `whole` is
   // false when it resumes mid-epoch (batches before were delivered elsewhere).
   void StartTally(bool whole) REQUIRES(mu_) {
-    tally_ = {.start_samples = samples_delivered_.load(std::memory_order_relaxed), .whole = whole};
+    tally_ = {.start_samples = user_samples_delivered_.load(std::memory_order_relaxed),
+              .whole = whole};
   }
 
   // An epoch that had samples planned and ended having delivered none while
@@ -540,7 +543,7 @@ class Loader::Impl {
   // quietly would let a consumer spin through empty epochs for ever.
   Status EpochDeliveredNothing() const REQUIRES(mu_) {
     const int64_t delivered =
-        samples_delivered_.load(std::memory_order_relaxed) - tally_.start_samples;
+        user_samples_delivered_.load(std::memory_order_relaxed) - tally_.start_samples;
     if (!tally_.whole || delivered > 0 || tally_.skipped == 0 || shape_.num_samples == 0) {
       return Status::Ok();
     }
@@ -614,7 +617,7 @@ class Loader::Impl {
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
   // What the epoch being delivered has delivered and skipped so far.
   struct EpochTally {
-    int64_t start_samples = 0;  // samples_delivered_ when it started
+    int64_t start_samples = 0;  // user_samples_delivered_ when it started
     int64_t skipped = 0;
     size_t first_skip = 0;  // its first record in skipped_, when skipped > 0
     bool whole = true;      // delivered from its start by this loader
@@ -634,6 +637,7 @@ class Loader::Impl {
   std::atomic<int64_t> next_calls_{0};
   std::atomic<int64_t> batches_delivered_{0};
   std::atomic<int64_t> samples_delivered_{0};
+  std::atomic<int64_t> user_samples_delivered_{0};
 
   WorkerPool workers_;  // last: its threads use everything above
 };

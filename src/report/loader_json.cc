@@ -57,6 +57,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
           {"prefetch_bytes", m.prefetch_bytes},
           {"batches_delivered", m.batches_delivered},
           {"samples_delivered", m.samples_delivered},
+          {"user_samples_delivered", m.user_samples_delivered},
           {"samples_produced", m.samples_produced},
           {"busy_ns", m.busy_ns},
           {"cpu_ns", m.cpu_ns},

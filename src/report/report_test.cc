@@ -138,6 +138,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "prefetch_bytes",
                           "batches_delivered",
                           "samples_delivered",
+                          "user_samples_delivered",
                           "samples_produced",
                           "busy_ns",
                           "cpu_ns",
@@ -159,7 +160,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 26u);
+  EXPECT_EQ(j.size(), 27u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);

@@ -294,6 +294,31 @@ def test_a_worker_that_dies_is_reported_and_its_batch_rerun(sig):
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
 
 
+@pytest.mark.parametrize("kind", ["processes", "threads", "zero"])
+def test_an_epoch_whose_every_sample_was_skipped_is_an_error(kind):
+    # The engine's policy, as stoker.Loader's: an epoch of skips only would
+    # otherwise end quietly, and a loop would spin through empty epochs.
+    workers = 0 if kind == "zero" else 1
+    worker_kind = "threads" if kind == "zero" else kind
+    with stoker.DataLoader(Failing(12, bad=range(12)), batch_size=4, num_workers=workers,
+                           worker_kind=worker_kind, on_error="skip") as dl:
+        with pytest.raises(stoker.DataError, match="epoch 0 delivered nothing: 12 samples "
+                                                   "were skipped"):
+            list(dl)
+        assert sorted(r["index"] for r in dl.skipped()) == list(range(12))
+
+
+def test_a_worker_killed_by_sigkill_is_never_skipped():
+    # The kernel's OOM killer sends SIGKILL: not the sample's fault.
+    with stoker.DataLoader(Failing(24, crash={5}, sig=signal.SIGKILL), batch_size=4,
+                           num_workers=1, on_error="skip") as dl:
+        got, errors = drain(dl, errors_of=stoker.ResourceError)
+        assert sorted(got) == [i for i in range(24) if i != 5]
+        [error] = errors
+        assert "sample 5" in error and "killed by signal 9" in error
+        assert dl.skipped() == []
+
+
 def test_timeout():
     class Slow(Dataset):
         def __len__(self):

@@ -106,7 +106,7 @@ class DataLoader:
         self._plan.give(epoch)
         it = _Iterator(run, epoch, self)
         if prev is not None:
-            prev.done = True
+            prev.end("a newer iter()")
         self._resume = False
         self._next_epoch = epoch + 1
         self._iterator = it
@@ -121,7 +121,7 @@ class DataLoader:
         self._resume = False
         self._run.engine.set_epoch(epoch)
         if self._iterator is not None:
-            self._iterator.done = True
+            self._iterator.end("set_epoch()")
 
     # -- checkpoints --------------------------------------------------------
 
@@ -160,7 +160,7 @@ class DataLoader:
         self._next_epoch = epoch
         self._resume = True
         if self._iterator is not None:
-            self._iterator.done = True
+            self._iterator.end("load_state_dict()")
 
     # -- figures ------------------------------------------------------------
 
@@ -788,7 +788,8 @@ class _Iterator:
         self.run = run
         self._owner = owner    # the loader lives while its iterator does (its close ends the run)
         self.epoch = epoch
-        self.done = False      # replaced by a newer iterator or a set_epoch
+        self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
+        self._ended_by = None  # what ended it before its epoch's end
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
         self._ahead = None     # device=...: batches copied ahead
@@ -807,6 +808,13 @@ class _Iterator:
     def __len__(self):
         return self.run.options.batches_per_epoch
 
+    def end(self, by):
+        """The loader moved on (`by` says how): an iterator not at its epoch's
+        end raises at its next use instead of ending as if the epoch had."""
+        if not self.finished:
+            self._ended_by = by
+        self.done = True
+
     def __next__(self):
         self.run.check_usable()
         if self._device is None:
@@ -822,7 +830,12 @@ class _Iterator:
 
     def _next_host(self):
         if self.done:
-            raise StopIteration
+            if self._ended_by is None:
+                raise StopIteration
+            raise RuntimeError(
+                f"this iterator's epoch {self.epoch} was ended by {self._ended_by} on the same "
+                f"stoker.DataLoader after {self.position} of its {len(self)} batches: a loader "
+                "runs one epoch at a time (drop or finish an iterator before starting another)")
         while True:
             payload = self._produce()
             if payload is _END:

@@ -319,6 +319,22 @@ def test_a_worker_killed_by_sigkill_is_never_skipped():
         assert dl.skipped() == []
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_second_iterator_never_ends_the_first_silently(workers):
+    with stoker.DataLoader(Failing(100), batch_size=10, num_workers=workers) as dl:
+        peek = next(iter(dl))  # dropped at once: the loop after it is a whole epoch
+        assert peek.tolist() == list(range(10))
+        assert sorted(indices_of(dl, key=None)) == list(range(100))
+        with pytest.raises(RuntimeError, match=r"ended by a newer iter\(\) .* after 0 of its 10"):
+            list(zip(dl, dl))  # the first iterator is ended by the second: an error, not 0 pairs
+        it = iter(dl)
+        next(it)
+        dl.set_epoch(7)
+        with pytest.raises(RuntimeError, match=r"ended by set_epoch\(\)"):
+            next(it)
+        assert sorted(indices_of(dl, key=None)) == list(range(100))  # epoch 7, whole
+
+
 def test_timeout():
     class Slow(Dataset):
         def __len__(self):

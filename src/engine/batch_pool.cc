@@ -20,7 +20,6 @@ BatchSlot::BatchSlot(const SampleSpec* spec, int64_t batch_size, bool zeroed)
       indices_(static_cast<size_t>(batch_size)),
       outcomes_(static_cast<size_t>(batch_size)),
       keys_(static_cast<size_t>(batch_size)),
-      samples_(static_cast<size_t>(batch_size), 1),
       notes_(static_cast<size_t>(batch_size)),
       spec_(spec),
       sample_bytes_(spec->bytes()),
@@ -52,6 +51,7 @@ void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
   skips_.clear();
   failures_reported_ = false;
   remaining_.store(length, std::memory_order_relaxed);
+  extra_samples_.store(0, std::memory_order_relaxed);
   if (failed_.load(std::memory_order_relaxed)) {
     for (auto& o : outcomes_) o = Status::Ok();
     for (auto& n : notes_) n.clear();
@@ -63,7 +63,7 @@ void BatchSlot::Put(int64_t position, int64_t index, int64_t label, int64_t samp
   const auto p = static_cast<size_t>(position);
   indices_[p] = index;
   labels_[p] = label;
-  samples_[p] = samples;
+  if (samples != 1) extra_samples_.fetch_add(samples - 1, std::memory_order_relaxed);
 }
 
 void BatchSlot::Note(int64_t position, std::vector<SampleFailure> failures) {
@@ -73,16 +73,13 @@ void BatchSlot::Note(int64_t position, std::vector<SampleFailure> failures) {
 }
 
 int64_t BatchSlot::samples() const {
-  int64_t n = 0;
-  for (int64_t p = 0; p < count_; ++p) n += samples_[static_cast<size_t>(p)];
-  return n;
+  return count_ + extra_samples_.load(std::memory_order_relaxed);
 }
 
 void BatchSlot::Fail(int64_t position, int64_t index, std::string key, Status cause) {
   const auto p = static_cast<size_t>(position);
   indices_[p] = index;
   labels_[p] = 0;
-  samples_[p] = 0;
   keys_[p] = std::move(key);
   outcomes_[p] = std::move(cause);
   failed_.store(true, std::memory_order_relaxed);

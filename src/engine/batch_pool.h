@@ -128,11 +128,14 @@ class BatchSlot {
   std::vector<int64_t> indices_;
   std::vector<Status> outcomes_;                   // per position; written by its worker only
   std::vector<std::string> keys_;                  // per position, of failed samples only
-  std::vector<int64_t> samples_;                   // per position, user samples in its output
   std::vector<std::vector<SampleFailure>> notes_;  // per position, its item's failed samples
   std::vector<SkipRecord> skips_;
   bool failures_reported_ = false;
   std::atomic<int64_t> remaining_{0};
+  // User samples beyond one per kept position (a kind's items hold many):
+  // touched only for those, so that positions written side by side by two
+  // workers share no more cache lines than labels and indices do.
+  std::atomic<int64_t> extra_samples_{0};
   std::atomic<bool> failed_{false};
   const SampleSpec* spec_;
   size_t sample_bytes_;
@@ -158,7 +161,6 @@ void BatchSlot::DropFailures(Pred drop) {
       std::memmove(sample(kept).data(), sample(p).data(), sample_bytes_);
       labels_[uk] = labels_[up];
       indices_[uk] = indices_[up];
-      samples_[uk] = samples_[up];
       keys_[uk] = std::move(keys_[up]);
       outcomes_[uk] = std::move(outcomes_[up]);
       outcomes_[up] = Status::Ok();

@@ -34,22 +34,40 @@ namespace {
 // budget") is replaced by a fresh one between tasks.
 struct WorkerContext {
   WorkerContext(int id, WorkerPlace place, const WorkerKind& kind, const SampleCap& cap)
-      : stats(id, place == WorkerPlace::kWorkerThread),
-        worker(kind.NewWorker(place, cap)),
-        place_(place),
-        cap_(cap) {}
+      : stats(id, place == WorkerPlace::kWorkerThread), place_(place), cap_(cap) {
+    Make(kind);
+  }
 
   size_t footprint() const { return worker->cost().bytes; }
 
   void Trim(const WorkerKind& kind) {
     if (cap_.Allows(worker->cost().trimmable_bytes)) return;
     worker.reset();  // a worker process ends before its replacement starts
-    worker = kind.NewWorker(place_, cap_);
+    Make(kind);
+  }
+
+  // Makes item `item` of `epoch` into `out`: the engine's own samples are
+  // called directly (the hot loop of trivial samples notices a call through
+  // the interface), others through it.
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out) {
+    outcome.label = 0;
+    outcome.samples = 1;
+    if (!outcome.failures.empty()) outcome.failures.clear();
+    return sample_worker_ != nullptr ? sample_worker_->Run(epoch, item, out, &outcome)
+                                     : worker->Run(epoch, item, out, &outcome);
   }
 
   WorkerStats stats;
   std::unique_ptr<KindWorker> worker;
-  ItemOutcome outcome;  // reused by every item
+  ItemOutcome outcome;  // of the last Run
+
+ private:
+  void Make(const WorkerKind& kind) {
+    worker = kind.NewWorker(place_, cap_);
+    sample_worker_ = dynamic_cast<SampleWorker*>(worker.get());
+  }
+
+  SampleWorker* sample_worker_ = nullptr;  // `worker`, when it is the engine's own
 
  private:
   WorkerPlace place_;
@@ -391,13 +409,10 @@ class Loader::Impl {
   // from the kind's worker, becomes its outcome.
   void Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
     const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
-    ItemOutcome& outcome = ctx.outcome;
-    outcome.label = 0;
-    outcome.samples = 1;
-    outcome.failures.clear();
+    const ItemOutcome& outcome = ctx.outcome;
     Status st;
     try {
-      st = ctx.worker->Run(plan.epoch(), index, slot->sample(p), &outcome);
+      st = ctx.Run(plan.epoch(), index, slot->sample(p));
     } catch (const std::bad_alloc&) {
       st = Unavailable("out of memory");
     } catch (const std::exception& e) {
@@ -405,7 +420,7 @@ class Loader::Impl {
     }
     if (st.ok()) {
       slot->Put(p, index, outcome.label, outcome.samples);
-      if (!outcome.failures.empty()) slot->Note(p, std::move(outcome.failures));
+      if (!outcome.failures.empty()) slot->Note(p, std::move(ctx.outcome.failures));
       return;
     }
     std::string key = kind_->Key(index);

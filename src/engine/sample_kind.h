@@ -2,18 +2,46 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
+#include "stoker/rng.h"
 #include "stoker/source.h"
 #include "stoker/transform.h"
 #include "stoker/worker_kind.h"
 
 namespace stoker {
 
+/// A SampleKind's worker: a read buffer and a transform scratch, both within
+/// its per-sample cap. Final, with Run inline, so that the engine's hot loop
+/// calls it directly for its own sources (no call through KindWorker).
+class SampleWorker final : public KindWorker {
+ public:
+  SampleWorker(const Source& source, const Transform& transform, uint64_t seed,
+               const SampleCap& cap);
+
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
+    SampleRng rng(seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(item));
+    Record record;
+    STOKER_RETURN_IF_ERROR(source_.Read(item, read_, &record));
+    record.epoch = epoch;
+    outcome->label = record.label;  // read only when Apply succeeds
+    return transform_.Apply(record, rng, out, scratch_.get());
+  }
+
+  WorkerCost cost() const override;
+
+ private:
+  const Source& source_;
+  const Transform& transform_;
+  const uint64_t seed_;
+  ReadBuffer read_;
+  std::unique_ptr<TransformScratch> scratch_;
+};
+
 /// The engine's own worker kind: each item is sample `index` of a Source,
 /// read and put through a Transform on the engine's thread, with randomness
-/// from (seed, epoch, index). Every worker keeps a read buffer and a
-/// transform scratch, both within its per-sample cap.
+/// from (seed, epoch, index).
 class SampleKind : public WorkerKind {
  public:
   SampleKind(std::shared_ptr<const Source> source, std::shared_ptr<const Transform> transform,

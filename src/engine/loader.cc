@@ -47,8 +47,8 @@ struct WorkerContext {
   }
 
   // Makes item `item` of `epoch` into `out`: the engine's own samples are
-  // called directly (the hot loop of trivial samples notices a call through
-  // the interface), others through it.
+  // called directly (final, inline: no indirect call per sample), other
+  // kinds' items through the interface.
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out) {
     outcome.label = 0;
     outcome.samples = 1;

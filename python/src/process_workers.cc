@@ -99,15 +99,16 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
-    if (m.tag == Tag::kTaskFail) return DataError(m.text);
+    // A failure's text: what failed, a NUL, the worker's traceback.
+    const size_t nul = std::min(m.text.find('\0'), m.text.size());
+    const std::string reason = m.text.substr(0, nul);
+    const std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
+    if (m.tag == Tag::kTaskFail) return BatchFailureStatus(reason, trace);
     if (m.tag == Tag::kSampleFail) {
-      // Its text: the exception, a NUL, the worker's traceback.
       using F = protocol::SampleFailWord;
-      const size_t nul = std::min(m.text.find('\0'), m.text.size());
-      const std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
-      outcome->failures.push_back({m.words[F::kIndex], "",
-                                   SampleFailureStatus(m.text.substr(0, nul), trace,
-                                                       m.words[F::kNotTheSamplesFault] != 0)});
+      outcome->failures.push_back(
+          {m.words[F::kIndex], "",
+           SampleFailureStatus(reason, trace, m.words[F::kNotTheSamplesFault] != 0)});
       continue;
     }
     if (m.tag != Tag::kDone) {
@@ -214,6 +215,10 @@ Status SampleFailureStatus(const std::string& reason, const std::string& trace,
   if (not_the_samples_fault) text += " (not the sample's fault: never skipped)";
   if (!trace.empty()) text += "\n\nIn the worker:\n" + trace;
   return not_the_samples_fault ? Unavailable(std::move(text)) : DataError(std::move(text));
+}
+
+Status BatchFailureStatus(const std::string& reason, const std::string& trace) {
+  return DataError(trace.empty() ? reason : reason + "\n\nIn the worker:\n" + trace);
 }
 
 // The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams

@@ -239,6 +239,9 @@ class ProcessKind : public WorkerKind {
 /// not the sample's fault, else kDataError.
 Status SampleFailureStatus(const std::string& reason, const std::string& trace,
                            bool not_the_samples_fault);
+/// A batch that failed outside its samples (collate_fn raised, the batch
+/// could not be written): `reason`, the worker's traceback after it; kDataError.
+Status BatchFailureStatus(const std::string& reason, const std::string& trace);
 
 /// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), the same
 /// for every worker kind and for num_workers=0.

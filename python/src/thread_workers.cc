@@ -50,8 +50,7 @@ Status ReadOutcome(const py::tuple& made, ItemOutcome* outcome) {
   }
   if (const py::object collate = parts[2]; !collate.is_none()) {
     const auto error = collate.cast<py::tuple>();
-    return DataError("collate_fn raised " + error[0].cast<std::string>() + "\n\nIn the worker:\n" +
-                     error[1].cast<std::string>());
+    return BatchFailureStatus(error[0].cast<std::string>(), error[1].cast<std::string>());
   }
   return Status::Ok();
 }

@@ -319,15 +319,15 @@ def _worker_main(sock, job, worker_id, num_workers):
         try:
             seg.ensure(seg_size)
             meta_off, meta_len, kept, failures, collate_error = _run_task(job, seg, epoch, batch)
-        except BaseException:  # noqa: BLE001 -- the loader names the batch
-            sock.send(_message(P.TASKFAIL, traceback.format_exc()))
+        except BaseException as e:  # noqa: BLE001 -- the loader names the batch
+            sock.send(_message(P.TASKFAIL, f"the batch failed outside its samples: "
+                                            f"{type(e).__name__}: {e}\0{traceback.format_exc()}"))
             continue
         for index, reason, trace, fatal in failures:
             sock.send(_message(P.SAMPFAIL, f"{reason}\0{trace}", index=index,
                                not_the_samples_fault=int(fatal)))
         if collate_error is not None:
-            sock.send(_message(P.TASKFAIL, f"collate_fn raised {collate_error[0]}\n\n"
-                                            f"In the worker:\n{collate_error[1]}"))
+            sock.send(_message(P.TASKFAIL, f"{collate_error[0]}\0{collate_error[1]}"))
             continue
         cpu = time.process_time_ns()
         sock.send(_message(P.DONE, samples=len(kept), segment_size=seg.size, meta_offset=meta_off,
@@ -398,7 +398,7 @@ def _load(job, indices, seed, at=None, samples=None):
 
 
 def _collate_or_error(job, samples, writer=None):
-    """(payload, None), or (None, (message, traceback)) when collating raised."""
+    """(payload, None), or (None, (what failed, traceback)) when collating raised."""
     if not samples:
         return None, None
     try:
@@ -406,7 +406,8 @@ def _collate_or_error(job, samples, writer=None):
             return samples.collate(lambda plain: _collate(job, plain, writer)), None
         return _collate(job, samples, writer), None
     except Exception as e:  # noqa: BLE001 -- the loader names the batch
-        return None, (f"{type(e).__name__}: {e}", "".join(traceback.format_exception(e)))
+        return None, (f"collate_fn raised {type(e).__name__}: {e}",
+                      "".join(traceback.format_exception(e)))
 
 
 def run_batch(job, epoch, batch, indices, seed):

@@ -87,6 +87,11 @@ class WorkerKind {
   /// worker's own thread. Errors are reported by the items that need it.
   virtual std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const = 0;
 
+  /// The engine's worker count is now `workers` (0: the consumer's thread
+  /// does the work), as its target: some may still be starting. Any thread;
+  /// must not block.
+  virtual void Resized(int workers) const { (void)workers; }
+
   /// Whether Recycle does anything: the engine then hands it every output
   /// and zeroes the output after (a cost per batch, so only when needed).
   virtual bool recycles() const { return false; }

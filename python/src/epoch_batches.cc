@@ -2,9 +2,23 @@
 
 #include <algorithm>
 
+#include "stoker/rng.h"
+
 namespace stoker::python {
 
-Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets) {
+// On streams apart from every sample's: a non-negative int64, so that every
+// generator (Python's, numpy's, torch's) takes it. A batch always runs whole,
+// in order, in one process, so one seed per batch gives the same data
+// whichever worker runs it -- at a per-sample cost a trivial sample would
+// notice (tens of us).
+int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
+  constexpr uint64_t kBatchStreams = uint64_t{1} << 62;
+  SampleRng rng(seed, static_cast<uint64_t>(epoch), kBatchStreams + static_cast<uint64_t>(batch));
+  return static_cast<int64_t>(rng.NextU64() >> 1);
+}
+
+Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets,
+                         int64_t seed) {
   if (static_cast<int64_t>(offsets.size()) != batches_per_epoch_ + 1) {
     return InvalidArgument("epoch " + std::to_string(epoch) + " has " +
                            std::to_string(static_cast<int64_t>(offsets.size()) - 1) +
@@ -13,7 +27,8 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   }
   {
     MutexLock lock(mu_);
-    epochs_[epoch] = {std::move(flat), std::move(offsets), ++clock_};
+    epochs_[epoch] = {std::move(flat), std::move(offsets), seed, ++clock_};
+    latest_seed_ = seed;
     while (epochs_.size() > 3) {  // the current epoch, the next, one spare
       epochs_.erase(std::min_element(epochs_.begin(), epochs_.end(), [](auto& a, auto& b) {
         return a.second.used < b.second.used;
@@ -24,13 +39,21 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   return Status::Ok();
 }
 
-Result<std::vector<int64_t>> EpochBatches::Indices(int64_t epoch, int64_t batch) {
+Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
   MutexLock lock(mu_);
-  while (!shutdown_ && epochs_.count(epoch) == 0) cv_.Wait(mu_);
+  const uint64_t generation = generation_;
+  while (!shutdown_ && generation_ == generation && epochs_.count(epoch) == 0) cv_.Wait(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
-  const auto& [flat, offsets, used] = epochs_[epoch];
+  if (epochs_.count(epoch) == 0) return Cancelled("epoch abandoned by a resume");
+  const auto& [flat, offsets, seed, used] = epochs_[epoch];
   const auto b = static_cast<size_t>(batch);
-  return std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]);
+  return Batch{std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]),
+               BatchSeed(static_cast<uint64_t>(seed), epoch, batch)};
+}
+
+int64_t EpochBatches::latest_seed() const {
+  MutexLock lock(mu_);
+  return latest_seed_;
 }
 
 bool EpochBatches::Has(int64_t epoch) {
@@ -39,6 +62,15 @@ bool EpochBatches::Has(int64_t epoch) {
   if (it == epochs_.end()) return false;
   it->second.used = ++clock_;
   return true;
+}
+
+void EpochBatches::Restart() {
+  {
+    MutexLock lock(mu_);
+    ++generation_;
+    epochs_.clear();
+  }
+  cv_.NotifyAll();
 }
 
 void EpochBatches::Shutdown() {

@@ -16,31 +16,53 @@
 
 namespace stoker::python {
 
+/// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle) under the
+/// epoch's seed, the same whichever worker runs it: a non-negative int64.
+int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch);
+
 /// Thread-safe. Keeps the epochs set or asked for (Has) most recently.
 class EpochBatches {
  public:
-  explicit EpochBatches(int64_t batches_per_epoch) : batches_per_epoch_(batches_per_epoch) {}
+  /// `first_seed`: what workers forked before any epoch is set are told
+  /// (torch's get_worker_info().seed, less the worker id).
+  EpochBatches(int64_t batches_per_epoch, int64_t first_seed)
+      : batches_per_epoch_(batches_per_epoch), latest_seed_(first_seed) {}
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
-  /// than batches); wakes workers waiting for them. kInvalidArgument when
-  /// the count differs from batches_per_epoch().
-  Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets) EXCLUDES(mu_);
-  /// The indices of batch `batch` of `epoch`; waits until the epoch's batches
-  /// are set. kCancelled after Shutdown.
-  Result<std::vector<int64_t>> Indices(int64_t epoch, int64_t batch) EXCLUDES(mu_);
+  /// than batches) and its seed (torch's base seed: drawn at iter()); wakes
+  /// workers waiting for them. kInvalidArgument when the count differs from
+  /// batches_per_epoch().
+  Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets, int64_t seed)
+      EXCLUDES(mu_);
+  /// One batch: its dataset indices and the seed its samples run under.
+  struct Batch {
+    std::vector<int64_t> indices;
+    int64_t seed = 0;
+  };
+  /// Batch `batch` of `epoch`; waits until the epoch's batches are set.
+  /// kCancelled after Shutdown.
+  Result<Batch> Get(int64_t epoch, int64_t batch) EXCLUDES(mu_);
+  /// The seed of the epoch set last (or the first seed): new workers' base seed.
+  int64_t latest_seed() const EXCLUDES(mu_);
   /// Whether `epoch`'s batches are here; if so, they are kept as if just set.
   bool Has(int64_t epoch) EXCLUDES(mu_);
-  /// Wakes and refuses every waiting and later Indices call.
+  /// Drops every epoch's list (a resume starts over); calls waiting for one
+  /// return kCancelled (their epochs were abandoned).
+  void Restart() EXCLUDES(mu_);
+  /// Wakes and refuses every waiting and later Get call.
   void Shutdown() EXCLUDES(mu_);
 
  private:
   const int64_t batches_per_epoch_;
-  Mutex mu_;
+  mutable Mutex mu_;
   CondVar cv_;  // an epoch set, or shut down
   bool shutdown_ GUARDED_BY(mu_) = false;
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // Restart() calls so far
+  int64_t latest_seed_ GUARDED_BY(mu_);
   struct Epoch {
     std::vector<int64_t> flat, offsets;
+    int64_t seed = 0;
     uint64_t used = 0;  // when last set or asked for: the least recent goes first
   };
   std::map<int64_t, Epoch> epochs_ GUARDED_BY(mu_);

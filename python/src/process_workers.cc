@@ -73,7 +73,8 @@ Status ProcessWorker::Start() {
 }
 
 Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                              const SegmentLease& lease, Reply* reply, ItemOutcome* outcome) {
+                              int64_t seed, const SegmentLease& lease, Reply* reply,
+                              ItemOutcome* outcome) {
   STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
   const size_t data_off = RoundUp((protocol::kSegmentHeaderWords + n) * sizeof(int64_t), kPage);
@@ -84,7 +85,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   words[H::kPosition] = -1;
   words[H::kSamples] = static_cast<int64_t>(n);
   words[H::kDataOffset] = static_cast<int64_t>(data_off);
-  words[H::kSeed] = BatchSeed(workers_->seed(), epoch, batch);
+  words[H::kSeed] = seed;
   std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
   const int id = lease.segment_id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
@@ -95,6 +96,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kBatch] = batch;
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
+  task[T::kNumWorkers] = workers_->running();
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
@@ -134,13 +136,14 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
 }
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                                   const SegmentLease& lease, Reply* reply, ItemOutcome* outcome) {
+                                   int64_t seed, const SegmentLease& lease, Reply* reply,
+                                   ItemOutcome* outcome) {
   int deaths_outside = 0;
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     if (indices.empty()) return Status::Ok();  // every sample went down with a worker
     const size_t reported = outcome->failures.size();
-    Status st = Attempt(epoch, batch, indices, lease, reply, outcome);
+    Status st = Attempt(epoch, batch, indices, seed, lease, reply, outcome);
     if (st.ok()) return st;
     if (st.code() != StatusCode::kCancelled || !proc_) return st;
     // The process died mid-task: blame the sample it was on and run the rest
@@ -173,13 +176,23 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   // The process starts while the batch list may still be on its way (a loader
   // claims its first tasks when made, the list comes with iter()).
   if (workers_->shut_down()) return Cancelled("the loader was closed");
+  // Without persistent workers, a process ends with its epoch: one waiting
+  // for the next epoch's list (made at the next iter()) lets its memory go.
+  if (!workers_->persistent() && last_epoch_ >= 0 && last_epoch_ != epoch &&
+      !workers_->batches().Has(epoch)) {
+    Stop();
+  } else {
+    STOKER_RETURN_IF_ERROR(Start());
+  }
+  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, workers_->batches().Get(epoch, item));
   STOKER_RETURN_IF_ERROR(Start());
-  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, workers_->batches().Indices(epoch, item));
+  last_epoch_ = epoch;
+  std::vector<int64_t> indices = std::move(got.indices);
   const size_t header =
       RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   Reply reply;
-  Status st = RunInSegment(epoch, item, std::move(indices), lease, &reply, outcome);
+  Status st = RunInSegment(epoch, item, std::move(indices), got.seed, lease, &reply, outcome);
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
     return st;
@@ -206,6 +219,7 @@ void ProcessWorker::Stop() {
   (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
   workers_->Reap(*proc_);
   proc_.reset();
+  last_epoch_ = -1;
   private_.store(0, std::memory_order_relaxed);
 }
 
@@ -219,17 +233,6 @@ Status SampleFailureStatus(const std::string& reason, const std::string& trace,
 
 Status BatchFailureStatus(const std::string& reason, const std::string& trace) {
   return DataError(trace.empty() ? reason : reason + "\n\nIn the worker:\n" + trace);
-}
-
-// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), on streams
-// apart from every sample's: a non-negative int64, so that every generator
-// (Python's, numpy's, torch's) takes it. A batch always runs whole, in order,
-// in one process, so one seed per batch gives the same data whichever worker
-// runs it -- at a per-sample cost a trivial sample would notice (tens of us).
-int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
-  constexpr uint64_t kBatchStreams = uint64_t{1} << 62;
-  SampleRng rng(seed, static_cast<uint64_t>(epoch), kBatchStreams + static_cast<uint64_t>(batch));
-  return static_cast<int64_t>(rng.NextU64() >> 1);
 }
 
 Mapping::~Mapping() {
@@ -267,10 +270,10 @@ void CloseRegisteredFds(int keep) {
 
 // ProcessWorkers
 
-ProcessWorkers::ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed,
-                               std::shared_ptr<EpochBatches> batches)
-    : seed_(seed),
-      batches_(std::move(batches)),
+ProcessWorkers::ProcessWorkers(int zygote_fd, int zygote_pid, std::shared_ptr<EpochBatches> batches,
+                               bool persistent)
+    : batches_(std::move(batches)),
+      persistent_(persistent),
       zygote_pid_(zygote_pid),
       owner_pid_(getpid()),
       zygote_(zygote_fd) {
@@ -310,7 +313,8 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     MutexLock lock(zygote_mu_);
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
-    fork[protocol::ForkWord::kNumWorkers] = workers;
+    fork[protocol::ForkWord::kNumWorkers] = running() > 0 ? running() : workers;
+    fork[protocol::ForkWord::kSeed] = batches_->latest_seed();
     Status st = SendMessage(zygote_.get(), Tag::kFork, fork);
     Result<Message> r = st.ok() ? ReceiveMessage(zygote_.get()) : Result<Message>(st);
     if (!r.ok()) {
@@ -556,6 +560,8 @@ std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace place, const Samp
   if (place == WorkerPlace::kWorkerThread && !workers_->shut_down()) (void)worker->Start();
   return worker;
 }
+
+void ProcessKind::Resized(int workers) const { workers_->set_running(workers); }
 
 void ProcessKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kDescriptorWords];

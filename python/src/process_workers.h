@@ -80,12 +80,14 @@ struct WorkerProcess {
 class ProcessWorkers {
  public:
   /// Takes ownership of `zygote_fd` (the parent's end of the zygote's socket).
-  ProcessWorkers(int zygote_fd, int zygote_pid, uint64_t seed,
-                 std::shared_ptr<EpochBatches> batches);
+  /// `persistent`: a worker process lives across epochs (torch's
+  /// persistent_workers); else each ends at its epoch's end.
+  ProcessWorkers(int zygote_fd, int zygote_pid, std::shared_ptr<EpochBatches> batches,
+                 bool persistent);
   ~ProcessWorkers();
 
-  uint64_t seed() const { return seed_; }
   EpochBatches& batches() { return *batches_; }
+  bool persistent() const { return persistent_; }
 
   /// Forks a worker through the zygote and waits for its greeting (after
   /// worker_init_fn). Errors name the cause (the zygote died, init raised).
@@ -127,6 +129,9 @@ class ProcessWorkers {
   /// what is left and exits.
   void Close() EXCLUDES(mu_, zygote_mu_);
   bool shut_down() const EXCLUDES(mu_);
+  /// The engine's worker count, as get_worker_info().num_workers tells it.
+  int64_t running() const { return running_.load(std::memory_order_relaxed); }
+  void set_running(int workers) { running_.store(workers, std::memory_order_relaxed); }
   /// Pids of the worker processes alive now.
   std::vector<int> pids() const EXCLUDES(mu_);
   /// Bytes of segments now: all, and those in use.
@@ -157,8 +162,8 @@ class ProcessWorkers {
   // files, and its pids are the parent's workers. It then touches nothing.
   bool ForeignProcess() const;
 
-  const uint64_t seed_;
   const std::shared_ptr<EpochBatches> batches_;
+  const bool persistent_;
   const int zygote_pid_;
   const int owner_pid_;
 
@@ -166,6 +171,7 @@ class ProcessWorkers {
   UniqueFd zygote_ GUARDED_BY(zygote_mu_);
 
   std::atomic<int64_t> pinned_{0};
+  std::atomic<int64_t> running_{0};
 
   mutable Mutex mu_;
   std::shared_ptr<const CudaRuntime> cuda_ GUARDED_BY(mu_);  // set once by Pin()
@@ -199,14 +205,15 @@ class ProcessWorker : public KindWorker {
     int64_t samples = 0, size = 0, meta_off = 0, meta_len = 0;
   };
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
-  Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
+  Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices, int64_t seed,
                  const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
   // Attempts until the batch is made, blaming the sample a dead process was on.
-  Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
+  Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices, int64_t seed,
                       const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;
+  int64_t last_epoch_ = -1;  // of the last batch its process ran; -1: none yet
   std::atomic<size_t> private_{0};
   std::atomic<size_t> baseline_{0};  // its unique memory after its first batch
   std::atomic<int64_t> cpu_ns_{0};
@@ -226,6 +233,8 @@ class ProcessKind : public WorkerKind {
   /// Empty: the engine names the batch itself.
   std::string Key(int64_t) const override { return ""; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
+  /// Workers learn the count with their next task (get_worker_info()).
+  void Resized(int workers) const override;
   bool recycles() const override { return true; }
   /// Gives the descriptor's segment back to the pool.
   void Recycle(std::span<std::byte> out) const override;
@@ -242,10 +251,6 @@ Status SampleFailureStatus(const std::string& reason, const std::string& trace,
 /// A batch that failed outside its samples (collate_fn raised, the batch
 /// could not be written): `reason`, the worker's traceback after it; kDataError.
 Status BatchFailureStatus(const std::string& reason, const std::string& trace);
-
-/// The seed of batch `batch` of `epoch` (-1: the epoch's shuffle), the same
-/// for every worker kind and for num_workers=0.
-int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch);
 
 /// Descriptors stoker holds (segments, sockets), for a forked child to close:
 /// a zygote must not keep another loader's segments or sockets open.

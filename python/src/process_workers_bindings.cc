@@ -50,20 +50,21 @@ void BindProcessWorkers(py::module_& m) {
         "In a forked child: closes the segments and sockets of every stoker loader.");
 
   py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
-      .def(py::init<int64_t>(), py::arg("batches_per_epoch"))
+      .def(py::init<int64_t, int64_t>(), py::arg("batches_per_epoch"), py::arg("first_seed"))
       .def(
           "set",
           [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
-             std::vector<int64_t> offsets) {
-            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets)));
+             std::vector<int64_t> offsets, int64_t seed) {
+            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets), seed));
           },
-          py::arg("epoch"), py::arg("flat"), py::arg("offsets"))
+          py::arg("epoch"), py::arg("flat"), py::arg("offsets"), py::arg("seed"))
       .def("has", &EpochBatches::Has, py::arg("epoch"))
+      .def("restart", &EpochBatches::Restart)
       .def("shutdown", &EpochBatches::Shutdown);
 
   py::class_<ProcessWorkers, std::shared_ptr<ProcessWorkers>>(m, "ProcessWorkers")
-      .def(py::init<int, int, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("zygote_fd"),
-           py::arg("zygote_pid"), py::arg("seed"), py::arg("batches"))
+      .def(py::init<int, int, std::shared_ptr<EpochBatches>, bool>(), py::arg("zygote_fd"),
+           py::arg("zygote_pid"), py::arg("batches"), py::arg("persistent"))
       .def("as_kind",
            [](const std::shared_ptr<ProcessWorkers>& w) {
              return KindHandle{std::make_shared<ProcessKind>(w)};

@@ -35,7 +35,7 @@ using protocol::Tag;
 using Descriptor = std::array<int64_t, kDescriptorWords>;
 using D = protocol::ProcessDescriptor;
 
-constexpr uint64_t kSeed = 7;
+constexpr int64_t kSeed = 7;
 // Samples that make the fake worker misbehave while its position names them.
 constexpr int64_t kDies = 1'000'001;   // it kills itself with SIGTERM
 constexpr int64_t kHangs = 1'000'002;  // it says so on the notify pipe, then waits forever
@@ -156,8 +156,8 @@ class ProcessWorkersTest : public ::testing::Test {
     }
     close(ctl[1]);
     close(notify_[1]);
-    batches_ = std::make_shared<EpochBatches>(kBatches);
-    workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, kSeed, batches_);
+    batches_ = std::make_shared<EpochBatches>(kBatches, kSeed);
+    workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, batches_, true);
     kind_ = std::make_unique<ProcessKind>(workers_);
   }
   ~ProcessWorkersTest() override {
@@ -176,7 +176,7 @@ class ProcessWorkersTest : public ::testing::Test {
       offsets.push_back(static_cast<int64_t>(flat.size()));
     }
     if (odd >= 0) flat[kSamples / 2] = odd;
-    ASSERT_TRUE(batches_->Set(epoch, std::move(flat), std::move(offsets)).ok());
+    ASSERT_TRUE(batches_->Set(epoch, std::move(flat), std::move(offsets), kSeed).ok());
   }
 
   // A worker as the engine makes it for one of its threads (the process

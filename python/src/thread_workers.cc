@@ -14,9 +14,8 @@ namespace stoker::python {
 
 namespace py = pybind11;
 
-ThreadWorkers::ThreadWorkers(py::object run_batch, uint64_t seed,
-                             std::shared_ptr<EpochBatches> batches)
-    : run_batch_(std::move(run_batch)), seed_(seed), batches_(std::move(batches)) {}
+ThreadWorkers::ThreadWorkers(py::object run_batch, std::shared_ptr<EpochBatches> batches)
+    : run_batch_(std::move(run_batch)), batches_(std::move(batches)) {}
 
 ThreadWorkers::~ThreadWorkers() {
   if (!Py_IsInitialized()) {  // the interpreter is gone: nothing left to drop
@@ -59,12 +58,11 @@ Status ReadOutcome(const py::tuple& made, ItemOutcome* outcome) {
 
 Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
                           ItemOutcome* outcome) {
-  STOKER_ASSIGN_OR_RETURN(std::vector<int64_t> indices, batches_->Indices(epoch, batch));
-  const int64_t seed = BatchSeed(seed_, epoch, batch);
+  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, batches_->Get(epoch, batch));
   py::gil_scoped_acquire gil;
   py::object made;
   try {
-    made = run_batch_(epoch, batch, py::cast(indices), seed);
+    made = run_batch_(epoch, batch, py::cast(got.indices), got.seed);
     STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), outcome));
   } catch (py::error_already_set& e) {
     return Internal(std::string("the batch failed in a worker thread: ") + e.what());
@@ -146,8 +144,8 @@ void ThreadKind::Recycle(std::span<std::byte> out) const {
 
 void BindThreadWorkers(py::module_& m) {
   py::class_<ThreadWorkers, std::shared_ptr<ThreadWorkers>>(m, "ThreadWorkers")
-      .def(py::init<py::object, uint64_t, std::shared_ptr<EpochBatches>>(), py::arg("run_batch"),
-           py::arg("seed"), py::arg("batches"))
+      .def(py::init<py::object, std::shared_ptr<EpochBatches>>(), py::arg("run_batch"),
+           py::arg("batches"))
       .def("as_kind",
            [](const std::shared_ptr<ThreadWorkers>& w) {
              return KindHandle{std::make_shared<ThreadKind>(w)};

@@ -27,7 +27,7 @@ inline constexpr int kThreadDescriptorWords = protocol::ThreadDescriptor::kCount
 class ThreadWorkers {
  public:
   /// `run_batch(epoch, batch, indices, seed)` returns what the consumer takes.
-  ThreadWorkers(pybind11::object run_batch, uint64_t seed, std::shared_ptr<EpochBatches> batches);
+  ThreadWorkers(pybind11::object run_batch, std::shared_ptr<EpochBatches> batches);
   /// Drops the batches never taken (with the GIL).
   ~ThreadWorkers();
 
@@ -46,7 +46,6 @@ class ThreadWorkers {
 
  private:
   pybind11::object run_batch_;
-  const uint64_t seed_;
   const std::shared_ptr<EpochBatches> batches_;
   Mutex mu_;
   uint64_t next_ticket_ GUARDED_BY(mu_) = 1;

@@ -46,6 +46,11 @@ std::unique_ptr<KindWorker> EitherKind::NewWorker(WorkerPlace place, const Sampl
   return std::make_unique<EitherWorker>(*kinds_, thread_, process_.NewWorker(forks, cap));
 }
 
+void EitherKind::Resized(int workers) const {
+  process_.Resized(workers);
+  thread_.Resized(workers);
+}
+
 void EitherKind::Recycle(std::span<std::byte> out) const {
   process_.Recycle(out);  // each acts only on its own kind's magic
   thread_.Recycle(out);

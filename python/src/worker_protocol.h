@@ -23,10 +23,12 @@ inline constexpr size_t kTagBytes = 8;
 // are tables, one field a line.
 // clang-format off
 
-// parent -> zygote: fork a worker with this torch worker id, of this many.
+// parent -> zygote: fork a worker with this torch worker id, of this many,
+// under this base seed (get_worker_info().seed is it plus the id).
 #define STOKER_FORK_WORDS(X) \
   X(WorkerId, worker_id)     \
-  X(NumWorkers, num_workers)
+  X(NumWorkers, num_workers) \
+  X(Seed, seed)
 // zygote -> parent: the worker's pid; its socket rides along.
 #define STOKER_FORKED_WORDS(X) \
   X(Pid, pid)
@@ -38,12 +40,13 @@ inline constexpr size_t kTagBytes = 8;
   X(Signalled, signalled)      \
   X(Value, value)
 // parent -> worker: run a batch; the segment's fd rides along the first
-// time this worker sees the segment.
-#define STOKER_TASK_WORDS(X) \
-  X(Epoch, epoch)            \
-  X(Batch, batch)            \
-  X(Segment, segment)        \
-  X(SegmentSize, segment_size)
+// time this worker sees the segment. num_workers: how many run now.
+#define STOKER_TASK_WORDS(X)   \
+  X(Epoch, epoch)              \
+  X(Batch, batch)              \
+  X(Segment, segment)          \
+  X(SegmentSize, segment_size) \
+  X(NumWorkers, num_workers)
 // worker -> parent, before DONE, for each sample whose __getitem__ raised:
 // its index, whether it is not the sample's fault (memory, a store gone),
 // and text: the exception and the worker's traceback.

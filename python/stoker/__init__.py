@@ -24,7 +24,6 @@ except ImportError as e:  # pragma: no cover -- a set-up problem, said plainly
 
 from . import transforms
 from ._bench import bench
-from ._dataloader import DataLoader
 from ._dataset import default_dataset, default_dataset_path, make_dataset
 from ._loader import Loader, rank_facts, shard_from_env
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
@@ -51,6 +50,14 @@ __all__ = [
     "shard_from_env",
     "transforms",
 ]
+
+
+def __getattr__(name):
+    # stoker.DataLoader subclasses torch's: torch is imported when it is first asked for.
+    if name == "DataLoader":
+        from ._dataloader import DataLoader
+        return DataLoader
+    raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 
 def probe(data_path=None, gpus=False):

@@ -2,18 +2,23 @@
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
 import atexit
+import base64
 import collections
 import dataclasses
 import functools
+import hashlib
 import json
+import multiprocessing
 import os
 import time
 import weakref
 
+import torch.utils.data
+
 from . import _args, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
-_FORMAT = "stoker.DataLoader/1"
+_FORMAT = "stoker.DataLoader/2"
 _PROTOCOL = _stoker.protocol
 _PROCESS, _THREAD = _PROTOCOL.PROCESS_DESCRIPTOR, _PROTOCOL.THREAD_DESCRIPTOR
 
@@ -23,7 +28,7 @@ def _torch():
     return torch
 
 
-class DataLoader:
+class DataLoader(torch.utils.data.DataLoader):
     """Batches from ``dataset`` as torch's DataLoader makes them (same arguments,
     same samplers, same ``default_collate`` or your ``collate_fn``), from worker
     processes that stoker starts, resizes and stops while you iterate.
@@ -33,14 +38,17 @@ class DataLoader:
     the fewest workers. An int fixes the count; 0 loads in the calling thread,
     each batch when ``next()`` asks for it.
 
-    Differences from torch: workers are forked once from a zygote made here
-    (the dataset is inherited, never pickled, so lambdas work), and kept
-    (``persistent_workers`` is always true); the randomness of each batch's
-    samples (``random``, numpy, torch) is seeded from (seed, epoch, batch), so
-    batches are the same for any worker count and across resizes; the seed is drawn
-    from ``generator`` (or torch's global generator) when the loader is made.
-    Without a sampler, ``shuffle=True`` orders each epoch by (seed, epoch), so
-    ``state_dict`` resumes in a new process. A sample whose ``__getitem__``
+    The order is torch's: ``sampler`` and ``batch_sampler`` are torch's own
+    objects (or yours), read at ``iter()`` after the same draw of the epoch's
+    base seed from ``generator`` (or torch's global generator), so the same
+    seed gives the same batches as torch's DataLoader. Differences: workers
+    are forked from a zygote made here (with ``multiprocessing_context``
+    "fork", the default, the dataset is inherited, never pickled, so lambdas
+    work); the randomness of each batch's samples (``random``, numpy, torch)
+    is seeded from (base seed, epoch, batch), so batches are the same for any
+    worker count and across resizes. ``state_dict`` keeps the generator's
+    state at the epoch's start, so ``load_state_dict`` resumes in a new
+    process with no seed of yours. A sample whose ``__getitem__``
     raises (or whose worker dies) is reported by a ``stoker.DataError`` naming
     it, and the batch's other samples come with the next ``next()``;
     ``on_error="skip"`` leaves it out and records it in ``skipped()``, except
@@ -60,8 +68,9 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
                  num_workers="auto", collate_fn=None, pin_memory=False, drop_last=False,
-                 timeout=0, worker_init_fn=None, prefetch_factor=None, persistent_workers=True,
-                 generator=None, in_order=True, *, worker_kind="processes", on_error="raise",
+                 timeout=0, worker_init_fn=None, multiprocessing_context=None, generator=None,
+                 *, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+                 in_order=True, worker_kind="processes", on_error="raise",
                  max_workers=0, device=None, device_prefetch_bytes=None,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
         self._run = None  # until every option is checked
@@ -69,27 +78,39 @@ class DataLoader:
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
             batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
             pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
-            worker_init_fn=worker_init_fn, prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers, generator=generator, in_order=in_order,
+            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+            prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device, generator=generator, in_order=in_order,
             worker_kind=worker_kind, on_error=on_error, max_workers=max_workers, device=device,
             device_prefetch_bytes=device_prefetch_bytes, memory_budget_bytes=memory_budget_bytes,
             tune_interval=tune_interval, trace_path=trace_path)
-        # The effects, in order: the seed, the zygote, the threads, the engine.
+        # The effects, in order: the zygote, the threads, the engine. Nothing
+        # draws from torch's generators before iter() (torch's does not).
         self.dataset = dataset
         for name in _PUBLIC_OPTIONS:
             setattr(self, name, getattr(options, name))
+        self._DataLoader__multiprocessing_context = options.multiprocessing_context
+        self._dataset_kind = torch.utils.data.dataloader._DatasetKind.Map
+        self._IterableDataset_len_called = None
         self._options = options
-        torch = _torch()
-        self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
         self._len = options.batches_per_epoch
-        self._next_epoch = 0
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
-        self._plan = _Plan(dataset, options, self._seed)
+        self._plan = _Plan(options)
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
-                            options.worker_init_fn, self._seed, options.unbatched)
+                            options.worker_init_fn, options.unbatched)
         self._run = _Run.start(options, self._plan, job)
         _open_loaders.add(self)
+        self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
+
+    @property
+    def multiprocessing_context(self):
+        return self._DataLoader__multiprocessing_context
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, value):
+        raise ValueError("multiprocessing_context cannot be changed after a stoker.DataLoader "
+                         "is made: its zygote is started then")
 
     # -- iteration ----------------------------------------------------------
 
@@ -97,47 +118,57 @@ class DataLoader:
         return self._len
 
     def __iter__(self):
+        """A new epoch, as torch's iter() starts one (its base seed drawn, then
+        the sampler read); after load_state_dict, the rest of that epoch."""
         run = self._run
         run.check_usable()
-        prev, epoch = self._iterator, self._next_epoch
-        if not self._resume and (run.engine.epoch != epoch or
-                                 (prev is not None and not prev.finished)):
-            run.engine.set_epoch(epoch)  # abandons what is left of the last one
-        self._plan.give(epoch)
+        prev = self._iterator
+        if self._resume:
+            epoch = run.engine.epoch
+            self._plan.resume(epoch)
+        else:
+            # Each iter() is an engine epoch of its own: the number the workers
+            # may already be running ahead into, never one used before.
+            epoch = self._plan.next_epoch()
+            self._plan.start(epoch)
+            if run.engine.epoch != epoch:
+                run.engine.set_epoch(epoch)  # abandons what is left of the last one
         it = _Iterator(run, epoch, self)
         if prev is not None:
             prev.end("a newer iter()")
         self._resume = False
-        self._next_epoch = epoch + 1
         self._iterator = it
         return it
 
     def set_epoch(self, epoch):
-        """Makes ``epoch`` the one the next ``iter()`` runs (as a sampler's
-        set_epoch does for torch); an epoch in progress is abandoned then."""
+        """Passes ``epoch`` to the sampler's and batch sampler's ``set_epoch``
+        where they have one (a DistributedSampler's order depends on it); an
+        epoch in progress is abandoned, and the next ``iter()`` starts anew."""
         self._run.check_usable()
         epoch = _args.integer("epoch", epoch, 0, 2**62)
-        self._next_epoch = epoch
+        for s in (self.sampler, self.batch_sampler):
+            if hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
         self._resume = False
-        self._run.engine.set_epoch(epoch)
         if self._iterator is not None:
             self._iterator.end("set_epoch()")
 
     # -- checkpoints --------------------------------------------------------
 
     def state_dict(self):
-        """Where the current epoch stands; ``load_state_dict`` in a new process
-        (with any ``num_workers``, 0 included) resumes with exactly the
-        remaining batches. With your own sampler, it must give that epoch the
-        same order again."""
+        """Where the current epoch stands, with the generator's state at its
+        start; ``load_state_dict`` in a new process (same arguments, any
+        ``num_workers``, 0 included, no seed of yours) resumes with exactly
+        the remaining batches. A sampler that gives that epoch another order
+        then (state of its own that it does not restore) is refused."""
         self._run.check_usable()
         options = self._options
-        return {"format": _FORMAT, "seed": self._seed, "dataset_len": len(self.dataset),
+        return {"format": _FORMAT, "dataset_len": len(self.dataset),
                 "batches_per_epoch": self._len, "batch_size": options.batch_size,
-                "shuffle": options.shuffle, "drop_last": options.drop_last,
-                "sampler": "default" if self._plan.own_order else type(
-                    options.batch_sampler or options.sampler).__name__,
-                "engine": self._run.engine.state()}
+                "drop_last": options.drop_last,
+                "sampler": type(options.sampler).__name__,
+                "batch_sampler": type(options.batch_sampler).__name__,
+                "epoch_start": self._plan.record, "engine": self._run.engine.state()}
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
@@ -146,8 +177,8 @@ class DataLoader:
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
         mine = self.state_dict()
-        for field in ("seed", "dataset_len", "batches_per_epoch", "batch_size", "shuffle",
-                      "drop_last", "sampler"):
+        for field in ("dataset_len", "batches_per_epoch", "batch_size", "drop_last", "sampler",
+                      "batch_sampler"):
             if state.get(field) != mine[field]:
                 raise ValueError(f"state dict's {field} {state.get(field)!r} differs from this "
                                  f"loader's {mine[field]!r}")
@@ -155,9 +186,9 @@ class DataLoader:
         if not isinstance(engine, dict):
             raise ValueError("state dict has no 'engine' entry")
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
+        record = _Plan.check_record(state.get("epoch_start"))
         self._run.engine.restore(json.dumps(engine))
-        self._plan.give(epoch)
-        self._next_epoch = epoch
+        self._plan.restore(record, epoch)
         self._resume = True
         if self._iterator is not None:
             self._iterator.end("load_state_dict()")
@@ -224,9 +255,9 @@ class DataLoader:
 
 # The options a DataLoader shows as attributes, as torch's does.
 _PUBLIC_OPTIONS = ("batch_size", "drop_last", "sampler", "batch_sampler", "collate_fn",
-                   "pin_memory", "device", "timeout", "worker_init_fn", "persistent_workers",
-                   "in_order", "generator", "on_error", "num_workers", "prefetch_factor",
-                   "worker_kind")
+                   "pin_memory", "pin_memory_device", "device", "timeout", "worker_init_fn",
+                   "persistent_workers", "in_order", "generator", "on_error", "num_workers",
+                   "prefetch_factor", "worker_kind")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,9 +268,8 @@ class _DataLoaderOptions:
 
     # The batches, as torch decides them.
     batch_size: object        # an int; None: batch_sampler's batches, or unbatched
-    shuffle: bool
-    sampler: object
-    batch_sampler: object
+    sampler: object           # torch's RandomSampler or SequentialSampler, or the user's
+    batch_sampler: object     # torch's BatchSampler over sampler, the user's, or None (unbatched)
     drop_last: bool
     unbatched: bool           # batch_size=None without a batch_sampler: sample by sample
     collate_fn: object
@@ -253,6 +283,7 @@ class _DataLoaderOptions:
     prefetch_batches: int     # the engine's bound
     worker_kind: str
     worker_init_fn: object
+    multiprocessing_context: object  # None, or how the zygote starts: "fork", "spawn", "forkserver"
     max_workers: int
     memory_budget_bytes: int
     tune_interval: float
@@ -262,10 +293,11 @@ class _DataLoaderOptions:
     in_order: bool
     on_error: str
     pin_memory: bool
+    pin_memory_device: str
     device: object            # a torch.device, or None: batches in host memory
     device_budget: object     # with a device: bytes copied ahead of the consumer
     generator: object
-    persistent_workers: object
+    persistent_workers: bool
 
     @property
     def processes(self):
@@ -281,9 +313,10 @@ class _DataLoaderOptions:
 
 def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, num_workers,
                      collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
-                     prefetch_factor, persistent_workers, generator, in_order, worker_kind,
-                     on_error, max_workers, device, device_prefetch_bytes,
-                     memory_budget_bytes, tune_interval, trace_path):
+                     multiprocessing_context, prefetch_factor, persistent_workers,
+                     pin_memory_device, generator, in_order, worker_kind, on_error, max_workers,
+                     device, device_prefetch_bytes, memory_budget_bytes, tune_interval,
+                     trace_path):
     """A DataLoader's options, every one checked (TypeError or ValueError
     naming the option and its value) before anything is made."""
     from torch.utils.data import IterableDataset
@@ -296,11 +329,12 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
         raise TypeError("dataset must have __getitem__ and __len__, got "
                         f"{type(dataset).__name__}")
     batching = _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler,
-                                 drop_last, collate_fn)
-    delivery = _resolve_delivery(pin_memory, device, device_prefetch_bytes, timeout, in_order,
-                                 generator, on_error, persistent_workers)
-    workers = _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn,
-                               max_workers, memory_budget_bytes, tune_interval, trace_path)
+                                 drop_last, collate_fn, generator)
+    delivery = _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_bytes,
+                                 timeout, in_order, generator, on_error)
+    workers = _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
+                               worker_init_fn, multiprocessing_context, max_workers,
+                               memory_budget_bytes, tune_interval, trace_path)
     if batching["batches_per_epoch"] == 0:  # for every worker count: the engine has none
         raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
                          "leaves nothing")
@@ -308,8 +342,10 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
 
 
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
-                      collate_fn):
-    """The batch options, as torch checks them, and the batches per epoch."""
+                      collate_fn, generator):
+    """The batch options as torch checks them, torch's samplers where the user
+    gave none (as torch makes them), and the batches per epoch."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate, default_convert
     if batch_sampler is not None:
         if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -324,37 +360,42 @@ def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop
         batch_size = _args.integer("batch_size", batch_size, 1, 1 << 31)
     if sampler is not None and shuffle:
         raise ValueError("sampler option is mutually exclusive with shuffle")
+    if sampler is None:
+        sampler = RandomSampler(dataset, generator=generator) if shuffle else \
+            SequentialSampler(dataset)
     unbatched = batch_sampler is None and batch_size is None
+    if batch_size is not None and batch_sampler is None:
+        batch_sampler = BatchSampler(sampler, batch_size, drop_last)
     if collate_fn is None:
         collate_fn = default_convert if unbatched else default_collate
-    if batch_sampler is not None:
-        count = len(batch_sampler)
-    else:
-        n = len(sampler) if sampler is not None else len(dataset)
-        count = n if unbatched else n // batch_size if drop_last else -(-n // batch_size)
-    return {"batch_size": batch_size, "shuffle": bool(shuffle), "sampler": sampler,
-            "batch_sampler": batch_sampler, "drop_last": bool(drop_last),
-            "unbatched": unbatched, "collate_fn": collate_fn, "default_collate": default_collate,
-            "batches_per_epoch": count}
+    count = len(sampler) if unbatched else len(batch_sampler)
+    return {"batch_size": batch_size, "sampler": sampler, "batch_sampler": batch_sampler,
+            "drop_last": bool(drop_last), "unbatched": unbatched, "collate_fn": collate_fn,
+            "default_collate": default_collate, "batches_per_epoch": count}
 
 
-def _resolve_delivery(pin_memory, device, device_prefetch_bytes, timeout, in_order, generator,
-                      on_error, persistent_workers):
+def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_bytes, timeout,
+                      in_order, generator, on_error):
     """How batches reach the consumer: pinned, on a device, in order, within a timeout."""
     torch = _torch()
     _, device = _resolve_device(device, torch)
+    if not isinstance(pin_memory_device, str) or not (
+            pin_memory_device in ("", "cuda") or pin_memory_device.startswith("cuda:")):
+        raise ValueError("pin_memory_device must be '' or a CUDA device ('cuda', 'cuda:N'), "
+                         f"got {pin_memory_device!r}: stoker pins memory for CUDA only")
     budget = _args.optional_integer("device_prefetch_bytes", device_prefetch_bytes, 1,
                                     2**63 - 1)
     if device is not None and budget is None:
         budget = torch.cuda.mem_get_info(device)[0] // 4
     return {"timeout": _args.real("timeout", timeout, at_least=0),
             "in_order": bool(in_order), "on_error": _args.on_error(on_error),
-            "pin_memory": bool(pin_memory), "device": device, "device_budget": budget,
-            "generator": generator, "persistent_workers": persistent_workers}
+            "pin_memory": bool(pin_memory), "pin_memory_device": pin_memory_device,
+            "device": device, "device_budget": budget, "generator": generator}
 
 
-def _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn, max_workers,
-                     memory_budget_bytes, tune_interval, trace_path):
+def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
+                     worker_init_fn, multiprocessing_context, max_workers, memory_budget_bytes,
+                     tune_interval, trace_path):
     """Who makes the batches: the count, the kind, the prefetch bound, the tuner's options."""
     if num_workers == "auto":
         workers = _stoker.AUTO_WORKERS
@@ -365,6 +406,8 @@ def _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn, 
             raise ValueError("prefetch_factor option could only be specified in "
                              "multiprocessing (num_workers > 0 or 'auto')")
         prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
+    if persistent_workers and workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0 (or 'auto')")
     if worker_kind not in ("processes", "threads", "auto"):
         raise ValueError("worker_kind must be 'processes', 'threads' or 'auto', got "
                          f"{worker_kind!r}")
@@ -380,6 +423,8 @@ def _resolve_workers(num_workers, prefetch_factor, worker_kind, worker_init_fn, 
         "prefetch_batches": _prefetch_batches(
             None if prefetch_factor is None or auto else prefetch_factor * workers, workers),
         "worker_kind": worker_kind, "worker_init_fn": worker_init_fn, "max_workers": max_workers,
+        "persistent_workers": bool(persistent_workers),
+        "multiprocessing_context": _start_method(multiprocessing_context),
         "memory_budget_bytes": _args.integer("memory_budget_bytes", memory_budget_bytes, 0,
                                              2**63 - 1),
         "tune_interval": _args.real("tune_interval", tune_interval, above=0),
@@ -394,67 +439,164 @@ def _initial_workers(max_workers):
     return max(1, min(int(budget), max_workers or _stoker.MAX_WORKERS))
 
 
+def _start_method(context):
+    """multiprocessing_context as torch takes it (None, a start method's name,
+    or a context), as the context object torch's attribute gives."""
+    if context is None:
+        return None
+    if isinstance(context, str):
+        methods = multiprocessing.get_all_start_methods()
+        if context not in methods:
+            raise ValueError("multiprocessing_context option should specify a valid start "
+                             f"method in {methods!r}, but got {context!r}")
+        return multiprocessing.get_context(context)
+    if not isinstance(context, multiprocessing.context.BaseContext):
+        raise TypeError("multiprocessing_context option should be a valid context object or a "
+                        f"string specifying the start method, but got {context!r}")
+    return context
+
+
 class _Plan:
-    """The batches of each epoch (lists of dataset indices), from the user's
-    sampler or stoker's own order, handed to the workers through the table
-    of epochs' batches."""
+    """The batches of each epoch, read from the index sampler (torch's
+    BatchSampler over torch's RandomSampler or SequentialSampler, or the
+    user's) at iter(), right after the draw of the epoch's base seed, as
+    torch's iterator does; handed to the workers through the table of
+    epochs' batches. A checkpoint keeps the generator's state from before
+    those draws (``record``), so a resume replays them."""
 
-    def __init__(self, dataset, options, seed):
-        self._dataset = dataset
+    def __init__(self, options):
         self._options = options
-        self.seed = seed & (2**64 - 1)  # as the engine's generators take it
-        # Epochs are pure functions of (seed, epoch): the next one may be
-        # handed to the workers early.
-        self.own_order = options.sampler is None and options.batch_sampler is None
-        self.table = _stoker.EpochBatches(options.batches_per_epoch)
+        self._generator = options.generator
+        # torch draws a base seed at each iter(), but once only with
+        # persistent workers (its iterator, and its seed, is then reused).
+        self._seed_each_epoch = not (options.persistent_workers and options.workers != 0)
+        self._base_seed = None
+        self.record = None   # the current epoch's start, for state_dict
+        self._pending = None  # from load_state_dict: the epoch start to replay
+        self._last = -1       # the engine epoch of the last iter()
+        # Workers forked before any iter() get this base seed, drawn from nothing.
+        first = (self._generator or _torch().default_generator).initial_seed()
+        self.table = _stoker.EpochBatches(options.batches_per_epoch, first & (2**63 - 1))
+        # Only an order that draws nothing may be handed to the workers early.
+        from torch.utils.data import BatchSampler, SequentialSampler
+        self.predictable = (not self._seed_each_epoch and
+                            type(options.sampler) is SequentialSampler and
+                            type(options.batch_sampler) in (BatchSampler, type(None)))
 
-    def batches(self, epoch):
-        """Epoch `epoch`'s batches, lists of dataset indices."""
-        options = self._options
-        if options.batch_sampler is not None:
-            return [list(b) for b in options.batch_sampler]
-        order = list(options.sampler) if options.sampler is not None else self.order(epoch)
-        if options.unbatched:
-            return [[i] for i in order]
-        size = options.batch_size
-        batches = [order[i:i + size] for i in range(0, len(order), size)]
-        if options.drop_last and batches and len(batches[-1]) < size:
-            batches.pop()
-        return batches
+    def next_epoch(self):
+        """The engine epoch of a new iter(): one never used before, and the one
+        the workers may be running ahead into."""
+        return self._last + 1
 
-    def order(self, epoch):
-        """Epoch `epoch`'s order of the dataset without a sampler: a function of (seed, epoch)."""
-        if not self._options.shuffle:
-            return list(range(len(self._dataset)))
-        torch = _torch()
-        g = torch.Generator()
-        g.manual_seed(_stoker.batch_seed(self.seed, epoch, -1))
-        return torch.randperm(len(self._dataset), generator=g).tolist()
+    def start(self, epoch):
+        """iter(): draws as torch's iterator does and hands the batches over."""
+        self._last = epoch
+        state = self._rng_state()
+        drew = self._seed_each_epoch or self._base_seed is None
+        if drew:
+            self._base_seed = self._draw_seed()
+        flat, offsets = self._read()
+        self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
+                       "base_seed": self._base_seed, "drew_seed": drew,
+                       "digest": _digest(flat, offsets)}
+        self.table.set(epoch, flat, offsets, self._base_seed)
 
-    def give(self, epoch):
-        """Hands epoch `epoch`'s batches to the workers, once per epoch number
-        (a user sampler is read then, as torch reads it at iter())."""
-        if self.table.has(epoch):
+    def give_ahead(self, epoch):
+        """With an order that draws nothing, hands `epoch` over early."""
+        if self.predictable and not self.table.has(epoch):
+            flat, offsets = self._read()
+            self.table.set(epoch, flat, offsets, self._base_seed)
+
+    @staticmethod
+    def check_record(record):
+        """A checkpoint's epoch start, checked field by field (None: none yet)."""
+        if record is None:
+            return None
+        if not isinstance(record, dict):
+            raise ValueError("state dict's 'epoch_start' is not a dict")
+        for field, kind in (("epoch", int), ("rng", str), ("base_seed", int),
+                            ("drew_seed", bool), ("digest", str)):
+            if not isinstance(record.get(field), kind):
+                raise ValueError(f"state dict's epoch_start[{field!r}] is missing or not "
+                                 f"{kind.__name__}: {record.get(field)!r}")
+        return record
+
+    def restore(self, record, epoch):
+        """load_state_dict: the next iter() replays `record`'s draws and
+        continues engine epoch `epoch`; other epochs' lists are dropped."""
+        self.table.restart()
+        self._last = epoch - 1
+        self._pending = self.record = record
+
+    def resume(self, epoch):
+        """The iter() after load_state_dict: the generator as it was at the
+        checkpoint's epoch start, its draws replayed, the same batches checked."""
+        record, self._pending = self._pending, None
+        if record is None:  # taken before any iter(): the first epoch, as new
+            self.start(epoch)
             return
+        torch = _torch()
+        state = torch.frombuffer(bytearray(base64.b64decode(record["rng"])), dtype=torch.uint8)
+        if self._generator is not None:
+            self._generator.set_state(state)
+            flat, offsets = self._replay(record)
+        else:  # torch's global generator: the user's own state is left as it is
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(state)
+                flat, offsets = self._replay(record)
+        if _digest(flat, offsets) != record["digest"]:
+            raise ValueError(
+                f"the sampler gave epoch {record['epoch']} other batches than when the state "
+                f"dict was taken ({type(self._options.sampler).__name__}, "
+                f"{type(self._options.batch_sampler).__name__}): it keeps state of its own that "
+                "the loader cannot restore (restore it before iter(), e.g. its set_epoch(), or "
+                "use a sampler whose order comes from the loader's generator)")
+        self.record = dict(record, epoch=epoch)
+        if record["epoch"] == epoch:
+            self._last = epoch
+            self.table.set(epoch, flat, offsets, self._base_seed)
+        else:  # the checkpoint's epoch had ended: the next one starts anew
+            self.start(epoch)
+
+    def _replay(self, record):
+        if record["drew_seed"]:
+            self._draw_seed()
+        self._base_seed = record["base_seed"]
+        return self._read()
+
+    def _rng_state(self):
+        torch = _torch()
+        state = self._generator.get_state() if self._generator is not None else \
+            torch.get_rng_state()
+        return state.numpy().tobytes()
+
+    def _draw_seed(self):
+        torch = _torch()  # torch's own draw, as its iterator makes it
+        return int(torch.empty((), dtype=torch.int64).random_(generator=self._generator).item())
+
+    def _read(self):
+        """The epoch's batches, flat, and where each starts (one more than batches)."""
         options = self._options
-        if self.own_order and not options.unbatched:
-            # Consecutive slices of one order: no list per batch.
-            flat = self.order(epoch)
-            size = options.batch_size
-            if options.drop_last:
-                del flat[len(flat) - len(flat) % size:]
-            offsets = list(range(0, len(flat), size)) + [len(flat)]
+        flat, offsets = [], [0]
+        if options.unbatched:
+            flat = [int(i) for i in options.sampler]
+            offsets = list(range(len(flat) + 1))
         else:
-            batches = self.batches(epoch)
-            if len(batches) != options.batches_per_epoch:
-                raise ValueError(f"epoch {epoch} has {len(batches)} batches, the loader was "
-                                 f"made for {options.batches_per_epoch}: the sampler's length "
-                                 "changed")
-            flat, offsets = [], [0]
-            for b in batches:
+            for b in options.batch_sampler:
                 flat.extend(int(i) for i in b)
                 offsets.append(len(flat))
-        self.table.set(epoch, flat, offsets)
+        if len(offsets) - 1 != options.batches_per_epoch:
+            raise ValueError(f"this epoch has {len(offsets) - 1} batches, the loader was made "
+                             f"for {options.batches_per_epoch}: the sampler's length changed")
+        return flat, offsets
+
+
+def _digest(flat, offsets):
+    """What a resume checks: the epoch's batches, hashed."""
+    import numpy as np
+    h = hashlib.sha256(np.asarray(flat, dtype=np.int64).tobytes())
+    h.update(np.asarray(offsets, dtype=np.int64).tobytes())
+    return h.hexdigest()[:32]
 
 
 class _Run:
@@ -492,17 +634,20 @@ class _Run:
         """Makes the workers of the kind asked for; returns the engine's worker kind."""
         options = self.options
         if options.processes:
-            fd, self.zygote_pid = _workers.start_zygote(job)
-            self.workers = _stoker.ProcessWorkers(fd, self.zygote_pid, self.plan.seed,
-                                                  self.plan.table)
+            fd, self.zygote_pid = _workers.start_zygote(job, options.multiprocessing_context)
+            self.workers = _stoker.ProcessWorkers(fd, self.zygote_pid, self.plan.table,
+                                                  options.persistent_workers)
             if (options.pin_memory or options.device is not None) \
                     and _torch().cuda.is_available():
                 # Segments page-locked once each: batches from processes are pinned
                 # where the workers wrote them, with no pinned copy per batch.
                 self.workers.pin()
         if options.threads:
-            self.threads = _stoker.ThreadWorkers(functools.partial(_run_batch, job),
-                                                 self.plan.seed, self.plan.table)
+            # At num_workers=0 the consumer's thread makes the batches: its
+            # generators are the user's, and get their state back after each.
+            run = _run_batch_keeping_rng if options.workers == 0 else _run_batch
+            self.threads = _stoker.ThreadWorkers(functools.partial(run, job),
+                                                 self.plan.table)
         if self.workers is not None and self.threads is not None:
             self.kinds = _stoker.WorkerKinds(self.workers, self.threads)
             return self.kinds.as_kind()
@@ -573,6 +718,22 @@ class _Raised:
 
     def __init__(self, error):
         self.error = error
+
+
+def _run_batch_keeping_rng(job, epoch, batch, indices, seed):
+    """_run_batch on the consumer's thread, whose generators (Python's,
+    numpy's, torch's) are left as they were: the seeding per batch is the
+    loader's business, the training loop's draws are the user's."""
+    import random
+    import numpy as np
+    torch = _torch()
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        return _run_batch(job, epoch, batch, indices, seed)
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
 
 
 def _run_batch(job, epoch, batch, indices, seed):
@@ -861,8 +1022,8 @@ class _Iterator:
             return _END
         descriptor = got[0][0]
         self.position += 1
-        if self.position == 1 and self.run.plan.own_order:
-            self.run.plan.give(self.epoch + 1)  # the workers may start on it early
+        if self.position == 1:
+            self.run.plan.give_ahead(self.epoch + 1)  # the workers may start on it early
         threads = int(descriptor[_THREAD.magic]) == _PROTOCOL.THREAD_MAGIC
         if threads:
             payload, _ = self._threads.take(descriptor)

@@ -16,6 +16,7 @@ tensors and arrays as raw bytes, everything else pickled beside them.
 
 import io
 import mmap
+import multiprocessing
 import os
 import pickle
 import signal
@@ -76,9 +77,22 @@ def _pdeathsig():
 
 # --- the zygote ---------------------------------------------------------------
 
-def start_zygote(job):
-    """Forks the zygote for ``job`` (a _Job); returns (parent's socket fd, pid)."""
+def start_zygote(job, context=None):
+    """Starts the zygote for ``job`` (a _Job); returns (parent's socket fd,
+    pid). Forked here, or with a "spawn" or "forkserver" multiprocessing
+    ``context`` started afresh by it (the job is then pickled, as torch's
+    workers' datasets are under those methods)."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if context is not None and context.get_start_method() != "fork":
+        process = context.Process(target=_zygote_main, args=(child, job), daemon=False,
+                                  name="stoker-zygote")
+        try:
+            process.start()
+        finally:
+            child.close()
+        # Collected by end_zygote, not by multiprocessing (a zygote outlives no loader).
+        multiprocessing.process._children.discard(process)
+        return parent.detach(), process.pid
     _stoker.register_fd(parent.fileno())
     pid = os.fork()
     if pid == 0:  # the zygote
@@ -125,7 +139,8 @@ def _zygote_main(ctl, job):
                 _wait(pid)
             return
         if kind is P.FORK:
-            _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers], children)
+            _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers],
+                         words[P.FORK.seed], children)
         elif kind is P.REAP:
             pid = words[P.REAP.pid]
             signalled, value = _wait(pid, patience_s=2.0)
@@ -133,7 +148,7 @@ def _zygote_main(ctl, job):
             ctl.send(_message(P.REAPED, signalled=signalled, value=value))
 
 
-def _fork_worker(ctl, job, worker_id, num_workers, children):
+def _fork_worker(ctl, job, worker_id, num_workers, seed, children):
     try:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
@@ -146,7 +161,7 @@ def _fork_worker(ctl, job, worker_id, num_workers, children):
             ctl.close()
             mine.close()
             _pdeathsig()
-            _worker_main(theirs, job, worker_id, num_workers)
+            _worker_main(theirs, job, worker_id, num_workers, seed)
         except BaseException:  # noqa: BLE001 -- the loader reports the exit; the why goes here
             traceback.print_exc()
             code = 1
@@ -189,12 +204,11 @@ def _wait(pid, patience_s=None):
 class _Job:
     """What every worker of one loader runs: picked up by fork, never pickled."""
 
-    def __init__(self, dataset, collate_fn, default_collate, worker_init_fn, seed, unbatched):
+    def __init__(self, dataset, collate_fn, default_collate, worker_init_fn, unbatched):
         self.dataset = dataset
         self.collate_fn = collate_fn
         self.default_collate = default_collate
         self.worker_init_fn = worker_init_fn
-        self.seed = seed
         self.unbatched = unbatched
 
 
@@ -209,13 +223,15 @@ def _seed_all(seed):
         np.random.seed(seed % (1 << 32))
 
 
-def _set_worker_info(job, worker_id, num_workers):
+def _set_worker_info(job, worker_id, num_workers, seed):
+    """torch's get_worker_info() in this worker: its id, the workers running
+    now, the base seed plus the id (as torch's), the dataset."""
     torch = sys.modules.get("torch")
     if torch is None:
         return
     from torch.utils.data._utils import worker as torch_worker
     torch_worker._worker_info = torch_worker.WorkerInfo(
-        id=worker_id, num_workers=num_workers, seed=job.seed + worker_id, dataset=job.dataset)
+        id=worker_id, num_workers=num_workers, seed=seed + worker_id, dataset=job.dataset)
 
 
 class _Segment:
@@ -286,14 +302,14 @@ class _Writer:
         return t
 
 
-def _worker_main(sock, job, worker_id, num_workers):
+def _worker_main(sock, job, worker_id, num_workers, seed):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch = sys.modules.get("torch")
     if torch is not None:  # parallelism comes from the processes (torch's workers do this too)
         torch.set_num_threads(1)
-    _set_worker_info(job, worker_id, num_workers)
+    _set_worker_info(job, worker_id, num_workers, seed)
     try:
-        _seed_all(job.seed + worker_id)
+        _seed_all(seed + worker_id)
         if job.worker_init_fn is not None:
             job.worker_init_fn(worker_id)
     except BaseException:  # noqa: BLE001 -- said to the parent, which raises it
@@ -313,6 +329,9 @@ def _worker_main(sock, job, worker_id, num_workers):
         T = P.TASK
         epoch, batch, seg_id = words[T.epoch], words[T.batch], words[T.segment]
         seg_size = words[T.segment_size]
+        if words[T.num_workers] != num_workers:  # the pool was resized
+            num_workers = words[T.num_workers]
+            _set_worker_info(job, worker_id, num_workers, seed)
         if fds:
             segments[seg_id] = _Segment(fds[0])
         seg = segments[seg_id]

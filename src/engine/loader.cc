@@ -250,6 +250,7 @@ class Loader::Impl {
     MutexLock lock(mu_);
     if (stopped_) return Status::Ok();
     Status st = workers_.Resize(std::min(workers, kMaxWorkers));
+    kind_->Resized(workers_.target());
     work_cv_.NotifyAll();
     ready_cv_.NotifyAll();
     return st;

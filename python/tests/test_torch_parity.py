@@ -1,0 +1,248 @@
+"""stoker.DataLoader beside torch's own DataLoader, run for real on the same
+arguments: the same batches (torch's samplers, run as torch runs them, after
+the same draws), the same attributes and refusals, checkpoints that resume in
+a new process with no seed of the user's."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import stoker  # noqa: E402
+from torch.utils.data import (DataLoader as TorchDataLoader, Dataset,  # noqa: E402
+                              DistributedSampler, WeightedRandomSampler, get_worker_info)
+
+
+class Indexed(Dataset):
+    def __init__(self, n=53):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+class WhoRuns(Dataset):
+    """Sample i: i, and get_worker_info()'s num_workers (-1: the consumer's thread)."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return torch.tensor([i, -1 if info is None else info.num_workers])
+
+
+def batches(loader, epochs=3, set_epoch=False):
+    out = []
+    for epoch in range(epochs):
+        if set_epoch:
+            loader.sampler.set_epoch(epoch)
+        out.append([b.tolist() for b in loader])
+    return out
+
+
+def both(make, **kwargs):
+    """Every epoch's batches from torch's DataLoader and from stoker's, each
+    made by `make(cls)` after the same torch.manual_seed."""
+    got = []
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        torch.manual_seed(1234)
+        loader = make(cls)
+        got.append(batches(loader, **kwargs))
+        if cls is stoker.DataLoader:
+            loader.close()
+    return got
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_shuffle_with_a_generator_gives_torchs_batches(workers, persistent):
+    def make(cls):
+        g = torch.Generator()
+        g.manual_seed(99)
+        return cls(Indexed(), batch_size=5, shuffle=True, generator=g, num_workers=workers,
+                   persistent_workers=persistent)
+    theirs, ours = both(make)
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shuffle_with_torchs_global_seed_gives_torchs_batches_and_leaves_its_generator(workers):
+    after = []
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        torch.manual_seed(7)
+        loader = cls(Indexed(), batch_size=4, shuffle=True, num_workers=workers, drop_last=True)
+        order = batches(loader, epochs=2)
+        after.append((order, torch.rand(4).tolist()))  # e.g. the next layer's weights
+        if cls is stoker.DataLoader:
+            loader.close()
+    assert after[1] == after[0]
+
+
+def test_distributed_and_weighted_samplers_give_torchs_batches():
+    def distributed(cls):
+        sampler = DistributedSampler(Indexed(), num_replicas=3, rank=1, shuffle=True, seed=5)
+        return cls(Indexed(), batch_size=4, sampler=sampler, num_workers=2)
+    theirs, ours = both(distributed, set_epoch=True)
+    assert ours == theirs and ours[0] != ours[1]
+
+    def weighted(cls):
+        g = torch.Generator()
+        g.manual_seed(3)
+        sampler = WeightedRandomSampler([1.0 + i % 4 for i in range(53)], 40, generator=g)
+        return cls(Indexed(), batch_size=6, sampler=sampler, num_workers=2)
+    theirs, ours = both(weighted)
+    assert ours == theirs
+
+
+def test_making_a_loader_draws_nothing_from_torchs_generator():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    with stoker.DataLoader(Indexed(), batch_size=4, shuffle=True, num_workers=1):
+        assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_loader_is_a_torch_dataloader_with_its_attributes_and_refusals():
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+    with stoker.DataLoader(Indexed(), batch_size=4, shuffle=True, num_workers=1,
+                           pin_memory_device="cuda") as dl:
+        assert isinstance(dl, TorchDataLoader)
+        assert type(dl.sampler) is RandomSampler and type(dl.batch_sampler) is BatchSampler
+        assert dl.batch_sampler.sampler is dl.sampler and len(dl) == 14
+        assert dl.multiprocessing_context is None and dl.pin_memory_device == "cuda"
+        for name, value in (("batch_size", 8), ("sampler", None), ("dataset", Indexed(3))):
+            with pytest.raises(ValueError, match=f"{name} attribute should not be set"):
+                setattr(dl, name, value)
+        with pytest.raises(ValueError, match="multiprocessing_context cannot be changed"):
+            dl.multiprocessing_context = "spawn"
+    with stoker.DataLoader(Indexed(), num_workers=0) as dl:
+        assert type(dl.sampler) is SequentialSampler and dl.batch_sampler.batch_size == 1
+    with stoker.DataLoader(Indexed(), batch_size=None, num_workers=0) as dl:
+        assert dl.batch_sampler is None and list(dl) == list(range(53))
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),
+    ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
+    ({"multiprocessing_context": 3}, TypeError, "context object"),
+    ({"pin_memory_device": "mps"}, ValueError, "pin_memory_device"),
+])
+def test_torchs_arguments_are_checked_as_torch_checks_them(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        stoker.DataLoader(Indexed(), **kwargs)
+
+
+def _pids_when(loader, predicate, patience_s=30.0):
+    deadline = time.monotonic() + patience_s
+    while True:
+        pids = loader.stats()["worker_pids"]
+        if predicate(pids) or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def test_workers_end_with_their_epoch_unless_persistent():
+    with stoker.DataLoader(Indexed(), batch_size=4, num_workers=2) as dl:
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
+        assert _pids_when(dl, lambda p: not p) == []  # released at the epoch's end
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))  # forked anew
+    with stoker.DataLoader(Indexed(), batch_size=4, num_workers=2, persistent_workers=True) as dl:
+        list(dl)
+        first = _pids_when(dl, lambda p: len(p) == 2)
+        list(dl)
+        assert len(first) == 2 and sorted(dl.stats()["worker_pids"]) == sorted(first)
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_get_worker_info_gives_the_number_of_workers_running(kind):
+    with stoker.DataLoader(WhoRuns(), batch_size=4, num_workers=2, worker_kind=kind) as dl:
+        seen = {int(n) for b in dl for n in b[:, 1]}
+    # Thread workers share this process: torch's worker info is a worker process's.
+    assert seen == ({2} if kind == "processes" else {-1})
+
+
+_RESUME = textwrap.dedent("""
+    import json, sys
+    import stoker
+    sys.path.insert(0, {tests!r})
+    from test_torch_parity import Indexed, OwnRandom
+    mode, workers, path = sys.argv[1], sys.argv[2], sys.argv[3]
+    workers = workers if workers == "auto" else int(workers)
+    sampler = OwnRandom(53) if mode.startswith("own") else None
+    dl = stoker.DataLoader(Indexed(), batch_size=4, shuffle=sampler is None, sampler=sampler,
+                           num_workers=workers)
+    it = iter(dl)
+    if mode.endswith("take"):
+        head = [next(it).tolist() for _ in range(5)]
+        state = dl.state_dict()
+        rest = [b.tolist() for b in it]
+        json.dump({{"state": state, "rest": rest, "head": head}}, open(path, "w"))
+    else:
+        import torch
+        state = json.load(open(path))["state"]
+        dl.load_state_dict(state)
+        try:
+            print(json.dumps([b.tolist() for b in dl]))
+        except ValueError as e:
+            print(json.dumps(str(e)))
+    dl.close()
+""")
+
+
+class OwnRandom(torch.utils.data.Sampler):
+    """A sampler whose order comes from Python's generator, not torch's."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        import random
+        order = list(range(self.n))
+        random.shuffle(order)
+        return iter(order)
+
+
+def _run_script(tmp_path, *args):
+    script = tmp_path / "resume.py"
+    script.write_text(_RESUME.format(tests=os.path.dirname(__file__)))
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("taken_at,resumed_at", [(0, 2), (2, 0), ("auto", 1)])
+def test_a_checkpoint_resumes_in_a_new_process_with_no_seed_given(tmp_path, taken_at, resumed_at):
+    path = str(tmp_path / "state.json")
+    _run_script(tmp_path, "take", str(taken_at), path)
+    taken = json.load(open(path))
+    resumed = json.loads(_run_script(tmp_path, "resume", str(resumed_at), path))
+    assert resumed == taken["rest"]
+    flat = [i for b in taken["head"] + resumed for i in b]
+    assert sorted(flat) == list(range(53))
+
+
+def test_a_sampler_whose_state_cannot_be_restored_is_refused_on_resume(tmp_path):
+    path = str(tmp_path / "state.json")
+    _run_script(tmp_path, "own-take", "1", path)
+    said = json.loads(_run_script(tmp_path, "own-resume", "1", path))
+    assert isinstance(said, str) and "other batches than when the state dict was taken" in said
+    assert "OwnRandom" in said
+
+
+def test_spawn_starts_the_zygote_afresh_with_the_dataset_pickled():
+    with stoker.DataLoader(Indexed(), batch_size=4, num_workers=2,
+                           multiprocessing_context="spawn") as dl:
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
+        assert dl.multiprocessing_context.get_start_method() == "spawn"

@@ -27,6 +27,7 @@ from ._bench import bench
 from ._dataloader import DataLoader
 from ._dataset import default_dataset, default_dataset_path, make_dataset
 from ._loader import Loader, rank_facts, shard_from_env
+from ._shared_list import SharedList
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
 from ._stoker import Cancelled, DataError, ResourceError
 
@@ -38,6 +39,7 @@ __all__ = [
     "ImageFolder",
     "Loader",
     "ResourceError",
+    "SharedList",
     "Source",
     "Synthetic",
     "TarShards",

@@ -2,9 +2,11 @@
 without copying them (docs/dataloader.md, "Copy-on-read")."""
 
 import gc
+import multiprocessing
 import os
 import pickle
 import threading
+import time
 
 import pytest
 
@@ -148,3 +150,93 @@ def test_forked_reader_does_not_copy_the_items():
     # heap; the plain list's reads dirty every page that holds an item.
     assert shared_growth < 0.1 * plain_growth, (shared_growth, plain_growth)
 
+
+class _FakeRun:
+    """What stats._worker_growth reads of a DataLoader's run."""
+
+    def __init__(self, pids):
+        self.workers, self.live, self.zygote_pid = self, pids, os.getpid()
+
+    def kind(self):
+        return "processes"
+
+    def pids(self):
+        return self.live
+
+
+def _metrics(unique_per_worker, done, segments=8 << 20):
+    share = segments // len(done)
+    return {"worker_bytes": sum(unique_per_worker + share for _ in done),
+            "workers": [{"id": i, "samples": d} for i, d in enumerate(done)]}
+
+
+def test_growth_counts_from_when_every_worker_reported():
+    from stoker import _stats
+    run = _FakeRun([101, 102])
+
+    def growth(unique, done):
+        got = _stats.worker_growth(run, _metrics(unique, done), 8 << 20)
+        return got["worker_growth_bytes"], got["advice"]
+
+    assert growth(10 << 20, [1, 1]) == (0, "")   # first seen
+    assert growth(50 << 20, [3, 2]) == (0, "")   # worker 1 has not reported since
+    assert growth(50 << 20, [3, 3]) == (0, "")   # the baseline: 2 x 50 MiB
+    assert growth(80 << 20, [9, 9]) == (60 << 20, "")  # 30 MiB per worker: no advice
+    grown, advice = growth((50 << 20) + (2 << 30), [20, 20])
+    assert grown == 4 << 30
+    assert advice.startswith("workers' memory grew by 4096 MiB in ") and \
+        "(2048 MiB per worker)" in advice and "stoker.SharedList" in advice
+    run.live = [101, 103]  # a worker replaced: counted again once it reported
+    assert growth(10 << 20, [21, 0]) == (0, "")
+    run.kind = lambda: "threads"
+    assert growth(10 << 20, [30, 30]) == (0, "")
+
+
+class _Touching(torch.utils.data.Dataset):
+    """90 samples: from 24 on they wait for `go`; 24-39 each read 1/16 of
+    `items`; 40-89 sleep, so that the worker measures and reports its memory
+    after the reads (about once a second)."""
+
+    def __init__(self, items, go):
+        self.items, self.go = items, go
+
+    def __len__(self):
+        return 90
+
+    def __getitem__(self, i):
+        if i >= 24:
+            self.go.wait()
+        if 24 <= i < 40:
+            chunk = len(self.items) // 16
+            for _ in self.items[(i - 24) * chunk:(i - 23) * chunk]:
+                pass
+        elif i >= 40:
+            time.sleep(0.05)
+        return i
+
+
+def _most_growth_seen(items):
+    """The largest worker_growth_bytes stats() gave in an epoch over
+    _Touching(items) on one worker, with its advice."""
+    go = multiprocessing.get_context("fork").Event()
+    seen = []
+    with stoker.DataLoader(_Touching(items, go), batch_size=2, num_workers=1,
+                           prefetch_factor=2) as dl:
+        for b, _ in enumerate(dl):
+            s = dl.stats(gpu=False)
+            seen.append((s["worker_growth_bytes"], s["advice"]))
+            if b == 8:  # the baseline is taken by now: the worker made 9 batches since
+                go.set()
+    return max(seen)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"),
+                    reason="workers measure their memory in /proc/self/smaps_rollup")
+def test_stats_advises_shared_list_when_workers_copy_a_list():
+    # About 150 MiB of strings: a worker that reads them all copies nearly all
+    # of it; it reaches the advice's threshold of a quarter of the zygote.
+    plain = [f"{i:08d}" * 12 for i in range(1_000_000)]
+    grown, advice = _most_growth_seen(plain)
+    assert grown > 64 << 20 and "stoker.SharedList" in advice, (grown, advice)
+    grown, advice = _most_growth_seen(stoker.SharedList(plain))
+    assert grown < 16 << 20 and advice == "", (grown, advice)

@@ -37,20 +37,26 @@ def tree_pids(pid):
     return pids
 
 
-def tree_memory(pid):
-    """(sum of RSS, sum of PSS) of `pid` and its descendants, in bytes."""
-    rss = pss = 0
+def tree_fields(pid, fields):
+    """{field: sum over `pid` and its descendants} of /proc/PID/smaps_rollup
+    fields (e.g. "Pss", "Pss_File"), in bytes; 0 for a field the kernel lacks."""
+    sums = dict.fromkeys(fields, 0)
     for p in tree_pids(pid):
         try:
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("Rss:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
+                    name, _, value = line.partition(":")
+                    if name in sums:
+                        sums[name] += int(value.split()[0]) * 1024
         except OSError:
             pass  # exited meanwhile
-    return rss, pss
+    return sums
+
+
+def tree_memory(pid):
+    """(sum of RSS, sum of PSS) of `pid` and its descendants, in bytes."""
+    sums = tree_fields(pid, ("Rss", "Pss"))
+    return sums["Rss"], sums["Pss"]
 
 
 class Poller:

@@ -26,6 +26,7 @@ from . import transforms
 from ._bench import bench
 from ._dataset import default_dataset, default_dataset_path, make_dataset
 from ._loader import Loader, rank_facts, shard_from_env
+from ._shared_list import SharedList
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
 from ._stoker import Cancelled, DataError, ResourceError
 
@@ -37,6 +38,7 @@ __all__ = [
     "ImageFolder",
     "Loader",
     "ResourceError",
+    "SharedList",
     "Source",
     "Synthetic",
     "TarShards",

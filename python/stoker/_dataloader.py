@@ -200,7 +200,9 @@ class DataLoader(torch.utils.data.DataLoader):
         memory and the batch segments), batches and samples per second, the
         consumer's stall, the tuner's view, worker_kind="auto"'s trial, and
         with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
-        PCIe throughput too), as stoker.Loader.stats() gives them."""
+        PCIe throughput too), as stoker.Loader.stats() gives them; and the
+        workers' memory growth, with advice past a threshold (docs/dataloader.md,
+        "Copy-on-read")."""
         run = self._run
         run.check_usable()
         m = run.engine.metrics()
@@ -214,6 +216,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "worker_bytes": m["worker_bytes"],
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
+            **_stats.worker_growth(run, m, total),
             "batches_delivered": m["batches_delivered"],
             **_stats.rates(m["user_samples_delivered"], *_stats.consumer_seconds(m)),
             "prefetch_batches": m["prefetch_batches"],

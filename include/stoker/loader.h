@@ -216,7 +216,10 @@ struct LoaderMetrics {
   int device_prefetched = 0;              // copied ahead, not yet delivered
   int device_prefetch_batches = 0;        // the bound of device_prefetched
   int64_t pinned_buffers = 0;             // batch buffers page-locked so far
-  std::vector<WorkerMetrics> workers;     // threads running now
+  // Why the system refused a worker (a pids limit, memory): the pool grows
+  // no further than it was then. Empty: never refused.
+  std::string workers_refused;
+  std::vector<WorkerMetrics> workers;  // threads running now
 };
 
 /// The data loader: a plan of batches, produced by a live-resizable pool of

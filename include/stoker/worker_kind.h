@@ -60,6 +60,12 @@ class KindWorker {
   /// Its cost elsewhere so far; read by the engine between items, from the
   /// worker's own thread, and by the tuner from any thread (so thread-safe).
   virtual WorkerCost cost() const { return {}; }
+  /// Readies what the worker runs on (a process), on its own thread, before
+  /// it takes its first item. kUnavailable or kResourceExhausted: the system
+  /// refused it (a pids limit, memory); the engine's thread then leaves
+  /// without taking work, and the pool grows no further than it has.
+  /// Other errors are left for the items to report.
+  virtual Status Ready() { return Status::Ok(); }
 };
 
 /// How the engine's items are made, when they are not samples of a Source
@@ -91,6 +97,11 @@ class WorkerKind {
   /// does the work), as its target: some may still be starting. Any thread;
   /// must not block.
   virtual void Resized(int workers) const { (void)workers; }
+
+  /// The engine is stopping for good: wake whatever its workers wait on for
+  /// the kind (a process's greeting, a batch list), so that they can leave.
+  /// Any thread; idempotent.
+  virtual void Cancel() const {}
 
   /// Whether Recycle does anything: the engine then hands it every output
   /// and zeroes the output after (a cost per batch, so only when needed).

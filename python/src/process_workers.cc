@@ -21,6 +21,9 @@ namespace {
 
 using protocol::kMessages;
 using protocol::Tag;
+
+// How long a worker process may take to greet, and the zygote to answer.
+constexpr std::chrono::seconds kStartLimit{60};
 constexpr size_t kPage = 4096;
 constexpr int kFreeKept = 8;  // free segments that keep their memory
 
@@ -310,15 +313,14 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   };
   Message forked;
   {
-    MutexLock lock(zygote_mu_);
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
     fork[protocol::ForkWord::kNumWorkers] = running() > 0 ? running() : workers;
     fork[protocol::ForkWord::kSeed] = batches_->latest_seed();
-    Status st = SendMessage(zygote_.get(), Tag::kFork, fork);
-    Result<Message> r = st.ok() ? ReceiveMessage(zygote_.get()) : Result<Message>(st);
+    Result<Message> r = AskZygote(Tag::kFork, fork, true);
     if (!r.ok()) {
       give_back_id();
+      if (shut_down()) return Cancelled("the loader was closed");
       return Unavailable("the worker fork server (pid " + std::to_string(zygote_pid_) +
                          ") is gone: " + r.status().message());
     }
@@ -339,13 +341,42 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     live_pids_.push_back(w.pid);
     if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
   }
-  Result<Message> hello = ReceiveMessage(w.conn.get());
+  // A worker that never greets (its threads refused under a pids limit, a
+  // worker_init_fn that hangs) is killed after kStartLimit: never a hang.
+  Result<Message> hello =
+      ReceiveMessageWithin(w.conn.get(), kStartLimit, [this] { return shut_down(); });
   if (hello.ok() && hello->tag == Tag::kHello) return w;
+  if (shut_down()) {  // Shutdown killed it, or woke the wait
+    kill(w.pid, SIGKILL);
+    Reap(w);
+    return Cancelled("the loader was closed");
+  }
+  const std::string named = "worker " + std::to_string(id) + " (pid " + std::to_string(w.pid) + ")";
+  if (!hello.ok() && hello.status().code() != StatusCode::kCancelled) {
+    kill(w.pid, SIGKILL);
+    Reap(w);
+    return Unavailable(named + " did not start: " + hello.status().message() +
+                       " (is a limit on processes or threads, e.g. a pids cgroup, refusing "
+                       "its threads?)");
+  }
   std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w).how
                                 : "worker_init_fn raised: " + hello->text;
   if (hello.ok()) Reap(w);
-  return Internal("worker " + std::to_string(id) + " (pid " + std::to_string(w.pid) +
-                  ") could not start: " + why);
+  return Internal(named + " could not start: " + why);
+}
+
+Result<Message> ProcessWorkers::AskZygote(protocol::Tag::Index tag, std::span<const int64_t> words,
+                                          bool cancellable) {
+  MutexLock lock(zygote_mu_);
+  STOKER_RETURN_IF_ERROR(SendMessage(zygote_.get(), tag, words));
+  Result<Message> r = ReceiveMessageWithin(
+      zygote_.get(), kStartLimit, [this, cancellable] { return cancellable && shut_down(); });
+  if (!r.ok() && r.status().code() != StatusCode::kCancelled) {
+    // Stuck, or out of step: its replies can no longer be matched to requests.
+    kill(zygote_pid_, SIGKILL);
+    zygote_.reset();
+  }
+  return r;
 }
 
 ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
@@ -357,12 +388,9 @@ ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
     }
   }
   UnregisterFd(worker.conn.get());
-  MutexLock lock(zygote_mu_);
   protocol::Words<protocol::ReapWord> reap{};
   reap[protocol::ReapWord::kPid] = worker.pid;
-  Result<Message> r = SendMessage(zygote_.get(), Tag::kReap, reap).ok()
-                          ? ReceiveMessage(zygote_.get())
-                          : Result<Message>(Cancelled("no fork server"));
+  Result<Message> r = AskZygote(Tag::kReap, reap, false);
   if (!r.ok() || r->tag != Tag::kReaped) return {"ended (cause unknown)", false};
   const int64_t value = r->words[protocol::ReapedWord::kValue];
   if (r->words[protocol::ReapedWord::kSignalled] == 0) {
@@ -552,16 +580,19 @@ SampleSpec ProcessKind::spec() const { return {{kDescriptorWords}, DType::kInt64
 
 int64_t ProcessKind::items() const { return workers_->batches().batches_per_epoch(); }
 
-std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace place, const SampleCap&) const {
-  // On an engine thread as it starts: the process is forked now, before a
-  // task needs it (a loader's first task waits for iter()). A failure is
-  // reported by the first task, which tries again.
-  auto worker = std::make_unique<ProcessWorker>(workers_);
-  if (place == WorkerPlace::kWorkerThread && !workers_->shut_down()) (void)worker->Start();
-  return worker;
+std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap&) const {
+  // On an engine thread, the engine calls Ready() as the thread starts: the
+  // process is forked then, before a task needs it (a loader's first task
+  // waits for iter()).
+  return std::make_unique<ProcessWorker>(workers_);
 }
 
 void ProcessKind::Resized(int workers) const { workers_->set_running(workers); }
+
+void ProcessKind::Cancel() const {
+  workers_->Shutdown();
+  workers_->batches().Shutdown();
+}
 
 void ProcessKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kDescriptorWords];

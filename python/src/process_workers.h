@@ -26,6 +26,7 @@
 #include "epoch_batches.h"
 #include "stoker/status.h"
 #include "stoker/worker_kind.h"
+#include "worker_message.h"
 #include "worker_protocol.h"
 
 namespace stoker::python {
@@ -161,6 +162,11 @@ class ProcessWorkers {
   // copy of the parent's: its descriptors' numbers may name the child's own
   // files, and its pids are the parent's workers. It then touches nothing.
   bool ForeignProcess() const;
+  /// Sends the zygote `tag` and waits (at most a minute; stopped by Shutdown
+  /// when `cancellable`) for its answer. A zygote that does not answer in
+  /// time is killed: its later replies could not be matched to requests.
+  Result<Message> AskZygote(protocol::Tag::Index tag, std::span<const int64_t> words,
+                            bool cancellable) EXCLUDES(zygote_mu_);
 
   const std::shared_ptr<EpochBatches> batches_;
   const bool persistent_;
@@ -197,6 +203,9 @@ class ProcessWorker : public KindWorker {
   WorkerCost cost() const override;
   /// Forks its process if it has none. Its own thread only.
   Status Start();
+  /// Start, before the first item: a refused fork (a pids limit) keeps the
+  /// engine's thread from taking work.
+  Status Ready() override { return Start(); }
   /// Ends its process, if any; a later item forks a fresh one. Its own thread only.
   void Stop();
 
@@ -235,6 +244,8 @@ class ProcessKind : public WorkerKind {
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// Workers learn the count with their next task (get_worker_info()).
   void Resized(int workers) const override;
+  /// Shuts the workers and the batch lists down: waits on them end.
+  void Cancel() const override;
   bool recycles() const override { return true; }
   /// Gives the descriptor's segment back to the pool.
   void Recycle(std::span<std::byte> out) const override;

@@ -134,6 +134,8 @@ Status ThreadKind::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   return Status::Ok();
 }
 
+void ThreadKind::Cancel() const { workers_->Cancel(); }
+
 void ThreadKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kThreadDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);

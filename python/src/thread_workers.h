@@ -43,6 +43,8 @@ class ThreadWorkers {
   /// The batch of `ticket`, once. REQUIRES: the GIL.
   pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
   int64_t batches_per_epoch() const { return batches_->batches_per_epoch(); }
+  /// Wakes and refuses every wait for a batch list (the loader is closing).
+  void Cancel() { batches_->Shutdown(); }
 
  private:
   pybind11::object run_batch_;
@@ -66,6 +68,8 @@ class ThreadKind : public WorkerKind {
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;
+  /// Wakes workers waiting for a batch list.
+  void Cancel() const override;
   /// Runs `item` on the calling thread, as one of its workers would.
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) const;
 

@@ -51,6 +51,11 @@ void EitherKind::Resized(int workers) const {
   thread_.Resized(workers);
 }
 
+void EitherKind::Cancel() const {
+  process_.Cancel();
+  thread_.Cancel();
+}
+
 void EitherKind::Recycle(std::span<std::byte> out) const {
   process_.Recycle(out);  // each acts only on its own kind's magic
   thread_.Recycle(out);

@@ -56,6 +56,7 @@ class EitherKind : public WorkerKind {
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;
   void Resized(int workers) const override;
+  void Cancel() const override;
 
  private:
   std::shared_ptr<WorkerKinds> kinds_;

@@ -1,5 +1,6 @@
 #include "worker_message.h"
 
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -81,6 +82,24 @@ Result<Message> ReceiveMessage(int sock) {
   std::memcpy(m.words.data(), buffer.data() + at, words);
   if (kind.text) m.text.assign(buffer.data() + at + words, size - at - words);
   return m;
+}
+
+Result<Message> ReceiveMessageWithin(int sock, std::chrono::milliseconds limit,
+                                     const std::function<bool()>& cancelled) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    if (cancelled()) return Cancelled("the loader was closed");
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Unavailable("no message from the process within " +
+                         std::to_string(limit.count() / 1000) + " s");
+    }
+    pollfd p{sock, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
+    if (n < 0 && errno != EINTR) return ErrnoError("waiting for a worker process", errno);
+    if (n > 0) return ReceiveMessage(sock);
+  }
 }
 
 }  // namespace stoker::python

@@ -4,7 +4,9 @@
 // socket, sent and received: the parent's side (process_workers.cc) and the
 // fake zygote of its test speak through these two functions.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,5 +32,9 @@ Status SendMessage(int sock, protocol::Tag::Index tag, std::span<const int64_t> 
 /// gone); kInternal for a tag the protocol does not have or a message short
 /// of its words.
 Result<Message> ReceiveMessage(int sock);
+/// ReceiveMessage, waiting at most `limit` (kUnavailable after it) and
+/// checking `cancelled` every 100 ms (kCancelled once it says true).
+Result<Message> ReceiveMessageWithin(int sock, std::chrono::milliseconds limit,
+                                     const std::function<bool()>& cancelled);
 
 }  // namespace stoker::python

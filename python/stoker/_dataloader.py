@@ -214,6 +214,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "kind_trial": None if run.trial is None else run.trial.report(),
             "worker_pids": run.workers.pids() if processes else [],
             "worker_bytes": m["worker_bytes"],
+            "workers_refused": m["workers_refused"],
             "segment_bytes": total,
             "segment_bytes_in_use": busy,
             **_stats.worker_growth(run, m, total),

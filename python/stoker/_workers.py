@@ -119,6 +119,9 @@ def _zygote_main(ctl, job):
     process forked by the user may hold a copy of the parent's socket, so
     the zygote also watches its parent's pid), then ends its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    torch = sys.modules.get("torch")
+    if torch is not None:  # its workers inherit it (see _worker_main)
+        torch.set_num_threads(1)
     parent = os.getppid()
     ctl.settimeout(_PARENT_CHECK_S)
     children = set()
@@ -305,7 +308,9 @@ class _Writer:
 def _worker_main(sock, job, worker_id, num_workers, seed):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch = sys.modules.get("torch")
-    if torch is not None:  # parallelism comes from the processes (torch's workers do this too)
+    if torch is not None and torch.get_num_threads() != 1:
+        # Parallelism comes from the processes (torch's workers do this too);
+        # set once in the zygote, so a worker under a pids limit need not.
         torch.set_num_threads(1)
     _set_worker_info(job, worker_id, num_workers, seed)
     try:

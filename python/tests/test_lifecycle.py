@@ -118,3 +118,80 @@ def test_processes_end_when_the_loader_process_is_killed_beside_a_forked_child()
     finally:
         p.kill()
         p.wait()
+
+
+def _pids_cgroup():
+    """A fresh pids cgroup this test may fill (v1 or v2), or None."""
+    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        try:
+            if root == "/sys/fs/cgroup" and "pids" not in open(
+                    os.path.join(root, "cgroup.subtree_control")).read():
+                continue
+            path = os.path.join(root, f"stoker-test-{os.getpid()}-{time.monotonic_ns()}")
+            os.mkdir(path)
+            if os.path.exists(os.path.join(path, "pids.max")):
+                return path
+            os.rmdir(path)
+        except OSError:
+            continue
+    return None
+
+
+_UNDER_PIDS_LIMIT = textwrap.dedent("""
+    import os, sys, time
+    cgroup, limit, workers = sys.argv[1], sys.argv[2], sys.argv[3]
+    open(os.path.join(cgroup, "pids.max"), "w").write(limit)
+    open(os.path.join(cgroup, "cgroup.procs"), "w").write(str(os.getpid()))
+    import torch, stoker
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 600
+
+        def __getitem__(self, i):
+            time.sleep(0.002)
+            return i
+
+    sys.path.insert(0, {tests!r})
+    from test_dataloader import drain
+
+    workers = workers if workers == "auto" else int(workers)
+    dl = stoker.DataLoader(Slow(), batch_size=10, num_workers=workers, persistent_workers=True)
+    got, errors = [], []
+    for _ in range(2):
+        more, failed = drain(dl, errors_of=Exception)
+        got, errors = got + more, errors + failed
+    stats = dl.stats()
+    print(len(got), sorted(set(got)) == list(range(600)), len(errors), stats["workers"],
+          bool(stats["workers_refused"]))
+    print(errors[:2], stats["workers_refused"])
+    dl.close()
+""")
+
+
+@pytest.mark.parametrize("workers", ["8", "auto"])
+def test_a_pids_limit_shrinks_the_pool_and_costs_no_batch(tmp_path, workers):
+    # Under a pids cgroup the 8th worker cannot be had: the loader is made,
+    # keeps the workers it could start, and delivers every sample.
+    cgroup = _pids_cgroup()
+    if cgroup is None:
+        pytest.skip("no pids cgroup can be made here (needs write access to a pids controller)")
+    script = tmp_path / "limited.py"
+    script.write_text(_UNDER_PIDS_LIMIT.replace("{tests!r}", repr(os.path.dirname(__file__))))
+    try:
+        done = subprocess.run([sys.executable, str(script), cgroup, "16", workers],
+                              capture_output=True, text=True, timeout=240)
+    finally:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(cgroup)
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, detail = done.stdout.splitlines()[:2]
+    count, whole, errors, running, refused = first.split()
+    assert (count, whole, errors) == ("1200", "True", "0"), detail
+    if workers == "8":
+        assert int(running) < 8 and refused == "True", detail

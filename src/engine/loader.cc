@@ -28,6 +28,11 @@
 namespace stoker {
 namespace {
 
+// The system refused what a kind's worker runs on (a process, memory).
+bool IsRefusal(const Status& st) {
+  return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kResourceExhausted;
+}
+
 // What one thread (a worker, or the consumer when it does the work) keeps
 // between items: its kind's worker and its figures. A worker whose
 // trimmable memory passed the per-sample cap (docs/engine.md, "Memory
@@ -249,7 +254,9 @@ class Loader::Impl {
   Status Resize(int workers) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (stopped_) return Status::Ok();
-    Status st = workers_.Resize(std::min(workers, kMaxWorkers));
+    // Past a count the system refused a kind's worker at, the pool does not grow.
+    const int cap = refused_at_.load(std::memory_order_relaxed);
+    Status st = workers_.Resize(std::min({workers, kMaxWorkers, cap}));
     kind_->Resized(workers_.target());
     work_cv_.NotifyAll();
     ready_cv_.NotifyAll();
@@ -283,6 +290,7 @@ class Loader::Impl {
       m.prefetch_bytes = sched_.prefetch_bytes();
       m.ready_batches = sched_.ready_batches();
       m.open_batches = sched_.open_batches();
+      if (!refusal_.ok()) m.workers_refused = refusal_.message();
     }
     m.bytes_in_flight = static_cast<size_t>(m.open_batches) * pool_->batch_bytes();
     if (options_.pin_memory || device_ != nullptr) m.pinned_buffers = pool_->slots_made();
@@ -311,6 +319,7 @@ class Loader::Impl {
       work_cv_.NotifyAll();
       ready_cv_.NotifyAll();
     }
+    kind_->Cancel();  // a worker may wait on the kind (a process starting) rather than on us
     workers_.Join();
   }
 
@@ -600,6 +609,15 @@ class Loader::Impl {
       pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // a refusal is harmless
     }
     WorkerContext ctx(id, WorkerPlace::kWorkerThread, *kind_, cap_);
+    if (Status st = ctx.worker->Ready(); IsRefusal(st)) {
+      // Refused before taking work: no item is lost, the pool stays smaller.
+      MutexLock lock(mu_);
+      const int left = workers_.Retire();
+      refused_at_.store(left, std::memory_order_relaxed);
+      kind_->Resized(workers_.target());
+      refusal_ = std::move(st);
+      return;
+    }
     stats_board_.Join(&ctx.stats);
     {
       MutexLock lock(mu_);
@@ -630,6 +648,10 @@ class Loader::Impl {
   Status fatal_ GUARDED_BY(mu_);        // what stops the loader from going on
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
   int idle_workers_ GUARDED_BY(mu_) = 0;
+  // The worker count at which the system refused a kind's worker (the pool
+  // stays under it), and why.
+  std::atomic<int> refused_at_{kMaxWorkers};
+  Status refusal_ GUARDED_BY(mu_);
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
   // What the epoch being delivered has delivered and skipped so far.
   struct EpochTally {

@@ -37,7 +37,8 @@ Status WorkerPool::Resize(int target) {
       running_.fetch_sub(1, std::memory_order_acq_rel);
       target_.store(running, std::memory_order_release);
       return Unavailable("cannot start thread " + std::to_string(running + 1) + " of " +
-                         std::to_string(target) + ": " + e.what());
+                         std::to_string(target) + ": " + e.what() +
+                         " (a limit on threads or processes: ulimit -u, a pids cgroup?)");
     }
   }
   return Status::Ok();
@@ -51,6 +52,14 @@ bool WorkerPool::TryLeave() {
     }
   }
   return false;
+}
+
+int WorkerPool::Retire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int left = running_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+  if (target_.load(std::memory_order_acquire) > left)
+    target_.store(left, std::memory_order_release);
+  return left;
 }
 
 void WorkerPool::Stop() {

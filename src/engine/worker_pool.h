@@ -40,6 +40,9 @@ class WorkerPool {
 
   /// True (at most running - target times) when the caller must leave.
   bool TryLeave();
+  /// The calling worker leaves now, whatever the target, which drops to the
+  /// workers left (the system refused what this one needed). Returns them.
+  int Retire();
 
   /// Target 0 for good; later Resize calls are ignored. Does not join.
   void Stop();

@@ -76,6 +76,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
           {"device_copies_at_delivery", m.device_copies_at_delivery},
           {"device_prefetched", m.device_prefetched},
           {"device_prefetch_batches", m.device_prefetch_batches},
+          {"workers_refused", m.workers_refused},
           {"workers", workers}};
 }
 

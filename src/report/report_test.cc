@@ -157,10 +157,11 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "device_copies_at_delivery",
                           "device_prefetched",
                           "device_prefetch_batches",
+                          "workers_refused",
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 27u);
+  EXPECT_EQ(j.size(), 28u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);

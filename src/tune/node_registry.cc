@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,7 +20,8 @@ namespace stoker {
 namespace {
 
 constexpr char kMagic[8] = {'s', 't', 'o', 'k', 'n', 'o', 'd', 'e'};
-constexpr uint32_t kVersion = 1;
+// 2: heartbeats on CLOCK_REALTIME (one clock for every time namespace).
+constexpr uint32_t kVersion = 2;
 
 // One loader's slot. Written only under the file lock. The record is
 // stored as it is: the header's entry size (and version) tell a table of
@@ -37,9 +37,11 @@ struct Entry {
   NodeLoaderRecord record;
 };
 
-int64_t MonotonicNs() {
+// Heartbeats: the one clock no time namespace shifts (a loader in another
+// must not look forever young, nor forever stale).
+int64_t HeartbeatNs() {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
@@ -51,7 +53,7 @@ uint64_t PidNamespace() {
 uint64_t NewToken() {
   std::random_device rd;
   uint64_t t = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-               static_cast<uint64_t>(MonotonicNs()) * 0x9e3779b97f4a7c15ull;
+               static_cast<uint64_t>(HeartbeatNs()) * 0x9e3779b97f4a7c15ull;
   return t == 0 ? 1 : t;
 }
 
@@ -95,24 +97,51 @@ std::vector<std::string> NodeRegistry::DefaultPaths() {
     return {set};
   }
   // The layout's version is in the name: loaders of another version keep
-  // their own table rather than refuse this one.
-  const std::string name = "stoker-node-v" + std::to_string(kVersion);
-  const std::string uid = std::to_string(::getuid());
-  std::vector<std::string> paths = {"/dev/shm/" + name + "-" + uid};
+  // their own table rather than refuse this one. Each lies in a folder only
+  // its user may write: in a shared /dev/shm or /tmp, another user could
+  // otherwise create (or link) the name first.
+  const std::string name = "node-v" + std::to_string(kVersion);
+  const std::string dir = "stoker-" + std::to_string(::getuid());
+  std::vector<std::string> paths = {"/dev/shm/" + dir + "/" + name};
   if (const char* run = std::getenv("XDG_RUNTIME_DIR"); run != nullptr && *run == '/') {
-    paths.push_back(std::string(run) + "/" + name);
+    paths.push_back(std::string(run) + "/stoker-" + name);
   }
-  paths.push_back("/tmp/" + name + "-" + uid);
+  paths.push_back("/tmp/" + dir + "/" + name);
   return paths;
 }
+
+namespace {
+
+// `dir` exists (made 0700 if not), is a folder (not a link), is this user's,
+// and no one else may write in it.
+Status PrivateFolder(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError("node registry folder " + dir + ": cannot create", errno);
+  }
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return ErrnoError("node registry folder " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 022) != 0) {
+    return Unavailable("node registry folder " + dir + ": not a folder only this user can write");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault() {
   const std::vector<std::string> paths = DefaultPaths();
   if (paths.empty()) {
     return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
   }
+  const bool chosen = std::getenv("STOKER_NODE_REGISTRY") != nullptr;
   std::string why;
   for (const std::string& path : paths) {
+    if (!chosen) {
+      if (Status st = PrivateFolder(path.substr(0, path.rfind('/'))); !st.ok()) {
+        why += (why.empty() ? "" : "; ") + st.message();
+        continue;
+      }
+    }
     Result<std::unique_ptr<NodeRegistry>> r = Open(path);
     if (r.ok()) return r;
     why += (why.empty() ? "" : "; ") + r.status().message();
@@ -148,9 +177,12 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
     unlock();
     return ErrnoError("node registry " + path + ": cannot stat", err);
   }
-  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid()) {
+  // A hard link to another file of ours would pass the owner check.
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid() || st.st_nlink != 1 ||
+      (st.st_mode & S_IWOTH) != 0) {
     unlock();
-    return Unavailable("node registry " + path + ": not a regular file of this user");
+    return Unavailable("node registry " + path +
+                       ": not a regular file of this user, with one link, that only it can write");
   }
   const size_t bytes = sizeof(Table);
   if (st.st_size == 0) {
@@ -167,13 +199,14 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
                      " bytes, not a stoker node registry of version " + std::to_string(kVersion) +
                      " (" + std::to_string(bytes) + " bytes)");
   }
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (map == MAP_FAILED) {
+  // Read and written with pread/pwrite under the lock, never mapped: a file
+  // another process truncates must not be able to kill us (SIGBUS).
+  auto table = std::make_unique<Table>();
+  if (::pread(fd.get(), table.get(), bytes, 0) != static_cast<ssize_t>(bytes)) {
     const int err = errno;
     unlock();
-    return ErrnoError("node registry " + path + ": cannot map", err);
+    return ErrnoError("node registry " + path + ": cannot read", err);
   }
-  auto* table = static_cast<Table*>(map);
   static const char kZero[8] = {};
   if (std::memcmp(table->magic, kZero, sizeof kZero) == 0) {
     // New, or its creator died before writing the header: entries are zero.
@@ -182,21 +215,50 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
     table->entries = kEntries;
     table->entry_bytes = sizeof(Entry);
     std::memcpy(table->magic, kMagic, sizeof kMagic);
-  } else if (std::memcmp(table->magic, kMagic, sizeof kMagic) != 0 || table->version != kVersion ||
-             table->entries != kEntries || table->entry_bytes != sizeof(Entry)) {
-    ::munmap(map, bytes);
+    if (::pwrite(fd.get(), table.get(), bytes, 0) != static_cast<ssize_t>(bytes)) {
+      const int err = errno;
+      unlock();
+      return ErrnoError("node registry " + path + ": cannot write", err);
+    }
+  } else if (!HeaderFits(*table)) {
     unlock();
     return DataError("node registry " + path + ": not a stoker node registry of version " +
                      std::to_string(kVersion));
   }
   unlock();
-  return std::unique_ptr<NodeRegistry>(new NodeRegistry(path, std::move(fd), table, options));
+  return std::unique_ptr<NodeRegistry>(
+      new NodeRegistry(path, std::move(fd), std::move(table), options));
 }
 
-NodeRegistry::NodeRegistry(std::string path, UniqueFd fd, Table* table, NodeRegistryOptions options)
+bool NodeRegistry::HeaderFits(const Table& table) {
+  return std::memcmp(table.magic, kMagic, sizeof kMagic) == 0 && table.version == kVersion &&
+         table.entries == kEntries && table.entry_bytes == sizeof(Entry);
+}
+
+Status NodeRegistry::Load() {
+  struct stat st;
+  if (::fstat(fd_.get(), &st) != 0) return ErrnoError("node registry " + path_, errno);
+  if (st.st_size != static_cast<off_t>(sizeof(Table)) ||
+      ::pread(fd_.get(), table_.get(), sizeof(Table), 0) != static_cast<ssize_t>(sizeof(Table)) ||
+      !HeaderFits(*table_)) {
+    return Unavailable("node registry " + path_ + ": changed under this loader (" +
+                       std::to_string(st.st_size) + " bytes, or another header)");
+  }
+  return Status::Ok();
+}
+
+Status NodeRegistry::Store() {
+  if (::pwrite(fd_.get(), table_.get(), sizeof(Table), 0) != static_cast<ssize_t>(sizeof(Table))) {
+    return ErrnoError("node registry " + path_ + ": cannot write", errno);
+  }
+  return Status::Ok();
+}
+
+NodeRegistry::NodeRegistry(std::string path, UniqueFd fd, std::unique_ptr<Table> table,
+                           NodeRegistryOptions options)
     : path_(std::move(path)),
       fd_(std::move(fd)),
-      table_(table),
+      table_(std::move(table)),
       options_(options),
       loader_id_(next_loader_id.fetch_add(1)),
       token_(NewToken()),
@@ -208,10 +270,14 @@ NodeRegistry::~NodeRegistry() {
   // In a forked child the entry is the parent's. A busy lock leaves the
   // entry to go stale: the others free it within stale_s.
   if (::getpid() == pid_ && Lock().ok()) {
-    if (const int own = FindOwn(); own >= 0) table_->entry[own] = Entry{};
+    if (Load().ok()) {
+      if (const int own = FindOwn(); own >= 0) {
+        table_->entry[own] = Entry{};
+        (void)Store();
+      }
+    }
     Unlock();
   }
-  ::munmap(table_, sizeof(Table));
 }
 
 Status NodeRegistry::Lock() {
@@ -248,7 +314,8 @@ bool NodeRegistry::Live(int index, int64_t now_ns) const {
   const Entry& e = table_->entry[index];
   if (e.token == 0) return false;
   const double age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
-  if (age_s > options_.stale_s) return false;
+  // From the future (a clock set back, a forged entry): judged by our clock.
+  if (age_s > options_.stale_s || age_s < -options_.stale_s) return false;
   if (age_s <= options_.check_pid_after_s || e.pid_ns == 0 || e.pid_ns != pid_ns_) {
     // Young, or in another pid namespace (its pid means nothing here).
     return true;
@@ -261,7 +328,11 @@ bool NodeRegistry::Live(int index, int64_t now_ns) const {
 
 Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& record) {
   STOKER_RETURN_IF_ERROR(Lock());
-  const int64_t now = MonotonicNs();
+  if (Status st = Load(); !st.ok()) {
+    Unlock();
+    return st;
+  }
+  const int64_t now = HeartbeatNs();
   int own = FindOwn();
   for (int i = 0; i < kEntries; ++i) {
     if (i != own && table_->entry[i].token != 0 && !Live(i, now)) table_->entry[i] = Entry{};
@@ -298,7 +369,9 @@ Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& re
     l.self = i == own;
     live.push_back(l);
   }
+  Status st = Store();
   Unlock();
+  if (!st.ok()) return st;
   return live;
 }
 

@@ -45,7 +45,7 @@ struct NodeRegistryOptions {
 };
 
 /// One loader's handle on the node registry: a small table in a shared file
-/// (fixed size, kEntries entries, mapped by every loader on the machine) in
+/// (fixed size, kEntries entries, read and written whole under the lock) in
 /// which each live loader keeps one entry, so that loaders of the local ranks
 /// (or any loaders on the machine) see each other's workers, CPU and need.
 ///
@@ -56,8 +56,9 @@ struct NodeRegistryOptions {
 /// its process is gone (pid absent, a zombie, or a process with another
 /// start time: a reused pid) or its heartbeat is older than stale_s.
 ///
-/// Not thread-safe: one caller at a time (the tuner's tick). Each handle maps
-/// the file itself, so handles of different loaders never share memory.
+/// Not thread-safe: one caller at a time (the tuner's tick). Nothing is
+/// mapped: a file truncated or rewritten by another process is refused by
+/// the next call (kUnavailable), never a SIGBUS.
 class NodeRegistry {
  public:
   static constexpr int kEntries = 64;
@@ -68,8 +69,10 @@ class NodeRegistry {
                                                     NodeRegistryOptions options = {});
 
   /// Where the default table lives, in the order tried: $STOKER_NODE_REGISTRY
-  /// when set ("off": none), else stoker-node-v<layout version>-<uid> in
-  /// /dev/shm, then in $XDG_RUNTIME_DIR (without the uid) and /tmp.
+  /// when set ("off": none), else node-v<layout version> in a folder
+  /// stoker-<uid> (made 0700, and refused unless only this user can write
+  /// it) of /dev/shm, then $XDG_RUNTIME_DIR/stoker-node-v<version>, then in
+  /// stoker-<uid> of /tmp. Per user: loaders of other users do not see it.
   static std::vector<std::string> DefaultPaths();
   /// Opens the first default path that works; the error (none is usable, or
   /// the registry is turned off) names each path and why.
@@ -92,7 +95,13 @@ class NodeRegistry {
 
  private:
   struct Table;
-  NodeRegistry(std::string path, UniqueFd fd, Table* table, NodeRegistryOptions options);
+  NodeRegistry(std::string path, UniqueFd fd, std::unique_ptr<Table> table,
+               NodeRegistryOptions options);
+  static bool HeaderFits(const Table& table);
+  // The file into table_, and back; under the lock. Load fails (kUnavailable)
+  // when the file changed size or header under us.
+  Status Load();
+  Status Store();
   // Takes and drops the lock on the whole file; Lock fails rather than wait.
   Status Lock();
   void Unlock();
@@ -102,7 +111,7 @@ class NodeRegistry {
 
   const std::string path_;
   const UniqueFd fd_;
-  Table* const table_;  // the mapping, owned
+  const std::unique_ptr<Table> table_;  // this handle's copy of the file
   const NodeRegistryOptions options_;
   const uint64_t loader_id_;
   const uint64_t token_;  // tells this loader's entry from any other's

@@ -5,6 +5,7 @@
 
 #include "tune/node_registry.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -216,6 +217,61 @@ TEST(NodeRegistryTest, ProcessStartTellsALiveProcessFromAGoneOne) {
   ASSERT_GT(child, 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   EXPECT_FALSE(ReadProcessStart(child).has_value());
+}
+
+// Another process may truncate or rewrite the file at any moment: the next
+// call is refused by name, never a SIGBUS (nothing is mapped).
+TEST(NodeRegistryTest, AFileTruncatedUnderALiveLoaderIsRefusedNotACrash) {
+  testing::TempDir dir;
+  const std::string path = dir / "registry";
+  auto reg = OpenOrDie(path);
+  ASSERT_TRUE(reg);
+  ASSERT_TRUE(reg->Publish(Record(2, 2)).ok());
+  for (off_t size : {off_t{0}, off_t{100}, off_t{1} << 20}) {
+    ASSERT_EQ(::truncate(path.c_str(), size), 0);
+    auto r = reg->Publish(Record(2, 2));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+  }
+  reg.reset();  // its destructor reads the file too
+}
+
+// A hard link to a registry file would pass the owner check on another name.
+TEST(NodeRegistryTest, AFileWithTwoLinksIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir / "registry";
+  ASSERT_TRUE(OpenOrDie(path));
+  ASSERT_EQ(::link(path.c_str(), (dir / "planted").c_str()), 0);
+  for (const std::string& name : {path, dir / "planted"}) {
+    auto r = NodeRegistry::Open(name);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("one link"), std::string::npos) << r.status().message();
+  }
+}
+
+// An entry whose heartbeat lies ahead of the reader's clock (forged, or a
+// clock set back) is judged by the reader's clock: freed, not live forever.
+TEST(NodeRegistryTest, AnEntryFromTheFutureIsFreed) {
+  testing::TempDir dir;
+  const std::string path = dir / "registry";
+  NodeRegistryOptions quick;
+  quick.stale_s = 0.5;
+  auto other = OpenOrDie(path, quick);
+  auto reader = OpenOrDie(path, quick);
+  ASSERT_TRUE(other && reader);
+  ASSERT_TRUE(other->Publish(Record(3, 3)).ok());
+  // The first entry's heartbeat (after the 24-byte header and its token): an hour ahead.
+  const int64_t future =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::system_clock::now().time_since_epoch() + std::chrono::hours(1))
+          .count();
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  ASSERT_EQ(::pwrite(fd.get(), &future, sizeof future, 24 + 8),
+            static_cast<ssize_t>(sizeof future));
+  const std::vector<NodeLoader> live = Live(*reader);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_TRUE(live[0].self);
 }
 
 // $STOKER_NODE_REGISTRY picks the file, or turns the registry off (the

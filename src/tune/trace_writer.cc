@@ -1,13 +1,32 @@
 #include "tune/trace_writer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <utility>
 
 namespace stoker {
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
-  File file(std::fopen(path.c_str(), "a"));
-  if (file == nullptr) return ErrnoError("open trace file " + path, errno);
+  // Appended to, never followed: in a shared /tmp another user may have put
+  // a link there (a symbolic one, or a hard link to a file of someone else).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open trace file " + path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      st.st_nlink != 1) {
+    ::close(fd);
+    return InvalidArgument("trace file " + path +
+                           ": not a regular file of this user with one link; choose another path");
+  }
+  File file(::fdopen(fd, "a"));
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoError("open trace file " + path, err);
+  }
   std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(file)));
   Status started = writer->pool_.Resize(1);
   if (!started.ok()) return started.WithContext("trace file " + path + ": its writer thread");

@@ -59,5 +59,25 @@ TEST(TraceWriterTest, UnwritablePathIsAnErrorNamingIt) {
   }
 }
 
+// A link planted where the trace goes (another user's, in a shared /tmp) is
+// refused, and what it points to is left as it was.
+TEST(TraceWriterTest, APlantedLinkIsRefusedAndItsTargetUntouched) {
+  const std::string target = TempPath("target");
+  const std::string symbolic = TempPath("symbolic.jsonl");
+  const std::string hard = TempPath("hard.jsonl");
+  for (const std::string& p : {target, symbolic, hard}) std::remove(p.c_str());
+  std::ofstream(target) << "precious\n";
+  ASSERT_EQ(::symlink(target.c_str(), symbolic.c_str()), 0);
+  ASSERT_EQ(::link(target.c_str(), hard.c_str()), 0);
+  for (const std::string& path : {symbolic, hard}) {
+    auto writer = TraceWriter::Open(path);
+    ASSERT_FALSE(writer.ok()) << path;
+    EXPECT_NE(writer.status().message().find(path), std::string::npos)
+        << writer.status().ToString();
+  }
+  EXPECT_EQ(ReadLines(target), std::vector<std::string>{"precious"});
+  for (const std::string& p : {target, symbolic, hard}) std::remove(p.c_str());
+}
+
 }  // namespace
 }  // namespace stoker

@@ -144,7 +144,6 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
   int deaths_outside = 0;
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
-    if (indices.empty()) return Status::Ok();  // every sample went down with a worker
     const size_t reported = outcome->failures.size();
     Status st = Attempt(epoch, batch, indices, seed, lease, reply, outcome);
     if (st.ok()) return st;
@@ -165,6 +164,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
       const int64_t index = indices[static_cast<size_t>(position)];
       outcome->failures.push_back({index, "", DeathCause(what, index, ending.killed)});
       indices.erase(indices.begin() + position);
+      if (indices.empty()) return Status::Ok();  // every sample went down with a worker
       continue;
     }
     if (++deaths_outside >= 2) {

@@ -733,18 +733,18 @@ def _run_batch_keeping_rng(job, epoch, batch, indices, seed):
     torch = _torch()
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
-        return _run_batch(job, epoch, batch, indices, seed)
+        return _run_batch(job, epoch, batch, indices, seed, consumer=True)
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
 
 
-def _run_batch(job, epoch, batch, indices, seed):
+def _run_batch(job, epoch, batch, indices, seed, consumer=False):
     """_workers.run_batch on this process's threads (thread workers, or the
     consumer's at num_workers=0)."""
     try:
-        return _workers.run_batch(job, epoch, batch, indices, seed)
+        return _workers.run_batch(job, epoch, batch, indices, seed, consumer)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
         return _Raised(e), None
 
@@ -1006,7 +1006,7 @@ class _Iterator:
             if payload is _END:
                 self.finished = self.done = True
                 raise StopIteration
-            if payload is not None:  # None: every sample of the batch failed
+            if payload is not _workers.NO_SAMPLE:  # every sample of the batch failed
                 return self._finish(payload)
 
     def _finish(self, payload):

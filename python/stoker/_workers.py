@@ -390,20 +390,44 @@ def _run_delay_ns():
         return 0
 
 
+class _NoSample:
+    """What a batch whose every sample failed carries, so that the consumer
+    skips it; a collate_fn may return None, and that is delivered (as
+    torch's). Pickled by name: the same object in every process."""
+
+    def __reduce__(self):
+        return "NO_SAMPLE"
+
+    def __repr__(self):
+        return "stoker._workers.NO_SAMPLE"
+
+
+NO_SAMPLE = _NoSample()
+
+
 def not_the_samples_fault(e):
-    """An exception on_error="skip" must not skip: out of memory, or an
-    OSError whose errno is the machine's or the store's (a refused resource,
-    a store gone or out of reach), as the engine classes errnos."""
-    return isinstance(e, MemoryError) or (
-        isinstance(e, OSError) and e.errno is not None
-        and not _stoker.errno_is_sample_error(e.errno))
+    """An exception on_error="skip" must not skip: out of memory (Python's,
+    or an allocator's: torch's "can't allocate memory", CUDA's "out of
+    memory"), or an OSError whose errno is the machine's or the store's (a
+    refused resource, a store gone or out of reach), as the engine classes
+    errnos."""
+    if isinstance(e, MemoryError):
+        return True
+    if isinstance(e, RuntimeError):
+        text = str(e)
+        return "can't allocate memory" in text or "out of memory" in text
+    return isinstance(e, OSError) and e.errno is not None and \
+        not _stoker.errno_is_sample_error(e.errno)
 
 
-def _load(job, indices, seed, at=None, samples=None):
+def _load(job, indices, seed, at=None, samples=None, consumer=False):
     """(samples, their indices, failures) of one batch, its generators seeded
     once; `at(position)` is told which sample is next (-1: done). `samples`:
     where they go (a list, or a _Stream that places them as they come). A
-    failure is (index, reason, traceback, not the sample's fault)."""
+    failure is (index, reason, traceback, not the sample's fault). Whatever a
+    sample raises is its failure, SystemExit and the like included, except on
+    the `consumer`'s thread (num_workers=0), where Ctrl-C and SystemExit
+    propagate as they would without a loader."""
     _seed_all(seed)
     samples = [] if samples is None else samples
     kept, failures = [], []
@@ -413,7 +437,9 @@ def _load(job, indices, seed, at=None, samples=None):
         try:
             samples.append(job.dataset[index])
             kept.append(index)
-        except Exception as e:  # noqa: BLE001 -- reported with its sample
+        except BaseException as e:  # noqa: BLE001 -- reported with its sample
+            if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
             failures.append((index, f"{type(e).__name__}: {e}",
                              "".join(traceback.format_exception(e)), not_the_samples_fault(e)))
     if at is not None:
@@ -421,10 +447,12 @@ def _load(job, indices, seed, at=None, samples=None):
     return samples, kept, failures
 
 
-def _collate_or_error(job, samples, writer=None):
-    """(payload, None), or (None, (what failed, traceback)) when collating raised."""
-    if not samples:
-        return None, None
+def _collate_or_error(job, samples, wanted, writer=None):
+    """(payload, None), or (None, (what failed, traceback)) when collating raised;
+    NO_SAMPLE when all `wanted` samples failed (none wanted: collate_fn([]),
+    as torch calls it for an empty batch)."""
+    if not samples and wanted:
+        return NO_SAMPLE, None
     try:
         if isinstance(samples, _Stream):
             return samples.collate(lambda plain: _collate(job, plain, writer)), None
@@ -434,11 +462,11 @@ def _collate_or_error(job, samples, writer=None):
                       "".join(traceback.format_exception(e)))
 
 
-def run_batch(job, epoch, batch, indices, seed):
-    """One batch in this process (a worker thread, or num_workers=0):
-    (payload, (kept, failures, collate error, epoch, batch))."""
-    samples, kept, failures = _load(job, indices, seed)
-    payload, collate_error = _collate_or_error(job, samples)
+def run_batch(job, epoch, batch, indices, seed, consumer=False):
+    """One batch in this process (a worker thread, or the `consumer`'s at
+    num_workers=0): (payload, (kept, failures, collate error, epoch, batch))."""
+    samples, kept, failures = _load(job, indices, seed, consumer=consumer)
+    payload, collate_error = _collate_or_error(job, samples, len(indices))
     return payload, (kept, failures, collate_error, epoch, batch)
 
 
@@ -455,7 +483,7 @@ def _run_task(job, seg, epoch, batch):
     # Whom to blame if this process dies: the position it is on.
     samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, _HEADER.position * _WORD.size, p),
                                     _Stream(writer, len(indices)) if streamed else None)
-    payload, collate_error = _collate_or_error(job, samples, writer)
+    payload, collate_error = _collate_or_error(job, samples, len(indices), writer)
     try:
         if collate_error is not None:
             return 0, 0, kept, failures, collate_error
@@ -609,6 +637,8 @@ class _Pickler(pickle.Pickler):
             if obj.device.type != "cpu":
                 raise TypeError("worker processes must return CPU tensors, got one on "
                                 f"{obj.device}")
+            if obj.is_sparse or obj.is_quantized or obj.is_nested:
+                return None  # pickled whole, as torch pickles it
             self.arrays.append(obj)
             return ("t", len(self.arrays) - 1)
         np = sys.modules.get("numpy")
@@ -629,12 +659,15 @@ def _write(writer, payload):
     table, copies = [], []
     for a in arrays:
         if hasattr(a, "numel"):
-            entry = ["t", str(a.dtype).removeprefix("torch."), tuple(a.shape), None]
+            # What a tensor is beyond its bytes comes back with it.
+            names = a.names if any(n is not None for n in a.names) else None
+            entry = ["t", str(a.dtype).removeprefix("torch."), tuple(a.shape), None,
+                     (a.requires_grad, names)]
             placed = writer.placed.get(id(a))
             if placed is not None and placed[0] is a:
                 entry[3] = placed[1]  # already in the segment
         else:
-            entry = ["a", a.dtype.str, a.shape, None]
+            entry = ["a", a.dtype, a.shape, None]  # the dtype itself: a structured one keeps its fields
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
             copies.append((a, entry[3]))
@@ -649,7 +682,7 @@ def _write(writer, payload):
         if hasattr(a, "numel"):
             import torch
             dst = torch.frombuffer(m, dtype=torch.uint8, count=n, offset=off)
-            dst.view(a.dtype).view(a.shape).copy_(a.detach())
+            dst.view(a.dtype).view(a.shape).copy_(a.detach().rename(None))
             del dst
         else:
             import numpy as np
@@ -674,14 +707,14 @@ def read_batch(view, meta_off, meta_len):
     batch whose every sample failed; tensors and arrays view the segment,
     no copy."""
     if meta_len == 0:
-        return None
+        return NO_SAMPLE
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
     arrays = [_rebuild(view, entry) for entry in table]
     return _Unpickler(io.BytesIO(body), arrays).load()
 
 
 def _rebuild(view, entry):
-    kind, dtype, shape, off = entry
+    kind, dtype, shape, off = entry[:4]
     if kind == "t":
         import torch
         dt = getattr(torch, dtype)
@@ -689,10 +722,15 @@ def _rebuild(view, entry):
         for d in shape:
             count *= d
         if count == 0:
-            return torch.empty(shape, dtype=dt)
-        itemsize = torch.empty((), dtype=dt).element_size()
-        return torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
-                                offset=off).view(dt).view(shape)
+            t = torch.empty(shape, dtype=dt)
+        else:
+            itemsize = torch.empty((), dtype=dt).element_size()
+            t = torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
+                                 offset=off).view(dt).view(shape)
+        requires_grad, names = entry[4]
+        if names is not None:
+            t = t.refine_names(*names)
+        return t.requires_grad_() if requires_grad else t
     import numpy as np
     dt = np.dtype(dtype)
     count = 1

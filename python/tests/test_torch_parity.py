@@ -246,3 +246,101 @@ def test_spawn_starts_the_zygote_afresh_with_the_dataset_pickled():
                            multiprocessing_context="spawn") as dl:
         assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
         assert dl.multiprocessing_context.get_start_method() == "spawn"
+
+
+class Valued(Dataset):
+    """Values torch hands over as they are: a structured array, a tensor that
+    requires grad, a named tensor."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        import numpy as np
+        record = np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8")])
+        record["x"] = i
+        return {"record": record, "grad": torch.full((2,), float(i), requires_grad=True),
+                "named": torch.zeros(2, 3).refine_names("row", "col") + i}
+
+
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_values_come_back_as_the_dataset_gave_them(workers, kind):
+    def same(sample):  # torch's default_convert refuses structured arrays
+        return sample
+    with stoker.DataLoader(Valued(), batch_size=None, num_workers=workers, worker_kind=kind,
+                           collate_fn=same) as dl:
+        got = list(dl)
+    theirs = list(TorchDataLoader(Valued(), batch_size=None, num_workers=0, collate_fn=same))
+    assert len(got) == len(theirs) == 6
+    for ours, want in zip(got, theirs):
+        assert ours["record"].dtype == want["record"].dtype
+        assert ours["record"].tolist() == want["record"].tolist()
+        assert ours["grad"].requires_grad and torch.equal(ours["grad"].detach(),
+                                                          want["grad"].detach())
+        assert ours["named"].names == ("row", "col")
+
+
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_what_collate_fn_returns_is_delivered_even_none_and_empty_batches(workers, kind):
+    batches = [[0, 1], [], [2], []]
+
+    def run(cls, **kw):
+        loader = cls(Indexed(), batch_sampler=batches, collate_fn=lambda b: (len(b) or None),
+                     num_workers=workers, **kw)
+        out = list(loader)
+        if cls is stoker.DataLoader:
+            loader.close()
+        return out
+    assert run(stoker.DataLoader, worker_kind=kind) == run(TorchDataLoader) == [2, None, 1, None]
+
+
+class Exiting(Dataset):
+    """Sample 3 raises SystemExit (dataset code calling sys.exit by mistake)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 3:
+            raise SystemExit("bye")
+        return i
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_a_base_exception_from_a_sample_names_it_and_keeps_the_rest(kind):
+    with stoker.DataLoader(Exiting(), batch_size=4, num_workers=1, worker_kind=kind) as dl:
+        it, got, errors = iter(dl), [], []
+        while True:
+            try:
+                got += next(it).tolist()
+            except StopIteration:
+                break
+            except stoker.DataError as e:
+                errors.append(str(e))
+    assert sorted(got) == [0, 1, 2, 4, 5, 6, 7]
+    assert len(errors) == 1 and "sample 3" in errors[0] and "SystemExit" in errors[0]
+
+
+class Starved(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:75] . DefaultCPUAllocator: "
+                               "can't allocate memory: you tried to allocate 1099511627776 bytes")
+        return i
+
+
+def test_an_allocators_refusal_is_never_skipped():
+    with stoker.DataLoader(Starved(), batch_size=4, num_workers=1, on_error="skip") as dl:
+        it, got, refused = iter(dl), [], []
+        while True:
+            try:
+                got += next(it).tolist()
+            except StopIteration:
+                break
+            except stoker.ResourceError as e:
+                refused.append(str(e))
+        assert len(refused) == 1 and "sample 5" in refused[0] and dl.skipped() == []
+    assert sorted(got) == [0, 1, 2, 3, 4, 6, 7]

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import stoker  # noqa: E402
+from test_dataloader import drain  # noqa: E402
 from torch.utils.data import (DataLoader as TorchDataLoader, Dataset,  # noqa: E402
                               DistributedSampler, WeightedRandomSampler, get_worker_info)
 
@@ -309,14 +310,7 @@ class Exiting(Dataset):
 @pytest.mark.parametrize("kind", ["processes", "threads"])
 def test_a_base_exception_from_a_sample_names_it_and_keeps_the_rest(kind):
     with stoker.DataLoader(Exiting(), batch_size=4, num_workers=1, worker_kind=kind) as dl:
-        it, got, errors = iter(dl), [], []
-        while True:
-            try:
-                got += next(it).tolist()
-            except StopIteration:
-                break
-            except stoker.DataError as e:
-                errors.append(str(e))
+        got, errors = drain(dl)
     assert sorted(got) == [0, 1, 2, 4, 5, 6, 7]
     assert len(errors) == 1 and "sample 3" in errors[0] and "SystemExit" in errors[0]
 
@@ -334,13 +328,6 @@ class Starved(Dataset):
 
 def test_an_allocators_refusal_is_never_skipped():
     with stoker.DataLoader(Starved(), batch_size=4, num_workers=1, on_error="skip") as dl:
-        it, got, refused = iter(dl), [], []
-        while True:
-            try:
-                got += next(it).tolist()
-            except StopIteration:
-                break
-            except stoker.ResourceError as e:
-                refused.append(str(e))
+        got, refused = drain(dl, errors_of=stoker.ResourceError)
         assert len(refused) == 1 and "sample 5" in refused[0] and dl.skipped() == []
     assert sorted(got) == [0, 1, 2, 3, 4, 6, 7]

@@ -85,12 +85,16 @@ PyObject* NewException(py::module_& m, const char* name, PyObject* base, const c
 }  // namespace
 
 void RegisterErrors(py::module_& m) {
+  // A ValueError, as it always was: `except ValueError` around stoker.Loader
+  // keeps working, and a sample's error still combines with every built-in
+  // exception type it may be raised as (python/stoker/_errors.py).
   g_data_error = NewException(
       m, "DataError", PyExc_ValueError,
       "A sample could not be loaded: its bytes are not a valid image (corrupt, truncated, or a "
       "kind this build cannot decode), or a Python dataset raised for it. The message names "
-      "the sample and its file. index, key and worker say which sample of a Python dataset "
-      "failed where (None when unknown).",
+      "the sample and its file. From stoker.DataLoader it is also of the sample's own "
+      "exception type (except OSError catches it, as with torch), with the original as "
+      "__cause__; index, key and worker say which sample failed where (None when unknown).",
       py::dict(py::arg("index") = py::none(), py::arg("key") = py::none(),
                py::arg("worker") = py::none()));
   g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,

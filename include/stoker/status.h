@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cassert>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,28 +27,68 @@ enum class StatusCode {
 /// Returns a short stable name for `code`, e.g. "data error".
 const char* StatusCodeName(StatusCode code);
 
-/// The outcome of an operation: ok, or a code and a message.
-/// A value type; safe to copy and to move across threads.
+/// What the maker of an error knows beyond its code and message, for its own
+/// reader (a Python dataset's exception, which the bindings raise as its
+/// type): opaque to the engine, which keeps it through copies, context and
+/// its batch reports. Subclassed by the maker; immutable once attached.
+class StatusDetail {
+ public:
+  virtual ~StatusDetail() = default;
+};
+
+/// The outcome of an operation: ok, or a code and a message, and an
+/// optional detail. A value type; safe to copy and to move across threads.
+/// An ok Status is its code and a null pointer: making, moving and dropping
+/// one (on every sample's path) costs next to nothing; an error's message
+/// and detail live on the heap, as leveldb's Status keeps its state.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : code_(code),
+        rep_(code != StatusCode::kOk || !message.empty() ? Make(std::move(message)) : nullptr) {}
+  Status(const Status& other)
+      : code_(other.code_), rep_(other.rep_ != nullptr ? Copy(*other.rep_) : nullptr) {}
+  Status(Status&& other) noexcept : code_(other.code_), rep_(std::exchange(other.rep_, nullptr)) {}
+  Status& operator=(Status other) noexcept {
+    std::swap(code_, other.code_);
+    std::swap(rep_, other.rep_);
+    return *this;
+  }
+  ~Status() {
+    if (rep_ != nullptr) Drop(rep_);
+  }
 
   static Status Ok() { return Status(); }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return rep_ != nullptr ? rep_->message : NoMessage(); }
 
   /// "data error: <message>", or "ok".
   std::string ToString() const;
 
-  /// Returns a copy whose message is "<context>: <message>".
+  /// Returns a copy whose message is "<context>: <message>" (detail kept).
   Status WithContext(const std::string& context) const;
 
+  /// Returns a copy carrying `detail` (null: none). REQUIRES: !ok().
+  Status WithDetail(std::shared_ptr<const StatusDetail> detail) const;
+  /// The detail attached by WithDetail, or null.
+  const std::shared_ptr<const StatusDetail>& detail() const;
+
  private:
+  struct Rep {
+    std::string message;
+    std::shared_ptr<const StatusDetail> detail;
+  };
+  // Out of line: only errors pay for them.
+  static Rep* Make(std::string message);
+  static Rep* Copy(const Rep& rep);
+  static void Drop(Rep* rep);
+  static const std::string& NoMessage();
+
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  Rep* rep_ = nullptr;  // owned; null for ok (and once moved from)
 };
 
 inline Status InvalidArgument(std::string m) {

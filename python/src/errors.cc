@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "process_workers.h"
 
 namespace stoker::python {
 namespace {
@@ -37,6 +38,20 @@ PyObject* ExceptionTypeFor(StatusCode code) {
   }
 }
 
+// A failed sample's fields on its exception, for stoker.DataLoader to raise
+// it as the sample's own type (python/stoker/_errors.py): index, key and
+// worker (None where there is none), and `_sample`: (pickled exception or
+// None, the worker's traceback, thread batch ticket or None, failure).
+void SetSampleFields(py::handle exc, const SampleErrorDetail& d) {
+  exc.attr("index") = d.index;
+  exc.attr("key") = d.key.empty() ? py::object(py::none()) : DecodeText(d.key);
+  exc.attr("worker") = d.worker < 0 ? py::object(py::none()) : py::int_(d.worker);
+  exc.attr("_sample") = py::make_tuple(
+      d.exception.empty() ? py::object(py::none()) : py::bytes(d.exception),
+      DecodeText(d.traceback),
+      d.batch_ticket == 0 ? py::object(py::none()) : py::int_(d.batch_ticket), d.failure);
+}
+
 void SetPythonError(const Status& status) {
   // Paths are bytes and need not be UTF-8; keep whatever is undecodable visible.
   py::str text = DecodeText(status.message());
@@ -48,12 +63,20 @@ void SetPythonError(const Status& status) {
       0) {
     PyErr_Clear();  // the message alone still says what happened
   }
+  if (const auto* d = dynamic_cast<const SampleErrorDetail*>(status.detail().get())) {
+    try {
+      SetSampleFields(exc, *d);
+    } catch (const py::error_already_set&) {
+      // Cleared as it was caught: the message alone still says what happened.
+    }
+  }
   PyErr_SetObject(type, exc.ptr());
 }
 
-PyObject* NewException(py::module_& m, const char* name, PyObject* base, const char* doc) {
+PyObject* NewException(py::module_& m, const char* name, PyObject* base, const char* doc,
+                       py::dict attributes = {}) {
   std::string qualified = std::string("stoker.") + name;
-  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, nullptr);
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, base, attributes.ptr());
   if (type == nullptr) throw py::error_already_set();
   m.add_object(name, py::reinterpret_borrow<py::object>(type));
   return type;
@@ -62,10 +85,18 @@ PyObject* NewException(py::module_& m, const char* name, PyObject* base, const c
 }  // namespace
 
 void RegisterErrors(py::module_& m) {
-  g_data_error = NewException(m, "DataError", PyExc_ValueError,
-                              "A sample's bytes are not a valid image (corrupt, truncated, or a "
-                              "kind this build cannot decode). The message names the sample and "
-                              "its file.");
+  // A ValueError, as it always was: `except ValueError` around stoker.Loader
+  // keeps working, and a sample's error still combines with every built-in
+  // exception type it may be raised as (python/stoker/_errors.py).
+  g_data_error = NewException(
+      m, "DataError", PyExc_ValueError,
+      "A sample could not be loaded: its bytes are not a valid image (corrupt, truncated, or a "
+      "kind this build cannot decode), or a Python dataset raised for it. The message names "
+      "the sample and its file. From stoker.DataLoader it is also of the sample's own "
+      "exception type (except OSError catches it, as with torch), with the original as "
+      "__cause__; index, key and worker say which sample failed where (None when unknown).",
+      py::dict(py::arg("index") = py::none(), py::arg("key") = py::none(),
+               py::arg("worker") = py::none()));
   g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,
                                   "A budget or cap was hit (an image over max_pixels), the "
                                   "machine refused memory, file descriptors or threads, or the "

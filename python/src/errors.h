@@ -45,7 +45,10 @@ T ValueOrThrow(Result<T> result) {
 ///   kCancelled                -> stoker.Cancelled (a RuntimeError)
 ///   kFailedPrecondition       -> RuntimeError (a loader used in a forked child)
 ///   kInternal and the rest    -> RuntimeError
-/// Each exception gets a `code` attribute holding StatusCodeName(code).
+/// Each exception gets a `code` attribute holding StatusCodeName(code); one
+/// whose status carries a SampleErrorDetail (a Python dataset's failed
+/// sample) also gets the sample's index, key and worker, and what
+/// stoker.DataLoader needs to raise it as the sample's own exception type.
 void RegisterErrors(pybind11::module_& m);
 
 }  // namespace stoker::python

@@ -39,11 +39,26 @@ std::string SignalName(int sig) {
 constexpr int kMaxRegistered = 4096;
 std::atomic<int> g_registered_fds[kMaxRegistered];
 
-// How a worker process that died mid-sample is reported: SIGKILL is the
-// kernel's answer to memory (the OOM killer) or someone's kill, not the
-// sample's fault; a crash or an exit in the sample's code is.
-Status DeathCause(const std::string& what, int64_t index, bool killed) {
-  return SampleFailureStatus(what + " while loading sample " + std::to_string(index), "", killed);
+// The failure of a Python dataset's sample: `reason`, the worker's traceback
+// after it; kUnavailable (never skipped) when it is not the sample's fault.
+Status SampleFailureStatus(const std::string& reason, const std::string& trace,
+                           bool not_the_samples_fault) {
+  std::string text = reason;
+  if (not_the_samples_fault) text += " (not the sample's fault: never skipped)";
+  if (!trace.empty()) text += "\n\nIn the worker:\n" + trace;
+  return not_the_samples_fault ? Unavailable(std::move(text)) : DataError(std::move(text));
+}
+
+// How a worker process (worker id `worker`) that died mid-sample is
+// reported: SIGKILL is the kernel's answer to memory (the OOM killer) or
+// someone's kill, not the sample's fault; a crash or an exit in the
+// sample's code is (no exception to raise as its type).
+SampleFailure DeathCause(const std::string& what, int64_t index, int worker, bool killed) {
+  auto detail = std::make_shared<SampleErrorDetail>();
+  detail->index = index;
+  detail->worker = worker;
+  return FailedSample(std::move(detail), what + " while loading sample " + std::to_string(index),
+                      killed);
 }
 
 }  // namespace
@@ -104,16 +119,29 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
+    using F = protocol::SampleFailWord;
+    std::string exception;  // SAMPFAIL's pickled exception ends its text
+    if (m.tag == Tag::kSampleFail) {
+      const int64_t bytes = m.words[F::kExceptionBytes];
+      if (bytes > 0 && static_cast<size_t>(bytes) <= m.text.size()) {
+        const size_t at = m.text.size() - static_cast<size_t>(bytes);
+        exception = m.text.substr(at);
+        m.text.resize(at);
+      }
+    }
     // A failure's text: what failed, a NUL, the worker's traceback.
     const size_t nul = std::min(m.text.find('\0'), m.text.size());
     const std::string reason = m.text.substr(0, nul);
-    const std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
+    std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
     if (m.tag == Tag::kTaskFail) return BatchFailureStatus(reason, trace);
     if (m.tag == Tag::kSampleFail) {
-      using F = protocol::SampleFailWord;
+      auto detail = std::make_shared<SampleErrorDetail>();
+      detail->index = m.words[F::kIndex];
+      detail->worker = proc_->id;
+      detail->traceback = std::move(trace);
+      detail->exception = std::move(exception);
       outcome->failures.push_back(
-          {m.words[F::kIndex], "",
-           SampleFailureStatus(reason, trace, m.words[F::kNotTheSamplesFault] != 0)});
+          FailedSample(std::move(detail), reason, m.words[F::kNotTheSamplesFault] != 0));
       continue;
     }
     if (m.tag != Tag::kDone) {
@@ -151,7 +179,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     // The process died mid-task: blame the sample it was on and run the rest
     // in a fresh process, which reports the others' failures again.
     outcome->failures.resize(reported);
-    const int pid = proc_->pid;
+    const int pid = proc_->pid, id = proc_->id;
     const ProcessWorkers::Ending ending = workers_->Reap(*proc_);
     proc_.reset();
     if (workers_->shut_down()) return Cancelled("the loader was closed");
@@ -162,7 +190,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     const std::string what = "worker process " + std::to_string(pid) + " " + ending.how;
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
       const int64_t index = indices[static_cast<size_t>(position)];
-      outcome->failures.push_back({index, "", DeathCause(what, index, ending.killed)});
+      outcome->failures.push_back(DeathCause(what, index, id, ending.killed));
       indices.erase(indices.begin() + position);
       if (indices.empty()) return Status::Ok();  // every sample went down with a worker
       continue;
@@ -226,12 +254,12 @@ void ProcessWorker::Stop() {
   private_.store(0, std::memory_order_relaxed);
 }
 
-Status SampleFailureStatus(const std::string& reason, const std::string& trace,
+SampleFailure FailedSample(std::shared_ptr<SampleErrorDetail> detail, const std::string& reason,
                            bool not_the_samples_fault) {
-  std::string text = reason;
-  if (not_the_samples_fault) text += " (not the sample's fault: never skipped)";
-  if (!trace.empty()) text += "\n\nIn the worker:\n" + trace;
-  return not_the_samples_fault ? Unavailable(std::move(text)) : DataError(std::move(text));
+  Status status = SampleFailureStatus(reason, detail->traceback, not_the_samples_fault);
+  SampleFailure failure{detail->index, detail->key, std::move(status)};
+  if (!not_the_samples_fault) failure.status = failure.status.WithDetail(std::move(detail));
+  return failure;
 }
 
 Status BatchFailureStatus(const std::string& reason, const std::string& trace) {

@@ -254,10 +254,30 @@ class ProcessKind : public WorkerKind {
   std::shared_ptr<ProcessWorkers> workers_;
 };
 
-/// The failure of a Python dataset's sample: `reason` ("ValueError: ..."),
-/// the worker's traceback after it; kUnavailable (never skipped) when it is
-/// not the sample's fault, else kDataError.
-Status SampleFailureStatus(const std::string& reason, const std::string& trace,
+/// What a failed sample of a Python dataset carries beyond its message (its
+/// Status's detail), for the exception stoker.DataLoader raises: a
+/// stoker.DataError of the sample's own exception type, chained to it, with
+/// its index, key and worker (SetPythonError and python/stoker/_errors.py).
+struct SampleErrorDetail : StatusDetail {
+  int64_t index = 0;
+  std::string key;        // the sample's key; empty where it has none
+  int worker = -1;        // the worker's id; -1: the consumer's thread
+  std::string traceback;  // the worker's
+  /// From a worker process: the pickled (exception type, exception or
+  /// None); empty when it did not pickle, or the process died.
+  std::string exception;
+  /// From a worker thread (or the consumer's): the exception object lies in
+  /// the outcome of the batch of this ThreadWorkers ticket, at this position
+  /// of its failures, until the batch is taken; 0: none.
+  uint64_t batch_ticket = 0;
+  int64_t failure = -1;
+};
+
+/// The failure of a Python dataset's sample `detail->index`, raised with
+/// `reason` ("ValueError: ..."), the worker's traceback after it: kDataError
+/// carrying `detail`, or kUnavailable (never skipped, a plain
+/// stoker.ResourceError) when it is not the sample's fault.
+SampleFailure FailedSample(std::shared_ptr<SampleErrorDetail> detail, const std::string& reason,
                            bool not_the_samples_fault);
 /// A batch that failed outside its samples (collate_fn raised, the batch
 /// could not be written): `reason`, the worker's traceback after it; kDataError.

@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -37,19 +38,28 @@ using D = protocol::ProcessDescriptor;
 
 constexpr int64_t kSeed = 7;
 // Samples that make the fake worker misbehave while its position names them.
-constexpr int64_t kDies = 1'000'001;   // it kills itself with SIGTERM
-constexpr int64_t kHangs = 1'000'002;  // it says so on the notify pipe, then waits forever
+constexpr int64_t kDies = 1'000'001;    // it kills itself with SIGTERM
+constexpr int64_t kHangs = 1'000'002;   // it says so on the notify pipe, then waits forever
+constexpr int64_t kRaises = 1'000'003;  // it reports the sample failed (SAMPFAIL) and skips it
+
+// What the fake worker says of kRaises: the exception, the traceback, and
+// the pickled exception's stand-in, binary (NULs) as a pickle is.
+constexpr std::string_view kReason = "ValueError: bad sample";
+constexpr std::string_view kTrace = "Traceback (most recent call last):\n  in __getitem__\n";
+constexpr std::string_view kPickled{"\x80\x05\0pickled\0", 11};
 
 // What the fake worker writes for a sample: the index and the batch's seed.
 int64_t Payload(int64_t index, int64_t seed) { return index ^ seed; }
 
 // Runs one TASK: the samples' payloads from the data offset, one word each,
-// with the position on the sample being loaded. Returns the DONE words.
-protocol::Words<protocol::DoneWord> FakeTask(int64_t* words, int64_t size, int notify) {
+// with the position on the sample being loaded; a SAMPFAIL on `sock` for
+// each that raised. Returns the DONE words.
+protocol::Words<protocol::DoneWord> FakeTask(int sock, int64_t* words, int64_t size, int notify) {
   using H = protocol::SegmentWord;
   const int64_t n = words[H::kSamples], data = words[H::kDataOffset];
   const int64_t* indices = words + protocol::kSegmentHeaderWords;
   int64_t* out = words + data / static_cast<int64_t>(sizeof(int64_t));
+  int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     words[H::kPosition] = i;
     if (indices[i] == kDies) kill(getpid(), SIGTERM);
@@ -58,15 +68,25 @@ protocol::Words<protocol::DoneWord> FakeTask(int64_t* words, int64_t size, int n
       (void)!write(notify, &byte, 1);
       while (true) pause();
     }
-    out[i] = Payload(indices[i], words[H::kSeed]);
+    if (indices[i] == kRaises) {
+      using F = protocol::SampleFailWord;
+      protocol::Words<F> failed{};
+      failed[F::kIndex] = indices[i];
+      failed[F::kExceptionBytes] = static_cast<int64_t>(kPickled.size());
+      const std::string text =
+          std::string(kReason) + '\0' + std::string(kTrace) + std::string(kPickled);
+      (void)SendMessage(sock, Tag::kSampleFail, failed, -1, text);
+      continue;
+    }
+    out[kept++] = Payload(indices[i], words[H::kSeed]);
   }
   words[H::kPosition] = -1;
   using W = protocol::DoneWord;
   protocol::Words<W> done{};
-  done[W::kSamples] = n;
+  done[W::kSamples] = kept;
   done[W::kSegmentSize] = size;
   done[W::kMetaOffset] = data;
-  done[W::kMetaLength] = n * static_cast<int64_t>(sizeof(int64_t));
+  done[W::kMetaLength] = kept * static_cast<int64_t>(sizeof(int64_t));
   return done;
 }
 
@@ -89,7 +109,7 @@ protocol::Words<protocol::DoneWord> FakeTask(int64_t* words, int64_t size, int n
     void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED,
                       segments.at(id), 0);
     if (addr == MAP_FAILED) _exit(2);
-    const auto done = FakeTask(static_cast<int64_t*>(addr), size, notify);
+    const auto done = FakeTask(sock, static_cast<int64_t*>(addr), size, notify);
     munmap(addr, static_cast<size_t>(size));
     if (!SendMessage(sock, Tag::kDone, done).ok()) _exit(0);
   }
@@ -282,9 +302,40 @@ TEST_F(ProcessWorkersTest, AWorkerThatDiesMidTaskIsNamedAndTheBatchReruns) {
       EXPECT_NE(f.status.message().find("while loading sample " + std::to_string(kDies)),
                 std::string::npos)
           << f.status.message();
+      // Named with its worker; no exception to raise as its type.
+      const auto* detail = dynamic_cast<const SampleErrorDetail*>(f.status.detail().get());
+      ASSERT_NE(detail, nullptr);
+      EXPECT_EQ(detail->index, kDies);
+      EXPECT_GE(detail->worker, 0);
+      EXPECT_TRUE(detail->exception.empty());
     });
   }
   for (auto& thread : threads) thread.join();
+}
+
+TEST_F(ProcessWorkersTest, ASampleThatRaisedCarriesItsWorkerTracebackAndPickledException) {
+  SetEpoch(0, kRaises);
+  std::unique_ptr<KindWorker> worker = NewWorker();
+  Descriptor d{};
+  ItemOutcome outcome;
+  Status st = Run(worker.get(), 0, 0, &d, &outcome);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(Take(d), Expected(0, kRaises));
+  EXPECT_EQ(outcome.samples, kSamples - 1);
+  ASSERT_EQ(outcome.failures.size(), 1u);
+  const SampleFailure& f = outcome.failures[0];
+  EXPECT_EQ(f.index, kRaises);
+  EXPECT_EQ(f.status.code(), StatusCode::kDataError);
+  // The message has the reason and the traceback, not the pickle after them.
+  EXPECT_EQ(f.status.message(),
+            std::string(kReason) + "\n\nIn the worker:\n" + std::string(kTrace));
+  const auto* detail = dynamic_cast<const SampleErrorDetail*>(f.status.detail().get());
+  ASSERT_NE(detail, nullptr);
+  EXPECT_EQ(detail->index, kRaises);
+  EXPECT_EQ(detail->worker, 0);  // the first worker's id
+  EXPECT_EQ(detail->traceback, kTrace);
+  EXPECT_EQ(detail->exception, kPickled);
+  EXPECT_EQ(detail->batch_ticket, 0u);
 }
 
 TEST_F(ProcessWorkersTest, ShutdownFromAnotherThreadCancelsWaitingTasks) {

@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -32,20 +33,28 @@ ThreadWorkers::~ThreadWorkers() {
 
 namespace {
 
-// The failures in run_batch's (payload, info): info is (kept, failures,
-// collate error, epoch, batch), each failure (index, reason, traceback, not
-// the sample's fault); None when the batch raised what next() re-raises.
-Status ReadOutcome(const py::tuple& made, ItemOutcome* outcome) {
-  const py::object info = made[1];
+// run_batch's (payload, info): info is (kept, failures, collate error,
+// epoch, batch), each failure (index, reason, traceback, not the sample's
+// fault, the exception); None when the batch raised what next() re-raises.
+constexpr int kInfo = 1, kFailures = 1, kException = 4;
+
+// The failures in the batch `made` (ThreadWorkers ticket `ticket`) by `worker`.
+Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutcome* outcome) {
+  const py::object info = made[kInfo];
   if (info.is_none()) return Status::Ok();
   const auto parts = info.cast<py::tuple>();
   outcome->samples = static_cast<int64_t>(py::len(parts[0]));
-  for (const py::handle f : parts[1]) {
+  int64_t position = 0;
+  for (const py::handle f : parts[kFailures]) {
     const auto failure = f.cast<py::tuple>();
+    auto detail = std::make_shared<SampleErrorDetail>();
+    detail->index = failure[0].cast<int64_t>();
+    detail->worker = worker;
+    detail->traceback = failure[2].cast<std::string>();
+    detail->batch_ticket = ticket;
+    detail->failure = position++;
     outcome->failures.push_back(
-        {failure[0].cast<int64_t>(), "",
-         SampleFailureStatus(failure[1].cast<std::string>(), failure[2].cast<std::string>(),
-                             failure[3].cast<bool>())});
+        FailedSample(std::move(detail), failure[1].cast<std::string>(), failure[3].cast<bool>()));
   }
   if (const py::object collate = parts[2]; !collate.is_none()) {
     const auto error = collate.cast<py::tuple>();
@@ -56,21 +65,22 @@ Status ReadOutcome(const py::tuple& made, ItemOutcome* outcome) {
 
 }  // namespace
 
-Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
-                          ItemOutcome* outcome) {
+Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
+                          int64_t out[kThreadDescriptorWords], ItemOutcome* outcome) {
   STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, batches_->Get(epoch, batch));
+  // Before the batch runs: its failures name it.
+  const uint64_t ticket = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   py::gil_scoped_acquire gil;
   py::object made;
   try {
     made = run_batch_(epoch, batch, py::cast(got.indices), got.seed);
-    STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), outcome));
+    STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), ticket, worker, outcome));
   } catch (py::error_already_set& e) {
     return Internal(std::string("the batch failed in a worker thread: ") + e.what());
   } catch (const py::cast_error& e) {
     return Internal(std::string("run_batch gave no (payload, info): ") + e.what());
   }
   MutexLock lock(mu_);
-  const uint64_t ticket = next_ticket_++;
   ready_.emplace(ticket, std::move(made));
   using D = protocol::ThreadDescriptor;
   out[D::kMagic] = protocol::kThreadMagic;
@@ -104,34 +114,69 @@ py::object ThreadWorkers::Take(uint64_t ticket) {
   return taken;  // `dead` is dropped here, with the GIL held
 }
 
+py::object ThreadWorkers::FailureCause(uint64_t ticket, int64_t failure) {
+  py::object made;
+  {
+    MutexLock lock(mu_);
+    if (auto it = ready_.find(ticket); it != ready_.end()) made = it->second;
+  }
+  if (!made) return py::none();
+  try {
+    const auto info = made.cast<py::tuple>()[kInfo].cast<py::tuple>();
+    const auto failures = info[kFailures].cast<py::sequence>();
+    return failures[static_cast<size_t>(failure)].cast<py::tuple>()[kException];
+  } catch (py::error_already_set&) {
+    return py::none();
+  } catch (const py::cast_error&) {
+    return py::none();
+  }
+}
+
+int ThreadWorkers::AcquireWorkerId() {
+  MutexLock lock(mu_);
+  const auto free = std::find(ids_in_use_.begin(), ids_in_use_.end(), false);
+  const auto id = static_cast<int>(free - ids_in_use_.begin());
+  if (free == ids_in_use_.end()) ids_in_use_.push_back(false);
+  ids_in_use_[static_cast<size_t>(id)] = true;
+  return id;
+}
+
+void ThreadWorkers::ReleaseWorkerId(int id) {
+  MutexLock lock(mu_);
+  ids_in_use_[static_cast<size_t>(id)] = false;
+}
+
 namespace {
 
+// Runs items on its thread (an engine worker thread, with a worker id of
+// its own, or the consumer's).
 class ThreadWorker : public KindWorker {
  public:
-  explicit ThreadWorker(const ThreadKind& kind) : kind_(kind) {}
+  ThreadWorker(std::shared_ptr<ThreadWorkers> workers, WorkerPlace place)
+      : workers_(std::move(workers)),
+        id_(place == WorkerPlace::kWorkerThread ? workers_->AcquireWorkerId() : -1) {}
+  ~ThreadWorker() override {
+    if (id_ >= 0) workers_->ReleaseWorkerId(id_);
+  }
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
-    return kind_.Run(epoch, item, out, outcome);
+    int64_t descriptor[kThreadDescriptorWords];
+    STOKER_RETURN_IF_ERROR(workers_->Run(epoch, item, id_, descriptor, outcome));
+    std::memcpy(out.data(), descriptor, sizeof descriptor);
+    outcome->label = item;
+    return Status::Ok();
   }
 
  private:
-  const ThreadKind& kind_;
+  const std::shared_ptr<ThreadWorkers> workers_;
+  const int id_;
 };
 
 }  // namespace
 
 int64_t ThreadKind::items() const { return workers_->batches_per_epoch(); }
 
-std::unique_ptr<KindWorker> ThreadKind::NewWorker(WorkerPlace, const SampleCap&) const {
-  return std::make_unique<ThreadWorker>(*this);
-}
-
-Status ThreadKind::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
-                       ItemOutcome* outcome) const {
-  int64_t descriptor[kThreadDescriptorWords];
-  STOKER_RETURN_IF_ERROR(workers_->Run(epoch, item, descriptor, outcome));
-  std::memcpy(out.data(), descriptor, sizeof descriptor);
-  outcome->label = item;
-  return Status::Ok();
+std::unique_ptr<KindWorker> ThreadKind::NewWorker(WorkerPlace place, const SampleCap&) const {
+  return std::make_unique<ThreadWorker>(workers_, place);
 }
 
 void ThreadKind::Cancel() const { workers_->Cancel(); }
@@ -162,7 +207,10 @@ void BindThreadWorkers(py::module_& m) {
             }
             return w.Take(static_cast<uint64_t>(descriptor.data()[D::kTicket]));
           },
-          py::arg("descriptor"));
+          py::arg("descriptor"))
+      .def("failure_cause", &ThreadWorkers::FailureCause, py::arg("ticket"), py::arg("failure"),
+           "The exception of a failed sample (a DataError's SampleErrorDetail), while its "
+           "batch is not taken; else None.");
 }
 
 }  // namespace stoker::python

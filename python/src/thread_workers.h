@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -31,12 +32,21 @@ class ThreadWorkers {
   /// Drops the batches never taken (with the GIL).
   ~ThreadWorkers();
 
-  /// On an engine worker thread (or the consumer's): runs the batch with the
-  /// GIL; its ticket goes into `out`, its failed samples into `outcome`.
-  /// collate_fn raising fails the batch (kDataError, with the traceback); an
-  /// exception from run_batch itself becomes kInternal with its text.
-  Status Run(int64_t epoch, int64_t batch, int64_t out[kThreadDescriptorWords],
+  /// On an engine worker thread (or the consumer's, `worker` -1): runs the
+  /// batch with the GIL; its ticket goes into `out`, its failed samples into
+  /// `outcome`. collate_fn raising fails the batch (kDataError, with the
+  /// traceback); an exception from run_batch itself becomes kInternal with
+  /// its text.
+  Status Run(int64_t epoch, int64_t batch, int worker, int64_t out[kThreadDescriptorWords],
              ItemOutcome* outcome) EXCLUDES(mu_);
+  /// The exception of failure `failure` of the batch of `ticket`
+  /// (SampleErrorDetail), while the batch is not taken; else None.
+  /// REQUIRES: the GIL.
+  pybind11::object FailureCause(uint64_t ticket, int64_t failure) EXCLUDES(mu_);
+  /// The smallest worker id not in use, for an engine thread's worker;
+  /// given back with ReleaseWorkerId when the worker ends.
+  int AcquireWorkerId() EXCLUDES(mu_);
+  void ReleaseWorkerId(int id) EXCLUDES(mu_);
   /// The engine is done with a ticket's batch without handing it out (its
   /// epoch abandoned): dropped at the next Take. Any thread, GIL or not.
   void Recycle(uint64_t ticket) EXCLUDES(mu_);
@@ -50,9 +60,10 @@ class ThreadWorkers {
   pybind11::object run_batch_;
   const std::shared_ptr<EpochBatches> batches_;
   Mutex mu_;
-  uint64_t next_ticket_ GUARDED_BY(mu_) = 1;
+  std::atomic<uint64_t> next_ticket_{1};
   std::unordered_map<uint64_t, pybind11::object> ready_ GUARDED_BY(mu_);
   std::vector<pybind11::object> dead_ GUARDED_BY(mu_);  // dropped by Take, which holds the GIL
+  std::vector<bool> ids_in_use_ GUARDED_BY(mu_);
 };
 
 /// The user's batches as the engine's items, each run by Python on the
@@ -70,8 +81,6 @@ class ThreadKind : public WorkerKind {
   void Recycle(std::span<std::byte> out) const override;
   /// Wakes workers waiting for a batch list.
   void Cancel() const override;
-  /// Runs `item` on the calling thread, as one of its workers would.
-  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) const;
 
  private:
   std::shared_ptr<ThreadWorkers> workers_;

@@ -13,25 +13,25 @@ namespace py = pybind11;
 namespace {
 
 // An engine thread's worker: the process kind's (its process forked as the
-// process kind forks it), whose figures it passes on, and the thread kind's
-// way of running a batch on the engine's thread.
+// process kind forks it), whose figures it passes on, and the thread kind's,
+// which runs a batch on the engine's thread.
 class EitherWorker : public KindWorker {
  public:
-  EitherWorker(const WorkerKinds& kinds, const ThreadKind& thread,
+  EitherWorker(const WorkerKinds& kinds, std::unique_ptr<KindWorker> thread,
                std::unique_ptr<KindWorker> process)
-      : kinds_(kinds), thread_(thread), process_(std::move(process)) {}
+      : kinds_(kinds), thread_(std::move(thread)), process_(std::move(process)) {}
 
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
     if (kinds_.kind() == KindChoice::kProcesses) return process_->Run(epoch, item, out, outcome);
     if (kinds_.retire_processes()) static_cast<ProcessWorker*>(process_.get())->Stop();
     std::fill(out.begin(), out.end(), std::byte{0});
-    return thread_.Run(epoch, item, out, outcome);
+    return thread_->Run(epoch, item, out, outcome);
   }
   WorkerCost cost() const override { return process_->cost(); }
 
  private:
   const WorkerKinds& kinds_;
-  const ThreadKind& thread_;
+  std::unique_ptr<KindWorker> thread_;
   std::unique_ptr<KindWorker> process_;
 };
 
@@ -43,7 +43,8 @@ EitherKind::EitherKind(std::shared_ptr<WorkerKinds> kinds)
 std::unique_ptr<KindWorker> EitherKind::NewWorker(WorkerPlace place, const SampleCap& cap) const {
   // Once threads are chosen, a new engine thread forks no process.
   const WorkerPlace forks = kinds_->retire_processes() ? WorkerPlace::kConsumer : place;
-  return std::make_unique<EitherWorker>(*kinds_, thread_, process_.NewWorker(forks, cap));
+  return std::make_unique<EitherWorker>(*kinds_, thread_.NewWorker(place, cap),
+                                        process_.NewWorker(forks, cap));
 }
 
 void EitherKind::Resized(int workers) const {

@@ -16,12 +16,15 @@ namespace stoker::python {
 using protocol::kMessages;
 using protocol::Tag;
 
-Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd) {
+Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int fd,
+                   std::string_view text) {
   const protocol::MessageKind& kind = kMessages[tag];
   assert(static_cast<int>(words.size()) == kind.words);
+  assert(kind.text || text.empty());
   std::string bytes(protocol::kTagBytes, '\0');
   std::memcpy(bytes.data(), kind.tag, std::strlen(kind.tag));
   bytes.append(reinterpret_cast<const char*>(words.data()), words.size_bytes());
+  bytes.append(text);
   iovec iov{bytes.data(), bytes.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -44,7 +47,7 @@ Status SendMessage(int sock, Tag::Index tag, std::span<const int64_t> words, int
 }
 
 Result<Message> ReceiveMessage(int sock) {
-  std::array<char, 65536> buffer;
+  std::array<char, protocol::kMaxMessageBytes> buffer;
   iovec iov{buffer.data(), buffer.size()};
   msghdr msg{};
   msg.msg_iov = &iov;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stoker/status.h"
@@ -25,9 +26,11 @@ struct Message {
 };
 
 /// Sends `tag` with `words` (in the order of the tag's list, indexed by its
-/// enum) and, when `fd` >= 0, a copy of `fd`. REQUIRES: the tag carries
-/// words, as many as given. Blocks until the socket takes it.
-Status SendMessage(int sock, protocol::Tag::Index tag, std::span<const int64_t> words, int fd = -1);
+/// enum), then `text`, and, when `fd` >= 0, a copy of `fd`. REQUIRES: the
+/// tag carries words, as many as given, and text if any is given. Blocks
+/// until the socket takes it.
+Status SendMessage(int sock, protocol::Tag::Index tag, std::span<const int64_t> words, int fd = -1,
+                   std::string_view text = {});
 /// Blocks for the next message. kCancelled on end of file (the other side is
 /// gone); kInternal for a tag the protocol does not have or a message short
 /// of its words.

@@ -35,6 +35,7 @@ void BindWorkerProtocol(py::module_& m) {
   py::module_ p = m.def_submodule(
       "protocol", "What crosses the process boundary to worker processes (worker_protocol.h)");
   p.attr("TAG_BYTES") = kTagBytes;
+  p.attr("MAX_MESSAGE_BYTES") = kMaxMessageBytes;
   // Each message: its tag (bytes), whether it carries text, and its words.
 #define STOKER_PROTOCOL_BIND_MESSAGE(Cpp, TAG, Words, text) \
   {                                                         \

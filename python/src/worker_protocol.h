@@ -9,7 +9,8 @@
 //
 // Each message is one SOCK_SEQPACKET datagram: an 8-byte tag (NUL-padded),
 // then native int64 words in the order listed, then UTF-8 text for the
-// messages marked with text. A file descriptor may ride along (SCM_RIGHTS).
+// messages marked with text (SAMPFAIL's ends in bytes: the pickled
+// exception). A file descriptor may ride along (SCM_RIGHTS).
 
 #include <array>
 #include <cstddef>
@@ -18,6 +19,8 @@
 namespace stoker::python::protocol {
 
 inline constexpr size_t kTagBytes = 8;
+/// The longest message the parent reads whole; a longer one is cut there.
+inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 
 // X(CppName, python_name): the words of each message, in order. The lists
 // are tables, one field a line.
@@ -49,10 +52,13 @@ inline constexpr size_t kTagBytes = 8;
   X(NumWorkers, num_workers)
 // worker -> parent, before DONE, for each sample whose __getitem__ raised:
 // its index, whether it is not the sample's fault (memory, a store gone),
-// and text: the exception and the worker's traceback.
-#define STOKER_SAMPLEFAIL_WORDS(X) \
-  X(Index, index)                  \
-  X(NotTheSamplesFault, not_the_samples_fault)
+// and text: the exception and the worker's traceback; then, exception_bytes
+// long (0: none), the pickled (exception type, exception or None) that ends
+// the message, for the consumer to raise as its type.
+#define STOKER_SAMPLEFAIL_WORDS(X)             \
+  X(Index, index)                              \
+  X(NotTheSamplesFault, not_the_samples_fault) \
+  X(ExceptionBytes, exception_bytes)
 // worker -> parent: the batch is in the segment (`samples` of it loaded),
 // with the worker's figures (cumulative CPU and run-queue delay, unique
 // memory; 0: not measured).

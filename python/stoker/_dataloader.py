@@ -15,7 +15,7 @@ import weakref
 
 import torch.utils.data
 
-from . import _args, _stats, _stoker, _workers
+from . import _args, _errors, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -50,7 +50,10 @@ class DataLoader(torch.utils.data.DataLoader):
     state at the epoch's start, so ``load_state_dict`` resumes in a new
     process with no seed of yours. A sample whose ``__getitem__``
     raises (or whose worker dies) is reported by a ``stoker.DataError`` naming
-    it, and the batch's other samples come with the next ``next()``;
+    it that is also of the exception's own type (``except OSError`` works, as
+    with torch), with the original as ``__cause__`` and the sample's
+    ``index``, ``key`` and ``worker``; the batch's other samples come with the
+    next ``next()``;
     ``on_error="skip"`` leaves it out and records it in ``skipped()``, except
     what is not the sample's fault (MemoryError; an OSError of refused
     resources or of a store gone or out of reach, e.g. ENOTCONN, ESTALE,
@@ -1021,7 +1024,13 @@ class _Iterator:
         engine = self._engine
         if self._timeout > 0 and not engine.wait_ready(self._timeout):
             raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
-        got = engine.next()  # raises the failures of the next batch, once
+        try:
+            got = engine.next()  # raises the failures of the next batch, once
+        except _stoker.DataError as e:
+            error = _errors.sample_error(e, self._threads)  # as the sample's own type
+            if error is None:
+                raise
+            raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END
         descriptor = got[0][0]

@@ -40,7 +40,7 @@ _PARENT_CHECK_S = 1.0  # how often an idle zygote checks that its parent lives
 
 def _message(kind, text=None, **words):
     """Message `kind` (a protocol layout, e.g. P.DONE) with its words by name,
-    then its text for the kinds that carry text."""
+    then its text (str, or bytes as they go) for the kinds that carry text."""
     if sorted(words) != sorted(kind.fields):
         raise TypeError(f"{kind.tag.decode()} takes words {kind.fields}, got {tuple(words)}")
     values = [0] * kind.words
@@ -48,7 +48,7 @@ def _message(kind, text=None, **words):
         values[getattr(kind, name)] = value
     body = b"".join(_WORD.pack(v) for v in values)
     if kind.text:
-        body += text.encode(errors="replace")
+        body += text if isinstance(text, bytes) else text.encode(errors="replace")
     return kind.tag.ljust(P.TAG_BYTES, b"\0") + body
 
 
@@ -347,9 +347,8 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
             sock.send(_message(P.TASKFAIL, f"the batch failed outside its samples: "
                                             f"{type(e).__name__}: {e}\0{traceback.format_exc()}"))
             continue
-        for index, reason, trace, fatal in failures:
-            sock.send(_message(P.SAMPFAIL, f"{reason}\0{trace}", index=index,
-                               not_the_samples_fault=int(fatal)))
+        for index, reason, trace, fatal, error in failures:
+            sock.send(_sample_failed(index, reason, trace, fatal, error))
         if collate_error is not None:
             sock.send(_message(P.TASKFAIL, f"{collate_error[0]}\0{collate_error[1]}"))
             continue
@@ -361,6 +360,53 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         now = time.monotonic()
         if now - measured_at > 1.0:
             private, measured_at = _own_private_bytes(), now
+
+
+def _sample_failed(index, reason, trace, fatal, error):
+    """The SAMPFAIL message of a sample that raised `error`: its text, then
+    the exception pickled for the parent to raise as its type (not for what
+    is not the sample's fault: a plain ResourceError), within the longest
+    message the parent reads."""
+    text = f"{reason}\0{trace}".encode(errors="replace")
+    room = P.MAX_MESSAGE_BYTES - P.TAG_BYTES - P.SAMPFAIL.words * _WORD.size - len(text)
+    pickled = b"" if fatal else _pickled_exception(error, room)
+    return _message(P.SAMPFAIL, text + pickled, index=index, not_the_samples_fault=int(fatal),
+                    exception_bytes=len(pickled))
+
+
+class _TooLong(Exception):
+    pass
+
+
+class _Bounded(io.BytesIO):
+    """Bytes written up to `limit`; past it, a write raises _TooLong (a huge
+    exception is not pickled whole only to be dropped)."""
+
+    def __init__(self, limit):
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data):
+        if self.tell() + memoryview(data).nbytes > self.limit:
+            raise _TooLong
+        return super().write(data)
+
+
+def _pickled_exception(error, limit):
+    """(type, error) pickled, for the parent to raise as that type with the
+    original as its cause; else (type, None) when the exception does not
+    survive pickle here (a field that does not pickle, a constructor its
+    args do not fit); else b"" (a type pickle cannot name, or over `limit`
+    bytes). Best effort: never raises."""
+    for value in ((type(error), error), (type(error), None)):
+        out = _Bounded(limit)
+        try:
+            pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.loads(out.getvalue())
+        except Exception:  # noqa: BLE001 -- anything a user's class may raise
+            continue
+        return out.getvalue()
+    return b""
 
 
 def _own_private_bytes():
@@ -424,9 +470,10 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False):
     """(samples, their indices, failures) of one batch, its generators seeded
     once; `at(position)` is told which sample is next (-1: done). `samples`:
     where they go (a list, or a _Stream that places them as they come). A
-    failure is (index, reason, traceback, not the sample's fault). Whatever a
-    sample raises is its failure, SystemExit and the like included, except on
-    the `consumer`'s thread (num_workers=0), where Ctrl-C and SystemExit
+    failure is (index, reason, traceback, not the sample's fault, the
+    exception, its traceback cut to start at __getitem__). Whatever a sample
+    raises is its failure, SystemExit and the like included, except on the
+    `consumer`'s thread (num_workers=0), where Ctrl-C and SystemExit
     propagate as they would without a loader."""
     _seed_all(seed)
     samples = [] if samples is None else samples
@@ -440,8 +487,11 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False):
         except BaseException as e:  # noqa: BLE001 -- reported with its sample
             if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            failures.append((index, f"{type(e).__name__}: {e}",
-                             "".join(traceback.format_exception(e)), not_the_samples_fault(e)))
+            trace = "".join(traceback.format_exception(e))
+            # Kept without this frame, which holds the batch's samples.
+            e.__traceback__ = e.__traceback__.tb_next
+            failures.append((index, f"{type(e).__name__}: {e}", trace, not_the_samples_fault(e),
+                             e))
     if at is not None:
         at(-1)
     return samples, kept, failures

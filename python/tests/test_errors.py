@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -207,3 +208,218 @@ def test_a_batch_over_the_memory_budget_is_refused_when_the_loader_is_made(image
         stoker.Loader(image_tree, batch_size=64, transforms=stoker.transforms.eval(224),
                       workers=2, memory_budget=16 << 20)
     assert "memory budget of 16.0 MiB" in str(e.value)
+
+
+# --- a Python dataset's failed sample (stoker.DataLoader) ---------------------
+#
+# Raised as torch raises it, of the sample's own exception type (`except
+# OSError` around the loop catches a truncated image), and a stoker.DataError
+# naming the sample, chained to the original, with index, key and worker.
+
+KINDS = ["processes", "threads", "zero"]
+
+
+def _data_loader(dataset, kind, **options):
+    pytest.importorskip("torch")
+    workers = options.pop("num_workers", 1)
+    workers = 0 if kind == "zero" else workers
+    return stoker.DataLoader(dataset, num_workers=workers,
+                             worker_kind="threads" if kind == "zero" else kind, **options)
+
+
+class Raising:
+    """Sample i is i, or raises what `errors[i]()` makes (kept in `raised[i]`)."""
+
+    def __init__(self, n, errors):
+        self.n, self.errors, self.raised = n, errors, {}
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i in self.errors:
+            self.raised[i] = self.errors[i]()
+            raise self.raised[i]
+        return i
+
+
+class NeedsTwo(Exception):
+    """Its args do not fit its constructor: pickle cannot rebuild it."""
+
+    def __init__(self, path, why):
+        super().__init__(f"{path}: {why}")
+
+
+class HoldsALock(Exception):
+    """A field pickle refuses."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class TooBig(Exception):
+    """Pickles to more than a message to the parent may hold."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.payload = b"x" * (1 << 17)
+
+
+def _next_error(it):
+    """What next(it) raises."""
+    try:
+        next(it)
+    except Exception as e:  # noqa: BLE001 -- the test looks at it
+        return e
+    raise AssertionError("next() raised nothing")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_samples_error_is_a_data_error_of_its_own_type(kind):
+    ds = Raising(12, {6: lambda: OSError("image file is truncated (3 bytes not processed)")})
+    with _data_loader(ds, kind, batch_size=4) as dl:
+        it = iter(dl)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        try:
+            next(it)
+            raise AssertionError("no error for sample 6")
+        except OSError as e:  # caught as torch users catch it
+            error = e
+        assert isinstance(error, stoker.DataError) and isinstance(error, ValueError)
+        assert (error.index, error.key) == (6, None)
+        assert error.worker == (None if kind == "zero" else 0)
+        assert error.code == "data error"
+        # The message as before: the batch, the sample, the exception, the traceback.
+        text = str(error)
+        assert text.startswith("batch 1 of epoch 0: sample 6: OSError: image file is truncated")
+        assert "Traceback" in text and "__getitem__" in text
+        # Chained to the original: itself in this process, a copy from a worker process.
+        cause = error.__cause__
+        assert type(cause) is OSError and cause.args == ds.errors[6]().args
+        if kind != "processes":
+            assert cause is ds.raised[6]
+        # The batch's other samples come next, then the rest of the epoch.
+        assert next(it).tolist() == [4, 5, 7]
+        assert next(it).tolist() == [8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("kind", ["processes", "zero"])
+def test_every_built_in_type_a_dataset_raises_combines(kind):
+    from PIL import UnidentifiedImageError
+    errors = [lambda: OSError(5, "Input/output error", "/data/a.jpg"),
+              lambda: KeyError("label"),
+              lambda: IndexError("list index out of range"),
+              lambda: RuntimeError("no"),
+              lambda: ValueError("bad value"),
+              lambda: TypeError("bad type"),
+              lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+              lambda: UnidentifiedImageError("cannot identify image file 'a.jpg'"),
+              lambda: NeedsTwo("a.jpg", "broken")]
+    ds = Raising(len(errors), dict(enumerate(errors)))
+    with _data_loader(ds, kind, batch_size=1) as dl:
+        it = iter(dl)
+        for i, make in enumerate(errors):
+            error, original = _next_error(it), make()
+            assert isinstance(error, type(original)) and isinstance(error, stoker.DataError), i
+            assert error.index == i
+            assert str(error).startswith(f"batch {i} of epoch 0: sample {i}: "
+                                         f"{type(original).__name__}: "), str(error)
+            assert type(error.__cause__) is (type(original) if kind == "zero" or i != 8
+                                             else stoker._errors.WorkerTraceback)
+            if type(error.__cause__) is type(original):
+                assert error.__cause__.args == original.args
+            # A combined error pickles (logging, multiprocessing), as its type.
+            back = pickle.loads(pickle.dumps(error))
+            assert type(back) is type(error) and str(back) == str(error)
+            assert (back.index, back.worker) == (error.index, error.worker)
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_exception_that_does_not_pickle_still_names_its_sample(kind):
+    class Local(Exception):  # its type does not pickle at all
+        pass
+
+    ds = Raising(4, {0: lambda: NeedsTwo("a.jpg", "broken"), 1: lambda: HoldsALock("locked"),
+                     2: lambda: TooBig("big"), 3: lambda: Local("local")})
+    with _data_loader(ds, kind, batch_size=1) as dl:
+        it = iter(dl)
+        for i, want in enumerate((NeedsTwo, HoldsALock, TooBig, Local)):
+            error = _next_error(it)
+            assert isinstance(error, stoker.DataError) and error.index == i
+            assert error.worker == (None if kind == "zero" else 0)
+            assert f"sample {i}: {want.__name__}: " in str(error)
+            if kind != "processes":  # in this process: the original, whatever it holds
+                assert isinstance(error, want) and error.__cause__ is ds.raised[i]
+                continue
+            # From a worker process: its type where pickle can name it, and a
+            # stand-in holding the worker's traceback as its cause.
+            assert isinstance(error, want) == (want is not Local)
+            assert type(error.__cause__) is stoker._errors.WorkerTraceback
+            assert str(error.__cause__).startswith("Traceback") and want.__name__ in str(
+                error.__cause__)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_with_several_failures_raises_the_first_ones_type(kind):
+    ds = Raising(8, {5: lambda: KeyError("label"), 6: lambda: OSError("truncated")})
+    with _data_loader(ds, kind, batch_size=4, num_workers=2) as dl:
+        it = iter(dl)
+        next(it)
+        error = _next_error(it)
+        assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
+        assert not isinstance(error, OSError) and error.index == 5
+        assert "2 samples failed" in str(error) and "sample 6" in str(error)
+        if kind == "threads":
+            assert error.worker in (0, 1)
+        assert next(it).tolist() == [4, 7]
+
+
+def test_a_worker_that_dies_is_a_data_error_naming_its_sample_and_worker():
+    ds = Raising(8, {3: lambda: os.kill(os.getpid(), signal.SIGSEGV)})
+    with _data_loader(ds, "processes", batch_size=4) as dl:
+        it = iter(dl)
+        error = _next_error(it)
+        assert type(error) is stoker.DataError and "killed by signal 11" in str(error)
+        assert (error.index, error.key, error.worker, error.__cause__) == (3, None, 0, None)
+        assert next(it).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_skip_and_what_is_not_the_samples_fault_are_unchanged(kind):
+    ds = Raising(8, {2: lambda: OSError("truncated"), 5: lambda: MemoryError("out of memory")})
+    with _data_loader(ds, kind, batch_size=4, on_error="skip") as dl:
+        it = iter(dl)
+        assert next(it).tolist() == [0, 1, 3]  # 2 skipped
+        error = _next_error(it)  # 5: never skipped, a plain ResourceError
+        assert type(error) is stoker.ResourceError and error.__cause__ is None
+        assert "sample 5: MemoryError: out of memory (not the sample's fault" in str(error)
+        assert next(it).tolist() == [4, 6, 7]
+        [record] = dl.skipped()
+        assert record == {"epoch": 0, "index": 2, "key": "",
+                          "reason": record["reason"]}
+        assert record["reason"].startswith("data error: OSError: truncated")
+
+
+def test_an_exception_that_does_not_unpickle_here_gives_a_plain_data_error():
+    from stoker import _errors
+    engine = stoker.DataError("batch 0 of epoch 0: sample 3: Gone: away\n\nIn the worker:\nTb")
+    engine.code, engine.index, engine.key, engine.worker = "data error", 3, None, 1
+    engine._sample = (b"not a pickle", "Traceback (most recent call last): Gone", None, -1)
+    error = _errors.sample_error(engine, None)
+    assert type(error) is stoker.DataError and str(error) == str(engine)
+    assert (error.code, error.index, error.key, error.worker) == ("data error", 3, None, 1)
+    assert type(error.__cause__) is _errors.WorkerTraceback
+    assert str(error.__cause__) == "Traceback (most recent call last): Gone"
+    assert _errors.sample_error(stoker.DataError("not a sample's"), None) is None
+
+
+def test_the_native_loaders_data_error_keeps_its_type():
+    source = stoker.Synthetic(size=16, shape=(8,), fail_indices=[5])
+    loader = stoker.Loader(source, batch_size=8, shuffle=False)
+    with pytest.raises(ValueError) as info:  # as callers of stoker.Loader catch it
+        list(loader)
+    assert type(info.value) is stoker.DataError and info.value.__cause__ is None
+    assert (info.value.index, info.value.key, info.value.worker) == (None, None, None)

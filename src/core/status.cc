@@ -1,5 +1,6 @@
 #include "stoker/status.h"
 
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 
@@ -35,12 +36,38 @@ const char* StatusCodeName(StatusCode code) {
 
 std::string Status::ToString() const {
   if (ok()) return "ok";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  return std::string(StatusCodeName(code_)) + ": " + message();
 }
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  Status s(code_, context + ": " + message());
+  s.rep_->detail = detail();
+  return s;
+}
+
+Status Status::WithDetail(std::shared_ptr<const StatusDetail> detail) const {
+  assert(!ok());
+  Status s = *this;
+  if (s.rep_ == nullptr) s.rep_ = Make("");
+  s.rep_->detail = std::move(detail);
+  return s;
+}
+
+const std::shared_ptr<const StatusDetail>& Status::detail() const {
+  static const std::shared_ptr<const StatusDetail> kNone;
+  return rep_ != nullptr ? rep_->detail : kNone;
+}
+
+Status::Rep* Status::Make(std::string message) { return new Rep{std::move(message), {}}; }
+
+Status::Rep* Status::Copy(const Rep& rep) { return new Rep(rep); }
+
+void Status::Drop(Rep* rep) { delete rep; }
+
+const std::string& Status::NoMessage() {
+  static const std::string kNoMessage;
+  return kNoMessage;
 }
 
 Status ErrnoError(const std::string& what, int err) {

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace stoker {
 namespace {
@@ -27,6 +28,21 @@ TEST(StatusTest, OkAndError) {
   EXPECT_EQ(s.ToString(), "data error: truncated JPEG");
   EXPECT_EQ(s.WithContext("sample 3 (a.jpg)").ToString(),
             "data error: sample 3 (a.jpg): truncated JPEG");
+}
+
+TEST(StatusTest, DetailTravelsWithCopiesAndContext) {
+  struct Mark : StatusDetail {
+    int value = 7;
+  };
+  const Status plain = DataError("truncated JPEG");
+  EXPECT_EQ(plain.detail(), nullptr);
+  const Status marked = plain.WithDetail(std::make_shared<Mark>());
+  EXPECT_EQ(plain.detail(), nullptr);  // a copy carries it, the original does not
+  const Status named = marked.WithContext("sample 3");
+  EXPECT_EQ(named.ToString(), "data error: sample 3: truncated JPEG");
+  ASSERT_NE(named.detail(), nullptr);
+  EXPECT_EQ(dynamic_cast<const Mark&>(*named.detail()).value, 7);
+  EXPECT_EQ(named.detail(), marked.detail());  // shared, not copied
 }
 
 TEST(StatusTest, ResultPropagates) {

@@ -586,8 +586,8 @@ class Loader::Impl {
                      " (first: " + name + ": " + first.reason + ")");
   }
 
-  // One error for every failed sample left in `slot`, with the code of the
-  // first that is not the sample's fault (else of the first).
+  // One error for every failed sample left in `slot`, with the code and
+  // detail of the first that is not the sample's fault (else of the first).
   static Status FailureError(const BatchSlot& slot) {
     const auto failures = slot.Failures();
     const std::string where =
@@ -600,7 +600,7 @@ class Loader::Impl {
       if (!IsSampleError(st) && IsSampleError(*lead)) lead = &st;
       message += (i > 0 ? "; " : "") + failures[i].Named().ToString();
     }
-    return Status(lead->code(), message);
+    return Status(lead->code(), message).WithDetail(lead->detail());
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {

@@ -21,9 +21,16 @@ namespace {
 
 using testing::MakeLoader;
 
+// A kind's own word on a failed sample, which the engine carries unread.
+struct SampleMark : StatusDetail {
+  explicit SampleMark(int64_t index) : index(index) {}
+  int64_t index;
+};
+
 // Item i holds user samples i*kPer .. i*kPer+kPer-1, of which those in
-// `bad` fail (named by their index) and the item keeps the rest. Its
-// output is (item, samples kept). Counts workers made and outputs recycled.
+// `bad` fail (named by their index, marked with a SampleMark) and the item
+// keeps the rest. Its output is (item, samples kept). Counts workers made
+// and outputs recycled.
 class FakeKind : public WorkerKind {
  public:
   static constexpr int64_t kPer = 4;
@@ -63,7 +70,9 @@ class FakeKind : public WorkerKind {
           ++kept;
           continue;
         }
-        outcome->failures.push_back({s, "", DataError("ValueError: bad sample")});
+        outcome->failures.push_back(
+            {s, "",
+             DataError("ValueError: bad sample").WithDetail(std::make_shared<SampleMark>(s))});
       }
       const int64_t words[2] = {item, kept + 1};  // +1: never zero once written
       std::memcpy(out.data(), words, sizeof words);
@@ -150,6 +159,10 @@ TEST(WorkerKindTest, RaiseNamesTheFailedSamplesOfAnItemThenDeliversIt) {
                    "sample 10: ValueError: bad sample"),
             std::string::npos)
       << m;
+  // The first failure's detail comes with the error, for the kind's own reader.
+  const auto* mark = dynamic_cast<const SampleMark*>(d.errors[0].detail().get());
+  ASSERT_NE(mark, nullptr);
+  EXPECT_EQ(mark->index, 9);
   EXPECT_EQ(d.items.size(), 10u);  // item 2 came after its error, with its good samples
   EXPECT_EQ(d.samples, 10 * FakeKind::kPer - 2);
 }

@@ -1,0 +1,120 @@
+"""A failed sample's error as stoker.DataLoader raises it: a stoker.DataError
+that is also of the sample's own exception type (``except OSError`` catches a
+truncated image, as with torch), chained to the original exception, with the
+sample's ``index``, ``key`` and ``worker``.
+
+The engine raises a plain DataError naming the sample; its bindings add the
+fields and ``_sample`` (python/src/errors.cc, from the status's
+SampleErrorDetail): the pickled exception from a worker process, or the
+ticket of a thread-made batch whose outcome holds the exception object until
+the batch is taken. ``sample_error`` makes the exception to raise instead.
+"""
+
+import pickle
+
+from ._stoker import DataError
+
+
+class WorkerTraceback(Exception):
+    """Stands for a worker's exception that could not be brought over (it
+    does not pickle, or its type does not import here): its text is the
+    worker's traceback, as concurrent.futures' _RemoteTraceback."""
+
+    def __str__(self):
+        return self.args[0]
+
+
+def sample_error(error, threads):
+    """The exception to raise for `error`, a DataError from the engine, or
+    None when it names no sample of a Python dataset. `threads`: the loader's
+    ThreadWorkers, or None. Never raises."""
+    sample = getattr(error, "_sample", None)
+    if sample is None:
+        return None
+    pickled, trace, ticket, failure = sample
+    kind, cause = None, None
+    try:
+        if ticket is not None and threads is not None:
+            cause = threads.failure_cause(ticket, failure)
+            kind = None if cause is None else type(cause)
+        elif pickled is not None:
+            kind, cause = pickle.loads(pickled)
+    except Exception:  # noqa: BLE001 -- a type that does not import here: the stand-in
+        kind, cause = None, None
+    if cause is None and trace:
+        cause = WorkerTraceback(trace)
+    try:
+        made = _instance(kind, error)
+    except Exception:  # noqa: BLE001 -- whatever a user's type does: a plain DataError
+        made = None
+    if made is None:
+        made = _fields(DataError(*error.args), error)
+    made.__cause__ = cause
+    made.__suppress_context__ = True  # the engine's plain DataError says nothing more
+    return made
+
+
+def _fields(made, error):
+    """`made` with `error`'s fields."""
+    made.code = getattr(error, "code", None)
+    made.index, made.key, made.worker = error.index, error.key, error.worker
+    return made
+
+
+_COMBINED = {}  # a sample's exception type -> DataError of that type, or None: none can be
+
+
+def _combined(kind):
+    """A DataError subclass that is also `kind`, made once per type; None
+    where none can be (a layout or MRO conflict, a type that is no
+    exception). May raise, for a type that is odd enough."""
+    if kind in _COMBINED:
+        return _COMBINED[kind]
+    combined = None
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        bases = (kind,) if issubclass(kind, DataError) else (DataError, kind)
+        try:
+            combined = type(f"DataError[{kind.__name__}]", bases, {
+                "__module__": "stoker", "__qualname__": f"DataError[{kind.__qualname__}]",
+                "__doc__": DataError.__doc__,
+                # The engine's message, not what the type's own methods make of
+                # its fields (never set: its __init__ is not run).
+                "__str__": BaseException.__str__, "__repr__": BaseException.__repr__,
+                "__reduce__": _reduce, "_sample_type": kind})
+        except TypeError:  # a layout conflict (built-in types with fields of their own)
+            combined = None
+    _COMBINED[kind] = combined
+    return combined
+
+
+def _instance(kind, error):
+    """`error` (its message and fields) as an instance of the combined type
+    of `kind`, or None where it cannot be made. May raise, for a type that is
+    odd enough."""
+    combined = None if kind is None else _combined(kind)
+    if combined is None:
+        return None
+    # Its own __new__ (OSError's, a user's), not DataError's; never its
+    # __init__, which may want other arguments.
+    try:
+        made = kind.__new__(combined, *error.args)
+    except TypeError:  # a __new__ that wants other arguments
+        return None
+    if not isinstance(made, combined):
+        return None
+    made.args = error.args
+    return _fields(made, error)
+
+
+def _reduce(self):
+    """Pickles as its type, message and fields (rebuilt by _rebuild)."""
+    return _rebuild, (self._sample_type, self.args), dict(vars(self))
+
+
+def _rebuild(kind, args):
+    error = DataError(*args)
+    try:
+        made = _instance(kind, error)
+    except Exception:  # noqa: BLE001 -- as sample_error
+        made = None
+    return error if made is None else made

@@ -627,7 +627,8 @@ def test_auto_kind_measures_both_keeps_one_and_loses_nothing(quick_trial, monkey
                            generator=torch.Generator().manual_seed(4)) as dl:
         reference = [indices_of(dl) for _ in range(3)]
     with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=2,
-                           worker_kind="auto", generator=torch.Generator().manual_seed(4)) as dl:
+                           worker_kind="auto", generator=torch.Generator().manual_seed(4),
+                           persistent_workers=True) as dl:
         seen = run_until_chosen(dl)
         assert seen[:3] == reference[:len(seen[:3])]  # the same order whichever kind made them
         trial = dl.stats()["kind_trial"]

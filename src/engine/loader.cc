@@ -13,6 +13,7 @@
 
 #include "core/clock.h"
 #include "core/thread_annotations.h"
+#include "core/worker_pool.h"
 #include "engine/batch_pool.h"
 #include "engine/controller.h"
 #include "engine/cuda_runtime.h"
@@ -20,7 +21,6 @@
 #include "engine/engine_loader.h"
 #include "engine/epoch_scheduler.h"
 #include "engine/sample_kind.h"
-#include "engine/worker_pool.h"
 #include "engine/worker_stats.h"
 #include "plan/epoch_plan.h"
 #include "stoker/defaults.h"

@@ -339,8 +339,8 @@ class Loader {
  private:
   class Impl;
   friend Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions options,
-                                                          std::unique_ptr<Controller> controller,
-                                                          const SampleCap& cap);
+                                                          size_t budget_bytes,
+                                                          std::unique_ptr<Controller> controller);
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -170,6 +171,18 @@ struct LoaderState {
   int world_size = 1;
   bool pad_shards = true;
 };
+
+/// {"seed", "epoch", "position", "beyond": [...], "num_samples",
+/// "batch_size", "shuffle", "drop_last", "rank", "world_size", "pad_shards"}:
+/// a checkpoint, with the plan it belongs to.
+nlohmann::json LoaderStateToJson(const LoaderState& state);
+
+/// Reads LoaderStateToJson's form back; "beyond" may be left out (none).
+/// Errors (InvalidArgument) name the field that is missing, is not an integer
+/// in its type's range (a list of them for "beyond") or, for shuffle,
+/// drop_last and pad_shards, not a boolean; or say that `json` is not an
+/// object.
+Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
 /// Counters for the tuner and for people. Cumulative since the loader was
 /// made; rates come from the difference of two snapshots.

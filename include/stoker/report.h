@@ -89,7 +89,4 @@ std::string NodeViewText(const NodeView& node);
 /// per GPU (a figure NVML did not give is left out).
 std::string GpuColumns(const std::vector<GpuUsage>& gpus);
 
-/// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
-size_t PeakRssBytes();
-
 }  // namespace stoker

@@ -22,7 +22,7 @@ namespace stoker {
 
 class BatchSlot;
 class BatchPool;
-class Controller;  // engine-private (src/engine/controller.h)
+class Controller;  // src/engine/controller.h, which the engine exports to tune
 
 /// What happens to a sample that cannot be read or transformed.
 enum class ErrorPolicy {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -21,7 +22,7 @@ namespace stoker {
 
 class BatchSlot;
 class BatchPool;
-class Controller;  // engine-private (src/engine/controller.h)
+class Controller;  // src/engine/controller.h, which the engine exports to tune
 
 /// What happens to a sample that cannot be read or transformed.
 enum class ErrorPolicy {
@@ -170,6 +171,18 @@ struct LoaderState {
   int world_size = 1;
   bool pad_shards = true;
 };
+
+/// {"seed", "epoch", "position", "beyond": [...], "num_samples",
+/// "batch_size", "shuffle", "drop_last", "rank", "world_size", "pad_shards"}:
+/// a checkpoint, with the plan it belongs to.
+nlohmann::json LoaderStateToJson(const LoaderState& state);
+
+/// Reads LoaderStateToJson's form back; "beyond" may be left out (none).
+/// Errors (InvalidArgument) name the field that is missing, is not an integer
+/// in its type's range (a list of them for "beyond") or, for shuffle,
+/// drop_last and pad_shards, not a boolean; or say that `json` is not an
+/// object.
+Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
 /// Counters for the tuner and for people. Cumulative since the loader was
 /// made; rates come from the difference of two snapshots.
@@ -342,8 +355,8 @@ class Loader {
  private:
   class Impl;
   friend Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions options,
-                                                          std::unique_ptr<Controller> controller,
-                                                          const SampleCap& cap);
+                                                          size_t budget_bytes,
+                                                          std::unique_ptr<Controller> controller);
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

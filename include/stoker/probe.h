@@ -138,6 +138,12 @@ std::optional<CpuTimes> ReadCpuTimes(const ProbeOptions& options = {});
 /// /proc does not list children.
 double DescendantsCpuSeconds(const ProbeOptions& options = {});
 
+/// This process's resident set size now (VmRSS of <proc_root>/self/status),
+/// bytes; 0 if unknown. Cheap (one small file read); thread-safe.
+size_t RssBytes(const ProbeOptions& options = {});
+/// This process's peak resident set size (VmHWM), bytes; 0 if unknown.
+size_t PeakRssBytes(const ProbeOptions& options = {});
+
 /// The facts as JSON with stable keys, null for unknown:
 /// {"cpu": {"logical", "physical_cores", "affinity", "quota_cores",
 /// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",

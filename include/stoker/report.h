@@ -30,8 +30,8 @@ nlohmann::json SweepToJson(const SweepReport& report);
 nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline);
 
 // The engine's public structs as JSON, the one form the CLI's --json output
-// and Python's dicts (stats(), skipped(), state_dict()) share. Keys are the
-// field names.
+// and Python's dicts (stats(), skipped()) share. Keys are the field names.
+// A checkpoint's JSON is the engine's, beside LoaderState (stoker/loader.h).
 
 /// Every counter of `metrics`, with "workers": [{id, samples, busy_ns,
 /// cpu_ns, queue_ns}] for the threads running.
@@ -40,18 +40,6 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 /// {"epoch", "index", "key", "reason"}. The key is a path's bytes as they
 /// are (not necessarily UTF-8).
 nlohmann::json SkipRecordToJson(const SkipRecord& record);
-
-/// {"seed", "epoch", "position", "beyond": [...], "num_samples",
-/// "batch_size", "shuffle", "drop_last", "rank", "world_size", "pad_shards"}:
-/// a checkpoint, with the plan it belongs to.
-nlohmann::json LoaderStateToJson(const LoaderState& state);
-
-/// Reads LoaderStateToJson's form back; "beyond" may be left out (none).
-/// Errors (InvalidArgument) name the field that is missing, is not an integer
-/// in its type's range (a list of them for "beyond") or, for shuffle,
-/// drop_last and pad_shards, not a boolean; or say that `json` is not an
-/// object.
-Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
 /// {registry (the file, or null without one), note, share_cores,
 /// budget_cores, loaders, workers, cpu_cores}: NodeView's fields.
@@ -100,8 +88,5 @@ std::string NodeViewText(const NodeView& node);
 /// GPU columns for the live view: "GPU0 37% 1.0/8.0GiB PCIe rx 120 tx 3 MB/s"
 /// per GPU (a figure NVML did not give is left out).
 std::string GpuColumns(const std::vector<GpuUsage>& gpus);
-
-/// Peak resident set size of this process (VmHWM), bytes; 0 if unknown.
-size_t PeakRssBytes();
 
 }  // namespace stoker

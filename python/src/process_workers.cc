@@ -532,7 +532,7 @@ Status ProcessWorkers::Pin() {
     if (cuda_ != nullptr) return Status::Ok();
   }
   // Loaded outside the lock (it opens a library); a second caller's load is dropped.
-  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const CudaRuntime> cuda, CudaRuntime::Load());
+  STOKER_ASSIGN_OR_RETURN(std::shared_ptr<const CudaRuntime> cuda, LoadCudaRuntime());
   MutexLock lock(mu_);
   if (cuda_ == nullptr) cuda_ = std::move(cuda);
   return Status::Ok();

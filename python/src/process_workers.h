@@ -22,7 +22,7 @@
 
 #include "core/thread_annotations.h"
 #include "core/unique_fd.h"
-#include "engine/cuda_runtime.h"
+#include "engine/host_registration.h"
 #include "epoch_batches.h"
 #include "stoker/status.h"
 #include "stoker/worker_kind.h"

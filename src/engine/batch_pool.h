@@ -13,6 +13,7 @@
 #include "core/thread_annotations.h"
 #include "engine/cuda_runtime.h"
 #include "engine/device_stage.h"
+#include "engine/host_registration.h"
 #include "stoker/loader.h"
 #include "stoker/sample_spec.h"
 #include "stoker/status.h"

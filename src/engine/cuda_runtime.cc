@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "engine/host_registration.h"
+
 namespace stoker {
 namespace {
 
@@ -92,6 +94,8 @@ CudaDeviceGuard::~CudaDeviceGuard() {
     cuda_.api().cudaSetDevice(previous_);
   }
 }
+
+Result<std::shared_ptr<const CudaRuntime>> LoadCudaRuntime() { return CudaRuntime::Load(); }
 
 Result<std::unique_ptr<HostRegistration>> HostRegistration::Make(
     std::shared_ptr<const CudaRuntime> cuda, void* addr, size_t bytes, const std::string& what) {

@@ -70,26 +70,6 @@ class CudaRuntime {
   std::string path_;
 };
 
-/// A host range page-locked with cudaHostRegister (pin_memory), unregistered
-/// when destroyed; held by pointer (neither copied nor moved).
-class HostRegistration {
- public:
-  /// Registers `bytes` at `addr`; `what` names the range in errors, which
-  /// also name option 'pin_memory' and the runtime's cause.
-  static Result<std::unique_ptr<HostRegistration>> Make(std::shared_ptr<const CudaRuntime> cuda,
-                                                        void* addr, size_t bytes,
-                                                        const std::string& what);
-  ~HostRegistration();
-  HostRegistration(const HostRegistration&) = delete;
-  HostRegistration& operator=(const HostRegistration&) = delete;
-
- private:
-  HostRegistration(std::shared_ptr<const CudaRuntime> cuda, void* addr)
-      : cuda_(std::move(cuda)), addr_(addr) {}
-  std::shared_ptr<const CudaRuntime> cuda_;
-  void* addr_;
-};
-
 /// Makes `device` current on this thread for its lifetime, then restores the
 /// previous one, so that a consumer's thread (PyTorch's) keeps its device.
 class CudaDeviceGuard {

@@ -14,6 +14,7 @@
 #include "stoker/loader.h"
 #include "testing/fake_cudart.h"
 #include "testing/loader_harness.h"
+#include "testing/untuned_loader.h"
 
 namespace stoker {
 namespace {
@@ -45,7 +46,7 @@ TEST(DeviceStageTest, PinsEachBatchBufferOnceAndUnpinsItWhenFreed) {
   o.pin_memory = true;
   int64_t pinned = 0;
   {
-    auto loader = testing::MakeLoader(o);
+    auto loader = testing::MakeUntunedLoader(o);
     ASSERT_NE(loader, nullptr);
     for (int epoch = 0; epoch < 3; ++epoch) EXPECT_EQ(testing::DrainEpoch(*loader).size(), 38u);
     pinned = loader->Metrics().pinned_buffers;
@@ -64,13 +65,13 @@ TEST(DeviceStageTest, DeviceCopiesMatchTheHostBatchesAcrossResizes) {
   cuda.Set("copy_delay_us", 300);  // copies lag behind the workers
   auto reference_options = DeviceOptions(/*workers=*/0);
   reference_options.device = LoaderOptions::kNoDevice;
-  auto reference = testing::MakeLoader(reference_options);
+  auto reference = testing::MakeUntunedLoader(reference_options);
   ASSERT_NE(reference, nullptr);
   const auto expected = testing::DrainEpoch(*reference);
 
   const int64_t pageable = cuda.Get("pageable_copies");
   const int64_t torn = cuda.Get("torn_copies");
-  auto loader = testing::MakeLoader(DeviceOptions(/*workers=*/1));
+  auto loader = testing::MakeUntunedLoader(DeviceOptions(/*workers=*/1));
   ASSERT_NE(loader, nullptr);
   const int schedule[] = {4, 0, 2, 7, 1, 3};
   std::map<int64_t, BatchCopy> got;
@@ -107,7 +108,7 @@ TEST(DeviceStageTest, AHostBufferIsNotReusedBeforeItsCopyHasRun) {
   cuda.Set("copy_delay_us", 2000);
   auto o = DeviceOptions(/*workers=*/3);
   o.prefetch_batches = 2;  // few buffers: each is reused often
-  auto loader = testing::MakeLoader(o);
+  auto loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   const int64_t copies = cuda.Get("copies");
   const int64_t torn = cuda.Get("torn_copies");
@@ -136,7 +137,7 @@ TEST(DeviceStageTest, AReleasedDeviceBufferIsRewrittenOnlyAfterTheConsumersStrea
   cuda.Set("copy_delay_us", 1000);
   auto o = DeviceOptions(/*workers=*/2);
   o.device_prefetch_bytes = 1;  // no copies ahead: each device buffer is reused at once
-  auto loader = testing::MakeLoader(o);
+  auto loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   void* stream = nullptr;
   ASSERT_EQ(cuda.stream_create(&stream, 1), 0);
@@ -164,7 +165,7 @@ TEST(DeviceStageTest, TheDeviceBudgetBoundsCopiesAhead) {
   auto o = DeviceOptions(/*workers=*/4);
   o.prefetch_batches = 8;
   o.device_prefetch_bytes = 2 * 8 * 512;  // two batches
-  auto loader = testing::MakeLoader(o);
+  auto loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   const int64_t mallocs = cuda.Get("mallocs");
   int64_t n = 0;
@@ -185,7 +186,7 @@ TEST(DeviceStageTest, TheDeviceBudgetBoundsCopiesAhead) {
 
   // No room ahead: every copy is made at delivery.
   o.device_prefetch_bytes = 1;
-  loader = testing::MakeLoader(o);
+  loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   EXPECT_EQ(testing::DrainEpoch(*loader).size(), 38u);
   EXPECT_EQ(loader->Metrics().device_copies_at_delivery, 38);
@@ -194,13 +195,13 @@ TEST(DeviceStageTest, TheDeviceBudgetBoundsCopiesAhead) {
 TEST(DeviceStageTest, DefaultBudgetIsAQuarterOfFreeDeviceMemory) {
   FakeCudart cuda;
   cuda.Set("free_bytes", 4 * 10 * 8 * 512);
-  auto loader = testing::MakeLoader(DeviceOptions(/*workers=*/1));
+  auto loader = testing::MakeUntunedLoader(DeviceOptions(/*workers=*/1));
   ASSERT_NE(loader, nullptr);
   EXPECT_EQ(loader->Metrics().device_prefetch_batches, 10);
 }
 
 Status MakeError(const LoaderOptions& o) {
-  auto made = Loader::Make(o);
+  auto made = testing::MakeUntuned(o);
   return made.ok() ? Status::Ok() : made.status();
 }
 
@@ -245,7 +246,7 @@ TEST(DeviceStageTest, ErrorsNameTheOptionAndTheCause) {
   // Out of device memory: the batch cannot be delivered, and the loader says
   // so on every call after.
   cuda.Set("malloc_budget", 0);
-  auto loader = testing::MakeLoader(o);
+  auto loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   for (int i = 0; i < 2; ++i) {
     auto r = loader->Next();
@@ -262,7 +263,7 @@ TEST(DeviceStageTest, ErrorsNameTheOptionAndTheCause) {
 TEST(DeviceStageTest, HostOnlyBatchesHaveNoDeviceSide) {
   auto o = DeviceOptions(/*workers=*/1);
   o.device = LoaderOptions::kNoDevice;
-  auto loader = testing::MakeLoader(o);
+  auto loader = testing::MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   auto r = loader->Next();
   ASSERT_TRUE(r.ok() && r->has_value());

@@ -9,10 +9,13 @@
 #include <cassert>
 #include <exception>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "core/clock.h"
+#include "core/number_text.h"
 #include "core/thread_annotations.h"
+#include "core/worker_pool.h"
 #include "engine/batch_pool.h"
 #include "engine/controller.h"
 #include "engine/cuda_runtime.h"
@@ -20,7 +23,6 @@
 #include "engine/engine_loader.h"
 #include "engine/epoch_scheduler.h"
 #include "engine/sample_kind.h"
-#include "engine/worker_pool.h"
 #include "engine/worker_stats.h"
 #include "plan/epoch_plan.h"
 #include "stoker/defaults.h"
@@ -691,10 +693,61 @@ PlanOptions PlanOptionsOf(const LoaderOptions& o) {
           o.drop_last,  o.rank,       o.world_size, o.pad_shards};
 }
 
+// Splits the budget (docs/engine.md, "Memory budget"): batch buffers first,
+// the consumer's and the prefetch bound's, which is lowered to at most half
+// the budget (but always one batch being written); the workers share the
+// rest evenly as their per-sample cap.
+// REQUIRES: CheckBatchFits(o, budget) is ok and o.workers >= 0.
+SampleCap SplitBudget(LoaderOptions& o, size_t budget) {
+  const size_t batch = *BatchBytes(o);
+  const size_t room = std::max(budget / 2, 2 * batch) - batch;
+  size_t prefetch = std::max(o.prefetch_bytes, batch);  // the engine's bound in bytes
+  if (static_cast<size_t>(o.prefetch_batches) <= prefetch / batch) {
+    prefetch = static_cast<size_t>(o.prefetch_batches) * batch;
+  }
+  if (prefetch > room) {
+    prefetch = room;
+    o.prefetch_bytes = room;
+  }
+  SampleCap cap;
+  cap.budget_bytes = budget;
+  cap.workers = std::max(o.workers, 1);
+  cap.bytes = (budget - batch - prefetch) / static_cast<size_t>(cap.workers);
+  return cap;
+}
+
 }  // namespace
 
 SampleSpec ItemSpec(const LoaderOptions& o) {
   return o.kind != nullptr ? o.kind->spec() : o.transform->spec();
+}
+
+std::optional<size_t> BatchBytes(const LoaderOptions& o) {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(ItemSpec(o).bytes(), static_cast<size_t>(o.batch_size), &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+// The smallest working loader holds two batch buffers: one the consumer has,
+// one being written. Past the budget, the engine's allocation fails or the
+// kernel kills the process, with no word on which option asked for too much.
+Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
+  const std::optional<size_t> batch = BatchBytes(o);
+  if (batch && *batch <= budget / 2) return Status::Ok();
+  const std::string budget_option =
+      o.tuner.memory_budget_bytes == 0
+          ? std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
+                " % of available memory, the default of tuner option 'memory_budget_bytes'"
+          : "tuner option 'memory_budget_bytes' = " + std::to_string(o.tuner.memory_budget_bytes);
+  return InvalidArgument("option 'batch_size' = " + std::to_string(o.batch_size) +
+                         " makes one batch " +
+                         (batch ? FormatBytes(*batch) : std::string("too large to count")) +
+                         " (of the transform's samples, " + FormatBytes(ItemSpec(o).bytes()) +
+                         " each); a loader needs room for two (one delivered, one being written), "
+                         "more than the memory budget of " +
+                         FormatBytes(budget) + " (" + budget_option + ")");
 }
 
 Status ValidateEngineOptions(const LoaderOptions& o) {
@@ -736,10 +789,12 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
-                                                 std::unique_ptr<Controller> controller,
-                                                 const SampleCap& cap) {
-  assert((o.kind != nullptr || (o.source != nullptr && o.transform != nullptr)) && o.workers >= 0);
+Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o, size_t budget_bytes,
+                                                 std::unique_ptr<Controller> controller) {
+  STOKER_RETURN_IF_ERROR(ValidateEngineOptions(o));
+  assert(o.workers >= 0 && "kAutoWorkers is the factory's to resolve");
+  STOKER_RETURN_IF_ERROR(CheckBatchFits(o, budget_bytes));
+  const SampleCap cap = SplitBudget(o, budget_bytes);
   const PlanOptions plan = PlanOptionsOf(o);
   std::shared_ptr<const CudaRuntime> cuda;
   std::shared_ptr<DeviceStage> device;
@@ -752,8 +807,7 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o,
     cuda = std::move(loaded).value();
   }
   if (o.device != LoaderOptions::kNoDevice) {
-    const size_t batch_bytes = ItemSpec(o).bytes() * static_cast<size_t>(o.batch_size);
-    auto made = DeviceStage::Make(cuda, o.device, o.device_prefetch_bytes, batch_bytes);
+    auto made = DeviceStage::Make(cuda, o.device, o.device_prefetch_bytes, *BatchBytes(o));
     if (!made.ok()) return made.status();
     device = std::move(made).value();
   }

@@ -33,13 +33,14 @@
 #include "stoker/defaults.h"
 #include "testing/loader_harness.h"
 #include "testing/sanitizers.h"
+#include "testing/untuned_loader.h"
 
 namespace stoker {
 namespace {
 
 using testing::BatchCopy;
 using testing::DrainEpoch;
-using testing::MakeLoader;
+using testing::MakeUntunedLoader;
 using testing::SyntheticLoaderOptions;
 
 std::multiset<int64_t> Samples(const std::map<int64_t, BatchCopy>& epoch) {
@@ -57,7 +58,7 @@ std::multiset<int64_t> Range(int64_t n) {
 TEST(LoaderTest, DeliversEverySampleOnceInOrder) {
   auto o = SyntheticLoaderOptions(1000, 64, 24);
   o.workers = 3;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   EXPECT_EQ(loader->batches_per_epoch(), 16);
   int64_t expect = 0;
   std::multiset<int64_t> seen;
@@ -82,7 +83,7 @@ TEST(LoaderTest, DeliversEverySampleOnceInOrder) {
 TEST(LoaderTest, ConsumerThreadDoesTheWorkWithZeroWorkers) {
   auto o = SyntheticLoaderOptions(300, 7, 8);
   o.workers = 0;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto epoch = DrainEpoch(*loader);
   EXPECT_EQ(Samples(epoch), Range(300));
   auto m = loader->Metrics();
@@ -94,7 +95,7 @@ TEST(LoaderTest, UnorderedDeliveryCoversTheEpoch) {
   auto o = SyntheticLoaderOptions(500, 10, 8);
   o.workers = 4;
   o.ordered = false;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto epoch = DrainEpoch(*loader);
   EXPECT_EQ(epoch.size(), 50u);
   EXPECT_EQ(Samples(epoch), Range(500));
@@ -102,20 +103,20 @@ TEST(LoaderTest, UnorderedDeliveryCoversTheEpoch) {
 
 TEST(LoaderTest, EpochsDifferAndRepeatWithTheSeed) {
   auto o = SyntheticLoaderOptions(200, 16, 8);
-  auto a = MakeLoader(o);
+  auto a = MakeUntunedLoader(o);
   auto e0 = DrainEpoch(*a);
   auto e1 = DrainEpoch(*a);
   EXPECT_NE(e0, e1);
   o.start_epoch = 1;
   o.workers = 1;
-  auto b = MakeLoader(o);
+  auto b = MakeUntunedLoader(o);
   EXPECT_EQ(DrainEpoch(*b), e1);
 }
 
 TEST(LoaderTest, DropLastDropsTheShortBatch) {
   auto o = SyntheticLoaderOptions(100, 30, 8);
   o.drop_last = true;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto epoch = DrainEpoch(*loader);
   EXPECT_EQ(epoch.size(), 3u);
   EXPECT_EQ(loader->samples_per_epoch(), 90);
@@ -147,7 +148,7 @@ TEST(LoaderTest, RaisePolicyNamesTheSampleThenDeliversTheRestOfItsBatch) {
   auto o = SyntheticLoaderOptions(100, 10, 8, so);
   o.shuffle = false;
   o.workers = 2;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   Outcome out = DrainCatching(*loader);
   ASSERT_EQ(out.errors.size(), 1u);
   const Status& e = out.errors[0];
@@ -165,7 +166,7 @@ TEST(LoaderTest, EveryBadSampleOfABatchIsNamedOnceInEveryEpoch) {
   so.fail_indices = {12, 17, 40};
   auto o = SyntheticLoaderOptions(100, 10, 8, so);
   o.workers = 3;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   for (int epoch = 0; epoch < 2; ++epoch) {
     Outcome out = DrainCatching(*loader);
     std::string all;
@@ -206,7 +207,7 @@ TEST(LoaderTest, SkipPolicyNeverSkipsWhatIsNotTheSamplesFault) {
   o.on_error = ErrorPolicy::kSkip;
   o.shuffle = false;
   o.workers = 2;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   Outcome out = DrainCatching(*loader);
   ASSERT_EQ(out.errors.size(), 1u);  // batch 3 (samples 30..39), naming all three
   const Status& e = out.errors[0];
@@ -236,7 +237,7 @@ TEST(LoaderTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {
   o.shuffle = false;
   for (int workers : {0, 2}) {
     o.workers = workers;
-    auto loader = MakeLoader(o);
+    auto loader = MakeUntunedLoader(o);
     auto r = loader->Next();
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kDataError);
@@ -254,7 +255,7 @@ TEST(LoaderTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {
   so.fail_indices.pop_back();
   o = SyntheticLoaderOptions(30, 8, 8, so);
   o.on_error = ErrorPolicy::kSkip;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   EXPECT_EQ(Samples(DrainEpoch(*loader)).size(), 1u);
 }
 
@@ -264,7 +265,7 @@ TEST(LoaderTest, SkipPolicyRecordsEverySkippedSample) {
   auto o = SyntheticLoaderOptions(100, 8, 8, so);
   o.on_error = ErrorPolicy::kSkip;
   o.workers = 3;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto epoch = DrainEpoch(*loader);
   auto seen = Samples(epoch);
   EXPECT_EQ(seen.size(), 96u);
@@ -280,7 +281,7 @@ TEST(LoaderTest, SkipPolicyRecordsEverySkippedSample) {
   }
   EXPECT_EQ(skipped_ids, (std::set<int64_t>{0, 5, 6, 99}));
   // Survivors keep their data: compare with a run that has no failures.
-  auto clean = MakeLoader(SyntheticLoaderOptions(100, 8, 8));
+  auto clean = MakeUntunedLoader(SyntheticLoaderOptions(100, 8, 8));
   auto clean_epoch = DrainEpoch(*clean);
   for (auto& [i, b] : epoch) {
     const BatchCopy& c = clean_epoch.at(i);
@@ -383,7 +384,7 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   o.shuffle = false;
   o.workers = 6;
   o.prefetch_batches = 2;  // two workers block in Read, four on the full window
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   struct OpenOnExit {  // an early return must not leave the loader blocked
     GatedSource* source;
@@ -429,7 +430,7 @@ TEST(LoaderTest, StopWakesAWaitingConsumer) {
   so.read_latency = std::chrono::milliseconds(50);
   auto o = SyntheticLoaderOptions(1000, 64, 8, so);
   o.workers = 1;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     loader->Stop();
@@ -447,9 +448,9 @@ TEST(LoaderTest, ResumesFromCheckpointWithOtherWorkerCounts) {
     o.seed = 11;
     o.ordered = ordered;
     o.workers = 3;
-    auto reference = DrainEpoch(*MakeLoader(o));
+    auto reference = DrainEpoch(*MakeUntunedLoader(o));
 
-    auto first = MakeLoader(o);
+    auto first = MakeUntunedLoader(o);
     std::map<int64_t, BatchCopy> got;
     for (int i = 0; i < 7; ++i) {
       auto r = first->Next();
@@ -462,7 +463,7 @@ TEST(LoaderTest, ResumesFromCheckpointWithOtherWorkerCounts) {
 
     for (int workers : {0, 1, 5}) {
       o.workers = workers;
-      auto resumed = MakeLoader(o);
+      auto resumed = MakeUntunedLoader(o);
       ASSERT_TRUE(resumed->Restore(state).ok());
       auto rest = DrainEpoch(*resumed);
       EXPECT_EQ(rest.size(), 20u - 7u);
@@ -474,7 +475,7 @@ TEST(LoaderTest, ResumesFromCheckpointWithOtherWorkerCounts) {
 }
 
 TEST(LoaderTest, RestoreRejectsForeignCheckpoints) {
-  auto loader = MakeLoader(SyntheticLoaderOptions(100, 10, 8));
+  auto loader = MakeUntunedLoader(SyntheticLoaderOptions(100, 10, 8));
   const LoaderState own = *loader->State();
   LoaderState s = own;
   s.seed = 99;
@@ -491,10 +492,10 @@ TEST(LoaderTest, RestoreRefusesACheckpointOfAnotherPlan) {
   o.workers = 2;
   auto other = o;
   other.batch_size = 20;
-  auto taken = MakeLoader(other);
+  auto taken = MakeUntunedLoader(other);
   ASSERT_TRUE(taken->Next().ok());
   const LoaderState state = *taken->State();
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   const Status st = loader->Restore(state);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "checkpoint's batch_size 20 differs from this loader's 10");
@@ -511,7 +512,7 @@ TEST(LoaderTest, RestoreRefusesACheckpointOfAnotherPlan) {
        }) {
     auto changed = o;
     change(changed);
-    auto from = MakeLoader(changed);
+    auto from = MakeUntunedLoader(changed);
     ASSERT_TRUE(from->Next().ok());
     EXPECT_EQ(loader->Restore(*from->State()).code(), StatusCode::kInvalidArgument);
   }
@@ -527,7 +528,7 @@ TEST(LoaderTest, AForkedChildGetsAnErrorNotAHang) {
 #else
   auto o = SyntheticLoaderOptions(200, 10, 8);
   o.workers = 3;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto first = loader->Next();
   ASSERT_TRUE(first.ok() && first->has_value());
   const pid_t parent = getpid();
@@ -579,13 +580,13 @@ TEST(LoaderTest, AForkedChildGetsAnErrorNotAHang) {
 TEST(LoaderTest, SetEpochMidEpochStartsAFreshOne) {
   auto o = SyntheticLoaderOptions(300, 10, 8);
   o.workers = 3;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(loader->Next().ok());
   ASSERT_TRUE(loader->SetEpoch(4).ok());
   auto e4 = DrainEpoch(*loader);
   EXPECT_EQ(Samples(e4), Range(300));
   o.start_epoch = 4;
-  EXPECT_EQ(DrainEpoch(*MakeLoader(o)), e4);
+  EXPECT_EQ(DrainEpoch(*MakeUntunedLoader(o)), e4);
 }
 
 // Workers that only compute, four to a CPU, spend most of their task time
@@ -599,7 +600,7 @@ TEST(LoaderTest, CountsTimeWorkersQueueForACpu) {
   so.cpu_cost = std::chrono::milliseconds(1);
   auto o = SyntheticLoaderOptions(200 * cpus, 8, 8, so);
   o.workers = 4 * cpus;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
   DrainEpoch(*loader, [](int64_t) {});
   const LoaderMetrics m = loader->Metrics();
@@ -641,7 +642,7 @@ TEST(LoaderTest, WorkersRunUnderBatchSchedulingAndTheConsumerDoesNot) {
     auto o = SyntheticLoaderOptions(200, 10, 8);
     o.workers = 3;
     o.batch_scheduling = batch;
-    auto loader = MakeLoader(o);
+    auto loader = MakeUntunedLoader(o);
     DrainEpoch(*loader);
     // A worker sets its policy first thing; one the kernel has not run yet
     // still has the default, so wait for all three (never more).
@@ -661,7 +662,7 @@ TEST(LoaderTest, PrefetchesTheNextEpochBeforeItIsAskedFor) {
   auto o = SyntheticLoaderOptions(200, 10, 8);
   o.workers = 2;
   o.prefetch_batches = 4;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto e0 = DrainEpoch(*loader);  // ends with the nullopt of epoch 0
   // Without another Next(), workers fill the window with epoch 1's batches.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -672,20 +673,20 @@ TEST(LoaderTest, PrefetchesTheNextEpochBeforeItIsAskedFor) {
   EXPECT_EQ(loader->epoch(), 1);
   auto e1 = DrainEpoch(*loader);
   o.start_epoch = 1;
-  EXPECT_EQ(e1, DrainEpoch(*MakeLoader(o)));
+  EXPECT_EQ(e1, DrainEpoch(*MakeUntunedLoader(o)));
 }
 
 TEST(LoaderTest, SetEpochAfterLookAheadGivesThatEpoch) {
   auto o = SyntheticLoaderOptions(120, 8, 8);
   o.workers = 3;
   for (int64_t next : {1, 5}) {
-    auto loader = MakeLoader(o);
+    auto loader = MakeUntunedLoader(o);
     DrainEpoch(*loader);
     ASSERT_TRUE(loader->SetEpoch(next).ok());  // 1: the epoch prefetched ahead; 5: another one
     auto got = DrainEpoch(*loader);
     auto ref_options = o;
     ref_options.start_epoch = next;
-    EXPECT_EQ(got, DrainEpoch(*MakeLoader(ref_options))) << "epoch " << next;
+    EXPECT_EQ(got, DrainEpoch(*MakeUntunedLoader(ref_options))) << "epoch " << next;
   }
 }
 
@@ -696,7 +697,7 @@ TEST(LoaderTest, ShardsTogetherCoverTheEpoch) {
     o.rank = rank;
     o.world_size = 3;
     o.pad_shards = false;
-    auto epoch = DrainEpoch(*MakeLoader(o));
+    auto epoch = DrainEpoch(*MakeUntunedLoader(o));
     auto s = Samples(epoch);
     EXPECT_EQ(s.size(), 100u);
     all.insert(s.begin(), s.end());
@@ -707,7 +708,7 @@ TEST(LoaderTest, ShardsTogetherCoverTheEpoch) {
 
 TEST(LoaderTest, BatchOutlivesTheLoader) {
   auto o = SyntheticLoaderOptions(100, 10, 8);
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   auto r = loader->Next();
   ASSERT_TRUE(r.ok() && r->has_value());
   Batch kept = std::move(**r);
@@ -720,7 +721,7 @@ TEST(LoaderTest, BatchOutlivesTheLoader) {
 TEST(LoaderTest, MetricsAddUp) {
   auto o = SyntheticLoaderOptions(400, 20, 8);
   o.workers = 2;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   DrainEpoch(*loader);
   auto m = loader->Metrics();
   EXPECT_EQ(m.batches_delivered, 20);
@@ -735,17 +736,17 @@ TEST(LoaderTest, MetricsAddUp) {
 TEST(LoaderTest, MakeRejectsBadOptions) {
   auto o = SyntheticLoaderOptions(100, 10, 8);
   o.workers = -2;  // -1 is kAutoWorkers
-  EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
+  EXPECT_NE(testing::MakeUntuned(o).status().message().find("workers"), std::string::npos);
   o.workers = kMaxWorkers + 1;
-  EXPECT_NE(Loader::Make(o).status().message().find("workers"), std::string::npos);
+  EXPECT_NE(testing::MakeUntuned(o).status().message().find("workers"), std::string::npos);
   o = SyntheticLoaderOptions(100, 0, 8);
-  EXPECT_NE(Loader::Make(o).status().message().find("batch_size"), std::string::npos);
+  EXPECT_NE(testing::MakeUntuned(o).status().message().find("batch_size"), std::string::npos);
   o = SyntheticLoaderOptions(100, 200, 8);
   o.drop_last = true;
-  EXPECT_NE(Loader::Make(o).status().message().find("drop_last"), std::string::npos);
+  EXPECT_NE(testing::MakeUntuned(o).status().message().find("drop_last"), std::string::npos);
   o = SyntheticLoaderOptions(100, 10, 8);
   o.prefetch_batches = 0;
-  EXPECT_NE(Loader::Make(o).status().message().find("prefetch_batches"), std::string::npos);
+  EXPECT_NE(testing::MakeUntuned(o).status().message().find("prefetch_batches"), std::string::npos);
 }
 
 }  // namespace

@@ -15,11 +15,12 @@
 
 #include "stoker/loader.h"
 #include "testing/loader_harness.h"
+#include "testing/untuned_loader.h"
 
 namespace stoker {
 namespace {
 
-using testing::MakeLoader;
+using testing::MakeUntunedLoader;
 
 // A kind's own word on a failed sample, which the engine carries unread.
 struct SampleMark : StatusDetail {
@@ -132,7 +133,7 @@ Drained DrainEpoch(Loader& loader) {
 TEST(WorkerKindTest, EveryItemOnceInOrderAtAnyWorkerCount) {
   for (int workers : {0, 1, 3}) {
     auto kind = std::make_shared<FakeKind>(25, std::set<int64_t>{});
-    auto loader = MakeLoader(KindOptions(kind, workers));
+    auto loader = MakeUntunedLoader(KindOptions(kind, workers));
     ASSERT_NE(loader, nullptr);
     EXPECT_EQ(loader->batches_per_epoch(), 25);
     const Drained d = DrainEpoch(*loader);
@@ -149,7 +150,7 @@ TEST(WorkerKindTest, EveryItemOnceInOrderAtAnyWorkerCount) {
 
 TEST(WorkerKindTest, RaiseNamesTheFailedSamplesOfAnItemThenDeliversIt) {
   auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{9, 10});  // both in item 2
-  auto loader = MakeLoader(KindOptions(kind, 2));
+  auto loader = MakeUntunedLoader(KindOptions(kind, 2));
   const Drained d = DrainEpoch(*loader);
   ASSERT_EQ(d.errors.size(), 1u);
   const std::string& m = d.errors[0].message();
@@ -171,7 +172,7 @@ TEST(WorkerKindTest, SkipRecordsTheFailedSamplesAndKeepsTheItem) {
   auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{5});
   auto o = KindOptions(kind, 2);
   o.on_error = ErrorPolicy::kSkip;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   const Drained d = DrainEpoch(*loader);
   EXPECT_TRUE(d.errors.empty());
   EXPECT_EQ(d.items.size(), 10u);
@@ -183,7 +184,7 @@ TEST(WorkerKindTest, SkipRecordsTheFailedSamplesAndKeepsTheItem) {
 
 TEST(WorkerKindTest, AnItemThatFailsWholeIsNamedByItsKey) {
   auto kind = std::make_shared<FakeKind>(6, std::set<int64_t>{}, std::set<int64_t>{3});
-  auto loader = MakeLoader(KindOptions(kind, 2));
+  auto loader = MakeUntunedLoader(KindOptions(kind, 2));
   const Drained d = DrainEpoch(*loader);
   ASSERT_EQ(d.errors.size(), 1u);
   // The item is no sample: its error is named by the kind's key alone.
@@ -196,7 +197,7 @@ TEST(WorkerKindTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {
   for (int64_t s = 0; s < 3 * FakeKind::kPer; ++s) all.insert(s);
   auto o = KindOptions(std::make_shared<FakeKind>(3, all), 1);
   o.on_error = ErrorPolicy::kSkip;
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader->Next().ok());  // the items, empty
   auto r = loader->Next();
   ASSERT_FALSE(r.ok());
@@ -207,11 +208,11 @@ TEST(WorkerKindTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {
 
 TEST(WorkerKindTest, ResumesFromACheckpointWithAnotherWorkerCount) {
   auto kind = std::make_shared<FakeKind>(20, std::set<int64_t>{});
-  auto first = MakeLoader(KindOptions(kind, 3));
+  auto first = MakeUntunedLoader(KindOptions(kind, 3));
   for (int i = 0; i < 7; ++i) ASSERT_TRUE(first->Next().ok());
   const LoaderState state = *first->State();
   for (int workers : {0, 1, 4}) {
-    auto second = MakeLoader(KindOptions(kind, workers));
+    auto second = MakeUntunedLoader(KindOptions(kind, workers));
     ASSERT_TRUE(second->Restore(state).ok());
     const Drained d = DrainEpoch(*second);
     ASSERT_EQ(d.items.size(), 13u) << workers;
@@ -223,7 +224,7 @@ TEST(WorkerKindTest, ResumesFromACheckpointWithAnotherWorkerCount) {
 TEST(WorkerKindTest, CostElsewhereCountsAsTheWorkersAndEveryOutputIsRecycled) {
   auto kind = std::make_shared<FakeKind>(12, std::set<int64_t>{});
   {
-    auto loader = MakeLoader(KindOptions(kind, 2));
+    auto loader = MakeUntunedLoader(KindOptions(kind, 2));
     DrainEpoch(*loader);
     // 1 ms of CPU elsewhere per item, far more than the engine threads spend.
     EXPECT_GE(loader->Metrics().cpu_elsewhere_ns, 12 * 1'000'000);
@@ -236,7 +237,7 @@ TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {
   kind->grow_bytes = 1 << 20;  // each item grows its worker by 1 MiB
   auto o = KindOptions(kind, 1);
   o.tuner.memory_budget_bytes = 4 << 20;  // a per-sample cap under 4 MiB
-  auto loader = MakeLoader(o);
+  auto loader = MakeUntunedLoader(o);
   const Drained d = DrainEpoch(*loader);
   EXPECT_EQ(d.items.size(), 8u);
   // The consumer's and the thread's, and at least one fresh one after ~4 MiB.
@@ -246,7 +247,7 @@ TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {
 TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {
   auto o = testing::SyntheticLoaderOptions(10, 2, 8);
   o.kind = std::make_shared<FakeKind>(5, std::set<int64_t>{});
-  auto made = Loader::Make(o);
+  auto made = testing::MakeUntuned(o);
   ASSERT_FALSE(made.ok());
   EXPECT_NE(made.status().message().find("'kind'"), std::string::npos);
 }

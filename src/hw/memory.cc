@@ -51,3 +51,23 @@ MachineFacts::Shm ReadShmFacts(const ProbeOptions& options) {
 }
 
 }  // namespace stoker::hw
+
+namespace stoker {
+namespace {
+
+// A "<key>:  123 kB" line of <proc_root>/self/status, bytes; 0 if unknown.
+size_t SelfStatusBytes(const ProbeOptions& o, const char* key) {
+  const std::string path = hw::JoinPath(o.proc_root, "self/status");
+  const std::optional<std::string> status = hw::ReadSmallFile(path);
+  hw::Notes ignored;  // an unknown size is 0 here, with no note to carry
+  const std::optional<uint64_t> bytes =
+      status ? hw::ReadMeminfoBytes(*status, path, key, ignored) : std::nullopt;
+  return bytes.value_or(0);
+}
+
+}  // namespace
+
+size_t RssBytes(const ProbeOptions& options) { return SelfStatusBytes(options, "VmRSS"); }
+size_t PeakRssBytes(const ProbeOptions& options) { return SelfStatusBytes(options, "VmHWM"); }
+
+}  // namespace stoker

@@ -198,6 +198,18 @@ TEST(ProbeTest, CpuTimesUnknownWithoutTheirFiles) {
   EXPECT_FALSE(ReadCpuTimes(m.Options()));
 }
 
+TEST(ProbeTest, ResidentSetSizesComeFromSelfStatus) {
+  FakeMachine m;
+  EXPECT_EQ(RssBytes(m.Options()), 0u);  // no proc/self/status: unknown
+  m.Write("proc/self/status", "Name:\ttest\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n");
+  EXPECT_EQ(RssBytes(m.Options()), 1024u * 1024);
+  EXPECT_EQ(PeakRssBytes(m.Options()), 2048u * 1024);
+  m.Write("proc/self/status", "VmRSS:\tmany kB\n");
+  EXPECT_EQ(RssBytes(m.Options()), 0u);
+  EXPECT_EQ(PeakRssBytes(m.Options()), 0u);
+  EXPECT_GT(PeakRssBytes(), 0u);  // this process's, from /proc
+}
+
 TEST(ProbeTest, TorchrunVariables) {
   FakeMachine m;
   m.env = {{"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}};

@@ -1,10 +1,10 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "core/clock.h"
+#include "stoker/probe.h"
 #include "stoker/report.h"
 
 namespace stoker {
@@ -12,19 +12,7 @@ namespace {
 
 constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
 
-// "VmRSS:" or "VmHWM:" of /proc/self/status, bytes.
-size_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;
-  }
-  return 0;
-}
-
 }  // namespace
-
-size_t PeakRssBytes() { return StatusBytes("VmHWM:"); }
 
 LiveView::LiveView(std::FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {
   cpu_last_s_ = ProcessCpuSeconds();
@@ -76,7 +64,7 @@ void LiveView::Update(const TimelinePoint& p, const std::string& progress,
       line, sizeof line,
       "%6.1fs %-16s %9.0f samples/s  stall %5.1f%%  workers %3d  CPU %4.0f%%  RSS %5zu MiB", p.t_s,
       progress.c_str(), p.samples_per_s, p.stall_fraction * 100, p.workers, cpu_pct,
-      StatusBytes("VmRSS:") >> 20);
+      RssBytes() >> 20);
   std::string text = line;
   if (!node.empty()) text += "  " + node;
   if (!gpu.empty()) text += "  " + gpu;

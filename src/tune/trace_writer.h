@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
-#include "engine/worker_pool.h"
+#include "core/worker_pool.h"
 #include "stoker/status.h"
 
 namespace stoker {

@@ -43,10 +43,14 @@ inline LoaderOptions SyntheticLoaderOptions(int64_t size, int64_t batch_size, si
   return o;
 }
 
+/// `made`'s loader; null, with a failed expectation, when making it failed.
+inline std::unique_ptr<Loader> Checked(Result<std::unique_ptr<Loader>> made) {
+  EXPECT_TRUE(made.ok()) << made.status().ToString();
+  return made.ok() ? std::move(made).value() : nullptr;
+}
+
 inline std::unique_ptr<Loader> MakeLoader(const LoaderOptions& o) {
-  auto l = Loader::Make(o);
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
-  return l.ok() ? std::move(l).value() : nullptr;
+  return Checked(Loader::Make(o));
 }
 
 /// Drains the current epoch; `between` runs before each Next() call with the

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "option_checks.h"
 #include "pipeline.h"
+#include "stoker/probe.h"
 #include "stoker/report.h"
 #include "stoker/sweep.h"
 #include "stop_signals.h"

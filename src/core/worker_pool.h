@@ -12,7 +12,8 @@
 namespace stoker {
 
 /// Threads whose number can change at any moment. The only place in stoker
-/// that creates threads; its destructor joins every one.
+/// that creates threads (so in core, below every module that needs one: the
+/// engine's workers, the tuner's trace writer); its destructor joins every one.
 ///
 /// Each thread runs `body(worker_id)`. A body pulls work from its owner and,
 /// between tasks, calls TryLeave(): when the pool is larger than its target,

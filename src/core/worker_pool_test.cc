@@ -1,4 +1,4 @@
-#include "engine/worker_pool.h"
+#include "core/worker_pool.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>

@@ -623,8 +623,9 @@ def test_auto_kind_measures_both_keeps_one_and_loses_nothing(quick_trial, monkey
     monkeypatch.setattr(quick_trial, "_choose", staticmethod(choose))
     # Thread workers reseed this process's global generators for each batch:
     # the order comes from a generator of its own.
-    with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=0,
-                           generator=torch.Generator().manual_seed(4)) as dl:
+    with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=1,
+                           generator=torch.Generator().manual_seed(4),
+                           persistent_workers=True) as dl:  # the base seed drawn once, as below
         reference = [indices_of(dl) for _ in range(3)]
     with stoker.DataLoader(Plain(), batch_size=6, shuffle=True, num_workers=2,
                            worker_kind="auto", generator=torch.Generator().manual_seed(4),

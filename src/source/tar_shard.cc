@@ -16,9 +16,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/number_text.h"
 #include "core/unique_fd.h"
 #include "source/file_reader.h"
+#include "source/label_text.h"
 
 namespace stoker {
 namespace {
@@ -568,18 +568,19 @@ class TarShardSource final : public Source {
       if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
     }
     if (!status.ok()) return status.WithContext(Key(index));
-    std::string_view cls(reinterpret_cast<const char*>(label), s.cls_size);
+    std::string_view cls =
+        SkipByteOrderMark(std::string_view(reinterpret_cast<const char*>(label), s.cls_size));
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
       cls.remove_prefix(1);
     }
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
       cls.remove_suffix(1);
     }
-    std::optional<int64_t> parsed = ParseInteger<int64_t>(cls);
-    if (!parsed) {
-      constexpr size_t kShown = 40;
-      return DataError(Key(index) + ": .cls member is not an integer label: '" +
-                       std::string(cls.substr(0, kShown)) + (cls.size() > kShown ? "...'" : "'"));
+    Result<int64_t> parsed = ParseLabel(cls);
+    if (!parsed.ok()) {
+      const std::string image_name = names_.substr(s.name_offset, s.name_size);
+      return parsed.status().WithContext(Key(index) + ": member '" +
+                                         std::string(SplitSampleKey(image_name).first) + ".cls'");
     }
     record->bytes = std::span<const std::byte>(image, s.image_size);
     record->label = *parsed;

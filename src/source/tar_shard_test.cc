@@ -181,7 +181,10 @@ TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
                                     {"dir/s1.cls", " 7 "},
                                     {"label_only.cls", "5"}});
   WriteShard(dir / "shard-09.tar", {{"s2.cls", "2"}, {"s2.jpeg", "img2"}});
-  WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"}, {"\xff\xfe.cls", "-1"}});
+  WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"},
+                                    {"\xff\xfe.cls",
+                                     "\xEF\xBB\xBF"
+                                     "4"}});
   auto source = OpenTarShards({dir / "shard-{08..10}.tar"});
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ((*source)->size(), 4);
@@ -189,7 +192,7 @@ TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
       {dir / "shard-08.tar:s0.jpg", "img0", 0},
       {dir / "shard-08.tar:dir/s1.PNG", "img1", 7},
       {dir / "shard-09.tar:s2.jpeg", "img2", 2},
-      {dir / "shard-10.tar:\xff\xfe.jpg", "img3", -1}};
+      {dir / "shard-10.tar:\xff\xfe.jpg", "img3", 4}};  // a byte-order mark is skipped
   ReadBuffer buffer;
   for (int64_t i = 0; i < 4; ++i) {
     Record record;
@@ -292,6 +295,26 @@ TEST(TarSourceTest, MissingOrNonIntegerClsFailsTheReadNamingTheSample) {
   EXPECT_NE(s.message().find("not an integer"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'cat'"), std::string::npos) << s.message();
   EXPECT_EQ((*source)->Read(3, buffer, &record).code(), StatusCode::kDataError);
+}
+
+TEST(TarSourceTest, NegativeLabelFailsTheReadNamingTheMember) {
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"a.jpg", "i"}, {"a.cls", "-1"}, {"b.jpg", "i"}, {"b.cls", "-100\n"}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ReadBuffer buffer;
+  Record record;
+  for (int64_t i = 0; i < 2; ++i) {
+    Status s = (*source)->Read(i, buffer, &record);
+    EXPECT_EQ(s.code(), StatusCode::kDataError) << i;
+    const std::string key = i == 0 ? "a" : "b";
+    EXPECT_NE(s.message().find(dir / "s.tar:" + key + ".jpg: member '" + key + ".cls'"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find(i == 0 ? "'-1' is negative" : "'-100' is negative"),
+              std::string::npos)
+        << s.message();
+  }
 }
 
 TEST(TarSourceTest, TruncatedShardIsAnOpenErrorNamingIt) {

@@ -322,6 +322,38 @@ def test_runtime_errors_are_json_with_json(tmp_path):
     assert r.returncode == 2 and json.loads(r.stdout)["command"] == "stoker"
 
 
+# --- make-dataset into a folder already there ---------------------------------
+
+def test_make_dataset_refuses_a_folder_of_other_files(tmp_path):
+    # An interrupted run of an older stoker left images here: a new run once
+    # mixed them in (662 images reported as 100).
+    out = tmp_path / "out"
+    (out / "n000").mkdir(parents=True)
+    (out / "n000" / "n000_000561.jpg").write_bytes(b"left over")
+    for json_flag in ([], ["--json"]):
+        r = stoker("make-dataset", str(out), "--images", "4", "--classes", "2", *json_flag,
+                   check=False)
+        assert r.returncode == 1, r.stderr
+        assert f"{out} is not empty and is not a complete data set" in r.stderr
+        assert "remove it or choose another folder" in r.stderr
+        if json_flag:
+            assert "is not empty" in json.loads(r.stdout)["error"]
+    assert [p.name for p in out.rglob("*")] == ["n000", "n000_000561.jpg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/wallpapers"), reason="no wallpapers installed")
+def test_make_dataset_replaces_its_earlier_data_set_and_counts_what_is_there(tmp_path):
+    out = tmp_path / "out"
+    stoker("make-dataset", str(out), "--images", "7", "--classes", "2", "--shards", "3")
+    j = json.loads(stoker("make-dataset", str(out), "--images", "3", "--classes", "2",
+                          "--shards", "1", "--json").stdout)
+    assert j["images"] == 3 == len(list(out.glob("n*/*.jpg")))
+    assert j["shards"] == [str(tmp_path / "out-shards" / "shard-000.tar")]
+    assert sorted(p.name for p in (tmp_path / "out-shards").glob("*.tar")) == ["shard-000.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out-shards"]
+
+
 # --- SIGINT / SIGTERM ---------------------------------------------------------
 
 def _default_signals():

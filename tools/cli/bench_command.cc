@@ -72,9 +72,10 @@ int RunBench(const BenchFlags& f) {
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
   // SIGINT and SIGTERM end the sweep, not the process: the points measured
-  // so far are printed, as `stoker run` prints its partial summary.
+  // so far are printed, as `stoker run` prints its partial summary. Output
+  // that stdout no longer takes (its reader left) ends it too: nobody sees it.
   StopSignals signals;
-  so.stop = [&signals] { return signals.received() != 0; };
+  so.stop = [&signals] { return signals.received() != 0 || StdoutWriteError() != 0; };
   auto r = RunSweep(p->loader, so);
   if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
   if (!f.plot.empty()) {

@@ -273,6 +273,12 @@ BAD_OPTIONS = [
     (["run", "--synthetic", "--read-latency-ms", "5", "--read-slots", "-1"], "--read-slots"),
     (["run", "--synthetic", "--read-slots", "4"], "--read-slots"),
     (["run", "--synthetic", "--memory-budget-mib", "-1"], "--memory-budget-mib"),
+    # A count of 0 that would silently mean a default is refused, as
+    # --batch-size 0 is.
+    (["run", "--synthetic", "--epochs", "0"], "--epochs"),
+    (["demo", "--synthetic", "--epochs", "0"], "--epochs"),
+    (["run", "--synthetic", "--memory-budget-mib", "0"], "--memory-budget-mib"),
+    (["bench", "--synthetic", "--max-workers", "0"], "--max-workers"),
     (["run", "--synthetic", "--synthetic-size", "0"], "--synthetic-size"),
     (["run", "--synthetic", "--synthetic-cpu-us", "1e300"], "--synthetic-cpu-us"),
     (["demo", "--synthetic", "--step-ms", "-3"], "--step-ms"),

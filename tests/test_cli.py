@@ -273,6 +273,12 @@ BAD_OPTIONS = [
     (["run", "--synthetic", "--read-latency-ms", "5", "--read-slots", "-1"], "--read-slots"),
     (["run", "--synthetic", "--read-slots", "4"], "--read-slots"),
     (["run", "--synthetic", "--memory-budget-mib", "-1"], "--memory-budget-mib"),
+    # A count of 0 that would silently mean a default is refused, as
+    # --batch-size 0 is.
+    (["run", "--synthetic", "--epochs", "0"], "--epochs"),
+    (["demo", "--synthetic", "--epochs", "0"], "--epochs"),
+    (["run", "--synthetic", "--memory-budget-mib", "0"], "--memory-budget-mib"),
+    (["bench", "--synthetic", "--max-workers", "0"], "--max-workers"),
     (["run", "--synthetic", "--synthetic-size", "0"], "--synthetic-size"),
     (["run", "--synthetic", "--synthetic-cpu-us", "1e300"], "--synthetic-cpu-us"),
     (["demo", "--synthetic", "--step-ms", "-3"], "--step-ms"),
@@ -320,6 +326,115 @@ def test_runtime_errors_are_json_with_json(tmp_path):
     assert "t.jsonl" in json.loads(r.stdout)["error"]
     r = stoker("--json", check=False)  # no subcommand
     assert r.returncode == 2 and json.loads(r.stdout)["command"] == "stoker"
+
+
+# --- output that does not reach stdout ----------------------------------------
+# A command succeeds only when its output got to stdout: a full disk, a
+# closed stdout or a pipe whose reader left fails it (exit 1) with one line
+# on stderr saying why.
+
+_QUICK_RUN = ["--synthetic", "--synthetic-size", "64", "--size", "8", "--synthetic-cpu-us", "0",
+              "--quiet"]
+QUICK_COMMANDS = [
+    ["--version"],
+    ["--help"],
+    ["probe", "--no-gpus"],
+    ["probe", "--no-gpus", "--json"],
+    ["advise", "--no-gpus"],
+    ["advise", "--no-gpus", "--json"],
+    ["run", *_QUICK_RUN, "--epochs", "1"],
+    ["run", *_QUICK_RUN, "--epochs", "1", "--json"],
+    ["demo", *_QUICK_RUN, "--seconds", "0.3", "--step-ms", "0"],
+    ["bench", *_QUICK_RUN[:-1], "--sweep", "1", "--point-seconds", "0.05", "--tuned-seconds",
+     "0.2"],
+    ["run", "--data", "/nonexistent/data", "--json", "--quiet"],  # fails, and says so twice
+]
+
+
+def _write_failure_line(stderr):
+    lines = [line for line in stderr.splitlines() if "cannot write the output to stdout" in line]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", QUICK_COMMANDS, ids=[" ".join(a) for a in QUICK_COMMANDS])
+def test_output_to_a_full_disk_fails_naming_the_cause(args):
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([CLI, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    assert r.returncode == 1, r.stderr
+    line = _write_failure_line(r.stderr)
+    assert line.endswith(": cannot write the output to stdout: No space left on device"), line
+    assert line.startswith("stoker " + args[0] + ": " if not args[0].startswith("-")
+                           else "stoker: "), line
+
+
+@pytest.mark.parametrize("args", [["probe", "--no-gpus"], ["run", *_QUICK_RUN, "--epochs", "1"]])
+def test_a_closed_stdout_fails_naming_the_cause(args):
+    r = subprocess.run([CLI, *args], stderr=subprocess.PIPE, text=True, timeout=300,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 1, r.stderr
+    assert _write_failure_line(r.stderr).endswith("Bad file descriptor")
+
+
+def test_a_pipe_whose_reader_left_fails_naming_the_cause():
+    # The reader is gone before stoker writes: a SIGPIPE ended it silently.
+    # (A reader that leaves later, `| head -c 1`, may have taken it all.)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([CLI, "probe", "--no-gpus", "--json"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert _write_failure_line(r.stderr).endswith("Broken pipe")
+
+
+def test_bench_stops_its_sweep_when_stdout_is_gone():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([CLI, "bench", "--synthetic", "--synthetic-size", "100000", "--size",
+                            "8", "--sweep", "0,1,2,3,4,5,6,7", "--point-seconds", "5"],
+                           stdout=write_end, stderr=subprocess.PIPE, text=True,
+                           timeout=30)  # the whole sweep takes a minute
+    finally:
+        os.close(write_end)
+    assert r.returncode == 1, r.stderr
+    assert _write_failure_line(r.stderr).endswith("Broken pipe")
+
+
+# --- make-dataset into a folder already there ---------------------------------
+
+def test_make_dataset_refuses_a_folder_of_other_files(tmp_path):
+    # An interrupted run of an older stoker left images here: a new run once
+    # mixed them in (662 images reported as 100).
+    out = tmp_path / "out"
+    (out / "n000").mkdir(parents=True)
+    (out / "n000" / "n000_000561.jpg").write_bytes(b"left over")
+    for json_flag in ([], ["--json"]):
+        r = stoker("make-dataset", str(out), "--images", "4", "--classes", "2", *json_flag,
+                   check=False)
+        assert r.returncode == 1, r.stderr
+        assert f"{out} is not empty and is not a complete data set" in r.stderr
+        assert "remove it or choose another folder" in r.stderr
+        if json_flag:
+            assert "is not empty" in json.loads(r.stdout)["error"]
+    assert [p.name for p in out.rglob("*")] == ["n000", "n000_000561.jpg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/wallpapers"), reason="no wallpapers installed")
+def test_make_dataset_replaces_its_earlier_data_set_and_counts_what_is_there(tmp_path):
+    out = tmp_path / "out"
+    stoker("make-dataset", str(out), "--images", "7", "--classes", "2", "--shards", "3")
+    j = json.loads(stoker("make-dataset", str(out), "--images", "3", "--classes", "2",
+                          "--shards", "1", "--json").stdout)
+    assert j["images"] == 3 == len(list(out.glob("n*/*.jpg")))
+    assert j["shards"] == [str(tmp_path / "out-shards" / "shard-000.tar")]
+    assert sorted(p.name for p in (tmp_path / "out-shards").glob("*.tar")) == ["shard-000.tar"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out-shards"]
 
 
 # --- SIGINT / SIGTERM ---------------------------------------------------------

@@ -11,8 +11,10 @@ namespace stoker {
 /// What MakeDataset writes: an ImageNet-like class-per-folder data set cut
 /// from natural photographs, the default data of the demo and benchmarks.
 struct MakeDatasetOptions {
-  /// The folder to write, as OUT/<class>/<class>_<index>.jpg. Created if
-  /// missing; files already there with other names are left alone.
+  /// The folder to write, as OUT/<class>/<class>_<index>.jpg. It must be
+  /// missing, empty, or a complete data set of an earlier run (which is
+  /// replaced whole); the data set is made in OUT.making-<pid> beside it and
+  /// renamed into place when complete, so OUT never mixes old files in.
   std::string output;
   /// Number of images, over `classes` classes named n000, n001, ... (wider
   /// numbers past 1000 classes). Image i is cut from photograph i % P and
@@ -24,7 +26,8 @@ struct MakeDatasetOptions {
   uint64_t seed = 0;
   /// With K > 0, also writes the same images as K WebDataset-style tar
   /// shards OUT-shards/shard-000.tar ... (members <key>.jpg and <key>.cls,
-  /// the label as decimal text).
+  /// the label as decimal text), put in place as OUT is. With 0, an
+  /// OUT-shards folder already there is left alone.
   int shards = 0;
   /// Where the photographs come from: every <name>/contents/images*/ folder
   /// under it (the layout of Debian's plasma-workspace-wallpapers) gives its
@@ -60,8 +63,11 @@ struct MakeDatasetReport {
 /// generator keyed by (seed, i), so output does not depend on order.
 ///
 /// Blocks; single-threaded. Errors: InvalidArgument naming a bad option,
-/// NotFound when `photos` holds no photograph, DataError naming a photograph
-/// that cannot be decoded, IoError naming a file that cannot be written.
+/// FailedPrecondition naming an output folder that holds other files (checked
+/// before any work), NotFound when `photos` holds no photograph, DataError
+/// naming a photograph that cannot be decoded, IoError naming a file that
+/// cannot be written. On error nothing is left beside the output, and what
+/// was at the output is unchanged.
 Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& options);
 
 /// Where the built-in data set lives: $STOKER_DATA_HOME/imagenet-like, else

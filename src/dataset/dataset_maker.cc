@@ -1,5 +1,7 @@
 #include "dataset/dataset_maker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/number_text.h"
 #include "source/tar_shard.h"
@@ -201,6 +204,74 @@ std::string StripTrailingSlashes(std::string s) {
   return s;
 }
 
+// The folder to write: `output` without trailing slashes, or, when it is a
+// symbolic link, the folder it points to (a link is replaced by rename, not
+// the folder behind it).
+Result<std::string> ResolveOutput(const std::string& output) {
+  std::string root = StripTrailingSlashes(output);
+  std::error_code ec;
+  if (!fs::is_symlink(root, ec)) return root;
+  const fs::path target = fs::canonical(root, ec);
+  if (ec) return IoError("make-dataset: " + root + " is a symbolic link: " + ec.message());
+  return target.string();
+}
+
+// Written last into each folder a run makes: with it the folder is a
+// complete data set, which a later run may replace whole.
+Status WriteCompleteMarker(const MakeDatasetOptions& o, const std::string& dir) {
+  const std::string text = "stoker make-dataset\nimages " + std::to_string(o.images) +
+                           "\nclasses " + std::to_string(o.classes) + "\nseed " +
+                           std::to_string(o.seed) + "\nshards " + std::to_string(o.shards) + "\n";
+  return WriteFile(dir + "/" + kDatasetCompleteMarker,
+                   std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+// Whether a new data set may take the place of `dir`: it is absent, an empty
+// folder, or a complete data set of an earlier run. Anything else (an
+// interrupted run of an older stoker, the user's files) is not ours to remove.
+Status CheckReplaceable(const std::string& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir, ec);
+  if (!fs::exists(st)) return Status::Ok();
+  if (fs::is_symlink(st)) {
+    return FailedPrecondition("make-dataset: " + dir +
+                              " is a symbolic link; name the folder it points to");
+  }
+  if (!fs::is_directory(st)) {
+    return FailedPrecondition("make-dataset: " + dir + " exists and is not a folder");
+  }
+  if (fs::is_empty(dir, ec) || fs::exists(dir + "/" + kDatasetCompleteMarker, ec)) {
+    return Status::Ok();
+  }
+  return FailedPrecondition("make-dataset: " + dir +
+                            " is not empty and is not a complete data set of stoker's (no " +
+                            kDatasetCompleteMarker +
+                            "): an interrupted run or other files; remove it or choose another "
+                            "folder");
+}
+
+// Moves the complete folder `made` to `target`, replacing what CheckReplaceable allows there.
+Status MoveIntoPlace(const std::string& made, const std::string& target) {
+  STOKER_RETURN_IF_ERROR(CheckReplaceable(target));
+  std::error_code ec;
+  std::string old;
+  if (fs::exists(fs::symlink_status(target, ec)) && !fs::is_empty(target, ec)) {
+    old = target + ".old-" + std::to_string(::getpid());
+    fs::remove_all(old, ec);
+    fs::rename(target, old, ec);
+    if (ec) return IoError("make-dataset: cannot move " + target + " aside: " + ec.message());
+  }
+  fs::rename(made, target, ec);  // rename(2) replaces an empty folder
+  if (ec) {
+    const Status error =
+        IoError("make-dataset: cannot move " + made + " to " + target + ": " + ec.message());
+    if (!old.empty()) fs::rename(old, target, ec);  // the earlier data set back
+    return error;
+  }
+  if (!old.empty()) fs::remove_all(old, ec);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> FindPhotos(const std::string& root) {
@@ -284,13 +355,13 @@ Status ValidateMakeDatasetOptions(const MakeDatasetOptions& o) {
   return Status::Ok();
 }
 
-Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
-  const auto start = std::chrono::steady_clock::now();
-  STOKER_RETURN_IF_ERROR(ValidateMakeDatasetOptions(o));
-  STOKER_ASSIGN_OR_RETURN(std::vector<std::string> photos, FindPhotos(o.photos));
+namespace {
 
-  MakeDatasetReport report;
-  report.root = StripTrailingSlashes(o.output);
+// Writes the data set of `o` into the folder `dir` (and its shards into
+// dir + "-shards"), filling `report` but for `root` and `seconds`; shard
+// paths are under `dir`.
+Status WriteDataset(const MakeDatasetOptions& o, const std::vector<std::string>& photos,
+                    const std::string& dir, MakeDatasetReport& report) {
   const int class_digits = std::max(3, DigitsFor(o.classes));
   const int index_digits = std::max(6, DigitsFor(o.images));
   for (int c = 0; c < o.classes; ++c) {
@@ -298,10 +369,10 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
     std::string name(1, 'n');
     name += Padded(c, class_digits);
     report.class_names.push_back(name);
-    const std::string dir = report.root + "/" + report.class_names.back();
+    const std::string class_dir = dir + "/" + report.class_names.back();
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return IoError("make-dataset: cannot create " + dir + ": " + ec.message());
+    fs::create_directories(class_dir, ec);
+    if (ec) return IoError("make-dataset: cannot create " + class_dir + ": " + ec.message());
   }
   // Image i comes from photograph i % P: each photograph is decoded once and
   // every image it gives is cut while it is in memory.
@@ -317,7 +388,7 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
     return report.class_names[class_of(i)] + "_" + Padded(i, index_digits);
   };
   auto path_of = [&](int64_t i) {
-    return report.root + "/" + report.class_names[class_of(i)] + "/" + key_of(i) + ".jpg";
+    return dir + "/" + report.class_names[class_of(i)] + "/" + key_of(i) + ".jpg";
   };
 
   PhotoLoader loader;
@@ -332,39 +403,73 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
       ImagePlan plan = PlanImage(o, i, photo.view.width, photo.view.height);
       STOKER_RETURN_IF_ERROR(cutter.Cut(photo.view, plan, &jpeg));
       STOKER_RETURN_IF_ERROR(WriteFile(path_of(i), jpeg));
+      ++report.images;
       report.bytes += static_cast<int64_t>(jpeg.size());
       pixels += static_cast<double>(plan.width) * plan.height;
     }
   }
-  report.images = o.images;
-  report.mean_pixels = pixels / static_cast<double>(o.images);
+  report.mean_pixels = pixels / static_cast<double>(report.images);
+  STOKER_RETURN_IF_ERROR(WriteCompleteMarker(o, dir));
+  if (o.shards == 0) return Status::Ok();
 
-  if (o.shards > 0) {
-    const std::string dir = report.root + "-shards";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return IoError("make-dataset: cannot create " + dir + ": " + ec.message());
-    const int shard_digits = std::max(3, DigitsFor(o.shards));
-    std::vector<std::vector<uint8_t>> files;
-    std::vector<std::string> labels;
-    std::vector<TarMember> members;
-    for (int k = 0; k < o.shards; ++k) {
-      const int64_t begin = o.images * k / o.shards, end = o.images * (k + 1) / o.shards;
-      files.resize(static_cast<size_t>(end - begin));
-      labels.resize(static_cast<size_t>(end - begin));
-      members.clear();
-      for (int64_t i = begin; i < end; ++i) {
-        const size_t j = static_cast<size_t>(i - begin);
-        STOKER_RETURN_IF_ERROR(ReadFile(path_of(i), &files[j]));
-        labels[j] = std::to_string(class_of(i));
-        members.push_back({key_of(i) + ".jpg", std::as_bytes(std::span<const uint8_t>(files[j]))});
-        members.push_back({key_of(i) + ".cls", std::as_bytes(std::span<const char>(labels[j]))});
-      }
-      const std::string path = dir + "/shard-" + Padded(k, shard_digits) + ".tar";
-      STOKER_RETURN_IF_ERROR(WriteTarShard(path, members));
-      report.shard_paths.push_back(path);
+  const std::string shard_dir = dir + "-shards";
+  std::error_code ec;
+  fs::create_directories(shard_dir, ec);
+  if (ec) return IoError("make-dataset: cannot create " + shard_dir + ": " + ec.message());
+  const int shard_digits = std::max(3, DigitsFor(o.shards));
+  std::vector<std::vector<uint8_t>> files;
+  std::vector<std::string> labels;
+  std::vector<TarMember> members;
+  for (int k = 0; k < o.shards; ++k) {
+    const int64_t begin = o.images * k / o.shards, end = o.images * (k + 1) / o.shards;
+    files.resize(static_cast<size_t>(end - begin));
+    labels.resize(static_cast<size_t>(end - begin));
+    members.clear();
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t j = static_cast<size_t>(i - begin);
+      STOKER_RETURN_IF_ERROR(ReadFile(path_of(i), &files[j]));
+      labels[j] = std::to_string(class_of(i));
+      members.push_back({key_of(i) + ".jpg", std::as_bytes(std::span<const uint8_t>(files[j]))});
+      members.push_back({key_of(i) + ".cls", std::as_bytes(std::span<const char>(labels[j]))});
     }
+    const std::string path = shard_dir + "/shard-" + Padded(k, shard_digits) + ".tar";
+    STOKER_RETURN_IF_ERROR(WriteTarShard(path, members));
+    report.shard_paths.push_back(path);
   }
+  return WriteCompleteMarker(o, shard_dir);
+}
+
+}  // namespace
+
+Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  STOKER_RETURN_IF_ERROR(ValidateMakeDatasetOptions(o));
+  STOKER_ASSIGN_OR_RETURN(const std::string root, ResolveOutput(o.output));
+  const std::string shard_root = root + "-shards";
+  // Refused before the minutes of work, and checked again when moving in.
+  STOKER_RETURN_IF_ERROR(CheckReplaceable(root));
+  if (o.shards > 0) STOKER_RETURN_IF_ERROR(CheckReplaceable(shard_root));
+  STOKER_ASSIGN_OR_RETURN(std::vector<std::string> photos, FindPhotos(o.photos));
+
+  // Made in a fresh folder beside the target and moved into place complete:
+  // an interrupted run leaves only that folder, never a half-made target,
+  // and nothing of an earlier run mixes in.
+  const std::string making = root + ".making-" + std::to_string(::getpid());
+  auto remove_making = [&] {
+    std::error_code ec;
+    fs::remove_all(making, ec);
+    fs::remove_all(making + "-shards", ec);
+  };
+  remove_making();  // a dead process's of the same id
+  MakeDatasetReport report;
+  Status status = WriteDataset(o, photos, making, report);
+  // Each folder moves in whole, its marker in it.
+  if (status.ok() && o.shards > 0) status = MoveIntoPlace(making + "-shards", shard_root);
+  if (status.ok()) status = MoveIntoPlace(making, root);
+  remove_making();
+  if (!status.ok()) return status;
+  report.root = root;
+  for (std::string& path : report.shard_paths) path.replace(0, making.size(), root);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -8,6 +8,11 @@
 
 namespace stoker {
 
+/// The file MakeDataset writes last into each folder it makes (the images'
+/// and the shards'). A folder holding it is a complete data set, which a
+/// later MakeDataset may replace; v2: classes follow photographs.
+inline constexpr char kDatasetCompleteMarker[] = ".stoker-complete-v2";
+
 /// The photographs MakeDataset cuts from: the largest .jpg/.jpeg/.png of
 /// every <root>/<name>/contents/images*/ folder, in sorted order.
 /// Errors: NotFound when there is none.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -62,7 +63,9 @@ std::string MakePhotos(const std::string& root) {
 std::map<std::string, std::vector<uint8_t>> ReadTree(const std::string& root) {
   std::map<std::string, std::vector<uint8_t>> files;
   for (const auto& e : fs::recursive_directory_iterator(root)) {
-    if (e.is_regular_file()) files[fs::relative(e.path(), root).string()] = Read(e.path());
+    if (e.is_regular_file() && e.path().filename() != kDatasetCompleteMarker) {
+      files[fs::relative(e.path(), root).string()] = Read(e.path());
+    }
   }
   return files;
 }
@@ -158,6 +161,94 @@ TEST(DatasetMakerTest, ShardsHoldTheSameImagesAndLabels) {
     }
   }
   EXPECT_EQ(images, 10);
+}
+
+// The names in `dir`, sorted.
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// An interrupted run of an older stoker left files in OUT: a new run refuses
+// it before any work rather than mixing them in (the run that reported 100
+// images where 662 were), and leaves everything as it was.
+TEST(DatasetMakerTest, AFolderWithOtherFilesIsRefusedNotMixedIn) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  o.images = 4;
+  o.classes = 2;
+  o.output = tmp.path() + "/out";
+  Write(fs::path(o.output) / "n000" / "n000_000561.jpg", {1, 2, 3});
+  auto report = MakeDataset(o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& m = report.status().message();
+  EXPECT_NE(m.find(o.output + " is not empty and is not a complete data set"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("remove it or choose another folder"), std::string::npos) << m;
+  EXPECT_EQ(ReadTree(o.output).size(), 1u);
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "photos"}));
+
+  // The shards' folder too, when shards are asked for.
+  o.output = tmp.path() + "/other";
+  o.shards = 2;
+  Write(fs::path(tmp.path()) / "other-shards" / "shard-007.tar", {1});
+  report = MakeDataset(o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find(o.output + "-shards is not empty"), std::string::npos)
+      << report.status().message();
+  EXPECT_FALSE(fs::exists(o.output));
+}
+
+// A complete data set of an earlier run is replaced whole: a smaller run
+// leaves exactly its own images and shards, and the report counts them.
+TEST(DatasetMakerTest, AnEarlierDataSetIsReplacedWhole) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  o.output = tmp.path() + "/out";
+  o.images = 12;
+  o.classes = 3;
+  o.shards = 3;
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_EQ(ReadTree(o.output).size(), 12u);
+  o.images = 5;
+  o.classes = 2;
+  o.shards = 2;
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->images, 5);
+  EXPECT_EQ(ReadTree(o.output).size(), 5u);
+  EXPECT_EQ(Names(o.output), (std::vector<std::string>{kDatasetCompleteMarker, "n000", "n001"}));
+  EXPECT_EQ(Names(o.output + "-shards"),
+            (std::vector<std::string>{kDatasetCompleteMarker, "shard-000.tar", "shard-001.tar"}));
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "out-shards", "photos"}));
+
+  // An empty folder is filled.
+  o.output = tmp.path() + "/empty";
+  fs::create_directory(o.output);
+  o.shards = 0;
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_EQ(ReadTree(o.output).size(), 5u);
+}
+
+// A run that fails leaves nothing beside the output and the output as it was.
+TEST(DatasetMakerTest, AFailedRunLeavesNothingBehind) {
+  TempDir tmp;
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  Write(fs::path(o.photos) / "Gamma/contents/images/broken.jpg", {0xff, 0xd8, 0xff, 0xe0, 1});
+  o.output = tmp.path() + "/out";
+  o.images = 6;
+  o.classes = 2;
+  auto report = MakeDataset(o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("broken.jpg"), std::string::npos)
+      << report.status().message();
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"photos"}));
 }
 
 TEST(DatasetMakerTest, PlansStayInRangeAndInsideThePhoto) {

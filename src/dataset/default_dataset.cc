@@ -2,19 +2,12 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "dataset/dataset_maker.h"
 #include "stoker/dataset.h"
 
 namespace stoker {
-namespace {
-
-// Written last, so that an interrupted run is made again rather than used.
-// v2: classes follow photographs; a folder of another layout is made again.
-constexpr const char* kCompleteMarker = ".stoker-complete-v2";
-
-}  // namespace
 
 std::string DefaultDatasetPath() {
   if (const char* d = std::getenv("STOKER_DATA_HOME"); d && *d) {
@@ -34,7 +27,9 @@ std::string DefaultDatasetPath() {
 Result<std::string> EnsureDefaultDataset(bool quiet) {
   namespace fs = std::filesystem;
   const std::string path = DefaultDatasetPath();
-  const std::string marker = path + "/" + kCompleteMarker;
+  // Without the marker (an interrupted run, or an older layout) it is made
+  // again rather than used.
+  const std::string marker = path + "/" + kDatasetCompleteMarker;
   std::error_code ec;
   if (fs::exists(marker, ec)) return path;
   // Made beside it and renamed into place, so that loaders starting together
@@ -47,12 +42,7 @@ Result<std::string> EnsureDefaultDataset(bool quiet) {
     std::cerr << "stoker: making the built-in data set (" << o.images << " images, " << o.classes
               << " classes) in " << path << " ...\n";
   }
-  Result<MakeDatasetReport> r = MakeDataset(o);
-  if (r.ok()) {
-    std::ofstream out(making + "/" + kCompleteMarker);
-    out << r->images << "\n";
-    if (!out) r = IoError("cannot write " + making + "/" + kCompleteMarker);
-  }
+  Result<MakeDatasetReport> r = MakeDataset(o);  // its marker written last
   if (!r.ok()) {
     fs::remove_all(making, ec);
     return r.status();

@@ -5,10 +5,9 @@
 #include <unistd.h>
 
 #include <cassert>
-#include <optional>
 
-#include "core/number_text.h"
 #include "source/file_reader.h"
+#include "source/label_text.h"
 
 namespace stoker {
 
@@ -82,7 +81,7 @@ std::string_view Trim(std::string_view s) {
 Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path) {
   STOKER_ASSIGN_OR_RETURN(std::string text, ReadListFile(list_path));
   FileListSource::Builder samples;
-  std::string_view rest = text;
+  std::string_view rest = SkipByteOrderMark(text);
   int64_t line_number = 0;
   while (!rest.empty()) {
     ++line_number;
@@ -103,16 +102,15 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
     if (path.find('\0') != std::string_view::npos) {
       return InvalidArgument(where() + "path contains a NUL byte");
     }
-    std::optional<int64_t> label = ParseInteger<int64_t>(label_text);
-    if (!label) {
-      return InvalidArgument(where() + "label '" + std::string(label_text) + "' is not an integer");
-    }
+    Result<int64_t> label = ParseLabel(label_text);
+    if (!label.ok()) return InvalidArgument(where() + label.status().message());
     samples.Add(path, *label);
   }
   if (samples.size() == 0) return InvalidArgument(list_path + ": the list has no entries");
   size_t slash = list_path.rfind('/');
-  std::string base = slash == std::string::npos ? "" : list_path.substr(0, slash);
-  if (slash == 0) base = "/";
+  // The list's folder; "/" itself for a list at the root.
+  std::string base =
+      slash == std::string::npos ? std::string() : list_path.substr(0, slash == 0 ? 1 : slash);
   return FileListSource::Make(std::move(base), std::move(samples), {});
 }
 

@@ -23,7 +23,7 @@ TEST(FileListTest, ReadsPathsAndLabels) {
   ASSERT_TRUE(WriteFile(list,
                         "../images/a.jpg\t3\r\n"
                         "\n"
-                        "../images/with space\tand tab.jpg\t -7 \n" +
+                        "../images/with space\tand tab.jpg\t 7 \n" +
                             elsewhere / "abs.png" + "\t0\n" +
                             "../images/\xff.jpg\t9223372036854775807"));
   auto source = OpenFileList(list);
@@ -33,7 +33,7 @@ TEST(FileListTest, ReadsPathsAndLabels) {
   EXPECT_EQ((*source)->Key(0), dir / "lists/../images/a.jpg");
   EXPECT_EQ((*source)->Key(2), elsewhere / "abs.png");
   const std::vector<std::pair<std::string, int64_t>> expected = {
-      {"A", 3}, {"B", -7}, {"C", 0}, {"D", INT64_MAX}};
+      {"A", 3}, {"B", 7}, {"C", 0}, {"D", INT64_MAX}};
   ReadBuffer buffer;
   for (int64_t i = 0; i < 4; ++i) {
     Record record;
@@ -89,6 +89,38 @@ TEST(FileListTest, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_NE(s.message().find("is not an integer"), std::string::npos) << s.message();
   s = OpenError(dir, "\t4\n");
   EXPECT_NE(s.message().find("empty path"), std::string::npos) << s.message();
+}
+
+// Editors on Windows start a UTF-8 file with a byte-order mark; it is not
+// part of the first path.
+TEST(FileListTest, LeadingByteOrderMarkIsSkipped) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "a.jpg", "A"));
+  ASSERT_TRUE(WriteFile(dir / "list.txt",
+                        "\xEF\xBB\xBF"
+                        "a.jpg\t2\r\n"));
+  auto source = OpenFileList(dir / "list.txt");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 1);
+  EXPECT_EQ((*source)->Key(0), dir / "a.jpg");
+  ReadBuffer buffer;
+  Record record;
+  Status s = (*source)->Read(0, buffer, &record);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(AsString(record.bytes), "A");
+  EXPECT_EQ(record.label, 2);
+}
+
+TEST(FileListTest, NegativeLabelIsAnErrorNamingFileAndLine) {
+  TempDir dir;
+  const std::string list = dir / "bad.txt";
+  for (const char* label : {"-1", "-100"}) {
+    Status s = OpenError(dir, std::string("a.jpg\t0\nb.jpg\t") + label + "\n");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << label;
+    EXPECT_NE(s.message().find(list + ":2:"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(std::string("'") + label + "' is negative"), std::string::npos)
+        << s.message();
+  }
 }
 
 TEST(FileListTest, EmptyOrMissingListIsAnError) {

@@ -16,9 +16,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/number_text.h"
 #include "core/unique_fd.h"
 #include "source/file_reader.h"
+#include "source/label_text.h"
 
 namespace stoker {
 namespace {
@@ -327,15 +327,25 @@ Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string
   std::string content;
   uint64_t pos = 0;
   const uint64_t end = archive.size();
+  // A tar ends with zero blocks. Without one it was cut short, perhaps right
+  // after a member, and members may be missing: an error, never fewer samples.
+  bool ended = false;
+  auto after_last = [&] {
+    return entries.empty() ? std::string(" before any file member")
+                           : " after member '" + entries.back().name + "'";
+  };
   while (pos < end) {
     auto at = [&] { return what + ": at byte " + std::to_string(pos); };
     const size_t have = static_cast<size_t>(std::min<uint64_t>(kBlock, end - pos));
     STOKER_RETURN_IF_ERROR(archive.ReadAt(pos, {block, have}).WithContext(what));
     if (have < kBlock) {
-      if (IsZeroBlock(header, have)) break;
-      return DataError(at() + ": truncated tar header (" + std::to_string(have) + " of 512 bytes)");
+      return DataError(at() + ": truncated tar: a header of " + std::to_string(have) +
+                       " of 512 bytes" + after_last());
     }
-    if (IsZeroBlock(header, kBlock)) break;  // end-of-archive marker
+    if (IsZeroBlock(header, kBlock)) {  // end-of-archive marker
+      ended = true;
+      break;
+    }
     if (!ChecksumMatches(header)) {
       return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
     }
@@ -397,6 +407,10 @@ Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string
         break;  // 'K' long link names, 'g' global pax, links, dirs, unknown
     }
     pos = has_data ? data + RoundUpToBlock(size) : data;
+  }
+  if (!ended) {
+    return DataError(what + ": truncated tar: it ends at byte " + std::to_string(end) +
+                     after_last() + ", without the end-of-archive blocks");
   }
   return entries;
 }
@@ -568,18 +582,19 @@ class TarShardSource final : public Source {
       if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
     }
     if (!status.ok()) return status.WithContext(Key(index));
-    std::string_view cls(reinterpret_cast<const char*>(label), s.cls_size);
+    std::string_view cls =
+        SkipByteOrderMark(std::string_view(reinterpret_cast<const char*>(label), s.cls_size));
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
       cls.remove_prefix(1);
     }
     while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
       cls.remove_suffix(1);
     }
-    std::optional<int64_t> parsed = ParseInteger<int64_t>(cls);
-    if (!parsed) {
-      constexpr size_t kShown = 40;
-      return DataError(Key(index) + ": .cls member is not an integer label: '" +
-                       std::string(cls.substr(0, kShown)) + (cls.size() > kShown ? "...'" : "'"));
+    Result<int64_t> parsed = ParseLabel(cls);
+    if (!parsed.ok()) {
+      const std::string image_name = names_.substr(s.name_offset, s.name_size);
+      return parsed.status().WithContext(Key(index) + ": member '" +
+                                         std::string(SplitSampleKey(image_name).first) + ".cls'");
     }
     record->bytes = std::span<const std::byte>(image, s.image_size);
     record->label = *parsed;
@@ -601,7 +616,10 @@ class TarShardSource final : public Source {
 };
 
 // Appends the samples of shard number `shard_number`, whose members are
-// `entries`.
+// `entries`. A sample key with two images or two labels (a member written
+// twice, or a.jpg beside a.png) is an error naming the shard and the key:
+// keeping one would drop the other without a word, and which label belongs
+// to which image cannot be told.
 Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint32_t shard_number,
                 std::vector<TarSample>& samples, std::string& names) {
   // Members of a sample are usually adjacent, but nothing requires it.
@@ -624,14 +642,21 @@ Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint3
       has_image.push_back(false);
     }
     TarSample& s = pending[it->second];
-    if (image && !has_image[it->second]) {  // the first image of a key wins
+    if ((image && has_image[it->second]) || (cls && s.cls_size != TarSample::kNoCls)) {
+      const std::string first = cls ? entry.name : names.substr(s.name_offset, s.name_size);
+      return DataError(shard.path() + ": duplicate sample key '" + std::string(key) + "': " +
+                       (first == entry.name
+                            ? "member '" + first + "' appears twice"
+                            : "two images, '" + first + "' and '" + entry.name + "'"));
+    }
+    if (image) {
       has_image[it->second] = true;
       s.image_offset = entry.offset;
       s.image_size = static_cast<uint32_t>(entry.size);
       s.name_offset = names.size();
       s.name_size = static_cast<uint32_t>(entry.name.size());
       names += entry.name;
-    } else if (cls) {
+    } else {
       s.cls_offset = entry.offset;
       s.cls_size = static_cast<uint32_t>(entry.size);
     }

@@ -41,11 +41,13 @@ struct TarEntry {
 /// Lists the regular-file members of the tar archive held in `bytes`: ustar
 /// (name + prefix), GNU ('L' long names, base-256 sizes) and pax ('x' path and
 /// size records). Directories, links and other entry types are skipped. The
-/// archive ends at a zero block or at the end of `bytes`.
+/// archive ends at its first zero block (tar writes two; one is enough).
 /// `what` names the archive in error messages (a path).
 /// Errors (DataError, naming `what` and the byte offset): a header whose
 /// checksum does not match (garbage), a malformed size field, a header or
-/// member data cut short by the end of `bytes` (truncated).
+/// member data cut short by the end of `bytes`, and `bytes` ending without a
+/// zero block, even right after a member (all "truncated", naming the last
+/// member read): a cut archive is never read as a shorter one.
 /// Pure function of its input; never reads outside `bytes`. This is the
 /// tar reader's fuzzing entry point.
 Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,

@@ -125,7 +125,8 @@ TEST(TarShardTest, ReadsPaxPathAndSkipsDirectories) {
   tar += Padded(record);
   tar += RawHeader("short", 2, '0');
   tar += Padded("hi");
-  auto entries = IndexTarBytes(Bytes(tar), "pax.tar");  // no end blocks: ends at EOF
+  tar += std::string(512, '\0');  // one zero block ends it, as two do
+  auto entries = IndexTarBytes(Bytes(tar), "pax.tar");
   ASSERT_TRUE(entries.ok()) << entries.status().ToString();
   ASSERT_EQ(entries->size(), 1u);
   EXPECT_EQ((*entries)[0].name, name);
@@ -157,10 +158,47 @@ TEST(TarShardTest, TruncatedMemberIsADataError) {
   EXPECT_NE(cut.status().message().find("truncated"), std::string::npos);
 }
 
-TEST(TarShardTest, EmptyInputHasNoMembers) {
-  auto entries = IndexTarBytes({}, "empty.tar");
-  ASSERT_TRUE(entries.ok());
+TEST(TarShardTest, EndBlocksAloneHaveNoMembers) {
+  const std::string tar(1024, '\0');
+  auto entries = IndexTarBytes(Bytes(tar), "empty.tar");
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
   EXPECT_TRUE(entries->empty());
+}
+
+// A tar cut short where a member ends, or with its end blocks lost, reads
+// like a smaller valid one; without the end-of-archive blocks it is refused,
+// naming the archive and the last member it holds.
+TEST(TarShardTest, ArchiveWithoutEndBlocksIsTruncated) {
+  TempDir dir;
+  const std::string path = dir / "cut.tar";
+  const std::string big(700, 'b');
+  std::vector<TarMember> members = {
+      {"a.jpg", Bytes("image a")}, {"a.cls", Bytes("1")}, {"b.jpg", Bytes(big)}};
+  ASSERT_TRUE(WriteTarShard(path, members).ok());
+  const std::string whole = ReadFile(path);
+  auto entries = IndexTarBytes(Bytes(whole), path);
+  ASSERT_TRUE(entries.ok() && entries->size() == 3);
+  const size_t after_a_cls = (*entries)[1].offset + 512;  // where b.jpg's header starts
+  const size_t after_b = (*entries)[2].offset + 1024;     // b.jpg's data and padding
+  const std::vector<std::pair<size_t, std::string>> cuts = {
+      {0, "before any file member"},
+      {after_a_cls, "after member 'a.cls'"},
+      {(*entries)[2].offset + 900, "after member 'b.jpg'"},  // its padding cut
+      {after_b, "after member 'b.jpg'"},                     // no end blocks at all
+      {after_b + 300, "after member 'b.jpg'"},               // part of one
+  };
+  for (const auto& [size, said] : cuts) {
+    auto cut = IndexTarBytes(Bytes(whole.substr(0, size)), path);
+    ASSERT_FALSE(cut.ok()) << size;
+    EXPECT_EQ(cut.status().code(), StatusCode::kDataError);
+    const std::string& m = cut.status().message();
+    EXPECT_NE(m.find(path + ": "), std::string::npos) << m;
+    EXPECT_NE(m.find("truncated"), std::string::npos) << m;
+    EXPECT_NE(m.find(said), std::string::npos) << m;
+  }
+  auto one_end_block = IndexTarBytes(Bytes(whole.substr(0, after_b + 512)), path);
+  ASSERT_TRUE(one_end_block.ok()) << one_end_block.status().ToString();
+  EXPECT_EQ(one_end_block->size(), 3u);
 }
 
 // Writes a shard of (member name, contents) pairs.
@@ -181,7 +219,10 @@ TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
                                     {"dir/s1.cls", " 7 "},
                                     {"label_only.cls", "5"}});
   WriteShard(dir / "shard-09.tar", {{"s2.cls", "2"}, {"s2.jpeg", "img2"}});
-  WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"}, {"\xff\xfe.cls", "-1"}});
+  WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"},
+                                    {"\xff\xfe.cls",
+                                     "\xEF\xBB\xBF"
+                                     "4"}});
   auto source = OpenTarShards({dir / "shard-{08..10}.tar"});
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   ASSERT_EQ((*source)->size(), 4);
@@ -189,7 +230,7 @@ TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
       {dir / "shard-08.tar:s0.jpg", "img0", 0},
       {dir / "shard-08.tar:dir/s1.PNG", "img1", 7},
       {dir / "shard-09.tar:s2.jpeg", "img2", 2},
-      {dir / "shard-10.tar:\xff\xfe.jpg", "img3", -1}};
+      {dir / "shard-10.tar:\xff\xfe.jpg", "img3", 4}};  // a byte-order mark is skipped
   ReadBuffer buffer;
   for (int64_t i = 0; i < 4; ++i) {
     Record record;
@@ -292,6 +333,70 @@ TEST(TarSourceTest, MissingOrNonIntegerClsFailsTheReadNamingTheSample) {
   EXPECT_NE(s.message().find("not an integer"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'cat'"), std::string::npos) << s.message();
   EXPECT_EQ((*source)->Read(3, buffer, &record).code(), StatusCode::kDataError);
+}
+
+TEST(TarSourceTest, NegativeLabelFailsTheReadNamingTheMember) {
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"a.jpg", "i"}, {"a.cls", "-1"}, {"b.jpg", "i"}, {"b.cls", "-100\n"}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ReadBuffer buffer;
+  Record record;
+  for (int64_t i = 0; i < 2; ++i) {
+    Status s = (*source)->Read(i, buffer, &record);
+    EXPECT_EQ(s.code(), StatusCode::kDataError) << i;
+    const std::string key = i == 0 ? "a" : "b";
+    EXPECT_NE(s.message().find(dir / "s.tar:" + key + ".jpg: member '" + key + ".cls'"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find(i == 0 ? "'-1' is negative" : "'-100' is negative"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+// One key with two images or two labels: a member written twice, or two
+// images of one sample. Keeping one would drop the other silently.
+TEST(TarSourceTest, DuplicateSampleKeyIsAnOpenErrorNamingShardAndKey) {
+  TempDir dir;
+  const std::string path = dir / "dup.tar";
+  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>>
+      cases = {
+          {{{"a.jpg", "1"}, {"a.cls", "1"}, {"k/b.jpg", "2"}, {"k/b.cls", "2"}, {"k/b.jpg", "3"}},
+           "duplicate sample key 'k/b': member 'k/b.jpg' appears twice"},
+          {{{"a.jpg", "1"}, {"a.cls", "1"}, {"a.cls", "2"}},
+           "duplicate sample key 'a': member 'a.cls' appears twice"},
+          {{{"a.jpg", "1"}, {"a.PNG", "2"}, {"a.cls", "1"}},
+           "duplicate sample key 'a': two images, 'a.jpg' and 'a.PNG'"},
+      };
+  for (const auto& [members, said] : cases) {
+    WriteShard(path, members);
+    auto source = OpenTarShards({path});
+    ASSERT_FALSE(source.ok()) << said;
+    EXPECT_EQ(source.status().code(), StatusCode::kDataError);
+    EXPECT_NE(source.status().message().find(path + ": " + said), std::string::npos)
+        << source.status().message();
+  }
+  // The same key in two shards is two samples.
+  WriteShard(dir / "one.tar", {{"a.jpg", "1"}, {"a.cls", "1"}});
+  WriteShard(dir / "two.tar", {{"a.jpg", "2"}, {"a.cls", "2"}});
+  auto source = OpenTarShards({dir / "one.tar", dir / "two.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_EQ((*source)->size(), 2);
+}
+
+TEST(TarSourceTest, ShardCutAtAMemberBoundaryIsAnOpenErrorNamingIt) {
+  TempDir dir;
+  const std::string path = dir / "cut.tar";
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}, {"b.jpg", "b"}, {"b.cls", "2"}});
+  ASSERT_EQ(::truncate(path.c_str(), 512 * 4), 0);  // a's two members, nothing after
+  auto source = OpenTarShards({path});
+  ASSERT_FALSE(source.ok()) << "read " << (*source)->size() << " samples of a cut shard";
+  EXPECT_EQ(source.status().code(), StatusCode::kDataError);
+  EXPECT_NE(source.status().message().find(path + ": truncated"), std::string::npos)
+      << source.status().message();
+  EXPECT_NE(source.status().message().find("after member 'a.cls'"), std::string::npos)
+      << source.status().message();
 }
 
 TEST(TarSourceTest, TruncatedShardIsAnOpenErrorNamingIt) {

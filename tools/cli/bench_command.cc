@@ -24,7 +24,7 @@ struct BenchFlags {
   double step_ms = 0;
   double point_seconds = 4.0;
   double tuned_seconds = 12.0;
-  int max_workers = 0;
+  int max_workers = kMaxWorkers;
   std::string workers_list;
   std::string plot;
   bool json = false;
@@ -60,7 +60,7 @@ int RunBench(const BenchFlags& f) {
   so.tuned_seconds = f.tuned_seconds;
   so.step_ms = f.step_ms;
   // I/O-bound data may want many times the core count; CPU-bound stops at the knee.
-  so.max_workers = f.max_workers > 0 ? f.max_workers : kMaxWorkers;
+  so.max_workers = f.max_workers;
   if (!f.workers_list.empty()) {
     auto list = ParseList(f.workers_list);
     if (!list.ok()) return ReportError("bench", list.status().WithContext("--sweep"), f.json);
@@ -72,9 +72,10 @@ int RunBench(const BenchFlags& f) {
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
   // SIGINT and SIGTERM end the sweep, not the process: the points measured
-  // so far are printed, as `stoker run` prints its partial summary.
+  // so far are printed, as `stoker run` prints its partial summary. Output
+  // that stdout no longer takes (its reader left) ends it too: nobody sees it.
   StopSignals signals;
-  so.stop = [&signals] { return signals.received() != 0; };
+  so.stop = [&signals] { return signals.received() != 0 || StdoutWriteError() != 0; };
   auto r = RunSweep(p->loader, so);
   if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
   if (!f.plot.empty()) {
@@ -135,7 +136,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   cmd->add_option(
          "--max-workers", f->max_workers,
          "largest worker count to try (default and at most " + std::to_string(kMaxWorkers) + ")")
-      ->check(CountIn(0, kMaxWorkers));
+      ->check(CountIn(1, kMaxWorkers));
   cmd->add_option("--sweep", f->workers_list, "worker counts to measure, e.g. 0,1,2,4,8")
       ->check(CLI::Validator(
           [](std::string& text) {

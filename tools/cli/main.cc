@@ -26,25 +26,10 @@ std::string CommandName(const CLI::App& app) {
   return subcommands.empty() ? "stoker" : subcommands.front()->get_name();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses the line and runs the chosen command, which sets `exit_code`;
+// returns the exit code.
+int ParseAndRun(CLI::App& app, int argc, char** argv, const int& exit_code) {
   namespace cli = stoker::cli;
-  CLI::App app{
-      "stoker: a data loader that tunes its own workers so the accelerator never waits for data."};
-  app.set_version_flag("--version", std::string("stoker ") + stoker::kVersion);
-  app.require_subcommand(1);
-  app.footer(
-      "Exit codes: 0 done, 1 failed, 2 a bad option or value, 130/143 a run ended by "
-      "SIGINT/SIGTERM (its summary printed). With --json every error is also one JSON object "
-      "{\"error\": ...} on stdout.");
-  int exit_code = 0;
-  cli::AddDemoCommand(app, exit_code);
-  cli::AddRunCommand(app, exit_code);
-  cli::AddBenchCommand(app, exit_code);
-  cli::AddProbeCommand(app, exit_code);
-  cli::AddAdviseCommand(app, exit_code);
-  cli::AddMakeDatasetCommand(app, exit_code);
   const bool json = AsksForJson(argc, argv);
   try {
     app.parse(argc, argv);  // runs the chosen command's callback
@@ -59,4 +44,30 @@ int main(int argc, char** argv) {
     return cli::ReportError(CommandName(app), std::string("unexpected error: ") + e.what(), json);
   }
   return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace cli = stoker::cli;
+  cli::CheckStdoutWrites();
+  CLI::App app{
+      "stoker: a data loader that tunes its own workers so the accelerator never waits for data."};
+  app.set_version_flag("--version", std::string("stoker ") + stoker::kVersion);
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 done, 1 failed (also when the output cannot be written to stdout: a full "
+      "disk, a closed stdout, a pipe whose reader left), 2 a bad option or value, 130/143 a run "
+      "ended by SIGINT/SIGTERM (its summary printed). With --json every error is also one JSON "
+      "object {\"error\": ...} on stdout.");
+  int exit_code = 0;
+  cli::AddDemoCommand(app, exit_code);
+  cli::AddRunCommand(app, exit_code);
+  cli::AddBenchCommand(app, exit_code);
+  cli::AddProbeCommand(app, exit_code);
+  cli::AddAdviseCommand(app, exit_code);
+  cli::AddMakeDatasetCommand(app, exit_code);
+  const int code = ParseAndRun(app, argc, argv, exit_code);
+  // A command succeeds only when its output, --help's too, reached stdout.
+  return cli::FinishOutput(CommandName(app), code);
 }

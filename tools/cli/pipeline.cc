@@ -87,7 +87,7 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
                   "memory the tuner may use for batches and workers (default " +
                       std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
                       " % of available)")
-      ->check(NumberIn(0, kMaxMemoryBudgetMib));
+      ->check(NumberIn(1, kMaxMemoryBudgetMib));  // 0 would mean the default: refused
   cmd->add_flag("--synthetic", f.synthetic, "a synthetic source instead of images");
   cmd->add_option("--synthetic-cpu-us", f.synthetic_cpu_us, "synthetic: CPU per sample, us")
       ->check(NumberIn(0, kMaxSyntheticCpuUs));

@@ -26,11 +26,11 @@ struct PipelineFlags {
   bool no_shuffle = false;
   std::string on_error = "raise";
   std::string workers = "auto";
-  int prefetch = 0;            // 0: DefaultPrefetch(workers)
-  double read_latency_ms = 0;  // slow-storage wrapper ...
-  int read_slots = 0;          // ... serving at most this many reads at once (0: any)
-  double memory_budget_mib = 0;
-  bool synthetic = false;  // a synthetic source instead of images
+  int prefetch = 0;              // 0: DefaultPrefetch(workers)
+  double read_latency_ms = 0;    // slow-storage wrapper ...
+  int read_slots = 0;            // ... serving at most this many reads at once (0: any)
+  double memory_budget_mib = 0;  // 0: not given, the default share
+  bool synthetic = false;        // a synthetic source instead of images
   double synthetic_cpu_us = 500;
   int64_t synthetic_size = 20000;
 };
@@ -64,7 +64,7 @@ struct RunFlags {
   PipelineFlags pipeline;
   double step_ms = 0;
   double seconds = 0;
-  int64_t epochs = 0;
+  int64_t epochs = 0;  // 0: not given (--epochs takes 1 or more)
   std::string trace;
   bool json = false;
   bool quiet = false;

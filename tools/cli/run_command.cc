@@ -130,9 +130,12 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--step-ms", f.step_ms,
                   "simulated accelerator step per batch, ms (0 = as fast as possible)")
       ->check(NumberIn(0, kMaxStepMs));
-  cmd->add_option("--seconds", f.seconds, "run this long")->check(NumberIn(0, kMaxSeconds));
-  cmd->add_option("--epochs", f.epochs, "run this many epochs (default 1 without --seconds)")
-      ->check(CountIn(0, kMaxEpochs));
+  cmd->add_option("--seconds", f.seconds, "run this long (0: no time limit)")
+      ->check(NumberIn(0, kMaxSeconds));
+  // 0 epochs is refused, as --batch-size 0 is: it never meant a run of none.
+  cmd->add_option("--epochs", f.epochs,
+                  "run this many epochs (default: 1 without --seconds, as many as fit with it)")
+      ->check(CountIn(1, kMaxEpochs));
   cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines");
   cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
   cmd->add_flag("--quiet", f.quiet, "no live view");

@@ -163,6 +163,17 @@ TEST(DatasetMakerTest, ShardsHoldTheSameImagesAndLabels) {
   EXPECT_EQ(images, 10);
 }
 
+// Options for a small data set at tmp/<name>, cut from MakePhotos' stand-ins.
+MakeDatasetOptions SmallDataset(const TempDir& tmp, const std::string& name, int64_t images,
+                                int classes) {
+  MakeDatasetOptions o;
+  o.photos = MakePhotos(tmp.path());
+  o.output = tmp.path() + "/" + name;
+  o.images = images;
+  o.classes = classes;
+  return o;
+}
+
 // The names in `dir`, sorted.
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> names;
@@ -176,11 +187,7 @@ std::vector<std::string> Names(const std::string& dir) {
 // images where 662 were), and leaves everything as it was.
 TEST(DatasetMakerTest, AFolderWithOtherFilesIsRefusedNotMixedIn) {
   TempDir tmp;
-  MakeDatasetOptions o;
-  o.photos = MakePhotos(tmp.path());
-  o.images = 4;
-  o.classes = 2;
-  o.output = tmp.path() + "/out";
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 4, 2);
   Write(fs::path(o.output) / "n000" / "n000_000561.jpg", {1, 2, 3});
   auto report = MakeDataset(o);
   ASSERT_FALSE(report.ok());
@@ -207,11 +214,7 @@ TEST(DatasetMakerTest, AFolderWithOtherFilesIsRefusedNotMixedIn) {
 // leaves exactly its own images and shards, and the report counts them.
 TEST(DatasetMakerTest, AnEarlierDataSetIsReplacedWhole) {
   TempDir tmp;
-  MakeDatasetOptions o;
-  o.photos = MakePhotos(tmp.path());
-  o.output = tmp.path() + "/out";
-  o.images = 12;
-  o.classes = 3;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 12, 3);
   o.shards = 3;
   ASSERT_TRUE(MakeDataset(o).ok());
   EXPECT_EQ(ReadTree(o.output).size(), 12u);
@@ -238,12 +241,8 @@ TEST(DatasetMakerTest, AnEarlierDataSetIsReplacedWhole) {
 // A run that fails leaves nothing beside the output and the output as it was.
 TEST(DatasetMakerTest, AFailedRunLeavesNothingBehind) {
   TempDir tmp;
-  MakeDatasetOptions o;
-  o.photos = MakePhotos(tmp.path());
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 6, 2);
   Write(fs::path(o.photos) / "Gamma/contents/images/broken.jpg", {0xff, 0xd8, 0xff, 0xe0, 1});
-  o.output = tmp.path() + "/out";
-  o.images = 6;
-  o.classes = 2;
   auto report = MakeDataset(o);
   ASSERT_FALSE(report.ok());
   EXPECT_NE(report.status().message().find("broken.jpg"), std::string::npos)

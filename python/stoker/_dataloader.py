@@ -146,13 +146,14 @@ class DataLoader(torch.utils.data.DataLoader):
     def set_epoch(self, epoch):
         """Passes ``epoch`` to the sampler's and batch sampler's ``set_epoch``
         where they have one (a DistributedSampler's order depends on it); an
-        epoch in progress is abandoned, and the next ``iter()`` starts anew."""
+        epoch in progress is abandoned, and the next ``iter()`` starts anew --
+        unless load_state_dict came before it: a resumed loop calls set_epoch
+        as it always does, and the next ``iter()`` continues the checkpoint."""
         self._run.check_usable()
         epoch = _args.integer("epoch", epoch, 0, 2**62)
         for s in (self.sampler, self.batch_sampler):
             if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
-        self._resume = False
         if self._iterator is not None:
             self._iterator.end("set_epoch()")
 

@@ -331,3 +331,20 @@ def test_an_allocators_refusal_is_never_skipped():
         got, refused = drain(dl, errors_of=stoker.ResourceError)
         assert len(refused) == 1 and "sample 5" in refused[0] and dl.skipped() == []
     assert sorted(got) == [0, 1, 2, 3, 4, 6, 7]
+
+
+def test_set_epoch_after_load_state_dict_keeps_the_resume():
+    # A resumed loop calls set_epoch before iterating, as every epoch does:
+    # the checkpoint's rest must follow, not a fresh epoch's draws.
+    torch.manual_seed(5)
+    with stoker.DataLoader(Indexed(), batch_size=3, shuffle=True, num_workers=1) as dl:
+        it = iter(dl)
+        head = [next(it).tolist() for _ in range(2)]
+        state = dl.state_dict()
+        rest = [b.tolist() for b in it]
+    torch.manual_seed(6)  # a new process: the global generator elsewhere
+    with stoker.DataLoader(Indexed(), batch_size=3, shuffle=True, num_workers=1) as dl:
+        dl.load_state_dict(state)
+        dl.set_epoch(0)
+        assert [b.tolist() for b in dl] == rest
+    assert sorted(i for b in head + rest for i in b) == list(range(53))

@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev clang-format
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pytest-timeout
   python3-torch python3-torchvision python3-pil
+  python3-distributed python3-cryptography
   plasma-workspace-wallpapers
 )
 

@@ -193,12 +193,18 @@ struct WorkerMetrics {
   int64_t cpu_ns = 0;            // thread CPU time spent on tasks
   int64_t queue_ns = 0;          // of busy_ns, runnable but waiting for a CPU
   int64_t cpu_elsewhere_ns = 0;  // of cpu_ns, spent in a worker process
+  // Items made on remote slots (ItemOutcome::remote), and the wall time this
+  // thread waited for them: in none of the figures above.
+  int64_t remote_samples = 0;
+  int64_t remote_busy_ns = 0;
 };
 
 struct LoaderMetrics {
-  int64_t time_ns = 0;  // steady clock when taken
-  int workers_target = 0;
-  int workers_running = 0;
+  int64_t time_ns = 0;      // steady clock when taken
+  int workers_target = 0;   // local workers (Resize), remote slots aside
+  int workers_running = 0;  // threads running, remote slots' included
+  int workers_remote = 0;   // remote slots (SetRemote), as the engine keeps them
+  int remote_capacity = 0;  // remote slots the kind's cluster offers now
   int prefetch_batches = 0;
   size_t prefetch_bytes = 0;
   int64_t batches_delivered = 0;
@@ -215,6 +221,10 @@ struct LoaderMetrics {
   int64_t queue_ns = 0;
   // Of cpu_ns, spent in worker processes (not in this process's CPU time).
   int64_t cpu_elsewhere_ns = 0;
+  // Of samples delivered, those made on remote slots, and the wall time the
+  // threads of remote slots waited for them (neither in the figures above).
+  int64_t remote_samples_produced = 0;
+  int64_t remote_busy_ns = 0;
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
   int64_t next_calls = 0;
@@ -324,6 +334,11 @@ class Loader {
   /// many) and returns kUnavailable naming the refusal.
   Status Resize(int workers);
   int workers() const;
+  /// Sets the remote slots beside the workers, at any moment: each is a
+  /// thread of the pool whose items the kind sends to its cluster
+  /// (WorkerKind::Resized). Same guarantees as Resize.
+  Status SetRemote(int slots);
+  int remote() const;
 
   /// Sets the prefetch bound (batches >= 1; bytes >= 1). Errors only in a
   /// forked child.

@@ -31,6 +31,9 @@ struct TunerOptions {
   int initial_workers = 0;
   /// How often it looks at the metrics, in seconds (finite, > 0).
   double interval_s = 0.2;
+  /// Remote slots kept in use whatever the tuner judges, while the kind's
+  /// cluster offers them (>= 0; for tests and benchmarks; 0: the tuner's).
+  int remote_min = 0;
   /// Where to append the decision trace as JSON lines; empty = keep in memory only.
   /// Opened when the loader is made (an unwritable path is an error then) and
   /// written by a background thread, never the consumer's.
@@ -56,6 +59,11 @@ struct TunerDecision {
   /// Loaders sharing the node's budget then (this one included); 0 without
   /// a node registry.
   int node_loaders = 0;
+  /// Remote slots (a kind with a cluster) before and after: local workers
+  /// first, slots only while the local CPU budget is spent and the consumer
+  /// waits (docs/remote.md).
+  int remote_before = 0;
+  int remote_after = 0;
   /// Each GPU's utilisation and memory when the decision was made (NVML;
   /// empty without it). Recorded for people, never an input of a decision.
   std::vector<GpuUsage> gpus;
@@ -85,6 +93,7 @@ struct TunerView {
   int prefetch_batches = 0;
   int cpu_budget_workers = 0;
   int max_workers = 0;
+  int remote_slots = 0;  // remote slots in use (a kind with a cluster)
   size_t memory_budget_bytes = 0;
   double samples_per_s = 0;
   double stall_fraction = 0;

@@ -45,6 +45,9 @@ struct ItemOutcome {
   int64_t samples = 1;  // user samples the item holds (0: all failed, or none planned)
   /// Failed samples of the item; the item is still delivered.
   std::vector<SampleFailure> failures;
+  /// Made on another machine (a remote slot): its time is no local worker's,
+  /// so the tuner's local figures leave it out (LoaderMetrics::remote_*).
+  bool remote = false;
 };
 
 /// One worker of a kind: runs items one at a time, always on one thread
@@ -94,9 +97,17 @@ class WorkerKind {
   virtual std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const = 0;
 
   /// The engine's worker count is now `workers` (0: the consumer's thread
-  /// does the work), as its target: some may still be starting. Any thread;
+  /// does the work), as its target: some may still be starting. Of those,
+  /// `remote` are remote slots: their items go to the kind's cluster, the
+  /// rest run here (a kind without one is never given any). Any thread;
   /// must not block.
-  virtual void Resized(int workers) const { (void)workers; }
+  virtual void Resized(int workers, int remote) const {
+    (void)workers;
+    (void)remote;
+  }
+  /// Remote slots the kind's cluster offers now (0: it has none). Any thread;
+  /// must not block.
+  virtual int remote_capacity() const { return 0; }
 
   /// The engine is stopping for good: wake whatever its workers wait on for
   /// the kind (a process's greeting, a batch list), so that they can leave.

@@ -65,6 +65,7 @@ void BindWorkerProtocol(pybind11::module_& m);
 void BindProcessWorkers(pybind11::module_& m);
 void BindThreadWorkers(pybind11::module_& m);
 void BindWorkerKinds(pybind11::module_& m);
+void BindRemoteSlots(pybind11::module_& m);
 void BindSweepReport(pybind11::module_& m);
 
 }  // namespace stoker::python

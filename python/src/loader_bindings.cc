@@ -250,6 +250,7 @@ void BindOptions(py::module_& m) {
       .def_readwrite("max_workers", &TunerOptions::max_workers)
       .def_readwrite("initial_workers", &TunerOptions::initial_workers)
       .def_readwrite("interval_s", &TunerOptions::interval_s)
+      .def_readwrite("remote_min", &TunerOptions::remote_min)
       .def_readwrite("trace_path", &TunerOptions::trace_path);
   py::class_<KindHandle>(m, "WorkerKind",
                          "How a DataLoader's batches are made (processes, threads); "

@@ -8,9 +8,11 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include "stoker/version.h"
 
 PYBIND11_MODULE(_stoker, m) {
   m.doc() = "stoker's C++ engine (use the `stoker` package, not this module)";
+  m.attr("__version__") = stoker::kVersion;
   stoker::python::RegisterErrors(m);
   stoker::python::BindSources(m);
   stoker::python::BindTransforms(m);
@@ -21,6 +23,7 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::BindProcessWorkers(m);
   stoker::python::BindThreadWorkers(m);
   stoker::python::BindWorkerKinds(m);
+  stoker::python::BindRemoteSlots(m);
   stoker::python::BindSweepReport(m);
   // For tests: no C++ JSON carries a key from the data yet, so this is how
   // they reach JsonToPython's decoding of a key that is not UTF-8.

@@ -615,7 +615,9 @@ std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap&
   return std::make_unique<ProcessWorker>(workers_);
 }
 
-void ProcessKind::Resized(int workers) const { workers_->set_running(workers); }
+void ProcessKind::Resized(int workers, int remote) const {
+  workers_->set_running(workers - remote);
+}
 
 void ProcessKind::Cancel() const {
   workers_->Shutdown();

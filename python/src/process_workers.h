@@ -242,8 +242,8 @@ class ProcessKind : public WorkerKind {
   /// Empty: the engine names the batch itself.
   std::string Key(int64_t) const override { return ""; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
-  /// Workers learn the count with their next task (get_worker_info()).
-  void Resized(int workers) const override;
+  /// Workers learn the local count with their next task (get_worker_info()).
+  void Resized(int workers, int remote) const override;
   /// Shuts the workers and the batch lists down: waits on them end.
   void Cancel() const override;
   bool recycles() const override { return true; }

@@ -15,8 +15,17 @@ namespace stoker::python {
 
 namespace py = pybind11;
 
-ThreadWorkers::ThreadWorkers(py::object run_batch, std::shared_ptr<EpochBatches> batches)
-    : run_batch_(std::move(run_batch)), batches_(std::move(batches)) {}
+namespace {
+
+// Tickets are unique in the process, across every ThreadWorkers: a sample's
+// error names its batch by ticket alone (SampleErrorDetail::batch_ticket).
+std::atomic<uint64_t> g_next_ticket{1};
+
+}  // namespace
+
+ThreadWorkers::ThreadWorkers(py::object run_batch, std::shared_ptr<EpochBatches> batches,
+                             int64_t magic)
+    : run_batch_(std::move(run_batch)), batches_(std::move(batches)), magic_(magic) {}
 
 ThreadWorkers::~ThreadWorkers() {
   if (!Py_IsInitialized()) {  // the interpreter is gone: nothing left to drop
@@ -66,14 +75,19 @@ Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutco
 }  // namespace
 
 Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
-                          int64_t out[kThreadDescriptorWords], ItemOutcome* outcome) {
+                          int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
+                          bool* gave_back) {
   STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, batches_->Get(epoch, batch));
   // Before the batch runs: its failures name it.
-  const uint64_t ticket = next_ticket_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t ticket = g_next_ticket.fetch_add(1, std::memory_order_relaxed);
   py::gil_scoped_acquire gil;
   py::object made;
   try {
     made = run_batch_(epoch, batch, py::cast(got.indices), got.seed);
+    if (made.is_none()) {
+      if (gave_back != nullptr) *gave_back = true;
+      return Unavailable("the batch was given back");
+    }
     STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), ticket, worker, outcome));
   } catch (py::error_already_set& e) {
     return Internal(std::string("the batch failed in a worker thread: ") + e.what());
@@ -83,7 +97,7 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
   MutexLock lock(mu_);
   ready_.emplace(ticket, std::move(made));
   using D = protocol::ThreadDescriptor;
-  out[D::kMagic] = protocol::kThreadMagic;
+  out[D::kMagic] = magic_;
   out[D::kTicket] = static_cast<int64_t>(ticket);
   out[D::kEpoch] = epoch;
   out[D::kBatch] = batch;
@@ -185,14 +199,18 @@ void ThreadKind::Recycle(std::span<std::byte> out) const {
   int64_t d[kThreadDescriptorWords];
   std::memcpy(d, out.data(), sizeof d);
   using D = protocol::ThreadDescriptor;
-  if (d[D::kMagic] == protocol::kThreadMagic)
-    workers_->Recycle(static_cast<uint64_t>(d[D::kTicket]));
+  if (d[D::kMagic] == workers_->magic()) workers_->Recycle(static_cast<uint64_t>(d[D::kTicket]));
 }
 
 void BindThreadWorkers(py::module_& m) {
   py::class_<ThreadWorkers, std::shared_ptr<ThreadWorkers>>(m, "ThreadWorkers")
-      .def(py::init<py::object, std::shared_ptr<EpochBatches>>(), py::arg("run_batch"),
-           py::arg("batches"))
+      .def(py::init([](py::object run_batch, std::shared_ptr<EpochBatches> batches, bool remote) {
+             return std::make_shared<ThreadWorkers>(
+                 std::move(run_batch), std::move(batches),
+                 remote ? protocol::kRemoteMagic : protocol::kThreadMagic);
+           }),
+           py::arg("run_batch"), py::arg("batches"), py::arg("remote") = false,
+           "remote=True: the remote slots' batches (descriptors marked REMOTE_MAGIC).")
       .def("as_kind",
            [](const std::shared_ptr<ThreadWorkers>& w) {
              return KindHandle{std::make_shared<ThreadKind>(w)};
@@ -202,7 +220,7 @@ void BindThreadWorkers(py::module_& m) {
           [](ThreadWorkers& w, py::array_t<int64_t> descriptor) {
             using D = protocol::ThreadDescriptor;
             if (descriptor.size() < kThreadDescriptorWords ||
-                descriptor.data()[D::kMagic] != protocol::kThreadMagic) {
+                descriptor.data()[D::kMagic] != w.magic()) {
               throw py::value_error("not a thread batch descriptor");
             }
             return w.Take(static_cast<uint64_t>(descriptor.data()[D::kTicket]));

@@ -27,8 +27,12 @@ inline constexpr int kThreadDescriptorWords = protocol::ThreadDescriptor::kCount
 /// (never while holding) its own lock.
 class ThreadWorkers {
  public:
-  /// `run_batch(epoch, batch, indices, seed)` returns what the consumer takes.
-  ThreadWorkers(pybind11::object run_batch, std::shared_ptr<EpochBatches> batches);
+  /// `run_batch(epoch, batch, indices, seed)` returns what the consumer takes,
+  /// or None to give the batch back (a remote slot that could not make it).
+  /// `magic` marks its descriptors: kThreadMagic, or kRemoteMagic for the
+  /// remote slots' batches.
+  ThreadWorkers(pybind11::object run_batch, std::shared_ptr<EpochBatches> batches,
+                int64_t magic = protocol::kThreadMagic);
   /// Drops the batches never taken (with the GIL).
   ~ThreadWorkers();
 
@@ -36,9 +40,11 @@ class ThreadWorkers {
   /// batch with the GIL; its ticket goes into `out`, its failed samples into
   /// `outcome`. collate_fn raising fails the batch (kDataError, with the
   /// traceback); an exception from run_batch itself becomes kInternal with
-  /// its text.
+  /// its text. run_batch giving None sets `*gave_back` (when not null) and
+  /// returns kUnavailable, with nothing made.
   Status Run(int64_t epoch, int64_t batch, int worker, int64_t out[kThreadDescriptorWords],
-             ItemOutcome* outcome) EXCLUDES(mu_);
+             ItemOutcome* outcome, bool* gave_back = nullptr) EXCLUDES(mu_);
+  int64_t magic() const { return magic_; }
   /// The exception of failure `failure` of the batch of `ticket`
   /// (SampleErrorDetail), while the batch is not taken; else None.
   /// REQUIRES: the GIL.
@@ -59,8 +65,8 @@ class ThreadWorkers {
  private:
   pybind11::object run_batch_;
   const std::shared_ptr<EpochBatches> batches_;
+  const int64_t magic_;
   Mutex mu_;
-  std::atomic<uint64_t> next_ticket_{1};
   std::unordered_map<uint64_t, pybind11::object> ready_ GUARDED_BY(mu_);
   std::vector<pybind11::object> dead_ GUARDED_BY(mu_);  // dropped by Take, which holds the GIL
   std::vector<bool> ids_in_use_ GUARDED_BY(mu_);
@@ -72,6 +78,7 @@ class ThreadWorkers {
 class ThreadKind : public WorkerKind {
  public:
   explicit ThreadKind(std::shared_ptr<ThreadWorkers> workers) : workers_(std::move(workers)) {}
+  const std::shared_ptr<ThreadWorkers>& workers() const { return workers_; }
   SampleSpec spec() const override { return {{kThreadDescriptorWords}, DType::kInt64}; }
   int64_t items() const override;
   /// Empty: the engine names the batch itself.

@@ -47,9 +47,9 @@ std::unique_ptr<KindWorker> EitherKind::NewWorker(WorkerPlace place, const Sampl
                                         process_.NewWorker(forks, cap));
 }
 
-void EitherKind::Resized(int workers) const {
-  process_.Resized(workers);
-  thread_.Resized(workers);
+void EitherKind::Resized(int workers, int remote) const {
+  process_.Resized(workers, remote);
+  thread_.Resized(workers, remote);
 }
 
 void EitherKind::Cancel() const {

@@ -55,7 +55,7 @@ class EitherKind : public WorkerKind {
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;
-  void Resized(int workers) const override;
+  void Resized(int workers, int remote) const override;
   void Cancel() const override;
 
  private:

@@ -51,6 +51,7 @@ void BindWorkerProtocol(py::module_& m) {
   p.attr("THREAD_DESCRIPTOR") = STOKER_PROTOCOL_LAYOUT(STOKER_THREAD_DESCRIPTOR, -1);
   p.attr("SEGMENT_MAGIC") = kSegmentMagic;
   p.attr("THREAD_MAGIC") = kThreadMagic;
+  p.attr("REMOTE_MAGIC") = kRemoteMagic;
   p.attr("SEGMENT_GRAIN") = kSegmentGrain;
   p.attr("DATA_ALIGN") = kDataAlign;
 }

@@ -126,6 +126,9 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 inline constexpr int kSegmentHeaderWords = 8;
 inline constexpr int64_t kSegmentMagic = 0x31474553524b5453;  // "STKRSEG1"
 inline constexpr int64_t kThreadMagic = 0x31444854524b5453;   // "STKRTHD1"
+/// A ThreadDescriptor of a batch made on a remote slot (held by the remote
+/// slots' ThreadWorkers).
+inline constexpr int64_t kRemoteMagic = 0x31544d52524b5453;  // "STKRRMT1"
 /// Segments grow in steps of this many bytes, so batches of one shape fit again.
 inline constexpr size_t kSegmentGrain = size_t{1} << 20;
 /// Arrays in a segment start at multiples of this.

@@ -29,9 +29,12 @@ from ._loader import Loader, rank_facts, shard_from_env
 from ._shared_list import SharedList
 from ._sources import FileList, ImageFolder, Source, Synthetic, TarShards, expand_braces
 from ._stoker import Cancelled, DataError, ResourceError
+from ._stoker import __version__
+from ._remote import ClusterError
 
 __all__ = [
     "Cancelled",
+    "ClusterError",
     "DataError",
     "DataLoader",
     "FileList",

@@ -15,7 +15,7 @@ import weakref
 
 import torch.utils.data
 
-from . import _args, _errors, _stats, _stoker, _workers
+from . import _args, _errors, _remote, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -75,7 +75,8 @@ class DataLoader(torch.utils.data.DataLoader):
                  *, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
                  in_order=True, worker_kind="processes", on_error="raise",
                  max_workers=0, device=None, device_prefetch_bytes=None,
-                 memory_budget_bytes=0, tune_interval=0.2, trace_path=None):
+                 memory_budget_bytes=0, tune_interval=0.2, trace_path=None, cluster=None,
+                 cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0):
         self._run = None  # until every option is checked
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -86,7 +87,9 @@ class DataLoader(torch.utils.data.DataLoader):
             pin_memory_device=pin_memory_device, generator=generator, in_order=in_order,
             worker_kind=worker_kind, on_error=on_error, max_workers=max_workers, device=device,
             device_prefetch_bytes=device_prefetch_bytes, memory_budget_bytes=memory_budget_bytes,
-            tune_interval=tune_interval, trace_path=trace_path)
+            tune_interval=tune_interval, trace_path=trace_path, cluster=cluster,
+            cluster_security=cluster_security, remote_timeout=remote_timeout,
+            remote_min=remote_min)
         # The effects, in order: the zygote, the threads, the engine. Nothing
         # draws from torch's generators before iter() (torch's does not).
         self.dataset = dataset
@@ -226,6 +229,7 @@ class DataLoader(torch.utils.data.DataLoader):
             **_stats.rates(m["user_samples_delivered"], *_stats.consumer_seconds(m)),
             "prefetch_batches": m["prefetch_batches"],
             "tuner": run.engine.tuner_view(),
+            "remote": None if run.cluster is None else run.cluster.stats(m["workers_remote"]),
             **(_stats.gpu(pcie) if gpu else {}),
         }
 
@@ -296,6 +300,11 @@ class _DataLoaderOptions:
     memory_budget_bytes: int
     tune_interval: float
     trace_path: str
+    # Remote slots (docs/remote.md): a scheduler address or distributed.Client, or None.
+    cluster: object
+    cluster_security: object  # a distributed.Security for an address, or None
+    remote_timeout: float     # seconds a remote batch may take before it is re-run
+    remote_min: int           # remote slots kept whatever the tuner says (tests, benchmarks)
     # How they are delivered.
     timeout: float
     in_order: bool
@@ -324,7 +333,7 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
                      multiprocessing_context, prefetch_factor, persistent_workers,
                      pin_memory_device, generator, in_order, worker_kind, on_error, max_workers,
                      device, device_prefetch_bytes, memory_budget_bytes, tune_interval,
-                     trace_path):
+                     trace_path, cluster, cluster_security, remote_timeout, remote_min):
     """A DataLoader's options, every one checked (TypeError or ValueError
     naming the option and its value) before anything is made."""
     from torch.utils.data import IterableDataset
@@ -343,10 +352,36 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
     workers = _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
                                worker_init_fn, multiprocessing_context, max_workers,
                                memory_budget_bytes, tune_interval, trace_path)
+    remote = _resolve_remote(workers["workers"], cluster, cluster_security, remote_timeout,
+                             remote_min)
     if batching["batches_per_epoch"] == 0:  # for every worker count: the engine has none
         raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
                          "leaves nothing")
-    return _DataLoaderOptions(**batching, **delivery, **workers)
+    return _DataLoaderOptions(**batching, **delivery, **workers, **remote)
+
+
+def _resolve_remote(workers, cluster, cluster_security, remote_timeout, remote_min):
+    """Remote slots: only with num_workers="auto" (the tuner decides how many)."""
+    remote_min = _args.integer("remote_min", remote_min, 0, _stoker.MAX_WORKERS)
+    if cluster is None:
+        if remote_min:
+            raise ValueError(f"remote_min={remote_min} needs a cluster (cluster=...)")
+        if cluster_security is not None:
+            raise ValueError("cluster_security needs a cluster (cluster=...)")
+    else:
+        if workers != _stoker.AUTO_WORKERS:
+            raise ValueError("cluster= needs num_workers='auto': the tuner decides how many "
+                             "remote slots to use, local workers first")
+        if not isinstance(cluster, str) and not hasattr(cluster, "submit"):
+            raise TypeError("cluster must be a Dask scheduler address ('tcp://host:port', "
+                            f"'tls://host:port') or a distributed.Client, got "
+                            f"{type(cluster).__name__}")
+        if cluster_security is not None and not isinstance(cluster, str):
+            raise ValueError("cluster_security goes with a scheduler address; a "
+                             "distributed.Client brings its own")
+    return {"cluster": cluster, "cluster_security": cluster_security,
+            "remote_timeout": _args.real("remote_timeout", remote_timeout, above=0),
+            "remote_min": remote_min}
 
 
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
@@ -624,6 +659,8 @@ class _Run:
         self.threads = None  # thread workers (kinds "threads" and "auto"), or num_workers=0's
         self.kinds = None    # worker_kind="auto": both kinds' workers
         self.trial = None
+        self.cluster = None         # cluster=...: the remote slots' _remote.Cluster
+        self.remote_threads = None  # and their ThreadWorkers (REMOTE_MAGIC batches)
 
     @classmethod
     def start(cls, options, plan, job):
@@ -632,7 +669,7 @@ class _Run:
         an error."""
         run = cls(options, plan)
         try:
-            run._start_engine(run._start_workers(job))
+            run._start_engine(run._start_remote(run._start_workers(job), job))
         except BaseException:
             run.close()
             raise
@@ -661,13 +698,26 @@ class _Run:
             return self.kinds.as_kind()
         return (self.threads if self.workers is None else self.workers).as_kind()
 
+    def _start_remote(self, kind, job):
+        """With a cluster: `kind` beside remote slots (after the zygote's fork,
+        which must not copy the Dask client's threads and sockets)."""
+        options = self.options
+        if options.cluster is None:
+            return kind
+        slots = _stoker.RemoteSlots()
+        self.cluster = _remote.Cluster(options.cluster, options.cluster_security,
+                                       options.remote_timeout, job, slots)
+        self.remote_threads = _stoker.ThreadWorkers(self.cluster.run, self.plan.table,
+                                                    remote=True)
+        return _stoker.local_first(kind, self.remote_threads, slots)
+
     def _start_engine(self, kind):
         """The engine over the user's batches: they are its items, made by `kind`."""
         options = self.options
         tuner = _stoker.TunerOptions(
             memory_budget_bytes=options.memory_budget_bytes, max_workers=options.max_workers,
             interval_s=options.tune_interval, trace_path=options.trace_path,
-            initial_workers=options.initial_workers)
+            initial_workers=options.initial_workers, remote_min=options.remote_min)
         # The user's batches are the engine's items, one to an engine batch, in
         # plan order; the engine's policy handles the failed samples they carry.
         self.engine = _stoker.Loader(_stoker.LoaderOptions(
@@ -707,11 +757,15 @@ class _Run:
             return  # everything here is the parent's
         if self.workers is not None:
             self.workers.shutdown()
+        if self.cluster is not None:
+            self.cluster.cancel()  # remote slots waiting on a task return
         if self.engine is not None:
             self.plan.table.shutdown()
             self.engine.close()
         if self.workers is not None:
             self.workers.close()
+        if self.cluster is not None:
+            self.cluster.close()
         if self.zygote_pid is not None:
             _workers.end_zygote(self.zygote_pid)
 
@@ -966,6 +1020,7 @@ class _Iterator:
         # What each batch reads, looked up once.
         options = run.options
         self._engine, self._threads, self._workers = run.engine, run.threads, run.workers
+        self._remote, self._cluster = run.remote_threads, run.cluster
         self._trial, self._timeout, self._device = run.trial, options.timeout, options.device
         self._pin = options.pin_memory and options.device is None
         # At num_workers=0 a batch is made when asked for: none ahead (as torch).
@@ -1023,12 +1078,15 @@ class _Iterator:
 
     def _produce(self):
         engine = self._engine
+        if self._cluster is not None:
+            self._cluster.refresh()  # the slots it offers, for the tuner
         if self._timeout > 0 and not engine.wait_ready(self._timeout):
             raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         try:
             got = engine.next()  # raises the failures of the next batch, once
         except _stoker.DataError as e:
-            error = _errors.sample_error(e, self._threads)  # as the sample's own type
+            # As the sample's own type.
+            error = _errors.sample_error(e, (self._threads, self._remote))
             if error is None:
                 raise
             raise error  # chained to the sample's exception, its __cause__
@@ -1038,7 +1096,11 @@ class _Iterator:
         self.position += 1
         if self.position == 1:
             self.run.plan.give_ahead(self.epoch + 1)  # the workers may start on it early
-        threads = int(descriptor[_THREAD.magic]) == _PROTOCOL.THREAD_MAGIC
+        magic = int(descriptor[_THREAD.magic])
+        threads = magic == _PROTOCOL.THREAD_MAGIC
+        if magic == _PROTOCOL.REMOTE_MAGIC:
+            payload, _ = self._remote.take(descriptor)
+            return payload
         if threads:
             payload, _ = self._threads.take(descriptor)
             if isinstance(payload, _Raised):

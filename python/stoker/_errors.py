@@ -27,15 +27,19 @@ class WorkerTraceback(Exception):
 def sample_error(error, threads):
     """The exception to raise for `error`, a DataError from the engine, or
     None when it names no sample of a Python dataset. `threads`: the loader's
-    ThreadWorkers, or None. Never raises."""
+    ThreadWorkers (its thread workers', its remote slots'), None where it has
+    none. Never raises."""
     sample = getattr(error, "_sample", None)
     if sample is None:
         return None
     pickled, trace, ticket, failure = sample
     kind, cause = None, None
     try:
-        if ticket is not None and threads is not None:
-            cause = threads.failure_cause(ticket, failure)
+        if ticket is not None:
+            # Tickets are unique across a process's ThreadWorkers: one of them holds it.
+            for holder in threads:
+                if holder is not None and cause is None:
+                    cause = holder.failure_cause(ticket, failure)
             kind = None if cause is None else type(cause)
         elif pickled is not None:
             kind, cause = pickle.loads(pickled)

@@ -59,6 +59,7 @@ struct WorkerContext {
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out) {
     outcome.label = 0;
     outcome.samples = 1;
+    outcome.remote = false;
     if (!outcome.failures.empty()) outcome.failures.clear();
     return sample_worker_ != nullptr ? sample_worker_->Run(epoch, item, out, &outcome)
                                      : worker->Run(epoch, item, out, &outcome);
@@ -255,17 +256,21 @@ class Loader::Impl {
 
   Status Resize(int workers) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    if (stopped_) return Status::Ok();
-    // Past a count the system refused a kind's worker at, the pool does not grow.
-    const int cap = refused_at_.load(std::memory_order_relaxed);
-    Status st = workers_.Resize(std::min({workers, kMaxWorkers, cap}));
-    kind_->Resized(workers_.target());
-    work_cv_.NotifyAll();
-    ready_cv_.NotifyAll();
-    return st;
+    local_ = workers;
+    return ApplyTarget();
   }
 
-  int workers() const { return workers_.target(); }
+  Status SetRemote(int slots) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    remote_ = slots;
+    return ApplyTarget();
+  }
+
+  // Local workers and remote slots, as the pool has them now.
+  int workers() const { return std::max(0, workers_.target() - remote()); }
+  int remote() const {
+    return std::min(remote_target_.load(std::memory_order_relaxed), workers_.target());
+  }
 
   void SetPrefetch(int batches, size_t bytes) EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -284,8 +289,10 @@ class Loader::Impl {
     m.consumer_step_ns = consumer_step_ns_.load(std::memory_order_relaxed);
     m.next_calls = next_calls_.load(std::memory_order_relaxed);
     m.batch_bytes = pool_->batch_bytes();
-    m.workers_target = workers_.target();
+    m.workers_target = workers();
+    m.workers_remote = remote();
     m.workers_running = workers_.running();
+    m.remote_capacity = kind_->remote_capacity();
     {
       MutexLock lock(mu_);
       m.prefetch_batches = sched_.prefetch_batches();
@@ -393,6 +400,22 @@ class Loader::Impl {
                        std::to_string(pool_->batch_bytes()) + " bytes");
   }
 
+  // Sizes the pool to the local workers and remote slots asked for.
+  Status ApplyTarget() REQUIRES(mu_) {
+    if (stopped_) return Status::Ok();
+    // Past a count the system refused a kind's worker at, the pool does not grow.
+    const int cap = refused_at_.load(std::memory_order_relaxed);
+    const int wanted = std::min({local_ + remote_, kMaxWorkers, cap});
+    remote_target_.store(remote_, std::memory_order_relaxed);
+    // The kind learns the split before new threads start and ask it.
+    kind_->Resized(wanted, std::min(remote_, wanted));
+    Status st = workers_.Resize(wanted);
+    if (workers_.target() != wanted) kind_->Resized(workers_.target(), remote());
+    work_cv_.NotifyAll();
+    ready_cv_.NotifyAll();
+    return st;
+  }
+
   // The loader cannot go on (memory for a batch or a plan): Next() says so.
   void Fail(Status st) REQUIRES(mu_) {
     if (fatal_.ok()) fatal_ = std::move(st);
@@ -407,7 +430,7 @@ class Loader::Impl {
     for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
       if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
       Produce(ctx, *task.plan, slot, p);
-      timer.SampleDone();
+      timer.SampleDone(ctx.outcome.remote);
     }
     timer.Finish();
     const int64_t produced = timer.samples();
@@ -616,7 +639,7 @@ class Loader::Impl {
       MutexLock lock(mu_);
       const int left = workers_.Retire();
       refused_at_.store(left, std::memory_order_relaxed);
-      kind_->Resized(workers_.target());
+      kind_->Resized(workers_.target(), remote());
       refusal_ = std::move(st);
       return;
     }
@@ -653,6 +676,9 @@ class Loader::Impl {
   // The worker count at which the system refused a kind's worker (the pool
   // stays under it), and why.
   std::atomic<int> refused_at_{kMaxWorkers};
+  int local_ GUARDED_BY(mu_) = 0;      // local workers asked for (Resize)
+  int remote_ GUARDED_BY(mu_) = 0;     // remote slots asked for (SetRemote)
+  std::atomic<int> remote_target_{0};  // remote_, for readers without the lock
   Status refusal_ GUARDED_BY(mu_);
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
   // What the epoch being delivered has delivered and skipped so far.
@@ -855,6 +881,11 @@ Status Loader::Resize(int workers) {
   return impl_->Resize(workers);
 }
 int Loader::workers() const { return impl_->workers(); }
+Status Loader::SetRemote(int slots) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  return impl_->SetRemote(slots);
+}
+int Loader::remote() const { return impl_->remote(); }
 Status Loader::SetPrefetch(int batches, size_t bytes) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
   impl_->SetPrefetch(batches, bytes);

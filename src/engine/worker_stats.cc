@@ -27,7 +27,9 @@ WorkerMetrics WorkerStats::Snapshot() const {
           busy_ns_.load(std::memory_order_relaxed),
           cpu_ns_.load(std::memory_order_relaxed),
           queue_ns_.load(std::memory_order_relaxed),
-          elsewhere_ns_.load(std::memory_order_relaxed)};
+          elsewhere_ns_.load(std::memory_order_relaxed),
+          remote_samples_.load(std::memory_order_relaxed),
+          remote_busy_ns_.load(std::memory_order_relaxed)};
 }
 
 TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* worker)
@@ -56,6 +58,17 @@ void TaskTimer::Publish() {
   const int64_t delay = timed_ ? stats_.run_delay_->ReadNanos() : -1;
   const int64_t wall1 = SteadyNanos();
   const int64_t cpu1 = CpuNow();
+  if (remote_) {
+    // Made elsewhere: the wait is no local work, and this thread's CPU for it
+    // (receiving the batch) is left to the process's, as the trainer's is.
+    stats_.remote_samples_.fetch_add(pending_, std::memory_order_relaxed);
+    stats_.remote_busy_ns_.fetch_add(wall1 - wall0_, std::memory_order_relaxed);
+    if (timed_ && delay >= 0) stats_.run_delay_ns_ = delay;
+    wall0_ = wall1;
+    cpu0_ = cpu1;
+    pending_ = 0;
+    return;
+  }
   stats_.samples_.fetch_add(pending_, std::memory_order_relaxed);
   stats_.busy_ns_.fetch_add(wall1 - wall0_, std::memory_order_relaxed);
   stats_.cpu_ns_.fetch_add(cpu1 - cpu0_, std::memory_order_relaxed);
@@ -100,6 +113,8 @@ void WorkerStatsBoard::Leave(const WorkerStats* stats) {
   retired_.cpu_ns += w.cpu_ns;
   retired_.queue_ns += w.queue_ns;
   retired_.cpu_elsewhere_ns += w.cpu_elsewhere_ns;
+  retired_.remote_samples += w.remote_samples;
+  retired_.remote_busy_ns += w.remote_busy_ns;
 }
 
 void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) const {
@@ -109,6 +124,8 @@ void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) cons
     m->cpu_ns += w.cpu_ns;
     m->queue_ns += w.queue_ns;
     m->cpu_elsewhere_ns += w.cpu_elsewhere_ns;
+    m->remote_samples_produced += w.remote_samples;
+    m->remote_busy_ns += w.remote_busy_ns;
   };
   MutexLock lock(mu_);
   add(retired_);

@@ -40,6 +40,8 @@ class WorkerStats {
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<int64_t> queue_ns_{0};      // of busy_ns_, runnable but waiting for a CPU
   std::atomic<int64_t> elsewhere_ns_{0};  // of cpu_ns_, in a worker process
+  std::atomic<int64_t> remote_samples_{0};
+  std::atomic<int64_t> remote_busy_ns_{0};
   std::atomic<size_t> footprint_{0};
   // Owner thread only:
   std::unique_ptr<RunDelayClock> run_delay_;  // null where the kernel keeps none
@@ -58,8 +60,11 @@ class TaskTimer {
   /// `worker`: the kind's worker, whose work elsewhere (a worker process)
   /// counts as the task's; may be null.
   TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* worker = nullptr);
-  /// After each sample.
-  void SampleDone() {
+  /// After each sample; `remote`: it was made on a remote slot
+  /// (ItemOutcome::remote), so its time goes to the remote figures.
+  void SampleDone(bool remote = false) {
+    if (remote != remote_ && pending_ > 0) Publish();
+    remote_ = remote;
     ++done_;
     if (++pending_ >= stats_.publish_every_) Publish();
   }
@@ -84,6 +89,7 @@ class TaskTimer {
   int64_t elsewhere0_;   // and its CPU time elsewhere
   int64_t pending_ = 0;  // samples not yet published
   int64_t done_ = 0;     // samples done in this task
+  bool remote_ = false;  // the pending samples were made remotely
 };
 
 /// The loader's workers' statistics: those running now, and the totals of

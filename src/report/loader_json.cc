@@ -12,11 +12,17 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
                        {"busy_ns", w.busy_ns},
                        {"cpu_ns", w.cpu_ns},
                        {"queue_ns", w.queue_ns},
-                       {"cpu_elsewhere_ns", w.cpu_elsewhere_ns}});
+                       {"cpu_elsewhere_ns", w.cpu_elsewhere_ns},
+                       {"remote_samples", w.remote_samples},
+                       {"remote_busy_ns", w.remote_busy_ns}});
   }
   return {{"time_ns", m.time_ns},
           {"workers_target", m.workers_target},
           {"workers_running", m.workers_running},
+          {"workers_remote", m.workers_remote},
+          {"remote_capacity", m.remote_capacity},
+          {"remote_samples_produced", m.remote_samples_produced},
+          {"remote_busy_ns", m.remote_busy_ns},
           {"prefetch_batches", m.prefetch_batches},
           {"prefetch_bytes", m.prefetch_bytes},
           {"batches_delivered", m.batches_delivered},
@@ -63,6 +69,7 @@ nlohmann::json TunerViewToJson(const TunerView& v) {
           {"prefetch_batches", v.prefetch_batches},
           {"cpu_budget_workers", v.cpu_budget_workers},
           {"max_workers", v.max_workers},
+          {"remote_slots", v.remote_slots},
           {"memory_budget_bytes", v.memory_budget_bytes},
           {"samples_per_s", v.samples_per_s},
           {"stall_fraction", v.stall_fraction},

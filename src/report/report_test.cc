@@ -134,6 +134,10 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
   for (const char* key : {"time_ns",
                           "workers_target",
                           "workers_running",
+                          "workers_remote",
+                          "remote_capacity",
+                          "remote_samples_produced",
+                          "remote_busy_ns",
                           "prefetch_batches",
                           "prefetch_bytes",
                           "batches_delivered",
@@ -161,7 +165,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 28u);
+  EXPECT_EQ(j.size(), 32u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);

@@ -39,6 +39,10 @@ Status ValidateTunerOptions(const LoaderOptions& o) {
                            std::to_string(kMaxWorkers) + "] (0 = from the machine), got " +
                            std::to_string(t.max_workers));
   }
+  if (t.remote_min < 0 || t.remote_min > kMaxWorkers) {
+    return InvalidArgument("tuner option 'remote_min' must be in [0, " +
+                           std::to_string(kMaxWorkers) + "], got " + std::to_string(t.remote_min));
+  }
   return Status::Ok();
 }
 

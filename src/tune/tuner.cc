@@ -12,6 +12,7 @@
 #include "stoker/json_text.h"
 #include "stoker/tuner.h"
 #include "tune/node_share.h"
+#include "tune/remote_policy.h"
 #include "tune/tuner_core.h"
 
 namespace stoker {
@@ -72,6 +73,8 @@ nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
           {"demand_per_s", d.demand_per_s},
           {"cpu_budget_cores", d.cpu_budget_cores},
           {"node_loaders", d.node_loaders},
+          {"remote_before", d.remote_before},
+          {"remote_after", d.remote_after},
           {"gpus", GpuUsageToJson(d.gpus)}};
 }
 
@@ -92,6 +95,7 @@ class Tuner final : public Controller {
         start_(std::chrono::steady_clock::now()),
         trace_writer_(std::move(trace_writer)),
         gpus_(std::move(gpus)) {
+    prefetch_set_ = advice.prefetch_batches;
     budgets_.cpu_cores = cpu_budget;
     budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
@@ -120,15 +124,16 @@ class Tuner final : public Controller {
     const Observation o = Between(*last_, now);
     RefreshBudgets(*last_, now, o);
     last_ = std::move(now);
+    const int remote = loader.remote();
     std::optional<TunerDecision> d = core_.Observe(o, budgets_);
     if (d) {
-      d->cpu_budget_cores = budgets_.cpu_cores;
-      d->node_loaders = node_.view().loaders;
-      // Utilisation goes in the record, after the decision: shown, not driven on.
-      if (gpus_) d->gpus = gpus_->Sample(/*pcie=*/false);
+      d->remote_before = d->remote_after = remote;
       Apply(*d, loader);
     }
     UpdateView(std::move(d));
+    std::optional<TunerDecision> r = DecideRemote(o, last_->metrics.remote_capacity, remote);
+    if (r) Apply(*r, loader);
+    UpdateView(std::move(r));
   }
 
   std::optional<TunerView> View() const override EXCLUDES(mu_) {
@@ -227,17 +232,63 @@ class Tuner final : public Controller {
     if (now.machine) budgets_.others_room = std::max(0.0, now.machine->cpus - share);
   }
 
+  // Remote slots (a kind with a cluster): the policy's, at least
+  // options_.remote_min, at most what the cluster offers.
+  std::optional<TunerDecision> DecideRemote(const Observation& o, int capacity, int remote) {
+    if (capacity == 0 && remote == 0) return std::nullopt;  // no cluster, or none to offer
+    RemoteContext c;
+    c.local_workers = core_.workers();
+    const bool measuring = std::string_view(core_.phase()) == "measuring";
+    c.local_spent = !measuring && (core_.workers() >= budgets_.max_workers ||
+                                   core_.workers() >= static_cast<int>(budgets_.cpu_cores + 0.05) ||
+                                   (core_.cpu_cap() > 0 && core_.workers() >= core_.cpu_cap()) ||
+                                   std::string_view(core_.phase()) == "steady");
+    c.capacity = capacity;
+    c.remote = remote;
+    std::optional<RemoteDecision> r =
+        remote_policy_.Observe({o.window_s, o.batches, o.wait_s, o.step_s}, c);
+    const int floor = std::min(options_.remote_min, capacity);
+    int after = r ? r->remote_after : remote;
+    std::string reason = r ? r->reason : "";
+    if (after < floor) {
+      after = floor;
+      reason = (reason.empty() ? "" : reason + "; ") + "remote_min keeps " + std::to_string(floor) +
+               " remote slots";
+    }
+    if (after == remote) return std::nullopt;
+    TunerDecision d;
+    d.t_s = o.t_s;
+    d.workers_before = d.workers_after = core_.workers();
+    d.prefetch_before = d.prefetch_after = core_.prefetch();
+    d.remote_before = remote;
+    d.remote_after = after;
+    d.reason = std::move(reason);
+    d.samples_per_s = core_.samples_per_s();
+    d.stall_fraction = StallFraction(o.wait_s, o.window_s);
+    return d;
+  }
+
   // Sets the loader's knobs to the decision and queues it for the trace file.
-  void Apply(const TunerDecision& d, Loader& loader) {
+  void Apply(TunerDecision& d, Loader& loader) {
+    d.cpu_budget_cores = budgets_.cpu_cores;
+    d.node_loaders = node_.view().loaders;
+    // Utilisation goes in the record, after the decision: shown, not driven on.
+    if (gpus_) d.gpus = gpus_->Sample(/*pcie=*/false);
     if (d.workers_after != d.workers_before && !loader.Resize(d.workers_after).ok()) {
       // The system refused threads: never ask for more than it gave.
       budgets_.max_workers = std::max(1, loader.workers());
     }
-    if (d.prefetch_after != d.prefetch_before) {
-      // Refused only in a forked child, where Next() never reaches the tuner.
-      [[maybe_unused]] Status st = loader.SetPrefetch(
-          d.prefetch_after, static_cast<size_t>(d.prefetch_after) * budgets_.batch_bytes);
+    // Refused only in a forked child, where Next() never reaches the tuner.
+    if (d.remote_after != d.remote_before) [[maybe_unused]]
+      Status st = loader.SetRemote(d.remote_after);
+    // Each remote slot holds a batch open while it waits: the prefetch bound
+    // is the local pool's plus one a slot.
+    const int prefetch = d.prefetch_after + d.remote_after;
+    if (prefetch != prefetch_set_) {
+      [[maybe_unused]] Status st =
+          loader.SetPrefetch(prefetch, static_cast<size_t>(prefetch) * budgets_.batch_bytes);
       assert(st.ok());
+      prefetch_set_ = prefetch;
     }
     if (trace_writer_) trace_writer_->Append(DumpJson(TunerDecisionToJson(d)));
   }
@@ -251,6 +302,7 @@ class Tuner final : public Controller {
     view_.stall_fraction = core_.stall_fraction();
     view_.phase = core_.phase();
     view_.node = node_.view();
+    if (d) view_.remote_slots = d->remote_after;
     if (d) {
       view_.last_decision = *d;
       ++view_.decisions;
@@ -267,6 +319,8 @@ class Tuner final : public Controller {
   double trainer_cores_ = 0;
   double node_cores_ = 0;
   double last_probe_s_ = 0;
+  RemotePolicy remote_policy_;                       // consumer thread only
+  int prefetch_set_ = 0;                             // the prefetch bound last set on the loader
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
   const std::unique_ptr<GpuSampler> gpus_;           // null: no NVML or no GPU
 

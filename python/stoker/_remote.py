@@ -1,0 +1,355 @@
+"""Remote slots on a Dask cluster for stoker.DataLoader(cluster=...).
+
+The loader's engine sends some batches to Dask workers as tasks, while the
+tuner says so (local first: docs/remote.md). The job (dataset, collate_fn,
+worker_init_fn) is scattered to the cluster once; each task names it, and
+Dask keeps it in each worker's memory. A task seeds by the batch's seed, as a
+local worker process does, so a batch is the same wherever it is made.
+
+stoker opens no socket of its own here: everything goes through the Dask
+client, with the user's Security (TLS) when given.
+"""
+
+import collections
+import os
+import sys
+import threading
+import time
+import traceback
+import uuid
+import warnings
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot make this loader's batches: it is unreachable, or
+    its workers run another Python, torch or stoker than this process."""
+
+
+# How long a task may take before it is re-run elsewhere (its worker is
+# suspected of hanging), by default; DataLoader(remote_timeout=...).
+DEFAULT_TIMEOUT_S = 60.0
+_ATTEMPTS = 3            # sends of one batch before it is made locally
+_POLL_S = 0.25           # a wait for a task looks at the cluster this often
+_SUSPECT_S = 60.0        # a worker that hung a task gets none for this long
+_RATE_WINDOW_S = 5.0     # bytes_per_s is over this many recent seconds
+_REFRESH_S = 0.5         # the slots the cluster offers are re-read this often
+_CUT_OFF_S = 2.0         # a client cut off from its scheduler this long: the cluster is lost
+
+
+def versions():
+    """What a worker must share with the loader's process: Python, torch and
+    stoker (STOKER_VERSION_OVERRIDE stands for stoker's, for the test of a
+    mismatch)."""
+    import torch
+    from . import _stoker
+    return {"python": "%d.%d.%d" % sys.version_info[:3], "torch": torch.__version__,
+            "stoker": os.environ.get("STOKER_VERSION_OVERRIDE", _stoker.__version__)}
+
+
+def _differences(mine, theirs):
+    return ", ".join(f"{k} {theirs.get(k)!r} (here {v!r})" for k, v in mine.items()
+                     if theirs.get(k) != v)
+
+
+class _VersionMismatch(RuntimeError):
+    pass
+
+
+# In a Dask worker: one batch at a time on its generators (Python's, numpy's,
+# torch's are per process: two batches on two threads would draw from each
+# other's). So a worker process is one slot, whatever its threads.
+_batch_lock = threading.Lock()
+
+
+def _remote_batch(job, epoch, batch, indices, seed, expected):
+    """A Dask task: batch `batch` of `epoch`, as _workers.run_batch makes it
+    in a worker process. Returns (payload, info, cpu seconds)."""
+    from . import _workers
+    mine = versions()
+    if mine != expected:
+        raise _VersionMismatch(
+            f"this Dask worker runs {_differences(expected, mine)}; the loader's process runs "
+            f"{expected}")
+    with _batch_lock:
+        cpu = time.thread_time()
+        if not getattr(job, "_remote_ready", False):
+            job._remote_ready = True
+            # As a worker process starts: one thread for torch, worker info, the init hook.
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.get_num_threads() != 1:
+                torch.set_num_threads(1)
+            _workers._set_worker_info(job, 0, 1, seed)
+            if job.worker_init_fn is not None:
+                job.worker_init_fn(0)
+        payload, info = _workers.run_batch(job, epoch, batch, indices, seed)
+        return payload, _portable(info), time.thread_time() - cpu
+
+
+def _portable(info):
+    """The failures' exceptions that would not pickle become None (the loader
+    then raises the worker's traceback in their stead)."""
+    import pickle
+    kept, failures, collate_error, epoch, batch = info
+    out = []
+    for index, reason, trace, fatal, error in failures:
+        try:
+            pickle.dumps(error)
+        except Exception:  # noqa: BLE001 -- whatever pickling raises
+            error = None
+        out.append((index, reason, trace, fatal, error))
+    return kept, out, collate_error, epoch, batch
+
+
+def _nbytes(payload):
+    """Bytes of the arrays in a batch (tensors, numpy arrays, bytes)."""
+    seen, total = [payload], 0
+    while seen:
+        x = seen.pop()
+        if isinstance(x, (list, tuple)):
+            seen.extend(x)
+        elif isinstance(x, dict):
+            seen.extend(x.values())
+        elif isinstance(x, (bytes, bytearray, memoryview)):
+            total += len(x)
+        elif hasattr(x, "nbytes"):
+            total += int(x.nbytes)
+        elif hasattr(x, "element_size") and hasattr(x, "nelement"):
+            total += x.element_size() * x.nelement()
+    return total
+
+
+class Cluster:
+    """One loader's use of a Dask cluster: the client, the job scattered to it,
+    and the remote slots' figures. `run` is the remote slots' run_batch (on
+    the engine's threads); `refresh` is called from the consumer's loop."""
+
+    def __init__(self, cluster, security, timeout_s, job, slots):
+        try:
+            import distributed
+        except ImportError as e:
+            raise ClusterError(f"cluster= needs Dask distributed (python3-distributed): {e}") \
+                from e
+        self._distributed = distributed
+        self._timeout_s = timeout_s
+        self._slots = slots
+        self._own_client = not isinstance(cluster, distributed.Client)
+        if self._own_client:
+            try:
+                self.client = distributed.Client(cluster, security=security, timeout=timeout_s,
+                                                 set_as_default=False)
+            except Exception as e:  # noqa: BLE001 -- every way a connection fails
+                raise ClusterError(f"cannot reach the Dask scheduler at {cluster}: "
+                                   f"{type(e).__name__}: {e}") from e
+        else:
+            self.client = cluster
+        self.address = self.client.scheduler.address
+        self._expected = versions()
+        self._token = uuid.uuid4().hex[:12]
+        self._lock = threading.Lock()
+        self._scatter_lock = threading.Lock()
+        self._closing = False
+        self._batches = 0
+        self._retries = 0
+        self._received = collections.deque()  # (time, bytes) of recent batches
+        self._suspects = {}                   # worker address -> time it hung a task
+        self._lost = None
+        self._warned = False
+        self._refreshed = 0.0
+        try:
+            self._check_versions()
+            self._jobdata = job
+            self._job = self.client.scatter(job, broadcast=True, hash=False, timeout=timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.refresh(force=True)
+
+    def _check_versions(self):
+        try:
+            found = self.client.run(versions)
+        except Exception as e:  # noqa: BLE001 -- a worker that cannot even answer
+            raise ClusterError(f"the Dask workers at {self.address} cannot run stoker: "
+                               f"{type(e).__name__}: {e}") from e
+        for worker, theirs in found.items():
+            if theirs != self._expected:
+                raise ClusterError(
+                    f"Dask worker {worker} runs {_differences(self._expected, theirs)}: a "
+                    "cluster's workers must run the Python, torch and stoker of the loader's "
+                    "process")
+
+    # -- the engine's threads -------------------------------------------------
+
+    def run(self, epoch, batch, indices, seed):
+        """Makes a batch on the cluster: (payload, info), or None when it could
+        not (the batch is then made locally by the calling thread)."""
+        if self._lost is not None or self._closing:
+            return None
+        indices = list(indices)
+        avoid = set()
+        for attempt in range(_ATTEMPTS):
+            made = self._attempt(epoch, batch, indices, seed, attempt, avoid)
+            if made is not None:
+                return made
+            if self._lost is not None or self._closing:
+                return None
+            with self._lock:
+                self._retries += 1
+        return None
+
+    def _attempt(self, epoch, batch, indices, seed, attempt, avoid):
+        distributed = self._distributed
+        workers = self._usable_workers(avoid)
+        if not workers:
+            return None
+        try:
+            job = self._job_on_cluster()
+            future = self.client.submit(
+                _remote_batch, job, epoch, batch, indices, seed, self._expected,
+                key=f"stoker-{self._token}-{epoch}-{batch}-{attempt}", pure=False,
+                workers=workers, allow_other_workers=False)
+        except Exception as e:  # noqa: BLE001 -- the client is closed or cut off
+            self._lose(e)
+            return None
+        deadline = time.monotonic() + self._timeout_s
+        cut_off = None  # since when the client has not been connected
+        try:
+            while True:
+                try:
+                    payload, info, _cpu = future.result(timeout=_POLL_S)
+                    break
+                except distributed.TimeoutError:
+                    pass
+                now = time.monotonic()
+                if self._closing:
+                    future.cancel()
+                    return None
+                if self.client.status != "running":
+                    cut_off = now if cut_off is None else cut_off
+                    if now - cut_off > _CUT_OFF_S:
+                        self._lose(ClusterError(f"the connection to the scheduler is "
+                                                f"{self.client.status}"))
+                        return None
+                else:
+                    cut_off = None
+                if now > deadline:
+                    self._suspect(future, avoid)
+                    return None
+        except _VersionMismatch as e:
+            self._lose(ClusterError(str(e)))
+            return None
+        except (distributed.client.CancelledError, distributed.scheduler.KilledWorker,
+                distributed.comm.CommClosedError, OSError) as e:
+            # The worker died (Dask re-ran it until it gave up) or the connection broke.
+            if self.client.status != "running":
+                self._lose(e)
+            return None
+        except Exception:  # noqa: BLE001 -- the task itself raised: stoker's bug, said plainly
+            self._lose(ClusterError("a remote batch failed outside its samples:\n" +
+                                    traceback.format_exc()))
+            return None
+        finally:
+            future.release()
+        with self._lock:
+            self._batches += 1
+            self._received.append((time.monotonic(), _nbytes(payload)))
+        return payload, info
+
+    def _job_on_cluster(self):
+        """The job's future; scattered again when every worker that held it
+        is gone (Dask then forgets the data)."""
+        with self._scatter_lock:
+            if self._job.status != "finished":
+                self._job = self.client.scatter(self._jobdata, broadcast=True, hash=False,
+                                                timeout=self._timeout_s)
+            return self._job
+
+    def _usable_workers(self, avoid):
+        now = time.monotonic()
+        with self._lock:
+            for worker, since in list(self._suspects.items()):
+                if now - since > _SUSPECT_S:
+                    del self._suspects[worker]
+            bad = avoid | set(self._suspects)
+        return [w for w in self._workers() if w not in bad]
+
+    def _suspect(self, future, avoid):
+        """A task ran past the timeout: its worker gets no task for a while."""
+        key = future.key
+        try:
+            where = self.client.run_on_scheduler(_processing_on, key=key)
+        except Exception:  # noqa: BLE001 -- the scheduler cannot say: nobody is blamed
+            where = None
+        future.cancel()
+        if where:
+            avoid.add(where)
+            with self._lock:
+                self._suspects[where] = time.monotonic()
+
+    def _lose(self, error):
+        """The cluster cannot be used any more: the remote slots go, said once."""
+        with self._lock:
+            if self._lost is not None:
+                return
+            self._lost = f"{type(error).__name__}: {error}"
+        self._slots.capacity = 0
+        warnings.warn(f"stoker.DataLoader: the Dask cluster at {self.address} is no longer "
+                      f"used ({self._lost}); its batches are made locally",
+                      RuntimeWarning, stacklevel=2)
+
+    # -- the consumer's loop --------------------------------------------------
+
+    def _workers(self):
+        try:
+            return list(self.client.scheduler_info().get("workers", {}))
+        except Exception:  # noqa: BLE001 -- a client cut off knows none
+            return []
+
+    def refresh(self, force=False):
+        """Tells the tuner how many slots the cluster offers now: one a worker
+        process (each makes one batch at a time), less those suspected of
+        hanging."""
+        now = time.monotonic()
+        if not force and now - self._refreshed < _REFRESH_S:
+            return
+        self._refreshed = now
+        if self._lost is not None:
+            self._slots.capacity = 0
+            return
+        info = self._safe_info()
+        with self._lock:
+            suspects = set(self._suspects)
+        self._slots.capacity = sum(1 for a in info if a not in suspects)
+
+    def _safe_info(self):
+        try:
+            return self.client.scheduler_info().get("workers", {})
+        except Exception:  # noqa: BLE001
+            return {}
+
+    def stats(self, target):
+        now = time.monotonic()
+        with self._lock:
+            while self._received and now - self._received[0][0] > _RATE_WINDOW_S:
+                self._received.popleft()
+            recent = sum(b for _, b in self._received)
+            return {"workers": target, "peak": self._slots.peak, "batches": self._batches,
+                    "bytes_per_s": recent / _RATE_WINDOW_S, "capacity": self._slots.capacity,
+                    "retries": self._retries, "lost": self._lost, "address": self.address}
+
+    def cancel(self):
+        """The loader is closing: waits for tasks end, their batches unmade."""
+        self._closing = True
+
+    def close(self):
+        self._closing = True
+        if self._own_client:
+            try:
+                self.client.close(timeout=2)
+            except Exception:  # noqa: BLE001 -- a scheduler gone: nothing to close
+                pass
+
+
+def _processing_on(dask_scheduler, key):
+    """On the scheduler: the worker a task runs on, or None."""
+    ts = dask_scheduler.tasks.get(key)
+    return None if ts is None or ts.processing_on is None else ts.processing_on.address

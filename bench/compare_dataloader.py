@@ -133,11 +133,12 @@ def _batch_len(batch):
     return len(batch[-1]) if isinstance(batch, (list, tuple)) else len(batch)
 
 
-def timed_loop(loader, made, epochs, max_batches=None, step_s=0.0):
+def timed_loop(loader, made, epochs, max_batches=None, step_s=0.0, on_batch=None):
     """Runs the training loop: `epochs` epochs, or fewer when `max_batches`
     batches come first, sleeping `step_s` after each batch. Returns per-batch arrival
     times (seconds since `made`), waits in next() and sizes, the end, and the
-    worker counts stoker reported along the way as [seconds, workers]."""
+    worker counts stoker reported along the way as [seconds, workers].
+    `on_batch(batch, seconds since made)` sees each batch as it comes."""
     arrived, waited, sizes, workers_trace = [], [], [], []
     polled = -STATS_EVERY_S
     for _ in range(epochs):
@@ -152,6 +153,8 @@ def timed_loop(loader, made, epochs, max_batches=None, step_s=0.0):
             arrived.append(got - made)
             waited.append(got - asked)
             sizes.append(_batch_len(batch))
+            if on_batch:
+                on_batch(batch, got - made)
             del batch  # let its memory go back before the step, as a training loop would
             if hasattr(loader, "stats") and got - made - polled >= STATS_EVERY_S:
                 polled = got - made

@@ -84,3 +84,74 @@ def fake_cudart(monkeypatch):
                         ("copy_delay_us", 0)):
         lib.fake_cudart_set(knob.encode(), value)
     return lib
+
+
+# --- a real Dask cluster on 127.0.0.1 (python/tests/dask_cluster.py) ---------
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _start_dask_clusters(folder):
+    """A function that starts DaskClusters in sub-folders of `folder`, and the
+    list of those it started."""
+    pytest.importorskip("distributed", reason="Dask's distributed (Debian's python3-distributed) "
+                        "is not importable: no cluster to test remote workers with")
+    import dask_cluster
+
+    # The workers import the stoker this process imports, and the tests'
+    # modules (their datasets unpickle by reference there).
+    pythonpath = [os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__))), TESTS_DIR]
+    started = []
+
+    def start(workers=2, tls=False, env=None):
+        sub = os.path.join(folder, f"dask-{len(started)}")
+        files = dask_cluster.make_tls_files(os.path.join(sub, "tls")) if tls else None
+        cluster = dask_cluster.DaskCluster(sub, workers=workers, pythonpath=pythonpath, tls=files,
+                                           preload=["remote_datasets"], env=env)
+        started.append(cluster)
+        return cluster.start()
+
+    return start, started
+
+
+def _close_dask_clusters(started):
+    # Every cluster is closed even when one of them left something behind.
+    failures = []
+    for cluster in started:
+        try:
+            cluster.close()
+        except AssertionError as e:
+            failures.append(str(e))
+    assert not failures, failures
+
+
+@pytest.fixture
+def dask_cluster_factory(tmp_path):
+    """start(workers=2, tls=False, env=None) -> a started DaskCluster (workers:
+    a count, or {name: env}); at teardown each is stopped, and the test fails
+    if a process or a port of it is left."""
+    start, started = _start_dask_clusters(str(tmp_path))
+    yield start
+    _close_dask_clusters(started)
+
+
+def _module_cluster(tmp_path_factory, **options):
+    start, started = _start_dask_clusters(str(tmp_path_factory.mktemp("dask")))
+    cluster = start(**options)
+    yield cluster
+    _close_dask_clusters(started)
+
+
+@pytest.fixture(scope="module")
+def shared_dask_cluster(tmp_path_factory):
+    """A scheduler and two workers over tcp://, started once per module for
+    the tests that leave it as they found it (kill nothing, stop nothing)."""
+    yield from _module_cluster(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dask_tls_cluster(tmp_path_factory):
+    """A scheduler and one worker over tls:// with certificates made for the
+    module; the client's Security is dask_tls_cluster.security(). Shared as
+    shared_dask_cluster is."""
+    yield from _module_cluster(tmp_path_factory, workers=1, tls=True)

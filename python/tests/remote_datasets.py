@@ -1,0 +1,48 @@
+"""The dataset of python/tests/test_remote.py, in a module of its own: Dask
+workers (python/tests is on their PYTHONPATH, see conftest.py) unpickle it by
+reference, and import it first (--preload), so that a worker has torch and
+stoker loaded before its first task."""
+
+import os
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+import stoker  # noqa: F401 -- the preload loads the stoker the test process runs
+from dask_cluster import WORKER_NAME_ENV
+
+# Set in a worker's environment: it makes samples there log or hang.
+STARTED_DIR_ENV = "STOKER_TEST_STARTED_DIR"
+HANG_ENV = "STOKER_TEST_HANG"
+
+
+class Seeded(Dataset):
+    """Sample i: {"index": i, "x": i + torch.rand(4)}. `x` depends on the
+    seed the sample's batch was given, so equal batches mean equal seeding.
+
+    delay_s: each sample sleeps that long first (a slow read; no CPU used).
+    Where $STOKER_TEST_STARTED_DIR is set (a Dask worker's environment), each
+    sample appends its index to the file named after the worker
+    ($STOKER_TEST_WORKER) in that folder before it sleeps: a test sees a
+    remote task under way. With hang_where_marked, a sample sleeps forever
+    where $STOKER_TEST_HANG is set: a worker that hangs.
+    """
+
+    def __init__(self, n, delay_s=0.0, hang_where_marked=False):
+        self.n, self.delay_s, self.hang_where_marked = n, delay_s, hang_where_marked
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        started = os.environ.get(STARTED_DIR_ENV)
+        if started:
+            with open(os.path.join(started, os.environ.get(WORKER_NAME_ENV, "unnamed")), "a") as f:
+                f.write(f"{i}\n")
+        if self.hang_where_marked and os.environ.get(HANG_ENV):
+            while True:  # a read that never returns: only SIGKILL ends it
+                time.sleep(3600)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return {"index": i, "x": torch.full((4,), float(i)) + torch.rand(4)}

@@ -198,6 +198,9 @@ class Cluster:
 
     def _attempt(self, epoch, batch, indices, seed, attempt, avoid):
         distributed = self._distributed
+        if not self._connected():
+            self._lose(ClusterError(f"the connection to the scheduler is {self.client.status}"))
+            return None
         workers = self._usable_workers(avoid)
         if not workers:
             return None
@@ -253,6 +256,15 @@ class Cluster:
             self._batches += 1
             self._received.append((time.monotonic(), _nbytes(payload)))
         return payload, info
+
+    def _connected(self):
+        """The client is connected, or is again within _CUT_OFF_S."""
+        deadline = time.monotonic() + _CUT_OFF_S
+        while self.client.status != "running":
+            if self._closing or time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_S / 5)
+        return True
 
     def _job_on_cluster(self):
         """The job's future; scattered again when every worker that held it

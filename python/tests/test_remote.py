@@ -375,7 +375,8 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
             got = list(dl)
             remote = dl.stats()["remote"]
         assert_same_epoch(got, want)
-        assert remote["retries"] >= 1 and remote["capacity"] == 3
+        # The stuck worker is suspected: it offers no slot for a while.
+        assert remote["retries"] >= 1 and remote["capacity"] == 2
     finally:
         cluster.kill_worker("stuck")  # the only way to end its sleep, and the cluster as it was
 

@@ -12,6 +12,7 @@ client, with the user's Security (TLS) when given.
 
 import collections
 import os
+import pickle
 import sys
 import threading
 import time
@@ -32,8 +33,9 @@ _ATTEMPTS = 3            # sends of one batch before it is made locally
 _POLL_S = 0.25           # a wait for a task looks at the cluster this often
 _SUSPECT_S = 60.0        # a worker that hung a task gets none for this long
 _RATE_WINDOW_S = 5.0     # bytes_per_s is over this many recent seconds
-_REFRESH_S = 0.5         # the slots the cluster offers are re-read this often
-_CUT_OFF_S = 2.0         # a client cut off from its scheduler this long: the cluster is lost
+_REFRESH_S = 0.5         # the cluster's workers are re-read this often
+_CUT_OFF_S = 2.0
+_SCATTER_S = 10.0        # at most this long to send the job to the cluster again         # a client cut off from its scheduler this long: the cluster is lost
 
 
 def versions():
@@ -57,38 +59,114 @@ class _VersionMismatch(RuntimeError):
 
 # In a Dask worker: one batch at a time on its generators (Python's, numpy's,
 # torch's are per process: two batches on two threads would draw from each
-# other's). So a worker process is one slot, whatever its threads.
+# other's). So a worker process makes one batch at a time, whatever its threads.
 _batch_lock = threading.Lock()
 
 
 def _remote_batch(job, epoch, batch, indices, seed, expected):
     """A Dask task: batch `batch` of `epoch`, as _workers.run_batch makes it
-    in a worker process. Returns (payload, info, cpu seconds)."""
+    in a worker process, packed: a _Batch of (payload, info)."""
     from . import _workers
     mine = versions()
     if mine != expected:
         raise _VersionMismatch(
             f"this Dask worker runs {_differences(expected, mine)}; the loader's process runs "
             f"{expected}")
+    _workers.batch_scheduling()  # the worker's own threads (its comms) come first
     with _batch_lock:
-        cpu = time.thread_time()
         if not getattr(job, "_remote_ready", False):
             job._remote_ready = True
             # As a worker process starts: one thread for torch, worker info, the init hook.
             torch = sys.modules.get("torch")
             if torch is not None and torch.get_num_threads() != 1:
                 torch.set_num_threads(1)
-            _workers._set_worker_info(job, 0, 1, seed)
             if job.worker_init_fn is not None:
-                job.worker_init_fn(0)
+                # Worker info while it runs only: during batches torch's
+                # default_collate would build each batch in shared memory,
+                # which a batch sent over the network does not need (+15 % CPU).
+                _workers._set_worker_info(job, 0, 1, seed)
+                try:
+                    job.worker_init_fn(0)
+                finally:
+                    _workers._clear_worker_info()
         payload, info = _workers.run_batch(job, epoch, batch, indices, seed)
-        return payload, _portable(info), time.thread_time() - cpu
+        made = _Batch(*_pack((payload, _portable(info))))
+        _register_serializers()
+        return made
+
+
+class _Batch:
+    """A made batch on its way: the pickled header and the arrays' bytes,
+    sent by Dask as frames of their own."""
+
+    def __init__(self, header, buffers):
+        self.header = header
+        self.buffers = buffers
+
+    def nbytes(self):
+        return len(self.header) + sum(memoryview(b).nbytes for b in self.buffers)
+
+
+_registered = False
+
+
+def _register_serializers():
+    """_Batch's Dask serializer, in each process that sends or receives one."""
+    global _registered
+    if _registered:
+        return
+    from distributed.protocol import dask_deserialize, dask_serialize
+
+    @dask_serialize.register(_Batch)
+    def _serialize(batch):
+        frames = [batch.header, *batch.buffers]
+        return {"compression": [False] * len(frames)}, frames
+
+    @dask_deserialize.register(_Batch)
+    def _deserialize(header, frames):
+        return _Batch(frames[0], list(frames[1:]))
+
+    _registered = True
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles plain CPU tensors as numpy arrays, whose data travels out of
+    band (torch's own pickling saves each storage into an archive in-band)."""
+
+    def reducer_override(self, obj):
+        torch = sys.modules.get("torch")
+        if torch is None or type(obj) is not torch.Tensor or obj.device.type != "cpu" \
+                or obj.requires_grad or obj.layout != torch.strided or obj.has_names():
+            return NotImplemented
+        try:
+            array = obj.numpy()  # shares the tensor's memory
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
+            return NotImplemented
+        return _tensor, (array,)
+
+
+def _tensor(array):
+    import torch
+    # Writable memory, as a batch from a local worker: the consumer may change it in place.
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
+def _pack(made):
+    """(pickled header, the arrays' bytes, out of band: no copy into the header)."""
+    import io
+    buffers = []
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(made)
+    return out.getvalue(), [b.raw() for b in buffers]
+
+
+def _unpack(header, buffers):
+    return pickle.loads(header, buffers=buffers)
 
 
 def _portable(info):
     """The failures' exceptions that would not pickle become None (the loader
     then raises the worker's traceback in their stead)."""
-    import pickle
     kept, failures, collate_error, epoch, batch = info
     out = []
     for index, reason, trace, fatal, error in failures:
@@ -100,22 +178,21 @@ def _portable(info):
     return kept, out, collate_error, epoch, batch
 
 
-def _nbytes(payload):
-    """Bytes of the arrays in a batch (tensors, numpy arrays, bytes)."""
-    seen, total = [payload], 0
-    while seen:
-        x = seen.pop()
-        if isinstance(x, (list, tuple)):
-            seen.extend(x)
-        elif isinstance(x, dict):
-            seen.extend(x.values())
-        elif isinstance(x, (bytes, bytearray, memoryview)):
-            total += len(x)
-        elif hasattr(x, "nbytes"):
-            total += int(x.nbytes)
-        elif hasattr(x, "element_size") and hasattr(x, "nelement"):
-            total += x.element_size() * x.nelement()
-    return total
+def _configure_dask():
+    """Spares the training process's CPUs, the ones this loader is short of:
+    - batches travel uncompressed (lz4, Dask's default, costs more to undo
+      here than decoded images shrink); Dask compresses only between peers
+      that agree on a compression, so this process saying none is enough, and
+      a compression the user chose is left alone;
+    - stoker's frames are not searched for the code that submitted a task
+      (Dask reads the caller's source file for its dashboard at every submit)."""
+    import dask
+    if dask.config.get("distributed.comm.compression", "auto") == "auto":
+        dask.config.set({"distributed.comm.compression": False})
+    ignored = list(dask.config.get("distributed.diagnostics.computations.ignore-modules", []))
+    if "stoker" not in ignored:
+        dask.config.set({"distributed.diagnostics.computations.ignore-modules":
+                         ignored + ["stoker"]})
 
 
 class Cluster:
@@ -130,6 +207,8 @@ class Cluster:
             raise ClusterError(f"cluster= needs Dask distributed (python3-distributed): {e}") \
                 from e
         self._distributed = distributed
+        _register_serializers()
+        _configure_dask()
         self._timeout_s = timeout_s
         self._slots = slots
         self._own_client = not isinstance(cluster, distributed.Client)
@@ -154,7 +233,7 @@ class Cluster:
         self._suspects = {}                   # worker address -> time it hung a task
         self._lost = None
         self._warned = False
-        self._refreshed = 0.0
+        self._known = []                      # the workers, as the watch last saw them
         try:
             self._check_versions()
             self._jobdata = job
@@ -162,7 +241,9 @@ class Cluster:
         except BaseException:
             self.close()
             raise
-        self.refresh(force=True)
+        self._known = list(self.client.scheduler_info().get("workers", {}))
+        self.refresh()
+        threading.Thread(target=self._watch, name="stoker-cluster-watch", daemon=True).start()
 
     def _check_versions(self):
         try:
@@ -201,27 +282,32 @@ class Cluster:
         if not self._connected():
             self._lose(ClusterError(f"the connection to the scheduler is {self.client.status}"))
             return None
-        workers = self._usable_workers(avoid)
+        workers, restricted = self._usable_workers(avoid)
         if not workers:
             return None
         try:
             job = self._job_on_cluster()
+        except Exception:  # noqa: BLE001 -- not sent; the next attempt looks again
+            return None
+        try:
             future = self.client.submit(
                 _remote_batch, job, epoch, batch, indices, seed, self._expected,
                 key=f"stoker-{self._token}-{epoch}-{batch}-{attempt}", pure=False,
-                workers=workers, allow_other_workers=False)
+                workers=workers if restricted else None, allow_other_workers=False)
         except Exception as e:  # noqa: BLE001 -- the client is closed or cut off
             self._lose(e)
             return None
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
         deadline = time.monotonic() + self._timeout_s
         cut_off = None  # since when the client has not been connected
         try:
             while True:
-                try:
-                    payload, info, _cpu = future.result(timeout=_POLL_S)
+                if done.wait(_POLL_S):
+                    # Straight from the worker that made it: through the
+                    # scheduler, every batch would cross the network twice.
+                    made = self.client.gather(future, direct=True)
                     break
-                except distributed.TimeoutError:
-                    pass
                 now = time.monotonic()
                 if self._closing:
                     future.cancel()
@@ -236,6 +322,9 @@ class Cluster:
                     cut_off = None
                 if now > deadline:
                     self._suspect(future, avoid)
+                    return None
+                if restricted and not set(workers) & set(self._usable_workers(set())[0]):
+                    future.cancel()  # every worker it may run on is gone
                     return None
         except _VersionMismatch as e:
             self._lose(ClusterError(str(e)))
@@ -252,9 +341,11 @@ class Cluster:
             return None
         finally:
             future.release()
+        received = made.nbytes()
+        payload, info = _unpack(made.header, made.buffers)
         with self._lock:
             self._batches += 1
-            self._received.append((time.monotonic(), _nbytes(payload)))
+            self._received.append((time.monotonic(), received))
         return payload, info
 
     def _connected(self):
@@ -271,18 +362,20 @@ class Cluster:
         is gone (Dask then forgets the data)."""
         with self._scatter_lock:
             if self._job.status != "finished":
-                self._job = self.client.scatter(self._jobdata, broadcast=True, hash=False,
-                                                timeout=self._timeout_s)
+                if not self._connected():
+                    raise ClusterError(f"the connection to the scheduler is {self.client.status}")
+                # Bounded: a scheduler that died unnoticed would hold the call
+                # for the client's whole reconnection time.
+                self._job = _within(_SCATTER_S, lambda: self.client.scatter(
+                    self._jobdata, broadcast=True, hash=False))
             return self._job
 
     def _usable_workers(self, avoid):
-        now = time.monotonic()
+        """(the workers a task may go to, whether that is fewer than all): a
+        task is tied to them only when some are left out."""
         with self._lock:
-            for worker, since in list(self._suspects.items()):
-                if now - since > _SUSPECT_S:
-                    del self._suspects[worker]
             bad = avoid | set(self._suspects)
-        return [w for w in self._workers() if w not in bad]
+            return [w for w in self._known if w not in bad], bool(bad)
 
     def _suspect(self, future, avoid):
         """A task ran past the timeout: its worker gets no task for a while."""
@@ -310,33 +403,34 @@ class Cluster:
 
     # -- the consumer's loop --------------------------------------------------
 
-    def _workers(self):
-        try:
-            return list(self.client.scheduler_info().get("workers", {}))
-        except Exception:  # noqa: BLE001 -- a client cut off knows none
-            return []
-
-    def refresh(self, force=False):
-        """Tells the tuner how many slots the cluster offers now: one a worker
-        process (each makes one batch at a time), less those suspected of
-        hanging."""
-        now = time.monotonic()
-        if not force and now - self._refreshed < _REFRESH_S:
-            return
-        self._refreshed = now
+    def refresh(self):
+        """Tells the tuner how many slots the cluster offers now, as the watch
+        last saw it: one a worker process (it makes one batch at a time), less
+        those suspected of hanging. Never waits."""
         if self._lost is not None:
             self._slots.capacity = 0
             return
-        info = self._safe_info()
+        now = time.monotonic()
         with self._lock:
-            suspects = set(self._suspects)
-        self._slots.capacity = sum(1 for a in info if a not in suspects)
+            for worker, since in list(self._suspects.items()):
+                if now - since > _SUSPECT_S:
+                    del self._suspects[worker]
+            offered = sum(1 for a in self._known if a not in self._suspects)
+        self._slots.capacity = offered
 
-    def _safe_info(self):
-        try:
-            return self.client.scheduler_info().get("workers", {})
-        except Exception:  # noqa: BLE001
-            return {}
+    def _watch(self):
+        """The watch's thread: the scheduler's list of workers, re-read every
+        _REFRESH_S (each read waits on the scheduler, so never on the
+        consumer's thread or an engine thread)."""
+        while not self._closing and self._lost is None:
+            try:
+                known = list(self.client.scheduler_info().get("workers", {}))
+            except Exception:  # noqa: BLE001 -- cut off: none known until it answers
+                known = []
+            with self._lock:
+                self._known = known
+            self.refresh()
+            time.sleep(_REFRESH_S)
 
     def stats(self, target):
         now = time.monotonic()
@@ -359,6 +453,27 @@ class Cluster:
                 self.client.close(timeout=2)
             except Exception:  # noqa: BLE001 -- a scheduler gone: nothing to close
                 pass
+
+
+def _within(seconds, call):
+    """call() on a thread of its own, waited for `seconds` at most (then
+    TimeoutError; the thread ends when the call does)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = call()
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="stoker-cluster-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer from the cluster within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _processing_on(dask_scheduler, key):

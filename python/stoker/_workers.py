@@ -237,6 +237,14 @@ def _set_worker_info(job, worker_id, num_workers, seed):
         id=worker_id, num_workers=num_workers, seed=seed + worker_id, dataset=job.dataset)
 
 
+def _clear_worker_info():
+    """get_worker_info() gives None again, as outside a worker."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from torch.utils.data._utils import worker as torch_worker
+        torch_worker._worker_info = None
+
+
 class _Segment:
     """A worker's mapping of one segment, remapped when its size changes. A
     grown segment keeps its old mappings until the task ends: tensors made
@@ -305,8 +313,20 @@ class _Writer:
         return t
 
 
+def batch_scheduling():
+    """The calling thread runs under SCHED_BATCH, as the engine's worker
+    threads do (LoaderOptions::batch_scheduling): the same CPU share, but a
+    waking consumer (or the thread bringing a remote batch in) is not kept
+    waiting behind it. A refusal is harmless."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
+
 def _worker_main(sock, job, worker_id, num_workers, seed):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    batch_scheduling()
     torch = sys.modules.get("torch")
     if torch is not None and torch.get_num_threads() != 1:
         # Parallelism comes from the processes (torch's workers do this too);

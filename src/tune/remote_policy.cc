@@ -23,15 +23,29 @@ std::string Rate(double per_s) {
 
 }  // namespace
 
-std::optional<RemoteDecision> RemotePolicy::Observe(const RemoteWindow& w,
-                                                    const RemoteContext& c) {
+std::optional<RemoteDecision> RemotePolicy::Observe(const RemoteWindow& w, const RemoteContext& c) {
   since_change_s_ += w.window_s;
+  if (c.capacity != capacity_) {
+    // Workers joined or left: another cluster, whose knee and floor are unknown.
+    capacity_ = c.capacity;
+    knee_rate_ = floor_rate_ = -1;
+  }
   // The cluster shrank under us: its slots are gone whatever we judge.
   if (c.remote > c.capacity) {
     return Change(c.remote, c.capacity, Trial::kNone, 0,
                   "the cluster offers " + std::to_string(c.capacity) + " remote slots now");
   }
-  if (since_change_s_ < p_.settle_s) return std::nullopt;  // the pool is still refilling
+  // Until the first batch came, the consumer waits for the pipeline to fill,
+  // not for want of workers: that window is no evidence.
+  if (!started_) {
+    started_ = w.batches > 0;
+    return std::nullopt;
+  }
+  // The pool is still refilling, or new slots have not delivered yet.
+  awaited_ = std::max<int64_t>(0, awaited_ - w.remote_batches);
+  if (since_change_s_ < p_.settle_s || (awaited_ > 0 && since_change_s_ < p_.max_settle_s)) {
+    return std::nullopt;
+  }
   pooled_.window_s += w.window_s;
   pooled_.batches += w.batches;
   pooled_.wait_s += w.wait_s;
@@ -63,7 +77,24 @@ std::optional<RemoteDecision> RemotePolicy::Judge(double rate, double stall, dou
 
   if (trial_ == Trial::kUp) {
     trial_ = Trial::kNone;
-    if (rate < base_rate_ * (1 + p_.gain)) {
+    const double expected =
+        static_cast<double>(c.remote - before_) / std::max(1, c.local_workers + before_);
+    const bool paid =
+        stall <= p_.stall_high || rate >= base_rate_ * (1 + std::max(p_.gain, expected / 2));
+    if (!paid) {
+      // It paid some: as much as `useful` slots would have at the rate of the
+      // workers before it (the network or the scheduler binds beyond them).
+      const double gained = rate / std::max(base_rate_, 1e-9) - 1;
+      const double per_slot = 1.0 / std::max(1, c.local_workers + before_);
+      if (gained >= p_.gain && c.remote - before_ > 1) {
+        const int useful = before_ + std::clamp(static_cast<int>(std::ceil(gained / per_slot)), 1,
+                                                c.remote - before_ - 1);
+        knee_rate_ = rate;
+        return Change(c.remote, useful, Trial::kNone, rate,
+                      std::to_string(c.remote) + " remote slots gave " + Rate(rate) +
+                          ", as much as " + std::to_string(useful) +
+                          " would: " + std::to_string(useful));
+      }
       knee_rate_ = base_rate_;
       return Change(c.remote, before_, Trial::kNone, rate,
                     std::to_string(c.remote) + " remote slots gave " + Rate(rate) + ", " +
@@ -75,8 +106,8 @@ std::optional<RemoteDecision> RemotePolicy::Judge(double rate, double stall, dou
     if (stall > p_.stall_high) {
       floor_rate_ = rate;
       return Change(c.remote, before_, Trial::kNone, rate,
-                    "with " + std::to_string(c.remote) + " remote slots " + waits +
-                        ": back to " + std::to_string(before_));
+                    "with " + std::to_string(c.remote) + " remote slots " + waits + ": back to " +
+                        std::to_string(before_));
     }
   }
 
@@ -111,6 +142,7 @@ std::optional<RemoteDecision> RemotePolicy::Change(int from, int to, Trial trial
                                                    std::string reason) {
   trial_ = trial;
   before_ = from;
+  awaited_ = std::max(0, to - from);
   base_rate_ = rate;
   since_change_s_ = 0;
   pooled_ = {};

@@ -9,9 +9,10 @@ namespace stoker {
 /// One tick's window, as the remote policy reads it.
 struct RemoteWindow {
   double window_s = 0;
-  int64_t batches = 0;  // delivered
-  double wait_s = 0;    // the consumer's time inside Next()
-  double step_s = 0;    // and between Next() calls
+  int64_t batches = 0;         // delivered
+  double wait_s = 0;           // the consumer's time inside Next()
+  double step_s = 0;           // and between Next() calls
+  int64_t remote_batches = 0;  // made on remote slots
 };
 
 /// Where the loader stands when a window ends.
@@ -29,21 +30,29 @@ struct RemoteDecision {
 
 /// The numbers behind RemotePolicy's decisions (docs/remote.md says why).
 struct RemoteParams {
-  double min_window_s = 1.0;  // pool windows until they cover this much time ...
-  int64_t min_batches = 4;    // ... and this many batches ...
-  double max_window_s = 4.0;  // ... unless this much time has passed
-  double settle_s = 0.5;      // after a change, windows within this long are not judged
-  double stall_high = 0.05;   // the consumer waits too much above this share of the time
-  double stall_low = 0.01;    // it is fed with margin below this
-  double gain = 0.05;         // a step up must add this much throughput
-  double change = 0.3;        // a rate change this large is a new workload (marks cleared)
+  double min_window_s = 1.5;  // pool windows until they cover this much time ...
+  int64_t min_batches = 8;    // ... and this many batches ...
+  double max_window_s = 5.0;  // ... unless this much time has passed
+  // After slots were added, windows are not judged until each new slot
+  // delivered a batch (its worker's start-up: the job arriving, imports) and
+  // settle_s passed, or max_settle_s passed.
+  double settle_s = 0.5;
+  double max_settle_s = 10.0;
+  double stall_high = 0.05;  // the consumer waits too much above this share of the time
+  double stall_low = 0.01;   // it is fed with margin below this
+  // A step up pays when the consumer no longer waits, or when it adds this
+  // much throughput and at least half of what its slots would at the rate
+  // of the workers already there.
+  double gain = 0.05;
+  double change = 0.3;  // a rate change this large is a new workload (marks cleared)
 };
 
 /// How many remote slots a loader borrows, local first: none while the local
 /// pool can still grow or the consumer does not wait; when the local CPU
 /// budget is spent and the consumer waits, the slots Little's law says would
 /// feed it (its demand over the local pool's rate per worker); then steps up
-/// by half while a step pays, back and a knee mark when one does not; steps
+/// by half while a step pays (RemoteParams::gain), each judged once its new
+/// slots delivered, back and a knee mark when one does not; steps
 /// down by one while the consumer never waits, back and a floor mark when
 /// that starves it; never more than the cluster offers. A rate change of
 /// `change` clears the marks. Deterministic and free of clocks: tests drive
@@ -65,11 +74,14 @@ class RemotePolicy {
   RemoteParams p_;
   RemoteWindow pooled_;
   double since_change_s_ = 1e9;  // time since the last change
+  int capacity_ = -1;            // the cluster's slots at the last window
+  bool started_ = false;         // a batch was delivered (the pipeline filled)
+  int64_t awaited_ = 0;          // remote batches to see before judging (new slots' first)
   Trial trial_ = Trial::kNone;
-  int before_ = 0;           // slots before the step on trial
-  double base_rate_ = 0;     // the rate that step is judged against
-  double knee_rate_ = -1;    // the rate at a knee (a step up paid nothing); < 0: none
-  double floor_rate_ = -1;   // the rate at a floor (a step down starved it); < 0: none
+  int before_ = 0;          // slots before the step on trial
+  double base_rate_ = 0;    // the rate that step is judged against
+  double knee_rate_ = -1;   // the rate at a knee (a step up paid nothing); < 0: none
+  double floor_rate_ = -1;  // the rate at a floor (a step down starved it); < 0: none
 };
 
 }  // namespace stoker

@@ -19,6 +19,9 @@ struct Sim {
   bool local_spent = true;
   int capacity = 8;
   int remote = 0;
+  double startup_s = 0;      // a new slot delivers nothing for this long
+  double slots_limit = 1e9;  // the slots together make at most this many batches/s
+  double since_change_s = 0;
   int decisions = 0;
   RemotePolicy policy;
 
@@ -26,7 +29,9 @@ struct Sim {
   std::string Run(double seconds) {
     std::string last;
     for (double t = 0; t < seconds; t += 0.25) {
-      const double made = per_worker * local + per_slot * std::min(remote, capacity);
+      since_change_s += 0.25;
+      const double slots = since_change_s < startup_s ? 0 : std::min(remote, capacity);
+      const double made = per_worker * local + std::min(per_slot * slots, slots_limit);
       const double rate = std::min(made, demand);
       RemoteWindow w;
       w.window_s = 0.25;
@@ -34,7 +39,10 @@ struct Sim {
       // The consumer steps 1/demand a batch and waits for the rest.
       w.step_s = std::min(0.25, rate * 0.25 / demand);
       w.wait_s = 0.25 - w.step_s;
+      w.remote_batches = static_cast<int64_t>(
+          std::lround(made > 0 ? rate * std::min(per_slot * slots, slots_limit) / made * 0.25 : 0));
       if (auto d = policy.Observe(w, {local, local_spent, capacity, remote})) {
+        if (d->remote_after > remote) since_change_s = 0;
         remote = d->remote_after;
         last = d->reason;
         ++decisions;
@@ -63,7 +71,7 @@ TEST(RemotePolicyTest, ConsumerBoundLoopTakesNone) {
 TEST(RemotePolicyTest, FirstJumpIsLittlesLaw) {
   Sim s;
   s.demand = 40;  // 4x what one local worker makes: 3 slots feed it
-  const std::string reason = s.Run(1.5);
+  const std::string reason = s.Run(2);
   EXPECT_EQ(s.remote, 3) << reason;
   EXPECT_NE(reason.find("local CPU budget is spent"), std::string::npos) << reason;
 }
@@ -83,16 +91,37 @@ TEST(RemotePolicyTest, SettlesOnTheFewestThatFeedTheConsumer) {
 TEST(RemotePolicyTest, StopsWhereMoreSlotsDoNotPay) {
   Sim s;
   s.demand = 1000;  // never fed
-  s.per_slot = 10;
+  s.per_worker = s.per_slot = 8;
   s.capacity = 64;
-  s.Run(5);
-  const int reached = s.remote;
-  EXPECT_GT(reached, 1);
-  // Slots stop paying (the NIC, the scheduler): the next step is taken back.
-  s.per_slot = 0;
+  s.slots_limit = 40;  // the NIC carries 40 batches/s: five slots' worth
   const std::string reason = s.Run(10);
-  EXPECT_LT(s.remote, 64);
+  EXPECT_EQ(s.remote, 5) << reason;
+  EXPECT_NE(reason.find("as much as 5"), std::string::npos) << reason;
+  const int decisions = s.decisions;
+  s.Run(20);
+  EXPECT_EQ(s.decisions, decisions) << "the knee holds while the rate does";
+}
+
+TEST(RemotePolicyTest, AStepThatPaysNothingIsTakenBack) {
+  Sim s;
+  s.demand = 35;
+  s.Run(15);
+  ASSERT_EQ(s.remote, 3);  // Little's law: 25 more batches/s at 10 a slot (2 starve it)
+  s.demand = 1000;
+  s.slots_limit = 30;  // a fourth slot would add nothing
+  const std::string reason = s.Run(10);
+  EXPECT_EQ(s.remote, 3) << reason;
   EXPECT_NE(reason.find("do not pay"), std::string::npos) << reason;
+}
+
+TEST(RemotePolicyTest, ASlotIsJudgedOnlyOnceItDelivered) {
+  Sim s;
+  s.demand = 1000;  // never fed: steps go on while they pay
+  s.capacity = 64;
+  s.startup_s = 3;  // a worker's first batch waits for the job and its imports
+  s.Run(20);
+  // Judged during their start-up, the first slots would have looked useless.
+  EXPECT_GT(s.remote, 4);
 }
 
 TEST(RemotePolicyTest, GivesSlotsBackWhenTheConsumerSlowsDown) {
@@ -103,6 +132,20 @@ TEST(RemotePolicyTest, GivesSlotsBackWhenTheConsumerSlowsDown) {
   s.demand = 9;  // the training step grew: the local worker alone keeps up
   s.Run(30);
   EXPECT_EQ(s.remote, 0);
+}
+
+TEST(RemotePolicyTest, AWorkerThatJoinsAgainIsBorrowedAgain) {
+  Sim s;
+  s.demand = 1000;
+  s.capacity = 1;
+  s.Run(5);
+  ASSERT_EQ(s.remote, 1);
+  s.capacity = 0;  // killed
+  s.Run(3);
+  EXPECT_EQ(s.remote, 0);
+  s.capacity = 1;  // a new one registered
+  s.Run(5);
+  EXPECT_EQ(s.remote, 1);
 }
 
 TEST(RemotePolicyTest, NeverMoreThanTheClusterOffers) {

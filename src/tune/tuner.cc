@@ -131,7 +131,7 @@ class Tuner final : public Controller {
       Apply(*d, loader);
     }
     UpdateView(std::move(d));
-    std::optional<TunerDecision> r = DecideRemote(o, last_->metrics.remote_capacity, remote);
+    std::optional<TunerDecision> r = DecideRemote(o, last_->metrics, remote);
     if (r) Apply(*r, loader);
     UpdateView(std::move(r));
   }
@@ -234,19 +234,25 @@ class Tuner final : public Controller {
 
   // Remote slots (a kind with a cluster): the policy's, at least
   // options_.remote_min, at most what the cluster offers.
-  std::optional<TunerDecision> DecideRemote(const Observation& o, int capacity, int remote) {
+  std::optional<TunerDecision> DecideRemote(const Observation& o, const LoaderMetrics& m,
+                                            int remote) {
+    const int capacity = m.remote_capacity;
     if (capacity == 0 && remote == 0) return std::nullopt;  // no cluster, or none to offer
     RemoteContext c;
     c.local_workers = core_.workers();
+    // Local workers at a hard cap (max_workers, the CPU budget) cannot grow
+    // whatever the model says; below them, only a knee found says so.
     const bool measuring = std::string_view(core_.phase()) == "measuring";
-    c.local_spent = !measuring && (core_.workers() >= budgets_.max_workers ||
-                                   core_.workers() >= static_cast<int>(budgets_.cpu_cores + 0.05) ||
-                                   (core_.cpu_cap() > 0 && core_.workers() >= core_.cpu_cap()) ||
-                                   std::string_view(core_.phase()) == "steady");
+    c.local_spent = core_.workers() >= budgets_.max_workers ||
+                    core_.workers() >= static_cast<int>(budgets_.cpu_cores + 0.05) ||
+                    (!measuring && ((core_.cpu_cap() > 0 && core_.workers() >= core_.cpu_cap()) ||
+                                    std::string_view(core_.phase()) == "steady"));
     c.capacity = capacity;
     c.remote = remote;
+    const int64_t made = m.remote_samples_produced - remote_made_;
+    remote_made_ = m.remote_samples_produced;
     std::optional<RemoteDecision> r =
-        remote_policy_.Observe({o.window_s, o.batches, o.wait_s, o.step_s}, c);
+        remote_policy_.Observe({o.window_s, o.batches, o.wait_s, o.step_s, made}, c);
     const int floor = std::min(options_.remote_min, capacity);
     int after = r ? r->remote_after : remote;
     std::string reason = r ? r->reason : "";
@@ -321,6 +327,7 @@ class Tuner final : public Controller {
   double last_probe_s_ = 0;
   RemotePolicy remote_policy_;                       // consumer thread only
   int prefetch_set_ = 0;                             // the prefetch bound last set on the loader
+  int64_t remote_made_ = 0;                          // remote items produced at the last tick
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
   const std::unique_ptr<GpuSampler> gpus_;           // null: no NVML or no GPU
 

@@ -18,8 +18,8 @@ constexpr size_t kProcessFootprint = size_t{256} << 20;
 constexpr uint64_t kAssumedMemory = uint64_t{4} << 30;
 constexpr double kAssumedCores = 1.0;
 constexpr double kTrainerCores = 1.0;
-// Concurrent readers beyond two make a disk head seek between files.
-constexpr int kRotationalReaders = 2;
+// Concurrent readers beyond two make an HDD's head seek between files.
+constexpr int kHddReaders = 2;
 // Latency-bound reads: a worker mostly waits, so several per core help.
 constexpr int kLatencyWorkersPerCore = 4;
 constexpr int kLatencyMinWorkers = 8;
@@ -95,10 +95,13 @@ void TrainerShareRule(const MachineFacts&, const AdviseInputs&, Draft& d) {
 }
 
 std::string DescribeStorage(const MachineFacts::Storage& s) {
-  return s.path + " on " + s.fs_type.value_or("unknown file system") +
-         (s.mount_point ? " at " + *s.mount_point : std::string()) + ", " +
-         StorageKindName(s.kind) +
-         (s.rotational ? (*s.rotational ? ", rotational" : ", not rotational") : std::string());
+  std::string text = s.path + " on " + s.fs_type.value_or("unknown file system") +
+                     (s.mount_point ? " at " + *s.mount_point : std::string()) + ", " +
+                     StorageKindName(s.kind);
+  if (!s.disk_evidence.empty()) {
+    text += std::string(", disk ") + DiskKindLabel(s.disk) + " (" + s.disk_evidence + ")";
+  }
+  return text;
 }
 
 // Storage: what bounds a reader is seek time on a disk and round trips on a
@@ -121,18 +124,22 @@ void StorageRule(const MachineFacts& facts, const AdviseInputs&, Draft& d) {
                std::to_string(kLatencyMinWorkers) + " to " + std::to_string(kLatencyMaxWorkers) +
                ") -> " + Workers(d.workers),
            d.workers);
-  } else if (s.rotational.value_or(false)) {
-    const bool limited = d.workers > kRotationalReaders;
-    d.workers = std::min(d.workers, kRotationalReaders);
+  } else if (s.disk == MachineFacts::DiskKind::kHdd) {
+    // Only on evidence (MachineFacts::DiskKind): a virtual disk's rotational
+    // flag says nothing of what is behind it.
+    const bool limited = d.workers > kHddReaders;
+    d.workers = std::min(d.workers, kHddReaders);
     d.Rule("storage", DescribeStorage(s),
-           "rotational disk: more than " + std::to_string(kRotationalReaders) +
+           "HDD: more than " + std::to_string(kHddReaders) +
                " concurrent readers make it seek -> " + Workers(d.workers),
            d.workers, limited);
   } else {
-    d.Rule("storage", DescribeStorage(s),
-           s.kind == Kind::kUnknown ? "mount not found; CPU rule stands"
-                                    : "reads keep up with the CPU; CPU rule stands",
-           d.workers);
+    const char* why = s.kind == Kind::kUnknown ? "mount not found; CPU rule stands"
+                      : s.disk == MachineFacts::DiskKind::kVirtual
+                          ? "virtual disk: its rotational flag says nothing of the storage "
+                            "behind it, so no HDD rule; CPU rule stands"
+                          : "reads keep up with the CPU; CPU rule stands";
+    d.Rule("storage", DescribeStorage(s), why, d.workers);
   }
 }
 

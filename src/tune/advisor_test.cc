@@ -164,29 +164,69 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   hw::BuildPinnedHost(m);  // 4 CPUs: 3 workers by CPU
   MachineFacts facts = ProbeMachine(m.Options());
   using Kind = MachineFacts::StorageKind;
-  auto with_storage = [&](Kind kind, std::optional<bool> rotational) {
+  using Disk = MachineFacts::DiskKind;
+  auto with_storage = [&](Kind kind, Disk disk, std::optional<bool> rotational = std::nullopt) {
     MachineFacts f = facts;
     f.storage = MachineFacts::Storage{};
     f.storage->path = "/data";
     f.storage->fs_type = "fs";
     f.storage->kind = kind;
+    f.storage->disk = disk;
     f.storage->rotational = rotational;
     return Advise(f);
   };
-  Advice hdd = with_storage(Kind::kLocal, true);
+  Advice hdd = with_storage(Kind::kLocal, Disk::kHdd, true);
   EXPECT_EQ(hdd.workers, 2);
   EXPECT_EQ(hdd.prefetch_batches, DefaultPrefetch(2));  // 2
   EXPECT_TRUE(Rule(hdd, "storage").limited);
-  EXPECT_EQ(with_storage(Kind::kLocal, false).workers, 3);
-  EXPECT_EQ(with_storage(Kind::kLocal, std::nullopt).workers, 3);
-  EXPECT_EQ(with_storage(Kind::kMemory, std::nullopt).workers, 3);
+  EXPECT_TRUE(Has(Rule(hdd, "storage").outcome, "HDD: more than 2 concurrent readers"));
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kSsd, false).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kUnknown).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kMemory, Disk::kUnknown).workers, 3);
+  // The rotational flag alone is no evidence of a spinning disk.
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kUnknown, true).workers, 3);
+  Advice virtual_disk = with_storage(Kind::kLocal, Disk::kVirtual, true);
+  EXPECT_EQ(virtual_disk.workers, 3);
+  EXPECT_FALSE(Rule(virtual_disk, "storage").limited);
+  EXPECT_TRUE(Has(Rule(virtual_disk, "storage").outcome, "virtual disk"));
   // Latency-bound: 4 per core of the rank's 4 cores = 16 (within 8..64).
-  Advice nfs = with_storage(Kind::kNetwork, std::nullopt);
+  Advice nfs = with_storage(Kind::kNetwork, Disk::kUnknown);
   EXPECT_EQ(nfs.workers, 16);
   EXPECT_EQ(nfs.prefetch_batches, DefaultPrefetch(16));  // 6
   EXPECT_TRUE(Has(Rule(nfs, "storage").outcome, "latency-bound"));
-  EXPECT_EQ(with_storage(Kind::kFuse, std::nullopt).workers, 16);
+  EXPECT_EQ(with_storage(Kind::kFuse, Disk::kUnknown).workers, 16);
   EXPECT_TRUE(Has(Rule(Advise(facts), "storage").input, "no data path"));
+}
+
+// Issue 23: `stoker advise` on a VM fired the rotational-disk rule for a
+// virtio disk that reported rotational=1. Probed from sysfs, only a disk
+// with evidence of spinning (a hardware vendor) gets fewer readers.
+TEST(AdvisorTest, TheHddRuleFiresOnlyOnEvidence) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);  // 4 CPUs: 3 workers by CPU
+  hw::BuildDisks(m);
+  auto advise_on = [&](const std::string& mount) {
+    ProbeOptions o = m.Options();
+    o.data_path = mount + "/train";
+    return Advise(ProbeMachine(o));
+  };
+  for (const char* mount : {"/virtio", "/xen", "/vscsi", "/qemu", "/hyperv", "/bare", "/loop",
+                            "/lvm-vm", "/ssd", "/nvme"}) {
+    Advice a = advise_on(mount);
+    EXPECT_EQ(a.workers, 3) << mount;
+    EXPECT_FALSE(Rule(a, "storage").limited) << mount;
+    EXPECT_FALSE(Rule(a, "storage").outcome.starts_with("HDD:")) << mount;
+  }
+  const Advice on_vm = advise_on("/virtio");
+  const AdviceRule& vm = Rule(on_vm, "storage");
+  EXPECT_TRUE(Has(vm.input, "disk virtual (rotational flag unreliable) (vda: a virtio disk)"))
+      << vm.input;
+  for (const char* mount : {"/hdd", "/lvm-hdd"}) {
+    Advice a = advise_on(mount);
+    EXPECT_EQ(a.workers, 2) << mount;
+    EXPECT_TRUE(Rule(a, "storage").limited) << mount;
+    EXPECT_TRUE(Has(Rule(a, "storage").input, "disk HDD (rotational)")) << mount;
+  }
 }
 
 TEST(AdvisorTest, ProcessLimitCapsWorkers) {

@@ -203,8 +203,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """Figures: workers (processes now), their pids and memory (their unique
         memory and the batch segments), batches delivered, samples per second
         and the consumer's stall over its last 5 seconds ("window_s") and
-        since its first batch ("..._since_start"), the tuner's view,
-        worker_kind="auto"'s trial, and
+        since its first batch ("..._since_start"), the tuner's view (its
+        figures count batches: "unit"), worker_kind="auto"'s trial, and
         with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
         PCIe throughput too), as stoker.Loader.stats() gives them; and the
         workers' memory growth, with advice past a threshold (docs/dataloader.md,

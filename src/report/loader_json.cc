@@ -70,6 +70,7 @@ nlohmann::json TunerViewToJson(const TunerView& v) {
           {"cpu_budget_workers", v.cpu_budget_workers},
           {"max_workers", v.max_workers},
           {"memory_budget_bytes", v.memory_budget_bytes},
+          {"unit", v.unit},
           {"samples_per_s", v.samples_per_s},
           {"stall_fraction", v.stall_fraction},
           {"phase", v.phase},

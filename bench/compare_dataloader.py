@@ -172,7 +172,10 @@ def _stoker_report(loader):
     if not hasattr(loader, "stats"):
         return {}
     stats = loader.stats()
-    report = {"stats": {k: stats.get(k) for k in ("workers", "stall_fraction", "samples_per_s")}}
+    # The whole run's figures, as the loop measured its own (stats()'s plain
+    # samples_per_s and stall_fraction cover its last 5 s only).
+    report = {"stats": {k: stats.get(k) for k in ("workers", "stall_fraction_since_start",
+                                                  "samples_per_s_since_start")}}
     trace = getattr(loader, "tuner_trace", None)
     if trace:
         report["decisions"] = [{k: d.get(k) for k in ("t_s", "workers_before", "workers_after",
@@ -414,7 +417,7 @@ def print_b(rows, needed, ref, ref_why, auto, a, torch_workers):
             print(f"  {label(r):<24}{r['error']}")
             continue
         final, most = workers_used(r)
-        own = r.get("stats", {}).get("stall_fraction")
+        own = r.get("stats", {}).get("stall_fraction_since_start")
         print(f"  {label(r):<24}{100 * r['stall']:8.2f}{r['first_wait_s']:12.2f}"
               f"{f'{final}/{most}':>18}{'-' if own is None else f'{100 * own:.2f}':>12}")
     swept = ",".join(str(w) for w in torch_workers)

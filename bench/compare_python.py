@@ -99,7 +99,7 @@ def run_child(kind, workers, data, epochs):
     if kind == "stoker":
         stats = loader.stats()
         result["workers_final"] = stats["workers"]
-        result["stall_fraction"] = stats["stall_fraction"]
+        result["stall_fraction"] = stats["stall_fraction_since_start"]  # the whole run's
         result["tuner"] = stats["tuner"]
         result["decisions"] = [
             {k: d[k] for k in ("t_s", "workers_before", "workers_after", "reason")}

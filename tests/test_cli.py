@@ -46,13 +46,21 @@ def test_advise_json():
     j = json.loads(stoker("advise", "--json", "--no-gpus", "--batch-size", "32").stdout)
     assert j["workers"] >= 1 and j["prefetch_batches"] >= 1
     assert all(r["name"] and r["outcome"] for r in j["rules"])
+    assert j["for"] == "stoker.Loader and stoker run (worker threads)"
+    assert j["basis"].startswith("not measured")
     d = j["dataloader"]  # the advice in torch's terms, to paste
+    assert d["loader"] == "torch.utils.data.DataLoader" and d["measured"] is False
     assert d["num_workers"] >= 1 and d["prefetch_factor"] >= 1 and d["pin_memory"] is False
     assert d["line"] == (f"DataLoader(num_workers={d['num_workers']}, prefetch_factor="
                          f"{d['prefetch_factor']}, pin_memory=False, persistent_workers=True)")
     assert len(d["rules"]) == 4
     text = stoker("advise", "--no-gpus").stdout
-    assert d["line"] in text and "pin_memory=False: no GPU found" in text
+    # It says it measured nothing, and for which loader each count is.
+    assert text.startswith("stoker advise: not measured, from the advisor's rules")
+    assert "For stoker.Loader and stoker run (worker threads): start with" in text
+    assert ("For torch.utils.data.DataLoader (not measured, from the advisor's rules on this "
+            "machine's facts), paste:\n  " + d["line"]) in text
+    assert "pin_memory=False: no GPU found" in text
 
 
 def test_run_json_summary(tmp_path):
@@ -85,24 +93,33 @@ def test_bench_json(tmp_path):
         assert k in j["tuned"]
     assert j["ratio"] > 0
     assert plot.read_text().startswith("<svg")
-    # The torch line follows the sweep's best count, not the tuned run.
-    d = j["dataloader"]
+    # The answer follows the sweep's best count, not the tuned run, and is
+    # for what the sweep measured: stoker's native pipeline (issue 23).
+    assert "dataloader" not in j
+    d = j["recommendation"]
+    assert d["loader"] == "stoker.Loader" and d["measured"] is True
+    assert d["basis"].startswith("measured on stoker's native pipeline (C++ worker threads) "
+                                 "over synthetic source (4000 samples")
     assert d["num_workers"] == j["best_static"]["workers"]
-    assert d["line"].startswith(f"DataLoader(num_workers={d['num_workers']}, ")
+    assert d["line"].startswith(f"stoker.Loader(workers={d['num_workers']}, ")
     assert "the sweep's best count" in d["rules"][0]
+    assert "stoker.bench(dataset)" in d["note"]
 
 
-def test_bench_ends_with_the_dataloader_line():
+def test_bench_ends_with_the_line_for_what_it_measured():
     out = stoker("bench", "--synthetic", "--synthetic-size", "4000", "--size", "16",
                  "--synthetic-cpu-us", "100", "--sweep", "0,2", "--point-seconds", "0.3",
                  "--tuned-seconds", "1", "--no-gpus").stdout
     best = [line.split()[0] for line in out.splitlines() if line.endswith("<- best")]
     assert len(best) == 1
-    tail = out[out.index("For torch.utils.data.DataLoader, paste:"):].splitlines()
-    assert tail[1].strip().startswith(f"DataLoader(num_workers={best[0]}, ")
-    assert tail[1].strip().endswith("pin_memory=False, persistent_workers=" +
-                                    ("True)" if best[0] != "0" else "False)"))
-    assert tail[2].strip().startswith(f"num_workers={best[0]}: the sweep's best count")
+    # Never a torch DataLoader line: the sweep did not measure one.
+    assert "DataLoader(num_workers" not in out
+    tail = out[out.index("For stoker.Loader (measured on stoker's native pipeline"):].splitlines()
+    assert tail[0].endswith(", batch 64, by this sweep), paste:")
+    assert tail[1].strip() == f"stoker.Loader(workers={best[0]}, pin_memory=False)"
+    assert tail[2].strip().startswith(f"workers={best[0]}: the sweep's best count")
+    assert f"in the CLI: stoker run --workers {best[0]}" in out
+    assert tail[-1].strip().startswith("Not a count for a DataLoader over your own Dataset")
 
 
 def test_dct_scaling_is_opt_in_and_named(tmp_path):

@@ -64,35 +64,80 @@ Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs = {});
 /// "value", "limited"}], "note"}.
 nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs);
 
-/// The same advice as arguments of torch.utils.data.DataLoader, for the user
-/// to paste, with the rule behind each.
-struct DataLoaderArgs {
-  int num_workers = 0;
-  int prefetch_factor = 2;  // batches per worker (torch counts it so); unused at 0 workers
-  bool pin_memory = false;
-  bool persistent_workers = true;
-  std::vector<std::string> rules;  // one line per argument, why it has its value
-  /// "DataLoader(num_workers=2, prefetch_factor=2, pin_memory=False, persistent_workers=True)".
-  std::string Line() const;
+/// The loaders a worker count may be for. Each runs its workers its own way,
+/// so a count measured on one is not a count for another: stoker's native
+/// pipeline decodes in C++ threads; the two DataLoaders run the user's
+/// Python Dataset in worker processes (stoker.DataLoader's forked from a
+/// zygote and fed by stoker's engine, torch's its own).
+enum class LoaderKind {
+  kNative,            // stoker.Loader, `stoker run`, `stoker bench`: worker threads
+  kStokerDataLoader,  // stoker.DataLoader over the user's Dataset
+  kTorchDataLoader,   // torch.utils.data.DataLoader over the user's Dataset
 };
 
-/// `workers` worker processes and a prefetch depth of `prefetch_batches`
-/// batches in all; `gpus`: devices were found (pin_memory pays then).
-/// `workers_rule`: where the count comes from, for its rule line (empty: the
-/// advisor's CPU and memory budgets, as `stoker advise` derives it).
-DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus,
-                                 const std::string& workers_rule = {});
+/// The loader as users write it: "stoker.Loader", "stoker.DataLoader" or
+/// "torch.utils.data.DataLoader".
+const char* LoaderKindName(LoaderKind kind);
 
-/// The arguments a sweep supports: num_workers = the best count it measured,
-/// at the prefetch depth that count ran with (DefaultPrefetch), so that
-/// torch keeps the same number of batches in flight. `measured_with` names
-/// what ran the sweep (e.g. "stoker's worker threads").
-DataLoaderArgs DataLoaderArgsFromSweep(int best_workers, double samples_per_s,
-                                       double stall_fraction, int prefetch_batches, int gpus,
-                                       const std::string& measured_with);
+/// The answer to "which num_workers?" for one loader: the arguments to
+/// paste, what the count rests on, and the rule behind each argument. The
+/// one form in which `stoker advise`, `stoker bench` and stoker.bench answer
+/// (their text is Text(), their JSON LoaderArgsToJson), so that each names
+/// the loader it is for and what it measured, and none answers for a loader
+/// it did not measure.
+struct LoaderArgs {
+  LoaderKind loader = LoaderKind::kTorchDataLoader;  // what the line is for
+  /// True: the count is a sweep's best, measured on `loader` itself. False:
+  /// the advisor's rules on the machine's facts, nothing measured.
+  bool measured = false;
+  /// What it rests on, for people: "measured on Squares (48 samples), batch
+  /// 4, by this sweep" or "not measured, from the advisor's rules on this
+  /// machine's facts".
+  std::string basis;
+  int num_workers = 0;
+  int prefetch_factor = 2;  // torch: batches per worker (torch counts it so); unused at 0 workers
+  bool pin_memory = false;
+  bool persistent_workers = true;  // torch only
+  std::vector<std::string> rules;  // one line per argument, why it has its value
+  /// What the count is not, and how to measure what it is not for (may be empty).
+  std::string note;
 
-/// {"num_workers", "prefetch_factor" (null at 0 workers), "pin_memory",
-/// "persistent_workers", "line", "rules": [...]}.
-nlohmann::json DataLoaderArgsToJson(const DataLoaderArgs& args);
+  /// In the loader's own terms: "DataLoader(num_workers=2, prefetch_factor=2,
+  /// pin_memory=False, persistent_workers=True)", "stoker.DataLoader(
+  /// num_workers=3, pin_memory=False)" or "stoker.Loader(workers=3,
+  /// pin_memory=False)".
+  std::string Line() const;
+  /// For people: "For <loader> (<basis>), paste:", the line, the rules, the
+  /// note; lines end with '\n'.
+  std::string Text() const;
+};
+
+/// The advisor's count for `loader` (nothing measured): `workers` workers
+/// and a prefetch depth of `prefetch_batches` batches in all, as Advise gave
+/// them for that loader's kind of worker (threads for kNative, processes
+/// for the DataLoaders); `gpus`: devices were found (pin_memory pays then).
+LoaderArgs LoaderArgsFromAdvice(LoaderKind loader, int workers, int prefetch_batches, int gpus);
+
+/// What a sweep measured: the loader, and the data it ran over.
+struct SweepSubject {
+  LoaderKind loader = LoaderKind::kNative;
+  /// The data, as people know it: "images in /data (2000), train 224",
+  /// "Squares (48 samples)".
+  std::string data;
+  int64_t batch_size = 0;  // 0: not said
+};
+
+/// A sweep's answer, for the loader it measured (subject.loader) and no
+/// other: num_workers = the best count, at the prefetch depth that count ran
+/// with (`prefetch_batches` in all), so that the same number of batches
+/// stays in flight.
+LoaderArgs LoaderArgsFromSweep(const SweepSubject& subject, int best_workers, double samples_per_s,
+                               double stall_fraction, int prefetch_batches, int gpus);
+
+/// {"loader" (LoaderKindName), "measured", "basis", "num_workers",
+/// "prefetch_factor" (null but for torch's DataLoader with workers),
+/// "pin_memory", "persistent_workers" (null but for torch's), "line",
+/// "rules": [...], "note"}.
+nlohmann::json LoaderArgsToJson(const LoaderArgs& args);
 
 }  // namespace stoker

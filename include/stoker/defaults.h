@@ -26,6 +26,11 @@ inline constexpr double kMemoryBudgetShare = 0.8;
 /// batch in flight is memory (a float32 224x224 batch of 64 is 38.5 MiB).
 constexpr int DefaultPrefetch(int workers) { return std::clamp(2 + workers / 4, 2, 16); }
 
+/// How far back the recent figures reach (LoaderMetrics::recent, stats()'s
+/// samples_per_s and stall_fraction): about this many seconds of the
+/// consumer's time, ending at its latest Next().
+inline constexpr double kRecentWindowS = 5.0;
+
 /// The share of a stretch of time the consumer spent waiting for data, in
 /// [0, 1]; 0 for an empty stretch. A wait that spans stretches is counted
 /// where it ends, hence the clamp.

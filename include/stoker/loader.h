@@ -185,7 +185,8 @@ nlohmann::json LoaderStateToJson(const LoaderState& state);
 Result<LoaderState> LoaderStateFromJson(const nlohmann::json& json);
 
 /// Counters for the tuner and for people. Cumulative since the loader was
-/// made; rates come from the difference of two snapshots.
+/// made (LoaderMetrics::recent aside); rates come from the difference of two
+/// snapshots.
 struct WorkerMetrics {
   int id = 0;
   int64_t samples = 0;
@@ -197,6 +198,18 @@ struct WorkerMetrics {
   // thread waited for them: in none of the figures above.
   int64_t remote_samples = 0;
   int64_t remote_busy_ns = 0;
+};
+
+/// What the consumer took and how its time went, cumulative or over a span
+/// of its time (LoaderMetrics::recent). Its time is the wait inside Next()
+/// plus the step between a Next()'s return and the next call: from its
+/// first Next() on, every nanosecond is one or the other.
+struct ConsumerCounters {
+  int64_t batches_delivered = 0;
+  int64_t samples_delivered = 0;       // the engine's items (see LoaderMetrics)
+  int64_t user_samples_delivered = 0;  // the user's samples those held
+  int64_t consumer_wait_ns = 0;        // inside Next()
+  int64_t consumer_step_ns = 0;        // between a Next() return and the next call
 };
 
 struct LoaderMetrics {
@@ -227,6 +240,13 @@ struct LoaderMetrics {
   int64_t remote_busy_ns = 0;
   int64_t consumer_wait_ns = 0;  // time spent inside Next()
   int64_t consumer_step_ns = 0;  // time between a Next() return and the next call
+  /// The consumer's counters over its recent time only: the last
+  /// kRecentWindowS seconds of it up to its latest Next() (or WaitReady)
+  /// return, as differences. Less while the consumer is younger than that;
+  /// more (one Next() to the next) when its calls are further apart. Rates
+  /// from these follow what the loader does now, where the cumulative
+  /// counters above average since the first Next().
+  ConsumerCounters recent;
   int64_t next_calls = 0;
   int ready_batches = 0;       // finished, not yet delivered
   int open_batches = 0;        // started, not yet delivered

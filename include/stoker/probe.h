@@ -41,14 +41,28 @@ struct MachineFacts {
   };
   /// Where the data lives: the mount holding `path`.
   enum class StorageKind { kUnknown, kLocal, kMemory, kNetwork, kFuse };
+  /// The block device under a local mount, as far as sysfs shows it. A disk
+  /// is kHdd only on evidence: the kernel's rotational flag set on a disk
+  /// whose vendor says it is hardware (a SATA or SCSI disk). A virtual disk
+  /// (virtio, Xen, Hyper-V, a hypervisor's emulated SCSI disk, loop, a
+  /// device-mapper or md device over one) is kVirtual whatever its flag
+  /// says: many hypervisors report rotational=1 for SSD-backed volumes.
+  enum class DiskKind { kUnknown, kHdd, kSsd, kVirtual };
   struct Storage {
     std::string path;
     std::optional<std::string> device;  // "major:minor" of the mount
     std::optional<std::string> source;  // the mount's source, e.g. "/dev/nvme0n1p2"
     std::optional<std::string> mount_point;
     std::optional<std::string> fs_type;
-    std::optional<bool> rotational;  // of the block device (or its parent disk)
+    /// The kernel's queue/rotational flag of the block device (or its parent
+    /// disk), as read: meaningless on a virtual disk (see `disk`).
+    std::optional<bool> rotational;
     StorageKind kind = StorageKind::kUnknown;
+    DiskKind disk = DiskKind::kUnknown;
+    /// Why `disk` is what it is, for people: "vda: a virtio disk", "sda:
+    /// rotational flag 1, vendor ATA, model WDC WD40EFRX". Empty without a
+    /// block device (tmpfs, NFS, FUSE) or when sysfs shows none.
+    std::string disk_evidence;
   };
   struct Gpu {
     int index = 0;
@@ -80,6 +94,14 @@ struct MachineFacts {
 
 /// "local", "memory", "network", "fuse" or "unknown".
 const char* StorageKindName(MachineFacts::StorageKind kind);
+
+/// "hdd", "ssd", "virtual" or "unknown" (the JSON's "disk").
+const char* DiskKindName(MachineFacts::DiskKind kind);
+
+/// The disk kind for people, one vocabulary for `stoker probe` and the
+/// advisor: "HDD (rotational)", "SSD (not rotational)", "virtual (rotational
+/// flag unreliable)" or "unknown".
+const char* DiskKindLabel(MachineFacts::DiskKind kind);
 
 /// `bytes` in binary units for people: "512 B", "64.0 MiB", "1.5 GiB".
 std::string FormatBytes(uint64_t bytes);
@@ -149,7 +171,9 @@ size_t PeakRssBytes(const ProbeOptions& options = {});
 /// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",
 /// "cgroup_limit_bytes", "cgroup_current_bytes"}, "shm": {"size_bytes",
 /// "free_bytes"}, "limits": {"nproc", "nofile", "in_container"}, "storage":
-/// object or null, "gpus": [...], "ranks": {"rank", "local_rank",
+/// {"path", "device", "source", "mount_point", "fs_type", "rotational" (the
+/// kernel's flag, as read), "kind", "disk" (DiskKindName), "disk_evidence"}
+/// or null, "gpus": [...], "ranks": {"rank", "local_rank",
 /// "world_size", "local_world_size", "launcher"}, "notes": [...]}.
 nlohmann::json FactsToJson(const MachineFacts& facts);
 

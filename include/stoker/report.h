@@ -34,7 +34,9 @@ nlohmann::json TimelineToJson(const std::vector<TimelinePoint>& timeline);
 // A checkpoint's JSON is the engine's, beside LoaderState (stoker/loader.h).
 
 /// Every counter of `metrics`, with "workers": [{id, samples, busy_ns,
-/// cpu_ns, queue_ns}] for the threads running.
+/// cpu_ns, queue_ns}] for the threads running and "recent": {batches_delivered,
+/// samples_delivered, user_samples_delivered, consumer_wait_ns,
+/// consumer_step_ns} over the consumer's last few seconds.
 nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 
 /// {"epoch", "index", "key", "reason"}. The key is a path's bytes as they

@@ -41,6 +41,13 @@ struct TunerOptions {
 };
 
 /// One decision, with the reason and the figures behind it.
+///
+/// The figures count the engine's items, which `unit` names: "sample" for a
+/// loader over a Source (stoker.Loader, the CLI), "batch" for
+/// stoker.DataLoader (its items are whole user batches), "item" for a worker
+/// kind that does not say. The fields keep their names for every unit:
+/// samples_per_s is `unit`s per second, cpu_per_sample_ms CPU ms per `unit`;
+/// the reason says the unit in words ("ms CPU per batch").
 struct TunerDecision {
   double t_s = 0;  // seconds since the tuner started
   int workers_before = 0;
@@ -48,11 +55,12 @@ struct TunerDecision {
   int prefetch_before = 0;
   int prefetch_after = 0;
   std::string reason;
+  std::string unit = "sample";  // what the figures count (see above)
   double samples_per_s = 0;
   double stall_fraction = 0;
   double cpu_per_sample_ms = 0;
   double wall_per_sample_ms = 0;
-  double demand_per_s = 0;  // the consumer's rate when it is not waiting
+  double demand_per_s = 0;  // the consumer's rate (units/s) when it is not waiting
   /// The CPU budget the decision aimed at: this loader's share of the node's
   /// budget (NodeView::share_cores), less a busy trainer's CPU.
   double cpu_budget_cores = 0;
@@ -95,7 +103,8 @@ struct TunerView {
   int max_workers = 0;
   int remote_slots = 0;  // remote slots in use (a kind with a cluster)
   size_t memory_budget_bytes = 0;
-  double samples_per_s = 0;
+  std::string unit = "sample";  // what samples_per_s counts (TunerDecision::unit)
+  double samples_per_s = 0;     // over the last pooled window
   double stall_fraction = 0;
   /// "measuring" (before the first model jump), "refining", "steady" (a knee
   /// or floor found), "trying more workers" or "trying fewer workers".

@@ -90,6 +90,11 @@ class WorkerKind {
   virtual int64_t items() const = 0;
   /// A human-readable key for item `item` ("batch 3"), for errors.
   virtual std::string Key(int64_t item) const = 0;
+  /// What one item is, in one word, for people: the tuner's reasons and its
+  /// figures' unit ("12.5 ms CPU per batch", TunerDecision::unit). "batch"
+  /// for a kind whose items are whole user batches, "sample" for single
+  /// samples; a kind that does not say is counted in "item"s.
+  virtual std::string item_name() const { return "item"; }
 
   /// A worker for `place`, holding at most `cap` for one item where it can
   /// tell. A kind may start what the worker needs here (a process), on the

@@ -335,6 +335,7 @@ void BindLoader(py::module_& m) {
   m.attr("AUTO_WORKERS") = kAutoWorkers;
   m.attr("MAX_WORKERS") = kMaxWorkers;
   m.attr("MEMORY_BUDGET_SHARE") = kMemoryBudgetShare;
+  m.attr("RECENT_WINDOW_S") = kRecentWindowS;
   m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"),
         "The prefetch depth, in batches, for a fixed worker count when none is given.");
   m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),

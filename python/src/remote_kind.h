@@ -24,6 +24,7 @@ class LocalFirstKind : public WorkerKind {
   SampleSpec spec() const override { return local_->spec(); }
   int64_t items() const override { return local_->items(); }
   std::string Key(int64_t item) const override { return local_->Key(item); }
+  std::string item_name() const override { return local_->item_name(); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// The local kind is told of its local workers only.
   void Resized(int workers, int remote) const override;

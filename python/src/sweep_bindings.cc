@@ -1,6 +1,6 @@
-// The sweep's report (table, SVG plot) and the DataLoader arguments it
-// supports, for stoker.bench: a sweep measured in Python is shown exactly as
-// `stoker bench` shows its own.
+// The sweep's report (table, SVG plot) and the answer it supports (the
+// advisor's LoaderArgs), for stoker.bench: a sweep measured in Python is shown
+// and answered exactly as `stoker bench` shows and answers its own.
 #include <pybind11/stl.h>
 
 #include <nlohmann/json.hpp>
@@ -53,16 +53,28 @@ void BindSweepReport(py::module_& m) {
       py::arg("points"), py::arg("best_workers"), py::arg("title"),
       "The SVG plot `stoker bench --plot` writes, for a static sweep.");
   m.def(
-      "dataloader_args_from_sweep",
-      [](int best_workers, double samples_per_s, double stall_fraction, int prefetch_batches,
-         int gpus, const std::string& measured_with) {
-        return JsonToPython(DataLoaderArgsToJson(DataLoaderArgsFromSweep(
-            best_workers, samples_per_s, stall_fraction, prefetch_batches, gpus, measured_with)));
+      "loader_args_from_sweep",
+      [](const std::string& kind, const std::string& data, int64_t batch_size, int best_workers,
+         double samples_per_s, double stall_fraction, int prefetch_batches, int gpus) {
+        if (kind != "torch" && kind != "stoker") {
+          throw py::value_error("kind must be 'torch' or 'stoker', got '" + kind + "'");
+        }
+        const SweepSubject subject{
+            kind == "torch" ? LoaderKind::kTorchDataLoader : LoaderKind::kStokerDataLoader, data,
+            batch_size};
+        const LoaderArgs args = LoaderArgsFromSweep(subject, best_workers, samples_per_s,
+                                                    stall_fraction, prefetch_batches, gpus);
+        nlohmann::json j = LoaderArgsToJson(args);
+        j["text"] = args.Text();
+        return JsonToPython(j);
       },
-      py::arg("best_workers"), py::arg("samples_per_s"), py::arg("stall_fraction"),
-      py::arg("prefetch_batches"), py::arg("gpus"), py::arg("measured_with"),
-      "DataLoaderArgsFromSweep as a dict: num_workers, prefetch_factor, pin_memory, "
-      "persistent_workers, line, rules.");
+      py::arg("kind"), py::arg("data"), py::arg("batch_size"), py::arg("best_workers"),
+      py::arg("samples_per_s"), py::arg("stall_fraction"), py::arg("prefetch_batches"),
+      py::arg("gpus"),
+      "LoaderArgsFromSweep for the DataLoader a sweep measured (kind 'torch': "
+      "torch.utils.data.DataLoader, 'stoker': stoker.DataLoader) over `data`, as a dict: "
+      "loader, measured, basis, num_workers, prefetch_factor, pin_memory, persistent_workers, "
+      "line, rules, note, and text (what `stoker bench` prints for its own).");
 }
 
 }  // namespace stoker::python

@@ -83,6 +83,8 @@ class ThreadKind : public WorkerKind {
   int64_t items() const override;
   /// Empty: the engine names the batch itself.
   std::string Key(int64_t) const override { return ""; }
+  /// Each item is one of the user's batches (what the DataLoader yields).
+  std::string item_name() const override { return "batch"; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

@@ -50,6 +50,7 @@ class EitherKind : public WorkerKind {
   SampleSpec spec() const override { return process_.spec(); }
   int64_t items() const override { return process_.items(); }
   std::string Key(int64_t item) const override { return process_.Key(item); }
+  std::string item_name() const override { return process_.item_name(); }
   /// A worker whose process is forked as the process kind's are, until
   /// threads are chosen for good.
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;

@@ -1,7 +1,7 @@
 """stoker.bench: `stoker bench` for your own PyTorch dataset. Sweeps
 torch.utils.data.DataLoader (or stoker.DataLoader) over num_workers, prints
-samples/s per count in `stoker bench`'s table, and ends with the DataLoader
-line to paste."""
+samples/s per count in `stoker bench`'s table, and ends with the line to
+paste for the loader it measured, in the advisor's words (LoaderArgs)."""
 
 import os
 import time
@@ -146,8 +146,10 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     """Measures samples/s of a DataLoader over ``dataset`` for each count in
     ``num_workers`` (default 0, 1, ... 2 x the CPUs this process may use),
     prints the table `stoker bench` prints, marks the best, and ends with the
-    ``DataLoader(num_workers=..., prefetch_factor=..., ...)`` line to paste
-    and the rule behind each argument.
+    line to paste for the loader it measured and no other (kind="torch":
+    ``DataLoader(num_workers=..., prefetch_factor=..., ...)``, kind="stoker":
+    ``stoker.DataLoader(num_workers=..., ...)``), naming the loader and the
+    data measured, and the rule behind each argument.
 
     Each count gets a fresh loader; its first round of batches (one per
     worker: start-up, first fill) is not measured, then it runs for ``seconds`` or ``batches``
@@ -164,9 +166,12 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
 
     Returns a dict: "points" (one per count: num_workers, samples_per_s,
     stall_fraction, samples, batches, seconds, best), "best" (the best
-    point), "dataloader" (num_workers, prefetch_factor, pin_memory,
-    persistent_workers, "line", "rules"), "table" (the printed table) and
-    "plot" (the path written, or None).
+    point), "dataloader" (the answer for the loader measured: "loader" (its
+    name), "measured" (True), "basis" (the data measured), num_workers,
+    prefetch_factor and persistent_workers (torch's; None for
+    stoker.DataLoader), pin_memory, "line", "rules", "note", "text" (as
+    printed)), "table" (the printed table) and "plot" (the path written, or
+    None).
     """
     if kind not in ("torch", "stoker"):
         raise ValueError(f"kind must be 'torch' or 'stoker', got {kind!r}")
@@ -184,9 +189,9 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     gpus = _args.integer("gpus", gpus, 0, _args.INT32[1])
 
     what = "torch.utils.data.DataLoader" if kind == "torch" else "stoker.DataLoader"
+    data = f"{type(dataset).__name__}{_size(dataset)}"
     say = (lambda line: None) if quiet else (lambda line: print(line, flush=True))
-    say(f"stoker.bench: {what} over {type(dataset).__name__}{_size(dataset)}, "
-        f"batch {batch_size}"
+    say(f"stoker.bench: {what} over {data}, batch {batch_size}"
         + (f", step {step_ms} ms" if step_s > 0 else ""))
     points = []
     for workers in counts:
@@ -201,10 +206,13 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     best["best"] = True
     rows = [(p["num_workers"], p["samples_per_s"], p["stall_fraction"]) for p in points]
     table = _stoker.sweep_table(rows, best["num_workers"])
-    # torch keeps prefetch_factor batches per worker in flight.
-    args = _stoker.dataloader_args_from_sweep(
-        best["num_workers"], best["samples_per_s"], best["stall_fraction"],
-        best["num_workers"] * prefetch_factor, gpus, f"{what} over this dataset")
+    # What the best count ran with: torch keeps prefetch_factor batches per
+    # worker in flight, stoker.DataLoader its default depth.
+    in_flight = (best["num_workers"] * prefetch_factor if kind == "torch"
+                 else _stoker.default_prefetch(best["num_workers"]))
+    args = _stoker.loader_args_from_sweep(
+        kind, data, batch_size, best["num_workers"], best["samples_per_s"],
+        best["stall_fraction"], in_flight, gpus)
     if plot is not None:
         svg = _stoker.sweep_svg(rows, best["num_workers"],
                                 f"stoker.bench: {what}, {type(dataset).__name__}")
@@ -213,7 +221,5 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     say("\n" + table.rstrip("\n"))
     if plot is not None:
         say(f"plot written to {plot}")
-    say(f"\nFor torch.utils.data.DataLoader, paste:\n  {args['line']}")
-    for rule in args["rules"]:
-        say(f"    {rule}")
+    say("\n" + args["text"].rstrip("\n"))
     return {"points": points, "best": best, "dataloader": args, "table": table, "plot": plot}

@@ -204,8 +204,10 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def stats(self, gpu=True, pcie=False):
         """Figures: workers (processes now), their pids and memory (their unique
-        memory and the batch segments), batches and samples per second, the
-        consumer's stall, the tuner's view, worker_kind="auto"'s trial, and
+        memory and the batch segments), batches delivered, samples per second
+        and the consumer's stall over its last 5 seconds ("window_s") and
+        since its first batch ("..._since_start"), the tuner's view (its
+        figures count batches: "unit"), worker_kind="auto"'s trial, and
         with ``gpu`` each GPU's utilisation and memory (NVML; with ``pcie`` its
         PCIe throughput too), as stoker.Loader.stats() gives them; and the
         workers' memory growth, with advice past a threshold (docs/dataloader.md,
@@ -226,7 +228,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "segment_bytes_in_use": busy,
             **_stats.worker_growth(run, m, total),
             "batches_delivered": m["batches_delivered"],
-            **_stats.rates(m["user_samples_delivered"], *_stats.consumer_seconds(m)),
+            **_stats.consumer_rates(m, "user_samples_delivered"),
             "prefetch_batches": m["prefetch_batches"],
             "tuner": run.engine.tuner_view(),
             "remote": None if run.cluster is None else run.cluster.stats(m["workers_remote"]),

@@ -294,8 +294,11 @@ class Loader:
 
     def stats(self, gpu=True, pcie=False):
         """What the loader is doing: "workers", "samples_per_s" and
-        "stall_fraction" (the share of time your loop waited for data) since
-        its first batch was asked for, "tuner" (the tuner's current view, with its last
+        "stall_fraction" (the share of time your loop waited for data) over
+        its last 5 seconds ("window_s" says the span: less while the loader
+        is younger), the same since its first batch was asked for
+        ("samples_per_s_since_start", "stall_fraction_since_start"),
+        "tuner" (the tuner's current view, with its last
         decision and reason, and under "node" this loader's share of the
         machine's CPU budget beside the other stoker loaders there; None with
         a fixed worker count), "metrics" (the engine's raw counters) and, with
@@ -308,7 +311,7 @@ class Loader:
             "workers": m["workers_target"],
             "prefetch_batches": m["prefetch_batches"],
             "epoch": self._impl.epoch,
-            **_stats.rates(m["samples_delivered"], *_stats.consumer_seconds(m)),
+            **_stats.consumer_rates(m, "samples_delivered"),
             "tuner": self._impl.tuner_view(),
             "metrics": m,
             **(_stats.gpu(pcie) if gpu else {}),

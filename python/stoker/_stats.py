@@ -14,11 +14,30 @@ def rates(samples, wait_s, elapsed_s):
             "stall_fraction": _stoker.stall_fraction(wait_s, elapsed_s)}
 
 
-def consumer_seconds(metrics):
+def consumer_seconds(counters):
     """(waited, elapsed): the consumer's seconds inside next() and in all,
-    since its first next(), from the engine's metrics."""
-    wait = metrics["consumer_wait_ns"] / 1e9
-    return wait, wait + metrics["consumer_step_ns"] / 1e9
+    from the engine's metrics (since its first next()) or their "recent"
+    part (over its last seconds)."""
+    wait = counters["consumer_wait_ns"] / 1e9
+    return wait, wait + counters["consumer_step_ns"] / 1e9
+
+
+def consumer_rates(metrics, samples):
+    """The consumer's figures from the engine's metrics, `samples` naming the
+    counter of the user's samples:
+
+    "samples_per_s" and "stall_fraction": recent, over the consumer's last
+    RECENT_WINDOW_S (5) seconds up to its latest next() (the engine's
+    metrics["recent"]); "window_s": the seconds those span (less for a
+    younger loader, more when next() calls are further apart);
+    "samples_per_s_since_start" and "stall_fraction_since_start": averaged
+    since its first next()."""
+    recent = metrics["recent"]
+    wait, elapsed = consumer_seconds(recent)
+    since = rates(metrics[samples], *consumer_seconds(metrics))
+    return {**rates(recent[samples], wait, elapsed), "window_s": elapsed,
+            "samples_per_s_since_start": since["samples_per_s"],
+            "stall_fraction_since_start": since["stall_fraction"]}
 
 
 def gpu(pcie):

@@ -1,5 +1,6 @@
 """stoker.bench: a num_workers sweep of a DataLoader over the user's dataset,
-shown as `stoker bench` shows its own, ending with the line to paste."""
+shown as `stoker bench` shows its own, ending with the line to paste for the
+loader measured."""
 
 import pytest
 import torch
@@ -47,12 +48,19 @@ def test_sweep_prints_the_table_marks_the_best_and_ends_with_the_line(tmp_path, 
                          "persistent_workers=True)" if n > 0 else
                          "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)")
     assert d["rules"][0].startswith(f"num_workers={n}: the sweep's best count (")
+    # It names the loader and the data it measured.
+    assert d["loader"] == "torch.utils.data.DataLoader" and d["measured"] is True
+    assert d["basis"] == "measured on Squares (48 samples), batch 4, by this sweep"
 
     out = capsys.readouterr().out
     assert r["table"].rstrip("\n") in out
-    tail = out[out.index("For torch.utils.data.DataLoader, paste:"):].splitlines()
+    heading = ("For torch.utils.data.DataLoader (measured on Squares (48 samples), batch 4, by "
+               "this sweep), paste:")
+    tail = out[out.index(heading):].splitlines()
     assert tail[1].strip() == d["line"]
-    assert [line.strip() for line in tail[2:]] == d["rules"]
+    assert [line.strip() for line in tail[2:2 + len(d["rules"])]] == d["rules"]
+    assert tail[2 + len(d["rules"])].strip() == d["note"]
+    assert out.rstrip("\n").endswith(d["text"].rstrip("\n"))
 
     svg = plot.read_text()
     assert r["plot"] == str(plot) and svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
@@ -77,11 +85,23 @@ def test_a_sampler_of_the_users_is_passed_on():
     assert r["points"][0]["samples"] == 12
 
 
-def test_stoker_dataloader_can_be_the_thing_measured():
+def test_stoker_dataloader_can_be_the_thing_measured(capsys):
+    # Issue 23: a count measured on stoker.DataLoader was pasted as a line
+    # for torch's DataLoader. It is stoker.DataLoader's, and says so.
     r = stoker.bench(Squares(), batch_size=6, num_workers=[0, 1], seconds=0.2, kind="stoker",
-                     gpus=0, quiet=True)
+                     gpus=0)
     assert [p["num_workers"] for p in r["points"]] == [0, 1]
-    assert "stoker.DataLoader over this dataset" in r["dataloader"]["rules"][0]
+    d = r["dataloader"]
+    n = r["best"]["num_workers"]
+    assert d["loader"] == "stoker.DataLoader" and d["measured"] is True
+    assert d["line"] == f"stoker.DataLoader(num_workers={n}, pin_memory=False)"
+    assert d["prefetch_factor"] is None and d["persistent_workers"] is None
+    assert d["rules"][0].endswith("measured with stoker.DataLoader")
+    assert d["basis"] == "measured on Squares (48 samples), batch 6, by this sweep"
+    out = capsys.readouterr().out
+    assert "torch.utils.data.DataLoader, paste" not in out and "\n  DataLoader(" not in out
+    assert ("For stoker.DataLoader (measured on Squares (48 samples), batch 6, by this sweep), "
+            "paste:\n  " + d["line"]) in out
 
 
 def test_default_counts_run_from_zero_to_twice_the_cpus(monkeypatch):

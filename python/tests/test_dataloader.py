@@ -145,6 +145,24 @@ def test_same_batches_for_zero_one_three_and_auto_workers():
                 assert torch.equal(a, b), workers
 
 
+def test_the_tuner_counts_and_names_batches_for_a_dataloader():
+    # Issue 23: the engine's items are the user's whole batches here; the
+    # tuner's reasons said "ms CPU per sample" and "samples/s" of them.
+    with stoker.DataLoader(Plain(400), batch_size=4, num_workers="auto",
+                           tune_interval=0.05) as dl:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not dl.tuner_trace():
+            for _ in dl:
+                pass
+        decisions = dl.tuner_trace()
+        stats = dl.stats(gpu=False)
+    assert decisions, "no decision within 60 s"
+    assert stats["tuner"]["unit"] == "batch"
+    for d in decisions:
+        assert d["unit"] == "batch" and "sample" not in d["reason"], d["reason"]
+    assert any(" per batch" in d["reason"] or "batches/s" in d["reason"] for d in decisions)
+
+
 def test_exactly_once_under_random_live_resizes():
     rng = random.Random(3)
     with stoker.DataLoader(Numbers(600), batch_size=7, shuffle=True, num_workers=2) as dl:

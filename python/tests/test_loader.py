@@ -161,6 +161,41 @@ def test_stats_with_tuner_and_with_fixed_workers():
     assert fixed.decisions() == []
 
 
+def test_stats_rates_are_recent_and_since_start_is_named():
+    # Issue 23: stats() averaged since the start, so a loop that slowed
+    # down still showed its fast start. Its rates now cover the consumer's
+    # last RECENT_WINDOW_S seconds; the average is "..._since_start".
+    source = stoker.Synthetic(size=64, shape=(4,))
+    loader = stoker.Loader(source, batch_size=8, workers=1)
+    it = iter(loader)
+
+    def take():
+        nonlocal it
+        batch = next(it, None)
+        if batch is None:
+            it = iter(loader)
+            batch = next(it)
+        return batch
+
+    start = time.monotonic()
+    while time.monotonic() - start < 1.0:  # fast: thousands of samples/s
+        take()
+    slow_start = time.monotonic()
+    while time.monotonic() - slow_start < _stoker.RECENT_WINDOW_S + 0.6:
+        take()
+        time.sleep(0.1)  # slow: a step of 0.1 s per batch of 8, at most 80 samples/s
+    s = loader.stats(gpu=False)
+    assert _stoker.RECENT_WINDOW_S == 5.0
+    assert _stoker.RECENT_WINDOW_S <= s["window_s"] <= _stoker.RECENT_WINDOW_S + 0.5
+    assert 40 <= s["samples_per_s"] <= 81, s
+    assert s["samples_per_s_since_start"] > 3 * s["samples_per_s"], s
+    assert 0.0 <= s["stall_fraction"] < 0.5 and 0.0 <= s["stall_fraction_since_start"] <= 1.0
+    recent = s["metrics"]["recent"]
+    assert set(recent) == {"batches_delivered", "samples_delivered", "user_samples_delivered",
+                           "consumer_wait_ns", "consumer_step_ns"}
+    assert recent["samples_delivered"] < s["metrics"]["samples_delivered"]
+
+
 def test_stats_show_the_loaders_share_of_the_node(tmp_path, monkeypatch):
     # Two tuned loaders on one node registry split its CPU budget; stats()
     # shows each one's share and the node's totals.

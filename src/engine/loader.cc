@@ -17,6 +17,7 @@
 #include "core/thread_annotations.h"
 #include "core/worker_pool.h"
 #include "engine/batch_pool.h"
+#include "engine/consumer_window.h"
 #include "engine/controller.h"
 #include "engine/cuda_runtime.h"
 #include "engine/device_stage.h"
@@ -282,11 +283,13 @@ class Loader::Impl {
   LoaderMetrics Metrics() const EXCLUDES(mu_) {
     LoaderMetrics m;
     m.time_ns = SteadyNanos();
-    m.batches_delivered = batches_delivered_.load(std::memory_order_relaxed);
-    m.samples_delivered = samples_delivered_.load(std::memory_order_relaxed);
-    m.user_samples_delivered = user_samples_delivered_.load(std::memory_order_relaxed);
-    m.consumer_wait_ns = consumer_wait_ns_.load(std::memory_order_relaxed);
-    m.consumer_step_ns = consumer_step_ns_.load(std::memory_order_relaxed);
+    const ConsumerCounters now = ConsumerNow();
+    m.batches_delivered = now.batches_delivered;
+    m.samples_delivered = now.samples_delivered;
+    m.user_samples_delivered = now.user_samples_delivered;
+    m.consumer_wait_ns = now.consumer_wait_ns;
+    m.consumer_step_ns = now.consumer_step_ns;
+    m.recent = recent_.Recent(now);
     m.next_calls = next_calls_.load(std::memory_order_relaxed);
     m.batch_bytes = pool_->batch_bytes();
     m.workers_target = workers();
@@ -344,6 +347,16 @@ class Loader::Impl {
   void ConsumerLeaves(int64_t enter) {
     last_return_ns_ = SteadyNanos();
     consumer_wait_ns_.fetch_add(last_return_ns_ - enter, std::memory_order_relaxed);
+    recent_.Record(ConsumerNow());
+  }
+
+  // The consumer's cumulative counters now.
+  ConsumerCounters ConsumerNow() const {
+    return {batches_delivered_.load(std::memory_order_relaxed),
+            samples_delivered_.load(std::memory_order_relaxed),
+            user_samples_delivered_.load(std::memory_order_relaxed),
+            consumer_wait_ns_.load(std::memory_order_relaxed),
+            consumer_step_ns_.load(std::memory_order_relaxed)};
   }
 
   // Builds epoch `epoch`'s plan with the lock released (O(samples)), then
@@ -704,6 +717,9 @@ class Loader::Impl {
   std::atomic<int64_t> batches_delivered_{0};
   std::atomic<int64_t> samples_delivered_{0};
   std::atomic<int64_t> user_samples_delivered_{0};
+  // The counters above over the consumer's last kRecentWindowS, a point
+  // every quarter second of its time.
+  ConsumerWindow recent_{static_cast<int64_t>(kRecentWindowS * 1e9), 250'000'000};
 
   WorkerPool workers_;  // last: its threads use everything above
 };

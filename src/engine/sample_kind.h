@@ -50,6 +50,7 @@ class SampleKind : public WorkerKind {
   SampleSpec spec() const override { return spec_; }
   int64_t items() const override { return source_->size(); }
   std::string Key(int64_t item) const override { return source_->Key(item); }
+  std::string item_name() const override { return "sample"; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
 
  private:

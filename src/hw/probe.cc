@@ -57,6 +57,34 @@ const char* StorageKindName(MachineFacts::StorageKind kind) {
   return "unknown";
 }
 
+const char* DiskKindName(MachineFacts::DiskKind kind) {
+  switch (kind) {
+    case MachineFacts::DiskKind::kHdd:
+      return "hdd";
+    case MachineFacts::DiskKind::kSsd:
+      return "ssd";
+    case MachineFacts::DiskKind::kVirtual:
+      return "virtual";
+    case MachineFacts::DiskKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+const char* DiskKindLabel(MachineFacts::DiskKind kind) {
+  switch (kind) {
+    case MachineFacts::DiskKind::kHdd:
+      return "HDD (rotational)";
+    case MachineFacts::DiskKind::kSsd:
+      return "SSD (not rotational)";
+    case MachineFacts::DiskKind::kVirtual:
+      return "virtual (rotational flag unreliable)";
+    case MachineFacts::DiskKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
 MachineFacts ProbeMachine(const ProbeOptions& options) {
   ProbeOptions o = options;
   if (!o.getenv) o.getenv = ProcessEnv;
@@ -101,7 +129,9 @@ nlohmann::json FactsToJson(const MachineFacts& f) {
                     {"mount_point", OrNull(s.mount_point)},
                     {"fs_type", OrNull(s.fs_type)},
                     {"rotational", OrNull(s.rotational)},
-                    {"kind", StorageKindName(s.kind)}};
+                    {"kind", StorageKindName(s.kind)},
+                    {"disk", DiskKindName(s.disk)},
+                    {"disk_evidence", s.disk_evidence}};
   } else {
     j["storage"] = nullptr;
   }

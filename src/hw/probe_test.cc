@@ -320,6 +320,58 @@ TEST(ProbeTest, StorageKindFromTheLongestMountPrefix) {
   EXPECT_FALSE(spaced.rotational);  // garbage in its queue/rotational
 }
 
+// A disk is an HDD only on evidence: its rotational flag set and a
+// hardware vendor in sysfs. A virtual disk's flag (virtio, Xen, Hyper-V,
+// QEMU's emulated disks, loop, device-mapper over one) is kept as read but
+// decides nothing: many hypervisors set it on SSD-backed volumes.
+TEST(ProbeTest, DiskKindNeedsEvidenceBeyondTheRotationalFlag) {
+  FakeMachine m;
+  BuildDisks(m);
+  using Disk = MachineFacts::DiskKind;
+  struct Case {
+    const char* mount;
+    Disk disk;
+    std::optional<bool> rotational;
+    const char* evidence;
+  };
+  const Case cases[] = {
+      {"/virtio", Disk::kVirtual, true, "vda: a virtio disk"},
+      {"/xen", Disk::kVirtual, true, "xvda: a Xen virtual disk"},
+      {"/vscsi", Disk::kVirtual, true,
+       "sda: a disk on a virtio bus, rotational flag 1 not trusted"},
+      {"/hdd", Disk::kHdd, true, "sdb: rotational flag 1, vendor ATA, model WDC WD40EFRX-68N"},
+      {"/qemu", Disk::kVirtual, true, "sdc: a hypervisor's emulated disk, vendor QEMU"},
+      {"/hyperv", Disk::kVirtual, true, "sdd: a hypervisor's emulated disk, vendor Msft"},
+      {"/bare", Disk::kUnknown, true, "sde: rotational flag 1, but no vendor in sysfs"},
+      {"/ssd", Disk::kSsd, false, "sdf: rotational flag 0, vendor ATA, model Samsung SSD 870"},
+      {"/nvme", Disk::kSsd, false, "nvme0n1: an NVMe disk"},
+      {"/loop", Disk::kVirtual, true, "loop0: a loop device"},
+      {"/lvm-vm", Disk::kVirtual, true, "dm-0: over vda: a virtio disk"},
+      {"/lvm-hdd", Disk::kHdd, true, "dm-1: over sdb: rotational flag 1, vendor ATA"},
+  };
+  for (const Case& c : cases) {
+    MachineFacts::Storage s = ProbeStorage(m, std::string(c.mount) + "/train");
+    EXPECT_EQ(s.mount_point, c.mount);
+    EXPECT_EQ(s.kind, MachineFacts::StorageKind::kLocal) << c.mount;
+    EXPECT_EQ(DiskKindName(s.disk), std::string(DiskKindName(c.disk))) << c.mount;
+    EXPECT_EQ(s.rotational, c.rotational) << c.mount;
+    EXPECT_TRUE(s.disk_evidence.starts_with(c.evidence))
+        << c.mount << ": '" << s.disk_evidence << "'";
+  }
+  // No block device under the root (an overlay): nothing to say.
+  MachineFacts::Storage root = ProbeStorage(m, "/elsewhere");
+  EXPECT_EQ(root.disk, Disk::kUnknown);
+  EXPECT_EQ(root.disk_evidence, "");
+
+  ProbeOptions o = m.Options();
+  o.data_path = "/virtio/train";
+  nlohmann::json j = FactsToJson(ProbeMachine(o))["storage"];
+  EXPECT_EQ(j["disk"], "virtual");
+  EXPECT_EQ(j["rotational"], true);  // the kernel's flag, as read
+  EXPECT_EQ(j["disk_evidence"], "vda: a virtio disk");
+  EXPECT_EQ(std::string(DiskKindLabel(Disk::kVirtual)), "virtual (rotational flag unreliable)");
+}
+
 TEST(ProbeTest, StorageWithoutMountTableKeepsThePath) {
   FakeMachine m;
   MachineFacts::Storage s = ProbeStorage(m, "/stoker-fixture/x");

@@ -5,8 +5,12 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 #include <type_traits>
 
 #include "hw/fact_readers.h"
@@ -73,9 +77,14 @@ bool IsUnder(const std::string& path, const std::string& mount_point) {
   return path == mount_point || (path.starts_with(mount_point) && path[mount_point.size()] == '/');
 }
 
-std::string AbsolutePath(const std::string& path) {
+std::optional<std::string> Canonical(const std::string& path) {
   std::unique_ptr<char, decltype(&::free)> real(::realpath(path.c_str(), nullptr), &::free);
-  if (real) return real.get();
+  if (!real) return std::nullopt;
+  return std::string(real.get());
+}
+
+std::string AbsolutePath(const std::string& path) {
+  if (std::optional<std::string> real = Canonical(path)) return *real;
   if (!path.empty() && path[0] == '/') return path;
   std::array<char, PATH_MAX> cwd{};
   if (::getcwd(cwd.data(), cwd.size()) == nullptr) return path;
@@ -146,22 +155,189 @@ std::optional<std::string> FsTypeOf(const std::string& path) {
   return std::nullopt;
 }
 
-// A partition has no queue of its own; its parent disk's directory holds it.
-std::optional<bool> ReadRotational(const ProbeOptions& o, const std::string& device, Notes& notes) {
-  if (device.starts_with("0:")) return std::nullopt;  // no block device (tmpfs, overlay, NFS)
-  std::string block = JoinPath(o.sys_root, "dev/block/" + device);
-  for (const char* rel : {"queue/rotational", "../queue/rotational"}) {
-    std::string path = JoinPath(block, rel);
-    std::optional<std::string> text = ReadSmallFile(path);
-    if (!text) continue;
-    std::optional<uint64_t> v = ParseUint(*text);
-    if (!v || *v > 1) {
-      notes.push_back(path + ": '" + std::string(Trim(text->substr(0, 64))) + "' is not 0 or 1");
-      return std::nullopt;
-    }
-    return *v == 1;
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool Contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+// The disk's own sysfs folder for a block device's folder: a partition has
+// no queue of its own, its parent disk's folder holds it.
+std::string DiskFolder(const std::string& device_dir) {
+  const bool partition =
+      Exists(JoinPath(device_dir, "partition")) ||
+      (!Exists(JoinPath(device_dir, "queue")) && Exists(JoinPath(device_dir, "../queue")));
+  if (!partition) return device_dir;
+  const size_t slash = device_dir.rfind('/');
+  return slash == std::string::npos || slash == 0 ? device_dir : device_dir.substr(0, slash);
+}
+
+// A sysfs file's text, trimmed; empty when missing.
+std::string ReadTrimmed(const std::string& path) {
+  std::optional<std::string> text = ReadSmallFile(path, 4096);
+  return text ? std::string(Trim(*text)) : std::string();
+}
+
+struct Disk {
+  MachineFacts::DiskKind kind = MachineFacts::DiskKind::kUnknown;
+  std::string evidence;
+  std::optional<bool> rotational;
+};
+
+std::optional<bool> ReadRotational(const std::string& disk_dir, Notes& notes) {
+  const std::string path = JoinPath(disk_dir, "queue/rotational");
+  std::optional<std::string> text = ReadSmallFile(path);
+  if (!text) return std::nullopt;
+  std::optional<uint64_t> v = ParseUint(*text);
+  if (!v || *v > 1) {
+    notes.push_back(path + ": '" + std::string(Trim(text->substr(0, 64))) + "' is not 0 or 1");
+    return std::nullopt;
   }
-  return std::nullopt;
+  return *v == 1;
+}
+
+// What makes a disk virtual, by its kernel name: a paravirtual driver's
+// disk, or a block device with no hardware under it.
+const char* VirtualByName(std::string_view name) {
+  struct Prefix {
+    std::string_view prefix;
+    const char* what;
+  };
+  static constexpr Prefix kPrefixes[] = {
+      {"xvd", "a Xen virtual disk"}, {"vd", "a virtio disk"},
+      {"loop", "a loop device"},     {"nbd", "a network block device"},
+      {"rbd", "a Ceph RBD device"},  {"zram", "a RAM disk"},
+      {"ram", "a RAM disk"},
+  };
+  for (const Prefix& p : kPrefixes) {
+    if (name.starts_with(p.prefix)) return p.what;
+  }
+  return nullptr;
+}
+
+// A hypervisor's bus in the disk's sysfs path (relative to /sys): virtio-scsi
+// and virtio-blk sit under "virtioN", Xen's disks under "vbd-N", Hyper-V's
+// under its VMBus.
+const char* VirtualByPath(std::string_view sys_path) {
+  const std::string lower = Lower(sys_path);
+  if (Contains(lower, "/virtio")) return "on a virtio bus";
+  if (Contains(lower, "/vbd-")) return "on Xen's virtual block bus";
+  if (Contains(lower, "vmbus")) return "on Hyper-V's VMBus";
+  return nullptr;
+}
+
+// A hypervisor's emulated disk, by the vendor and model it reports.
+bool VirtualByVendor(std::string_view vendor, std::string_view model) {
+  static constexpr std::string_view kVendors[] = {"qemu", "vmware", "msft",  "google", "amazon",
+                                                  "vbox", "xen",    "bhyve", "virtual"};
+  static constexpr std::string_view kModels[] = {"virtual", "qemu", "vbox", "persistentdisk",
+                                                 "elastic block store"};
+  const std::string v = Lower(vendor);
+  const std::string m = Lower(model);
+  for (std::string_view k : kVendors) {
+    if (v.starts_with(k)) return true;
+  }
+  for (std::string_view k : kModels) {
+    if (Contains(m, k)) return true;
+  }
+  return false;
+}
+
+std::string FlagText(const std::optional<bool>& rotational) {
+  return rotational ? (*rotational ? "rotational flag 1" : "rotational flag 0")
+                    : std::string("no rotational flag");
+}
+
+constexpr int kMaxStackDepth = 4;  // device-mapper over md over disks, say
+
+// Classifies the disk whose sysfs folder is `disk_dir` (canonical). A
+// device-mapper or md device is what its slaves are: virtual over any
+// virtual one, else HDD or SSD when all agree.
+Disk ClassifyDisk(const std::string& sys_root, const std::string& disk_dir, int depth,
+                  Notes& notes) {
+  using Kind = MachineFacts::DiskKind;
+  Disk d;
+  d.rotational = ReadRotational(disk_dir, notes);
+  const std::string name = disk_dir.substr(disk_dir.rfind('/') + 1);
+  const std::string flag = FlagText(d.rotational);
+  auto verdict = [&](Kind kind, std::string why) {
+    d.kind = kind;
+    d.evidence = name + ": " + std::move(why);
+    return d;
+  };
+  if (const char* what = VirtualByName(name)) return verdict(Kind::kVirtual, what);
+  std::error_code ec;
+  std::vector<std::string> slaves;
+  for (const auto& entry : std::filesystem::directory_iterator(JoinPath(disk_dir, "slaves"), ec)) {
+    if (std::optional<std::string> dir = Canonical(entry.path().string())) {
+      slaves.push_back(DiskFolder(*dir));
+    }
+  }
+  std::sort(slaves.begin(), slaves.end());
+  if (!slaves.empty() && depth < kMaxStackDepth) {
+    std::vector<Disk> under;
+    for (const std::string& slave : slaves) {
+      under.push_back(ClassifyDisk(sys_root, slave, depth + 1, notes));
+    }
+    std::string over;
+    for (const Disk& u : under) over += (over.empty() ? "" : "; ") + u.evidence;
+    auto all = [&](Kind kind) {
+      return std::all_of(under.begin(), under.end(), [&](const Disk& u) { return u.kind == kind; });
+    };
+    const bool any_virtual = std::any_of(under.begin(), under.end(),
+                                         [](const Disk& u) { return u.kind == Kind::kVirtual; });
+    const Kind kind = any_virtual       ? Kind::kVirtual
+                      : all(Kind::kHdd) ? Kind::kHdd
+                      : all(Kind::kSsd) ? Kind::kSsd
+                                        : Kind::kUnknown;
+    return verdict(kind, "over " + over);
+  }
+  const std::string relative =
+      disk_dir.starts_with(sys_root) ? disk_dir.substr(sys_root.size()) : disk_dir;
+  if (const char* where = VirtualByPath(relative)) {
+    return verdict(Kind::kVirtual, std::string("a disk ") + where + ", " + flag + " not trusted");
+  }
+  const std::string vendor = ReadTrimmed(JoinPath(disk_dir, "device/vendor"));
+  const std::string model = ReadTrimmed(JoinPath(disk_dir, "device/model"));
+  std::string identity;
+  if (!vendor.empty()) identity += ", vendor " + vendor;
+  if (!model.empty()) identity += ", model " + model;
+  if (VirtualByVendor(vendor, model)) {
+    return verdict(Kind::kVirtual,
+                   "a hypervisor's emulated disk" + identity + ", " + flag + " not trusted");
+  }
+  if (Contains(relative, "/devices/virtual/")) {
+    return verdict(Kind::kVirtual, "a block device without hardware, " + flag + " not trusted");
+  }
+  if (name.starts_with("nvme")) return verdict(Kind::kSsd, "an NVMe disk" + identity);
+  if (!d.rotational) return verdict(Kind::kUnknown, flag + identity);
+  if (!*d.rotational) return verdict(Kind::kSsd, flag + identity);
+  // Set, on a disk that names its vendor and none of the above: a spinning
+  // disk. Without a vendor nothing tells it from a virtual disk.
+  if (vendor.empty()) {
+    return verdict(Kind::kUnknown,
+                   flag + ", but no vendor in sysfs to tell a real disk from a virtual one");
+  }
+  return verdict(Kind::kHdd, flag + identity);
+}
+
+// The disk under block device `device` ("major:minor"), by
+// <sys_root>/dev/block/<device>; unknown when sysfs does not show it.
+Disk ReadDisk(const ProbeOptions& o, const std::string& device, Notes& notes) {
+  if (device.starts_with("0:")) return {};  // no block device (tmpfs, overlay, NFS)
+  std::optional<std::string> dir = Canonical(JoinPath(o.sys_root, "dev/block/" + device));
+  if (!dir) return {};
+  const std::string sys_root = Canonical(o.sys_root).value_or(o.sys_root);
+  return ClassifyDisk(sys_root, DiskFolder(*dir), 0, notes);
 }
 
 }  // namespace
@@ -194,7 +370,12 @@ MachineFacts::Storage ReadStorageFacts(const ProbeOptions& options, const std::s
     storage.fs_type = FsTypeOf(storage.path);
   }
   if (storage.fs_type) storage.kind = KindOf(*storage.fs_type);
-  if (storage.device) storage.rotational = ReadRotational(options, *storage.device, notes);
+  if (storage.device) {
+    Disk disk = ReadDisk(options, *storage.device, notes);
+    storage.rotational = disk.rotational;
+    storage.disk = disk.kind;
+    storage.disk_evidence = std::move(disk.evidence);
+  }
   return storage;
 }
 

@@ -128,6 +128,8 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
   m.workers_target = 3;
   m.queue_ns = 17;
   m.consumer_wait_ns = 5;
+  m.recent.user_samples_delivered = 640;
+  m.recent.consumer_step_ns = 7;
   m.bytes_in_flight = size_t{1} << 33;
   m.workers = {{0, 10, 100, 90, 4}, {1, 12, 110, 95, 6}};
   auto j = LoaderMetricsToJson(m);
@@ -150,6 +152,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "cpu_elsewhere_ns",
                           "consumer_wait_ns",
                           "consumer_step_ns",
+                          "recent",
                           "next_calls",
                           "ready_batches",
                           "open_batches",
@@ -165,9 +168,14 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 32u);
+  EXPECT_EQ(j.size(), 33u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
+  EXPECT_EQ(j["recent"], nlohmann::json({{"batches_delivered", 0},
+                                         {"samples_delivered", 0},
+                                         {"user_samples_delivered", 640},
+                                         {"consumer_wait_ns", 0},
+                                         {"consumer_step_ns", 7}}));
   EXPECT_EQ(j["bytes_in_flight"], size_t{1} << 33);
   ASSERT_EQ(j["workers"].size(), 2u);
   EXPECT_EQ(j["workers"][1]["id"], 1);

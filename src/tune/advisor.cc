@@ -18,8 +18,8 @@ constexpr size_t kProcessFootprint = size_t{256} << 20;
 constexpr uint64_t kAssumedMemory = uint64_t{4} << 30;
 constexpr double kAssumedCores = 1.0;
 constexpr double kTrainerCores = 1.0;
-// Concurrent readers beyond two make a disk head seek between files.
-constexpr int kRotationalReaders = 2;
+// Concurrent readers beyond two make an HDD's head seek between files.
+constexpr int kHddReaders = 2;
 // Latency-bound reads: a worker mostly waits, so several per core help.
 constexpr int kLatencyWorkersPerCore = 4;
 constexpr int kLatencyMinWorkers = 8;
@@ -95,10 +95,13 @@ void TrainerShareRule(const MachineFacts&, const AdviseInputs&, Draft& d) {
 }
 
 std::string DescribeStorage(const MachineFacts::Storage& s) {
-  return s.path + " on " + s.fs_type.value_or("unknown file system") +
-         (s.mount_point ? " at " + *s.mount_point : std::string()) + ", " +
-         StorageKindName(s.kind) +
-         (s.rotational ? (*s.rotational ? ", rotational" : ", not rotational") : std::string());
+  std::string text = s.path + " on " + s.fs_type.value_or("unknown file system") +
+                     (s.mount_point ? " at " + *s.mount_point : std::string()) + ", " +
+                     StorageKindName(s.kind);
+  if (!s.disk_evidence.empty()) {
+    text += std::string(", disk ") + DiskKindLabel(s.disk) + " (" + s.disk_evidence + ")";
+  }
+  return text;
 }
 
 // Storage: what bounds a reader is seek time on a disk and round trips on a
@@ -121,18 +124,22 @@ void StorageRule(const MachineFacts& facts, const AdviseInputs&, Draft& d) {
                std::to_string(kLatencyMinWorkers) + " to " + std::to_string(kLatencyMaxWorkers) +
                ") -> " + Workers(d.workers),
            d.workers);
-  } else if (s.rotational.value_or(false)) {
-    const bool limited = d.workers > kRotationalReaders;
-    d.workers = std::min(d.workers, kRotationalReaders);
+  } else if (s.disk == MachineFacts::DiskKind::kHdd) {
+    // Only on evidence (MachineFacts::DiskKind): a virtual disk's rotational
+    // flag says nothing of what is behind it.
+    const bool limited = d.workers > kHddReaders;
+    d.workers = std::min(d.workers, kHddReaders);
     d.Rule("storage", DescribeStorage(s),
-           "rotational disk: more than " + std::to_string(kRotationalReaders) +
+           "HDD: more than " + std::to_string(kHddReaders) +
                " concurrent readers make it seek -> " + Workers(d.workers),
            d.workers, limited);
   } else {
-    d.Rule("storage", DescribeStorage(s),
-           s.kind == Kind::kUnknown ? "mount not found; CPU rule stands"
-                                    : "reads keep up with the CPU; CPU rule stands",
-           d.workers);
+    const char* why = s.kind == Kind::kUnknown ? "mount not found; CPU rule stands"
+                      : s.disk == MachineFacts::DiskKind::kVirtual
+                          ? "virtual disk: its rotational flag says nothing of the storage "
+                            "behind it, so no HDD rule; CPU rule stands"
+                          : "reads keep up with the CPU; CPU rule stands";
+    d.Rule("storage", DescribeStorage(s), why, d.workers);
   }
 }
 
@@ -314,53 +321,124 @@ nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs) {
           {"note", advice.note}};
 }
 
-DataLoaderArgs DataLoaderArgsFor(int workers, int prefetch_batches, int gpus,
-                                 const std::string& workers_rule) {
-  DataLoaderArgs a;
+const char* LoaderKindName(LoaderKind kind) {
+  switch (kind) {
+    case LoaderKind::kNative:
+      return "stoker.Loader";
+    case LoaderKind::kStokerDataLoader:
+      return "stoker.DataLoader";
+    case LoaderKind::kTorchDataLoader:
+      break;
+  }
+  return "torch.utils.data.DataLoader";
+}
+
+namespace {
+
+// The arguments for `loader`, `workers_rule` saying where the count comes from.
+LoaderArgs ArgsFor(LoaderKind loader, int workers, int prefetch_batches, int gpus,
+                   const std::string& workers_rule) {
+  LoaderArgs a;
+  a.loader = loader;
   a.num_workers = std::max(0, workers);
   a.pin_memory = gpus > 0;
-  const std::string why = !workers_rule.empty() ? workers_rule
-                          : a.num_workers == 0
-                              ? "none, the training loop loads"
-                              : "the worker processes the CPU and memory budgets allow "
-                                "(stoker advise --workers-kind processes: its rules)";
-  a.rules.push_back("num_workers=" + std::to_string(a.num_workers) + ": " + why);
-  if (a.num_workers > 0) {
+  const bool torch = loader == LoaderKind::kTorchDataLoader;
+  const std::string count =
+      (loader == LoaderKind::kNative ? "workers=" : "num_workers=") + std::to_string(a.num_workers);
+  a.rules.push_back(count + ": " + workers_rule);
+  if (torch && a.num_workers > 0) {
     a.prefetch_factor = std::max(1, (prefetch_batches + a.num_workers - 1) / a.num_workers);
     a.rules.push_back("prefetch_factor=" + std::to_string(a.prefetch_factor) + ": " +
                       std::to_string(prefetch_batches) + " batches in flight split among " +
-                      std::to_string(a.num_workers) +
-                      (a.num_workers == 1 ? " worker" : " workers") +
-                      ", rounded up (torch counts it per worker)");
+                      Workers(a.num_workers) + ", rounded up (torch counts it per worker)");
+  } else if (!torch && a.num_workers > 0) {
+    a.rules.push_back("prefetch: the default for " + Workers(a.num_workers) + ", " +
+                      std::to_string(DefaultPrefetch(a.num_workers)) + " batches in flight");
   }
   a.rules.push_back(std::string("pin_memory=") + (a.pin_memory ? "True" : "False") + ": " +
                     (a.pin_memory
                          ? std::to_string(gpus) + " GPU(s) found: page-locked batches copy to them "
                                                   "asynchronously and faster"
                          : "no GPU found (NVML): pinning would cost memory for nothing"));
-  a.persistent_workers = a.num_workers > 0;
-  a.rules.push_back(a.persistent_workers
-                        ? "persistent_workers=True: workers stay between epochs, so no epoch "
-                          "pays their start (fork, dataset copy, imports) again"
-                        : "persistent_workers=False: no workers to keep (torch refuses True)");
+  a.persistent_workers = torch && a.num_workers > 0;
+  if (torch) {
+    a.rules.push_back(a.persistent_workers
+                          ? "persistent_workers=True: workers stay between epochs, so no epoch "
+                            "pays their start (fork, dataset copy, imports) again"
+                          : "persistent_workers=False: no workers to keep (torch refuses True)");
+  }
   return a;
 }
 
-DataLoaderArgs DataLoaderArgsFromSweep(int best_workers, double samples_per_s,
-                                       double stall_fraction, int prefetch_batches, int gpus,
-                                       const std::string& measured_with) {
+}  // namespace
+
+LoaderArgs LoaderArgsFromAdvice(LoaderKind loader, int workers, int prefetch_batches, int gpus) {
+  const bool threads = loader == LoaderKind::kNative;
+  LoaderArgs a = ArgsFor(loader, workers, prefetch_batches, gpus,
+                         std::string("the worker ") + (threads ? "threads" : "processes") +
+                             " the CPU and memory budgets allow (stoker advise --workers-kind " +
+                             (threads ? "threads" : "processes") + ": its rules)");
+  a.measured = false;
+  a.basis = "not measured, from the advisor's rules on this machine's facts";
+  a.note = loader == LoaderKind::kNative
+               ? "stoker bench --data PATH measures stoker's native pipeline on your data."
+               : std::string("stoker.bench(dataset") +
+                     (loader == LoaderKind::kStokerDataLoader ? ", kind=\"stoker\"" : "") +
+                     ") measures " + LoaderKindName(loader) + " over your own Dataset.";
+  return a;
+}
+
+LoaderArgs LoaderArgsFromSweep(const SweepSubject& subject, int best_workers, double samples_per_s,
+                               double stall_fraction, int prefetch_batches, int gpus) {
   char measured[96];
   std::snprintf(measured, sizeof measured, "%.1f samples/s, stall %.1f %%", samples_per_s,
                 stall_fraction * 100);
   // Without workers the training loop loads each batch itself: nothing in flight.
   const std::string in_flight =
       best_workers > 0 ? ", " + std::to_string(prefetch_batches) + " batches in flight" : "";
-  return DataLoaderArgsFor(best_workers, prefetch_batches, gpus,
-                           "the sweep's best count (" + std::string(measured) + in_flight +
-                               "), measured with " + measured_with);
+  const std::string on = subject.loader == LoaderKind::kNative
+                             ? "stoker's native pipeline (C++ worker threads) over "
+                             : "";
+  const std::string batch =
+      subject.batch_size > 0 ? ", batch " + std::to_string(subject.batch_size) : "";
+  LoaderArgs a = ArgsFor(subject.loader, best_workers, prefetch_batches, gpus,
+                         "the sweep's best count (" + std::string(measured) + in_flight +
+                             "), measured with " + LoaderKindName(subject.loader));
+  a.measured = true;
+  a.basis = "measured on " + on + subject.data + batch + ", by this sweep";
+  switch (subject.loader) {
+    case LoaderKind::kNative:
+      a.rules.push_back("in the CLI: stoker run --workers " + std::to_string(a.num_workers));
+      a.note =
+          "Not a count for a DataLoader over your own Dataset (Python in worker processes): "
+          "stoker.bench(dataset) measures torch.utils.data.DataLoader there, "
+          "stoker.bench(dataset, kind=\"stoker\") stoker.DataLoader.";
+      break;
+    case LoaderKind::kStokerDataLoader:
+      a.note =
+          "For stoker.DataLoader only: num_workers=\"auto\" (its default) tunes the count while "
+          "training runs; stoker.bench(dataset) measures torch.utils.data.DataLoader.";
+      break;
+    case LoaderKind::kTorchDataLoader:
+      a.note =
+          "For torch.utils.data.DataLoader only: stoker.bench(dataset, kind=\"stoker\") measures "
+          "stoker.DataLoader, whose count may differ.";
+      break;
+  }
+  return a;
 }
 
-std::string DataLoaderArgs::Line() const {
+std::string LoaderArgs::Line() const {
+  switch (loader) {
+    case LoaderKind::kNative:
+      return "stoker.Loader(workers=" + std::to_string(num_workers) +
+             ", pin_memory=" + (pin_memory ? "True" : "False") + ")";
+    case LoaderKind::kStokerDataLoader:
+      return "stoker.DataLoader(num_workers=" + std::to_string(num_workers) +
+             ", pin_memory=" + (pin_memory ? "True" : "False") + ")";
+    case LoaderKind::kTorchDataLoader:
+      break;
+  }
   std::string line = "DataLoader(num_workers=" + std::to_string(num_workers);
   if (num_workers > 0) line += ", prefetch_factor=" + std::to_string(prefetch_factor);
   line += std::string(", pin_memory=") + (pin_memory ? "True" : "False");
@@ -368,14 +446,28 @@ std::string DataLoaderArgs::Line() const {
   return line + ")";
 }
 
-nlohmann::json DataLoaderArgsToJson(const DataLoaderArgs& a) {
-  return {{"num_workers", a.num_workers},
-          {"prefetch_factor",
-           a.num_workers > 0 ? nlohmann::json(a.prefetch_factor) : nlohmann::json(nullptr)},
+std::string LoaderArgs::Text() const {
+  std::string text =
+      std::string("For ") + LoaderKindName(loader) + " (" + basis + "), paste:\n  " + Line() + "\n";
+  for (const std::string& rule : rules) text += "    " + rule + "\n";
+  if (!note.empty()) text += "  " + note + "\n";
+  return text;
+}
+
+nlohmann::json LoaderArgsToJson(const LoaderArgs& a) {
+  const bool torch = a.loader == LoaderKind::kTorchDataLoader;
+  return {{"loader", LoaderKindName(a.loader)},
+          {"measured", a.measured},
+          {"basis", a.basis},
+          {"num_workers", a.num_workers},
+          {"prefetch_factor", torch && a.num_workers > 0 ? nlohmann::json(a.prefetch_factor)
+                                                         : nlohmann::json(nullptr)},
           {"pin_memory", a.pin_memory},
-          {"persistent_workers", a.persistent_workers},
+          {"persistent_workers",
+           torch ? nlohmann::json(a.persistent_workers) : nlohmann::json(nullptr)},
           {"line", a.Line()},
-          {"rules", a.rules}};
+          {"rules", a.rules},
+          {"note", a.note}};
 }
 
 }  // namespace stoker

@@ -164,29 +164,69 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   hw::BuildPinnedHost(m);  // 4 CPUs: 3 workers by CPU
   MachineFacts facts = ProbeMachine(m.Options());
   using Kind = MachineFacts::StorageKind;
-  auto with_storage = [&](Kind kind, std::optional<bool> rotational) {
+  using Disk = MachineFacts::DiskKind;
+  auto with_storage = [&](Kind kind, Disk disk, std::optional<bool> rotational = std::nullopt) {
     MachineFacts f = facts;
     f.storage = MachineFacts::Storage{};
     f.storage->path = "/data";
     f.storage->fs_type = "fs";
     f.storage->kind = kind;
+    f.storage->disk = disk;
     f.storage->rotational = rotational;
     return Advise(f);
   };
-  Advice hdd = with_storage(Kind::kLocal, true);
+  Advice hdd = with_storage(Kind::kLocal, Disk::kHdd, true);
   EXPECT_EQ(hdd.workers, 2);
   EXPECT_EQ(hdd.prefetch_batches, DefaultPrefetch(2));  // 2
   EXPECT_TRUE(Rule(hdd, "storage").limited);
-  EXPECT_EQ(with_storage(Kind::kLocal, false).workers, 3);
-  EXPECT_EQ(with_storage(Kind::kLocal, std::nullopt).workers, 3);
-  EXPECT_EQ(with_storage(Kind::kMemory, std::nullopt).workers, 3);
+  EXPECT_TRUE(Has(Rule(hdd, "storage").outcome, "HDD: more than 2 concurrent readers"));
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kSsd, false).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kUnknown).workers, 3);
+  EXPECT_EQ(with_storage(Kind::kMemory, Disk::kUnknown).workers, 3);
+  // The rotational flag alone is no evidence of a spinning disk.
+  EXPECT_EQ(with_storage(Kind::kLocal, Disk::kUnknown, true).workers, 3);
+  Advice virtual_disk = with_storage(Kind::kLocal, Disk::kVirtual, true);
+  EXPECT_EQ(virtual_disk.workers, 3);
+  EXPECT_FALSE(Rule(virtual_disk, "storage").limited);
+  EXPECT_TRUE(Has(Rule(virtual_disk, "storage").outcome, "virtual disk"));
   // Latency-bound: 4 per core of the rank's 4 cores = 16 (within 8..64).
-  Advice nfs = with_storage(Kind::kNetwork, std::nullopt);
+  Advice nfs = with_storage(Kind::kNetwork, Disk::kUnknown);
   EXPECT_EQ(nfs.workers, 16);
   EXPECT_EQ(nfs.prefetch_batches, DefaultPrefetch(16));  // 6
   EXPECT_TRUE(Has(Rule(nfs, "storage").outcome, "latency-bound"));
-  EXPECT_EQ(with_storage(Kind::kFuse, std::nullopt).workers, 16);
+  EXPECT_EQ(with_storage(Kind::kFuse, Disk::kUnknown).workers, 16);
   EXPECT_TRUE(Has(Rule(Advise(facts), "storage").input, "no data path"));
+}
+
+// Issue 23: `stoker advise` on a VM fired the rotational-disk rule for a
+// virtio disk that reported rotational=1. Probed from sysfs, only a disk
+// with evidence of spinning (a hardware vendor) gets fewer readers.
+TEST(AdvisorTest, TheHddRuleFiresOnlyOnEvidence) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);  // 4 CPUs: 3 workers by CPU
+  hw::BuildDisks(m);
+  auto advise_on = [&](const std::string& mount) {
+    ProbeOptions o = m.Options();
+    o.data_path = mount + "/train";
+    return Advise(ProbeMachine(o));
+  };
+  for (const char* mount : {"/virtio", "/xen", "/vscsi", "/qemu", "/hyperv", "/bare", "/loop",
+                            "/lvm-vm", "/ssd", "/nvme"}) {
+    Advice a = advise_on(mount);
+    EXPECT_EQ(a.workers, 3) << mount;
+    EXPECT_FALSE(Rule(a, "storage").limited) << mount;
+    EXPECT_FALSE(Rule(a, "storage").outcome.starts_with("HDD:")) << mount;
+  }
+  const Advice on_vm = advise_on("/virtio");
+  const AdviceRule& vm = Rule(on_vm, "storage");
+  EXPECT_TRUE(Has(vm.input, "disk virtual (rotational flag unreliable) (vda: a virtio disk)"))
+      << vm.input;
+  for (const char* mount : {"/hdd", "/lvm-hdd"}) {
+    Advice a = advise_on(mount);
+    EXPECT_EQ(a.workers, 2) << mount;
+    EXPECT_TRUE(Rule(a, "storage").limited) << mount;
+    EXPECT_TRUE(Has(Rule(a, "storage").input, "disk HDD (rotational)")) << mount;
+  }
 }
 
 TEST(AdvisorTest, ProcessLimitCapsWorkers) {
@@ -235,36 +275,80 @@ TEST(AdvisorTest, JsonCarriesTheAdviceAndEveryRule) {
   EXPECT_TRUE(j["note"].is_string());
 }
 
-TEST(AdvisorTest, DataLoaderArgumentsSayTheAdviceInTorchsTerms) {
-  const DataLoaderArgs a = DataLoaderArgsFor(3, 7, /*gpus=*/1);
+TEST(AdvisorTest, TheAdvicesArgumentsSayNothingWasMeasured) {
+  const LoaderArgs a = LoaderArgsFromAdvice(LoaderKind::kTorchDataLoader, 3, 7, /*gpus=*/1);
   EXPECT_EQ(a.Line(),
             "DataLoader(num_workers=3, prefetch_factor=3, pin_memory=True, "
             "persistent_workers=True)");  // 7 batches over 3 workers, rounded up
   EXPECT_EQ(a.rules.size(), 4u);
-  const DataLoaderArgs none = DataLoaderArgsFor(0, 2, 0);
+  EXPECT_FALSE(a.measured);
+  EXPECT_TRUE(a.Text().starts_with(
+      "For torch.utils.data.DataLoader (not measured, from the advisor's rules on this "
+      "machine's facts), paste:\n  DataLoader(num_workers=3, "))
+      << a.Text();
+  EXPECT_TRUE(Has(a.note, "stoker.bench(dataset) measures torch.utils.data.DataLoader"));
+  const LoaderArgs none = LoaderArgsFromAdvice(LoaderKind::kTorchDataLoader, 0, 2, 0);
   EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
-  const auto j = DataLoaderArgsToJson(none);
+  const auto j = LoaderArgsToJson(none);
+  EXPECT_EQ(j["loader"], "torch.utils.data.DataLoader");
+  EXPECT_EQ(j["measured"], false);
   EXPECT_TRUE(j["prefetch_factor"].is_null());
   EXPECT_FALSE(j["persistent_workers"].get<bool>());
+  for (const char* key : {"basis", "line", "rules", "note", "num_workers", "pin_memory"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
 }
 
-TEST(AdvisorTest, DataLoaderArgumentsFromASweepNameTheMeasurement) {
+// Issue 23: `stoker bench` pasted a torch DataLoader line measured on
+// stoker's native pipeline. A sweep answers for the loader it measured, and
+// names it and the data.
+TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
   // Best at 6 workers, which ran with DefaultPrefetch(6) = 3 batches in flight.
-  const DataLoaderArgs a =
-      DataLoaderArgsFromSweep(6, 812.5, 0.004, DefaultPrefetch(6), 0, "stoker's worker threads");
-  EXPECT_EQ(a.Line(),
-            "DataLoader(num_workers=6, prefetch_factor=1, pin_memory=False, "
-            "persistent_workers=True)");
+  const SweepSubject native{LoaderKind::kNative, "images in /data (2000), train 224", 64};
+  const LoaderArgs a = LoaderArgsFromSweep(native, 6, 812.5, 0.004, DefaultPrefetch(6), 0);
+  EXPECT_TRUE(a.measured);
+  EXPECT_EQ(a.Line(), "stoker.Loader(workers=6, pin_memory=False)");
+  EXPECT_EQ(a.basis,
+            "measured on stoker's native pipeline (C++ worker threads) over images in /data "
+            "(2000), train 224, batch 64, by this sweep");
   ASSERT_EQ(a.rules.size(), 4u);
   EXPECT_EQ(a.rules[0],
-            "num_workers=6: the sweep's best count (812.5 samples/s, stall 0.4 %, 3 batches in "
-            "flight), measured with stoker's worker threads");
+            "workers=6: the sweep's best count (812.5 samples/s, stall 0.4 %, 3 batches in "
+            "flight), measured with stoker.Loader");
+  EXPECT_EQ(a.rules[3], "in the CLI: stoker run --workers 6");
+  EXPECT_TRUE(a.Text().starts_with("For stoker.Loader (measured on stoker's native pipeline"));
+  EXPECT_FALSE(Has(a.Text(), "DataLoader(num_workers")) << a.Text();
+  EXPECT_TRUE(Has(a.note, "Not a count for a DataLoader over your own Dataset")) << a.note;
+  const auto j = LoaderArgsToJson(a);
+  EXPECT_EQ(j["loader"], "stoker.Loader");
+  EXPECT_TRUE(j["prefetch_factor"].is_null());
+  EXPECT_TRUE(j["persistent_workers"].is_null());
+
+  const SweepSubject torch{LoaderKind::kTorchDataLoader, "Squares (48 samples)", 4};
+  const LoaderArgs t = LoaderArgsFromSweep(torch, 2, 90, 0.5, 4, 0);
+  EXPECT_EQ(t.Line(),
+            "DataLoader(num_workers=2, prefetch_factor=2, pin_memory=False, "
+            "persistent_workers=True)");
+  EXPECT_TRUE(
+      t.Text().starts_with("For torch.utils.data.DataLoader (measured on Squares (48 "
+                           "samples), batch 4, by this sweep), paste:\n"))
+      << t.Text();
+  EXPECT_EQ(t.rules[0],
+            "num_workers=2: the sweep's best count (90.0 samples/s, stall 50.0 %, 4 batches in "
+            "flight), measured with torch.utils.data.DataLoader");
+
+  const SweepSubject stoker_dl{LoaderKind::kStokerDataLoader, "Squares (48 samples)", 4};
+  const LoaderArgs sd = LoaderArgsFromSweep(stoker_dl, 3, 120, 0.1, DefaultPrefetch(3), 0);
+  EXPECT_EQ(sd.Line(), "stoker.DataLoader(num_workers=3, pin_memory=False)");
+  EXPECT_TRUE(sd.Text().starts_with("For stoker.DataLoader (measured on Squares"));
+  EXPECT_TRUE(Has(sd.note, "num_workers=\"auto\"")) << sd.note;
+
   // Best without workers: no prefetch_factor (torch refuses it at 0).
-  const DataLoaderArgs none = DataLoaderArgsFromSweep(0, 90, 0.5, DefaultPrefetch(0), 0, "x");
+  const LoaderArgs none = LoaderArgsFromSweep(torch, 0, 90, 0.5, DefaultPrefetch(0), 0);
   EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
-  EXPECT_EQ(
-      none.rules[0],
-      "num_workers=0: the sweep's best count (90.0 samples/s, stall 50.0 %), measured with x");
+  EXPECT_EQ(none.rules[0],
+            "num_workers=0: the sweep's best count (90.0 samples/s, stall 50.0 %), measured "
+            "with torch.utils.data.DataLoader");
 }
 
 }  // namespace

@@ -83,8 +83,11 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
   options.workers = advice.workers;
   options.prefetch_batches = advice.prefetch_batches;
   options.prefetch_bytes = std::max<size_t>(advice.prefetch_bytes, 1);
-  std::unique_ptr<Controller> tuner =
-      MakeTuner(options.tuner, advice, facts, *BatchBytes(options), std::move(trace_writer));
+  // The tuner's unit: a sample of a Source, or a kind's item (a whole user
+  // batch for stoker.DataLoader's kinds), so that its reasons say which.
+  std::string item = options.kind != nullptr ? options.kind->item_name() : "sample";
+  std::unique_ptr<Controller> tuner = MakeTuner(options.tuner, advice, facts, *BatchBytes(options),
+                                                std::move(item), std::move(trace_writer));
   return MakeEngineLoader(std::move(options), budget, std::move(tuner));
 }
 

@@ -76,14 +76,15 @@ int StoreModel::Knee() const {
   return std::max(1, static_cast<int>(std::ceil(slots() * per_slot * headroom_ - 0.05)));
 }
 
-std::string StoreModel::Describe() const {
+std::string StoreModel::Describe(const std::string& item) const {
   const Point& least = Least();
   const Point& queued = Queued();
   char buf[200];
   std::snprintf(buf, sizeof buf,
-                "the store serves ~%.1f reads at once (reads wait %.1f ms per sample at %d "
+                "the store serves ~%.1f reads at once (reads wait %.1f ms per %s at %d "
                 "workers, %.1f ms at %d)",
-                slots(), queued.wait_s * 1e3, queued.workers, least.wait_s * 1e3, least.workers);
+                slots(), queued.wait_s * 1e3, item.c_str(), queued.workers, least.wait_s * 1e3,
+                least.workers);
   return buf;
 }
 

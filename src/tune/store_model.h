@@ -48,8 +48,9 @@ class StoreModel {
   /// rest_s of every sample elsewhere, with headroom. REQUIRES: Saturated().
   int Knee() const;
   /// For decision reasons: "the store serves ~8.0 reads at once (reads wait
-  /// 319.5 ms per sample at 128 workers, 20.1 ms at 2)". REQUIRES: Saturated().
-  std::string Describe() const;
+  /// 319.5 ms per sample at 128 workers, 20.1 ms at 2)", `item` naming what
+  /// a point's times are per (the tuner's unit). REQUIRES: Saturated().
+  std::string Describe(const std::string& item = "sample") const;
 
  private:
   const Point& Least() const;   // the point with the least wait

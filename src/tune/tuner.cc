@@ -66,6 +66,7 @@ nlohmann::json TunerDecisionToJson(const TunerDecision& d) {
           {"prefetch_before", d.prefetch_before},
           {"prefetch_after", d.prefetch_after},
           {"reason", d.reason},
+          {"unit", d.unit},
           {"samples_per_s", d.samples_per_s},
           {"stall_fraction", d.stall_fraction},
           {"cpu_per_sample_ms", d.cpu_per_sample_ms},
@@ -87,10 +88,10 @@ namespace {
 class Tuner final : public Controller {
  public:
   Tuner(TunerOptions options, const Advice& advice, double cpu_budget, NodeShare node,
-        size_t batch_bytes, std::unique_ptr<TraceWriter> trace_writer,
+        size_t batch_bytes, std::string item, std::unique_ptr<TraceWriter> trace_writer,
         std::unique_ptr<GpuSampler> gpus)
       : options_(std::move(options)),
-        core_(advice.workers, advice.prefetch_batches),
+        core_(advice.workers, advice.prefetch_batches, TunerParams{}, std::move(item)),
         node_(std::move(node)),
         start_(std::chrono::steady_clock::now()),
         trace_writer_(std::move(trace_writer)),
@@ -108,6 +109,7 @@ class Tuner final : public Controller {
     view_.memory_budget_bytes = budgets_.memory_bytes;
     view_.max_workers = budgets_.max_workers;
     view_.phase = core_.phase();
+    view_.unit = core_.item();
     view_.node = node_.view();
   }
 
@@ -268,6 +270,7 @@ class Tuner final : public Controller {
     d.prefetch_before = d.prefetch_after = core_.prefetch();
     d.remote_before = remote;
     d.remote_after = after;
+    d.unit = core_.item();
     d.reason = std::move(reason);
     d.samples_per_s = core_.samples_per_s();
     d.stall_fraction = StallFraction(o.wait_s, o.window_s);
@@ -340,14 +343,15 @@ class Tuner final : public Controller {
 
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      std::unique_ptr<TraceWriter> trace_writer) {
+                                      std::string item, std::unique_ptr<TraceWriter> trace_writer) {
   // NVML only where the probe saw a GPU through it (loading it costs time).
   std::unique_ptr<GpuSampler> gpus;
   if (!facts.gpus.empty()) {
     if (auto opened = GpuSampler::Open(); opened.ok()) gpus = std::move(*opened);
   }
   return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), MakeNodeShare(facts),
-                                 batch_bytes, std::move(trace_writer), std::move(gpus));
+                                 batch_bytes, std::move(item), std::move(trace_writer),
+                                 std::move(gpus));
 }
 
 }  // namespace stoker

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "engine/controller.h"
 #include "stoker/advisor.h"
@@ -16,11 +17,12 @@ namespace stoker {
 /// and applies its decisions. It starts from `advice` (the worker count and
 /// prefetch bound the loader was made with, and the memory budget unless
 /// options.memory_budget_bytes sets one) and the CPU budget in `facts`;
-/// `batch_bytes` is one batch buffer. Decisions go to `trace_writer` too when
-/// it is not null. Tick runs on the consumer's thread; View and Trace are
-/// safe from any thread.
+/// `batch_bytes` is one batch buffer; `item` names the engine's item in its
+/// reasons and figures ("sample", or a kind's WorkerKind::item_name()).
+/// Decisions go to `trace_writer` too when it is not null. Tick runs on the
+/// consumer's thread; View and Trace are safe from any thread.
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      std::unique_ptr<TraceWriter> trace_writer);
+                                      std::string item, std::unique_ptr<TraceWriter> trace_writer);
 
 }  // namespace stoker

@@ -18,13 +18,39 @@ double RelChange(double now, double before) {
   return std::abs(now - before) / before;
 }
 
+std::string Plural(const std::string& noun) {
+  return noun + (noun.ends_with("ch") || noun.ends_with("s") ? "es" : "s");
+}
+
+void ReplaceAll(std::string& text, std::string_view token, const std::string& with) {
+  for (size_t at = text.find(token); at != std::string::npos;
+       at = text.find(token, at + with.size())) {
+    text.replace(at, token.size(), with);
+  }
+}
+
 }  // namespace
 
-TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams params)
+TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams params,
+                     std::string item)
     : params_(params),
+      item_(std::move(item)),
+      items_(Plural(item_)),
       workers_(std::max(1, initial_workers)),
       prefetch_(std::max(1, initial_prefetch)),
       store_(params.store_queued, params.store_headroom, 5 * params.gain) {}
+
+std::string TunerCore::Words(const char* fmt) const {
+  std::string text = fmt;
+  ReplaceAll(text, "{items}", items_);
+  ReplaceAll(text, "{item}", item_);
+  return text;
+}
+
+std::string TunerCore::Say(const char* fmt, double a, double b, double c, double d,
+                           double e) const {
+  return Fmt(Words(fmt).c_str(), a, b, c, d, e);
+}
 
 const char* TunerCore::phase() const {
   switch (phase_) {
@@ -181,6 +207,7 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.workers_after = workers;
   d.prefetch_after = prefetch;
   d.reason = std::move(reason);
+  d.unit = item_;
   d.samples_per_s = p.rate();
   d.stall_fraction = p.stall();
   d.cpu_per_sample_ms = p.cpu_per_sample() * 1e3;
@@ -260,7 +287,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     reference_.reset();
     return SetByModel(p, b,
                       "CPU-bound over the budget (%.2f ms wall, %.2f ms of it queued for a CPU, "
-                      "%.2f ms CPU per sample, %s): model says %d workers",
+                      "%.2f ms CPU per {item}, %s): model says %d workers",
                       t);
   }
   switch (phase_) {
@@ -335,7 +362,7 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   // show the wait (StepUp); with idle CPUs, time off the CPU is a wait.
   return SetByModel(p, b,
                     "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
-                    "sample, %s -> %d workers",
+                    "{item}, %s -> %d workers",
                     t_s, p.contended ? CpuBoundCap(b) : kMaxWorkers);
 }
 
@@ -434,7 +461,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   reference_ = p;
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
-                    "CPU per sample, %s): model says %d workers",
+                    "CPU per {item}, %s): model says %d workers",
                     t_s);
 }
 
@@ -443,9 +470,9 @@ std::optional<TunerDecision> TunerCore::SetByModel(const Pooled& p, const Budget
   const int m = std::min(Model(p, b), most);
   const std::string demand = std::isinf(p.demand())
                                  ? std::string("no measurable demand: as fast as the budget allows")
-                                 : Fmt("demand %.0f/s", p.demand());
+                                 : Say("demand %.0f {items}/s", p.demand());
   char reason[512];
-  std::snprintf(reason, sizeof reason, reason_fmt, p.wall_per_sample() * 1e3,
+  std::snprintf(reason, sizeof reason, Words(reason_fmt).c_str(), p.wall_per_sample() * 1e3,
                 p.queue_per_sample() * 1e3, p.cpu_per_sample() * 1e3, demand.c_str(), m);
   std::string why = reason;
   if (Model(p, b) > m)
@@ -482,10 +509,10 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
       workers_ >= (contended_ ? cap : static_cast<int>(std::ceil(b.cpu_cores - 0.05)))) {
     return KneeHere(
         b, p,
-        Fmt(contended_ ? "knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
-                         "sample), the %.1f-core budget + %.0f, other processes on our CPUs"
+        Say(contended_ ? "knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
+                         "{item}), the %.1f-core budget + %.0f, other processes on our CPUs"
                        : "knee at %.0f workers: CPU-bound (%.2f ms wall, %.2f ms CPU per "
-                         "sample) and filling the %.1f-core budget",
+                         "{item}) and filling the %.1f-core budget",
             workers_, p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3, b.cpu_cores,
             params_.over_budget),
         t_s);
@@ -502,7 +529,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   trial_rate_before_ = p.produced_rate();
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
-             Fmt("consumer waited %.1f %% of the time at %.0f samples/s: trying %.0f workers",
+             Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",
                  p.stall() * 100, p.rate(), target),
              t_s);
 }
@@ -558,13 +585,13 @@ std::optional<TunerDecision> TunerCore::StoreKnee(const Pooled& p, const Budgets
     phase_ = Phase::kTrialDown;
     store_trial_ = true;
     return Set(target, b, p,
-               store_.Describe() + Fmt(": trying %.0f workers (%.0f samples/s at %.0f)", target,
-                                       p.produced_rate(), workers_),
+               store_.Describe(item_) + Say(": trying %.0f workers (%.0f {items}/s at %.0f)",
+                                            target, p.produced_rate(), workers_),
                t_s);
   }
   if (knee_ && *knee_ == workers_) return std::nullopt;  // held here already
   store_knee_ = workers_;
-  return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(), t_s);
+  return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(item_), t_s);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const Budgets& b,

@@ -88,9 +88,16 @@ struct Budgets {
 /// when it is the first verdict after a change, or when repeat_s has passed
 /// since the last one returned: a steady state is not logged over and over.
 /// docs/tuner.md has the figures behind the parameters.
+///
+/// Its unit is the engine's item: a sample for a loader over a Source, a
+/// whole user batch for stoker.DataLoader's worker kinds. `item` names it
+/// ("sample", "batch", or "item" for a kind that does not say): decision
+/// reasons say "ms CPU per batch", "40 batches/s" where the items are
+/// batches, and TunerDecision::unit carries the word.
 class TunerCore {
  public:
-  explicit TunerCore(int initial_workers, int initial_prefetch, TunerParams params = {});
+  explicit TunerCore(int initial_workers, int initial_prefetch, TunerParams params = {},
+                     std::string item = "sample");
 
   /// Feeds one window; returns a decision when workers or prefetch change,
   /// and a verdict that changes nothing when it is the first since a change
@@ -106,6 +113,8 @@ class TunerCore {
   double samples_per_s() const { return last_rate_; }
   double stall_fraction() const { return last_stall_; }
   int cpu_cap() const { return last_cpu_cap_; }
+  /// The engine's item, as the reasons name it.
+  const std::string& item() const { return item_; }
 
  private:
   enum class Phase { kStart, kRefine, kTrialUp, kTrialDown };
@@ -212,8 +221,15 @@ class TunerCore {
                                         double t_s);
   std::optional<TunerDecision> Set(int workers, const Budgets& b, const Pooled& p,
                                    std::string reason, double t_s);
+  // A reason: `fmt` (printf, doubles only) with "{item}" and "{items}"
+  // standing for the engine's item ("sample", "batch") and its plural.
+  std::string Say(const char* fmt, double a, double b = 0, double c = 0, double d = 0,
+                  double e = 0) const;
+  std::string Words(const char* fmt) const;
 
   const TunerParams params_;
+  const std::string item_;   // the engine's item: "sample", "batch", "item"
+  const std::string items_;  // its plural
   Phase phase_ = Phase::kStart;
   int workers_;
   int prefetch_;

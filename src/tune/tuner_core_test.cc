@@ -177,6 +177,33 @@ SimWorkload EightSlotStore() {
   return w;
 }
 
+// stoker.DataLoader's items are whole user batches: its reasons and
+// figures say "batch", never "sample" (issue 23). Without a word, "sample".
+TEST(TunerCoreTest, ReasonsNameTheEnginesItem) {
+  auto reasons_with = [](const char* item, SimWorkload w, int initial) {
+    TunerCore core = item != nullptr ? TunerCore(initial, 4, {}, item) : TunerCore(initial, 4);
+    return Drive(core, w, TwoCores(), 200).decisions;
+  };
+  SimWorkload slow_consumer;  // demand-bound: the reasons give the demand
+  slow_consumer.demand = 150;
+  for (const SimWorkload& w : {SimWorkload{}, slow_consumer, EightSlotStore()}) {
+    const auto batches = reasons_with("batch", w, 1);
+    ASSERT_FALSE(batches.empty());
+    bool per_batch = false;
+    for (const TunerDecision& d : batches) {
+      EXPECT_EQ(d.unit, "batch");
+      EXPECT_EQ(d.reason.find("sample"), std::string::npos) << d.reason;
+      per_batch = per_batch || d.reason.find("per batch") != std::string::npos ||
+                  d.reason.find("batches/s") != std::string::npos;
+    }
+    EXPECT_TRUE(per_batch) << batches.front().reason;
+    for (const TunerDecision& d : reasons_with(nullptr, w, 1)) {
+      EXPECT_EQ(d.unit, "sample");
+      EXPECT_EQ(d.reason.find("batch"), std::string::npos) << d.reason;
+    }
+  }
+}
+
 TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
   // More workers than the knee only queue at the store. The model's first
   // jump sizes the pool as if reads were served in parallel (128); the

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <vector>
 
 #include "hw/sys_file.h"
 
@@ -159,6 +160,80 @@ void BuildGarbage(FakeMachine& m) {
   m.env["LOCAL_RANK"] = "1";
   m.env["LOCAL_WORLD_SIZE"] = "-2";
   m.shm = std::nullopt;
+}
+
+namespace {
+
+// A disk at `folder` (under sys/devices) numbered `major`, with partitions
+// 1 and 2 linked from /sys/dev/block, its rotational flag, and, when
+// `vendor` is set, the SCSI device that names its vendor and model, as
+// block/<disk>/device links to it.
+void AddDisk(FakeMachine& m, const std::string& folder, int major, const std::string& rotational,
+             const std::string& vendor = "", const std::string& model = "") {
+  const std::string disk = "sys/devices/" + folder;
+  const std::string name = folder.substr(folder.rfind('/') + 1);
+  m.Write(disk + "/queue/rotational", rotational + "\n");
+  for (int part : {1, 2}) {
+    const std::string partition =
+        name + (name.starts_with("nvme") ? "p" : "") + std::to_string(part);
+    m.Write(disk + "/" + partition + "/partition", std::to_string(part) + "\n");
+    // /sys/dev/block/<major:minor> -> ../../devices/<folder>/<partition>
+    m.Link("sys/dev/block/" + std::to_string(major) + ":" + std::to_string(part),
+           "../../devices/" + folder + "/" + partition);
+  }
+  if (!vendor.empty()) {
+    // block/<disk>/device -> ../../../H:C:T:L, the SCSI device's folder.
+    const std::string scsi = folder.substr(0, folder.rfind("/block/"));
+    m.Write("sys/devices/" + scsi + "/vendor", vendor + "\n");
+    m.Write("sys/devices/" + scsi + "/model", model + "\n");
+    m.Link(disk + "/device", "../../../" + scsi.substr(scsi.rfind('/') + 1));
+  }
+}
+
+// A virtual block device (loop, device-mapper) numbered major:0 over
+// `slaves` (sys/devices-relative partition folders).
+void AddVirtualBlock(FakeMachine& m, const std::string& name, int major,
+                     const std::vector<std::string>& slaves) {
+  const std::string dev = "sys/devices/virtual/block/" + name;
+  m.Write(dev + "/queue/rotational", "1\n");
+  for (const std::string& slave : slaves) {
+    const std::string part = slave.substr(slave.rfind('/') + 1);
+    m.Link(dev + "/slaves/" + part, "../../../../" + slave);
+  }
+  m.Link("sys/dev/block/" + std::to_string(major) + ":0", "../../devices/virtual/block/" + name);
+}
+
+}  // namespace
+
+void BuildDisks(FakeMachine& m) {
+  const std::string ata = "pci0000:00/0000:00:1f.2/ata";
+  AddDisk(m, "pci0000:00/0000:00:05.0/virtio2/block/vda", 252, "1");
+  AddDisk(m, "vbd-51712/block/xvda", 202, "1");
+  AddDisk(m, "pci0000:00/0000:00:04.0/virtio1/host0/target0:0:0/0:0:0:0/block/sda", 8, "1",
+          "QEMU    ", "QEMU HARDDISK");
+  AddDisk(m, ata + "1/host1/target1:0:0/1:0:0:0/block/sdb", 9, "1", "ATA     ", "WDC WD40EFRX-68N");
+  AddDisk(m, ata + "2/host2/target2:0:0/2:0:0:0/block/sdc", 10, "1", "QEMU    ", "QEMU HARDDISK");
+  AddDisk(m, ata + "3/host3/target3:0:0/3:0:0:0/block/sdd", 11, "1", "Msft    ", "Virtual Disk");
+  AddDisk(m, ata + "4/host4/target4:0:0/4:0:0:0/block/sde", 12, "1");
+  AddDisk(m, ata + "5/host5/target5:0:0/5:0:0:0/block/sdf", 13, "0", "ATA     ", "Samsung SSD 870");
+  AddDisk(m, "pci0000:00/0000:00:1d.0/nvme/nvme0/nvme0n1", 259, "0");
+  AddVirtualBlock(m, "loop0", 7, {});
+  AddVirtualBlock(m, "dm-0", 253, {"pci0000:00/0000:00:05.0/virtio2/block/vda/vda2"});
+  AddVirtualBlock(m, "dm-1", 254, {ata + "1/host1/target1:0:0/1:0:0:0/block/sdb/sdb2"});
+  m.Write("proc/self/mountinfo",
+          "22 1 0:30 / / rw - overlay overlay rw\n"
+          "30 22 252:1 / /virtio rw - ext4 /dev/vda1 rw\n"
+          "31 22 202:1 / /xen rw - ext4 /dev/xvda1 rw\n"
+          "32 22 8:1 / /vscsi rw - ext4 /dev/sda1 rw\n"
+          "33 22 9:1 / /hdd rw - ext4 /dev/sdb1 rw\n"
+          "34 22 10:1 / /qemu rw - ext4 /dev/sdc1 rw\n"
+          "35 22 11:1 / /hyperv rw - ext4 /dev/sdd1 rw\n"
+          "36 22 12:1 / /bare rw - ext4 /dev/sde1 rw\n"
+          "37 22 13:1 / /ssd rw - ext4 /dev/sdf1 rw\n"
+          "38 22 259:1 / /nvme rw - xfs /dev/nvme0n1p1 rw\n"
+          "39 22 7:0 / /loop rw - ext4 /dev/loop0 rw\n"
+          "40 22 253:0 / /lvm-vm rw - xfs /dev/mapper/vg-data rw\n"
+          "41 22 254:0 / /lvm-hdd rw - xfs /dev/mapper/vg-hdd rw\n");
 }
 
 }  // namespace stoker::hw

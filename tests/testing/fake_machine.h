@@ -65,4 +65,20 @@ void BuildPinnedHost(FakeMachine& m);
 /// Every file present, every one holding garbage.
 void BuildGarbage(FakeMachine& m);
 
+/// Block devices laid out in /sys as the kernel lays them out, each holding
+/// one mount (/proc/self/mountinfo) named after what it is:
+///   /virtio   vda1: virtio-blk under a PCI virtio device, rotational 1
+///   /xen      xvda1: Xen's vbd, rotational 1
+///   /vscsi    sda1: virtio-scsi (QEMU's), rotational 1
+///   /hdd      sdb1: SATA, vendor "ATA", model "WDC WD40EFRX-68N", rotational 1
+///   /qemu     sdc1: SATA emulated by QEMU (vendor "QEMU", "QEMU HARDDISK"), rotational 1
+///   /hyperv   sdd1: vendor "Msft", model "Virtual Disk", rotational 1
+///   /bare     sde1: rotational 1, no vendor or model in sysfs
+///   /ssd      sdf1: SATA, vendor "ATA", model "Samsung SSD 870", rotational 0
+///   /nvme     nvme0n1p1: rotational 0
+///   /loop     loop0: rotational 1 (a file's image)
+///   /lvm-vm   dm-0: device-mapper over vda2
+///   /lvm-hdd  dm-1: device-mapper over sdb2
+void BuildDisks(FakeMachine& m);
+
 }  // namespace stoker::hw

@@ -32,21 +32,31 @@ int RunAdvise(const AdviseCommandOptions& o) {
   if (o.sample_bytes > 0) inputs.sample_bytes = static_cast<size_t>(o.sample_bytes);
   inputs.workers_kind = o.workers_kind;
   Advice advice = Advise(facts, inputs);
+  const bool processes = o.workers_kind == WorkersKind::kProcesses;
+  // Who the advice is for: thread workers are stoker's native pipeline's.
+  const std::string advised_for =
+      processes
+          ? "worker processes (torch.utils.data.DataLoader, stoker.DataLoader)"
+          : std::string(LoaderKindName(LoaderKind::kNative)) + " and stoker run (worker threads)";
   // torch's DataLoader runs processes, whatever kind the advice above is for.
   AdviseInputs for_torch = inputs;
   for_torch.workers_kind = WorkersKind::kProcesses;
   const Advice torch_advice = Advise(facts, for_torch);
-  const DataLoaderArgs torch_args = DataLoaderArgsFor(
-      torch_advice.workers, torch_advice.prefetch_batches, static_cast<int>(facts.gpus.size()));
+  const LoaderArgs torch_args =
+      LoaderArgsFromAdvice(LoaderKind::kTorchDataLoader, torch_advice.workers,
+                           torch_advice.prefetch_batches, static_cast<int>(facts.gpus.size()));
   if (o.json) {
     nlohmann::json j = AdviceToJson(advice, inputs);
-    j["dataloader"] = DataLoaderArgsToJson(torch_args);
+    j["for"] = advised_for;
+    j["basis"] = torch_args.basis;
+    j["dataloader"] = LoaderArgsToJson(torch_args);
     j["facts"] = FactsToJson(facts);
     PrintJson(j);
     return 0;
   }
-  std::cout << "stoker advise: start with " << advice.workers << " worker "
-            << (o.workers_kind == WorkersKind::kProcesses ? "process" : "thread")
+  std::cout << "stoker advise: " << torch_args.basis << ".\n"
+            << "For " << advised_for << ": start with " << advice.workers
+            << (processes ? " worker process" : " worker thread")
             << (advice.workers == 1 ? "" : "s") << " and " << advice.prefetch_batches
             << " batches of prefetch (" << FormatBytes(advice.prefetch_bytes)
             << "), within a memory budget of " << FormatBytes(advice.memory_budget_bytes)
@@ -59,9 +69,7 @@ int RunAdvise(const AdviseCommandOptions& o) {
               << pad << (r.limited ? "=> " : "-> ") << r.outcome << "\n";
   }
   std::cout << "\n(=> marks a rule that lowered the advice.)\n" << advice.note << "\n";
-  std::cout << "\nFor torch.utils.data.DataLoader (worker processes), paste:\n  "
-            << torch_args.Line() << "\n";
-  for (const std::string& rule : torch_args.rules) std::cout << "    " << rule << "\n";
+  std::cout << "\n" << torch_args.Text();
   if (!facts.notes.empty()) {
     std::cout << "\nunreadable facts (treated as unknown):\n";
     for (const std::string& note : facts.notes) std::cout << "  " << note << "\n";

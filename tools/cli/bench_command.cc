@@ -84,9 +84,11 @@ int RunBench(const BenchFlags& f) {
     if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
   }
   const int signal = r->interrupted ? signals.received() : 0;
-  // The paste-able line for torch: the best static count and the prefetch it
-  // ran with (what kept the consumer fed), not the tuned run's end state.
-  std::optional<DataLoaderArgs> torch_args;
+  // The answer for the loader measured, stoker's native pipeline, and no
+  // other: the best static count and the prefetch it ran with (what kept the
+  // consumer fed), not the tuned run's end state. A count for a DataLoader
+  // over the user's own Dataset takes a sweep of that (stoker.bench).
+  std::optional<LoaderArgs> answer;
   if (!r->sweep.empty()) {
     ProbeOptions probe;
     probe.skip_gpus = f.no_gpus;
@@ -96,22 +98,19 @@ int RunBench(const BenchFlags& f) {
     for (const SweepPoint& p : r->sweep) {
       if (p.workers == best.workers) best = p;
     }
-    torch_args = DataLoaderArgsFromSweep(best.workers, best.samples_per_s, best.stall_fraction,
-                                         DefaultPrefetch(best.workers), gpus,
-                                         "stoker's worker threads on this pipeline");
+    const SweepSubject subject{LoaderKind::kNative, p->description, f.pipeline.batch_size};
+    answer = LoaderArgsFromSweep(subject, best.workers, best.samples_per_s, best.stall_fraction,
+                                 DefaultPrefetch(best.workers), gpus);
   }
   if (f.json) {
     nlohmann::json j = SweepToJson(*r);
-    j["dataloader"] = torch_args ? DataLoaderArgsToJson(*torch_args) : nlohmann::json();
+    j["recommendation"] = answer ? LoaderArgsToJson(*answer) : nlohmann::json();
     j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
     PrintJson(j);
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
     if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
-    if (torch_args) {
-      std::cout << "\nFor torch.utils.data.DataLoader, paste:\n  " << torch_args->Line() << "\n";
-      for (const std::string& rule : torch_args->rules) std::cout << "    " << rule << "\n";
-    }
+    if (answer) std::cout << "\n" << answer->Text();
   }
   if (signal == 0) return 0;
   if (!f.json) std::cout << "interrupted by " << SignalName(signal) << "\n";

@@ -69,7 +69,10 @@ std::vector<Row> FactRows(const MachineFacts& f) {
          Or(s.mount_point, "unknown") + " (" + Or(s.source, "?") + ", " + Or(s.device, "?") + ")"});
     rows.push_back({"", "file system", Or(s.fs_type, "unknown")});
     rows.push_back({"", "kind", StorageKindName(s.kind)});
-    rows.push_back({"", "rotational", YesNo(s.rotational)});
+    rows.push_back({"", "disk",
+                    std::string(DiskKindLabel(s.disk)) +
+                        (s.disk_evidence.empty() ? "" : ": " + s.disk_evidence)});
+    rows.push_back({"", "rotational flag", YesNo(s.rotational)});
   }
   if (f.gpus.empty()) rows.push_back({"gpus", "", "none found"});
   for (const MachineFacts::Gpu& g : f.gpus) {

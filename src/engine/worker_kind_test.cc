@@ -53,6 +53,19 @@ class FakeKind : public WorkerKind {
     if (words[1] != 0) recycled.fetch_add(1);  // written outputs only
   }
 
+  // Remote slots: what the kind offers and was last told, and items marked
+  // as made remotely (odd items, as if a remote slot made them).
+  int remote_capacity() const override { return remote_offered.load(); }
+  void Resized(int workers, int remote) const override {
+    last_workers.store(workers);
+    last_remote.store(remote);
+    if (remote > workers) split_wrong.store(true);
+  }
+  std::atomic<int> remote_offered{0};
+  std::atomic<bool> mark_remote{false};
+  mutable std::atomic<int> last_workers{-1}, last_remote{-1};
+  mutable std::atomic<bool> split_wrong{false};
+
   mutable std::atomic<int> workers_made{0};
   mutable std::atomic<int> consumer_workers{0};
   mutable std::atomic<int> recycled{0};
@@ -79,6 +92,7 @@ class FakeKind : public WorkerKind {
       std::memcpy(out.data(), words, sizeof words);
       outcome->label = item;
       outcome->samples = kept;
+      outcome->remote = kind_.mark_remote.load() && item % 2 == 1;
       grown_ += static_cast<size_t>(kind_.grow_bytes.load());
       cpu_ns_ += 1'000'000;
       return Status::Ok();
@@ -146,6 +160,52 @@ TEST(WorkerKindTest, EveryItemOnceInOrderAtAnyWorkerCount) {
     EXPECT_EQ(loader->Metrics().user_samples_delivered, 25 * FakeKind::kPer);
     EXPECT_EQ(kind->consumer_workers.load(), 1);  // Next()'s own, made with the loader
   }
+}
+
+TEST(WorkerKindTest, EveryItemOnceWhileWorkersAndRemoteSlotsComeAndGo) {
+  auto kind = std::make_shared<FakeKind>(60, std::set<int64_t>{});
+  kind->remote_offered = 4;
+  kind->mark_remote = true;
+  auto loader = MakeUntunedLoader(KindOptions(kind, 1));
+  ASSERT_NE(loader, nullptr);
+  EXPECT_EQ(loader->Metrics().remote_capacity, 4);
+  uint64_t state = 12345;
+  auto next = [&](int n) {  // a fixed pseudo-random schedule
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((state >> 33) % static_cast<uint64_t>(n));
+  };
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int64_t> items;
+    while (true) {
+      if (next(3) == 0) ASSERT_TRUE(loader->Resize(1 + next(3)).ok());
+      if (next(3) == 0) ASSERT_TRUE(loader->SetRemote(next(5)).ok());
+      auto r = loader->Next();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (!r->has_value()) break;
+      int64_t words[2];
+      std::memcpy(words, (*r)->data().data(), sizeof words);
+      items.push_back(words[0]);
+    }
+    ASSERT_EQ(items.size(), 60u) << "epoch " << epoch;
+    for (int64_t i = 0; i < 60; ++i) EXPECT_EQ(items[static_cast<size_t>(i)], i);
+  }
+  // The kind always learned a split it can keep, and the engine counts the
+  // remote items apart from its local workers' (the tuner's local figures).
+  EXPECT_FALSE(kind->split_wrong.load());
+  ASSERT_TRUE(loader->SetRemote(2).ok());
+  ASSERT_TRUE(loader->Resize(1).ok());
+  EXPECT_EQ(loader->remote(), 2);
+  EXPECT_EQ(loader->workers(), 1);
+  EXPECT_EQ(kind->last_workers.load(), 3);
+  EXPECT_EQ(kind->last_remote.load(), 2);
+  const LoaderMetrics m = loader->Metrics();
+  EXPECT_EQ(m.workers_remote, 2);
+  EXPECT_EQ(m.workers_target, 1);
+  // Each epoch's odd items were made "remotely" (workers may be ahead into
+  // the next epoch: at least).
+  EXPECT_GE(m.remote_samples_produced, 3 * 30);
+  EXPECT_GE(m.samples_produced, 3 * 30);
+  EXPECT_GT(m.remote_busy_ns, 0);
 }
 
 TEST(WorkerKindTest, RaiseNamesTheFailedSamplesOfAnItemThenDeliversIt) {

@@ -150,7 +150,8 @@ def test_stats_with_tuner_and_with_fixed_workers():
     assert {"workers", "phase", "cpu_budget_workers", "samples_per_s"} <= set(stats["tuner"])
     assert stats["metrics"]["samples_delivered"] == 512
     assert stats["metrics"]["queue_ns"] >= 0
-    assert all({"id", "samples", "busy_ns", "cpu_ns", "queue_ns", "cpu_elsewhere_ns"} == set(w)
+    assert all({"id", "samples", "busy_ns", "cpu_ns", "queue_ns", "cpu_elsewhere_ns",
+                "remote_samples", "remote_busy_ns"} == set(w)
                for w in stats["metrics"]["workers"])
     assert 0.0 <= stats["stall_fraction"] <= 1.0
     assert isinstance(auto.decisions(), list)
@@ -180,14 +181,17 @@ def test_stats_rates_are_recent_and_since_start_is_named():
     start = time.monotonic()
     while time.monotonic() - start < 1.0:  # fast: thousands of samples/s
         take()
-    slow_start = time.monotonic()
+    slow_start, slow = time.monotonic(), 0
     while time.monotonic() - slow_start < _stoker.RECENT_WINDOW_S + 0.6:
         take()
+        slow += 1
         time.sleep(0.1)  # slow: a step of 0.1 s per batch of 8, at most 80 samples/s
     s = loader.stats(gpu=False)
     assert _stoker.RECENT_WINDOW_S == 5.0
-    assert _stoker.RECENT_WINDOW_S <= s["window_s"] <= _stoker.RECENT_WINDOW_S + 0.5
-    assert 40 <= s["samples_per_s"] <= 81, s
+    # Counts, not clocks: the window holds the slow phase's batches only (one
+    # more at its edge at most), and its rate is far below the whole run's.
+    assert 0.5 * _stoker.RECENT_WINDOW_S <= s["window_s"] <= 2 * _stoker.RECENT_WINDOW_S
+    assert 0 < s["metrics"]["recent"]["samples_delivered"] <= 8 * (slow + 1), s
     assert s["samples_per_s_since_start"] > 3 * s["samples_per_s"], s
     assert 0.0 <= s["stall_fraction"] < 0.5 and 0.0 <= s["stall_fraction_since_start"] <= 1.0
     recent = s["metrics"]["recent"]

@@ -395,6 +395,26 @@ def test_a_consumer_bound_loop_borrows_no_remote_slot(shared_dask_cluster):
 
 @needs_cluster
 @pytest.mark.timeout(60)
+def test_a_starved_consumer_with_its_local_workers_capped_borrows_and_says_why(
+        shared_dask_cluster):
+    # One local worker (max_workers=1) at 20 ms a sample, a consumer that
+    # takes batches as fast as they come: the tuner borrows, without remote_min.
+    n = 320
+    want, = reference(n)
+    with remote_loader(Seeded(n, delay_s=0.02), shared_dask_cluster.address) as dl:
+        got = list(dl)
+        remote = dl.stats()["remote"]
+        trace = dl.tuner_trace()
+    assert_same_epoch(got, want)
+    assert remote["peak"] >= 1 and remote["batches"] > 0
+    borrowed = [d for d in trace if d["remote_after"] > d["remote_before"]]
+    assert borrowed, trace
+    assert "local CPU budget is spent" in borrowed[0]["reason"]
+    assert borrowed[0]["remote_after"] <= remote["capacity"]
+
+
+@needs_cluster
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_cluster_needs_num_workers_auto(shared_dask_cluster, workers):
     with pytest.raises(ValueError, match="cluster"):

@@ -119,6 +119,10 @@ void BindRemoteSlots(py::module_& m) {
         if (remote->magic() != protocol::kRemoteMagic) {
           throw py::value_error("the remote slots' ThreadWorkers must be made with remote=True");
         }
+        // A remote batch's descriptor is written into the local kind's output.
+        if (local.kind->spec().bytes() < ThreadKind(remote).spec().bytes()) {
+          throw py::value_error("the local kind's output cannot hold a remote batch's descriptor");
+        }
         return KindHandle{
             std::make_shared<LocalFirstKind>(local.kind, std::move(remote), std::move(slots))};
       },

@@ -83,7 +83,7 @@ def _remote_batch(job, epoch, batch, indices, seed, expected):
             if job.worker_init_fn is not None:
                 # Worker info while it runs only: during batches torch's
                 # default_collate would build each batch in shared memory,
-                # which a batch sent over the network does not need (+15 % CPU).
+                # which a batch sent over the network does not need.
                 _workers._set_worker_info(job, 0, 1, seed)
                 try:
                     job.worker_init_fn(0)
@@ -306,7 +306,8 @@ class Cluster:
                 if done.wait(_POLL_S):
                     # Straight from the worker that made it: through the
                     # scheduler, every batch would cross the network twice.
-                    made = self.client.gather(future, direct=True)
+                    made = _within(self._timeout_s,
+                                   lambda: self.client.gather(future, direct=True))
                     break
                 now = time.monotonic()
                 if self._closing:
@@ -381,7 +382,8 @@ class Cluster:
         """A task ran past the timeout: its worker gets no task for a while."""
         key = future.key
         try:
-            where = self.client.run_on_scheduler(_processing_on, key=key)
+            where = _within(_CUT_OFF_S,
+                            lambda: self.client.run_on_scheduler(_processing_on, key=key))
         except Exception:  # noqa: BLE001 -- the scheduler cannot say: nobody is blamed
             where = None
         future.cancel()

@@ -29,6 +29,8 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
     MutexLock lock(mu_);
     epochs_[epoch] = {std::move(flat), std::move(offsets), seed, ++clock_};
     latest_seed_ = seed;
+    if (first_set_ < 0) first_set_ = epoch;
+    last_set_ = epoch;
     while (epochs_.size() > 3) {  // the current epoch, the next, one spare
       epochs_.erase(std::min_element(epochs_.begin(), epochs_.end(), [](auto& a, auto& b) {
         return a.second.used < b.second.used;
@@ -37,6 +39,16 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   }
   cv_.NotifyAll();
   return Status::Ok();
+}
+
+int64_t EpochBatches::first_set() const {
+  MutexLock lock(mu_);
+  return first_set_;
+}
+
+int64_t EpochBatches::last_set() const {
+  MutexLock lock(mu_);
+  return last_set_;
 }
 
 Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {

@@ -47,6 +47,9 @@ class EpochBatches {
   int64_t latest_seed() const EXCLUDES(mu_);
   /// Whether `epoch`'s batches are here; if so, they are kept as if just set.
   bool Has(int64_t epoch) EXCLUDES(mu_);
+  /// The first epoch ever set, and the one set last; -1 while none has been.
+  int64_t first_set() const EXCLUDES(mu_);
+  int64_t last_set() const EXCLUDES(mu_);
   /// Drops every epoch's list (a resume starts over); calls waiting for one
   /// return kCancelled (their epochs were abandoned).
   void Restart() EXCLUDES(mu_);
@@ -60,6 +63,8 @@ class EpochBatches {
   bool shutdown_ GUARDED_BY(mu_) = false;
   uint64_t generation_ GUARDED_BY(mu_) = 0;  // Restart() calls so far
   int64_t latest_seed_ GUARDED_BY(mu_);
+  int64_t first_set_ GUARDED_BY(mu_) = -1;
+  int64_t last_set_ GUARDED_BY(mu_) = -1;
   struct Epoch {
     std::vector<int64_t> flat, offsets;
     int64_t seed = 0;

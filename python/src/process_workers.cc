@@ -85,6 +85,7 @@ Status ProcessWorker::Start() {
   if (proc_) return Status::Ok();
   STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
   proc_ = std::move(started);
+  proc_epoch_ = workers_->batches().last_set();
   cpu_seen_ = queue_seen_ = 0;
   baseline_.store(0, std::memory_order_relaxed);
   return Status::Ok();
@@ -208,16 +209,18 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   // claims its first tasks when made, the list comes with iter()).
   if (workers_->shut_down()) return Cancelled("the loader was closed");
   // Without persistent workers, a process ends with its epoch: one waiting
-  // for the next epoch's list (made at the next iter()) lets its memory go.
-  if (!workers_->persistent() && last_epoch_ >= 0 && last_epoch_ != epoch &&
-      !workers_->batches().Has(epoch)) {
+  // for the next epoch's list (made at the next iter()) lets its memory go,
+  // whether or not it ran a batch of the epoch it was started in.
+  EpochBatches& lists = workers_->batches();
+  const int64_t serves = proc_epoch_ >= 0 ? proc_epoch_ : lists.first_set();
+  if (!workers_->persistent() && proc_ && serves >= 0 && serves != epoch && !lists.Has(epoch)) {
     Stop();
   } else {
     STOKER_RETURN_IF_ERROR(Start());
   }
-  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, workers_->batches().Get(epoch, item));
+  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, lists.Get(epoch, item));
   STOKER_RETURN_IF_ERROR(Start());
-  last_epoch_ = epoch;
+  proc_epoch_ = epoch;
   std::vector<int64_t> indices = std::move(got.indices);
   const size_t header =
       RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
@@ -250,7 +253,7 @@ void ProcessWorker::Stop() {
   (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
   workers_->Reap(*proc_);
   proc_.reset();
-  last_epoch_ = -1;
+  proc_epoch_ = -1;
   private_.store(0, std::memory_order_relaxed);
 }
 

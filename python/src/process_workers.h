@@ -222,7 +222,9 @@ class ProcessWorker : public KindWorker {
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;
-  int64_t last_epoch_ = -1;  // of the last batch its process ran; -1: none yet
+  // The epoch its process serves: the last it ran a batch of, else the one
+  // listed when it started; -1: started before any list (it serves the first).
+  int64_t proc_epoch_ = -1;
   std::atomic<size_t> private_{0};
   std::atomic<size_t> baseline_{0};  // its unique memory after its first batch
   std::atomic<int64_t> cpu_ns_{0};

@@ -162,6 +162,21 @@ def test_workers_end_with_their_epoch_unless_persistent():
         assert len(first) == 2 and sorted(dl.stats()["worker_pids"]) == sorted(first)
 
 
+def _late_second_worker(worker_id):
+    if worker_id == 1:
+        time.sleep(1.0)
+
+
+def test_a_worker_that_ran_no_batch_of_the_epoch_ends_with_it_too():
+    # Worker 1 greets after worker 0 made the whole epoch: its first task is
+    # the next epoch's, whose list is not there yet; its process must go.
+    with stoker.DataLoader(Indexed(), batch_size=4, num_workers=2,
+                           worker_init_fn=_late_second_worker) as dl:
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
+        assert _pids_when(dl, lambda p: not p) == []
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
+
+
 @pytest.mark.parametrize("kind", ["processes", "threads"])
 def test_get_worker_info_gives_the_number_of_workers_running(kind):
     with stoker.DataLoader(WhoRuns(), batch_size=4, num_workers=2, worker_kind=kind) as dl:

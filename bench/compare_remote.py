@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""stoker.DataLoader with and without remote workers on a Dask cluster
-(issue 24's measurement), side by side in one run, on a small training node
+"""stoker.DataLoader and stoker.Loader with and without remote workers on a
+Dask cluster (issue 24's measurement), side by side in one run, on a small training node
 emulated on one machine: this process (the training loop, and the loader's
 local workers, which it forks) is confined to one CPU (--train-cpu, 0), and a
 dask-scheduler and one dask-worker (--nthreads 1, no nanny) are started on
@@ -30,16 +30,21 @@ seeded generator, each sample with its index.
    each 1 s after the new worker registered, and when the rate was back
    (a second at >= 90 % of the rate before the kill; asked: within 5 s).
 
-Not measured here: issue 24's native stoker.Loader over a cluster (not built yet).
+4. The native pipeline: stoker.Loader(workers="auto") over the same folder
+   (train 224, uint8 CHW output, batch 64), --native-epochs epochs, with
+   cluster=ADDRESS against without: samples/s from the first next() to the
+   last batch for each, the ratio (issue 24 asks >= 1.5x; the median over
+   --rounds pairs, alternating the order), and whether each epoch held every
+   sample exactly once.
 
-Usage: /usr/bin/python3 bench/compare_remote.py [--data DIR] [--sections 1,2,3]
-       [--rounds 3] [--step-batches 20] [--repeat 4] [--kill-after-s 4] [--json]
+Usage: /usr/bin/python3 bench/compare_remote.py [--data DIR] [--sections 1,2,3,4]
+       [--rounds 3] [--step-batches 20] [--repeat 4] [--kill-after-s 4]
+       [--native-epochs 3] [--json]
 stoker must be importable (build/release/python on PYTHONPATH); default data:
 the built-in data set (stoker.default_dataset(), made on first use).
 """
 
 import argparse
-import inspect
 import json
 import os
 import sys
@@ -53,7 +58,6 @@ BATCH = 64
 STEP_S = 0.4
 SEED = 0
 BACK = 0.9  # section 3: "back" = a second at this share of the rate before the kill
-NOT_AVAILABLE = "stoker.DataLoader has no cluster= yet"
 
 
 def dask_cluster_module():
@@ -73,12 +77,6 @@ def start_cluster(folder, worker_cpu):
     return dask_cluster_module().DaskCluster(
         folder, workers=1, pythonpath=[stoker_root, HERE], preload=["indexed_images"],
         cpus={worker_cpu}).start()
-
-
-def cluster_supported():
-    import stoker
-
-    return "cluster" in inspect.signature(stoker.DataLoader.__init__).parameters
 
 
 def make_loader(dataset, cluster=None):
@@ -140,33 +138,35 @@ def remote_stats(loader):
 # --- the sections --------------------------------------------------------------------
 
 
-def throughput(a, dataset, address, supported):
+def paired(a, measure):
+    """--rounds local/cluster pairs of measure(kind) rows: each round in the
+    other order than the one before (the first run's processes may still be
+    leaving), so that the median ratio favours neither."""
     kinds = ["local", "cluster"]
     rows = {k: [] for k in kinds}
     for r in range(a.rounds):
-        # Which runs second can matter (the first one's processes still
-        # leaving): alternate, so that the median does not favour either.
         for kind in kinds if r % 2 == 0 else kinds[::-1]:
-            if kind == "cluster" and not supported:
-                continue
-            loader = make_loader(dataset, address if kind == "cluster" else None)
-            run = run_epoch(loader)
-            row = {"samples_per_s": sum(run["sizes"]) / run["arrived"][-1],
-                   "first_batch_s": run["arrived"][0],
-                   "exactly_once": exactly_once(run["indices"], len(dataset)),
-                   "workers": loader.stats()["workers"]}
-            if kind == "cluster":
-                row["remote"] = remote_stats(loader)
-            loader.close()
-            rows[kind].append(row)
-    out = {"samples": len(dataset), "rounds": rows}
-    if rows["cluster"]:
-        ratios = [c["samples_per_s"] / l["samples_per_s"]
-                  for l, c in zip(rows["local"], rows["cluster"])]
-        out["ratio"] = sorted(ratios)[len(ratios) // 2]
-        out["ratios"] = ratios
-    out["exactly_once"] = all(r["exactly_once"] for rs in rows.values() for r in rs)
-    return out
+            rows[kind].append(measure(kind))
+    ratios = [c["samples_per_s"] / l["samples_per_s"]
+              for l, c in zip(rows["local"], rows["cluster"])]
+    return {"rounds": rows, "ratio": sorted(ratios)[len(ratios) // 2], "ratios": ratios,
+            "exactly_once": all(r["exactly_once"] for rs in rows.values() for r in rs)}
+
+
+def throughput(a, dataset, address):
+    def measure(kind):
+        loader = make_loader(dataset, address if kind == "cluster" else None)
+        run = run_epoch(loader)
+        row = {"samples_per_s": sum(run["sizes"]) / run["arrived"][-1],
+               "first_batch_s": run["arrived"][0],
+               "exactly_once": exactly_once(run["indices"], len(dataset)),
+               "workers": loader.stats()["workers"]}
+        if kind == "cluster":
+            row["remote"] = remote_stats(loader)
+        loader.close()
+        return row
+
+    return {"samples": len(dataset), **paired(a, measure)}
 
 
 def consumer_bound(a, dataset, address):
@@ -237,24 +237,60 @@ def kill_mid_epoch(a, dataset, cluster):
 # --- output -------------------------------------------------------------------------------
 
 
+def native(a, data, address):
+    """Section 4: stoker.Loader with and without the cluster."""
+    import stoker
+
+    transform = stoker.transforms.train(224, layout="uint8_chw")
+    samples = len(stoker.ImageFolder(data))
+
+    def measure(kind):
+        options = {"cluster": address} if kind == "cluster" else {}
+        loader = stoker.Loader(data, batch_size=BATCH, transforms=transform, seed=SEED,
+                               output="numpy", **options)
+        once = True
+        start = time.perf_counter()
+        for _ in range(a.native_epochs):
+            once = once and sum(len(labels) for _, labels in loader) == samples
+        elapsed = time.perf_counter() - start
+        stats = loader.stats()
+        row = {"samples_per_s": samples * a.native_epochs / elapsed, "exactly_once": once,
+               "workers": stats["workers"]}
+        if kind == "cluster":
+            row["remote"] = remote_stats(loader)
+            row["remote_share"] = (stats["metrics"]["remote_samples_produced"] /
+                                   max(1, stats["metrics"]["samples_produced"] +
+                                       stats["metrics"]["remote_samples_produced"]))
+        loader.close()
+        return row
+
+    return {"samples": samples, "epochs": a.native_epochs, **paired(a, measure)}
+
+
+def print_rounds(section, asked):
+    for kind, rows in section["rounds"].items():
+        for r in rows:
+            extra = ""
+            if "remote" in r:
+                share = (f"remote share {100 * r['remote_share']:.0f} %  "
+                         if "remote_share" in r else "")
+                extra = f"  {share}remote: {r['remote']}"
+            first = f"first batch {r['first_batch_s']:.2f} s  " if "first_batch_s" in r else ""
+            print(f"  {kind:<8} {r['samples_per_s']:8.1f} samples/s  {first}local workers "
+                  f"{r['workers']}  exactly once: {r['exactly_once']}{extra}")
+    ratios = [round(x, 2) for x in section["ratios"]]
+    print(f"  cluster / local: {section['ratio']:.2f}x (median of {ratios}; issue 24 asks "
+          f">= {asked}x)")
+
+
 def print_report(out, a):
-    print(f"stoker.DataLoader with and without a Dask cluster on {out['data']}: this process on "
+    print(f"stoker's loaders with and without a Dask cluster on {out['data']}: this process on "
           f"CPU {a.train_cpu}, the scheduler and one worker on CPU {a.worker_cpu}, batch {BATCH}")
-    if out.get("cluster") != "available":
-        print(f"  {out['cluster']}")
     one = out["sections"].get("1")
     if one:
-        print(f"\n1. throughput, one epoch of {one['samples']} JPEGs "
+        print(f"\n1. stoker.DataLoader, one epoch of {one['samples']} JPEGs "
               f"(RandomResizedCrop 224 + flip + PILToTensor), {a.rounds} round(s)")
-        for kind, rows in one["rounds"].items():
-            for r in rows:
-                extra = (f"  remote: {r['remote']}" if "remote" in r else "")
-                print(f"  {kind:<8} {r['samples_per_s']:8.1f} samples/s  first batch "
-                      f"{r['first_batch_s']:.2f} s  local workers {r['workers']}  "
-                      f"exactly once: {r['exactly_once']}{extra}")
-        if "ratio" in one:
-            print(f"  cluster / local: {one['ratio']:.2f}x (median of {one['ratios']}; "
-                  f"issue 24 asks >= 1.6x)")
+        print_rounds(one, 1.6)
     two = out["sections"].get("2")
     if two:
         print(f"\n2. a {1e3 * two['step_s']:.0f} ms step, {two['batches']} batches: "
@@ -279,13 +315,18 @@ def print_report(out, a):
             print(f"  back to {100 * BACK:.0f} % of the rate before the kill: "
                   f"{'not within the epoch' if back is None else f'within {back:.0f} s'} "
                   f"(asked: within 5 s)")
+    four = out["sections"].get("4")
+    if four:
+        print(f"\n4. stoker.Loader (native, train 224 uint8): {four['epochs']} epoch(s) of "
+              f"{four['samples']} JPEGs, {a.rounds} round(s)")
+        print_rounds(four, 1.5)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="ImageFolder tree (default: the built-in one)")
-    p.add_argument("--sections", default="1,2,3")
+    p.add_argument("--sections", default="1,2,3,4")
     p.add_argument("--rounds", type=int, default=3,
                    help="section 1: local/cluster pairs (the ratio is their median)")
     p.add_argument("--step-batches", type=int, default=20, help="section 2's batches")
@@ -294,13 +335,14 @@ def main():
     p.add_argument("--kill-after-s", type=float, default=4.0, help="section 3: when to kill")
     p.add_argument("--window", type=float, default=2.0,
                    help="section 3: seconds before the kill the rate is measured over")
+    p.add_argument("--native-epochs", type=int, default=3, help="section 4's epochs per run")
     p.add_argument("--train-cpu", type=int, default=0)
     p.add_argument("--worker-cpu", type=int, default=1)
     p.add_argument("--json", action="store_true", help="machine-readable results on stdout")
     a = p.parse_args()
     sections = {s.strip() for s in a.sections.split(",") if s.strip()}
-    if not sections <= {"1", "2", "3"}:
-        p.error(f"--sections takes 1, 2, 3; got {a.sections!r}")
+    if not sections <= {"1", "2", "3", "4"}:
+        p.error(f"--sections takes 1, 2, 3, 4; got {a.sections!r}")
     allowed = os.sched_getaffinity(0)
     if a.train_cpu == a.worker_cpu or not {a.train_cpu, a.worker_cpu} <= allowed:
         p.error(f"--train-cpu {a.train_cpu} and --worker-cpu {a.worker_cpu} must be two of the "
@@ -320,19 +362,19 @@ def main():
 
     data = a.data or stoker.default_dataset()
     warm_page_cache(data)  # the first loader measured must not pay for cold files
-    supported = cluster_supported()
     out = {"data": data, "train_cpu": a.train_cpu, "worker_cpu": a.worker_cpu,
-           "cluster": "available" if supported else NOT_AVAILABLE, "sections": {}}
+           "sections": {}}
     with tempfile.TemporaryDirectory(prefix="stoker-remote-bench-") as tmp:
         cluster = start_cluster(os.path.join(tmp, "cluster"), a.worker_cpu)
         try:
             if "1" in sections:
-                out["sections"]["1"] = throughput(a, IndexedImages(data, a.repeat), cluster.address,
-                                                  supported)
-            if supported and "2" in sections:
+                out["sections"]["1"] = throughput(a, IndexedImages(data, a.repeat), cluster.address)
+            if "2" in sections:
                 out["sections"]["2"] = consumer_bound(a, IndexedImages(data), cluster.address)
-            if supported and "3" in sections:
+            if "3" in sections:
                 out["sections"]["3"] = kill_mid_epoch(a, IndexedImages(data, a.repeat), cluster)
+            if "4" in sections:
+                out["sections"]["4"] = native(a, data, cluster.address)
         finally:
             cluster.close()
     if a.json:

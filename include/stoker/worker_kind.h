@@ -69,6 +69,18 @@ class KindWorker {
   /// without taking work, and the pool grows no further than it has.
   /// Other errors are left for the items to report.
   virtual Status Ready() { return Status::Ok(); }
+
+  /// Whether the worker wants each task's items named before it runs them
+  /// (Expect): the engine then takes the whole task for it, and no other
+  /// worker helps with it.
+  virtual bool expects() const { return false; }
+  /// The items (all of `epoch`) that Run is asked for next, in this order:
+  /// a worker that makes many at once (a remote slot) sends them together.
+  /// Called only when expects(), on the worker's own thread.
+  virtual void Expect(int64_t epoch, std::span<const int64_t> items) {
+    (void)epoch;
+    (void)items;
+  }
 };
 
 /// How the engine's items are made, when they are not samples of a Source
@@ -95,6 +107,10 @@ class WorkerKind {
   /// for a kind whose items are whole user batches, "sample" for single
   /// samples; a kind that does not say is counted in "item"s.
   virtual std::string item_name() const { return "item"; }
+  /// Whether each item is one sample of the user's data set (its index the
+  /// item's): its failure then names the sample, and on_error="skip" may
+  /// leave it out. False for items that hold many (whole user batches).
+  virtual bool items_are_samples() const { return false; }
 
   /// A worker for `place`, holding at most `cap` for one item where it can
   /// tell. A kind may start what the worker needs here (a process), on the

@@ -145,3 +145,21 @@ def loader_state(state):
                              f"{_describe(beyond)}")
         plain["beyond"] = [checked(integer, "beyond", b, 0, INT64[1]) for b in beyond]
     return plain
+
+
+class Remade:
+    """Pickles as the call that made it (the C++ half does not pickle): a
+    cluster's worker opens the same source, or builds the same transform."""
+
+    def __new__(cls, *args, **kwargs):
+        made = super().__new__(cls)
+        made._made_with = (args, kwargs)
+        return made
+
+    def __reduce__(self):
+        args, kwargs = self._made_with
+        return _remake, (type(self), args, kwargs)
+
+
+def _remake(cls, args, kwargs):
+    return cls(*args, **kwargs)

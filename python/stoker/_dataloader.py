@@ -354,36 +354,12 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
     workers = _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
                                worker_init_fn, multiprocessing_context, max_workers,
                                memory_budget_bytes, tune_interval, trace_path)
-    remote = _resolve_remote(workers["workers"], cluster, cluster_security, remote_timeout,
-                             remote_min)
+    remote = _remote.resolve("num_workers", workers["workers"], cluster, cluster_security,
+                             remote_timeout, remote_min)
     if batching["batches_per_epoch"] == 0:  # for every worker count: the engine has none
         raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
                          "leaves nothing")
     return _DataLoaderOptions(**batching, **delivery, **workers, **remote)
-
-
-def _resolve_remote(workers, cluster, cluster_security, remote_timeout, remote_min):
-    """Remote slots: only with num_workers="auto" (the tuner decides how many)."""
-    remote_min = _args.integer("remote_min", remote_min, 0, _stoker.MAX_WORKERS)
-    if cluster is None:
-        if remote_min:
-            raise ValueError(f"remote_min={remote_min} needs a cluster (cluster=...)")
-        if cluster_security is not None:
-            raise ValueError("cluster_security needs a cluster (cluster=...)")
-    else:
-        if workers != _stoker.AUTO_WORKERS:
-            raise ValueError("cluster= needs num_workers='auto': the tuner decides how many "
-                             "remote slots to use, local workers first")
-        if not isinstance(cluster, str) and not hasattr(cluster, "submit"):
-            raise TypeError("cluster must be a Dask scheduler address ('tcp://host:port', "
-                            f"'tls://host:port') or a distributed.Client, got "
-                            f"{type(cluster).__name__}")
-        if cluster_security is not None and not isinstance(cluster, str):
-            raise ValueError("cluster_security goes with a scheduler address; a "
-                             "distributed.Client brings its own")
-    return {"cluster": cluster, "cluster_security": cluster_security,
-            "remote_timeout": _args.real("remote_timeout", remote_timeout, above=0),
-            "remote_min": remote_min}
 
 
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,

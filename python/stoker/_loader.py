@@ -3,7 +3,7 @@
 import json
 import os
 
-from . import _args, _stats, _stoker
+from . import _args, _remote, _stats, _stoker
 from . import transforms as _transforms
 from ._sources import Source, Synthetic, _open_path
 
@@ -171,6 +171,15 @@ class Loader:
         blocking the host. The device buffer is reused once the tensor is
         gone and the work queued on that stream before then is done. Needs
         torch with CUDA (a RuntimeError otherwise); implies pin_memory.
+    cluster: a Dask scheduler address ("tcp://host:port", "tls://...") or a
+        distributed.Client, with workers="auto": when the local workers are
+        at the CPU budget and your loop still waits, the tuner sends some
+        batches' samples to the cluster's workers (one slot per worker
+        thread), which read the same source (a path they can reach) and make
+        the same bytes; the fewest slots that keep the loop fed
+        (docs/remote.md). cluster_security: Dask's Security for an address;
+        remote_timeout: seconds a task may take before it is re-sent
+        elsewhere; remote_min: slots kept whatever the tuner says.
 
     Iterating yields the rest of the current epoch; the next pass starts the
     following epoch, or the one given to set_epoch(). Use from one thread.
@@ -180,8 +189,11 @@ class Loader:
                  transforms=None, workers="auto", prefetch=None, on_error="raise", rank=None,
                  world_size=None, *, output="auto", ordered=True, prefetch_bytes=None,
                  memory_budget=None, max_workers=None, tune_interval=0.2, trace_path=None,
-                 start_epoch=0, pin_memory=False, device=None, device_prefetch_bytes=None):
+                 start_epoch=0, pin_memory=False, device=None, device_prefetch_bytes=None,
+                 cluster=None, cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S,
+                 remote_min=0):
         self._impl = None
+        self._cluster = None
         # Every argument is checked here, before the source is opened: a
         # wrong one is a TypeError or ValueError that names it.
         batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
@@ -212,12 +224,18 @@ class Loader:
         device_prefetch_bytes = _args.optional_integer(
             "device_prefetch_bytes", device_prefetch_bytes, 1, _args.UINT64_MAX)
         self._device_index, self.device = _resolve_device(device, self._torch)
+        remote = _remote.resolve("workers", workers, cluster, cluster_security, remote_timeout,
+                                 remote_min)
         self.source = _open_source(source)
         self.transform = _make_transform(transforms, self.source)
         tuner = _stoker.TunerOptions(memory_budget_bytes=memory_budget, max_workers=max_workers,
-                                     interval_s=tune_interval, trace_path=trace_path)
+                                     interval_s=tune_interval, trace_path=trace_path,
+                                     remote_min=remote["remote_min"])
+        samples = {"source": self.source._impl, "transform": self.transform._impl}
+        if cluster is not None:
+            samples = {"kind": self._remote_kind(remote, seed)}
         self._impl = _stoker.Loader(_stoker.LoaderOptions(
-            source=self.source._impl, transform=self.transform._impl, batch_size=batch_size,
+            **samples, batch_size=batch_size,
             shuffle=shuffle, seed=seed, drop_last=drop_last, rank=self.rank,
             world_size=self.world_size, workers=workers,
             prefetch_batches=_prefetch_batches(prefetch, workers), prefetch_bytes=prefetch_bytes,
@@ -225,6 +243,15 @@ class Loader:
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
         self.batch_size = batch_size
+
+    def _remote_kind(self, remote, seed):
+        """The engine's samples beside remote slots on the cluster."""
+        slots = _stoker.RemoteSlots()
+        self._cluster = _remote.Cluster(
+            remote["cluster"], remote["cluster_security"], remote["remote_timeout"],
+            _remote.SampleJob(self.source, self.transform, seed), slots, per_thread=True)
+        local = _stoker.sample_kind(self.source._impl, self.transform._impl, seed)
+        return _stoker.local_first_samples(local, self._cluster.run_samples, slots)
 
     # Iteration -------------------------------------------------------------
 
@@ -305,7 +332,11 @@ class Loader:
         ``gpu``, "gpu": every GPU's utilisation and memory from NVML, and with
         ``pcie`` its PCIe throughput too (which NVML takes ~40 ms per GPU to
         measure; -1 otherwise), as a list of dicts; or None with "gpu_note"
-        saying why (e.g. "no GPU (NVML not found: ...)")."""
+        saying why (e.g. "no GPU (NVML not found: ...)"). With a cluster,
+        "remote": its slots in use ("workers"), the most at once ("peak"),
+        tasks made there ("batches"), bytes received per second over the last
+        5 s ("bytes_per_s"), and whether the cluster was "lost" (why); None
+        without one."""
         m = self._impl.metrics()
         return {
             "workers": m["workers_target"],
@@ -313,6 +344,7 @@ class Loader:
             "epoch": self._impl.epoch,
             **_stats.consumer_rates(m, "samples_delivered"),
             "tuner": self._impl.tuner_view(),
+            "remote": None if self._cluster is None else self._cluster.stats(m["workers_remote"]),
             "metrics": m,
             **(_stats.gpu(pcie) if gpu else {}),
         }
@@ -335,8 +367,17 @@ class Loader:
     def close(self):
         """Stops and joins the workers now (also done when the loader is
         garbage-collected). Batches already yielded stay valid."""
+        if self._cluster is not None:
+            self._cluster.cancel()  # remote slots waiting on a task return
         if self._impl is not None:
             self._impl.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+    def __del__(self):
+        # The cluster's client and watch thread would outlive an unclosed loader.
+        if getattr(self, "_cluster", None) is not None:
+            self.close()
 
     def __enter__(self):
         return self

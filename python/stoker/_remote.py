@@ -1,10 +1,13 @@
-"""Remote slots on a Dask cluster for stoker.DataLoader(cluster=...).
+"""Remote slots on a Dask cluster for stoker.DataLoader(cluster=...) and
+stoker.Loader(cluster=...).
 
-The loader's engine sends some batches to Dask workers as tasks, while the
-tuner says so (local first: docs/remote.md). The job (dataset, collate_fn,
-worker_init_fn) is scattered to the cluster once; each task names it, and
-Dask keeps it in each worker's memory. A task seeds by the batch's seed, as a
-local worker process does, so a batch is the same wherever it is made.
+The loader's engine sends some of its work to Dask workers as tasks, while
+the tuner says so (local first: docs/remote.md). The job (DataLoader: the
+dataset, collate_fn, worker_init_fn; Loader: the source, transform and seed)
+is scattered to the cluster once; each task names it, and Dask keeps it in
+each worker's memory. A DataLoader task seeds by the batch's seed, as a local
+worker process does; a Loader task makes samples as the engine does, from
+(seed, epoch, index): what a task makes is the same wherever it is made.
 
 stoker opens no socket of its own here: everything goes through the Dask
 client, with the user's Security (TLS) when given.
@@ -34,17 +37,21 @@ _POLL_S = 0.25           # a wait for a task looks at the cluster this often
 _SUSPECT_S = 60.0        # a worker that hung a task gets none for this long
 _RATE_WINDOW_S = 5.0     # bytes_per_s is over this many recent seconds
 _REFRESH_S = 0.5         # the cluster's workers are re-read this often
-_CUT_OFF_S = 2.0
-_SCATTER_S = 10.0        # at most this long to send the job to the cluster again         # a client cut off from its scheduler this long: the cluster is lost
+_CUT_OFF_S = 2.0         # a client cut off from its scheduler this long: the cluster is lost
+_SCATTER_S = 10.0        # at most this long to send the job to the cluster again
 
 
 def versions():
     """What a worker must share with the loader's process: Python, torch and
     stoker (STOKER_VERSION_OVERRIDE stands for stoker's, for the test of a
     mismatch)."""
-    import torch
     from . import _stoker
-    return {"python": "%d.%d.%d" % sys.version_info[:3], "torch": torch.__version__,
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    return {"python": "%d.%d.%d" % sys.version_info[:3], "torch": torch_version,
             "stoker": os.environ.get("STOKER_VERSION_OVERRIDE", _stoker.__version__)}
 
 
@@ -57,6 +64,41 @@ class _VersionMismatch(RuntimeError):
     pass
 
 
+def _check_here(expected):
+    """In a task: _VersionMismatch unless this worker runs what the loader does."""
+    mine = versions()
+    if mine != expected:
+        raise _VersionMismatch(
+            f"this Dask worker runs {_differences(expected, mine)}; the loader's process runs "
+            f"{expected}")
+
+
+def resolve(option, workers, cluster, cluster_security, remote_timeout, remote_min):
+    """A loader's remote options, checked: remote slots only with `option`
+    (num_workers or workers) "auto", since the tuner decides how many."""
+    from . import _args, _stoker
+    remote_min = _args.integer("remote_min", remote_min, 0, _stoker.MAX_WORKERS)
+    if cluster is None:
+        if remote_min:
+            raise ValueError(f"remote_min={remote_min} needs a cluster (cluster=...)")
+        if cluster_security is not None:
+            raise ValueError("cluster_security needs a cluster (cluster=...)")
+    else:
+        if workers != _stoker.AUTO_WORKERS:
+            raise ValueError(f"cluster= needs {option}='auto': the tuner decides how many "
+                             "remote slots to use, local workers first")
+        if not isinstance(cluster, str) and not hasattr(cluster, "submit"):
+            raise TypeError("cluster must be a Dask scheduler address ('tcp://host:port', "
+                            f"'tls://host:port') or a distributed.Client, got "
+                            f"{type(cluster).__name__}")
+        if cluster_security is not None and not isinstance(cluster, str):
+            raise ValueError("cluster_security goes with a scheduler address; a "
+                             "distributed.Client brings its own")
+    return {"cluster": cluster, "cluster_security": cluster_security,
+            "remote_timeout": _args.real("remote_timeout", remote_timeout, above=0),
+            "remote_min": remote_min}
+
+
 # In a Dask worker: one batch at a time on its generators (Python's, numpy's,
 # torch's are per process: two batches on two threads would draw from each
 # other's). So a worker process makes one batch at a time, whatever its threads.
@@ -67,11 +109,7 @@ def _remote_batch(job, epoch, batch, indices, seed, expected):
     """A Dask task: batch `batch` of `epoch`, as _workers.run_batch makes it
     in a worker process, packed: a _Batch of (payload, info)."""
     from . import _workers
-    mine = versions()
-    if mine != expected:
-        raise _VersionMismatch(
-            f"this Dask worker runs {_differences(expected, mine)}; the loader's process runs "
-            f"{expected}")
+    _check_here(expected)
     _workers.batch_scheduling()  # the worker's own threads (its comms) come first
     with _batch_lock:
         if not getattr(job, "_remote_ready", False):
@@ -93,6 +131,28 @@ def _remote_batch(job, epoch, batch, indices, seed, expected):
         made = _Batch(*_pack((payload, _portable(info))))
         _register_serializers()
         return made
+
+
+class SampleJob:
+    """stoker.Loader's job on a cluster: what makes its samples."""
+
+    def __init__(self, source, transform, seed):
+        self.source = source
+        self.transform = transform
+        self.seed = seed
+
+
+def _remote_samples(job, epoch, items, cap_bytes, expected):
+    """A Dask task: samples `items` of `epoch`, made as the loader's engine
+    makes them (its C++ pipeline, without the GIL: a worker's threads make
+    several tasks at once), packed: a _Batch of (samples, labels, failures)."""
+    from . import _stoker, _workers
+    _check_here(expected)
+    _workers.batch_scheduling()
+    made = _Batch(*_pack(_stoker.make_samples(job.source._impl, job.transform._impl, job.seed,
+                                              epoch, items, cap_bytes)))
+    _register_serializers()
+    return made
 
 
 class _Batch:
@@ -197,10 +257,12 @@ def _configure_dask():
 
 class Cluster:
     """One loader's use of a Dask cluster: the client, the job scattered to it,
-    and the remote slots' figures. `run` is the remote slots' run_batch (on
-    the engine's threads); `refresh` is called from the consumer's loop."""
+    and the remote slots' figures. `run` (a DataLoader's batch) or
+    `run_samples` (a Loader's task) is called on the engine's threads.
+    `per_thread`: a worker offers one slot per thread (its tasks run
+    together) instead of one per process."""
 
-    def __init__(self, cluster, security, timeout_s, job, slots):
+    def __init__(self, cluster, security, timeout_s, job, slots, per_thread=False):
         try:
             import distributed
         except ImportError as e:
@@ -211,6 +273,7 @@ class Cluster:
         _configure_dask()
         self._timeout_s = timeout_s
         self._slots = slots
+        self._per_thread = per_thread
         self._own_client = not isinstance(cluster, distributed.Client)
         if self._own_client:
             try:
@@ -233,7 +296,7 @@ class Cluster:
         self._suspects = {}                   # worker address -> time it hung a task
         self._lost = None
         self._warned = False
-        self._known = []                      # the workers, as the watch last saw them
+        self._known = {}                      # worker address -> threads, as last seen
         try:
             self._check_versions()
             self._jobdata = job
@@ -241,7 +304,7 @@ class Cluster:
         except BaseException:
             self.close()
             raise
-        self._known = list(self.client.scheduler_info().get("workers", {}))
+        self._known = _workers_of(self.client.scheduler_info())
         self.refresh()
         threading.Thread(target=self._watch, name="stoker-cluster-watch", daemon=True).start()
 
@@ -261,14 +324,27 @@ class Cluster:
     # -- the engine's threads -------------------------------------------------
 
     def run(self, epoch, batch, indices, seed):
-        """Makes a batch on the cluster: (payload, info), or None when it could
-        not (the batch is then made locally by the calling thread)."""
+        """Makes a DataLoader's batch on the cluster: (payload, info), or None
+        when it could not (the batch is then made locally by the calling thread)."""
+        made = self._run(_remote_batch, (epoch, batch, list(indices), seed), f"{epoch}-{batch}")
+        return None if made is None else _unpack(made.header, made.buffers)
+
+    def run_samples(self, epoch, items, cap_bytes):
+        """Makes a Loader's samples on the cluster: (samples, labels,
+        failures) as _stoker.make_samples gives them, or None when it could
+        not (they are then made locally by the calling thread)."""
+        items = list(items)
+        made = self._run(_remote_samples, (epoch, items, cap_bytes), f"{epoch}-s{items[0]}")
+        return None if made is None else _unpack(made.header, made.buffers)
+
+    def _run(self, task, args, name):
+        """task(job, *args, versions) on the cluster, re-sent to another
+        worker when one fails: its _Batch, or None."""
         if self._lost is not None or self._closing:
             return None
-        indices = list(indices)
         avoid = set()
         for attempt in range(_ATTEMPTS):
-            made = self._attempt(epoch, batch, indices, seed, attempt, avoid)
+            made = self._attempt(task, args, f"{name}-{attempt}", avoid)
             if made is not None:
                 return made
             if self._lost is not None or self._closing:
@@ -277,7 +353,7 @@ class Cluster:
                 self._retries += 1
         return None
 
-    def _attempt(self, epoch, batch, indices, seed, attempt, avoid):
+    def _attempt(self, task, args, name, avoid):
         distributed = self._distributed
         if not self._connected():
             self._lose(ClusterError(f"the connection to the scheduler is {self.client.status}"))
@@ -291,8 +367,7 @@ class Cluster:
             return None
         try:
             future = self.client.submit(
-                _remote_batch, job, epoch, batch, indices, seed, self._expected,
-                key=f"stoker-{self._token}-{epoch}-{batch}-{attempt}", pure=False,
+                task, job, *args, self._expected, key=f"stoker-{self._token}-{name}", pure=False,
                 workers=workers if restricted else None, allow_other_workers=False)
         except Exception as e:  # noqa: BLE001 -- the client is closed or cut off
             self._lose(e)
@@ -337,17 +412,15 @@ class Cluster:
                 self._lose(e)
             return None
         except Exception:  # noqa: BLE001 -- the task itself raised: stoker's bug, said plainly
-            self._lose(ClusterError("a remote batch failed outside its samples:\n" +
+            self._lose(ClusterError("a remote task failed outside its samples:\n" +
                                     traceback.format_exc()))
             return None
         finally:
             future.release()
-        received = made.nbytes()
-        payload, info = _unpack(made.header, made.buffers)
         with self._lock:
             self._batches += 1
-            self._received.append((time.monotonic(), received))
-        return payload, info
+            self._received.append((time.monotonic(), made.nbytes()))
+        return made
 
     def _connected(self):
         """The client is connected, or is again within _CUT_OFF_S."""
@@ -407,8 +480,9 @@ class Cluster:
 
     def refresh(self):
         """Tells the tuner how many slots the cluster offers now, as the watch
-        last saw it: one a worker process (it makes one batch at a time), less
-        those suspected of hanging. Never waits."""
+        last saw it: one a worker process (it makes one DataLoader batch at a
+        time) or, per_thread, one a worker thread; less those suspected of
+        hanging. Never waits."""
         if self._lost is not None:
             self._slots.capacity = 0
             return
@@ -417,7 +491,8 @@ class Cluster:
             for worker, since in list(self._suspects.items()):
                 if now - since > _SUSPECT_S:
                     del self._suspects[worker]
-            offered = sum(1 for a in self._known if a not in self._suspects)
+            offered = sum(threads if self._per_thread else 1
+                          for a, threads in self._known.items() if a not in self._suspects)
         self._slots.capacity = offered
 
     def _watch(self):
@@ -426,9 +501,9 @@ class Cluster:
         consumer's thread or an engine thread)."""
         while not self._closing and self._lost is None:
             try:
-                known = list(self.client.scheduler_info().get("workers", {}))
+                known = _workers_of(self.client.scheduler_info())
             except Exception:  # noqa: BLE001 -- cut off: none known until it answers
-                known = []
+                known = {}
             with self._lock:
                 self._known = known
             self.refresh()
@@ -455,6 +530,12 @@ class Cluster:
                 self.client.close(timeout=2)
             except Exception:  # noqa: BLE001 -- a scheduler gone: nothing to close
                 pass
+
+
+def _workers_of(info):
+    """{worker address: its threads} from the scheduler's info."""
+    return {address: max(1, int(w.get("nthreads", 1)))
+            for address, w in info.get("workers", {}).items()}
 
 
 def _within(seconds, call):

@@ -18,9 +18,9 @@ def expand_braces(pattern):
     return [os.fsdecode(p) for p in _stoker.expand_braces(_path_bytes(pattern))]
 
 
-class Source:
+class Source(_args.Remade):
     """An opened source of samples (the base of ImageFolder, FileList,
-    TarShards and Synthetic)."""
+    TarShards and Synthetic); pickles as its path and options."""
 
     _impl = None
 
@@ -133,6 +133,7 @@ def _open_path(path):
     TarShards, another file a FileList; FileNotFoundError when it is none."""
     impl = _stoker.open_data_path(_path_bytes(path))
     cls = {"image_folder": ImageFolder, "file_list": FileList, "tar_shards": TarShards}[impl.kind]
-    source = cls.__new__(cls)
-    source._adopt(impl, [path] if cls is TarShards else path)
+    made_with = [path] if cls is TarShards else path
+    source = cls.__new__(cls, made_with)
+    source._adopt(impl, made_with)
     return source

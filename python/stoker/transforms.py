@@ -30,8 +30,9 @@ def _size_pair(size):
     return side, side
 
 
-class Transform:
-    """A configured transform; immutable, may be shared by several loaders."""
+class Transform(_args.Remade):
+    """A configured transform; immutable, may be shared by several loaders;
+    pickles as its options."""
 
     _impl = None
 

@@ -12,7 +12,6 @@ batch) wherever it is made). The dataset (python/tests/remote_datasets.py)
 lives in a module the workers import. No test asserts a time.
 """
 
-import inspect
 import os
 import signal
 import socket
@@ -30,12 +29,6 @@ distributed = pytest.importorskip("distributed")
 import stoker  # noqa: E402
 from dask_cluster import DaskCluster, make_tls_files, port_open  # noqa: E402
 from remote_datasets import HANG_ENV, STARTED_DIR_ENV, Seeded  # noqa: E402
-
-# Until stoker.DataLoader takes cluster= (issue 24), its tests are skipped
-# (not failed): they start running, with no change here, once it does.
-needs_cluster = pytest.mark.skipif(
-    "cluster" not in inspect.signature(stoker.DataLoader.__init__).parameters,
-    reason="stoker.DataLoader has no cluster= yet (issue 24)")
 
 BATCH = 8
 SEED = 1234
@@ -128,7 +121,7 @@ def own_listening_ports():
     return ports
 
 
-# --- the fixture itself (these pass without the loader's cluster support) ---
+# --- the fixture itself ---
 
 
 @pytest.mark.timeout(60)
@@ -198,7 +191,6 @@ def test_the_tls_fixture_serves_its_certificate_only(dask_tls_cluster, tmp_path)
 # --- the loader's remote workers (issue 24) ---------------------------------
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_remote_batches_are_the_local_ones_exactly_once(shared_dask_cluster):
     n, epochs = 160, 2
@@ -220,7 +212,6 @@ def test_remote_batches_are_the_local_ones_exactly_once(shared_dask_cluster):
     assert remote["lost"] is None and remote["retries"] == 0
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
     n = 96
@@ -235,7 +226,6 @@ def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
         assert client.submit(lambda: 1).result(timeout=10) == 1
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_worker_killed_mid_task_has_its_batch_rerun_and_a_new_one_is_used(
         dask_cluster_factory, tmp_path):
@@ -266,7 +256,6 @@ def test_a_worker_killed_mid_task_has_its_batch_rerun_and_a_new_one_is_used(
     assert remote["batches"] > after_kill["batches"]  # made by worker-1
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_scheduler_that_goes_away_leaves_the_rest_to_local_workers(dask_cluster_factory):
     # SIGKILL: gone without a word, as a machine that dies.
@@ -297,7 +286,6 @@ def test_a_scheduler_that_goes_away_leaves_the_rest_to_local_workers(dask_cluste
     assert remote["workers"] == 0 and remote["address"] == address
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("taken_with_cluster", [True, False],
                          ids=["cluster-then-local", "local-then-cluster"])
@@ -327,7 +315,6 @@ def test_a_checkpoint_resumes_with_or_without_a_cluster_with_exactly_the_rest(
     assert_same_epoch(head + rest, want)
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_remote_workers_over_tls(dask_tls_cluster):
     n = 96
@@ -340,7 +327,6 @@ def test_remote_workers_over_tls(dask_tls_cluster):
     assert remote["batches"] > 0 and remote["address"] == dask_tls_cluster.address
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_worker_of_another_stoker_version_is_refused(shared_dask_cluster):
     # STOKER_VERSION_OVERRIDE: a testing hook read where stoker reports its
@@ -360,7 +346,6 @@ def test_a_worker_of_another_stoker_version_is_refused(shared_dask_cluster):
         cluster.kill_worker("odd")  # the shared cluster as it was
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_cluster):
     # On "stuck" every sample sleeps forever (HANG_ENV); the others answer.
@@ -381,7 +366,6 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
         cluster.kill_worker("stuck")  # the only way to end its sleep, and the cluster as it was
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_consumer_bound_loop_borrows_no_remote_slot(shared_dask_cluster):
     n, step_s = 48, 0.4  # six batches, each far quicker to make than the step
@@ -393,7 +377,6 @@ def test_a_consumer_bound_loop_borrows_no_remote_slot(shared_dask_cluster):
     assert remote["capacity"] == 2 and remote["lost"] is None  # it was there to borrow
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 def test_a_starved_consumer_with_its_local_workers_capped_borrows_and_says_why(
         shared_dask_cluster):
@@ -413,7 +396,6 @@ def test_a_starved_consumer_with_its_local_workers_capped_borrows_and_says_why(
     assert borrowed[0]["remote_after"] <= remote["capacity"]
 
 
-@needs_cluster
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_cluster_needs_num_workers_auto(shared_dask_cluster, workers):

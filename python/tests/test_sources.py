@@ -73,3 +73,28 @@ def test_make_dataset_folder_and_shards_agree(tmp_path):
                                 transforms=eval16))
     assert folder[0][1].tolist() == reference.targets
     assert sorted(shards[0][1].tolist()) == sorted(reference.targets)
+
+
+def test_sources_and_transforms_pickle_as_what_made_them(image_tree, tmp_path):
+    # A cluster's worker (stoker.Loader(cluster=...)) gets them pickled: it
+    # opens the same samples and builds the same transform.
+    import pickle
+    shards = str(tmp_path / "shards")
+    _write_shards(image_tree, shards, 2)
+    list_path = tmp_path / "all.txt"
+    list_path.write_text("".join(f"{p}\t{y}\n" for p, y in
+                                 torchvision.datasets.ImageFolder(image_tree).samples))
+    sources = [stoker.ImageFolder(image_tree), stoker.FileList(str(list_path)),
+               stoker.TarShards(os.path.join(shards, "shard-{000..001}.tar")),
+               stoker.Synthetic(12, shape=(3, 4, 4), seed=9, num_classes=3),
+               stoker.Loader(image_tree).source]  # opened by its path
+    for source in sources:
+        again = pickle.loads(pickle.dumps(source))
+        assert type(again) is type(source) and len(again) == len(source)
+        assert [again.key(i) for i in range(len(again))] == \
+            [source.key(i) for i in range(len(source))]
+        assert again.read(len(source) - 1) == source.read(len(source) - 1)
+    for transform in (stoker.transforms.train(32, layout="uint8_hwc", flip=0.0),
+                      stoker.transforms.eval(24), stoker.transforms.Raw((3, 4, 4), mix_rng=True)):
+        again = pickle.loads(pickle.dumps(transform))
+        assert repr(again) == repr(transform) and again.shape == transform.shape

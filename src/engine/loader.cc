@@ -440,10 +440,14 @@ class Loader::Impl {
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
     TaskTimer timer(ctx.stats, task.length, ctx.worker.get());
-    for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
-      if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
-      Produce(ctx, *task.plan, slot, p);
-      timer.SampleDone(ctx.outcome.remote);
+    if (ctx.worker->expects()) {
+      if (!RunExpected(ctx, task, timer)) return;
+    } else {
+      for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
+        if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
+        Produce(ctx, *task.plan, slot, p);
+        timer.SampleDone(ctx.outcome.remote);
+      }
     }
     timer.Finish();
     const int64_t produced = timer.samples();
@@ -451,6 +455,27 @@ class Loader::Impl {
     ctx.Trim(*kind_);
     ctx.stats.set_footprint(ctx.footprint());
     if (slot->Done(produced)) FinishBatch(slot);
+  }
+
+  // A worker that expects its items: takes every position the task has left,
+  // names their items to it, then produces them. False when stopped.
+  bool RunExpected(WorkerContext& ctx, const BatchTask& task, TaskTimer& timer) {
+    std::vector<int64_t> positions;
+    std::vector<int64_t> items;
+    const EpochPlan& plan = *task.plan;
+    const int64_t begin = plan.batch_begin(task.slot->batch());
+    for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
+      positions.push_back(p);
+      items.push_back(plan.sample(begin + p));
+    }
+    if (positions.empty()) return true;
+    ctx.worker->Expect(plan.epoch(), items);
+    for (const int64_t p : positions) {
+      if (stop_flag_.load(std::memory_order_relaxed)) return false;
+      Produce(ctx, plan, task.slot, p);
+      timer.SampleDone(ctx.outcome.remote);
+    }
+    return true;
   }
 
   // Makes the item at position `p` of `slot`; a failure, or an exception
@@ -473,8 +498,8 @@ class Loader::Impl {
     }
     std::string key = kind_->Key(index);
     Status cause = CauseOf(st, key);
-    // A kind's item is no sample: its failure names the item (its key) alone.
-    slot->Fail(p, options_.kind != nullptr ? -1 : index, std::move(key), std::move(cause));
+    // An item that is no sample (a user batch) is named by its key alone.
+    slot->Fail(p, kind_->items_are_samples() ? index : -1, std::move(key), std::move(cause));
   }
 
   // Runs on the thread that completed the batch's last position.
@@ -612,7 +637,7 @@ class Loader::Impl {
     }
     const std::string skipped = std::to_string(tally_.skipped);
     // With a kind, items are not samples: how many samples it planned is its own.
-    const std::string what = options_.kind != nullptr ? skipped + " samples were skipped"
+    const std::string what = !kind_->items_are_samples() ? skipped + " samples were skipped"
                              : tally_.skipped == shape_.num_samples
                                  ? "all " + skipped + " samples were skipped"
                                  : skipped + " of its " + std::to_string(shape_.num_samples) +

@@ -51,6 +51,7 @@ class SampleKind : public WorkerKind {
   int64_t items() const override { return source_->size(); }
   std::string Key(int64_t item) const override { return source_->Key(item); }
   std::string item_name() const override { return "sample"; }
+  bool items_are_samples() const override { return true; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
 
  private:

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "stoker/loader.h"
 #include "testing/loader_harness.h"
 #include "testing/untuned_loader.h"
@@ -302,6 +303,84 @@ TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {
   EXPECT_EQ(d.items.size(), 8u);
   // The consumer's and the thread's, and at least one fresh one after ~4 MiB.
   EXPECT_GE(kind->workers_made.load(), 3);
+}
+
+// Each item is one sample (its output: the item), made by workers that want
+// their tasks named first; item `bad` fails as a sample does.
+class ExpectingKind : public WorkerKind {
+ public:
+  ExpectingKind(int64_t items, int64_t bad) : items_(items), bad_(bad) {}
+  SampleSpec spec() const override { return {{1}, DType::kInt64}; }
+  int64_t items() const override { return items_; }
+  std::string Key(int64_t item) const override { return "file" + std::to_string(item); }
+  bool items_are_samples() const override { return true; }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace, const SampleCap&) const override {
+    return std::make_unique<Worker>(*this);
+  }
+  mutable Mutex mu;
+  mutable std::vector<int64_t> expected GUARDED_BY(mu);  // every item named, over all workers
+  mutable std::atomic<bool> unexpected_run{false};       // a Run not in its worker's list
+
+ private:
+  class Worker : public KindWorker {
+   public:
+    explicit Worker(const ExpectingKind& kind) : kind_(kind) {}
+    bool expects() const override { return true; }
+    void Expect(int64_t, std::span<const int64_t> items) override {
+      next_.assign(items.begin(), items.end());
+      MutexLock lock(kind_.mu);
+      kind_.expected.insert(kind_.expected.end(), items.begin(), items.end());
+    }
+    Status Run(int64_t, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
+      if (next_.empty() || next_.front() != item) kind_.unexpected_run.store(true);
+      if (!next_.empty()) next_.erase(next_.begin());
+      if (item == kind_.bad_) return DataError("not an image");
+      std::memcpy(out.data(), &item, sizeof item);
+      outcome->label = item;
+      return Status::Ok();
+    }
+
+   private:
+    const ExpectingKind& kind_;
+    std::vector<int64_t> next_;
+  };
+  const int64_t items_, bad_;
+};
+
+TEST(WorkerKindTest, AWorkerThatExpectsIsToldEachTaskWholeAndRunsItAlone) {
+  for (int workers : {0, 1, 3}) {
+    auto kind = std::make_shared<ExpectingKind>(41, 7);
+    LoaderOptions o = KindOptions(kind, workers);
+    o.batch_size = 4;
+    o.on_error = ErrorPolicy::kSkip;
+    auto loader = MakeUntunedLoader(o);
+    ASSERT_NE(loader, nullptr);
+    std::vector<int64_t> got;
+    while (true) {
+      auto r = loader->Next();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (!r->has_value()) break;
+      for (int64_t label : (*r)->labels()) got.push_back(label);
+    }
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < 41; ++i) {
+      if (i != 7) want.push_back(i);
+    }
+    EXPECT_EQ(got, want) << workers;
+    // Each worker ran what it was told, in order: no other worker took any.
+    EXPECT_FALSE(kind->unexpected_run.load()) << workers;
+    {
+      MutexLock lock(kind->mu);
+      // Every item was named (twice where a first start's epoch was abandoned).
+      const std::set<int64_t> named(kind->expected.begin(), kind->expected.end());
+      EXPECT_EQ(named.size(), 41u) << workers;
+    }
+    // Its items are samples: the failed one is skipped by its index and key.
+    const auto skipped = loader->Skipped();
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_EQ(skipped[0].index, 7);
+    EXPECT_EQ(skipped[0].key, "file7");
+  }
 }
 
 TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {

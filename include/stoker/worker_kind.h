@@ -129,6 +129,10 @@ class WorkerKind {
   /// Remote slots the kind's cluster offers now (0: it has none). Any thread;
   /// must not block.
   virtual int remote_capacity() const { return 0; }
+  /// Bytes one remote slot's task brings back, as measured lately (0:
+  /// unknown): what each remote slot holds, for the memory budget. Any
+  /// thread; must not block.
+  virtual size_t remote_task_bytes() const { return 0; }
 
   /// The engine is stopping for good: wake whatever its workers wait on for
   /// the kind (a process's greeting, a batch list), so that they can leave.

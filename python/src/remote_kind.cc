@@ -107,6 +107,8 @@ void BindRemoteSlots(py::module_& m) {
       .def(py::init<>())
       .def_property("capacity", &RemoteSlots::capacity, &RemoteSlots::set_capacity,
                     "Slots the cluster offers now, as the loader last saw it.")
+      .def_property("task_bytes", &RemoteSlots::task_bytes, &RemoteSlots::set_task_bytes,
+                    "Bytes one remote task brought back lately (the tuner's memory budget).")
       .def_property_readonly("target", &RemoteSlots::remote_target,
                              "Remote slots the engine keeps now (the tuner's).")
       .def_property_readonly("busy", &RemoteSlots::remote_busy, "Batches on the cluster now.")

@@ -29,6 +29,7 @@ class LocalFirstKind : public WorkerKind {
   /// The local kind is told of its local workers only.
   void Resized(int workers, int remote) const override;
   int remote_capacity() const override { return slots_->capacity(); }
+  size_t remote_task_bytes() const override { return slots_->task_bytes(); }
   void Cancel() const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

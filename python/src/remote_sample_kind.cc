@@ -69,7 +69,6 @@ class LocalFirstSampleWorker : public KindWorker {
     slots_->Done(true);
     taken_ = false;
     if (!task_) was_remote_ = false;  // given back: made here, as if never sent
-    held_.store(task_ ? task_->samples.size() : 0, std::memory_order_relaxed);
   }
 
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
@@ -85,12 +84,9 @@ class LocalFirstSampleWorker : public KindWorker {
     return Status::Ok();
   }
 
-  // Its local worker's, and the samples it holds from the cluster.
-  WorkerCost cost() const override {
-    WorkerCost c = local_->cost();
-    c.bytes += held_.load(std::memory_order_relaxed);
-    return c;
-  }
+  // Its local worker's: what a remote task holds the tuner counts apart
+  // (WorkerKind::remote_task_bytes).
+  WorkerCost cost() const override { return local_->cost(); }
   Status Ready() override { return local_->Ready(); }
 
  private:
@@ -100,7 +96,6 @@ class LocalFirstSampleWorker : public KindWorker {
     if (taken_) slots_->Done(was_remote_);
     taken_ = false;
     task_.reset();
-    held_.store(0, std::memory_order_relaxed);
   }
 
   // The task's samples from the cluster, or nullopt when it gave them back.
@@ -148,7 +143,6 @@ class LocalFirstSampleWorker : public KindWorker {
   bool was_remote_ = false;
   bool taken_ = false;  // a place taken for the current task, not yet Done
   std::optional<RemoteTask> task_;
-  std::atomic<size_t> held_{0};
 };
 
 // On a cluster's worker: samples `items` of `epoch` as a loader's engine

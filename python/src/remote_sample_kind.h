@@ -36,6 +36,7 @@ class LocalFirstSampleKind : public WorkerKind {
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   void Resized(int workers, int remote) const override;
   int remote_capacity() const override { return slots_->capacity(); }
+  size_t remote_task_bytes() const override { return slots_->task_bytes(); }
 
  private:
   std::shared_ptr<const WorkerKind> local_;

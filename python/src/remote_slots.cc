@@ -9,6 +9,16 @@ void RemoteSlots::set_capacity(int slots) {
   capacity_ = std::max(0, slots);
 }
 
+void RemoteSlots::set_task_bytes(size_t bytes) {
+  MutexLock lock(mu_);
+  task_bytes_ = bytes;
+}
+
+size_t RemoteSlots::task_bytes() const {
+  MutexLock lock(mu_);
+  return task_bytes_;
+}
+
 int RemoteSlots::capacity() const {
   MutexLock lock(mu_);
   return capacity_;

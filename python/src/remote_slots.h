@@ -20,6 +20,10 @@ class RemoteSlots {
   /// as the cluster changes, read by the tuner.
   void set_capacity(int slots) EXCLUDES(mu_);
   int capacity() const EXCLUDES(mu_);
+  /// Bytes one remote task brought back lately; set by the loader as tasks
+  /// come, read by the tuner (the memory budget).
+  void set_task_bytes(size_t bytes) EXCLUDES(mu_);
+  size_t task_bytes() const EXCLUDES(mu_);
 
   /// The engine keeps `workers` threads, `remote` of them remote slots.
   void Resized(int workers, int remote) EXCLUDES(mu_);
@@ -46,6 +50,7 @@ class RemoteSlots {
 
   mutable Mutex mu_;
   int capacity_ GUARDED_BY(mu_) = 0;
+  size_t task_bytes_ GUARDED_BY(mu_) = 0;
   int workers_ GUARDED_BY(mu_) = 0;
   int remote_ GUARDED_BY(mu_) = 0;
   int local_busy_ GUARDED_BY(mu_) = 0;

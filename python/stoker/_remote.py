@@ -417,9 +417,12 @@ class Cluster:
             return None
         finally:
             future.release()
+        received = made.nbytes()
         with self._lock:
             self._batches += 1
-            self._received.append((time.monotonic(), made.nbytes()))
+            self._received.append((time.monotonic(), received))
+            # The largest lately: what a slot may hold, for the tuner's memory budget.
+            self._slots.task_bytes = max(b for _, b in self._received)
         return made
 
     def _connected(self):

@@ -119,7 +119,7 @@ def test_a_bad_file_made_remotely_is_named_as_a_local_one_is(shared_dask_cluster
                     [(w["index"], w["key"]) for w in want]
             if remote_made:
                 break
-        assert remote_made, "no remote batch"
+        assert remote_made, f"no remote batch: {loader.stats()['remote']}, {loader.decisions()[-3:]}"
 
 
 @pytest.mark.timeout(120)

@@ -296,6 +296,7 @@ class Loader::Impl {
     m.workers_remote = remote();
     m.workers_running = workers_.running();
     m.remote_capacity = kind_->remote_capacity();
+    m.remote_task_bytes = kind_->remote_task_bytes();
     {
       MutexLock lock(mu_);
       m.prefetch_batches = sched_.prefetch_batches();

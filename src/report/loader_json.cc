@@ -21,6 +21,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
           {"workers_running", m.workers_running},
           {"workers_remote", m.workers_remote},
           {"remote_capacity", m.remote_capacity},
+          {"remote_task_bytes", m.remote_task_bytes},
           {"remote_samples_produced", m.remote_samples_produced},
           {"remote_busy_ns", m.remote_busy_ns},
           {"prefetch_batches", m.prefetch_batches},

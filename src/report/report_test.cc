@@ -138,6 +138,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers_running",
                           "workers_remote",
                           "remote_capacity",
+                          "remote_task_bytes",
                           "remote_samples_produced",
                           "remote_busy_ns",
                           "prefetch_batches",
@@ -168,7 +169,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 33u);
+  EXPECT_EQ(j.size(), 34u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["recent"], nlohmann::json({{"batches_delivered", 0},

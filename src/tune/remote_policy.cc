@@ -15,6 +15,15 @@ std::string Percent(double share) {
   return text;
 }
 
+std::string MemoryHolds(int slots) {
+  return "the memory budget holds the batches of " + std::to_string(slots) + " remote slots";
+}
+
+// Remote slots the loader may have: what the cluster offers, within the memory budget.
+int Room(const RemoteContext& c) {
+  return c.memory_cap >= 0 ? std::min(c.capacity, c.memory_cap) : c.capacity;
+}
+
 std::string Rate(double per_s) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f batches/s", per_s);
@@ -34,6 +43,9 @@ std::optional<RemoteDecision> RemotePolicy::Observe(const RemoteWindow& w, const
   if (c.remote > c.capacity) {
     return Change(c.remote, c.capacity, Trial::kNone, 0,
                   "the cluster offers " + std::to_string(c.capacity) + " remote slots now");
+  }
+  if (c.memory_cap >= 0 && c.remote > c.memory_cap) {
+    return Change(c.remote, c.memory_cap, Trial::kNone, 0, MemoryHolds(c.memory_cap));
   }
   // Until the first batch came, the consumer waits for the pipeline to fill,
   // not for want of workers: that window is no evidence.
@@ -111,21 +123,22 @@ std::optional<RemoteDecision> RemotePolicy::Judge(double rate, double stall, dou
     }
   }
 
-  if (stall > p_.stall_high && c.capacity > c.remote && knee_rate_ < 0) {
+  const int room = Room(c);
+  if (stall > p_.stall_high && room > c.remote && knee_rate_ < 0) {
     if (c.remote == 0) {
       if (!c.local_spent || c.local_workers <= 0) return std::nullopt;  // local first
       // Little's law: the local pool makes `rate`; the consumer wants `demand`.
       const double per_worker = rate / c.local_workers;
       const double want = std::isfinite(demand) ? demand : rate / std::max(1 - stall, 0.05);
       const int slots = std::clamp(
-          static_cast<int>(std::ceil((want - rate) / std::max(per_worker, 1e-9))), 1, c.capacity);
+          static_cast<int>(std::ceil((want - rate) / std::max(per_worker, 1e-9))), 1, room);
       return Change(0, slots, Trial::kUp, rate,
                     "the local CPU budget is spent (" + std::to_string(c.local_workers) +
                         " workers make " + Rate(rate) + ") and " + waits + ": " +
                         std::to_string(slots) + " remote slots for a demand of " +
                         (std::isfinite(demand) ? Rate(demand) : "more than it gets"));
     }
-    const int to = std::min(c.capacity, c.remote + std::max(1, c.remote / 2));
+    const int to = std::min(room, c.remote + std::max(1, c.remote / 2));
     return Change(c.remote, to, Trial::kUp, rate,
                   waits + " with " + std::to_string(c.remote) + " remote slots (" + Rate(rate) +
                       "): trying " + std::to_string(to));

@@ -21,6 +21,7 @@ struct RemoteContext {
   bool local_spent = false;  // it cannot grow: the local CPU budget (or max_workers) is spent
   int capacity = 0;          // remote slots the cluster offers now
   int remote = 0;            // remote slots in use
+  int memory_cap = -1;       // remote slots whose batches the memory budget holds (-1: any)
 };
 
 struct RemoteDecision {

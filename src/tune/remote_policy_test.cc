@@ -18,6 +18,7 @@ struct Sim {
   int local = 1;
   bool local_spent = true;
   int capacity = 8;
+  int memory_cap = -1;
   int remote = 0;
   double startup_s = 0;      // a new slot delivers nothing for this long
   double slots_limit = 1e9;  // the slots together make at most this many batches/s
@@ -41,7 +42,7 @@ struct Sim {
       w.wait_s = 0.25 - w.step_s;
       w.remote_batches = static_cast<int64_t>(
           std::lround(made > 0 ? rate * std::min(per_slot * slots, slots_limit) / made * 0.25 : 0));
-      if (auto d = policy.Observe(w, {local, local_spent, capacity, remote})) {
+      if (auto d = policy.Observe(w, {local, local_spent, capacity, remote, memory_cap})) {
         if (d->remote_after > remote) since_change_s = 0;
         remote = d->remote_after;
         last = d->reason;
@@ -74,6 +75,20 @@ TEST(RemotePolicyTest, FirstJumpIsLittlesLaw) {
   const std::string reason = s.Run(2);
   EXPECT_EQ(s.remote, 3) << reason;
   EXPECT_NE(reason.find("local CPU budget is spent"), std::string::npos) << reason;
+}
+
+TEST(RemotePolicyTest, NeverHoldsMoreSlotsThanTheMemoryBudgetHolds) {
+  Sim s;
+  s.demand = 80;  // 7 slots would feed it
+  s.memory_cap = 2;
+  s.Run(30);
+  EXPECT_EQ(s.remote, 2);
+  // The budget shrinks (the local pool grew, tasks got larger): slots go at once.
+  s.memory_cap = 1;
+  const std::string reason = s.Run(1);
+  EXPECT_EQ(s.remote, 1);
+  EXPECT_NE(reason.find("memory budget holds the batches of 1 remote slots"), std::string::npos)
+      << reason;
 }
 
 TEST(RemotePolicyTest, SettlesOnTheFewestThatFeedTheConsumer) {

@@ -251,11 +251,21 @@ class Tuner final : public Controller {
                                     std::string_view(core_.phase()) == "steady"));
     c.capacity = capacity;
     c.remote = remote;
+    if (budgets_.memory_bytes > 0 && m.remote_task_bytes > 0) {
+      // Each slot holds what its task brings back and a batch open in the
+      // window, beside the local pool's workers and prefetch.
+      const size_t local = static_cast<size_t>(core_.workers()) * budgets_.worker_bytes +
+                           static_cast<size_t>(core_.prefetch()) * budgets_.batch_bytes;
+      const size_t room = budgets_.memory_bytes > local ? budgets_.memory_bytes - local : 0;
+      c.memory_cap = static_cast<int>(std::min<size_t>(
+          room / (m.remote_task_bytes + budgets_.batch_bytes), static_cast<size_t>(kMaxWorkers)));
+    }
     const int64_t made = m.remote_samples_produced - remote_made_;
     remote_made_ = m.remote_samples_produced;
     std::optional<RemoteDecision> r =
         remote_policy_.Observe({o.window_s, o.batches, o.wait_s, o.step_s, made}, c);
-    const int floor = std::min(options_.remote_min, capacity);
+    const int floor = std::min(options_.remote_min,
+                               c.memory_cap >= 0 ? std::min(capacity, c.memory_cap) : capacity);
     int after = r ? r->remote_after : remote;
     std::string reason = r ? r->reason : "";
     if (after < floor) {

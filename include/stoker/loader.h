@@ -37,7 +37,8 @@ struct LoaderOptions {
   std::shared_ptr<const Transform> transform;
   /// Instead of source and transform: items made by a worker kind (whole
   /// user batches in worker processes, on Python threads, remotely); the
-  /// plan orders kind->items() items as it would samples.
+  /// plan orders kind->items() items as it would samples (SetEpoch with an
+  /// item count changes it for later epochs).
   std::shared_ptr<const WorkerKind> kind;
   int64_t batch_size = 64;
   bool shuffle = true;
@@ -162,7 +163,7 @@ struct LoaderState {
   int64_t position = 0;
   std::vector<int64_t> beyond;
   // The plan (LoaderOptions' fields of the same names; num_samples is the
-  // source's size).
+  // source's size, or the kind's items in that epoch).
   int64_t num_samples = 0;
   int64_t batch_size = 0;
   bool shuffle = true;
@@ -329,9 +330,18 @@ class Loader {
   /// progress (its remaining batches are dropped). Errors only in a forked
   /// child.
   Status SetEpoch(int64_t epoch);
+  /// SetEpoch(epoch) for a kind whose item count changes between epochs (a
+  /// user's data set that grows or shrinks): `epoch`, and each epoch after
+  /// it until the next such call, has `items` items (0: an empty epoch).
+  /// Items made ahead for `epoch` are kept only when its count is `items`
+  /// and `keep_ahead` (false: what they were made from changed). Errors
+  /// (kInvalidArgument) without options.kind (a source's size is fixed) or
+  /// for items < 0; kFailedPrecondition in a forked child.
+  Status SetEpoch(int64_t epoch, int64_t items, bool keep_ahead);
 
   /// The epoch in progress, or the one the next Next() starts.
   int64_t epoch() const;
+  /// Of the epoch in progress, or of the one the next Next() starts.
   int64_t batches_per_epoch() const;
   int64_t samples_per_epoch() const;
   const SampleSpec& spec() const;
@@ -345,7 +355,8 @@ class Loader {
   /// a field of the plan (seed, num_samples, batch_size, shuffle, drop_last,
   /// rank, world_size, pad_shards) differs from this loader's, naming the
   /// field and both values, or when the position is out of range; a refused
-  /// state changes nothing.
+  /// state changes nothing. With a kind, num_samples is that epoch's item
+  /// count (see SetEpoch): it is taken, not compared.
   Status Restore(const LoaderState& state);
 
   /// Sets the worker count, at any moment; 0 makes the consumer's thread do

@@ -98,7 +98,8 @@ class WorkerKind {
 
   /// The shape of every item's output (a descriptor of where the item is).
   virtual SampleSpec spec() const = 0;
-  /// Items per epoch.
+  /// Items per epoch: of the first one, where the count changes between
+  /// epochs (Loader::SetEpoch with an item count says so for the others).
   virtual int64_t items() const = 0;
   /// A human-readable key for item `item` ("batch 3"), for errors.
   virtual std::string Key(int64_t item) const = 0;

@@ -19,11 +19,12 @@ int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
 
 Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets,
                          int64_t seed) {
-  if (static_cast<int64_t>(offsets.size()) != batches_per_epoch_ + 1) {
-    return InvalidArgument("epoch " + std::to_string(epoch) + " has " +
-                           std::to_string(static_cast<int64_t>(offsets.size()) - 1) +
-                           " batches; the loader was made for " +
-                           std::to_string(batches_per_epoch_) + " (len(batch_sampler) changed)");
+  if (offsets.empty() || offsets.front() != 0 ||
+      offsets.back() != static_cast<int64_t>(flat.size()) ||
+      !std::is_sorted(offsets.begin(), offsets.end())) {
+    return InvalidArgument("epoch " + std::to_string(epoch) +
+                           ": batch offsets must rise from 0 to the " +
+                           std::to_string(flat.size()) + " indices");
   }
   {
     MutexLock lock(mu_);
@@ -59,6 +60,11 @@ Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
   if (epochs_.count(epoch) == 0) return Cancelled("epoch abandoned by a resume");
   const auto& [flat, offsets, seed, used] = epochs_[epoch];
   const auto b = static_cast<size_t>(batch);
+  if (batch < 0 || b + 1 >= offsets.size()) {
+    return Cancelled("epoch " + std::to_string(epoch) + " has " +
+                     std::to_string(offsets.size() - 1) + " batches, no batch " +
+                     std::to_string(batch) + " (planned before its count changed)");
+  }
   return Batch{std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]),
                BatchSeed(static_cast<uint64_t>(seed), epoch, batch)};
 }

@@ -20,19 +20,22 @@ namespace stoker::python {
 /// epoch's seed, the same whichever worker runs it: a non-negative int64.
 int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch);
 
-/// Thread-safe. Keeps the epochs set or asked for (Has) most recently.
+/// Thread-safe. Keeps the epochs set or asked for (Has) most recently. An
+/// epoch may have any number of batches (a data set that grows or shrinks
+/// between epochs); the engine is told each epoch's count apart.
 class EpochBatches {
  public:
+  /// `first_batches`: the first epoch's count (the kinds' items()).
   /// `first_seed`: what workers forked before any epoch is set are told
   /// (torch's get_worker_info().seed, less the worker id).
-  EpochBatches(int64_t batches_per_epoch, int64_t first_seed)
-      : batches_per_epoch_(batches_per_epoch), latest_seed_(first_seed) {}
-  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  EpochBatches(int64_t first_batches, int64_t first_seed)
+      : first_batches_(first_batches), latest_seed_(first_seed) {}
+  int64_t first_batches() const { return first_batches_; }
 
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
-  /// than batches) and its seed (torch's base seed: drawn at iter()); wakes
-  /// workers waiting for them. kInvalidArgument when the count differs from
-  /// batches_per_epoch().
+  /// than batches, from 0 to flat's size) and its seed (torch's base seed:
+  /// drawn at iter()); wakes workers waiting for them. kInvalidArgument for
+  /// offsets that are not that.
   Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets, int64_t seed)
       EXCLUDES(mu_);
   /// One batch: its dataset indices and the seed its samples run under.
@@ -41,7 +44,8 @@ class EpochBatches {
     int64_t seed = 0;
   };
   /// Batch `batch` of `epoch`; waits until the epoch's batches are set.
-  /// kCancelled after Shutdown.
+  /// kCancelled after Shutdown, or when the epoch as set has no such batch
+  /// (a look-ahead planned from another count, which the engine drops).
   Result<Batch> Get(int64_t epoch, int64_t batch) EXCLUDES(mu_);
   /// The seed of the epoch set last (or the first seed): new workers' base seed.
   int64_t latest_seed() const EXCLUDES(mu_);
@@ -57,7 +61,7 @@ class EpochBatches {
   void Shutdown() EXCLUDES(mu_);
 
  private:
-  const int64_t batches_per_epoch_;
+  const int64_t first_batches_;
   mutable Mutex mu_;
   CondVar cv_;  // an epoch set, or shut down
   bool shutdown_ GUARDED_BY(mu_) = false;

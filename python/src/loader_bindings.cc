@@ -152,10 +152,11 @@ class PyLoader {
     }
   }
 
-  void SetEpoch(int64_t epoch) {
+  // `items`: the epoch's item count, for a kind whose count changes (None: unchanged).
+  void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead) {
     Loader& l = loader();
     ConsumerTurn turn(busy_);
-    ThrowIfError(l.SetEpoch(epoch));
+    ThrowIfError(items ? l.SetEpoch(epoch, *items, keep_ahead) : l.SetEpoch(epoch));
   }
 
   py::object State() {
@@ -352,7 +353,10 @@ void BindLoader(py::module_& m) {
       .def("wait_ready", &PyLoader::WaitReady, py::arg("timeout_s"),
            "Waits up to timeout_s for a batch (Ctrl-C interrupts); True when next() would "
            "not block.")
-      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"), py::arg("items") = py::none(),
+           py::arg("keep_ahead") = true,
+           "Starts `epoch` next; with a kind, `items` is its item count (and the next "
+           "epochs'), and keep_ahead=False drops what was made ahead for it.")
       .def("state", &PyLoader::State)
       .def("restore", &PyLoader::Restore, py::arg("state"))
       .def("close", &PyLoader::Close)

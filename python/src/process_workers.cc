@@ -609,7 +609,7 @@ ProcessKind::ProcessKind(std::shared_ptr<ProcessWorkers> workers) : workers_(std
 
 SampleSpec ProcessKind::spec() const { return {{kDescriptorWords}, DType::kInt64}; }
 
-int64_t ProcessKind::items() const { return workers_->batches().batches_per_epoch(); }
+int64_t ProcessKind::items() const { return workers_->batches().first_batches(); }
 
 std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap&) const {
   // On an engine thread, the engine calls Ready() as the thread starts: the

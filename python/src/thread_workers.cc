@@ -187,7 +187,7 @@ class ThreadWorker : public KindWorker {
 
 }  // namespace
 
-int64_t ThreadKind::items() const { return workers_->batches_per_epoch(); }
+int64_t ThreadKind::items() const { return workers_->first_batches(); }
 
 std::unique_ptr<KindWorker> ThreadKind::NewWorker(WorkerPlace place, const SampleCap&) const {
   return std::make_unique<ThreadWorker>(workers_, place);

@@ -58,7 +58,7 @@ class ThreadWorkers {
   void Recycle(uint64_t ticket) EXCLUDES(mu_);
   /// The batch of `ticket`, once. REQUIRES: the GIL.
   pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
-  int64_t batches_per_epoch() const { return batches_->batches_per_epoch(); }
+  int64_t first_batches() const { return batches_->first_batches(); }
   /// Wakes and refuses every wait for a batch list (the loader is closing).
   void Cancel() { batches_->Shutdown(); }
 

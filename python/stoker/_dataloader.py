@@ -41,7 +41,12 @@ class DataLoader(torch.utils.data.DataLoader):
     The order is torch's: ``sampler`` and ``batch_sampler`` are torch's own
     objects (or yours), read at ``iter()`` after the same draw of the epoch's
     base seed from ``generator`` (or torch's global generator), so the same
-    seed gives the same batches as torch's DataLoader. Differences: workers
+    seed gives the same batches as torch's DataLoader. A dataset or sampler
+    whose length changes between epochs (files appended, a curriculum) gives
+    each epoch the batches the sampler gives at its ``iter()``, however many,
+    and ``len()`` follows it, as with torch (worker processes hold the dataset
+    as it was when the loader was made, as torch's persistent workers do:
+    samples appended since must be reachable from that copy). Differences: workers
     are forked from a zygote made here (with ``multiprocessing_context``
     "fork", the default, the dataset is inherited, never pickled, so lambdas
     work); the randomness of each batch's samples (``random``, numpy, torch)
@@ -99,10 +104,9 @@ class DataLoader(torch.utils.data.DataLoader):
         self._dataset_kind = torch.utils.data.dataloader._DatasetKind.Map
         self._IterableDataset_len_called = None
         self._options = options
-        self._len = options.batches_per_epoch
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
-        self._plan = _Plan(options)
+        self._plan = _Plan(options, dataset)
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn, options.unbatched)
         self._run = _Run.start(options, self._plan, job)
@@ -121,25 +125,34 @@ class DataLoader(torch.utils.data.DataLoader):
     # -- iteration ----------------------------------------------------------
 
     def __len__(self):
-        return self._len
+        """The sampler's batches now, as torch's len(): a length that changed
+        since the last iter() shows here at once."""
+        options = self._options
+        return len(options.sampler if options.unbatched else options.batch_sampler)
 
     def __iter__(self):
         """A new epoch, as torch's iter() starts one (its base seed drawn, then
-        the sampler read); after load_state_dict, the rest of that epoch."""
+        the sampler read, however many batches it gives); after
+        load_state_dict, the rest of that epoch."""
         run = self._run
         run.check_usable()
         prev = self._iterator
         if self._resume:
             epoch = run.engine.epoch
-            self._plan.resume(epoch)
+            anew = self._plan.resume(epoch)
         else:
             # Each iter() is an engine epoch of its own: the number the workers
             # may already be running ahead into, never one used before.
             epoch = self._plan.next_epoch()
             self._plan.start(epoch)
-            if run.engine.epoch != epoch:
-                run.engine.set_epoch(epoch)  # abandons what is left of the last one
-        it = _Iterator(run, epoch, self)
+            anew = True
+        plan = self._plan
+        if anew and (run.engine.epoch != epoch or run.engine.batches_per_epoch != plan.batches
+                     or not plan.ahead_holds):
+            # Abandons what is left of the last epoch, and what the workers
+            # made ahead for this one from another count or other lists.
+            run.engine.set_epoch(epoch, items=plan.batches, keep_ahead=plan.ahead_holds)
+        it = _Iterator(run, epoch, self, plan.batches)
         if prev is not None:
             prev.end("a newer iter()")
         self._resume = False
@@ -167,11 +180,18 @@ class DataLoader(torch.utils.data.DataLoader):
         start; ``load_state_dict`` in a new process (same arguments, any
         ``num_workers``, 0 included, no seed of yours) resumes with exactly
         the remaining batches. A sampler that gives that epoch another order
-        then (state of its own that it does not restore) is refused."""
+        then (state of its own that it does not restore) is refused, and so
+        is a dataset whose length differs from that epoch's (naming both); a
+        state taken once its epoch ended starts the next one with the dataset
+        as it is then."""
         self._run.check_usable()
         options = self._options
-        return {"format": _FORMAT, "dataset_len": len(self.dataset),
-                "batches_per_epoch": self._len, "batch_size": options.batch_size,
+        record = self._plan.record
+        return {"format": _FORMAT,
+                # Of the checkpoint's epoch (the record's), else as they are now.
+                "dataset_len": (record or {}).get("dataset_len", len(self.dataset)),
+                "batches_per_epoch": (record or {}).get("batches", len(self)),
+                "batch_size": options.batch_size,
                 "drop_last": options.drop_last,
                 "sampler": type(options.sampler).__name__,
                 "batch_sampler": type(options.batch_sampler).__name__,
@@ -179,13 +199,14 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
-        continues that epoch. Errors name the field that differs."""
+        continues that epoch. Errors name the field that differs; the
+        lengths, which may change between epochs, are checked by that
+        ``iter()`` against the sampler then."""
         self._run.check_usable()
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
         mine = self.state_dict()
-        for field in ("dataset_len", "batches_per_epoch", "batch_size", "drop_last", "sampler",
-                      "batch_sampler"):
+        for field in ("batch_size", "drop_last", "sampler", "batch_sampler"):
             if state.get(field) != mine[field]:
                 raise ValueError(f"state dict's {field} {state.get(field)!r} differs from this "
                                  f"loader's {mine[field]!r}")
@@ -288,7 +309,7 @@ class _DataLoaderOptions:
     unbatched: bool           # batch_size=None without a batch_sampler: sample by sample
     collate_fn: object
     default_collate: object   # torch's, which the workers collate into shared memory
-    batches_per_epoch: int
+    batches_per_epoch: int    # when the loader was made; each iter() reads its epoch's own
     # Who makes them.
     num_workers: object       # as given: an int or "auto"
     workers: int              # the engine's count: num_workers, or _stoker.AUTO_WORKERS
@@ -365,7 +386,7 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
                       collate_fn, generator):
     """The batch options as torch checks them, torch's samplers where the user
-    gave none (as torch makes them), and the batches per epoch."""
+    gave none (as torch makes them), and the batches the sampler gives now."""
     from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate, default_convert
     if batch_sampler is not None:
@@ -481,12 +502,20 @@ class _Plan:
     """The batches of each epoch, read from the index sampler (torch's
     BatchSampler over torch's RandomSampler or SequentialSampler, or the
     user's) at iter(), right after the draw of the epoch's base seed, as
-    torch's iterator does; handed to the workers through the table of
-    epochs' batches. A checkpoint keeps the generator's state from before
-    those draws (``record``), so a resume replays them."""
+    torch's iterator does, however many there are then; handed to the
+    workers through the table of epochs' batches. A checkpoint keeps the
+    generator's state from before those draws (``record``), so a resume
+    replays them, and from after them, so a resume past that epoch need not
+    (its dataset may have changed length since)."""
 
-    def __init__(self, options):
+    def __init__(self, options, dataset):
         self._options = options
+        self._dataset = dataset
+        self.batches = options.batches_per_epoch  # of the epoch started last
+        # Whether what the workers may have made ahead for that epoch (from
+        # lists handed over early, give_ahead) is of the lists it has.
+        self.ahead_holds = True
+        self._given_ahead = None  # (epoch, digest) of the lists handed over early
         self._generator = options.generator
         # torch draws a base seed at each iter(), but once only with
         # persistent workers (its iterator, and its seed, is then reused).
@@ -516,27 +545,45 @@ class _Plan:
         drew = self._seed_each_epoch or self._base_seed is None
         if drew:
             self._base_seed = self._draw_seed()
+        dataset_len = len(self._dataset)
         flat, offsets = self._read()
+        digest = _digest(flat, offsets)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
-                       "base_seed": self._base_seed, "drew_seed": drew,
-                       "digest": _digest(flat, offsets)}
+                       "base_seed": self._base_seed, "drew_seed": drew, "digest": digest,
+                       "batches": len(offsets) - 1, "dataset_len": dataset_len}
+        if self._generator is not None:  # torch's global one is the user's between epochs
+            self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
+        self._set(epoch, flat, offsets, digest)
+
+    def _set(self, epoch, flat, offsets, digest):
+        """Hands `epoch`'s batches to the workers, as the epoch started."""
+        given, self._given_ahead = self._given_ahead, None
+        self.ahead_holds = given is None or given == (epoch, digest)
+        self.batches = len(offsets) - 1
         self.table.set(epoch, flat, offsets, self._base_seed)
 
     def give_ahead(self, epoch):
-        """With an order that draws nothing, hands `epoch` over early."""
+        """With an order that draws nothing, hands `epoch` over early (its
+        length may still change before its iter(): start() then says so)."""
         if self.predictable and not self.table.has(epoch):
             flat, offsets = self._read()
+            self._given_ahead = (epoch, _digest(flat, offsets))
             self.table.set(epoch, flat, offsets, self._base_seed)
 
     @staticmethod
     def check_record(record):
-        """A checkpoint's epoch start, checked field by field (None: none yet)."""
+        """A checkpoint's epoch start, checked field by field (None: none yet).
+        Checkpoints of earlier versions lack the optional fields."""
         if record is None:
             return None
         if not isinstance(record, dict):
             raise ValueError("state dict's 'epoch_start' is not a dict")
-        for field, kind in (("epoch", int), ("rng", str), ("base_seed", int),
-                            ("drew_seed", bool), ("digest", str)):
+        for field, kind, optional in (
+                ("epoch", int, False), ("rng", str, False), ("base_seed", int, False),
+                ("drew_seed", bool, False), ("digest", str, False), ("batches", int, True),
+                ("dataset_len", int, True), ("rng_after", str, True)):
+            if optional and field not in record:
+                continue
             if not isinstance(record.get(field), kind):
                 raise ValueError(f"state dict's epoch_start[{field!r}] is missing or not "
                                  f"{kind.__name__}: {record.get(field)!r}")
@@ -546,18 +593,30 @@ class _Plan:
         """load_state_dict: the next iter() replays `record`'s draws and
         continues engine epoch `epoch`; other epochs' lists are dropped."""
         self.table.restart()
+        self._given_ahead = None
         self._last = epoch - 1
         self._pending = self.record = record
 
     def resume(self, epoch):
         """The iter() after load_state_dict: the generator as it was at the
-        checkpoint's epoch start, its draws replayed, the same batches checked."""
+        checkpoint's epoch start, its draws replayed, the same batches checked.
+        True when `epoch` starts anew (the checkpoint's had ended, or none had
+        started): its batches are the sampler's now, however many."""
         record, self._pending = self._pending, None
         if record is None:  # taken before any iter(): the first epoch, as new
             self.start(epoch)
-            return
+            return True
         torch = _torch()
-        state = torch.frombuffer(bytearray(base64.b64decode(record["rng"])), dtype=torch.uint8)
+        if record["epoch"] != epoch and ("rng_after" in record or self._generator is None):
+            # The checkpoint's epoch had ended: the generator as it left it,
+            # with no replay (the dataset may have another length now); a
+            # replay on torch's global generator would run on a copy anyway.
+            self._base_seed = record["base_seed"]
+            if self._generator is not None:
+                self._generator.set_state(_state_tensor(record["rng_after"]))
+            self.start(epoch)
+            return True
+        state = _state_tensor(record["rng"])
         if self._generator is not None:
             self._generator.set_state(state)
             flat, offsets = self._replay(record)
@@ -565,6 +624,13 @@ class _Plan:
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
                 flat, offsets = self._replay(record)
+        batches, dataset_len = len(offsets) - 1, len(self._dataset)
+        if batches != record.get("batches", batches):
+            raise ValueError(
+                f"the state dict's epoch {record['epoch']} had {record['batches']} batches "
+                f"(a dataset of {record.get('dataset_len')} samples); the sampler now gives it "
+                f"{batches} (a dataset of {dataset_len}): resume with the dataset as it was "
+                "then, or start a new epoch without load_state_dict")
         if _digest(flat, offsets) != record["digest"]:
             raise ValueError(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
@@ -575,9 +641,11 @@ class _Plan:
         self.record = dict(record, epoch=epoch)
         if record["epoch"] == epoch:
             self._last = epoch
-            self.table.set(epoch, flat, offsets, self._base_seed)
-        else:  # the checkpoint's epoch had ended: the next one starts anew
-            self.start(epoch)
+            self._set(epoch, flat, offsets, record["digest"])
+            return False
+        # The checkpoint's epoch had ended (a checkpoint of an earlier version).
+        self.start(epoch)
+        return True
 
     def _replay(self, record):
         if record["drew_seed"]:
@@ -606,10 +674,13 @@ class _Plan:
             for b in options.batch_sampler:
                 flat.extend(int(i) for i in b)
                 offsets.append(len(flat))
-        if len(offsets) - 1 != options.batches_per_epoch:
-            raise ValueError(f"this epoch has {len(offsets) - 1} batches, the loader was made "
-                             f"for {options.batches_per_epoch}: the sampler's length changed")
         return flat, offsets
+
+
+def _state_tensor(text):
+    """A generator's state from a record's base64 text."""
+    torch = _torch()
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
 
 def _digest(flat, offsets):
@@ -985,8 +1056,9 @@ class _Iterator:
     policy reports failed samples (a DataError or ResourceError naming each,
     then the rest of their batch) or skips them."""
 
-    def __init__(self, run, epoch, owner):
+    def __init__(self, run, epoch, owner, batches):
         self.run = run
+        self._batches = batches  # its epoch's, as the sampler gave them
         self._owner = owner    # the loader lives while its iterator does (its close ends the run)
         self.epoch = epoch
         self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
@@ -1008,7 +1080,7 @@ class _Iterator:
         return self
 
     def __len__(self):
-        return self.run.options.batches_per_epoch
+        return self._batches
 
     def end(self, by):
         """The loader moved on (`by` says how): an iterator not at its epoch's

@@ -3,6 +3,7 @@ arguments: the same batches (torch's samplers, run as torch runs them, after
 the same draws), the same attributes and refusals, checkpoints that resume in
 a new process with no seed of the user's."""
 
+import functools
 import json
 import os
 import subprocess
@@ -363,3 +364,160 @@ def test_set_epoch_after_load_state_dict_keeps_the_resume():
         dl.set_epoch(0)
         assert [b.tolist() for b in dl] == rest
     assert sorted(i for b in head + rest for i in b) == list(range(53))
+
+
+# A data set's lengths at successive epochs: it grows, shrinks, by a partial
+# batch, and grows again.
+_LENGTHS = (40, 50, 30, 31, 41)
+
+
+def _epochs_over_lengths(cls, lengths, **kwargs):
+    """(len(loader), the epoch's batches) for each length, set on the data set
+    before that epoch's iter(); shuffled by a generator seeded alike."""
+    dataset = Indexed(lengths[0])
+    g = torch.Generator()
+    g.manual_seed(11)
+    loader = cls(dataset, generator=g, **kwargs)
+    got = []
+    try:
+        for n in lengths:
+            dataset.n = n
+            got.append((len(loader), [b.tolist() for b in loader]))
+    finally:
+        if cls is stoker.DataLoader:
+            loader.close()
+    return got
+
+
+@functools.lru_cache(maxsize=None)
+def _torchs_epochs_over_lengths(workers, persistent, shuffle):
+    # Torch's order depends on whether its iterator persists, not on who loads.
+    return _epochs_over_lengths(TorchDataLoader, _LENGTHS, batch_size=4, shuffle=shuffle,
+                                num_workers=workers, persistent_workers=persistent)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("workers,kind,persistent", [
+    (0, "processes", False), (2, "processes", False), (2, "processes", True),
+    (2, "threads", False), (2, "threads", True), (2, "auto", False)])
+def test_a_dataset_that_grows_or_shrinks_between_epochs_gives_torchs_batches(
+        workers, kind, persistent, shuffle):
+    theirs = _torchs_epochs_over_lengths(min(workers, 1), persistent, shuffle)
+    ours = _epochs_over_lengths(stoker.DataLoader, _LENGTHS, batch_size=4, shuffle=shuffle,
+                                num_workers=workers, persistent_workers=persistent,
+                                worker_kind=kind)
+    assert [n for n, _ in theirs] == [10, 13, 8, 8, 11]
+    assert ours == theirs
+
+
+class Curriculum(torch.utils.data.Sampler):
+    """A batch sampler whose batches cover the first `size` samples: a
+    curriculum that enlarges (or empties) its set between epochs."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __len__(self):
+        return (self.size + 2) // 3
+
+    def __iter__(self):
+        return (list(range(i, min(i + 3, self.size))) for i in range(0, self.size, 3))
+
+
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_a_batch_sampler_whose_length_changes_gives_its_batches_even_none(workers, kind):
+    sizes = (7, 0, 12, 2)
+    got = []
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        sampler = Curriculum(sizes[0])
+        extra = {"worker_kind": kind} if cls is stoker.DataLoader else {}
+        loader = cls(Indexed(), batch_sampler=sampler, num_workers=workers, **extra)
+        epochs = []
+        for size in sizes:
+            sampler.size = size
+            it = iter(loader)
+            epochs.append((len(loader), len(it), [b.tolist() for b in it]))
+        got.append(epochs)
+        if cls is stoker.DataLoader:
+            loader.close()
+    assert got[1] == got[0]
+    assert [n for n, _, _ in got[1]] == [3, 0, 4, 1]
+
+
+def _checkpoint_in_grown_epoch(workers):
+    """A loader made for 40 samples whose data set grew to 50: 3 batches into
+    that epoch, its state and the rest."""
+    dataset = Indexed(40)
+    g = torch.Generator()
+    g.manual_seed(4)
+    with stoker.DataLoader(dataset, batch_size=4, shuffle=True, generator=g,
+                           num_workers=workers) as dl:
+        assert sum(len(b) for b in dl) == 40
+        dataset.n = 50
+        it = iter(dl)
+        head = [next(it).tolist() for _ in range(3)]
+        state = dl.state_dict()
+        rest = [b.tolist() for b in it]
+    assert state["batches_per_epoch"] == 13 and state["dataset_len"] == 50
+    return head, state, rest
+
+
+@pytest.mark.parametrize("taken_at,resumed_at", [(0, 2), (2, 0)])
+def test_a_checkpoint_in_an_epoch_of_another_length_resumes_it(taken_at, resumed_at):
+    head, state, rest = _checkpoint_in_grown_epoch(taken_at)
+    dataset = Indexed(40)  # the new loader is made before the data set grows
+    with stoker.DataLoader(dataset, batch_size=4, shuffle=True, generator=torch.Generator(),
+                           num_workers=resumed_at) as dl:
+        dataset.n = 50
+        dl.load_state_dict(state)
+        it = iter(dl)
+        assert len(it) == 13
+        assert [b.tolist() for b in it] == rest
+    assert sorted(i for b in head + rest for i in b) == list(range(50))
+
+
+def test_a_checkpoint_resumed_with_the_dataset_at_another_length_is_refused_naming_both():
+    _, state, _ = _checkpoint_in_grown_epoch(2)
+    with stoker.DataLoader(Indexed(40), batch_size=4, shuffle=True, generator=torch.Generator(),
+                           num_workers=2) as dl:
+        dl.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(dl)
+    said = str(e.value)
+    assert "13 batches" in said and "10" in said and "50 samples" in said and "40" in said
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_at_an_epochs_end_resumes_into_a_dataset_grown_since(workers):
+    # Uninterrupted: an epoch of 40, a checkpoint, the data set grows, an epoch of 50.
+    dataset = Indexed(40)
+    g = torch.Generator()
+    g.manual_seed(8)
+    with stoker.DataLoader(dataset, batch_size=4, shuffle=True, generator=g,
+                           num_workers=workers) as dl:
+        list(dl)
+        state = dl.state_dict()
+        dataset.n = 50
+        expected = [b.tolist() for b in dl]
+    # Resumed elsewhere, with the data set grown: the same next epoch.
+    with stoker.DataLoader(Indexed(50), batch_size=4, shuffle=True, generator=torch.Generator(),
+                           num_workers=workers) as dl:
+        dl.load_state_dict(state)
+        assert [b.tolist() for b in dl] == expected
+    assert sorted(i for b in expected for i in b) == list(range(50))
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_batches_made_ahead_from_lists_since_changed_are_not_delivered(kind):
+    # Persistent workers over a sequential order are handed the next epoch's
+    # lists at the first batch of this one and make its batches ahead; a
+    # length changed before the next iter() (5 -> 6: as many batches, the last
+    # one longer) must give that epoch's batches as they are then.
+    dataset = Indexed(5)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=2, worker_kind=kind,
+                           persistent_workers=True) as dl:
+        for n in (5, 6, 7, 3, 4):
+            dataset.n = n
+            assert [b.tolist() for b in dl] == [list(range(i, min(i + 4, n)))
+                                                for i in range(0, n, 4)]
+            time.sleep(0.3)  # room for the workers to make the next epoch's batches ahead

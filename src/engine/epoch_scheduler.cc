@@ -47,7 +47,9 @@ void EpochScheduler::SetPrefetch(int batches, size_t bytes) {
 }
 
 std::unique_ptr<EpochRun> EpochScheduler::Prepare(const PlanOptions& plan, int64_t epoch) {
-  return std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan, epoch));
+  auto run = std::make_unique<EpochRun>(std::make_shared<const EpochPlan>(plan, epoch));
+  run->items_ = plan.num_samples;
+  return run;
 }
 
 bool EpochScheduler::Building(int64_t epoch) const {
@@ -68,7 +70,8 @@ std::optional<int64_t> EpochScheduler::LookAheadEpoch() const {
 
 std::unique_ptr<EpochRun> EpochScheduler::Offer(std::unique_ptr<EpochRun> run) {
   CancelBuild(run->epoch());
-  const bool wanted = ahead_ == nullptr &&
+  // A build begun before SetItems changed the count is of no use.
+  const bool wanted = ahead_ == nullptr && run->items() == plan_.num_samples &&
                       (cur_ == nullptr ? run->epoch() == next_epoch_
                                        : run->epoch() == cur_->epoch() + 1 && !pending_restore_);
   if (!wanted) return run;
@@ -119,7 +122,7 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
   EpochRun* run = ClaimableRun(&claim);
   if (run == nullptr) return claim;
   const int64_t batch = run->claim_batch_;
-  const int64_t length = shape_.batch_length(batch);
+  const int64_t length = run->plan_->batch_length(batch);
   const bool opens = run->claim_offset_ == 0;
   if (opens && open_count_ >= depth()) return claim;
   const int64_t chunk = std::min(share, length - run->claim_offset_);
@@ -287,12 +290,20 @@ void EpochScheduler::Abandon(std::unique_ptr<EpochRun>& run) {
   run.reset();
 }
 
-void EpochScheduler::SetEpoch(int64_t epoch) {
+void EpochScheduler::SetEpoch(int64_t epoch, bool keep_ahead) {
   Abandon(cur_);
-  if (ahead_ != nullptr && ahead_->epoch() != epoch) Abandon(ahead_);
+  if (ahead_ != nullptr && (ahead_->epoch() != epoch || !keep_ahead)) Abandon(ahead_);
   next_epoch_ = epoch;
   look_ahead_ = false;
   pending_restore_.reset();
+}
+
+void EpochScheduler::SetItems(int64_t items) {
+  assert(items >= 0);
+  if (items == plan_.num_samples) return;
+  plan_.num_samples = items;
+  shape_ = PlanShape::Of(plan_);
+  Abandon(ahead_);  // built from the old count
 }
 
 int64_t EpochScheduler::epoch() const { return cur_ != nullptr ? cur_->epoch() : next_epoch_; }
@@ -314,6 +325,7 @@ LoaderState EpochScheduler::State() const {
   }
   const EpochRun& run = *cur_;
   state.epoch = run.epoch();
+  state.num_samples = run.items();  // SetItems may have changed the next epochs'
   state.position = run.prefix_;
   // Unordered delivery only: batches delivered past the prefix.
   int64_t beyond = run.delivered_count_ - run.prefix_;
@@ -340,11 +352,13 @@ Status SamePlanField(const char* field, auto checkpoint, auto loader) {
 
 }  // namespace
 
-Status EpochScheduler::Restore(const LoaderState& state) {
-  const int64_t n = shape_.num_batches;
+Status EpochScheduler::Restore(const LoaderState& state, bool items_vary) {
+  PlanOptions plan = plan_;
+  if (items_vary) plan.num_samples = state.num_samples;
+  const int64_t n = PlanShape::Of(plan).num_batches;
   // A checkpoint of another plan names other samples at the same positions.
   STOKER_RETURN_IF_ERROR(SamePlanField("seed", state.seed, plan_.seed));
-  STOKER_RETURN_IF_ERROR(SamePlanField("num_samples", state.num_samples, plan_.num_samples));
+  STOKER_RETURN_IF_ERROR(SamePlanField("num_samples", state.num_samples, plan.num_samples));
   STOKER_RETURN_IF_ERROR(SamePlanField("batch_size", state.batch_size, plan_.batch_size));
   STOKER_RETURN_IF_ERROR(SamePlanField("shuffle", state.shuffle, plan_.shuffle));
   STOKER_RETURN_IF_ERROR(SamePlanField("drop_last", state.drop_last, plan_.drop_last));
@@ -366,6 +380,7 @@ Status EpochScheduler::Restore(const LoaderState& state) {
   }
   Abandon(cur_);
   Abandon(ahead_);
+  SetItems(plan.num_samples);
   next_epoch_ = state.epoch;
   look_ahead_ = false;
   pending_restore_ = state;

@@ -55,6 +55,8 @@ class EpochRun {
 
   int64_t epoch() const { return plan_->epoch(); }
   int64_t num_batches() const { return plan_->num_batches(); }
+  /// PlanOptions::num_samples of the plan it was built from.
+  int64_t items() const { return items_; }
 
  private:
   friend class EpochScheduler;
@@ -71,6 +73,7 @@ class EpochRun {
   OpenBatch* Find(const BatchSlot* slot);
 
   std::shared_ptr<const EpochPlan> plan_;
+  int64_t items_ = 0;
   std::vector<uint8_t> delivered_;  // by batch
   std::vector<OpenBatch> open_;     // started, not delivered; in batch order
   std::deque<int64_t> ready_;       // unordered delivery: batches as they finished
@@ -106,7 +109,10 @@ class EpochScheduler {
   EpochScheduler(const EpochScheduler&) = delete;
   EpochScheduler& operator=(const EpochScheduler&) = delete;
 
-  const PlanShape& shape() const { return shape_; }
+  /// The plan of the epochs started from now on (SetItems changes its count).
+  const PlanOptions& plan() const { return plan_; }
+  /// The shape of the epoch in progress, else of the next one.
+  const PlanShape& shape() const { return cur_ != nullptr ? cur_->plan_->shape() : shape_; }
 
   /// What a worker (or the consumer, when there are no workers) does next.
   enum class Work {
@@ -134,7 +140,8 @@ class EpochScheduler {
   /// Builds epoch `epoch`'s run. Pure; call it without any lock.
   static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);
   /// Takes a run asked for with kBuild; returns it back (to be destroyed
-  /// outside the lock) when its epoch is no longer wanted.
+  /// outside the lock) when its epoch is no longer wanted, or was built from
+  /// another item count than plan()'s.
   std::unique_ptr<EpochRun> Offer(std::unique_ptr<EpochRun> run);
   /// The build of `epoch` failed: a later call asks for it again.
   void CancelBuild(int64_t epoch);
@@ -171,13 +178,22 @@ class EpochScheduler {
   void EndEpoch();
 
   /// Makes `epoch` the one the next Advance() starts; abandons the epoch in
-  /// progress. The look-ahead is kept when it is that epoch.
-  void SetEpoch(int64_t epoch);
+  /// progress. The look-ahead is kept when it is that epoch and `keep_ahead`
+  /// (false: what its items were made from changed).
+  void SetEpoch(int64_t epoch, bool keep_ahead = true);
+  /// The item count (PlanOptions::num_samples, >= 0) of the epochs started
+  /// from now on, for a kind whose count changes between epochs; a
+  /// look-ahead of another count is abandoned. The epoch in progress keeps
+  /// its own.
+  void SetItems(int64_t items);
   /// The epoch in progress, or the one the next Advance() starts.
   int64_t epoch() const;
   LoaderState State() const;
   /// Checks `state` against the plan, then makes the next Advance() resume it.
-  Status Restore(const LoaderState& state);
+  /// With `items_vary` (a kind whose count changes between epochs), the
+  /// checkpoint's num_samples is its epoch's own: it is not compared, and
+  /// becomes the count (SetItems).
+  Status Restore(const LoaderState& state, bool items_vary = false);
 
   /// Sets the prefetch bound (batches >= 1, bytes >= 1).
   void SetPrefetch(int batches, size_t bytes);
@@ -200,8 +216,8 @@ class EpochScheduler {
   EpochRun::OpenBatch* Deliverable();
   void Abandon(std::unique_ptr<EpochRun>& run);
 
-  const PlanOptions plan_;
-  const PlanShape shape_;
+  PlanOptions plan_;
+  PlanShape shape_;  // of plan_
   const bool ordered_;
   BatchPool* const pool_;
   int prefetch_batches_;

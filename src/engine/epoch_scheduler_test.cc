@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stoker {
@@ -27,7 +28,9 @@ int64_t LabelOf(int64_t epoch, int64_t index) { return index * 1000 + epoch; }
 // every operation what the loader promises: each epoch delivers every batch
 // exactly once (in order when ordered) with the right samples, whatever the
 // interleaving, resizes of the prefetch bound, epoch changes and restores;
-// the prefetch bound holds; nothing gets stuck; no slot is leaked.
+// the prefetch bound holds; nothing gets stuck; no slot is leaked. Half the
+// runs change the item count between epochs too (a kind's data set that
+// grows or shrinks, empty epochs included), as the loader's shell does.
 class SchedulerSim {
  public:
   explicit SchedulerSim(uint64_t seed) : rng_(seed) {
@@ -42,7 +45,7 @@ class SchedulerSim {
     if (!ValidatePlanOptions(plan_).ok() || PlanShape::Of(plan_).num_batches == 0) {
       plan_.drop_last = false;
     }
-    shape_ = PlanShape::Of(plan_);
+    vary_items_ = Coin();
     pool_ = std::make_unique<BatchPool>(SampleSpec{{1}, DType::kUInt8}, plan_.batch_size);
     Open(Uniform(0, 3));
   }
@@ -60,7 +63,11 @@ class SchedulerSim {
     } else if (r < 85) {
       SetPrefetch();
     } else if (r < 87) {
-      SetEpoch(Uniform(0, 4));
+      if (vary_items_ && Coin()) {
+        SetEpochItems(Uniform(0, 4), Uniform(0, 120), Coin());
+      } else {
+        SetEpoch(Uniform(0, 4));
+      }
     } else if (r < 92) {
       SaveState();
     } else if (r < 95) {
@@ -89,7 +96,7 @@ class SchedulerSim {
       if (idle == 2) {
         FAIL() << "stuck in epoch " << epoch_ << " with " << sched_->open_batches() << " open, "
                << sched_->ready_batches() << " ready, depth " << sched_->depth() << ", ordered "
-               << ordered_ << ", delivered " << delivered_.size() << " of " << shape_.num_batches;
+               << ordered_ << ", delivered " << delivered_.size() << " of " << Shape().num_batches;
       }
     }
   }
@@ -125,12 +132,24 @@ class SchedulerSim {
     sched_ = std::make_unique<EpochScheduler>(o, pool_.get());
     ordered_ = o.ordered;
     epoch_ = start_epoch;
+    items_ = plan_.num_samples;
     delivered_.clear();
   }
 
+  // The plan with `items` items.
+  PlanOptions PlanWith(int64_t items) const {
+    PlanOptions plan = plan_;
+    plan.num_samples = items;
+    return plan;
+  }
+  // Of the epoch being delivered.
+  PlanShape Shape() const { return PlanShape::Of(PlanWith(items_)); }
+
   const EpochPlan& PlanOf(int64_t epoch) {
-    auto it = plans_.find(epoch);
-    if (it == plans_.end()) it = plans_.emplace(epoch, EpochPlan(plan_, epoch)).first;
+    auto it = plans_.find({epoch, items_});
+    if (it == plans_.end()) {
+      it = plans_.emplace(std::pair{epoch, items_}, EpochPlan(PlanWith(items_), epoch)).first;
+    }
     return it->second;
   }
 
@@ -139,7 +158,7 @@ class SchedulerSim {
     const int threads = static_cast<int>(Uniform(1, 8));
     const int open_before = sched_->open_batches();
     const auto claim = sched_->ClaimTask(threads, &task);
-    if (claim.work == Work::kBuild) builds_.push_back(claim.epoch);
+    if (claim.work == Work::kBuild) builds_.push_back({claim.epoch, sched_->plan().num_samples});
     if (claim.work == Work::kWait && Coin() && sched_->ClaimHelp(&task)) {
       // A worker with nothing to claim helps a running task.
       EXPECT_GE(task.cursor->end() - task.offset, task.length);
@@ -187,15 +206,16 @@ class SchedulerSim {
   bool FinishOneBuild() {
     if (builds_.empty()) return false;
     const size_t i = static_cast<size_t>(Uniform(0, static_cast<int64_t>(builds_.size()) - 1));
-    const int64_t epoch = builds_[i];
+    // Built from the count when it was asked for, which may have changed since.
+    const auto [epoch, items] = builds_[i];
     builds_.erase(builds_.begin() + static_cast<ptrdiff_t>(i));
-    auto unwanted = sched_->Offer(EpochScheduler::Prepare(plan_, epoch));
+    auto unwanted = sched_->Offer(EpochScheduler::Prepare(PlanWith(items), epoch));
     return true;
   }
 
   void CancelOneBuild() {
     if (builds_.empty()) return;
-    sched_->CancelBuild(builds_.back());
+    sched_->CancelBuild(builds_.back().first);
     builds_.pop_back();
   }
 
@@ -204,15 +224,16 @@ class SchedulerSim {
     switch (next.step) {
       case Step::kBuild:
         EXPECT_EQ(next.epoch, epoch_);
-        builds_.push_back(next.epoch);
+        builds_.push_back({next.epoch, sched_->plan().num_samples});
         return true;
       case Step::kWait:
         return false;
       case Step::kEndOfEpoch:
-        EXPECT_EQ(static_cast<int64_t>(delivered_.size()), shape_.num_batches)
+        EXPECT_EQ(static_cast<int64_t>(delivered_.size()), Shape().num_batches)
             << "epoch " << epoch_ << " ended early";
         sched_->EndEpoch();
         ++epoch_;
+        items_ = plan_.num_samples;
         ++epochs_done_;
         delivered_.clear();
         EXPECT_EQ(sched_->epoch(), epoch_);
@@ -254,8 +275,21 @@ class SchedulerSim {
   void SetEpoch(int64_t epoch) {
     sched_->SetEpoch(epoch);
     epoch_ = epoch;
+    items_ = plan_.num_samples;
     delivered_.clear();
     EXPECT_EQ(sched_->epoch(), epoch);
+  }
+
+  // As the loader's SetEpoch with an item count: what was made ahead for
+  // `epoch` from another count (or, without `keep_ahead`, at all) is dropped.
+  void SetEpochItems(int64_t epoch, int64_t items, bool keep_ahead) {
+    sched_->SetItems(items);
+    sched_->SetEpoch(epoch, keep_ahead);
+    plan_.num_samples = items_ = items;
+    epoch_ = epoch;
+    delivered_.clear();
+    EXPECT_EQ(sched_->epoch(), epoch);
+    EXPECT_EQ(sched_->shape().num_batches, Shape().num_batches);
   }
 
   // The checkpoint must say exactly which batches of which epoch were delivered.
@@ -264,17 +298,20 @@ class SchedulerSim {
     std::set<int64_t> described;
     for (int64_t b = 0; b < s.position; ++b) described.insert(b);
     described.insert(s.beyond.begin(), s.beyond.end());
-    if (static_cast<int64_t>(delivered_.size()) == shape_.num_batches) {
+    // An empty epoch not yet started checkpoints as itself.
+    const int64_t batches = Shape().num_batches;
+    if (static_cast<int64_t>(delivered_.size()) == batches && (batches > 0 || s.epoch != epoch_)) {
       EXPECT_EQ(s.epoch, epoch_ + 1);  // a finished epoch checkpoints as the next one's start
       EXPECT_TRUE(described.empty());
+      EXPECT_EQ(s.num_samples, plan_.num_samples);  // the next one's count
       saved_ = {s, {}};
     } else {
       EXPECT_EQ(s.epoch, epoch_);
       EXPECT_EQ(described, delivered_);
+      EXPECT_EQ(s.num_samples, items_);  // the epoch's own count
       saved_ = {s, delivered_};
     }
     EXPECT_EQ(s.seed, plan_.seed);
-    EXPECT_EQ(s.num_samples, plan_.num_samples);
     EXPECT_EQ(s.batch_size, plan_.batch_size);
     EXPECT_EQ(s.shuffle, plan_.shuffle);
     EXPECT_EQ(s.drop_last, plan_.drop_last);
@@ -286,7 +323,8 @@ class SchedulerSim {
   void RestoreSaved(bool fresh) {
     if (!saved_) return;
     if (fresh) Open(Uniform(0, 5));
-    ASSERT_TRUE(sched_->Restore(saved_->first).ok());
+    ASSERT_TRUE(sched_->Restore(saved_->first, vary_items_).ok());
+    plan_.num_samples = items_ = saved_->first.num_samples;
     epoch_ = saved_->first.epoch;
     delivered_ = saved_->second;
     EXPECT_EQ(sched_->epoch(), epoch_);
@@ -300,6 +338,7 @@ class SchedulerSim {
   void RestoreGarbage() {
     LoaderState before = sched_->State();
     LoaderState bad = before;
+    const int64_t batches = PlanShape::Of(PlanWith(before.num_samples)).num_batches;
     std::string field;
     switch (Uniform(0, 11)) {
       case 0:
@@ -310,12 +349,17 @@ class SchedulerSim {
         bad.epoch = -1;
         break;
       case 2:
-        bad.position = shape_.num_batches + 1;
+        bad.position = batches + 1;
         break;
       case 3:
-        bad.beyond.push_back(shape_.num_batches);
+        bad.beyond.push_back(batches);
         break;
       case 4:
+        if (vary_items_) {  // a checkpoint's num_samples is its epoch's own: any is taken
+          bad.seed ^= 2;
+          field = "seed";
+          break;
+        }
         bad.num_samples += Uniform(1, 3);
         field = "num_samples";
         break;
@@ -349,7 +393,7 @@ class SchedulerSim {
         field = "batch_size";
         break;
     }
-    const Status st = sched_->Restore(bad);
+    const Status st = sched_->Restore(bad, vary_items_);
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     if (!field.empty()) {
@@ -363,15 +407,17 @@ class SchedulerSim {
   }
 
   std::mt19937_64 rng_;
-  PlanOptions plan_;
-  PlanShape shape_;
+  PlanOptions plan_;  // as the scheduler's plan(): num_samples is the next epochs' count
+  bool vary_items_ = false;
+  int64_t items_ = 0;  // the count of the epoch being delivered
   std::unique_ptr<BatchPool> pool_;
   std::unique_ptr<EpochScheduler> sched_;
   bool ordered_ = true;
-  std::map<int64_t, EpochPlan> plans_;
+  std::map<std::pair<int64_t, int64_t>, EpochPlan> plans_;  // by epoch and count
   // Claimed or joined, not yet finished, with the positions each produced.
   std::vector<std::pair<BatchTask, int64_t>> tasks_;
-  std::vector<int64_t> builds_;  // plans asked for, not yet offered
+  // Plans asked for, not yet offered: epoch, and the count then.
+  std::vector<std::pair<int64_t, int64_t>> builds_;
   int64_t epoch_ = 0;            // the epoch being delivered
   std::set<int64_t> delivered_;  // its batches delivered so far
   int64_t epochs_done_ = 0;
@@ -552,6 +598,115 @@ TEST(EpochSchedulerTest, ACheckpointOfAnotherPlanIsRefusedNamingTheFieldAndBothV
   // Refused: nothing changed, the epoch starts from its beginning.
   EXPECT_EQ(s.State().position, 0);
   ASSERT_EQ(s.Advance().step, Step::kBuild);
+}
+
+// Delivers the epoch due with one worker, building its plans from plan();
+// returns the batches it had.
+int64_t DeliverEpoch(EpochScheduler& s, BatchPool& pool) {
+  int64_t delivered = 0;
+  while (true) {
+    const auto next = s.Advance();
+    if (next.step == Step::kBuild) {
+      EXPECT_EQ(s.Offer(EpochScheduler::Prepare(s.plan(), next.epoch)), nullptr);
+    } else if (next.step == Step::kDeliver) {
+      pool.Release(s.Deliver());
+      ++delivered;
+    } else if (next.step == Step::kEndOfEpoch) {
+      s.EndEpoch();
+      return delivered;
+    } else {
+      BatchTask task;
+      const auto claim = s.ClaimTask(1, &task);
+      if (claim.work == Work::kBuild) {
+        EXPECT_EQ(s.Offer(EpochScheduler::Prepare(s.plan(), claim.epoch)), nullptr);
+        continue;
+      }
+      EXPECT_EQ(claim.work, Work::kTask);
+      if (claim.work != Work::kTask) return -1;
+      while (task.cursor->Take() < task.cursor->end()) {
+      }
+      if (task.slot->Done(task.length)) s.Complete(task.slot);
+    }
+  }
+}
+
+TEST(EpochSchedulerTest, TheItemCountChangesBetweenEpochsAndALookAheadOfTheOldOneIsDropped) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
+  EXPECT_EQ(DeliverEpoch(s, pool), 3);  // 10 items in 4s
+  // The workers start epoch 1 ahead with the old count.
+  BatchTask task;
+  auto claim = s.ClaimTask(1, &task);
+  ASSERT_EQ(claim.work, Work::kBuild);
+  ASSERT_EQ(s.Offer(EpochScheduler::Prepare(s.plan(), 1)), nullptr);
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  s.SetItems(18);
+  s.SetEpoch(1);
+  EXPECT_EQ(s.shape().num_batches, 5);
+  ASSERT_TRUE(task.slot->Done(task.length));
+  EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kReleased);
+  EXPECT_EQ(DeliverEpoch(s, pool), 5);
+  EXPECT_EQ(DeliverEpoch(s, pool), 5);  // and the epochs after it
+  s.SetItems(3);
+  s.SetEpoch(3);
+  EXPECT_EQ(DeliverEpoch(s, pool), 1);
+  s.SetItems(0);
+  s.SetEpoch(4);
+  EXPECT_EQ(DeliverEpoch(s, pool), 0);  // an empty epoch ends at once
+  EXPECT_EQ(s.open_batches(), 0);
+}
+
+TEST(EpochSchedulerTest, APlanBuiltBeforeTheCountChangedIsHandedBack) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan()}, &pool);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
+  const PlanOptions old = s.plan();
+  s.SetItems(20);
+  EXPECT_NE(s.Offer(EpochScheduler::Prepare(old, 0)), nullptr);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);  // asked for again, with the new count
+  EXPECT_EQ(s.Offer(EpochScheduler::Prepare(s.plan(), 0)), nullptr);
+  EXPECT_EQ(DeliverEpoch(s, pool), 5);
+}
+
+TEST(EpochSchedulerTest, WithoutKeepAheadWhatWasMadeAheadForTheEpochIsDropped) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
+  DeliverEpoch(s, pool);
+  BatchTask task;
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kBuild);
+  s.Offer(EpochScheduler::Prepare(s.plan(), 1));
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  ASSERT_TRUE(task.slot->Done(task.length));
+  EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kAhead);
+  s.SetEpoch(1, /*keep_ahead=*/false);  // same count, other lists
+  EXPECT_EQ(s.open_batches(), 0);
+  EXPECT_EQ(DeliverEpoch(s, pool), 3);
+}
+
+TEST(EpochSchedulerTest, ACheckpointCarriesItsEpochsCountWhichARestoreOfVaryingCountsTakes) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan()}, &pool);
+  ASSERT_EQ(s.Advance().step, Step::kBuild);
+  s.Offer(EpochScheduler::Prepare(s.plan(), 0));
+  BatchTask task;
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  ASSERT_TRUE(task.slot->Done(task.length));
+  s.Complete(task.slot);
+  ASSERT_EQ(s.Advance().step, Step::kDeliver);
+  pool.Release(s.Deliver());
+  s.SetItems(30);  // for the epochs after this one
+  const LoaderState state = s.State();
+  EXPECT_EQ(state.num_samples, 10);
+  EXPECT_EQ(state.position, 1);
+
+  PlanOptions other = SmallPlan();
+  other.num_samples = 30;
+  EpochScheduler fresh({.plan = other}, &pool);
+  EXPECT_EQ(fresh.Restore(state).message(),
+            "checkpoint's num_samples 10 differs from this loader's 30");
+  ASSERT_TRUE(fresh.Restore(state, /*items_vary=*/true).ok());
+  EXPECT_EQ(fresh.plan().num_samples, 10);
+  EXPECT_EQ(DeliverEpoch(fresh, pool), 2);  // batches 1 and 2 of 3
 }
 
 }  // namespace

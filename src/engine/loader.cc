@@ -132,7 +132,6 @@ class Loader::Impl {
        std::shared_ptr<const CudaRuntime> pin, std::shared_ptr<DeviceStage> device)
       : options_(std::move(options)),
         cap_(cap),
-        plan_options_(plan_options),
         kind_(KindOf(options_)),
         spec_(kind_->spec()),
         pool_(std::make_shared<BatchPool>(spec_, options_.batch_size, RecycleOf(kind_),
@@ -140,7 +139,7 @@ class Loader::Impl {
         device_(std::move(device)),
         sched_(
             {
-                .plan = plan_options_,
+                .plan = plan_options,
                 .ordered = options_.ordered,
                 .start_epoch = options_.start_epoch,
                 .prefetch_batches = options_.prefetch_batches,
@@ -217,9 +216,12 @@ class Loader::Impl {
     return ready;
   }
 
-  void SetEpoch(int64_t epoch) EXCLUDES(mu_) {
+  // `items`: the count of `epoch` and the epochs after it (a kind's), or
+  // unchanged.
+  void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    sched_.SetEpoch(epoch);
+    if (items) sched_.SetItems(*items);
+    sched_.SetEpoch(epoch, keep_ahead);
     StartTally(/*whole=*/true);
     work_cv_.NotifyAll();
   }
@@ -229,9 +231,16 @@ class Loader::Impl {
     return sched_.epoch();
   }
 
-  int64_t batches_per_epoch() const { return shape_.num_batches; }
-  int64_t samples_per_epoch() const { return shape_.num_samples; }
+  int64_t batches_per_epoch() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return sched_.shape().num_batches;
+  }
+  int64_t samples_per_epoch() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return sched_.shape().num_samples;
+  }
   const SampleSpec& spec() const { return spec_; }
+  bool has_kind() const { return options_.kind != nullptr; }
 
   LoaderState State() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -240,7 +249,8 @@ class Loader::Impl {
 
   Status Restore(const LoaderState& state) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    Status st = sched_.Restore(state);
+    // A kind's item count may change between epochs: the checkpoint's epoch has its own.
+    Status st = sched_.Restore(state, /*items_vary=*/options_.kind != nullptr);
     if (st.ok()) StartTally(/*whole=*/state.position == 0 && state.beyond.empty());
     work_cv_.NotifyAll();
     return st;
@@ -364,13 +374,14 @@ class Loader::Impl {
   // offers it; a plan no longer wanted is destroyed outside the lock too.
   void Build(int64_t epoch) REQUIRES(mu_) {
     std::unique_ptr<EpochRun> run;
+    const PlanOptions plan = sched_.plan();
     try {
       MutexUnlock unlock(mu_);
-      run = EpochScheduler::Prepare(plan_options_, epoch);
+      run = EpochScheduler::Prepare(plan, epoch);
     } catch (const std::bad_alloc&) {
       sched_.CancelBuild(epoch);
       Fail(Unavailable("out of memory building the order of epoch " + std::to_string(epoch) + " (" +
-                       std::to_string(shape_.num_samples) + " samples)"));
+                       std::to_string(plan.num_samples) + " samples)"));
       return;
     }
     auto unwanted = sched_.Offer(std::move(run));
@@ -633,15 +644,14 @@ class Loader::Impl {
   Status EpochDeliveredNothing() const REQUIRES(mu_) {
     const int64_t delivered =
         user_samples_delivered_.load(std::memory_order_relaxed) - tally_.start_samples;
-    if (!tally_.whole || delivered > 0 || tally_.skipped == 0 || shape_.num_samples == 0) {
-      return Status::Ok();
-    }
+    const int64_t planned = sched_.shape().num_samples;
+    if (!tally_.whole || delivered > 0 || tally_.skipped == 0 || planned == 0) return Status::Ok();
     const std::string skipped = std::to_string(tally_.skipped);
-    // With a kind, items are not samples: how many samples it planned is its own.
+    // Items that are no samples (user batches): how many samples they held is the kind's.
     const std::string what = !kind_->items_are_samples() ? skipped + " samples were skipped"
-                             : tally_.skipped == shape_.num_samples
+                             : tally_.skipped == planned
                                  ? "all " + skipped + " samples were skipped"
-                                 : skipped + " of its " + std::to_string(shape_.num_samples) +
+                                 : skipped + " of its " + std::to_string(planned) +
                                        " samples were skipped and the others failed";
     const SkipRecord& first = skipped_[tally_.first_skip];
     const std::string name =
@@ -697,8 +707,6 @@ class Loader::Impl {
 
   const LoaderOptions options_;
   const SampleCap cap_;  // each worker's, from the memory budget
-  const PlanOptions plan_options_;
-  const PlanShape shape_ = PlanShape::Of(plan_options_);
   const std::shared_ptr<const WorkerKind> kind_;
   const SampleSpec spec_;
   const std::shared_ptr<BatchPool> pool_;
@@ -903,7 +911,19 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 }
 Status Loader::SetEpoch(int64_t epoch) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
-  impl_->SetEpoch(epoch);
+  impl_->SetEpoch(epoch, std::nullopt, /*keep_ahead=*/true);
+  return Status::Ok();
+}
+Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {
+  STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  if (!impl_->has_kind()) {
+    return InvalidArgument(
+        "SetEpoch with an item count needs option 'kind' (a source's size is fixed)");
+  }
+  if (items < 0) {
+    return InvalidArgument("SetEpoch's item count must be >= 0, got " + std::to_string(items));
+  }
+  impl_->SetEpoch(epoch, items, keep_ahead);
   return Status::Ok();
 }
 int64_t Loader::epoch() const { return impl_->epoch(); }

@@ -145,6 +145,34 @@ Drained DrainEpoch(Loader& loader) {
   return d;
 }
 
+// A kind whose count changes between epochs (a data set that grows or
+// shrinks): each epoch has the count SetEpoch gave it, whatever the workers
+// made ahead from the old one; a checkpoint carries its epoch's count.
+TEST(WorkerKindTest, TheItemCountMayChangeFromEpochToEpoch) {
+  for (int workers : {0, 2}) {
+    auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{});
+    auto loader = MakeUntunedLoader(KindOptions(kind, workers));
+    ASSERT_NE(loader, nullptr);
+    EXPECT_EQ(DrainEpoch(*loader).items.size(), 10u);
+    for (int64_t items : {13, 13, 4, 0, 7}) {
+      ASSERT_TRUE(loader->SetEpoch(loader->epoch(), items, /*keep_ahead=*/true).ok());
+      EXPECT_EQ(loader->batches_per_epoch(), items);
+      const Drained d = DrainEpoch(*loader);
+      ASSERT_EQ(static_cast<int64_t>(d.items.size()), items) << workers;
+      for (int64_t i = 0; i < items; ++i) EXPECT_EQ(d.items[static_cast<size_t>(i)], i);
+    }
+    ASSERT_TRUE(loader->SetEpoch(loader->epoch(), 9, /*keep_ahead=*/false).ok());
+    ASSERT_TRUE(loader->Next().ok());
+    const LoaderState state = *loader->State();
+    EXPECT_EQ(state.num_samples, 9);
+    EXPECT_EQ(state.position, 1);
+    auto other = MakeUntunedLoader(KindOptions(kind, workers));  // made for 10
+    ASSERT_TRUE(other->Restore(state).ok());
+    EXPECT_EQ(DrainEpoch(*other).items.size(), 8u);
+    EXPECT_EQ(other->SetEpoch(0, -1, true).code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(WorkerKindTest, EveryItemOnceInOrderAtAnyWorkerCount) {
   for (int workers : {0, 1, 3}) {
     auto kind = std::make_shared<FakeKind>(25, std::set<int64_t>{});

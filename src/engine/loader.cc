@@ -240,7 +240,9 @@ class Loader::Impl {
     return sched_.shape().num_samples;
   }
   const SampleSpec& spec() const { return spec_; }
-  bool has_kind() const { return options_.kind != nullptr; }
+  // A kind of user batches: their count comes from the sampler each epoch
+  // (a kind of samples has its source's size).
+  bool items_vary() const { return options_.kind != nullptr && !kind_->items_are_samples(); }
 
   LoaderState State() const EXCLUDES(mu_) {
     MutexLock lock(mu_);
@@ -250,7 +252,7 @@ class Loader::Impl {
   Status Restore(const LoaderState& state) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     // A kind's item count may change between epochs: the checkpoint's epoch has its own.
-    Status st = sched_.Restore(state, /*items_vary=*/options_.kind != nullptr);
+    Status st = sched_.Restore(state, items_vary());
     if (st.ok()) StartTally(/*whole=*/state.position == 0 && state.beyond.empty());
     work_cv_.NotifyAll();
     return st;
@@ -916,9 +918,10 @@ Status Loader::SetEpoch(int64_t epoch) {
 }
 Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
-  if (!impl_->has_kind()) {
+  if (!impl_->items_vary()) {
     return InvalidArgument(
-        "SetEpoch with an item count needs option 'kind' (a source's size is fixed)");
+        "SetEpoch with an item count needs option 'kind' of items that are not samples (a "
+        "source's size is fixed)");
   }
   if (items < 0) {
     return InvalidArgument("SetEpoch's item count must be >= 0, got " + std::to_string(items));

@@ -9,8 +9,10 @@ the same seed: a sample is made from (seed, epoch, index) wherever it is
 made, so the bytes are identical. No test asserts a time.
 """
 
+import itertools
 import os
 import signal
+import time
 import warnings
 
 import numpy as np
@@ -23,7 +25,15 @@ from conftest import write_tree  # noqa: E402
 BATCH = 8
 SEED = 77
 TRANSFORM = stoker.transforms.train(32, layout="uint8_chw")
-MAX_EPOCHS = 40  # a bound on the epochs a test waits for remote batches
+# How long a test reads epochs waiting for remote batches (an epoch of the
+# small tree takes milliseconds; the first remote task, a second or so).
+WAIT_S = 30.0
+
+
+def epochs_within(seconds=WAIT_S):
+    """0, 1, 2, ... for `seconds`."""
+    deadline = time.monotonic() + seconds
+    return itertools.takewhile(lambda _: time.monotonic() < deadline, itertools.count())
 
 
 def local(source, **options):
@@ -57,14 +67,14 @@ def assert_same_epoch(got, want):
 def epochs_until_remote(loader, source, more=1):
     """Reads epochs (each checked against the reference) until the cluster
     made some batches, then `more`; returns the remote stats."""
-    for epoch in range(MAX_EPOCHS):
+    for epoch in epochs_within():
         assert_same_epoch(epoch_of(loader), reference(source, epoch))
         stats = loader.stats()["remote"]
         if stats["batches"] > 0:
             more -= 1
             if more < 0:
                 return stats
-    raise AssertionError(f"no remote batch in {MAX_EPOCHS} epochs: {loader.stats()['remote']}")
+    raise AssertionError(f"no remote batch in {WAIT_S} s: {loader.stats()['remote']}")
 
 
 @pytest.mark.timeout(120)
@@ -99,7 +109,7 @@ def test_a_bad_file_made_remotely_is_named_as_a_local_one_is(shared_dask_cluster
     assert len(samples) == 2 * int(np.prod(TRANSFORM.shape)) and len(labels) == 2
     assert [p for p, _, _ in failures] == [1] and failures[0][2] in want[0]["reason"]
     with remote(root, shared_dask_cluster.address, on_error=on_error) as loader:
-        for epoch in range(MAX_EPOCHS):
+        for epoch in epochs_within():
             errors, before = [], loader.stats()["remote"]["batches"]
             it = iter(loader)
             while True:
@@ -147,8 +157,13 @@ def test_a_scheduler_that_goes_away_leaves_the_samples_to_local_workers(dask_clu
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             cluster.stop_scheduler(signal.SIGKILL)
-            for epoch in range(loader.epoch, loader.epoch + 3):
+            # Every epoch whole while the loader finds out, and after.
+            for _ in epochs_within():
+                epoch = loader.epoch
                 assert_same_epoch(epoch_of(loader), reference(image_tree, epoch))
+                if loader.stats()["remote"]["lost"]:
+                    break
+            assert_same_epoch(epoch_of(loader), reference(image_tree, epoch + 1))
         stats = loader.stats()["remote"]
     assert isinstance(stats["lost"], str) and stats["lost"]
     assert any(address in str(w.message) for w in caught

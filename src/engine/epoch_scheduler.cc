@@ -109,13 +109,13 @@ void ReserveOneMore(std::vector<T>& v) {
 
 }  // namespace
 
-EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
+EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task, bool whole) {
   // A task claimed while the pool was smaller may be far longer than a
   // worker's share of the window now: new workers split it before opening
   // more, or its batch (perhaps the one delivery waits for) ends last.
   const int64_t share =
       std::max<int64_t>(1, depth() * shape_.batch_size / (2 * std::max(1, threads)));
-  if (Join([&](const TaskCursor& c) { return c.left() > 2 * share; }, task)) {
+  if (!whole && Join([&](const TaskCursor& c) { return c.left() > 2 * share; }, task)) {
     return {Work::kTask, 0};
   }
   Claim claim;
@@ -125,7 +125,8 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task) {
   const int64_t length = run->plan_->batch_length(batch);
   const bool opens = run->claim_offset_ == 0;
   if (opens && open_count_ >= depth()) return claim;
-  const int64_t chunk = std::min(share, length - run->claim_offset_);
+  const int64_t chunk =
+      whole ? length - run->claim_offset_ : std::min(share, length - run->claim_offset_);
   // Whatever may throw (std::bad_alloc, a refused buffer) comes before any
   // change: the loader reports it, and the scheduler is as it was.
   auto cursor = std::make_shared<TaskCursor>(run->claim_offset_, run->claim_offset_ + chunk);

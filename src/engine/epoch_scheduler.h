@@ -129,8 +129,10 @@ class EpochScheduler {
   /// under the prefetch bound. Chunks shrink when many of `threads` share a
   /// small window, so that every worker finds work; with few a task is a
   /// whole batch. A running task more than twice as long as a chunk now
-  /// (claimed while the pool was smaller) is shared first.
-  Claim ClaimTask(int threads, BatchTask* task);
+  /// (claimed while the pool was smaller) is shared first. `whole`: the
+  /// claimer makes its tasks at once (a remote slot): it gets the rest of a
+  /// batch, never a chunk or a share.
+  Claim ClaimTask(int threads, BatchTask* task, bool whole = false);
   /// For a worker that found nothing to claim: a share in the running task
   /// of the earliest batch that has positions left (the batch delivery
   /// waits for first); false when none has. The positions it takes are its

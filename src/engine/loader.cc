@@ -402,7 +402,7 @@ class Loader::Impl {
     BatchTask task;
     EpochScheduler::Claim claim;
     try {
-      claim = sched_.ClaimTask(threads, &task);
+      claim = sched_.ClaimTask(threads, &task, ctx.worker->expects());
     } catch (const std::bad_alloc&) {  // a batch buffer or a task; the scheduler is unchanged
       Fail(OutOfMemoryForABatch());
       return false;
@@ -415,7 +415,12 @@ class Loader::Impl {
       return true;
     }
     // Nothing new to start: help the earliest task that has positions left.
-    if (claim.work == EpochScheduler::Work::kWait && !sched_.ClaimHelp(&task)) return false;
+    // A worker that makes its tasks at once (a remote slot) helps none: it
+    // would take the rest of a batch a local worker is making.
+    if (claim.work == EpochScheduler::Work::kWait &&
+        (ctx.worker->expects() || !sched_.ClaimHelp(&task))) {
+      return false;
+    }
     MutexUnlock unlock(mu_);
     RunTask(ctx, task);
     task = {};  // perhaps the last reference to an epoch's plan

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -134,7 +135,14 @@ class Tuner final : public Controller {
     }
     UpdateView(std::move(d));
     std::optional<TunerDecision> r = DecideRemote(o, last_->metrics, remote);
-    if (r) Apply(*r, loader);
+    if (r) {
+      Apply(*r, loader);
+    } else if (remote > 0) {
+      // The remote slots' round trip changed: the window follows (up at
+      // once, down by two, so that noise does not move it every tick).
+      const int want = RemotePrefetch(core_.prefetch(), remote);
+      if (want > prefetch_set_ || want + 1 < prefetch_set_) SetPrefetch(loader, want);
+    }
     UpdateView(std::move(r));
   }
 
@@ -262,6 +270,15 @@ class Tuner final : public Controller {
     }
     const int64_t made = m.remote_samples_produced - remote_made_;
     remote_made_ = m.remote_samples_produced;
+    const int64_t busy_ns = m.remote_busy_ns - remote_busy_seen_;
+    remote_busy_seen_ = m.remote_busy_ns;
+    if (made > 0 && o.batches > 0 && o.window_s > 0) {
+      // Local batches made during one remote batch's round trip.
+      const double per_batch = std::max(1.0, static_cast<double>(o.samples) / o.batches);
+      const double round_trip_s = static_cast<double>(busy_ns) * 1e-9 / (made / per_batch);
+      const double lag = static_cast<double>(o.produced) / per_batch / o.window_s * round_trip_s;
+      remote_lag_ = remote_lag_ > 0 ? 0.7 * remote_lag_ + 0.3 * lag : lag;
+    }
     std::optional<RemoteDecision> r =
         remote_policy_.Observe({o.window_s, o.batches, o.wait_s, o.step_s, made}, c);
     const int floor = std::min(options_.remote_min,
@@ -287,6 +304,28 @@ class Tuner final : public Controller {
     return d;
   }
 
+  // The prefetch bound with `remote` slots: the local pool's, one batch a
+  // slot holds open while it waits, and what the local pool makes during a
+  // remote round trip (else local workers idle behind a remote batch);
+  // within half the memory budget.
+  int RemotePrefetch(int core, int remote) const {
+    if (remote == 0) return core;
+    int prefetch = core + remote + static_cast<int>(std::ceil(remote_lag_));
+    if (budgets_.memory_bytes > 0 && budgets_.batch_bytes > 0) {
+      const auto fits = static_cast<int64_t>(budgets_.memory_bytes / 2 / budgets_.batch_bytes);
+      prefetch =
+          static_cast<int>(std::min<int64_t>(prefetch, std::max<int64_t>(fits, core + remote)));
+    }
+    return prefetch;
+  }
+
+  void SetPrefetch(Loader& loader, int prefetch) {
+    [[maybe_unused]] Status st =
+        loader.SetPrefetch(prefetch, static_cast<size_t>(prefetch) * budgets_.batch_bytes);
+    assert(st.ok());
+    prefetch_set_ = prefetch;
+  }
+
   // Sets the loader's knobs to the decision and queues it for the trace file.
   void Apply(TunerDecision& d, Loader& loader) {
     d.cpu_budget_cores = budgets_.cpu_cores;
@@ -300,15 +339,8 @@ class Tuner final : public Controller {
     // Refused only in a forked child, where Next() never reaches the tuner.
     if (d.remote_after != d.remote_before) [[maybe_unused]]
       Status st = loader.SetRemote(d.remote_after);
-    // Each remote slot holds a batch open while it waits: the prefetch bound
-    // is the local pool's plus one a slot.
-    const int prefetch = d.prefetch_after + d.remote_after;
-    if (prefetch != prefetch_set_) {
-      [[maybe_unused]] Status st =
-          loader.SetPrefetch(prefetch, static_cast<size_t>(prefetch) * budgets_.batch_bytes);
-      assert(st.ok());
-      prefetch_set_ = prefetch;
-    }
+    const int prefetch = RemotePrefetch(d.prefetch_after, d.remote_after);
+    if (prefetch != prefetch_set_) SetPrefetch(loader, prefetch);
     if (trace_writer_) trace_writer_->Append(DumpJson(TunerDecisionToJson(d)));
   }
 
@@ -338,9 +370,11 @@ class Tuner final : public Controller {
   double trainer_cores_ = 0;
   double node_cores_ = 0;
   double last_probe_s_ = 0;
-  RemotePolicy remote_policy_;                       // consumer thread only
-  int prefetch_set_ = 0;                             // the prefetch bound last set on the loader
-  int64_t remote_made_ = 0;                          // remote items produced at the last tick
+  RemotePolicy remote_policy_;    // consumer thread only
+  int prefetch_set_ = 0;          // the prefetch bound last set on the loader
+  int64_t remote_made_ = 0;       // remote items produced at the last tick
+  int64_t remote_busy_seen_ = 0;  // and the remote slots' busy time then
+  double remote_lag_ = 0;         // local batches made during a remote round trip (smoothed)
   const std::unique_ptr<TraceWriter> trace_writer_;  // null: no trace file
   const std::unique_ptr<GpuSampler> gpus_;           // null: no NVML or no GPU
 

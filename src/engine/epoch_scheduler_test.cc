@@ -563,6 +563,23 @@ TEST(EpochSchedulerTest, ATaskClaimedByASmallerPoolIsSharedBeforeMoreIsOpened) {
   EXPECT_EQ(fresh.length, 1);
 }
 
+TEST(EpochSchedulerTest, AWholeClaimGetsTheRestOfABatchAndJoinsNoTask) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 2}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  BatchTask owner;
+  ASSERT_EQ(s.ClaimTask(1, &owner).work, Work::kTask);  // alone: the whole batch 0
+  // With 4 threads a chunk is 1 and the owner's 4 left would be shared; a
+  // whole claim opens batch 1 instead, all of it.
+  BatchTask whole;
+  ASSERT_EQ(s.ClaimTask(4, &whole, /*whole=*/true).work, Work::kTask);
+  EXPECT_NE(whole.cursor, owner.cursor);
+  EXPECT_EQ(whole.slot->batch(), 1);
+  EXPECT_EQ(whole.length, 4);
+}
+
 TEST(EpochSchedulerTest, TasksOfAnAbandonedEpochGetNoHelp) {
   BatchPool pool({{1}, DType::kUInt8}, 4);
   EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 1}, &pool);

@@ -18,11 +18,12 @@ namespace stoker {
 enum class WorkerPlace { kWorkerThread, kConsumer };
 
 /// What a worker's items cost where the engine's thread clocks cannot see it
-/// (a worker process, a remote machine). CPU and run-queue times are
-/// cumulative over the worker's life; bytes are now.
+/// (a worker process, a remote machine, another thread of this process).
+/// CPU and run-queue times are cumulative over the worker's life; bytes are now.
 struct WorkerCost {
-  int64_t cpu_ns = 0;    // CPU time spent elsewhere for this worker
-  int64_t queue_ns = 0;  // of the wall time, waiting for a CPU elsewhere
+  int64_t cpu_ns = 0;         // CPU time spent elsewhere (another process) for this worker
+  int64_t thread_cpu_ns = 0;  // CPU time of this process's other threads running its items
+  int64_t queue_ns = 0;       // of the wall time, waiting for a CPU elsewhere or on those threads
   /// Memory the worker holds for the loader (the memory budget counts it).
   size_t bytes = 0;
   /// Of `bytes`, what a fresh worker would not hold: past the per-sample cap,

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "bindings.h"
+#include "core/clock.h"
+#include "engine/run_delay.h"
 #include "errors.h"
 #include "process_workers.h"
 
@@ -28,13 +30,28 @@ ThreadWorkers::ThreadWorkers(py::object run_batch, std::shared_ptr<EpochBatches>
     : run_batch_(std::move(run_batch)), batches_(std::move(batches)), magic_(magic) {}
 
 ThreadWorkers::~ThreadWorkers() {
+  // No lock: no other thread holds this any more (a Python thread's Finish
+  // reaches it through a weak_ptr).
   if (!Py_IsInitialized()) {  // the interpreter is gone: nothing left to drop
     (void)run_batch_.release();
     for (auto& [ticket, batch] : ready_) (void)batch.release();
     for (auto& batch : dead_) (void)batch.release();
+    for (auto& lane : lanes_) {
+      if (!lane) continue;
+      (void)lane->inbox.release();
+      (void)lane->made.result.release();
+    }
     return;
   }
   py::gil_scoped_acquire gil;
+  for (auto& lane : lanes_) {
+    if (!lane || !lane->inbox) continue;
+    try {
+      lane->inbox.attr("put")(py::none());  // its thread ends once its batch is done
+    } catch (py::error_already_set&) {      // nothing to tell from a destructor
+    }
+  }
+  lanes_.clear();
   ready_.clear();
   dead_.clear();
   run_batch_ = py::object();
@@ -74,34 +91,194 @@ Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutco
 
 }  // namespace
 
-Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
-                          int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
-                          bool* gave_back) {
-  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, batches_->Get(epoch, batch));
-  // Before the batch runs: its failures name it.
-  const uint64_t ticket = g_next_ticket.fetch_add(1, std::memory_order_relaxed);
-  py::gil_scoped_acquire gil;
-  py::object made;
+ThreadWorkers::Made ThreadWorkers::Read(py::object result, uint64_t ticket, int worker) {
+  Made made;
   try {
-    made = run_batch_(epoch, batch, py::cast(got.indices), got.seed);
-    if (made.is_none()) {
-      if (gave_back != nullptr) *gave_back = true;
-      return Unavailable("the batch was given back");
+    if (result.is_none()) {
+      made.gave_back = true;
+      made.status = Unavailable("the batch was given back");
+      return made;
     }
-    STOKER_RETURN_IF_ERROR(ReadOutcome(made.cast<py::tuple>(), ticket, worker, outcome));
+    made.status = ReadOutcome(result.cast<py::tuple>(), ticket, worker, &made.outcome);
   } catch (py::error_already_set& e) {
-    return Internal(std::string("the batch failed in a worker thread: ") + e.what());
+    made.status = Internal(std::string("the batch failed in a worker thread: ") + e.what());
   } catch (const py::cast_error& e) {
-    return Internal(std::string("run_batch gave no (payload, info): ") + e.what());
+    made.status = Internal(std::string("run_batch gave no (payload, info): ") + e.what());
   }
-  MutexLock lock(mu_);
-  ready_.emplace(ticket, std::move(made));
+  if (made.status.ok()) made.result = std::move(result);
+  return made;
+}
+
+Status ThreadWorkers::Deliver(Made made, uint64_t ticket, int64_t epoch, int64_t batch,
+                              int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
+                              bool* gave_back) {
+  if (made.gave_back && gave_back != nullptr) *gave_back = true;
+  outcome->samples = made.outcome.samples;
+  outcome->failures = std::move(made.outcome.failures);
+  if (!made.status.ok()) return made.status;
+  ready_.emplace(ticket, std::move(made.result));  // a move: no reference count touched
   using D = protocol::ThreadDescriptor;
   out[D::kMagic] = magic_;
   out[D::kTicket] = static_cast<int64_t>(ticket);
   out[D::kEpoch] = epoch;
   out[D::kBatch] = batch;
   return Status::Ok();
+}
+
+Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
+                          int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
+                          bool* gave_back) {
+  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, batches_->Get(epoch, batch));
+  // Before the batch runs: its failures name it.
+  const uint64_t ticket = g_next_ticket.fetch_add(1, std::memory_order_relaxed);
+  if (worker < 0) {  // the consumer's thread: nobody else could wait on it
+    py::gil_scoped_acquire gil;
+    Made made;
+    try {
+      made = Read(run_batch_(epoch, batch, py::cast(got.indices), got.seed), ticket, worker);
+    } catch (py::error_already_set& e) {
+      made.status = Internal(std::string("the batch failed in a worker thread: ") + e.what());
+    }
+    MutexLock lock(mu_);
+    return Deliver(std::move(made), ticket, epoch, batch, out, outcome, gave_back);
+  }
+  // The user's code runs on the worker's Python thread, not here, so that
+  // Cancel can end this wait (and the engine join this thread) while a
+  // batch hangs.
+  STOKER_ASSIGN_OR_RETURN(const uint64_t sent, Send(worker, ticket, epoch, batch, got));
+  MutexLock lock(mu_);
+  Lane& lane = *lanes_[static_cast<size_t>(worker)];
+  while (lane.done != sent && !cancelled_) answered_.Wait(mu_);
+  if (lane.done != sent) {
+    return Cancelled("the loader closed while batch " + std::to_string(batch) + " of epoch " +
+                     std::to_string(epoch) + " ran");
+  }
+  return Deliver(std::move(lane.made), ticket, epoch, batch, out, outcome, gave_back);
+}
+
+Result<uint64_t> ThreadWorkers::Send(int worker, uint64_t ticket, int64_t epoch, int64_t batch,
+                                     const EpochBatches::Batch& got) {
+  py::gil_scoped_acquire gil;
+  try {
+    const py::object inbox = Inbox(worker);
+    uint64_t sent;
+    {
+      MutexLock lock(mu_);
+      if (cancelled_ || !inbox) return Cancelled("the loader closed");
+      Lane& lane = *lanes_[static_cast<size_t>(worker)];
+      sent = ++lane.sent;
+      lane.ticket = ticket;
+    }
+    inbox.attr("put")(
+        py::make_tuple(sent, py::make_tuple(epoch, batch, py::cast(got.indices), got.seed)));
+    return sent;
+  } catch (py::error_already_set& e) {
+    return Internal(std::string("a worker thread could not be handed its batch: ") + e.what());
+  }
+}
+
+py::object ThreadWorkers::Inbox(int worker) {
+  {
+    MutexLock lock(mu_);
+    if (cancelled_) return py::object();  // Close may have ended the threads: none started
+    const auto at = static_cast<size_t>(worker);
+    if (lanes_.size() <= at) lanes_.resize(at + 1);
+    if (!lanes_[at]) lanes_[at] = std::make_unique<Lane>();
+    if (lanes_[at]->inbox) return lanes_[at]->inbox;
+  }
+  // Only the engine thread holding `worker` comes here: no other starts it.
+  py::object inbox = py::module_::import("queue").attr("SimpleQueue")();
+  // Weak: the thread outlives Cancel, and must not keep the loader's state.
+  const py::cpp_function finish(
+      [weak = weak_from_this()](int w, uint64_t sent, py::object result, py::object error) {
+        if (const auto self = weak.lock()) {
+          self->Finish(w, sent, std::move(result), std::move(error));
+        }
+      });
+  const py::cpp_function cancelled([weak = weak_from_this()] {
+    const auto self = weak.lock();
+    return self == nullptr || self->cancelled();
+  });
+  // A daemon thread, never joined: a batch that hangs holds up neither
+  // close() nor the interpreter's exit (stoker._workers.wait_for_thread_batches).
+  const char* what = magic_ == protocol::kRemoteMagic ? "remote-slot" : "thread-worker";
+  py::module_::import("threading")
+      .attr("Thread")(
+          py::arg("target") = py::module_::import("stoker._workers").attr("serve_thread_worker"),
+          py::arg("args") = py::make_tuple(inbox, finish, cancelled, run_batch_, worker),
+          py::arg("name") = "stoker-" + std::string(what) + "-" + std::to_string(worker),
+          py::arg("daemon") = true)
+      .attr("start")();
+  MutexLock lock(mu_);
+  lanes_[static_cast<size_t>(worker)]->inbox = inbox;
+  return inbox;
+}
+
+void ThreadWorkers::Finish(int worker, uint64_t sent, py::object result, py::object error) {
+  // On the Python thread itself: its own clocks, which the engine's thread cannot read.
+  thread_local const RunDelayClock run_delay;
+  const int64_t cpu_ns = ThreadCpuNanos();
+  const int64_t queue_ns = std::max<int64_t>(run_delay.ReadNanos(), 0);
+  uint64_t ticket;
+  {
+    MutexLock lock(mu_);
+    const Lane& lane = *lanes_.at(static_cast<size_t>(worker));
+    if (cancelled_ || lane.sent != sent) return;  // nobody waits: dropped here, with the GIL
+    ticket = lane.ticket;
+  }
+  Made made;
+  if (error.is_none()) {
+    made = Read(std::move(result), ticket, worker);
+  } else {
+    made.status =
+        Internal("the batch failed in a worker thread: " + py::str(error).cast<std::string>());
+  }
+  {
+    MutexLock lock(mu_);
+    Lane& lane = *lanes_[static_cast<size_t>(worker)];
+    if (!cancelled_ && lane.sent == sent) {
+      lane.made = std::move(made);
+      lane.done = sent;
+      lane.cpu_ns = cpu_ns;
+      lane.queue_ns = queue_ns;
+      answered_.NotifyAll();
+      return;
+    }
+  }
+  // Cancelled meanwhile: `made` is dropped here, with the GIL.
+}
+
+WorkerCost ThreadWorkers::Cost(int worker) const {
+  MutexLock lock(mu_);
+  const auto at = static_cast<size_t>(worker);
+  if (at >= lanes_.size() || !lanes_[at]) return {};
+  return {.thread_cpu_ns = lanes_[at]->cpu_ns, .queue_ns = lanes_[at]->queue_ns};
+}
+
+bool ThreadWorkers::cancelled() const {
+  MutexLock lock(mu_);
+  return cancelled_;
+}
+
+void ThreadWorkers::Cancel() {
+  {
+    MutexLock lock(mu_);
+    cancelled_ = true;
+  }
+  answered_.NotifyAll();
+  batches_->Shutdown();
+}
+
+void ThreadWorkers::Close() {
+  Cancel();
+  std::vector<py::object> inboxes;
+  {
+    MutexLock lock(mu_);
+    for (auto& lane : lanes_) {
+      if (lane && lane->inbox) inboxes.push_back(std::move(lane->inbox));
+    }
+  }
+  for (const auto& inbox : inboxes) inbox.attr("put")(py::none());
 }
 
 void ThreadWorkers::Recycle(uint64_t ticket) {
@@ -179,6 +356,7 @@ class ThreadWorker : public KindWorker {
     outcome->label = item;
     return Status::Ok();
   }
+  WorkerCost cost() const override { return id_ >= 0 ? workers_->Cost(id_) : WorkerCost{}; }
 
  private:
   const std::shared_ptr<ThreadWorkers> workers_;
@@ -226,6 +404,9 @@ void BindThreadWorkers(py::module_& m) {
             return w.Take(static_cast<uint64_t>(descriptor.data()[D::kTicket]));
           },
           py::arg("descriptor"))
+      .def("close", &ThreadWorkers::Close,
+           "Stops handing out batches; each worker's Python thread ends once its batch is done "
+           "(the engine stopped first). Idempotent.")
       .def("failure_cause", &ThreadWorkers::FailureCause, py::arg("ticket"), py::arg("failure"),
            "The exception of a failed sample (a DataError's SampleErrorDetail), while its "
            "batch is not taken; else None.");

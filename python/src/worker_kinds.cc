@@ -13,8 +13,8 @@ namespace py = pybind11;
 namespace {
 
 // An engine thread's worker: the process kind's (its process forked as the
-// process kind forks it), whose figures it passes on, and the thread kind's,
-// which runs a batch on the engine's thread.
+// process kind forks it) and the thread kind's (a Python thread of its own),
+// whose figures it passes on.
 class EitherWorker : public KindWorker {
  public:
   EitherWorker(const WorkerKinds& kinds, std::unique_ptr<KindWorker> thread,
@@ -27,7 +27,13 @@ class EitherWorker : public KindWorker {
     std::fill(out.begin(), out.end(), std::byte{0});
     return thread_->Run(epoch, item, out, outcome);
   }
-  WorkerCost cost() const override { return process_->cost(); }
+  WorkerCost cost() const override {
+    WorkerCost cost = process_->cost();
+    const WorkerCost thread = thread_->cost();
+    cost.thread_cpu_ns += thread.thread_cpu_ns;
+    cost.queue_ns += thread.queue_ns;
+    return cost;
+  }
 
  private:
   const WorkerKinds& kinds_;

@@ -811,6 +811,9 @@ class _Run:
         if self.engine is not None:
             self.plan.table.shutdown()
             self.engine.close()
+        for threads in (self.threads, self.remote_threads):
+            if threads is not None:
+                threads.close()  # a batch running on their threads stops at its next sample
         if self.workers is not None:
             self.workers.close()
         if self.cluster is not None:
@@ -863,6 +866,13 @@ def _run_batch(job, epoch, batch, indices, seed, consumer=False):
 _open_loaders = weakref.WeakSet()
 
 
+# How long the interpreter's exit waits for thread workers' batches to stop
+# (at their next sample, their loaders closed): 2 s, or up to 10 s while they
+# compute (see wait_for_thread_batches).
+_EXIT_GRACE_S = 2.0
+_EXIT_BUSY_S = 10.0
+
+
 @atexit.register
 def _close_open_loaders():
     for loader in list(_open_loaders):
@@ -870,6 +880,7 @@ def _close_open_loaders():
             loader.close()
         except Exception:  # noqa: BLE001 -- the interpreter is exiting; nothing to tell
             pass
+    _workers.wait_for_thread_batches(_EXIT_GRACE_S, _EXIT_BUSY_S)
 
 
 class _KindTrial:

@@ -23,6 +23,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 
@@ -534,10 +535,88 @@ def _collate_or_error(job, samples, wanted, writer=None):
 
 def run_batch(job, epoch, batch, indices, seed, consumer=False):
     """One batch in this process (a worker thread, or the `consumer`'s at
-    num_workers=0): (payload, (kept, failures, collate error, epoch, batch))."""
-    samples, kept, failures = _load(job, indices, seed, consumer=consumer)
+    num_workers=0): (payload, (kept, failures, collate error, epoch, batch)).
+    On a thread worker's thread it stops at the next sample once its loader
+    closed (_Abandoned)."""
+    cancelled = getattr(_thread_worker, "cancelled", None)
+    at = None if cancelled is None else lambda position: _stop_if(cancelled)
+    samples, kept, failures = _load(job, indices, seed, at, consumer=consumer)
     payload, collate_error = _collate_or_error(job, samples, len(indices))
     return payload, (kept, failures, collate_error, epoch, batch)
+
+
+class _Abandoned(Exception):
+    """A thread worker's batch whose loader closed: nobody waits for it."""
+
+
+def _stop_if(cancelled):
+    if cancelled():
+        raise _Abandoned
+
+
+# A thread worker's thread: `cancelled()` says that its loader closed.
+_thread_worker = threading.local()
+
+# The thread workers' threads running a batch now (the GIL keeps set
+# operations whole).
+_threads_in_a_batch = set()
+
+
+def serve_thread_worker(inbox, finish, cancelled, run_batch, worker):
+    """The Python thread of thread worker `worker` (ThreadWorkers starts it):
+    runs each (sent, arguments) its engine thread puts in `inbox` through
+    run_batch, and answers finish(worker, sent, result, None), or
+    finish(worker, sent, None, text) when run_batch raised; ends at None.
+    The user's code runs here, not on the engine's thread, so that close()
+    need not wait for it."""
+    me = threading.current_thread()
+    _thread_worker.cancelled = cancelled
+    while (request := inbox.get()) is not None:
+        _threads_in_a_batch.add(me)
+        try:
+            sent, args = request
+            del request
+            try:
+                result, error = run_batch(*args), None
+            except BaseException as e:  # noqa: BLE001 -- the batch's failure, for the engine
+                result, error = None, "".join(traceback.format_exception_only(e)).strip()
+            finish(worker, sent, result, error)
+            del args, result  # the batch is the consumer's now, or dropped
+        finally:
+            _threads_in_a_batch.discard(me)
+
+
+def wait_for_thread_batches(grace_s, busy_s):
+    """Waits for the batches running on thread workers' threads to end (those
+    of closed loaders end at their next sample): up to `grace_s`, then on
+    while they still use CPU, up to `busy_s`. For the interpreter's exit: a
+    daemon thread woken inside C++ code (a torch op taking the GIL back) once
+    finalisation began is ended by the interpreter mid-C++, which aborts the
+    process. A sample blocked past the grace (hung) is left to its daemon
+    thread. In a forked child the parent's threads are not alive."""
+    start = time.monotonic()
+    cpu_before = None
+    while running := [t for t in list(_threads_in_a_batch) if t.is_alive()]:
+        waited = time.monotonic() - start
+        if waited >= busy_s:
+            return
+        if waited < grace_s:
+            time.sleep(0.01)
+            continue
+        cpu = {t: _cpu_ns(t) for t in running}
+        if cpu_before is not None and not any(cpu[t] > cpu_before.get(t, cpu[t]) for t in cpu):
+            return  # none of them ran in the last interval: blocked
+        cpu_before = cpu
+        time.sleep(0.1)
+
+
+def _cpu_ns(thread):
+    """The CPU time `thread` has used, 0 where /proc does not say."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _run_task(job, seg, epoch, batch):

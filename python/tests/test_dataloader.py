@@ -536,6 +536,26 @@ def test_thread_workers_report_failures_like_processes():
         stoker.DataLoader(Numbers(), worker_kind="threads", worker_init_fn=print)
 
 
+def test_thread_workers_cpu_counts_as_the_workers_and_this_processs():
+    # Their Python threads run the batches: the tuner and the kind trial read
+    # that CPU as the workers', none of it in another process.
+    class Spins(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            end = time.thread_time() + 0.002
+            while time.thread_time() < end:
+                pass
+            return i
+
+    with stoker.DataLoader(Spins(), batch_size=4, num_workers=2, worker_kind="threads") as dl:
+        assert sorted(indices_of(dl, key=None)) == list(range(64))
+        m = dl._run.engine.metrics()
+    assert m["cpu_ns"] >= 64 * 0.002e9
+    assert m["cpu_elsewhere_ns"] == 0
+
+
 def test_segments_of_batches_held_then_dropped_give_their_memory_back():
     class Big(Dataset):
         def __len__(self):

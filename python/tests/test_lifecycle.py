@@ -1,7 +1,9 @@
 """stoker.DataLoader's processes beside processes the user forks: close()
 never waits on them, and the zygote and workers never outlive the loader's
-process because another process holds a copy of its socket."""
+process because another process holds a copy of its socket. close() and the
+interpreter's exit never wait for a thread worker's sample that hangs."""
 
+import inspect
 import os
 import signal
 import subprocess
@@ -195,3 +197,109 @@ def test_a_pids_limit_shrinks_the_pool_and_costs_no_batch(tmp_path, workers):
     assert (count, whole, errors) == ("1200", "True", "0"), detail
     if workers == "8":
         assert int(running) < 8 and refused == "True", detail
+
+
+class _HangsOnAThread:
+    """From sample 24 on, a sample never ends when a thread worker loads it
+    (in this process); a worker process loads it at once. `hanging` is set
+    once one hangs; `release` ends them."""
+
+    def __init__(self):
+        import threading
+        self.pid = os.getpid()
+        self.hanging = threading.Event()
+        self.release = threading.Event()
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        import torch
+        if i >= 24 and os.getpid() == self.pid:
+            self.hanging.set()
+            self.release.wait()
+        return torch.tensor(i)
+
+
+def _until_a_sample_hangs(dl, ds):
+    """Takes batches, epoch after epoch (worker_kind="auto" starts with
+    processes), until a thread worker hangs on a sample; the loader's timeout
+    ends the wait for the batch that hangs."""
+    for _ in range(200):
+        try:
+            for _ in dl:
+                if ds.hanging.is_set():
+                    return
+        except RuntimeError:  # timed out: the hanging batch was next
+            pass
+        if ds.hanging.is_set():
+            return
+    raise AssertionError("no sample hung")
+
+
+def _quick_kind_trial(set_attribute=setattr):
+    """worker_kind="auto" tries threads after a short window of processes."""
+    from stoker import _dataloader
+    for name, value in (("WARMUP_S", 0.05), ("WINDOW_S", 0.1), ("MIN_BATCHES", 3)):
+        set_attribute(_dataloader._KindTrial, name, value)
+
+
+@pytest.mark.parametrize("kind", ["threads", "auto"])
+def test_close_returns_while_a_thread_workers_sample_hangs(monkeypatch, kind):
+    import threading
+    _quick_kind_trial(monkeypatch.setattr)
+    ds = _HangsOnAThread()
+    try:
+        dl = stoker.DataLoader(ds, batch_size=4, num_workers=2, worker_kind=kind, timeout=2)
+        _until_a_sample_hangs(dl, ds)
+        closing = threading.Thread(target=dl.close, daemon=True)
+        closing.start()
+        closing.join(20)
+        assert not closing.is_alive(), "close() waited for the sample that hangs"
+        with pytest.raises(ValueError, match="closed"):
+            next(iter(dl))
+    finally:
+        ds.release.set()  # the batch ends after close(): dropped, nobody waits for it
+
+
+@pytest.mark.parametrize("kind", ["threads", "auto"])
+@pytest.mark.parametrize("how", ["close", "exit"])
+def test_the_process_exits_while_a_thread_workers_sample_hangs(kind, how):
+    # "exit": the loader is left open, for the atexit hook to close; neither
+    # way may the interpreter's exit wait for the sample, or crash on it.
+    src = textwrap.dedent(inspect.getsource(_HangsOnAThread) + "\n" +
+                          inspect.getsource(_until_a_sample_hangs) + "\n" +
+                          inspect.getsource(_quick_kind_trial))
+    out = run_script(src + textwrap.dedent(f"""
+        _quick_kind_trial()
+        ds = _HangsOnAThread()
+        dl = stoker.DataLoader(ds, batch_size=4, num_workers=2, worker_kind="{kind}", timeout=2)
+        _until_a_sample_hangs(dl, ds)
+        if "{how}" == "close":
+            dl.close()
+        print("done", flush=True)
+    """), timeout=90)
+    assert out.split() == ["done"]
+
+
+@pytest.mark.parametrize("how", ["close", "exit"])
+def test_the_process_exits_cleanly_while_thread_workers_compute(how):
+    # Batches of samples in torch ops (which give the GIL back from C++):
+    # a thread woken there once the interpreter finalises aborts the process,
+    # so the batches of closed loaders stop at their next sample and the exit
+    # waits for that.
+    run_script(f"""
+        a = torch.randn(300, 300)
+        class Computes(torch.utils.data.Dataset):
+            def __len__(self): return 64
+            def __getitem__(self, i):
+                end = time.monotonic() + (0.3 if i >= 8 else 0)
+                while time.monotonic() < end:
+                    a.mm(a)
+                return torch.tensor(i)
+        dl = stoker.DataLoader(Computes(), batch_size=8, num_workers=2, worker_kind="threads")
+        next(iter(dl))
+        time.sleep(0.5)  # both threads mid-batch
+        if "{how}" == "close":
+            dl.close()
+    """)

@@ -49,7 +49,9 @@ TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* work
 }
 
 int64_t TaskTimer::CpuNow() const {
-  return ThreadCpuNanos() + (worker_ != nullptr ? worker_->cost().cpu_ns : 0);
+  if (worker_ == nullptr) return ThreadCpuNanos();
+  const WorkerCost cost = worker_->cost();
+  return ThreadCpuNanos() + cost.cpu_ns + cost.thread_cpu_ns;
 }
 
 void TaskTimer::Publish() {

@@ -20,27 +20,40 @@ TEST(WorkerStatsTest, ATaskPublishesEverySample) {
   EXPECT_GE(m.busy_ns, m.queue_ns);
 }
 
-// A worker whose work runs elsewhere (a worker process) and is reported back.
-class ElsewhereWorker : public KindWorker {
+// A worker whose work runs where this thread's clocks cannot see it and is
+// reported back: in a worker process (`elsewhere`), or on another thread of
+// this process (a thread worker's Python thread).
+class ReportingWorker : public KindWorker {
  public:
+  explicit ReportingWorker(bool elsewhere) : elsewhere_(elsewhere) {}
   Status Run(int64_t, int64_t, std::span<std::byte>, ItemOutcome*) override { return Status::Ok(); }
-  WorkerCost cost() const override { return {.cpu_ns = cpu, .queue_ns = queue}; }
+  WorkerCost cost() const override {
+    return elsewhere_ ? WorkerCost{.cpu_ns = cpu, .queue_ns = queue}
+                      : WorkerCost{.thread_cpu_ns = cpu, .queue_ns = queue};
+  }
   int64_t cpu = 1'000'000'000, queue = 5'000'000'000;  // totals before the task count for nothing
+
+ private:
+  const bool elsewhere_;
 };
 
-TEST(WorkerStatsTest, WorkElsewhereCountsAsTheTasks) {
-  WorkerStats stats(0, /*sample_run_delay=*/false);
-  ElsewhereWorker scratch;
-  TaskTimer timer(stats, 1, &scratch);
-  scratch.cpu += 7'000'000'000;  // far more than this thread could spend here
-  scratch.queue += 2'000'000;
-  timer.SampleDone();
-  timer.Finish();
-  const WorkerMetrics m = stats.Snapshot();
-  EXPECT_GE(m.cpu_ns, 7'000'000'000);
-  EXPECT_LT(m.cpu_ns, 8'000'000'000);
-  EXPECT_EQ(m.queue_ns, 2'000'000);
-  EXPECT_EQ(m.cpu_elsewhere_ns, 7'000'000'000);
+TEST(WorkerStatsTest, WorkElsewhereOrOnAnotherThreadCountsAsTheTasks) {
+  for (const bool elsewhere : {true, false}) {
+    SCOPED_TRACE(elsewhere ? "in another process" : "on another thread");
+    WorkerStats stats(0, /*sample_run_delay=*/false);
+    ReportingWorker scratch(elsewhere);
+    TaskTimer timer(stats, 1, &scratch);
+    scratch.cpu += 7'000'000'000;  // far more than this thread could spend here
+    scratch.queue += 2'000'000;
+    timer.SampleDone();
+    timer.Finish();
+    const WorkerMetrics m = stats.Snapshot();
+    EXPECT_GE(m.cpu_ns, 7'000'000'000);
+    EXPECT_LT(m.cpu_ns, 8'000'000'000);
+    EXPECT_EQ(m.queue_ns, 2'000'000);
+    // Another thread's CPU time is in this process's, which the tuner reads.
+    EXPECT_EQ(m.cpu_elsewhere_ns, elsewhere ? 7'000'000'000 : 0);
+  }
 }
 
 TEST(WorkerStatsTest, SlowSamplesShowProgressWithinATask) {

@@ -475,8 +475,10 @@ class Cluster:
                 return
             self._lost = f"{type(error).__name__}: {error}"
         self._slots.capacity = 0
-        warnings.warn(f"stoker.DataLoader: the Dask cluster at {self.address} is no longer "
-                      f"used ({self._lost}); its batches are made locally",
+        if self._closing:
+            return  # a task that outlived its closed loader: nobody to tell
+        warnings.warn(f"stoker: the Dask cluster at {self.address} is no longer used "
+                      f"({self._lost}); its batches are made locally",
                       RuntimeWarning, stacklevel=2)
 
     # -- the consumer's loop --------------------------------------------------

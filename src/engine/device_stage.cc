@@ -95,12 +95,18 @@ void DeviceStage::Prefetch(BatchSlot& slot) {
     MutexLock lock(mu_);
     if (prefetched_ >= max_prefetched_) return;  // no room: the copy waits for delivery
     ++prefetched_;
+    ++reserving_;
     prefetched_peak_ = std::max(prefetched_peak_, prefetched_);
   }
   CudaDeviceGuard guard(*cuda_, device_);
   Status st = guard.status();
   std::unique_ptr<DeviceBuffer> buffer = st.ok() ? TakeBuffer(&st) : nullptr;
   if (buffer != nullptr) st = Copy(*buffer, slot);
+  {
+    MutexLock lock(mu_);
+    --reserving_;
+    if (st.ok()) copies_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!st.ok()) {  // Deliver tries again, and reports what it meets then
     if (buffer != nullptr) {
       ReturnBuffer(std::move(buffer), /*prefetched=*/true);
@@ -128,6 +134,7 @@ Status DeviceStage::Deliver(BatchSlot& slot) {
     ReturnBuffer(std::move(buffer), /*prefetched=*/false);
     return st.WithContext(Where());
   }
+  copies_.fetch_add(1, std::memory_order_relaxed);
   copies_at_delivery_.fetch_add(1, std::memory_order_relaxed);
   slot.set_device_copy(
       std::make_unique<DeviceCopy>(shared_from_this(), std::move(buffer), /*prefetched=*/false));
@@ -182,7 +189,6 @@ Status DeviceStage::Copy(DeviceBuffer& buffer, const BatchSlot& slot) {
                    "cudaMemcpyAsync"));
   STOKER_RETURN_IF_ERROR(
       cuda_->Check(api.cudaEventRecord(buffer.copied, stream_), "cudaEventRecord"));
-  copies_.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -209,13 +215,14 @@ void DeviceStage::FreeBuffer(DeviceBuffer& b) {
 
 DeviceStageMetrics DeviceStage::Metrics() const {
   DeviceStageMetrics m;
-  m.copies = copies_.load(std::memory_order_relaxed);
   m.copies_at_delivery = copies_at_delivery_.load(std::memory_order_relaxed);
   m.buffers_made = buffers_made_.load(std::memory_order_relaxed);
   m.max_prefetched = max_prefetched_;
   m.budget_bytes = budget_bytes_;
   MutexLock lock(mu_);
-  m.prefetched = prefetched_;
+  // Under the lock that a prefetch's copy is counted in: the two agree.
+  m.copies = copies_.load(std::memory_order_relaxed);
+  m.prefetched = prefetched_ - reserving_;
   m.prefetched_peak = prefetched_peak_;
   return m;
 }

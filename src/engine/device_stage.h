@@ -116,6 +116,9 @@ class DeviceStage : public std::enable_shared_from_this<DeviceStage> {
   mutable Mutex mu_;
   std::vector<std::unique_ptr<DeviceBuffer>> free_ GUARDED_BY(mu_);
   int prefetched_ GUARDED_BY(mu_) = 0;
+  // Of prefetched_, room taken for a copy not yet made: Metrics leaves them
+  // out, so that copies and prefetched agree at every moment.
+  int reserving_ GUARDED_BY(mu_) = 0;
   int prefetched_peak_ GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> copies_{0};
   std::atomic<int64_t> copies_at_delivery_{0};

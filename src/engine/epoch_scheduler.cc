@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <concepts>
-#include <cstring>
 #include <string>
 
 namespace stoker {
@@ -207,7 +206,7 @@ void EpochScheduler::StartEpoch() {
   EpochRun& run = *cur_;
   assert(run.open_.empty() && run.claim_batch_ == 0);  // untouched while the restore pended
   const auto position = static_cast<size_t>(pending_restore_->position);
-  std::memset(run.delivered_.data(), 1, position);
+  std::fill_n(run.delivered_.begin(), position, uint8_t{1});  // an empty epoch has no data()
   for (int64_t b : pending_restore_->beyond) run.delivered_[static_cast<size_t>(b)] = 1;
   run.delivered_count_ = static_cast<int64_t>(position);
   for (size_t b = position; b < run.delivered_.size(); ++b)

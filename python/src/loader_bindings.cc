@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -175,8 +177,21 @@ class PyLoader {
     ThrowIfError(l.Restore(s));
   }
 
+  // From any thread: a call under way in another thread (next() waiting for
+  // a batch) is stopped and returns an error; it is waited for, then the
+  // loader goes. Without the GIL while waiting: that thread needs it to leave.
   void Close() {
-    ConsumerTurn turn(busy_);  // not while another thread waits in Next()
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> one_closer(close_mu_);
+    if (busy_.exchange(true)) {
+      if (loader_) loader_->Stop();
+      while (busy_.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    struct Leave {
+      std::atomic<bool>& busy;
+      ~Leave() { busy.store(false); }
+    } leave{busy_};
+    py::gil_scoped_acquire gil;
     Destroy();
   }
 
@@ -219,6 +234,7 @@ class PyLoader {
 
   std::unique_ptr<Loader> loader_;
   std::atomic<bool> busy_{false};
+  std::mutex close_mu_;  // one Close at a time
 };
 
 // Options built by name, as Python spells them: LoaderOptions(batch_size=64,

@@ -303,3 +303,54 @@ def test_the_process_exits_cleanly_while_thread_workers_compute(how):
         if "{how}" == "close":
             dl.close()
     """)
+
+
+from torch.utils.data import Dataset  # noqa: E402 -- after the importorskip above
+
+
+class _SlowSamples(Dataset):
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        time.sleep(0.02)
+        return i
+
+
+def _iterate_on_a_thread(loader):
+    """Iterates `loader` on a thread of its own until it ends; returns the
+    thread, the list its exception goes into, and an event set at its first batch."""
+    import threading
+    errors, first = [], threading.Event()
+
+    def run():
+        try:
+            for _ in loader:
+                first.set()
+        except BaseException as e:  # noqa: BLE001 -- handed to the test
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert first.wait(30), "no batch came"
+    return thread, errors
+
+
+@pytest.mark.parametrize("make", ["processes", "threads", "native"])
+def test_close_from_another_thread_stops_the_iteration_and_frees_everything(make):
+    if make == "native":
+        loader = stoker.Loader(stoker.Synthetic(100_000, shape=(3, 8, 8), read_latency_us=2000),
+                               batch_size=16, workers=1)
+    else:
+        loader = stoker.DataLoader(_SlowSamples(), batch_size=4, num_workers=1, worker_kind=make)
+    thread, errors = _iterate_on_a_thread(loader)
+    started = [] if make != "processes" else \
+        [loader._run.zygote_pid] + loader.stats()["worker_pids"]
+    loader.close()  # while the other thread waits in next()
+    thread.join(30)
+    assert not thread.is_alive(), "the iterating thread did not return"
+    assert len(errors) == 1 and "stopped" in str(errors[0]), errors
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(loader))
+    # Its zygote and worker processes are gone with it.
+    assert wait_gone(started, 30) == [], "a worker process or the zygote outlived close()"

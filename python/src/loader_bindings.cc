@@ -77,19 +77,27 @@ class DeviceImages {
 // Marks the loader as in use by one Python thread for the length of a call:
 // the C++ consumer calls are not for two threads at once, and with the GIL
 // released two Python threads could otherwise get there together.
+// `owner` says which thread: close() from inside that very call (user code
+// the consumer's thread runs at num_workers=0) could never wait for it.
 class ConsumerTurn {
  public:
-  explicit ConsumerTurn(std::atomic<bool>& busy) : busy_(busy) {
+  ConsumerTurn(std::atomic<bool>& busy, std::atomic<std::thread::id>& owner)
+      : busy_(busy), owner_(owner) {
     if (busy_.exchange(true)) {
       throw py::value_error("this stoker.Loader is being iterated by another thread");
     }
+    owner_.store(std::this_thread::get_id());
   }
-  ~ConsumerTurn() { busy_.store(false); }
+  ~ConsumerTurn() {
+    owner_.store(std::thread::id());
+    busy_.store(false);
+  }
   ConsumerTurn(const ConsumerTurn&) = delete;
   ConsumerTurn& operator=(const ConsumerTurn&) = delete;
 
  private:
   std::atomic<bool>& busy_;
+  std::atomic<std::thread::id>& owner_;
 };
 
 class PyLoader {
@@ -110,7 +118,7 @@ class PyLoader {
   // is made to wait for its copy.
   py::object Next(std::uintptr_t stream) {
     Loader& l = loader();
-    ConsumerTurn turn(busy_);
+    ConsumerTurn turn(busy_, owner_);
     // Wait in slices first so that Ctrl-C is heard at once; the engine counts
     // this wait as the consumer's and ticks the tuner meanwhile.
     WaitInterruptibly(l);
@@ -136,7 +144,7 @@ class PyLoader {
   // Waits up to `timeout_s` for a batch, in slices so that Ctrl-C is heard;
   // true when next() would not block.
   bool WaitReady(double timeout_s) {
-    ConsumerTurn turn(busy_);
+    ConsumerTurn turn(busy_, owner_);
     Loader& l = loader();
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -157,13 +165,13 @@ class PyLoader {
   // `items`: the epoch's item count, for a kind whose count changes (None: unchanged).
   void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead) {
     Loader& l = loader();
-    ConsumerTurn turn(busy_);
+    ConsumerTurn turn(busy_, owner_);
     ThrowIfError(items ? l.SetEpoch(epoch, *items, keep_ahead) : l.SetEpoch(epoch));
   }
 
   py::object State() {
     Loader& l = loader();
-    ConsumerTurn turn(busy_);
+    ConsumerTurn turn(busy_, owner_);
     return JsonToPython(LoaderStateToJson(ValueOrThrow(l.State())));
   }
 
@@ -173,7 +181,7 @@ class PyLoader {
     if (parsed.is_discarded()) ThrowIfError(InvalidArgument("state is not JSON: " + state_json));
     LoaderState s = ValueOrThrow(LoaderStateFromJson(parsed));
     Loader& l = loader();
-    ConsumerTurn turn(busy_);
+    ConsumerTurn turn(busy_, owner_);
     ThrowIfError(l.Restore(s));
   }
 
@@ -181,6 +189,11 @@ class PyLoader {
   // a batch) is stopped and returns an error; it is waited for, then the
   // loader goes. Without the GIL while waiting: that thread needs it to leave.
   void Close() {
+    if (busy_.load() && owner_.load() == std::this_thread::get_id()) {
+      throw py::value_error(
+          "close() from inside this stoker loader's own next() (the dataset's code, run by "
+          "the iterating thread at num_workers=0): close it after the call returns");
+    }
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> one_closer(close_mu_);
     if (busy_.exchange(true)) {
@@ -234,7 +247,8 @@ class PyLoader {
 
   std::unique_ptr<Loader> loader_;
   std::atomic<bool> busy_{false};
-  std::mutex close_mu_;  // one Close at a time
+  std::atomic<std::thread::id> owner_;  // the thread whose call holds busy_
+  std::mutex close_mu_;                 // one Close at a time
 };
 
 // Options built by name, as Python spells them: LoaderOptions(batch_size=64,

@@ -115,8 +115,8 @@ class LocalFirstSampleWorker : public KindWorker {
                                  std::to_string(labels.size()) + " labels for " +
                                  std::to_string(n) + " samples");
       }
-      task.samples.resize(bytes);
-      std::memcpy(task.samples.data(), info.ptr, bytes);
+      const auto* from = static_cast<const std::byte*>(info.ptr);
+      task.samples.assign(from, from + bytes);  // one copy, no zero-fill first
       task.labels = std::move(labels);
       task.failures.resize(n);
       for (auto& [position, code, message] : failures) {

@@ -810,7 +810,11 @@ class _Run:
             self.cluster.cancel()  # remote slots waiting on a task return
         if self.engine is not None:
             self.plan.table.shutdown()
-            self.engine.close()
+            try:
+                self.engine.close()
+            except ValueError:  # from inside its own next(): a later close() finishes
+                self.closed = False
+                raise
         for threads in (self.threads, self.remote_threads):
             if threads is not None:
                 threads.close()  # a batch running on their threads stops at its next sample

@@ -354,3 +354,25 @@ def test_close_from_another_thread_stops_the_iteration_and_frees_everything(make
         next(iter(loader))
     # Its zygote and worker processes are gone with it.
     assert wait_gone(started, 30) == [], "a worker process or the zygote outlived close()"
+
+
+class _ClosesItsLoader(Dataset):
+    loader = None
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        self.loader.close()  # inside the loader's own next(), on its thread
+        return i
+
+
+def test_close_from_inside_the_loaders_own_next_is_refused_not_waited_for():
+    ds = _ClosesItsLoader()
+    ds.loader = stoker.DataLoader(ds, batch_size=4, num_workers=0)
+    with pytest.raises(Exception, match="close\\(\\) from inside"):
+        next(iter(ds.loader))
+    ds.loader.close()  # once the call returned, it closes, its engine too
+    assert ds.loader._run.engine.closed
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(ds.loader))

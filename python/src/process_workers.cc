@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 
+#include "core/number_text.h"
 #include "stoker/rng.h"
 #include "worker_message.h"
 
@@ -63,8 +64,19 @@ SampleFailure DeathCause(const std::string& what, int64_t index, int worker, boo
 
 }  // namespace
 
-ProcessWorker::ProcessWorker(std::shared_ptr<ProcessWorkers> workers)
-    : workers_(std::move(workers)) {}
+ProcessWorker::ProcessWorker(std::shared_ptr<ProcessWorkers> workers, const SampleCap& cap)
+    : workers_(std::move(workers)), budget_bytes_(cap.budget_bytes) {}
+
+size_t ProcessWorker::MemoryShare() const {
+  // Each process may hold an equal share of what the batch segments leave of
+  // the budget, so the processes and segments together stay within it. The
+  // engine keeps its look-ahead within half the budget; segments past that are
+  // batches the consumer keeps, which do not shrink the workers' half.
+  if (budget_bytes_ == 0) return 0;
+  const size_t segments = std::min(workers_->segment_bytes().first, budget_bytes_ / 2);
+  const auto n = static_cast<size_t>(std::max<int64_t>(1, workers_->running()));
+  return (budget_bytes_ - segments) / n;
+}
 
 ProcessWorker::~ProcessWorker() { Stop(); }
 
@@ -86,6 +98,7 @@ Status ProcessWorker::Start() {
   STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
   proc_ = std::move(started);
   proc_epoch_ = workers_->batches().last_set();
+  proc_batches_ = 0;
   cpu_seen_ = queue_seen_ = 0;
   baseline_.store(0, std::memory_order_relaxed);
   return Status::Ok();
@@ -116,6 +129,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
   task[T::kNumWorkers] = workers_->running();
+  task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
@@ -144,6 +158,12 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
       outcome->failures.push_back(
           FailedSample(std::move(detail), reason, m.words[F::kNotTheSamplesFault] != 0));
       continue;
+    }
+    if (m.tag == Tag::kOver) {
+      using O = protocol::OverWord;
+      reply->over_samples = m.words[O::kSamples];
+      reply->over_bytes = m.words[O::kPrivateBytes];
+      return Status::Ok();
     }
     if (m.tag != Tag::kDone) {
       return Internal(std::string("a worker sent ") + kMessages[m.tag].tag + " instead of DONE");
@@ -174,8 +194,21 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     const size_t reported = outcome->failures.size();
+    *reply = Reply{};
     Status st = Attempt(epoch, batch, indices, seed, lease, reply, outcome);
-    if (st.ok()) return st;
+    if (st.ok() && reply->over_bytes > 0) {
+      // Over its share of the memory budget: a fresh process reruns the
+      // batch, unless this one was fresh (the batch alone does not fit).
+      outcome->failures.resize(reported);
+      if (proc_batches_ == 0) return OverShare(epoch, batch, indices.size(), *reply);
+      Stop();
+      STOKER_RETURN_IF_ERROR(Start());
+      continue;
+    }
+    if (st.ok()) {
+      ++proc_batches_;
+      return st;
+    }
     if (st.code() != StatusCode::kCancelled || !proc_) return st;
     // The process died mid-task: blame the sample it was on and run the rest
     // in a fresh process, which reports the others' failures again.
@@ -246,6 +279,19 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   outcome->label = item;
   outcome->samples = reply.samples;
   return Status::Ok();
+}
+
+Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples,
+                                const Reply& reply) const {
+  return ResourceExhausted(
+      "batch " + std::to_string(batch) + " of epoch " + std::to_string(epoch) +
+      " grew a fresh worker process to " + FormatBytes(static_cast<uint64_t>(reply.over_bytes)) +
+      " of unique memory after " + std::to_string(reply.over_samples) + " of its " +
+      std::to_string(samples) + " samples, past its share of the memory budget (" +
+      FormatBytes(MemoryShare()) + ": memory_budget_bytes " + FormatBytes(budget_bytes_) +
+      ", less the batch segments, up to half of it, over " +
+      std::to_string(std::max<int64_t>(1, workers_->running())) +
+      " workers); raise memory_budget_bytes, or lower batch_size or num_workers");
 }
 
 void ProcessWorker::Stop() {
@@ -611,11 +657,11 @@ SampleSpec ProcessKind::spec() const { return {{kDescriptorWords}, DType::kInt64
 
 int64_t ProcessKind::items() const { return workers_->batches().first_batches(); }
 
-std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap&) const {
+std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap& cap) const {
   // On an engine thread, the engine calls Ready() as the thread starts: the
   // process is forked then, before a task needs it (a loader's first task
   // waits for iter()).
-  return std::make_unique<ProcessWorker>(workers_);
+  return std::make_unique<ProcessWorker>(workers_, cap);
 }
 
 void ProcessKind::Resized(int workers, int remote) const {

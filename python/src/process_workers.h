@@ -191,7 +191,9 @@ class ProcessWorkers {
 /// its first item) and ended with it; runs the user's batches in it.
 class ProcessWorker : public KindWorker {
  public:
-  explicit ProcessWorker(std::shared_ptr<ProcessWorkers> workers);
+  /// `cap.budget_bytes`: the loader's memory budget, which the processes
+  /// share (0: none).
+  ProcessWorker(std::shared_ptr<ProcessWorkers> workers, const SampleCap& cap);
   ~ProcessWorker() override;
   /// Runs batch `item` of `epoch` in the process, into a leased segment;
   /// `out` gets the batch's descriptor (protocol::ProcessDescriptor). A
@@ -212,7 +214,12 @@ class ProcessWorker : public KindWorker {
  private:
   struct Reply {
     int64_t samples = 0, size = 0, meta_off = 0, meta_len = 0;
+    int64_t over_samples = 0, over_bytes = 0;  // OVER: the batch was left there
   };
+  // The unique memory this process may reach (TASK's memory_limit); 0: no budget.
+  size_t MemoryShare() const;
+  // A batch that took a fresh process past its share: kResourceExhausted.
+  Status OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply) const;
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices, int64_t seed,
                  const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
@@ -225,6 +232,8 @@ class ProcessWorker : public KindWorker {
   // The epoch its process serves: the last it ran a batch of, else the one
   // listed when it started; -1: started before any list (it serves the first).
   int64_t proc_epoch_ = -1;
+  int64_t proc_batches_ = 0;  // batches its process made
+  const size_t budget_bytes_;
   std::atomic<size_t> private_{0};
   std::atomic<size_t> baseline_{0};  // its unique memory after its first batch
   std::atomic<int64_t> cpu_ns_{0};

@@ -43,13 +43,16 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Signalled, signalled)      \
   X(Value, value)
 // parent -> worker: run a batch; the segment's fd rides along the first
-// time this worker sees the segment. num_workers: how many run now.
+// time this worker sees the segment. num_workers: how many run now;
+// memory_limit: the unique memory the worker may reach before a sample
+// (its share of the memory budget; 0: none), past which it sends OVER.
 #define STOKER_TASK_WORDS(X)   \
   X(Epoch, epoch)              \
   X(Batch, batch)              \
   X(Segment, segment)          \
   X(SegmentSize, segment_size) \
-  X(NumWorkers, num_workers)
+  X(NumWorkers, num_workers)   \
+  X(MemoryLimit, memory_limit)
 // worker -> parent, before DONE, for each sample whose __getitem__ raised:
 // its index, whether it is not the sample's fault (memory, a store gone),
 // and text: the exception and the worker's traceback; then, exception_bytes
@@ -69,6 +72,12 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(MetaLength, meta_length)   \
   X(CpuNs, cpu_ns)             \
   X(RunDelayNs, run_delay_ns)  \
+  X(PrivateBytes, private_bytes)
+// worker -> parent, instead of DONE: its unique memory passed the task's
+// memory_limit after `samples` of the batch; it left the batch unfinished
+// and exits (the parent reruns the batch in a fresh process).
+#define STOKER_OVER_WORDS(X)   \
+  X(Samples, samples)          \
   X(PrivateBytes, private_bytes)
 // Messages of no words: HELLO (worker -> parent: ready for tasks, after
 // worker_init_fn), EXIT, and those that carry text.
@@ -91,6 +100,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
   X(TaskFail, TASKFAIL, STOKER_NO_WORDS, true)             \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
+  X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
 
 // The first words of a batch segment (kSegmentHeaderWords reserved), then
@@ -144,6 +154,9 @@ struct TaskWord {
 };
 struct DoneWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_DONE_WORDS)
+};
+struct OverWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_OVER_WORDS)
 };
 struct SampleFailWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_SAMPLEFAIL_WORDS)

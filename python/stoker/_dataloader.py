@@ -798,12 +798,28 @@ class _Run:
             raise ValueError("this stoker.DataLoader is closed")
 
     def close(self):
-        """Stops the workers, the engine and the zygote; idempotent."""
+        """Stops the workers, the engine and the zygote; idempotent. The
+        processes are ended whatever interrupts it (Ctrl-C included)."""
         if self.closed:
             return
         self.closed = True
         if self.in_forked_child():
             return  # everything here is the parent's
+        try:
+            self._stop()
+        finally:
+            if self.closed:  # not a close refused from inside next()
+                self._end_processes()
+
+    def __del__(self):
+        # Its loader's close() does this; here, a run whose loader never got
+        # it (Ctrl-C between its start and the assignment).
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 -- nothing to tell at collection
+            pass
+
+    def _stop(self):
         if self.workers is not None:
             self.workers.shutdown()
         if self.cluster is not None:
@@ -818,12 +834,16 @@ class _Run:
         for threads in (self.threads, self.remote_threads):
             if threads is not None:
                 threads.close()  # a batch running on their threads stops at its next sample
-        if self.workers is not None:
-            self.workers.close()
         if self.cluster is not None:
             self.cluster.close()
-        if self.zygote_pid is not None:
-            _workers.end_zygote(self.zygote_pid)
+
+    def _end_processes(self):
+        try:
+            if self.workers is not None:
+                self.workers.close()
+        finally:
+            if self.zygote_pid is not None:
+                _workers.end_zygote(self.zygote_pid)
 
 
 _END = object()  # what _Iterator._produce gives at the end of the epoch
@@ -884,6 +904,7 @@ def _close_open_loaders():
             loader.close()
         except Exception:  # noqa: BLE001 -- the interpreter is exiting; nothing to tell
             pass
+    _workers.sweep_zygotes(patience_s=1.0)  # those Ctrl-C left, killed: they end at once
     _workers.wait_for_thread_batches(_EXIT_GRACE_S, _EXIT_BUSY_S)
 
 

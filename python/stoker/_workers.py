@@ -14,6 +14,7 @@ then the collate function, then writes the result into the task's segment:
 tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
+import functools
 import io
 import mmap
 import multiprocessing
@@ -83,6 +84,7 @@ def start_zygote(job, context=None):
     pid). Forked here, or with a "spawn" or "forkserver" multiprocessing
     ``context`` started afresh by it (the job is then pickled, as torch's
     workers' datasets are under those methods)."""
+    sweep_zygotes()
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     if context is not None and context.get_start_method() != "fork":
         process = context.Process(target=_zygote_main, args=(child, job), daemon=False,
@@ -93,26 +95,67 @@ def start_zygote(job, context=None):
             child.close()
         # Collected by end_zygote, not by multiprocessing (a zygote outlives no loader).
         multiprocessing.process._children.discard(process)
+        _zygotes.add(process.pid)
         return parent.detach(), process.pid
     _stoker.register_fd(parent.fileno())
-    pid = os.fork()
-    if pid == 0:  # the zygote
-        code = 0
-        try:
-            _stoker.close_registered_fds(-1)  # other loaders' segments and sockets, our parent end
-            _zygote_main(child, job)
-        except BaseException:  # noqa: BLE001 -- a zygote never returns into the user's program
-            code = 1
-        finally:
-            os._exit(code)
-    child.close()
-    _stoker.unregister_fd(parent.fileno())
-    return parent.detach(), pid
+    pid = None
+    try:
+        pid = os.fork()
+        if pid:
+            _zygotes.add(pid)
+        if pid == 0:  # the zygote
+            code = 0
+            try:
+                _stoker.close_registered_fds(-1)  # other loaders' segments and sockets, our parent end
+                _zygote_main(child, job)
+            except BaseException:  # noqa: BLE001 -- a zygote never returns into the user's program
+                code = 1
+            finally:
+                os._exit(code)
+        child.close()
+        _stoker.unregister_fd(parent.fileno())
+        return parent.detach(), pid
+    except BaseException:  # Ctrl-C right after the fork: the zygote goes with the error
+        if pid:
+            _kill(pid)
+            end_zygote(pid)
+        raise
+
+
+# Every zygote started and not yet collected: collected by end_zygote, or by
+# the next sweep when Ctrl-C cut a close() short or orphaned a loader being
+# made (its zygote exits when its socket closes); never a zombie for the life
+# of the program.
+_zygotes = set()
 
 
 def end_zygote(pid, patience_s=5.0):
-    """Collects a zygote told to exit, killing it if it outstays `patience_s`."""
-    _wait(pid, patience_s=patience_s)
+    """Collects a zygote told to exit, killing it if it outstays `patience_s`;
+    interrupted, kills it and leaves it to sweep_zygotes. Then sweeps."""
+    try:
+        _wait(pid, patience_s=patience_s)
+    except BaseException:
+        _kill(pid)
+        raise
+    _zygotes.discard(pid)
+    sweep_zygotes()
+
+
+def sweep_zygotes(patience_s=0.0):
+    """Collects the zygotes that have ended (a live one is left alone),
+    waiting up to `patience_s` for those still running."""
+    deadline = time.monotonic() + patience_s
+    for pid in list(_zygotes):
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done or time.monotonic() >= deadline:
+                break
+            time.sleep(0.001)
+        if done:
+            _zygotes.discard(pid)
 
 
 def _zygote_main(ctl, job):
@@ -343,7 +386,7 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         return
     sock.send(_message(P.HELLO))
     segments = {}
-    private, measured_at = 0, 0.0
+    memory = _Memory()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
@@ -363,7 +406,12 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         seg = segments[seg_id]
         try:
             seg.ensure(seg_size)
-            meta_off, meta_len, kept, failures, collate_error = _run_task(job, seg, epoch, batch)
+            meta_off, meta_len, kept, failures, collate_error = _run_task(
+                job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]))
+        except _OverLimit as over:
+            # Its memory goes only with the process: the parent forks a fresh one.
+            sock.send(_message(P.OVER, samples=over.samples, private_bytes=over.private))
+            return
         except BaseException as e:  # noqa: BLE001 -- the loader names the batch
             sock.send(_message(P.TASKFAIL, f"the batch failed outside its samples: "
                                             f"{type(e).__name__}: {e}\0{traceback.format_exc()}"))
@@ -374,13 +422,85 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
             sock.send(_message(P.TASKFAIL, f"{collate_error[0]}\0{collate_error[1]}"))
             continue
         cpu = time.process_time_ns()
+        memory.ended()
         sock.send(_message(P.DONE, samples=len(kept), segment_size=seg.size, meta_offset=meta_off,
                            meta_length=meta_len, cpu_ns=cpu, run_delay_ns=_run_delay_ns(),
-                           private_bytes=private))
-        # Measured after the reply (reading it walks every mapping), for the next one.
-        now = time.monotonic()
-        if now - measured_at > 1.0:
-            private, measured_at = _own_private_bytes(), now
+                           private_bytes=memory.estimate()))
+        memory.refresh()
+
+
+class _OverLimit(Exception):
+    """The worker's unique memory passed its task's memory_limit after `samples`."""
+
+    def __init__(self, samples, private):
+        super().__init__(samples, private)
+        self.samples, self.private = samples, private
+
+
+class _Memory:
+    """This worker's unique memory, known at every sample: measured exactly
+    (smaps_rollup, milliseconds in a process with torch) about once a second,
+    and in between by what its anonymous resident pages (statm, microseconds)
+    grew since that measure -- new allocations show at once; copy-on-write
+    of inherited pages shows at the next exact measure."""
+
+    def __init__(self):
+        self.exact, self.anon, self.measured_at = 0, 0, 0.0
+        self.start, self.grew = 0, 0  # at the batch's start; over the last batch
+        try:
+            self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._statm = None
+
+    def _anon(self):
+        if self._statm is None:
+            return 0
+        try:
+            fields = os.pread(self._statm, 128, 0).split()
+            return (int(fields[1]) - int(fields[2])) * _PAGE
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def measure(self):
+        self.exact, self.anon, self.measured_at = (_own_private_bytes(), self._anon(),
+                                                   time.monotonic())
+        return self.exact
+
+    def estimate(self):
+        """The unique memory now; 0 until first measured."""
+        if not self.measured_at:
+            return 0
+        return self.exact + max(0, self._anon() - self.anon)
+
+    def refresh(self):
+        """After a reply (reading smaps walks every mapping): the exact figure,
+        at most once a second."""
+        if time.monotonic() - self.measured_at > 1.0:
+            self.measure()
+
+    def check(self, limit, samples):
+        """Raises _OverLimit when the unique memory passed `limit` (0: none)
+        with `samples` of the batch made, or, before its first sample, would
+        pass it by the end of a batch that grows it as the last one did (so
+        that no work is thrown away); exact before it raises."""
+        if not limit:
+            return
+        if not self.measured_at:
+            self.measure()
+        now = self.estimate()
+        if samples == 0:
+            self.start = now
+            if now + self.grew > limit and self.measure() + self.grew > limit:
+                raise _OverLimit(samples, self.exact)
+        elif now > limit and self.measure() > limit:
+            raise _OverLimit(samples, self.exact)
+
+    def ended(self):
+        """At the batch's end, before its reply."""
+        self.grew = max(0, self.estimate() - self.start)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _sample_failed(index, reason, trace, fatal, error):
@@ -619,9 +739,11 @@ def _cpu_ns(thread):
         return 0
 
 
-def _run_task(job, seg, epoch, batch):
+def _run_task(job, seg, epoch, batch, check_memory):
     """Loads and collates the task's samples into `seg`: (meta offset, meta
-    length, the indices kept, the failures, the collate error or None)."""
+    length, the indices kept, the failures, the collate error or None).
+    `check_memory(samples made)` runs before each sample and after the last
+    (raising _OverLimit leaves the batch there)."""
     m = seg.map
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
@@ -630,7 +752,11 @@ def _run_task(job, seg, epoch, batch):
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
     # Whom to blame if this process dies: the position it is on.
-    samples, kept, failures = _load(job, indices, seed, lambda p: _WORD.pack_into(m, _HEADER.position * _WORD.size, p),
+    def at(position):
+        check_memory(len(indices) if position < 0 else position)
+        _WORD.pack_into(m, _HEADER.position * _WORD.size, position)
+
+    samples, kept, failures = _load(job, indices, seed, at,
                                     _Stream(writer, len(indices)) if streamed else None)
     payload, collate_error = _collate_or_error(job, samples, len(indices), writer)
     try:

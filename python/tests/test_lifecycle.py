@@ -139,6 +139,24 @@ def _pids_cgroup():
     return None
 
 
+def _run_in_cgroup(cgroup, script, *args):
+    """Runs `script` (which moves itself into `cgroup`) to its end, then
+    removes the cgroup; the script must succeed."""
+    try:
+        done = subprocess.run([sys.executable, str(script), cgroup, *args], capture_output=True,
+                              text=True, timeout=240)
+    finally:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(cgroup)
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 _UNDER_PIDS_LIMIT = textwrap.dedent("""
     import os, sys, time
     cgroup, limit, workers = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -180,23 +198,55 @@ def test_a_pids_limit_shrinks_the_pool_and_costs_no_batch(tmp_path, workers):
         pytest.skip("no pids cgroup can be made here (needs write access to a pids controller)")
     script = tmp_path / "limited.py"
     script.write_text(_UNDER_PIDS_LIMIT.replace("{tests!r}", repr(os.path.dirname(__file__))))
-    try:
-        done = subprocess.run([sys.executable, str(script), cgroup, "16", workers],
-                              capture_output=True, text=True, timeout=240)
-    finally:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.rmdir(cgroup)
-                break
-            except OSError:
-                time.sleep(0.1)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_in_cgroup(cgroup, script, "16", workers)
     first, detail = done.stdout.splitlines()[:2]
     count, whole, errors, running, refused = first.split()
     assert (count, whole, errors) == ("1200", "True", "0"), detail
     if workers == "8":
         assert int(running) < 8 and refused == "True", detail
+
+
+_LIMIT_LIFTED = textwrap.dedent("""
+    import os, sys, time
+    cgroup = sys.argv[1]
+    open(os.path.join(cgroup, "pids.max"), "w").write("16")
+    open(os.path.join(cgroup, "cgroup.procs"), "w").write(str(os.getpid()))
+    import torch, stoker
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 200
+
+        def __getitem__(self, i):
+            time.sleep(0.002)
+            return i
+
+    dl = stoker.DataLoader(Slow(), batch_size=10, num_workers=8, persistent_workers=True)
+    seen = []
+    for b in dl:
+        seen += b.tolist()
+    capped = dl.stats()["workers"]
+    open(os.path.join(cgroup, "pids.max"), "w").write("max")  # room again
+    deadline = time.monotonic() + 60
+    while dl.stats()["workers"] < 8 and time.monotonic() < deadline:
+        for b in dl:
+            seen += b.tolist()
+    print(capped, dl.stats()["workers"], sorted(seen) == sorted(list(range(200)) * (len(seen) // 200)))
+    dl.close()
+""")
+
+
+def test_the_pool_grows_again_once_the_pids_limit_has_room(tmp_path):
+    # A refused fork caps the pool for a while, not for good: once the limit
+    # is raised, the loader gets the 8 workers it was asked for.
+    cgroup = _pids_cgroup()
+    if cgroup is None:
+        pytest.skip("no pids cgroup can be made here (needs write access to a pids controller)")
+    script = tmp_path / "lifted.py"
+    script.write_text(_LIMIT_LIFTED)
+    done = _run_in_cgroup(cgroup, script)
+    capped, grown, whole = done.stdout.split()
+    assert int(capped) < 8 and grown == "8" and whole == "True", done.stdout
 
 
 class _HangsOnAThread:
@@ -376,3 +426,50 @@ def test_close_from_inside_the_loaders_own_next_is_refused_not_waited_for():
     assert ds.loader._run.engine.closed
     with pytest.raises(ValueError, match="closed"):
         next(iter(ds.loader))
+
+
+def test_ctrl_c_anywhere_in_construction_or_close_leaves_no_process_behind():
+    # SIGALRM raises KeyboardInterrupt at random moments of making, iterating
+    # and closing loaders, as Ctrl-C would; afterwards (the next loader's
+    # start and end collect what an interrupted close left) the process has
+    # no child left: no zygote, no worker, no zombie.
+    out = run_script("""
+        import gc, random, signal
+        def interrupt(*_):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        rng = random.Random(7)
+        interrupted = 0
+        for attempt in range(60):
+            try:
+                try:
+                    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0, 0.15))
+                    dl = stoker.DataLoader(Numbers(), batch_size=8, num_workers=2)
+                    next(iter(dl))
+                    dl.close()
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                interrupted += 1
+            dl = None
+            gc.collect()
+        with stoker.DataLoader(Numbers(), batch_size=8, num_workers=1) as dl:
+            assert len(list(dl)) == 8
+        def children():
+            out = []
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as f:
+                    out += f.read().split()
+            return out
+        deadline = time.monotonic() + 10
+        while children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        states = []
+        for pid in children():
+            with open(f"/proc/{pid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        print(interrupted, states)
+    """, timeout=240)
+    interrupted, states = out.split(" ", 1)
+    assert int(interrupted) >= 10, out  # the interrupts did land, in most runs
+    assert states.strip() == "[]", f"children left: {states}"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <exception>
 #include <new>
 #include <optional>
@@ -30,6 +31,11 @@
 
 namespace stoker {
 namespace {
+
+// How long a refusal caps the pool before it tries to grow again, at first
+// and at most (the wait doubles with each refusal).
+constexpr std::chrono::nanoseconds kRefusalRetryFirst = std::chrono::seconds(5);
+constexpr std::chrono::nanoseconds kRefusalRetryMax = std::chrono::minutes(5);
 
 // The system refused what a kind's worker runs on (a process, memory).
 bool IsRefusal(const Status& st) {
@@ -435,7 +441,8 @@ class Loader::Impl {
   // Sizes the pool to the local workers and remote slots asked for.
   Status ApplyTarget() REQUIRES(mu_) {
     if (stopped_) return Status::Ok();
-    // Past a count the system refused a kind's worker at, the pool does not grow.
+    // Past a count the system refused a kind's worker at, the pool does not grow
+    // (until RetryRefused lifts the cap).
     const int cap = refused_at_.load(std::memory_order_relaxed);
     const int wanted = std::min({local_ + remote_, kMaxWorkers, cap});
     remote_target_.store(remote_, std::memory_order_relaxed);
@@ -555,12 +562,24 @@ class Loader::Impl {
   // Runs the controller if its interval has passed, with the lock released
   // around its Tick. Consumer thread only.
   void MaybeTick() REQUIRES(mu_) {
+    RetryRefused();
     if (controller_ == nullptr) return;
     const int64_t now = SteadyNanos();
     if (now < next_tick_ns_) return;
     next_tick_ns_ = now + controller_->interval().count();
     MutexUnlock unlock(mu_);
     controller_->Tick(*owner_);
+  }
+
+  // A refusal caps the pool for a while, not for good: the limit it met (a
+  // pids limit, memory) may have room again once other processes end. After
+  // the wait, the pool grows to what is asked if it can; each refusal doubles
+  // the wait, up to kRefusalRetryMax.
+  void RetryRefused() REQUIRES(mu_) {
+    const int cap = refused_at_.load(std::memory_order_relaxed);
+    if (cap >= kMaxWorkers || SteadyNanos() < refusal_retry_ns_) return;
+    refused_at_.store(kMaxWorkers, std::memory_order_relaxed);
+    if (local_ + remote_ > cap) (void)ApplyTarget();
   }
 
   // Waits until woken, the controller's next tick, or `deadline`.
@@ -695,6 +714,8 @@ class Loader::Impl {
       MutexLock lock(mu_);
       const int left = workers_.Retire();
       refused_at_.store(left, std::memory_order_relaxed);
+      refusal_retry_ns_ = SteadyNanos() + refusal_wait_ns_;
+      refusal_wait_ns_ = std::min(2 * refusal_wait_ns_, kRefusalRetryMax.count());
       kind_->Resized(workers_.target(), remote());
       refusal_ = std::move(st);
       return;
@@ -730,6 +751,8 @@ class Loader::Impl {
   // The worker count at which the system refused a kind's worker (the pool
   // stays under it), and why.
   std::atomic<int> refused_at_{kMaxWorkers};
+  int64_t refusal_retry_ns_ GUARDED_BY(mu_) = 0;  // when the cap is lifted
+  int64_t refusal_wait_ns_ GUARDED_BY(mu_) = kRefusalRetryFirst.count();
   int local_ GUARDED_BY(mu_) = 0;      // local workers asked for (Resize)
   int remote_ GUARDED_BY(mu_) = 0;     // remote slots asked for (SetRemote)
   std::atomic<int> remote_target_{0};  // remote_, for readers without the lock

@@ -530,7 +530,12 @@ struct TarSample {
   uint32_t name_size = 0;
 
   static constexpr uint32_t kNoCls = std::numeric_limits<uint32_t>::max();
+  // image_size of a labelled sample with no image stoker decodes: its name
+  // is then of the member it has instead (x.webp), else of its label.
+  static constexpr uint32_t kNoImage = std::numeric_limits<uint32_t>::max();
 };
+
+constexpr std::string_view kImageExtensions = ".jpg, .jpeg, .png";
 
 bool IsImageExtension(std::string_view ext) {
   auto lower_equals = [&](std::string_view want) {
@@ -555,6 +560,10 @@ class TarShardSource final : public Source {
     const TarSample& s = samples_[index];
     if (s.cls_size == TarSample::kNoCls) {
       return DataError(Key(index) + ": sample has no .cls member (its label)");
+    }
+    if (s.image_size == TarSample::kNoImage) {
+      return DataError(Key(index) + ": sample has a label but no image stoker decodes (" +
+                       std::string(kImageExtensions) + ")");
     }
     const ShardFile& shard = *shards_[s.shard];
     const uint64_t first = std::min(s.image_offset, s.cls_offset);
@@ -619,18 +628,26 @@ class TarShardSource final : public Source {
 // `entries`. A sample key with two images or two labels (a member written
 // twice, or a.jpg beside a.png) is an error naming the shard and the key:
 // keeping one would drop the other without a word, and which label belongs
-// to which image cannot be told.
+// to which image cannot be told. A key with a label but no image stoker
+// decodes (a.cls beside a.webp, or alone) is a sample whose read fails
+// naming it, so it is reported (or skipped and recorded), never lost
+// unseen; members of a key with no label (a.json, a.txt) are not samples.
 Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint32_t shard_number,
                 std::vector<TarSample>& samples, std::string& names) {
   // Members of a sample are usually adjacent, but nothing requires it.
   std::unordered_map<std::string_view, size_t> by_key;
+  std::unordered_map<std::string_view, std::string_view> other_member;  // key -> a.webp
   std::vector<TarSample> pending;
   std::vector<bool> has_image;
+  std::vector<std::string_view> label_name;
   for (const TarEntry& entry : entries) {
     auto [key, ext] = SplitSampleKey(entry.name);
     const bool image = IsImageExtension(ext);
     const bool cls = ext == "cls";
-    if (!image && !cls) continue;
+    if (!image && !cls) {
+      other_member.try_emplace(key, entry.name);
+      continue;
+    }
     if (entry.size >= TarSample::kNoCls) {
       return DataError(shard.path() + ": member '" + entry.name + "' is too large (" +
                        std::to_string(entry.size) + " bytes; at most 4 GiB)");
@@ -640,6 +657,7 @@ Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint3
       pending.emplace_back();
       pending.back().shard = shard_number;
       has_image.push_back(false);
+      label_name.emplace_back();
     }
     TarSample& s = pending[it->second];
     if ((image && has_image[it->second]) || (cls && s.cls_size != TarSample::kNoCls)) {
@@ -659,10 +677,22 @@ Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint3
     } else {
       s.cls_offset = entry.offset;
       s.cls_size = static_cast<uint32_t>(entry.size);
+      label_name[it->second] = entry.name;
     }
   }
   for (size_t i = 0; i < pending.size(); ++i) {
-    if (has_image[i]) samples.push_back(pending[i]);
+    TarSample& s = pending[i];
+    if (!has_image[i]) {
+      if (s.cls_size == TarSample::kNoCls) continue;
+      const std::string_view key = SplitSampleKey(label_name[i]).first;
+      auto other = other_member.find(key);
+      const std::string_view name = other != other_member.end() ? other->second : label_name[i];
+      s.image_size = TarSample::kNoImage;
+      s.name_offset = names.size();
+      s.name_size = static_cast<uint32_t>(name.size());
+      names += name;
+    }
+    samples.push_back(s);
   }
   return Status::Ok();
 }
@@ -690,7 +720,8 @@ Result<std::shared_ptr<const Source>> OpenTarShards(
         AddShard(*shard, entries, static_cast<uint32_t>(shards.size()), samples, names));
     shards.push_back(std::move(shard));
   }
-  if (samples.empty()) {
+  if (std::none_of(samples.begin(), samples.end(),
+                   [](const TarSample& s) { return s.image_size != TarSample::kNoImage; })) {
     return NotFound("no image members (.jpg, .jpeg, .png) in the tar shards " + paths.front() +
                     (paths.size() > 1 ? " ... " + paths.back() : std::string()));
   }

@@ -216,8 +216,7 @@ TEST(TarSourceTest, ReadsSamplesFromShardsByBracePattern) {
                                     {"s0.json", "{}"},
                                     {"dir/s1.seg.png", "seg"},  // key dir/s1, ext seg.png
                                     {"dir/s1.PNG", "img1"},
-                                    {"dir/s1.cls", " 7 "},
-                                    {"label_only.cls", "5"}});
+                                    {"dir/s1.cls", " 7 "}});
   WriteShard(dir / "shard-09.tar", {{"s2.cls", "2"}, {"s2.jpeg", "img2"}});
   WriteShard(dir / "shard-10.tar", {{"\xff\xfe.jpg", "img3"},
                                     {"\xff\xfe.cls",
@@ -333,6 +332,33 @@ TEST(TarSourceTest, MissingOrNonIntegerClsFailsTheReadNamingTheSample) {
   EXPECT_NE(s.message().find("not an integer"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'cat'"), std::string::npos) << s.message();
   EXPECT_EQ((*source)->Read(3, buffer, &record).code(), StatusCode::kDataError);
+}
+
+TEST(TarSourceTest, LabelWithoutADecodableImageIsASampleWhoseReadFailsNamingIt) {
+  // a.webp + a.cls and a lone b.cls are samples stoker cannot decode: counted
+  // and reported by name, never dropped unseen; c.json has no label: not a sample.
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"ok.jpg", "i"},
+                             {"ok.cls", "1"},
+                             {"a.webp", "w"},
+                             {"a.cls", "2"},
+                             {"b.cls", "3"},
+                             {"c.json", "{}"}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 3);
+  ReadBuffer buffer;
+  Record record;
+  EXPECT_TRUE((*source)->Read(0, buffer, &record).ok());
+  EXPECT_EQ((*source)->Key(1), dir / "s.tar:a.webp");
+  EXPECT_EQ((*source)->Key(2), dir / "s.tar:b.cls");
+  for (int64_t i : {1, 2}) {
+    Status s = (*source)->Read(i, buffer, &record);
+    EXPECT_EQ(s.code(), StatusCode::kDataError);
+    EXPECT_NE(s.message().find((*source)->Key(i)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("no image stoker decodes (.jpg, .jpeg, .png)"), std::string::npos)
+        << s.message();
+  }
 }
 
 TEST(TarSourceTest, NegativeLabelFailsTheReadNamingTheMember) {

@@ -115,8 +115,10 @@ def make_loader(kind, dataset, workers, shuffle):
     import stoker
 
     # "stoker-threads": the same loader on thread workers (worker_kind="threads").
+    # native=False: this bench measures the Python path (PIL in the workers);
+    # bench/compare_native.py measures the native one on the same pipeline.
     return stoker.DataLoader(dataset, batch_size=BATCH, shuffle=shuffle, num_workers=workers,
-                             generator=g,
+                             generator=g, native=False,
                              worker_kind="threads" if kind == "stoker-threads" else "processes")
 
 

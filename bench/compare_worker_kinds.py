@@ -80,8 +80,9 @@ def child(a):
                                              persistent_workers=True)
     else:
         import stoker
+        # native=False: the kinds of Python workers are what is compared.
         loader = stoker.DataLoader(dataset, batch_size=a.batch, shuffle=True, generator=g,
-                                   worker_kind=a.child_kind.split("-")[1])
+                                   worker_kind=a.child_kind.split("-")[1], native=False)
     samples = steady = 0
     while time.perf_counter() - t0 < a.seconds:
         for images, _ in loader:

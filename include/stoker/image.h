@@ -14,7 +14,8 @@ enum class ImageMode {
   /// torchvision's RandomResizedCrop(size, scale, ratio) then
   /// RandomHorizontalFlip(flip_probability): for training.
   kTrain,
-  /// torchvision's Resize(resize_shorter) then CenterCrop(size): for evaluation.
+  /// torchvision's Resize(resize_shorter), or Resize((resize_height,
+  /// resize_width)), then CenterCrop(size): for evaluation.
   kEval,
 };
 
@@ -50,6 +51,12 @@ struct ImageTransformOptions {
   /// kEval: the shorter side is resized to this, then the centre
   /// height x width is cut out. REQUIRES: >= max(height, width).
   int resize_shorter = 256;
+  /// kEval: when both are > 0, the image is resized to exactly
+  /// resize_height x resize_width (torchvision's Resize((h, w))) instead of
+  /// by its shorter side, then the centre height x width is cut out (the
+  /// whole of it when they are equal). REQUIRES: each >= its output side.
+  int resize_height = 0;
+  int resize_width = 0;
 
   ImageLayout layout = ImageLayout::kFloat32CHW;
   /// kFloat32CHW: per-channel mean and standard deviation, RGB order.

@@ -47,6 +47,18 @@ Result<std::shared_ptr<const Source>> OpenImageFolder(const std::string& root);
 /// and an unreadable list file. Blocks while it reads the list.
 Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path);
 
+/// A source of the files `paths` (bytes; relative ones resolve against the
+/// working directory as it is now) with `labels`, in that order, and
+/// `class_names` for ClassNames(): the samples a caller already listed
+/// (torchvision's `dataset.samples`, as stoker.DataLoader's native path takes
+/// them). Files are not checked here; a missing one fails its Read with
+/// NotFound naming the path. Keys are the paths as given.
+/// Errors: InvalidArgument for lengths that differ, no paths, an empty path
+/// or one holding a NUL byte (naming its position).
+Result<std::shared_ptr<const Source>> MakePathSource(const std::vector<std::string>& paths,
+                                                     const std::vector<int64_t>& labels,
+                                                     std::vector<std::string> class_names);
+
 /// Opens WebDataset-style tar shards. `paths_or_patterns` lists shard files;
 /// each entry may hold brace ranges ("shard-{000..015}.tar", see
 /// ExpandBraces). A sample is the group of members sharing a key (the member

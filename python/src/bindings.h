@@ -67,6 +67,7 @@ void BindThreadWorkers(pybind11::module_& m);
 void BindWorkerKinds(pybind11::module_& m);
 void BindRemoteSlots(pybind11::module_& m);
 void BindRemoteSamples(pybind11::module_& m);
+void BindNativeBatches(pybind11::module_& m);
 void BindSweepReport(pybind11::module_& m);
 
 }  // namespace stoker::python

@@ -25,6 +25,7 @@ PYBIND11_MODULE(_stoker, m) {
   stoker::python::BindWorkerKinds(m);
   stoker::python::BindRemoteSlots(m);
   stoker::python::BindRemoteSamples(m);
+  stoker::python::BindNativeBatches(m);
   stoker::python::BindSweepReport(m);
   // For tests: no C++ JSON carries a key from the data yet, so this is how
   // they reach JsonToPython's decoding of a key that is not UTF-8.

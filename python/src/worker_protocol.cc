@@ -49,7 +49,9 @@ void BindWorkerProtocol(py::module_& m) {
   p.attr("SEGMENT_HEADER") = STOKER_PROTOCOL_LAYOUT(STOKER_SEGMENT_HEADER, kSegmentHeaderWords);
   p.attr("PROCESS_DESCRIPTOR") = STOKER_PROTOCOL_LAYOUT(STOKER_PROCESS_DESCRIPTOR, -1);
   p.attr("THREAD_DESCRIPTOR") = STOKER_PROTOCOL_LAYOUT(STOKER_THREAD_DESCRIPTOR, -1);
+  p.attr("NATIVE_BATCH") = STOKER_PROTOCOL_LAYOUT(STOKER_NATIVE_BATCH, -1);
   p.attr("SEGMENT_MAGIC") = kSegmentMagic;
+  p.attr("NATIVE_MAGIC") = kNativeMagic;
   p.attr("THREAD_MAGIC") = kThreadMagic;
   p.attr("REMOTE_MAGIC") = kRemoteMagic;
   p.attr("SEGMENT_GRAIN") = kSegmentGrain;

@@ -131,6 +131,15 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Epoch, epoch)                   \
   X(Batch, batch)
 
+// A batch of stoker.DataLoader's native path (native_batch_kind.h): the
+// engine's item holds it whole: these words, then `samples` int64 labels
+// from labels_offset, then the samples, back to back, from images_offset.
+#define STOKER_NATIVE_BATCH(X)     \
+  X(Magic, magic)                  \
+  X(Samples, samples)              \
+  X(LabelsOffset, labels_offset)   \
+  X(ImagesOffset, images_offset)
+
 // clang-format on
 
 inline constexpr int kSegmentHeaderWords = 8;
@@ -139,6 +148,8 @@ inline constexpr int64_t kThreadMagic = 0x31444854524b5453;   // "STKRTHD1"
 /// A ThreadDescriptor of a batch made on a remote slot (held by the remote
 /// slots' ThreadWorkers).
 inline constexpr int64_t kRemoteMagic = 0x31544d52524b5453;  // "STKRRMT1"
+/// A NativeBatch header.
+inline constexpr int64_t kNativeMagic = 0x3154414e524b5453;  // "STKRNAT1"
 /// Segments grow in steps of this many bytes, so batches of one shape fit again.
 inline constexpr size_t kSegmentGrain = size_t{1} << 20;
 /// Arrays in a segment start at multiples of this.
@@ -181,6 +192,9 @@ struct ProcessDescriptor {
 };
 struct ThreadDescriptor {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_THREAD_DESCRIPTOR)
+};
+struct NativeBatchWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_NATIVE_BATCH)
 };
 static_assert(SegmentWord::kCount <= kSegmentHeaderWords);
 

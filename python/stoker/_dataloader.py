@@ -15,7 +15,7 @@ import weakref
 
 import torch.utils.data
 
-from . import _args, _errors, _remote, _stats, _stoker, _workers
+from . import _args, _errors, _native, _remote, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -72,6 +72,14 @@ class DataLoader(torch.utils.data.DataLoader):
     ``worker_kind="threads"`` runs batches on threads of this process instead,
     for datasets whose work releases the GIL; ``"auto"`` measures both on your
     loop and keeps the faster (``stats()["kind_trial"]``; docs/dataloader.md).
+    A torchvision ``ImageFolder`` whose transform is a ``Compose`` of steps
+    stoker knows (RandomResizedCrop, RandomHorizontalFlip, Resize, CenterCrop,
+    ToTensor, PILToTensor, ConvertImageDtype, Normalize), with the default
+    collate_fn, runs natively: stoker's C++ source and transform on the
+    engine's threads, the same samples, order and labels, torchvision's
+    pixels within 1/255. ``stats()["pipeline"]`` says which path runs and
+    ``stats()["pipeline_reason"]`` what kept it off; ``native=False`` turns
+    it off.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None,
@@ -81,7 +89,8 @@ class DataLoader(torch.utils.data.DataLoader):
                  in_order=True, worker_kind="processes", on_error="raise",
                  max_workers=0, device=None, device_prefetch_bytes=None,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None, cluster=None,
-                 cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0):
+                 cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
+                 native=True):
         self._run = None  # until every option is checked
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -107,9 +116,10 @@ class DataLoader(torch.utils.data.DataLoader):
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
         self._plan = _Plan(options, dataset)
+        native_plan, self._pipeline_reason = _native.recognise(dataset, options, native)
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn, options.unbatched)
-        self._run = _Run.start(options, self._plan, job)
+        self._run = _Run.start(options, self._plan, job, native_plan)
         _open_loaders.add(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
 
@@ -239,6 +249,9 @@ class DataLoader(torch.utils.data.DataLoader):
         processes = run.workers is not None
         total, busy = run.workers.segment_bytes() if processes else (0, 0)
         return {
+            "pipeline": "python" if run.native is None else "native",
+            "pipeline_reason": self._pipeline_reason,
+            "pipeline_steps": None if run.native is None else run.native.steps,
             "workers": run.engine.workers,
             "worker_kind": run.kind(),
             "kind_trial": None if run.trial is None else run.trial.report(),
@@ -697,9 +710,10 @@ class _Run:
     trial. The loader makes it; its
     iterators get it instead of reading the loader's attributes."""
 
-    def __init__(self, options, plan):
+    def __init__(self, options, plan, native):
         self.options = options
         self.plan = plan
+        self.native = native  # the native path's _native.Plan, or None: the Python path
         self.pid = os.getpid()
         self.closed = False
         self.engine = None
@@ -712,13 +726,18 @@ class _Run:
         self.remote_threads = None  # and their ThreadWorkers (REMOTE_MAGIC batches)
 
     @classmethod
-    def start(cls, options, plan, job):
+    def start(cls, options, plan, job, native=None):
         """Forks the zygote (before stoker starts any thread for this loader),
         then makes the thread workers and the engine; closes what it made on
-        an error."""
-        run = cls(options, plan)
+        an error. With a `native` plan, none of them: the engine's threads
+        make the batches with stoker's source and transform."""
+        run = cls(options, plan, native)
         try:
-            run._start_engine(run._start_remote(run._start_workers(job), job))
+            if native is not None:
+                run._start_engine(_stoker.native_batch_kind(
+                    native.source, native.transform._impl, plan.table, native.max_batch))
+            else:
+                run._start_engine(run._start_remote(run._start_workers(job), job))
         except BaseException:
             run.close()
             raise
@@ -782,6 +801,8 @@ class _Run:
         """What makes the batches now."""
         if self.options.workers == 0:
             return "none (num_workers=0)"
+        if self.native is not None:
+            return "native"
         return self.options.worker_kind if self.kinds is None else self.kinds.kind
 
     def in_forked_child(self):
@@ -1107,6 +1128,7 @@ class _Iterator:
         options = run.options
         self._engine, self._threads, self._workers = run.engine, run.threads, run.workers
         self._remote, self._cluster = run.remote_threads, run.cluster
+        self._native = run.native
         self._trial, self._timeout, self._device = run.trial, options.timeout, options.device
         self._pin = options.pin_memory and options.device is None
         # At num_workers=0 a batch is made when asked for: none ahead (as torch).
@@ -1171,8 +1193,9 @@ class _Iterator:
         try:
             got = engine.next()  # raises the failures of the next batch, once
         except _stoker.DataError as e:
-            # As the sample's own type.
-            error = _errors.sample_error(e, (self._threads, self._remote))
+            # As the sample's own type (an OSError for a file stoker decoded).
+            error = _errors.native_sample_error(e) if self._native is not None else \
+                _errors.sample_error(e, (self._threads, self._remote))
             if error is None:
                 raise
             raise error  # chained to the sample's exception, its __cause__
@@ -1182,6 +1205,8 @@ class _Iterator:
         self.position += 1
         if self.position == 1:
             self.run.plan.give_ahead(self.epoch + 1)  # the workers may start on it early
+        if self._native is not None:
+            return _native.read_batch(descriptor, self._native)
         magic = int(descriptor[_THREAD.magic])
         threads = magic == _PROTOCOL.THREAD_MAGIC
         if magic == _PROTOCOL.REMOTE_MAGIC:

@@ -58,6 +58,24 @@ def sample_error(error, threads):
     return made
 
 
+def native_sample_error(error):
+    """The exception to raise for `error`, a DataError from the engine naming
+    a sample that stoker's native path read and decoded, or None when it
+    names none: a DataError that is also an OSError, as PIL's errors for a
+    file it cannot read or decode are (UnidentifiedImageError, a truncated
+    file), so ``except OSError`` catches it on either path. Never raises."""
+    if getattr(error, "_sample", None) is None:
+        return None
+    try:
+        made = _instance(OSError, error)
+    except Exception:  # noqa: BLE001 -- as sample_error
+        made = None
+    if made is None:
+        made = _fields(DataError(*error.args), error)
+    made.__suppress_context__ = True
+    return made
+
+
 def _fields(made, error):
     """`made` with `error`'s fields."""
     made.code = getattr(error, "code", None)

@@ -20,13 +20,13 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 _LAYOUTS = ("float32", "uint8_hwc", "uint8_chw")
 
 
-def _size_pair(size):
+def _size_pair(size, name="size"):
     if not isinstance(size, (str, bytes)) and hasattr(size, "__len__"):
         if len(size) != 2:
-            raise ValueError(f"size must be an int or (height, width), got {size!r}")
-        height, width = _args.integers("size", size, *_args.INT32)
+            raise ValueError(f"{name} must be an int or (height, width), got {size!r}")
+        height, width = _args.integers(name, size, *_args.INT32)
         return height, width
-    side = _args.integer("size", size, *_args.INT32)
+    side = _args.integer(name, size, *_args.INT32)
     return side, side
 
 
@@ -56,7 +56,8 @@ class Image(Transform):
     mode="train": RandomResizedCrop(size, scale, ratio), then a horizontal flip
         with probability ``flip``.
     mode="eval": Resize(resize) of the shorter side (default size * 256 / 224),
-        then CenterCrop(size).
+        or to exactly (height, width) when ``resize`` is a pair, then
+        CenterCrop(size) (all of the resized image when they are equal).
 
     ``layout``: "float32" gives float32 (3, H, W) normalised with ``mean`` and
     ``std`` (ToTensor + Normalize); "uint8_chw" / "uint8_hwc" give raw RGB
@@ -78,12 +79,17 @@ class Image(Transform):
         height, width = _size_pair(size)
         if resize is None:
             resize = int(max(height, width) * 256 / 224)
+        if not isinstance(resize, (str, bytes)) and hasattr(resize, "__len__"):
+            resize_height, resize_width = _size_pair(resize, "resize")
+            resize = max(height, width)  # unused: the pair decides
+        else:
+            resize_height = resize_width = 0
         scale = _args.reals("scale", scale, 2)
         ratio = _args.reals("ratio", ratio, 2)
         self.mode = mode
         self._impl = _stoker.image_transform(
             mode, height, width, scale[0], scale[1], ratio[0], ratio[1], _args.real("flip", flip),
-            _args.integer("resize", resize, *_args.INT32), layout, _args.reals("mean", mean, 3),
+            _args.integer("resize", resize, *_args.INT32), resize_height, resize_width, layout, _args.reals("mean", mean, 3),
             _args.reals("std", std, 3), _args.integer("max_pixels", max_pixels, *_args.INT64),
             _args.boolean("dct_scaling", dct_scaling))
 

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cassert>
+#include <string>
+#include <vector>
 
 #include "source/file_reader.h"
 #include "source/label_text.h"
@@ -112,6 +114,25 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
   std::string base =
       slash == std::string::npos ? std::string() : list_path.substr(0, slash == 0 ? 1 : slash);
   return FileListSource::Make(std::move(base), std::move(samples), {});
+}
+
+Result<std::shared_ptr<const Source>> MakePathSource(const std::vector<std::string>& paths,
+                                                     const std::vector<int64_t>& labels,
+                                                     std::vector<std::string> class_names) {
+  if (paths.size() != labels.size()) {
+    return InvalidArgument("path source: " + std::to_string(paths.size()) + " paths but " +
+                           std::to_string(labels.size()) + " labels");
+  }
+  if (paths.empty()) return InvalidArgument("path source: no paths");
+  FileListSource::Builder samples;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty() || paths[i].find('\0') != std::string::npos) {
+      return InvalidArgument("path source: path " + std::to_string(i) +
+                             (paths[i].empty() ? " is empty" : " holds a NUL byte"));
+    }
+    samples.Add(paths[i], labels[i]);
+  }
+  return FileListSource::Make("", std::move(samples), std::move(class_names));
 }
 
 }  // namespace stoker

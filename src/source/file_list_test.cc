@@ -149,5 +149,33 @@ TEST(FileListTest, MissingFileFailsItsReadNamingThePath) {
   EXPECT_NE(s.message().find(dir / "gone.jpg"), std::string::npos) << s.message();
 }
 
+TEST(PathSourceTest, TakesTheListedSamplesInOrder) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFile(dir / "b/x.jpg", "X"));
+  ASSERT_TRUE(WriteFile(dir / "a/y.png", "Y"));
+  auto source =
+      MakePathSource({dir / "b/x.jpg", dir / "a/y.png", dir / "gone.jpg"}, {4, 1, 0}, {"a", "b"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 3);
+  EXPECT_EQ((*source)->Key(1), dir / "a/y.png");
+  EXPECT_EQ((*source)->ClassNames(), (std::vector<std::string>{"a", "b"}));
+  ReadBuffer buffer;
+  Record record;
+  ASSERT_TRUE((*source)->Read(0, buffer, &record).ok());
+  EXPECT_EQ(AsString(record.bytes), "X");
+  EXPECT_EQ(record.label, 4);
+  Status gone = (*source)->Read(2, buffer, &record);
+  EXPECT_EQ(gone.code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.message().find(dir / "gone.jpg"), std::string::npos) << gone.message();
+}
+
+TEST(PathSourceTest, RefusesMismatchedOrEmptyLists) {
+  EXPECT_EQ(MakePathSource({"a.jpg"}, {0, 1}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePathSource({}, {}, {}).status().code(), StatusCode::kInvalidArgument);
+  auto empty = MakePathSource({"a.jpg", ""}, {0, 1}, {});
+  EXPECT_NE(empty.status().message().find("path 1 is empty"), std::string::npos)
+      << empty.status().message();
+}
+
 }  // namespace
 }  // namespace stoker

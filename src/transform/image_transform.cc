@@ -263,7 +263,10 @@ CropBox RandomResizedCropBox(int width, int height, const ImageTransformOptions&
 ResizeCenterCrop EvalGeometry(int width, int height, const ImageTransformOptions& o) {
   ResizeCenterCrop g;
   const int s = o.resize_shorter;
-  if (width <= height) {
+  if (o.resize_height > 0 && o.resize_width > 0) {
+    g.resized_width = o.resize_width;
+    g.resized_height = o.resize_height;
+  } else if (width <= height) {
     g.resized_width = s;
     g.resized_height = static_cast<int>(static_cast<int64_t>(s) * height / width);
   } else {
@@ -300,6 +303,15 @@ Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
     }
     if (!(o.flip_probability >= 0 && o.flip_probability <= 1)) {
       return BadOption("flip_probability", o.flip_probability, "a probability in [0, 1]");
+    }
+  } else if (o.resize_height != 0 || o.resize_width != 0) {
+    if (o.resize_height < o.height || o.resize_height > 65535) {
+      return BadOption("resize_height", o.resize_height,
+                       "in [height, 65535] = [" + std::to_string(o.height) + ", 65535]");
+    }
+    if (o.resize_width < o.width || o.resize_width > 65535) {
+      return BadOption("resize_width", o.resize_width,
+                       "in [width, 65535] = [" + std::to_string(o.width) + ", 65535]");
     }
   } else {
     if (o.resize_shorter < std::max(o.height, o.width) || o.resize_shorter > 65535) {

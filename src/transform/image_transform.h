@@ -23,7 +23,8 @@ struct CropBox {
 CropBox RandomResizedCropBox(int width, int height, const ImageTransformOptions& options,
                              SampleRng& rng);
 
-/// torchvision's Resize(resize_shorter) then CenterCrop(height, width) on a
+/// torchvision's Resize(resize_shorter) (or Resize((resize_height,
+/// resize_width))) then CenterCrop(height, width) on a
 /// `width` x `height` image: the resized size and the crop's top-left corner
 /// in the resized image.
 struct ResizeCenterCrop {

@@ -86,8 +86,8 @@ std::vector<double> ReferenceEval(const Image& full, int w, int h, const ImageTr
   ResizeCenterCrop g = EvalGeometry(w, h, o);
   const double sx = static_cast<double>(w) / g.resized_width;
   const double sy = static_cast<double>(h) / g.resized_height;
-  return ReferenceResample(full, ReferenceAxis(g.left * sx, sx, 224, 0, w),
-                           ReferenceAxis(g.top * sy, sy, 224, 0, h));
+  return ReferenceResample(full, ReferenceAxis(g.left * sx, sx, o.width, 0, w),
+                           ReferenceAxis(g.top * sy, sy, o.height, 0, h));
 }
 
 TEST(RandomResizedCropTest, BoxesStayInsideAndFollowScaleAndRatio) {
@@ -157,6 +157,22 @@ TEST(ImageTransformTest, EvalGeometryIsResizeThenCentreCrop) {
   EXPECT_EQ(g.top, 144);
 }
 
+TEST(ImageTransformTest, EvalGeometryTakesAnExactResize) {
+  ImageTransformOptions o;
+  o.resize_height = 240;
+  o.resize_width = 300;
+  ResizeCenterCrop g = EvalGeometry(500, 375, o);
+  EXPECT_EQ(g.resized_height, 240);
+  EXPECT_EQ(g.resized_width, 300);
+  EXPECT_EQ(g.left, 38);
+  EXPECT_EQ(g.top, 8);
+  o.height = 240;  // Resize((240, 300)) alone: the crop is all of it
+  o.width = 300;
+  g = EvalGeometry(375, 500, o);
+  EXPECT_EQ(g.left, 0);
+  EXPECT_EQ(g.top, 0);
+}
+
 TEST(ImageTransformTest, DctScaleIsTheCoarsestThatKeepsTheOutputSize) {
   EXPECT_EQ(ChooseDctDenominator(2000, 1800, 224, 224), 8);
   EXPECT_EQ(ChooseDctDenominator(1000, 1000, 224, 224), 4);
@@ -185,6 +201,17 @@ TEST(ImageTransformTest, OptionErrorsNameTheOption) {
          o.resize_shorter = 200;
        },
        "resize_shorter"},
+      {[](ImageTransformOptions& o) {
+         o.mode = ImageMode::kEval;
+         o.resize_height = 300;
+         o.resize_width = 200;
+       },
+       "resize_width"},
+      {[](ImageTransformOptions& o) {
+         o.mode = ImageMode::kEval;
+         o.resize_width = 300;
+       },
+       "resize_height"},
   };
   for (const Case& c : cases) {
     ImageTransformOptions o;
@@ -279,6 +306,24 @@ TEST(ImageTransformTest, EvalMatchesResizeThenCentreCrop) {
     std::vector<uint8_t> again;
     ASSERT_TRUE(ApplyTo(*Make(o), file, 12345, &again, nullptr).ok());
     EXPECT_EQ(out, again);
+  }
+  // Resize((h, w)) with and without a centre crop after it.
+  auto file = Jpeg(MakePicture(500, 375, 3), 500, 375);
+  Image full = ReferenceDecodeJpeg(file);
+  for (const auto& [rh, rw, ch, cw] :
+       {std::tuple{240, 300, 224, 224}, std::tuple{200, 260, 200, 260}}) {
+    ImageTransformOptions o;
+    o.mode = ImageMode::kEval;
+    o.layout = ImageLayout::kUInt8HWC;
+    o.resize_height = rh;
+    o.resize_width = rw;
+    o.height = ch;
+    o.width = cw;
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
+    ASSERT_EQ(out.size(), static_cast<size_t>(ch) * cw * 3);
+    EXPECT_LE(Compare(out, ReferenceEval(full, 500, 375, o), false, cw).max, 1.0)
+        << rh << "x" << rw;
   }
   ImageTransformOptions o;
   o.mode = ImageMode::kEval;

@@ -1,0 +1,398 @@
+"""stoker.DataLoader's native path: a torchvision ImageFolder (or DatasetFolder
+with torchvision's image loader) whose transform is a Compose of steps stoker
+knows runs as stoker's own source and transform on the engine's C++ threads,
+with no Python per sample. ``recognise`` returns the plan, or the reason the
+Python path runs instead; ``read_batch`` turns a native batch into what
+torch's ``default_collate`` gives: ``[images, labels]``.
+
+Matching is by exact class (``type(x) is ...``: a subclass may change what a
+step does) and by every attribute that changes the output; anything not
+known here keeps the Python path, with the reason in
+``stats()["pipeline_reason"]``. docs/dataloader.md lists the steps.
+"""
+
+import dataclasses
+import numbers
+import os
+
+from . import _stoker, transforms
+from ._workers import NO_SAMPLE
+
+_HEADER = _stoker.protocol.NATIVE_BATCH
+# What stoker's decoder reads (by content; the name must say so, since
+# torchvision's loader also reads .bmp, .tif, .webp ... through PIL).
+_NATIVE_EXTENSIONS = (b".jpg", b".jpeg", b".png")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the native path runs: the dataset's samples as a source, the
+    steps as one stoker transform, batches of at most ``max_batch``."""
+
+    source: object      # _stoker.Source over dataset.samples
+    transform: object   # stoker.transforms.Image
+    max_batch: int
+    steps: str          # what was recognised, for people
+
+
+class _Off(Exception):
+    """Raised inside recognition with the reason the native path is off."""
+
+
+def recognise(dataset, options, native):
+    """(Plan, "") when the DataLoader over `dataset` with `options` (its
+    resolved _DataLoaderOptions) can run natively, else (None, reason)."""
+    if not native:
+        return None, "native=False"
+    try:
+        return _recognise(dataset, options), ""
+    except _Off as off:
+        return None, str(off)
+
+
+def _recognise(dataset, options):
+    folder = _torchvision_folder()
+    if folder is None:
+        raise _Off("torchvision is not installed")
+    kind = type(dataset)
+    if kind not in (folder.ImageFolder, folder.DatasetFolder):
+        if isinstance(dataset, folder.DatasetFolder):
+            raise _Off(f"dataset {kind.__qualname__} is a subclass of torchvision's "
+                       f"{folder.DatasetFolder.__name__} (it may change __getitem__)")
+        raise _Off(f"dataset {kind.__qualname__} is not torchvision's ImageFolder or "
+                   "DatasetFolder")
+    import torchvision
+    loader = getattr(dataset, "loader", None)
+    if loader is folder.default_loader:
+        if torchvision.get_image_backend() != "PIL":
+            raise _Off(f"torchvision's image backend is {torchvision.get_image_backend()!r}, "
+                       "not 'PIL'")
+    elif loader is not folder.pil_loader:
+        raise _Off(f"the dataset's loader {_name(loader)} is not torchvision's default_loader")
+    if getattr(dataset, "target_transform", None) is not None:
+        raise _Off(f"target_transform {_name(dataset.target_transform)} runs Python")
+    if options.unbatched:
+        raise _Off("batch_size=None (no batching) is not native")
+    if options.collate_fn is not options.default_collate:
+        raise _Off(f"collate_fn {_name(options.collate_fn)} is not torch's default_collate")
+    if options.worker_init_fn is not None:
+        raise _Off("worker_init_fn runs in worker processes")
+    if options.cluster is not None:
+        raise _Off("cluster= runs the Python path on remote slots")
+    max_batch = _max_batch(options)
+    transform, steps = _transform(dataset.transform)
+    return Plan(source=_source(dataset), transform=transform, max_batch=max_batch, steps=steps)
+
+
+def _torchvision_folder():
+    try:
+        from torchvision.datasets import folder
+    except ImportError:
+        return None
+    return folder
+
+
+def _name(thing):
+    kind = thing if isinstance(thing, type) else type(thing)
+    name = getattr(thing, "__qualname__", None) or kind.__qualname__
+    return name
+
+
+def _max_batch(options):
+    """The most samples a batch holds: the batch size, or a batch sampler's."""
+    if options.batch_size is not None:
+        return options.batch_size
+    size = getattr(options.batch_sampler, "batch_size", None)
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool) and size >= 1:
+        return int(size)
+    raise _Off(f"batch_sampler {_name(options.batch_sampler)} has no batch_size (the most "
+               "samples a batch holds)")
+
+
+def _source(dataset):
+    """dataset.samples as stoker's source: the same files, labels and order."""
+    samples = dataset.samples
+    if len(samples) == 0:
+        raise _Off("the dataset has no samples")
+    paths, labels = [], []
+    for path, label in samples:
+        name = os.fsencode(path)
+        if not name.lower().endswith(_NATIVE_EXTENSIONS):
+            raise _Off(f"file {os.fsdecode(name)!r} is not .jpg, .jpeg or .png (stoker decodes "
+                       "JPEG and PNG; PIL reads the rest)")
+        if not isinstance(label, numbers.Integral) or isinstance(label, bool):
+            raise _Off(f"label {label!r} of {os.fsdecode(name)!r} is not an int")
+        paths.append(name)
+        labels.append(int(label))
+    classes = [os.fsencode(c) for c in getattr(dataset, "classes", [])]
+    return _stoker.open_path_source(paths, labels, classes)
+
+
+# -- the transform ----------------------------------------------------------
+
+def _step_kinds():
+    """Each known step class (torchvision.transforms and, where installed,
+    transforms.v2) -> the name of its handler."""
+    kinds = {}
+    import torchvision.transforms as t
+    for name in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop",
+                 "ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize"):
+        kinds[getattr(t, name)] = name
+    try:
+        import torchvision.transforms.v2 as v2
+    except ImportError:
+        return kinds, {t.Compose}
+    for name in ("RandomResizedCrop", "RandomHorizontalFlip", "Resize", "CenterCrop",
+                 "ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize"):
+        if hasattr(v2, name):
+            kinds[getattr(v2, name)] = name
+    if hasattr(v2, "ToImage"):
+        kinds[v2.ToImage] = "PILToTensor"  # a uint8 image tensor, as PILToTensor
+    if hasattr(v2, "ToDtype"):
+        kinds[v2.ToDtype] = "ToDtype"
+    return kinds, {t.Compose, v2.Compose}
+
+
+@dataclasses.dataclass
+class _Pipeline:
+    """The steps read so far."""
+
+    crop: object = None      # RandomResizedCrop's (size, scale, ratio)
+    flip: float = 0.0
+    resize: object = None    # an int (shorter side) or (h, w)
+    center: object = None    # CenterCrop's (h, w)
+    tensor: str = ""         # "" (a PIL image), "uint8" or "float"
+    normalize: object = None  # (mean, std)
+    seen: list = dataclasses.field(default_factory=list)
+
+
+def _transform(transform):
+    """The stoker transform doing what `transform` does, and its description."""
+    if transform is None:
+        raise _Off("the dataset has no transform: its samples are PIL images")
+    kinds, composes = _step_kinds()
+    steps = transform.transforms if type(transform) in composes else [transform]
+    if type(transform) not in composes and type(transform) not in kinds:
+        if _is_compose(transform, composes):
+            raise _Off(f"transform {_name(transform)} is a subclass of Compose")
+        raise _Off(f"transform step {_name(transform)} is not native")
+    p = _Pipeline()
+    for step in steps:
+        kind = kinds.get(type(step))
+        if kind is None:
+            raise _Off(f"transform step {_name(step)} is not native")
+        _check_plain(step)
+        _STEPS[kind](p, step)
+        p.seen.append(type(step).__name__)
+    return _make(p), " + ".join(p.seen)
+
+
+def _is_compose(transform, composes):
+    return any(isinstance(transform, c) for c in composes)
+
+
+def _check_plain(step):
+    """A step used as its class defines it: no hooks, no forward of its own."""
+    for attr in ("_forward_hooks", "_forward_pre_hooks"):
+        if getattr(step, attr, None):
+            raise _Off(f"transform step {type(step).__name__} has a forward hook")
+    own = vars(step) if hasattr(step, "__dict__") else {}
+    if "forward" in own or "__call__" in own:
+        raise _Off(f"transform step {type(step).__name__} has a forward of its own")
+
+
+def _pil_step(p, name):
+    if p.tensor:
+        raise _Off(f"{name} after the image became a tensor (tensor resizing differs from "
+                   "PIL's) is not native")
+
+
+def _bilinear(step, name):
+    from torchvision.transforms import InterpolationMode
+    mode = getattr(step, "interpolation", None)
+    if mode != InterpolationMode.BILINEAR:
+        raise _Off(f"{name} interpolation {getattr(mode, 'value', mode)} is not native "
+                   "(bilinear is)")
+    # antialias: PIL images are always resized with antialiasing, whatever it says.
+
+
+def _pair(size, name):
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        return int(size), int(size)
+    try:
+        values = [int(v) for v in size]
+    except (TypeError, ValueError):
+        raise _Off(f"{name} size {size!r} is not an int or (h, w)") from None
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) != 2:
+        raise _Off(f"{name} size {size!r} is not an int or (h, w)")
+    return values[0], values[1]
+
+
+def _step_RandomResizedCrop(p, step):
+    _pil_step(p, "RandomResizedCrop")
+    if p.crop is not None or p.resize is not None or p.center is not None:
+        raise _Off(f"RandomResizedCrop after {p.seen[-1]} is not native")
+    _bilinear(step, "RandomResizedCrop")
+    scale, ratio = tuple(float(v) for v in step.scale), tuple(float(v) for v in step.ratio)
+    if len(scale) != 2 or len(ratio) != 2:
+        raise _Off("RandomResizedCrop scale and ratio must be pairs")
+    p.crop = (_pair(step.size, "RandomResizedCrop"), scale, ratio)
+
+
+def _step_RandomHorizontalFlip(p, step):
+    _pil_step(p, "RandomHorizontalFlip")
+    if p.flip:
+        raise _Off("a second RandomHorizontalFlip is not native")
+    if p.resize is not None or p.center is not None:
+        raise _Off("RandomHorizontalFlip with Resize or CenterCrop is not native (with "
+                   "RandomResizedCrop it is)")
+    value = float(step.p)
+    if not 0.0 <= value <= 1.0:
+        raise _Off(f"RandomHorizontalFlip p={step.p!r} is not a probability")
+    p.flip = value
+
+
+def _step_Resize(p, step):
+    _pil_step(p, "Resize")
+    if p.crop is not None or p.resize is not None or p.center is not None or p.flip:
+        raise _Off(f"Resize after {p.seen[-1]} is not native")
+    _bilinear(step, "Resize")
+    if getattr(step, "max_size", None) is not None:
+        raise _Off(f"Resize max_size={step.max_size!r} is not native")
+    size = step.size
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        p.resize = int(size)
+    else:
+        values = list(size)
+        p.resize = int(values[0]) if len(values) == 1 else _pair(values, "Resize")
+
+
+def _step_CenterCrop(p, step):
+    _pil_step(p, "CenterCrop")
+    if p.crop is not None or p.center is not None or p.flip:
+        raise _Off(f"CenterCrop after {p.seen[-1]} is not native")
+    if p.resize is None:
+        raise _Off("CenterCrop without a Resize before it is not native (an image smaller "
+                   "than the crop is padded)")
+    h, w = _pair(step.size, "CenterCrop")
+    if isinstance(p.resize, int):
+        if max(h, w) > p.resize:
+            raise _Off(f"CenterCrop {(h, w)} larger than Resize({p.resize}) pads; not native")
+    elif h > p.resize[0] or w > p.resize[1]:
+        raise _Off(f"CenterCrop {(h, w)} larger than Resize({p.resize}) pads; not native")
+    p.center = (h, w)
+
+
+def _step_ToTensor(p, step):
+    if p.tensor:
+        raise _Off("ToTensor of a tensor is not native")
+    p.tensor = "float"
+
+
+def _step_PILToTensor(p, step):
+    if p.tensor:
+        raise _Off(f"{type(step).__name__} of a tensor is not native")
+    p.tensor = "uint8"
+
+
+def _to_dtype(p, dtype, scale, name):
+    import torch
+    if p.tensor != "uint8" or p.normalize is not None:
+        raise _Off(f"{name} other than after PILToTensor is not native")
+    if dtype == torch.float32 and scale:
+        p.tensor = "float"
+    elif dtype != torch.uint8:
+        raise _Off(f"{name} to {dtype} is not native (float32 and uint8 are)")
+
+
+def _step_ConvertImageDtype(p, step):
+    _to_dtype(p, step.dtype, True, "ConvertImageDtype")
+
+
+def _step_ToDtype(p, step):
+    dtype = step.dtype
+    if isinstance(dtype, dict):
+        raise _Off("ToDtype with a dict of dtypes is not native")
+    _to_dtype(p, dtype, bool(getattr(step, "scale", False)), "ToDtype")
+
+
+def _step_Normalize(p, step):
+    if p.tensor != "float":
+        raise _Off("Normalize of a tensor that is not float is not native")
+    if p.normalize is not None:
+        raise _Off("a second Normalize is not native")
+    mean, std = _three(step.mean, "mean"), _three(step.std, "std")
+    if any(s == 0 for s in std):
+        raise _Off(f"Normalize std {tuple(step.std)!r} has a zero")
+    p.normalize = (mean, std)
+
+
+_STEPS = {
+    "RandomResizedCrop": _step_RandomResizedCrop, "RandomHorizontalFlip": _step_RandomHorizontalFlip,
+    "Resize": _step_Resize, "CenterCrop": _step_CenterCrop, "ToTensor": _step_ToTensor,
+    "PILToTensor": _step_PILToTensor, "ConvertImageDtype": _step_ConvertImageDtype,
+    "ToDtype": _step_ToDtype, "Normalize": _step_Normalize,
+}
+
+
+def _three(values, name):
+    try:
+        values = [float(v) for v in values]
+    except TypeError:
+        values = [float(values)]
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise _Off(f"Normalize {name} has {len(values)} values, not 1 or 3 (RGB)")
+    return tuple(values)
+
+
+def _make(p):
+    """The stoker transform for the steps read."""
+    if not p.tensor:
+        raise _Off("no ToTensor or PILToTensor: the samples stay PIL images")
+    layout = "float32" if p.tensor == "float" else "uint8_chw"
+    mean, std = p.normalize if p.normalize is not None else ((0.0,) * 3, (1.0,) * 3)
+    colour = {"layout": layout, "mean": mean, "std": std}
+    try:
+        if p.crop is not None:
+            size, scale, ratio = p.crop
+            return transforms.Image("train", size, scale=scale, ratio=ratio, flip=p.flip,
+                                    **colour)
+        if p.flip:
+            raise _Off("RandomHorizontalFlip without RandomResizedCrop is not native")
+        if p.resize is None:
+            raise _Off("no RandomResizedCrop, Resize or CenterCrop: images keep their own "
+                       "sizes")
+        if p.center is None:
+            if isinstance(p.resize, int):
+                raise _Off(f"Resize({p.resize}) without CenterCrop keeps each image's aspect "
+                           "(sizes differ)")
+            return transforms.Image("eval", p.resize, resize=p.resize, **colour)
+        return transforms.Image("eval", p.center, resize=p.resize, **colour)
+    except ValueError as e:  # options stoker's transform refuses (a scale past 1, ...)
+        raise _Off(f"{' + '.join(p.seen)}: {e}") from None
+
+
+# -- batches ----------------------------------------------------------------
+
+def read_batch(buffer, plan):
+    """[images, labels] as torch tensors over `buffer` (the engine's item, a
+    numpy uint8 array; no copy), as default_collate gives them; NO_SAMPLE
+    when every sample of the batch failed."""
+    import numpy as np
+    import torch
+    header = buffer[:_HEADER.words * 8].view(np.int64)
+    if int(header[_HEADER.magic]) != _stoker.protocol.NATIVE_MAGIC:
+        raise RuntimeError("a native batch without its header: stoker's bug")
+    n = int(header[_HEADER.samples])
+    if n == 0:
+        return NO_SAMPLE
+    labels_at, images_at = int(header[_HEADER.labels_offset]), int(header[_HEADER.images_offset])
+    shape, dtype = plan.transform.shape, np.dtype(plan.transform.dtype)
+    count = n * int(np.prod(shape))
+    images = buffer[images_at:images_at + count * dtype.itemsize].view(dtype)
+    labels = buffer[labels_at:labels_at + n * 8].view(np.int64)
+    return [torch.from_numpy(images.reshape((n,) + tuple(shape))), torch.from_numpy(labels)]

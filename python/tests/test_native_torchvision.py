@@ -1,0 +1,395 @@
+"""stoker.DataLoader's native path: a torchvision ImageFolder with a Compose
+stoker knows runs in the C++ engine with torchvision's samples, order, labels
+and (within 1/255) pixels; random steps draw from torchvision's
+distributions; anything else runs the Python path and says why."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+from torchvision.datasets import DatasetFolder, ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
+
+import stoker
+
+Image = pytest.importorskip("PIL.Image")
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+# float32 normalisation and its inverse leave a few 1e-5 of a level.
+SLACK_LEVELS = 1e-3
+
+
+def _picture(rng, height, width):
+    yy, xx = np.mgrid[0:height, 0:width]
+    img = np.stack([xx * 255 // width, yy * 255 // height, (xx + yy) * 255 // (height + width)], -1)
+    img = img + rng.integers(0, 60, (height, width, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _write_folder(root, per_class=5, seed=1):
+    """root/<class>/ with JPEGs of several sizes and aspects (some smaller than
+    the outputs, so both up- and downscaling), a grayscale JPEG and an RGBA PNG."""
+    rng = np.random.default_rng(seed)
+    for c, name in enumerate(("ant", "bee", "cat")):
+        folder = os.path.join(root, name)
+        os.makedirs(folder)
+        for i in range(per_class):
+            h, w = 50 + 37 * i + 3 * c, 170 - 23 * i
+            Image.fromarray(_picture(rng, h, w)).save(os.path.join(folder, f"img{i}.jpg"),
+                                                      quality=92)
+        img = _picture(rng, 81, 67)
+        Image.fromarray(img[:, :, 0]).save(os.path.join(folder, "gray.jpg"))
+        rgba = np.concatenate([img, img[:, :, :1]], -1)
+        Image.fromarray(rgba).save(os.path.join(folder, "alpha.png"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return _write_folder(str(tmp_path_factory.mktemp("native")))
+
+
+def _torch_batches(dataset, **kwargs):
+    return list(torch.utils.data.DataLoader(dataset, num_workers=0, **kwargs))
+
+
+def _levels(got, expected, normalised):
+    """max |got - expected| per image, in uint8 levels."""
+    diff = (got.double() - expected.double()).abs()
+    if normalised:
+        diff = diff * torch.tensor(STD, dtype=torch.float64).view(1, 3, 1, 1)
+    if got.dtype.is_floating_point:
+        diff = diff * 255
+    return diff.flatten(1).amax(1)
+
+
+EVAL_PIPELINES = {
+    "resize-int-crop-normalize": (
+        [T.Resize(72), T.CenterCrop(64), T.ToTensor(), T.Normalize(MEAN, STD)], True),
+    "resize-int-crop-pair": ([T.Resize(72), T.CenterCrop((64, 48)), T.ToTensor()], False),
+    "resize-pair-crop": ([T.Resize((60, 80)), T.CenterCrop(56), T.ToTensor()], False),
+    "resize-pair-alone-normalize": (
+        [T.Resize((60, 80)), T.ToTensor(), T.Normalize(MEAN, STD)], True),
+    "resize-seq1-crop": ([T.Resize([70]), T.CenterCrop(70), T.ToTensor()], False),
+    "piltotensor-uint8": ([T.Resize(72), T.CenterCrop(64), T.PILToTensor()], False),
+    "piltotensor-convert-normalize": (
+        [T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float32),
+         T.Normalize(MEAN, STD)], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVAL_PIPELINES))
+def test_eval_pipelines_give_torchvisions_batches(folder, name):
+    steps, normalised = EVAL_PIPELINES[name]
+    dataset = ImageFolder(folder, transform=T.Compose(steps))
+    expected = _torch_batches(dataset, batch_size=4)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=2) as loader:
+        assert loader.stats()["pipeline"] == "native", loader.stats()["pipeline_reason"]
+        got = list(loader)
+    assert len(got) == len(expected)
+    for (images, labels), (want_images, want_labels) in zip(got, expected):
+        assert isinstance(got[0], list)  # as default_collate gives it
+        assert images.dtype == want_images.dtype and images.shape == want_images.shape
+        assert labels.dtype == want_labels.dtype and labels.tolist() == want_labels.tolist()
+        worst = _levels(images, want_images, normalised)
+        assert worst.max().item() <= 1 + SLACK_LEVELS, (name, worst.tolist())
+
+
+def test_shuffled_order_is_torchs_for_the_same_generator(folder):
+    dataset = ImageFolder(folder, transform=T.Compose([T.Resize(40), T.CenterCrop(32),
+                                                       T.ToTensor()]))
+    expected = _torch_batches(dataset, batch_size=5, shuffle=True,
+                              generator=torch.Generator().manual_seed(7), drop_last=True)
+    loader = stoker.DataLoader(dataset, batch_size=5, shuffle=True, drop_last=True,
+                               generator=torch.Generator().manual_seed(7), num_workers=1)
+    got = list(loader)
+    assert loader.stats()["pipeline"] == "native"
+    assert [b[1].tolist() for b in got] == [b[1].tolist() for b in expected]
+    for (images, _), (want, _) in zip(got, expected):
+        assert _levels(images, want, False).max().item() <= 1 + SLACK_LEVELS
+
+
+TRAIN = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ToTensor(),
+         T.Normalize(MEAN, STD)]
+
+
+def test_train_compose_runs_natively_the_same_for_any_worker_count(folder):
+    dataset = ImageFolder(folder, transform=T.Compose(TRAIN))
+    runs = []
+    for workers in (0, 1, 3):
+        torch.manual_seed(3)
+        loader = stoker.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=workers)
+        stats = loader.stats()
+        assert stats["pipeline"] == "native" and stats["pipeline_reason"] == ""
+        assert "RandomResizedCrop" in stats["pipeline_steps"]
+        runs.append([list(loader), list(loader)])  # two epochs
+        loader.close()
+    torch.manual_seed(3)
+    order = [b[1].tolist() for b in _torch_batches(dataset, batch_size=4, shuffle=True)]
+    for run in runs:
+        assert [b[1].tolist() for b in run[0]] == order
+        assert run[0][0][0].shape == (4, 3, 48, 48) and run[0][0][0].dtype == torch.float32
+        for epoch in range(2):
+            for (a, la), (b, lb) in zip(run[epoch], runs[0][epoch]):
+                assert torch.equal(a, b) and torch.equal(la, lb)
+    # Each epoch draws anew.
+    assert not torch.equal(runs[0][0][0][0], runs[0][1][0][0])
+
+
+def test_batch_sampler_drop_last_and_a_checkpoint_work_natively(folder):
+    dataset = ImageFolder(folder, transform=T.Compose(TRAIN))
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(dataset), 6,
+                                            drop_last=True)
+    loader = stoker.DataLoader(dataset, batch_sampler=sampler, num_workers=2)
+    assert loader.stats()["pipeline"] == "native"
+    full = list(loader)
+    assert len(full) == len(dataset) // 6 and all(len(b[1]) == 6 for b in full)
+    # Resume after two batches in a new loader with another worker count.
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    expected = list(it)
+    loader.close()
+    again = stoker.DataLoader(dataset, batch_sampler=sampler, num_workers=0)
+    again.load_state_dict(state)
+    rest = list(again)
+    assert len(rest) == len(expected) == len(full) - 2
+    for (a, la), (b, lb) in zip(rest, expected):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_a_batch_sampler_without_a_batch_size_runs_python(folder):
+    dataset = ImageFolder(folder, transform=T.Compose(TRAIN))
+    loader = stoker.DataLoader(dataset, batch_sampler=[[0, 1], [2, 3, 4]], num_workers=0)
+    assert loader.stats()["pipeline"] == "python"
+    assert "batch_sampler" in loader.stats()["pipeline_reason"]
+    assert [len(b[1]) for b in loader] == [2, 3]
+
+
+def test_datasetfolder_with_torchvisions_loader_runs_natively(folder):
+    dataset = DatasetFolder(folder, default_loader, extensions=IMG_EXTENSIONS,
+                            transform=T.Compose([T.Resize((32, 32)), T.PILToTensor()]))
+    loader = stoker.DataLoader(dataset, batch_size=8, num_workers=1)
+    assert loader.stats()["pipeline"] == "native"
+    got = torch.cat([b[1] for b in loader]).tolist()
+    assert got == dataset.targets
+
+
+# -- random steps draw from torchvision's distributions ----------------------
+
+def _gradient_folder(root, copies):
+    """`copies` PNGs of 256x256 whose red is the column and green the row: a
+    crop's box can be read back from the resampled output."""
+    yy, xx = np.mgrid[0:256, 0:256]
+    img = np.stack([xx, yy, np.zeros_like(xx)], -1).astype(np.uint8)
+    os.makedirs(os.path.join(root, "only"))
+    for i in range(copies):
+        Image.fromarray(img).save(os.path.join(root, "only", f"g{i:03d}.png"))
+    return root
+
+
+def _boxes(images, size):
+    """(width, height, flipped) of each sample's crop, from the gradients:
+    over the interior, output column j holds x0 + (j + 0.5) * w / size - 0.5."""
+    j = torch.arange(8, size - 8, dtype=torch.float64) + 0.5
+    out = []
+    for img in images.double() * 255:
+        red = img[0, size // 2, 8:size - 8]
+        green = img[1, 8:size - 8, size // 2]
+        slope_x = float(np.polyfit(j.numpy(), red.numpy(), 1)[0])
+        slope_y = float(np.polyfit(j.numpy(), green.numpy(), 1)[0])
+        out.append((round(abs(slope_x) * size), round(slope_y * size), slope_x < 0))
+    return out
+
+
+def _ks(a, b):
+    """The two-sample Kolmogorov-Smirnov statistic."""
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a) -
+                               np.searchsorted(b, grid, side="right") / len(b))))
+
+
+@pytest.mark.parametrize("scale, ratio, p", [((0.08, 1.0), (3 / 4, 4 / 3), 0.5),
+                                             ((0.3, 0.7), (0.5, 2.0), 0.2)])
+def test_random_resized_crop_and_flip_follow_torchvisions_distributions(tmp_path, scale, ratio,
+                                                                         p):
+    size, copies, epochs = 64, 50, 40
+    dataset = ImageFolder(_gradient_folder(str(tmp_path), copies),
+                          transform=T.Compose([T.RandomResizedCrop(size, scale, ratio),
+                                               T.RandomHorizontalFlip(p), T.ToTensor()]))
+    loader = stoker.DataLoader(dataset, batch_size=copies, shuffle=True, num_workers=2,
+                               generator=torch.Generator().manual_seed(11))
+    assert loader.stats()["pipeline"] == "native"
+    boxes = [box for _ in range(epochs) for images, _ in loader for box in _boxes(images, size)]
+    assert len(boxes) == copies * epochs
+    # torchvision's own sampler, many draws.
+    torch.manual_seed(0)
+    image = Image.new("RGB", (256, 256))
+    theirs = [T.RandomResizedCrop.get_params(image, list(scale), list(ratio))
+              for _ in range(20000)]
+    area = 256.0 * 256.0
+    mine_scale = np.array([w * h / area for w, h, _ in boxes])
+    mine_ratio = np.array([math.log(w / h) for w, h, _ in boxes])
+    their_scale = np.array([w * h / area for _, _, h, w in theirs])
+    their_ratio = np.array([math.log(w / h) for _, _, h, w in theirs])
+    # Histograms over the ranges, and the KS statistic (alpha = 0.001).
+    critical = 1.95 * math.sqrt((len(boxes) + len(theirs)) / (len(boxes) * len(theirs)))
+    for mine, their, bins in ((mine_scale, their_scale, np.linspace(scale[0], scale[1], 11)),
+                              (mine_ratio, their_ratio,
+                               np.linspace(math.log(ratio[0]), math.log(ratio[1]), 11))):
+        h_mine = np.histogram(mine, bins)[0] / len(mine)
+        h_their = np.histogram(their, bins)[0] / len(their)
+        assert np.abs(h_mine - h_their).max() < 0.03, (h_mine, h_their)
+        assert _ks(mine, their) < critical
+    flips = np.mean([f for _, _, f in boxes])
+    assert abs(flips - p) < 4.5 * math.sqrt(p * (1 - p) / len(boxes)), flips
+
+
+# -- anything else runs the Python path, and says why ------------------------
+
+class _Sub(ImageFolder):
+    def __getitem__(self, i):
+        return super().__getitem__(i)
+
+
+def _custom_loader(path):
+    return default_loader(path)
+
+
+def _collate(batch):
+    return torch.utils.data.default_collate(batch)
+
+
+FALLBACKS = {
+    "ColorJitter": (dict(transform=T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4),
+                                              T.ToTensor()])),
+                    {}, "transform step ColorJitter is not native"),
+    "Lambda": (dict(transform=T.Compose([T.Resize((32, 32)), T.Lambda(lambda x: x),
+                                         T.ToTensor()])),
+               {}, "transform step Lambda is not native"),
+    "nearest": (dict(transform=T.Compose([
+        T.RandomResizedCrop(32, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()])),
+        {}, "RandomResizedCrop interpolation nearest is not native"),
+    "max_size": (dict(transform=T.Compose([T.Resize(32, max_size=40), T.CenterCrop(32),
+                                           T.ToTensor()])),
+                 {}, "Resize max_size=40 is not native"),
+    "center-alone": (dict(transform=T.Compose([T.CenterCrop(32), T.ToTensor()])), {},
+                     "CenterCrop without a Resize"),
+    "resize-int-alone": (dict(transform=T.Compose([T.Resize(32), T.ToTensor()])), {},
+                         "Resize(32) without CenterCrop"),
+    "crop-past-resize": (dict(transform=T.Compose([T.Resize(32), T.CenterCrop(40),
+                                                   T.ToTensor()])), {}, "pads"),
+    "no-tensor": (dict(transform=T.Compose([T.Resize((32, 32))])), {},
+                  "no ToTensor or PILToTensor"),
+    "no-transform": (dict(), {}, "the dataset has no transform"),
+    "normalize-uint8": (dict(transform=T.Compose([T.Resize((32, 32)), T.PILToTensor(),
+                                                  T.Normalize(MEAN, STD)])), {},
+                        "Normalize of a tensor that is not float"),
+    "resize-after-tensor": (dict(transform=T.Compose([T.ToTensor(), T.Resize((32, 32))])), {},
+                            "Resize after the image became a tensor"),
+    "flip-with-eval": (dict(transform=T.Compose([T.Resize((32, 32)), T.RandomHorizontalFlip(),
+                                                 T.ToTensor()])), {},
+                       "RandomHorizontalFlip with Resize or CenterCrop"),
+    "subclassed-step": (dict(transform=T.Compose([type("MyResize", (T.Resize,), {})((32, 32)),
+                                                  T.ToTensor()])), {},
+                        "transform step MyResize is not native"),
+    "target_transform": (dict(transform=T.Compose([T.Resize((32, 32)), T.ToTensor()]),
+                              target_transform=int), {}, "target_transform int runs Python"),
+    "collate_fn": (dict(transform=T.Compose([T.Resize((32, 32)), T.ToTensor()])),
+                   dict(collate_fn=_collate), "collate_fn _collate is not torch's"),
+    "native=False": (dict(transform=T.Compose([T.Resize((32, 32)), T.ToTensor()])),
+                     dict(native=False), "native=False"),
+    "unbatched": (dict(transform=T.Compose([T.Resize((32, 32)), T.ToTensor()])),
+                  dict(batch_size=None), "batch_size=None"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FALLBACKS))
+def test_what_is_not_native_runs_python_and_says_why(folder, name):
+    dataset_kwargs, loader_kwargs, reason = FALLBACKS[name]
+    dataset = ImageFolder(folder, **dataset_kwargs)
+    loader_kwargs = dict(dict(batch_size=4, num_workers=0), **loader_kwargs)
+    with stoker.DataLoader(dataset, **loader_kwargs) as loader:
+        stats = loader.stats()
+        assert stats["pipeline"] == "python"
+        assert reason in stats["pipeline_reason"], stats["pipeline_reason"]
+        # The Python path runs it as today (where torchvision can batch it).
+        if "transform" in dataset_kwargs and name not in (
+                "no-tensor", "resize-int-alone", "center-alone",
+                "normalize-uint8"):
+            next(iter(loader))
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda root, t: _Sub(root, transform=t), "is a subclass of torchvision's DatasetFolder"),
+    (lambda root, t: ImageFolder(root, transform=t, loader=_custom_loader),
+     "loader _custom_loader is not torchvision's default_loader"),
+    (lambda root, t: torch.utils.data.Subset(ImageFolder(root, transform=t), [0, 1, 2]),
+     "dataset Subset is not torchvision's ImageFolder"),
+])
+def test_datasets_stoker_cannot_see_through_run_python(folder, make, reason):
+    dataset = make(folder, T.Compose([T.Resize((32, 32)), T.ToTensor()]))
+    with stoker.DataLoader(dataset, batch_size=2, num_workers=0) as loader:
+        assert loader.stats()["pipeline"] == "python"
+        assert reason in loader.stats()["pipeline_reason"]
+        images, _ = next(iter(loader))
+        assert images.shape == (2, 3, 32, 32)
+
+
+def test_other_image_formats_run_python(tmp_path):
+    root = _write_folder(str(tmp_path / "bmp"), per_class=2)
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(os.path.join(root, "ant", "z.bmp"))
+    dataset = ImageFolder(root, transform=T.Compose([T.Resize((16, 16)), T.ToTensor()]))
+    with stoker.DataLoader(dataset, batch_size=2, num_workers=0) as loader:
+        assert loader.stats()["pipeline"] == "python"
+        assert "z.bmp' is not .jpg, .jpeg or .png" in loader.stats()["pipeline_reason"]
+
+
+# -- a bad file: as the Python path ------------------------------------------
+
+@pytest.fixture
+def bad_folder(tmp_path):
+    root = _write_folder(str(tmp_path / "bad"), per_class=3)
+    bad = os.path.join(root, "bee", "img1.jpg")
+    with open(bad, "wb") as f:
+        f.write(b"this is not a JPEG at all")
+    return root, bad
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_bad_file_raises_naming_it_then_the_rest_arrives(bad_folder, native):
+    root, bad = bad_folder
+    dataset = ImageFolder(root, transform=T.Compose([T.Resize((24, 24)), T.ToTensor()]))
+    index = [p for p, _ in dataset.samples].index(bad)
+    loader = stoker.DataLoader(dataset, batch_size=4, num_workers=0, native=native)
+    assert loader.stats()["pipeline"] == ("native" if native else "python")
+    it = iter(loader)
+    got = []
+    with pytest.raises(stoker.DataError) as raised:
+        while True:
+            got.append(next(it))
+    assert isinstance(raised.value, OSError)  # as PIL's error is
+    assert bad in str(raised.value)
+    assert raised.value.index == index
+    got.extend(it)  # the batch's other samples, then the rest
+    labels = torch.cat([b[1] for b in got]).tolist()
+    assert labels == [t for i, t in enumerate(dataset.targets) if i != index]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_bad_file_is_skipped_and_recorded(bad_folder, native):
+    root, bad = bad_folder
+    dataset = ImageFolder(root, transform=T.Compose([T.Resize((24, 24)), T.ToTensor()]))
+    index = [p for p, _ in dataset.samples].index(bad)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=2, on_error="skip",
+                           native=native) as loader:
+        labels = torch.cat([b[1] for b in loader]).tolist()
+        skipped = loader.skipped()
+    assert labels == [t for i, t in enumerate(dataset.targets) if i != index]
+    assert [s["index"] for s in skipped] == [index]
+

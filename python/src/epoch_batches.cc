@@ -18,7 +18,7 @@ int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch) {
 }
 
 Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets,
-                         int64_t seed) {
+                         int64_t seed, std::vector<std::string> keys) {
   if (offsets.empty() || offsets.front() != 0 ||
       offsets.back() != static_cast<int64_t>(flat.size()) ||
       !std::is_sorted(offsets.begin(), offsets.end())) {
@@ -26,9 +26,14 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
                            ": batch offsets must rise from 0 to the " +
                            std::to_string(flat.size()) + " indices");
   }
+  if (!keys.empty() && keys.size() + 1 != offsets.size()) {
+    return InvalidArgument("epoch " + std::to_string(epoch) + ": " + std::to_string(keys.size()) +
+                           " lists of keys for " + std::to_string(offsets.size() - 1) +
+                           " batches");
+  }
   {
     MutexLock lock(mu_);
-    epochs_[epoch] = {std::move(flat), std::move(offsets), seed, ++clock_};
+    epochs_[epoch] = {std::move(flat), std::move(offsets), seed, std::move(keys), ++clock_};
     latest_seed_ = seed;
     if (first_set_ < 0) first_set_ = epoch;
     last_set_ = epoch;
@@ -58,7 +63,7 @@ Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
   while (!shutdown_ && generation_ == generation && epochs_.count(epoch) == 0) cv_.Wait(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
   if (epochs_.count(epoch) == 0) return Cancelled("epoch abandoned by a resume");
-  const auto& [flat, offsets, seed, used] = epochs_[epoch];
+  const auto& [flat, offsets, seed, keys, used] = epochs_[epoch];
   const auto b = static_cast<size_t>(batch);
   if (batch < 0 || b + 1 >= offsets.size()) {
     return Cancelled("epoch " + std::to_string(epoch) + " has " +
@@ -66,7 +71,8 @@ Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
                      std::to_string(batch) + " (planned before its count changed)");
   }
   return Batch{std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]),
-               BatchSeed(static_cast<uint64_t>(seed), epoch, batch)};
+               BatchSeed(static_cast<uint64_t>(seed), epoch, batch),
+               keys.empty() ? std::string() : keys[b]};
 }
 
 int64_t EpochBatches::latest_seed() const {

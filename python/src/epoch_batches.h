@@ -35,13 +35,18 @@ class EpochBatches {
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
   /// than batches, from 0 to flat's size) and its seed (torch's base seed:
   /// drawn at iter()); wakes workers waiting for them. kInvalidArgument for
-  /// offsets that are not that.
-  Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets, int64_t seed)
-      EXCLUDES(mu_);
-  /// One batch: its dataset indices and the seed its samples run under.
+  /// offsets that are not that. `keys`: empty when the indices are the
+  /// sampler's keys (ints); else one pickled list of keys per batch (the
+  /// sampler's own objects: tuples, strings, floats), and each batch's
+  /// indices are positions in its list.
+  Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets, int64_t seed,
+             std::vector<std::string> keys = {}) EXCLUDES(mu_);
+  /// One batch: its dataset indices (or positions in `keys`) and the seed
+  /// its samples run under.
   struct Batch {
     std::vector<int64_t> indices;
     int64_t seed = 0;
+    std::string keys;  // the pickled keys, or empty: the indices are the keys
   };
   /// Batch `batch` of `epoch`; waits until the epoch's batches are set.
   /// kCancelled after Shutdown, or when the epoch as set has no such batch
@@ -72,6 +77,7 @@ class EpochBatches {
   struct Epoch {
     std::vector<int64_t> flat, offsets;
     int64_t seed = 0;
+    std::vector<std::string> keys;  // per batch, or empty
     uint64_t used = 0;  // when last set or asked for: the least recent goes first
   };
   std::map<int64_t, Epoch> epochs_ GUARDED_BY(mu_);

@@ -105,11 +105,12 @@ Status ProcessWorker::Start() {
 }
 
 Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                              int64_t seed, const SegmentLease& lease, Reply* reply,
-                              ItemOutcome* outcome) {
+                              const std::string& keys, int64_t seed, const SegmentLease& lease,
+                              Reply* reply, ItemOutcome* outcome) {
   STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
-  const size_t data_off = RoundUp((protocol::kSegmentHeaderWords + n) * sizeof(int64_t), kPage);
+  const size_t keys_off = (protocol::kSegmentHeaderWords + n) * sizeof(int64_t);
+  const size_t data_off = RoundUp(keys_off + keys.size(), kPage);
   STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
   auto* words = static_cast<int64_t*>(map->addr);
   using H = protocol::SegmentWord;
@@ -118,7 +119,9 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   words[H::kSamples] = static_cast<int64_t>(n);
   words[H::kDataOffset] = static_cast<int64_t>(data_off);
   words[H::kSeed] = seed;
+  words[H::kKeysBytes] = static_cast<int64_t>(keys.size());
   std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
+  std::memcpy(static_cast<char*>(map->addr) + keys_off, keys.data(), keys.size());
   const int id = lease.segment_id;
   const bool known = std::find(proc_->known_segments.begin(), proc_->known_segments.end(), id) !=
                      proc_->known_segments.end();
@@ -188,14 +191,14 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
 }
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                                   int64_t seed, const SegmentLease& lease, Reply* reply,
+                                   const std::string& keys, int64_t seed, const SegmentLease& lease, Reply* reply,
                                    ItemOutcome* outcome) {
   int deaths_outside = 0;
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     const size_t reported = outcome->failures.size();
     *reply = Reply{};
-    Status st = Attempt(epoch, batch, indices, seed, lease, reply, outcome);
+    Status st = Attempt(epoch, batch, indices, keys, seed, lease, reply, outcome);
     if (st.ok() && reply->over_bytes > 0) {
       // Over its share of the memory budget: a fresh process reruns the
       // batch, unless this one was fresh (the batch alone does not fit).
@@ -255,11 +258,12 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   STOKER_RETURN_IF_ERROR(Start());
   proc_epoch_ = epoch;
   std::vector<int64_t> indices = std::move(got.indices);
-  const size_t header =
-      RoundUp((protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t), kPage);
+  const size_t header = RoundUp(
+      (protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t) + got.keys.size(), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   Reply reply;
-  Status st = RunInSegment(epoch, item, std::move(indices), got.seed, lease, &reply, outcome);
+  Status st =
+      RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, lease, &reply, outcome);
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
     return st;

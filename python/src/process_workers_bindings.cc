@@ -54,10 +54,12 @@ void BindProcessWorkers(py::module_& m) {
       .def(
           "set",
           [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,
-             std::vector<int64_t> offsets, int64_t seed) {
-            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets), seed));
+             std::vector<int64_t> offsets, int64_t seed, std::vector<py::bytes> keys) {
+            std::vector<std::string> blobs(keys.begin(), keys.end());
+            ThrowIfError(b.Set(epoch, std::move(flat), std::move(offsets), seed, std::move(blobs)));
           },
-          py::arg("epoch"), py::arg("flat"), py::arg("offsets"), py::arg("seed"))
+          py::arg("epoch"), py::arg("flat"), py::arg("offsets"), py::arg("seed"),
+          py::arg("keys") = std::vector<py::bytes>{})
       .def("has", &EpochBatches::Has, py::arg("epoch"))
       .def("restart", &EpochBatches::Restart)
       .def("shutdown", &EpochBatches::Shutdown);

@@ -23,6 +23,13 @@ namespace {
 // error names its batch by ticket alone (SampleErrorDetail::batch_ticket).
 std::atomic<uint64_t> g_next_ticket{1};
 
+// The batch's pickled keys for run_batch (its indices are positions in
+// them), or None: the indices are the keys. Under the GIL.
+py::object KeysOf(const EpochBatches::Batch& got) {
+  if (got.keys.empty()) return py::none();
+  return py::bytes(got.keys);
+}
+
 }  // namespace
 
 ThreadWorkers::ThreadWorkers(py::object run_batch, std::shared_ptr<EpochBatches> batches,
@@ -135,7 +142,8 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
     py::gil_scoped_acquire gil;
     Made made;
     try {
-      made = Read(run_batch_(epoch, batch, py::cast(got.indices), got.seed), ticket, worker);
+      made = Read(run_batch_(epoch, batch, py::cast(got.indices), got.seed, KeysOf(got)), ticket,
+                  worker);
     } catch (py::error_already_set& e) {
       made.status = Internal(std::string("the batch failed in a worker thread: ") + e.what());
     }
@@ -169,8 +177,8 @@ Result<uint64_t> ThreadWorkers::Send(int worker, uint64_t ticket, int64_t epoch,
       sent = ++lane.sent;
       lane.ticket = ticket;
     }
-    inbox.attr("put")(
-        py::make_tuple(sent, py::make_tuple(epoch, batch, py::cast(got.indices), got.seed)));
+    inbox.attr("put")(py::make_tuple(
+        sent, py::make_tuple(epoch, batch, py::cast(got.indices), got.seed, KeysOf(got))));
     return sent;
   } catch (py::error_already_set& e) {
     return Internal(std::string("a worker thread could not be handed its batch: ") + e.what());

@@ -104,15 +104,18 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Exit, EXIT, STOKER_NO_WORDS, false)
 
 // The first words of a batch segment (kSegmentHeaderWords reserved), then
-// the batch's `samples` dataset indices, then data from `data_offset`. The
-// worker keeps `position` on the sample it is loading (-1 outside one), so
-// that the parent can blame that sample if the process dies.
+// the batch's `samples` dataset indices, then keys_bytes of the sampler's
+// pickled keys (0: the indices are the keys; else the indices are positions
+// in that list), then data from `data_offset`. The worker keeps `position`
+// on the sample it is loading (-1 outside one), so that the parent can blame
+// that sample if the process dies.
 #define STOKER_SEGMENT_HEADER(X) \
   X(Magic, magic)                \
   X(Position, position)          \
   X(Samples, samples)            \
   X(DataOffset, data_offset)     \
-  X(Seed, seed)
+  X(Seed, seed)                  \
+  X(KeysBytes, keys_bytes)
 
 // A batch made by a worker process, as the engine carries it to the consumer.
 #define STOKER_PROCESS_DESCRIPTOR(X) \

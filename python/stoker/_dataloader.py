@@ -9,7 +9,9 @@ import functools
 import hashlib
 import json
 import multiprocessing
+import operator
 import os
+import pickle
 import time
 import weakref
 
@@ -117,6 +119,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._iterator = None     # the live iterator, if any
         self._plan = _Plan(options, dataset)
         native_plan, self._pipeline_reason = _native.recognise(dataset, options, native)
+        self._plan.index_keys = native_plan is not None
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn, options.unbatched)
         self._run = _Run.start(options, self._plan, job, native_plan)
@@ -529,6 +532,7 @@ class _Plan:
         # lists handed over early, give_ahead) is of the lists it has.
         self.ahead_holds = True
         self._given_ahead = None  # (epoch, digest) of the lists handed over early
+        self.index_keys = False  # the native path's: keys must be ints
         self._generator = options.generator
         # torch draws a base seed at each iter(), but once only with
         # persistent workers (its iterator, and its seed, is then reused).
@@ -559,29 +563,29 @@ class _Plan:
         if drew:
             self._base_seed = self._draw_seed()
         dataset_len = len(self._dataset)
-        flat, offsets = self._read()
-        digest = _digest(flat, offsets)
+        flat, offsets, keys = self._read()
+        digest = _digest(flat, offsets, keys)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
                        "base_seed": self._base_seed, "drew_seed": drew, "digest": digest,
                        "batches": len(offsets) - 1, "dataset_len": dataset_len}
         if self._generator is not None:  # torch's global one is the user's between epochs
             self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
-        self._set(epoch, flat, offsets, digest)
+        self._set(epoch, flat, offsets, keys, digest)
 
-    def _set(self, epoch, flat, offsets, digest):
+    def _set(self, epoch, flat, offsets, keys, digest):
         """Hands `epoch`'s batches to the workers, as the epoch started."""
         given, self._given_ahead = self._given_ahead, None
         self.ahead_holds = given is None or given == (epoch, digest)
         self.batches = len(offsets) - 1
-        self.table.set(epoch, flat, offsets, self._base_seed)
+        self.table.set(epoch, flat, offsets, self._base_seed, keys)
 
     def give_ahead(self, epoch):
         """With an order that draws nothing, hands `epoch` over early (its
         length may still change before its iter(): start() then says so)."""
         if self.predictable and not self.table.has(epoch):
-            flat, offsets = self._read()
-            self._given_ahead = (epoch, _digest(flat, offsets))
-            self.table.set(epoch, flat, offsets, self._base_seed)
+            flat, offsets, keys = self._read()
+            self._given_ahead = (epoch, _digest(flat, offsets, keys))
+            self.table.set(epoch, flat, offsets, self._base_seed, keys)
 
     @staticmethod
     def check_record(record):
@@ -632,11 +636,11 @@ class _Plan:
         state = _state_tensor(record["rng"])
         if self._generator is not None:
             self._generator.set_state(state)
-            flat, offsets = self._replay(record)
+            flat, offsets, keys = self._replay(record)
         else:  # torch's global generator: the user's own state is left as it is
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
-                flat, offsets = self._replay(record)
+                flat, offsets, keys = self._replay(record)
         batches, dataset_len = len(offsets) - 1, len(self._dataset)
         if batches != record.get("batches", batches):
             raise ValueError(
@@ -644,7 +648,7 @@ class _Plan:
                 f"(a dataset of {record.get('dataset_len')} samples); the sampler now gives it "
                 f"{batches} (a dataset of {dataset_len}): resume with the dataset as it was "
                 "then, or start a new epoch without load_state_dict")
-        if _digest(flat, offsets) != record["digest"]:
+        if _digest(flat, offsets, keys) != record["digest"]:
             raise ValueError(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
                 f"dict was taken ({type(self._options.sampler).__name__}, "
@@ -654,7 +658,7 @@ class _Plan:
         self.record = dict(record, epoch=epoch)
         if record["epoch"] == epoch:
             self._last = epoch
-            self._set(epoch, flat, offsets, record["digest"])
+            self._set(epoch, flat, offsets, keys, record["digest"])
             return False
         # The checkpoint's epoch had ended (a checkpoint of an earlier version).
         self.start(epoch)
@@ -677,17 +681,26 @@ class _Plan:
         return int(torch.empty((), dtype=torch.int64).random_(generator=self._generator).item())
 
     def _read(self):
-        """The epoch's batches, flat, and where each starts (one more than batches)."""
+        """The epoch's batches: (flat, where each starts (one more than
+        batches), keys). The sampler's keys go to dataset[...] as it gave
+        them: when all are ints, `flat` holds them and `keys` is empty; else
+        (tuples, strings, floats, numpy ints) `flat` holds each key's position
+        in its batch and `keys` each batch's keys, pickled."""
         options = self._options
-        flat, offsets = [], [0]
-        if options.unbatched:
-            flat = [int(i) for i in options.sampler]
-            offsets = list(range(len(flat) + 1))
-        else:
-            for b in options.batch_sampler:
-                flat.extend(int(i) for i in b)
-                offsets.append(len(flat))
-        return flat, offsets
+        batches = ([i] for i in options.sampler) if options.unbatched else \
+            (list(b) for b in options.batch_sampler)
+        flat, offsets, lists, plain = [], [0], [], True
+        for b in batches:
+            if self.index_keys:
+                b = [_index_key(k) for k in b]
+            lists.append(b)
+            plain = plain and all(type(k) is int for k in b)
+            flat.extend(b)
+            offsets.append(len(flat))
+        if plain:
+            return flat, offsets, []
+        flat = [p for b in lists for p in range(len(b))]
+        return flat, offsets, [pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL) for b in lists]
 
 
 def _state_tensor(text):
@@ -696,11 +709,23 @@ def _state_tensor(text):
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
 
 
-def _digest(flat, offsets):
+def _index_key(key):
+    """`key` as an int, for the native path (stoker's source takes ints)."""
+    try:
+        return operator.index(key)
+    except TypeError:
+        raise TypeError(f"the sampler gave key {key!r}, not an int: the native pipeline reads "
+                        "samples by index (pass native=False to give the keys to the dataset's "
+                        "own __getitem__)") from None
+
+
+def _digest(flat, offsets, keys=()):
     """What a resume checks: the epoch's batches, hashed."""
     import numpy as np
     h = hashlib.sha256(np.asarray(flat, dtype=np.int64).tobytes())
     h.update(np.asarray(offsets, dtype=np.int64).tobytes())
+    for blob in keys:
+        h.update(blob)
     return h.hexdigest()[:32]
 
 
@@ -879,7 +904,7 @@ class _Raised:
         self.error = error
 
 
-def _run_batch_keeping_rng(job, epoch, batch, indices, seed):
+def _run_batch_keeping_rng(job, epoch, batch, indices, seed, keys=None):
     """_run_batch on the consumer's thread, whose generators (Python's,
     numpy's, torch's) are left as they were: the seeding per batch is the
     loader's business, the training loop's draws are the user's."""
@@ -888,18 +913,18 @@ def _run_batch_keeping_rng(job, epoch, batch, indices, seed):
     torch = _torch()
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
-        return _run_batch(job, epoch, batch, indices, seed, consumer=True)
+        return _run_batch(job, epoch, batch, indices, seed, keys, consumer=True)
     finally:
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
 
 
-def _run_batch(job, epoch, batch, indices, seed, consumer=False):
+def _run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
     """_workers.run_batch on this process's threads (thread workers, or the
     consumer's at num_workers=0)."""
     try:
-        return _workers.run_batch(job, epoch, batch, indices, seed, consumer)
+        return _workers.run_batch(job, epoch, batch, indices, seed, keys, consumer)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
         return _Raised(e), None
 

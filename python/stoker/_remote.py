@@ -105,7 +105,7 @@ def resolve(option, workers, cluster, cluster_security, remote_timeout, remote_m
 _batch_lock = threading.Lock()
 
 
-def _remote_batch(job, epoch, batch, indices, seed, expected):
+def _remote_batch(job, epoch, batch, indices, seed, keys, expected):
     """A Dask task: batch `batch` of `epoch`, as _workers.run_batch makes it
     in a worker process, packed: a _Batch of (payload, info)."""
     from . import _workers
@@ -127,7 +127,7 @@ def _remote_batch(job, epoch, batch, indices, seed, expected):
                     job.worker_init_fn(0)
                 finally:
                     _workers._clear_worker_info()
-        payload, info = _workers.run_batch(job, epoch, batch, indices, seed)
+        payload, info = _workers.run_batch(job, epoch, batch, indices, seed, keys)
         made = _Batch(*_pack((payload, _portable(info))))
         _register_serializers()
         return made
@@ -323,10 +323,11 @@ class Cluster:
 
     # -- the engine's threads -------------------------------------------------
 
-    def run(self, epoch, batch, indices, seed):
+    def run(self, epoch, batch, indices, seed, keys=None):
         """Makes a DataLoader's batch on the cluster: (payload, info), or None
         when it could not (the batch is then made locally by the calling thread)."""
-        made = self._run(_remote_batch, (epoch, batch, list(indices), seed), f"{epoch}-{batch}")
+        made = self._run(_remote_batch, (epoch, batch, list(indices), seed, keys),
+                         f"{epoch}-{batch}")
         return None if made is None else _unpack(made.header, made.buffers)
 
     def run_samples(self, epoch, items, cap_bytes):

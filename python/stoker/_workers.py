@@ -607,9 +607,20 @@ def not_the_samples_fault(e):
         not _stoker.errno_is_sample_error(e.errno)
 
 
-def _load(job, indices, seed, at=None, samples=None, consumer=False):
+def keys_of(indices, keys):
+    """What dataset[...] gets for each of a batch's `indices`: the indices,
+    or with `keys` (the sampler's keys, pickled: tuples, strings, floats...)
+    the keys at those positions, as the sampler gave them."""
+    if keys is None:
+        return indices
+    table = pickle.loads(keys)
+    return [table[p] for p in indices]
+
+
+def _load(job, indices, seed, at=None, samples=None, consumer=False, keys=None):
     """(samples, their indices, failures) of one batch, its generators seeded
-    once; `at(position)` is told which sample is next (-1: done). `samples`:
+    once; `at(position)` is told which sample is next (-1: done). `keys`:
+    what dataset[...] gets for each index (default: the index). `samples`:
     where they go (a list, or a _Stream that places them as they come). A
     failure is (index, reason, traceback, not the sample's fault, the
     exception, its traceback cut to start at __getitem__). Whatever a sample
@@ -619,11 +630,12 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False):
     _seed_all(seed)
     samples = [] if samples is None else samples
     kept, failures = [], []
+    keys = indices if keys is None else keys
     for position, index in enumerate(indices):
         if at is not None:
             at(position)
         try:
-            samples.append(job.dataset[index])
+            samples.append(job.dataset[keys[position]])
             kept.append(index)
         except BaseException as e:  # noqa: BLE001 -- reported with its sample
             if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
@@ -631,8 +643,10 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False):
             trace = "".join(traceback.format_exception(e))
             # Kept without this frame, which holds the batch's samples.
             e.__traceback__ = e.__traceback__.tb_next
-            failures.append((index, f"{type(e).__name__}: {e}", trace, not_the_samples_fault(e),
-                             e))
+            reason = f"{type(e).__name__}: {e}"
+            if keys is not indices:  # the index is a position; name the sampler's key
+                reason = f"key {keys[position]!r}: {reason}"
+            failures.append((index, reason, trace, not_the_samples_fault(e), e))
     if at is not None:
         at(-1)
     return samples, kept, failures
@@ -653,14 +667,15 @@ def _collate_or_error(job, samples, wanted, writer=None):
                       "".join(traceback.format_exception(e)))
 
 
-def run_batch(job, epoch, batch, indices, seed, consumer=False):
+def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
     """One batch in this process (a worker thread, or the `consumer`'s at
     num_workers=0): (payload, (kept, failures, collate error, epoch, batch)).
     On a thread worker's thread it stops at the next sample once its loader
     closed (_Abandoned)."""
     cancelled = getattr(_thread_worker, "cancelled", None)
     at = None if cancelled is None else lambda position: _stop_if(cancelled)
-    samples, kept, failures = _load(job, indices, seed, at, consumer=consumer)
+    samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
+                                    keys=keys_of(indices, keys))
     payload, collate_error = _collate_or_error(job, samples, len(indices))
     return payload, (kept, failures, collate_error, epoch, batch)
 
@@ -748,6 +763,8 @@ def _run_task(job, seg, epoch, batch, check_memory):
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
     indices = struct.unpack_from(f"={n}q", m, _HEADER.words * _WORD.size)
+    keys_at, keys_bytes = (_HEADER.words + n) * _WORD.size, header[_HEADER.keys_bytes]
+    keys = keys_of(indices, bytes(m[keys_at:keys_at + keys_bytes]) if keys_bytes else None)
     writer = _Writer(seg, data_off)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
@@ -757,7 +774,8 @@ def _run_task(job, seg, epoch, batch, check_memory):
         _WORD.pack_into(m, _HEADER.position * _WORD.size, position)
 
     samples, kept, failures = _load(job, indices, seed, at,
-                                    _Stream(writer, len(indices)) if streamed else None)
+                                    _Stream(writer, len(indices)) if streamed else None,
+                                    keys=keys)
     payload, collate_error = _collate_or_error(job, samples, len(indices), writer)
     try:
         if collate_error is not None:

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -521,3 +522,63 @@ def test_batches_made_ahead_from_lists_since_changed_are_not_delivered(kind):
             assert [b.tolist() for b in dl] == [list(range(i, min(i + 4, n)))
                                                 for i in range(0, n, 4)]
             time.sleep(0.3)  # room for the workers to make the next epoch's batches ahead
+
+
+class _Echo(torch.utils.data.Dataset):
+    """Sample `key`: the key as the dataset received it, with its type's name."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, key):
+        return f"{type(key).__name__}:{key!r}"
+
+
+class _Keys(torch.utils.data.Sampler):
+    """Keys that are not ints: a tuple, a float, a string, a numpy int, an int."""
+
+    KEYS = [(0, "a"), 1.7, "1", np.int64(3), 4, ("x", (5,))]
+
+    def __init__(self):
+        super().__init__(None)
+
+    def __len__(self):
+        return len(self.KEYS)
+
+    def __iter__(self):
+        return iter(self.KEYS)
+
+
+@pytest.mark.parametrize("workers, kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_the_samplers_keys_reach_the_dataset_as_they_were_given(workers, kind, batch_size):
+    # torch hands the sampler's keys to __getitem__ untouched; so does stoker,
+    # with workers too (no int(): 1.7 stays 1.7, "1" stays "1", tuples pass).
+    options = dict(batch_size=batch_size, sampler=_Keys())
+    want = list(torch.utils.data.DataLoader(_Echo(), **options))
+    with stoker.DataLoader(_Echo(), num_workers=workers, worker_kind=kind, **options) as dl:
+        assert list(dl) == want == list(dl)
+
+
+class _RaisesOnStrings(_Echo):
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            raise KeyError(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_samplers_key_is_named_in_the_error(workers):
+    with stoker.DataLoader(_RaisesOnStrings(), batch_size=None, sampler=_Keys(),
+                           num_workers=workers) as dl:
+        got, errors, it = [], [], iter(dl)
+        while True:
+            try:
+                got.append(next(it))
+            except StopIteration:
+                break
+            except KeyError as e:
+                errors.append(str(e))
+    want = list(torch.utils.data.DataLoader(_Echo(), batch_size=None, sampler=_Keys()))
+    assert got == [s for s in want if s != "str:'1'"]
+    assert len(errors) == 1 and "key '1'" in errors[0], errors

@@ -191,8 +191,8 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
 }
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                                   const std::string& keys, int64_t seed, const SegmentLease& lease, Reply* reply,
-                                   ItemOutcome* outcome) {
+                                   const std::string& keys, int64_t seed, const SegmentLease& lease,
+                                   Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
   while (true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");

@@ -222,12 +222,12 @@ class ProcessWorker : public KindWorker {
   Status OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply) const;
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                 const std::string& keys, int64_t seed,
-                 const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
+                 const std::string& keys, int64_t seed, const SegmentLease& lease, Reply* reply,
+                 ItemOutcome* outcome);
   // Attempts until the batch is made, blaming the sample a dead process was on.
   Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                      const std::string& keys, int64_t seed,
-                      const SegmentLease& lease, Reply* reply, ItemOutcome* outcome);
+                      const std::string& keys, int64_t seed, const SegmentLease& lease,
+                      Reply* reply, ItemOutcome* outcome);
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <utility>
 
 namespace stoker {
 namespace {
@@ -370,7 +369,6 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
                                                      double t_s) {
   phase_ = Phase::kRefine;
-  if (store_seen_ && !CpuBound(p)) return JudgeStoreUp(p, b, t_s);
   const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   last_gain_ = gain;
   // Either way the next reference is a later window: this one holds the new
@@ -460,28 +458,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
     // This window too (Observe fed it): it may straddle the change, and a
     // wait averaged across it would teach the model a false service time.
   }
-  const double changed_rate = reference_ ? p.produced_rate() - reference_->produced_rate() : 0;
   reference_ = p;
-  store_top_.reset();
-  store_moved_windows_ = 0;
-  store_way_ = 0;
-  store_held_ = false;
-  if (store_seen_ && WaitsOnReads(p, b) && !CpuBound(p)) {
-    // The store saturated before and reads are still the wait: the model's
-    // jump (Little's law, as if reads were parallel) would go far past its
-    // knee. Verify around this count with steps instead, one way: up where
-    // the rate rose, down where it fell (as for a held count's rate).
-    store_floor_.reset();
-    store_way_ = changed_rate >= 0 ? 1 : -1;
-    return StoreVerify(workers_, p.produced_rate(), p, b,
-                       Say("workload changed (%.2f ms wall, %.2f ms CPU per {item}) on a store "
-                           "that saturated: steps, not the model, find its knee",
-                           p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3),
-                       t_s);
-  }
-  store_seen_ = false;
-  store_prior_tried_ = false;
-  store_peaked_ = false;
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
                     "CPU per {item}, %s): model says %d workers",
@@ -513,9 +490,17 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // whatever else runs: more threads would only win CPU time from other
   // processes (and cost a worker's memory each).
   int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
-  // A store that saturated: its knee is found by the tuner's own steps
-  // around the model's, never by a jump.
-  if (!cpu_bound && (store_seen_ || store_.Saturated())) return StoreStep(p, b, cap, t_s);
+  // A store that saturated: more workers than its knee only queue there.
+  if (!cpu_bound && store_.Saturated()) {
+    const int store_knee = std::min(store_.Knee(), cap);
+    if (workers_ >= store_knee) return StoreKnee(p, b, store_knee, t_s);
+    cap = store_knee;
+  } else if (store_knee_ && knee_ == store_knee_) {
+    // The store's knee, but no point shows it saturated any more (it got
+    // faster, or gained slots): look again.
+    knee_.reset();
+    store_knee_.reset();
+  }
   if (knee_ && *knee_ <= workers_) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already. With other
   // processes on our CPUs they cannot fill it: steps may go on, each judged
@@ -569,7 +554,7 @@ std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets&
              t_s);
 }
 
-bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
+void TunerCore::Learn(const Pooled& p, const Budgets& b) {
   // Reads must be most of a sample's time (twice the rest: a CPU-bound
   // pipeline on a loaded machine spends time off the CPU too), and time
   // off the CPU a wait, not a run queue unseen: the kernel's
@@ -580,197 +565,52 @@ bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
   const bool waits_seen =
       p.queue_s > 0 || (p.machine_known && p.idle_cores() > params_.no_idle_share * b.cpu_cores) ||
       p.worker_cores() < 0.5 * b.cpu_cores;
-  return p.produced > 0 && p.window_s > 0 && !CpuBound(p) && wait > 0 &&
-         wait >= 2 * (p.cpu_per_sample() + p.queue_per_sample()) && waits_seen;
-}
-
-void TunerCore::Learn(const Pooled& p, const Budgets& b) {
-  if (!WaitsOnReads(p, b)) return;
-  const double wait = p.wait_per_sample();
+  if (p.produced <= 0 || p.window_s <= 0 || CpuBound(p) ||
+      wait < 2 * (p.cpu_per_sample() + p.queue_per_sample()) || wait <= 0 || !waits_seen) {
+    return;
+  }
   store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait});
 }
 
-int TunerCore::StoreStepOf(int workers) const {
-  return std::max(1, static_cast<int>(std::lround(params_.store_step * workers)));
-}
-
-std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets& b, int cap,
+std::optional<TunerDecision> TunerCore::StoreKnee(const Pooled& p, const Budgets& b, int knee,
                                                   double t_s) {
-  (void)cap;
-  if (!store_seen_) {
-    // Saturated for the first time: a knee the plain steps marked was
-    // judged without the store in view.
-    store_seen_ = true;
-    knee_.reset();
-  }
-  if (store_held_) {
-    // Held. The store's queue gone from the model (a larger pool's point
-    // produced clearly less than this count does now: the store gained
-    // slots or got faster), or the rate moved well away from the one held
-    // (two windows running): look around again, one way.
-    const bool unqueued = store_held_saturated_ && !store_.Saturated();
-    const double moved = RelChange(p.produced_rate(), store_hold_rate_);
-    if (!unqueued && moved <= params_.store_moved) {
-      store_moved_windows_ = 0;
-      return std::nullopt;
-    }
-    if (!unqueued && ++store_moved_windows_ < 2) return std::nullopt;
-    store_moved_windows_ = 0;
-    store_held_ = false;
-    knee_.reset();
-    // A store that got faster (service shorter, or more slots) may keep
-    // more workers busy; one that got slower needs fewer to keep its slots
-    // busy (each spends less of its time computing).
-    const bool faster = unqueued || p.produced_rate() > store_hold_rate_;
-    store_way_ = faster ? 1 : -1;
-    (faster ? store_top_ : store_floor_).reset();
-    return StoreVerify(
-        workers_, p.produced_rate(), p, b,
-        (unqueued ? Say("reads no longer queue at the store (%.0f {items}/s at %.0f workers)",
-                        p.produced_rate(), workers_)
-                  : Say("the store's rate moved from %.0f to %.0f {items}/s at %.0f workers",
-                        store_hold_rate_, p.produced_rate(), workers_)) +
-            (faster ? ", more may pay" : ", fewer may keep it"),
-        t_s);
-  }
-  return StoreVerify(workers_, p.produced_rate(), p, b, "", t_s);
-}
-
-std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const Pooled& p,
-                                                    const Budgets& b, std::string why, double t_s) {
-  int cap = Cap(b);
-  if (CpuBound(p)) cap = std::min(cap, CpuBoundCap(b));
-  if (!why.empty()) why += ": ";
-  if (!store_prior_tried_ && store_.Saturated()) {
-    // The model's knee, once: a pool far above it (the first jump, sized as
-    // if reads were parallel) tries it, judged by throughput.
-    store_prior_tried_ = true;
-    const int prior = std::min(store_.Knee(), cap);
-    if (at - prior > StoreStepOf(at)) {
-      trial_from_ = at;
-      trial_rate_before_ = rate;
-      phase_ = Phase::kTrialDown;
-      store_trial_ = true;
-      store_prior_trial_ = true;
-      return Set(prior, b, p,
-                 why + store_.Describe(item_) +
-                     Say(": trying the model's knee, %.0f workers (%.0f {items}/s at %.0f)", prior,
-                         rate, at),
-                 t_s);
-    }
-  }
-  // Steps of store_step x the pool, halved within a bracket: between a
-  // floor and a top, the best count is found by halving (a peaked store's
-  // best count lies between them, and a quarter step may jump over it).
-  const int step = StoreStepOf(at);
-  // Only where a step showed the rate falling past the best count (on a
-  // flat store any count of the plateau will do), and in the first search:
-  // a re-check after a change takes one step each way at most, so that a
-  // drifting store is not chased (at most one trial per change).
-  const bool halve = store_peaked_ && store_way_ == 0;
-  const int up_step =
-      store_top_ && halve ? std::min(step, std::max(1, (*store_top_ - at) / 2)) : step;
-  const int down_step =
-      store_floor_ && halve ? std::min(step, std::max(1, (at - *store_floor_) / 2)) : step;
-  const int up = std::min(at + up_step, cap);
-  const int down = std::max(1, at - down_step);
-  const bool up_open = store_way_ >= 0 && up > at && (!store_top_ || *store_top_ > up);
-  const bool down_open = store_way_ <= 0 && down < at && (!store_floor_ || *store_floor_ < down);
-  // Toward the model's knee first: above it, a step down.
-  const bool above_model = store_.Saturated() && at > store_.Knee();
-  const std::string model = store_.Saturated() ? store_.Describe(item_) + "; " : std::string();
-  if (down_open && (above_model || !up_open)) {
-    trial_from_ = at;
-    trial_rate_before_ = rate;
+  // Steps within an eighth of the knee are within its estimate's noise.
+  const int slack = std::max(1, knee / 8);
+  int target = knee;
+  // The knee lost before: halfway between that count and this one.
+  if (store_floor_ && target <= *store_floor_) target = (*store_floor_ + workers_ + 1) / 2;
+  if (workers_ - target > slack) {
+    trial_from_ = workers_;
+    trial_rate_before_ = p.produced_rate();
     phase_ = Phase::kTrialDown;
     store_trial_ = true;
-    store_prior_trial_ = false;
-    return Set(down, b, p,
-               why + model +
-                   Say("verifying by a step down of %.0f: trying %.0f workers (%.0f {items}/s at "
-                       "%.0f)",
-                       at - down, down, rate, at),
+    return Set(target, b, p,
+               store_.Describe(item_) + Say(": trying %.0f workers (%.0f {items}/s at %.0f)",
+                                            target, p.produced_rate(), workers_),
                t_s);
   }
-  if (up_open) {
-    trial_from_ = at;
-    trial_rate_before_ = rate;
-    phase_ = Phase::kTrialUp;
-    return Set(up, b, p,
-               why + model +
-                   Say("verifying by a step up of %.0f: trying %.0f workers (%.0f {items}/s at "
-                       "%.0f)",
-                       up - at, up, rate, at),
-               t_s);
-  }
-  // No step left between the top and the floor: hold here.
-  knee_ = at;
-  store_way_ = 0;
-  store_held_ = true;
-  store_held_saturated_ = store_.Saturated();
-  store_hold_rate_ = rate;
-  store_moved_windows_ = 0;
-  reference_.reset();
-  std::string evidence;
-  if (store_top_)
-    evidence += Fmt("a step up to %.0f paid less than %.0f %%", *store_top_, params_.gain * 100);
-  if (store_floor_) {
-    evidence += (evidence.empty() ? "" : ", ") +
-                Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100);
-  }
-  if (evidence.empty()) evidence = "no step left within the budget";
-  return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
-}
-
-std::optional<TunerDecision> TunerCore::JudgeStoreUp(const Pooled& p, const Budgets& b,
-                                                     double t_s) {
-  store_seen_ = true;
-  reference_.reset();
-  const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
-  last_gain_ = gain;
-  if (gain >= params_.gain) {
-    // Fewer than this lose: the count below is a floor.
-    store_floor_ = trial_from_;
-    return StoreVerify(
-        workers_, p.produced_rate(), p, b,
-        Fmt("step up from %.0f to %.0f paid %+.1f %%", trial_from_, workers_, gain * 100), t_s);
-  }
-  store_top_ = workers_;
-  store_peaked_ = store_peaked_ || gain <= -params_.gain;
-  return StoreVerify(
-      trial_from_, trial_rate_before_, p, b,
-      Fmt("step up from %.0f to %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100),
-      t_s);
+  if (knee_ && *knee_ == workers_) return std::nullopt;  // held here already
+  store_knee_ = workers_;
+  return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(item_), t_s);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const Budgets& b,
                                                         double t_s) {
-  store_seen_ = true;
   store_trial_ = false;
   reference_.reset();
-  const bool prior = std::exchange(store_prior_trial_, false);
   const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   if (change >= -params_.gain) {
-    // More workers paid nothing over this count.
-    store_top_ = trial_from_;
-    store_peaked_ = store_peaked_ || (change >= params_.gain && !prior);
-    return StoreVerify(workers_, p.produced_rate(), p, b,
-                       Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)",
-                           workers_, change * 100, trial_from_),
-                       t_s);
+    knee_ = store_knee_ = workers_;
+    return Set(workers_, b, p,
+               Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)", workers_,
+                   change * 100, trial_from_),
+               t_s);
   }
   store_floor_ = workers_;
-  const std::string lost = Fmt("%.0f workers lost %.1f %% of the store's rate at %.0f", workers_,
-                               -change * 100, trial_from_);
-  const int mid = (workers_ + trial_from_ + 1) / 2;
-  if (prior && trial_from_ - mid > StoreStepOf(trial_from_)) {
-    // The model's knee was too low (an overloaded store serves fewer reads
-    // at once than it could): halfway back, judged against the same rate.
-    phase_ = Phase::kTrialDown;
-    store_trial_ = true;
-    return Set(mid, b, p, lost + Fmt(": trying %.0f workers, halfway back", mid), t_s);
-  }
-  return StoreVerify(trial_from_, trial_rate_before_, p, b, lost, t_s);
+  return Set(trial_from_, b, p,
+             Fmt("back to %.0f workers: %.0f lost %.1f %% of the store's rate", trial_from_,
+                 workers_, -change * 100),
+             t_s);
 }
 
 }  // namespace stoker

@@ -78,18 +78,12 @@ struct Budgets {
 /// than 2x is believed at once.
 /// I/O-bound pools also feed a StoreModel: when more workers made each
 /// read wait longer (store_queued x its service time), the store serves a
-/// limited number of reads at once, and more workers only queue there, or,
-/// on a store that slows down when overloaded, lose. The model's knee (the
-/// fewest workers that keep its slots busy, with store_headroom) is a prior,
-/// not a verdict: a pool far above it tries it once, judged by throughput
-/// (kept if it loses less than `gain`; if it loses more, halfway back is
-/// tried). From then on, and after any workload change, the tuner verifies
-/// with its own steps of store_step x the pool (at least one worker) both
-/// ways, toward the model's knee first: a step up is kept when it gains
-/// `gain`, a step down when it loses less than `gain`; a step up that did
-/// not pay marks a top, a step down that lost marks a floor, and with no
-/// step left between them the count holds, until the workload changes or
-/// its rate moves by store_moved. No jump past a store that saturated.
+/// limited number of reads at once, and more workers only queue there. Then
+/// steps up go no further than its knee (the fewest workers that keep its
+/// slots busy, with store_headroom), and a pool above it (the model's first
+/// jump, or a count where a step up paid nothing) tries a step down to it,
+/// judged by throughput: kept if it loses less than `gain`, else back, and
+/// later tries halfway between the two.
 /// A decision that changes neither knob is returned (and so recorded) only
 /// when it is the first verdict after a change, or when repeat_s has passed
 /// since the last one returned: a steady state is not logged over and over.
@@ -191,24 +185,11 @@ class TunerCore {
   // Feeds an I/O-bound window, whose wait off the CPU is not a run queue in
   // disguise, to the store model.
   void Learn(const Pooled& p, const Budgets& b);
-  // Whether the window's wall time is mostly a wait for reads (not a run
-  // queue unseen): the windows the store model learns from.
-  bool WaitsOnReads(const Pooled& p, const Budgets& b) const;
-  // A store that saturated, the consumer waiting: the model's knee once
-  // (when far above it), then the tuner's own steps, or held.
-  std::optional<TunerDecision> StoreStep(const Pooled& p, const Budgets& b, int cap, double t_s);
-  // The next step around a saturated store from `at` workers, whose rate
-  // was `rate`: a trial up or down, or the count held at `at`. `why` says
-  // what the last trial showed (empty: none).
-  std::optional<TunerDecision> StoreVerify(int at, double rate, const Pooled& p, const Budgets& b,
-                                           std::string why, double t_s);
-  // A step up around a saturated store, judged by its gain.
-  std::optional<TunerDecision> JudgeStoreUp(const Pooled& p, const Budgets& b, double t_s);
-  // A step down around (or to the model's knee of) a saturated store,
-  // judged by throughput.
+  // At or above a saturated store's knee `knee`: a step down to it (or
+  // halfway to a count that lost), the knee here, or nothing (held).
+  std::optional<TunerDecision> StoreKnee(const Pooled& p, const Budgets& b, int knee, double t_s);
+  // A step down to a saturated store's knee, judged by throughput.
   std::optional<TunerDecision> JudgeStoreTrial(const Pooled& p, const Budgets& b, double t_s);
-  // The tuner's step around a saturated store of `workers`.
-  int StoreStepOf(int workers) const;
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;
@@ -270,24 +251,12 @@ class TunerCore {
   std::optional<int> floor_;  // fewer than this stalled
   // Other processes compete for our CPUs.
   bool contended_ = false;
-  // Storage that saturates: what the windows showed; whether it saturated
-  // (its knee is then found by steps, never by a jump); whether its model's
-  // knee was tried; whether the trial is a store step down, or the model's
-  // knee; a count whose step up paid nothing (top) and one that lost
-  // against the count above (floor); the rate where the count held.
+  // Storage that saturates: what the windows showed, whether the trial down
+  // is the store's (judged by throughput), a count that lost, its knee.
   StoreModel store_;
-  bool store_seen_ = false;
-  bool store_prior_tried_ = false;
   bool store_trial_ = false;
-  bool store_prior_trial_ = false;
-  std::optional<int> store_top_;
   std::optional<int> store_floor_;
-  double store_hold_rate_ = 0;
-  int store_moved_windows_ = 0;
-  int store_way_ = 0;                  // steps only up (1), only down (-1), or both (0) until held
-  bool store_held_ = false;            // the count holds at the store's knee
-  bool store_held_saturated_ = false;  // and the model showed reads queued then
-  bool store_peaked_ = false;          // a step showed the rate falling past the best count
+  std::optional<int> store_knee_;  // the knee the store set (knee_ while it holds)
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).
   std::optional<double> last_record_s_;

@@ -27,7 +27,7 @@ the figures on stderr.
 compare its bytes with the source's, unmount.
 
 Usage: bench/compare_fuse.py [--data DIR] [--open-ms 8] [--read-ms 0]
-           [--slots 8] [--rounds 3] [--seconds 30] [--point-seconds 4]
+           [--slots 8] [--overload F] [--drift F] [--drift-s P] [--jitter P] [--rounds 3] [--seconds 30] [--point-seconds 4]
            [--sweep 1,2,4,8,12,16,24,32] [--batch-size 64] [--out DIR]
            [--build build/release] [--smoke]
 A quick look: --rounds 1 --seconds 15 --point-seconds 2 (about 2 minutes).
@@ -84,9 +84,11 @@ class SlowMount:
     """slowfs over `src` at a fresh mount point, in the foreground of its own
     session (Ctrl-C here reaches this script, which unmounts it in order)."""
 
-    def __init__(self, slowfs, src, open_ms, read_ms, slots):
+    def __init__(self, slowfs, src, open_ms, read_ms, slots, shape=()):
+        # shape: slowfs's store-shape flags (--overload F, --drift F,
+        # --drift-s P, --jitter P), passed through.
         self.cmd = [slowfs, src, None, "--open-ms", str(open_ms), "--read-ms", str(read_ms),
-                    "--slots", str(slots), "-f"]
+                    "--slots", str(slots), *shape, "-f"]
         self.path = None
         self.proc = None
         self.log = None
@@ -341,6 +343,13 @@ def main():
     p.add_argument("--open-ms", type=float, default=8.0, help="service time of each open")
     p.add_argument("--read-ms", type=float, default=0.0, help="service time of each read")
     p.add_argument("--slots", type=int, default=8, help="requests served at once (0: any)")
+    p.add_argument("--overload", type=float, default=0.0,
+                   help="store shape: past the slots, service grows by this per request waiting")
+    p.add_argument("--drift", type=float, default=1.0,
+                   help="store shape: service swings between 1x and this over --drift-s")
+    p.add_argument("--drift-s", type=float, default=120.0, help="the drift's period, seconds")
+    p.add_argument("--jitter", type=float, default=0.0,
+                   help="store shape: this fraction of requests is 10-50x slower")
     p.add_argument("--rounds", type=int, default=3, help="tuned runs")
     p.add_argument("--seconds", type=float, default=30.0, help="seconds of each tuned run")
     p.add_argument("--point-seconds", type=float, default=4.0, help="seconds of a sweep point")
@@ -370,7 +379,9 @@ def main():
 
     try:
         fuse_usable(slowfs)
-        with SlowMount(slowfs, data, a.open_ms, a.read_ms, a.slots) as mount:
+        shape = ["--overload", str(a.overload), "--drift", str(a.drift), "--drift-s",
+                 str(a.drift_s), "--jitter", str(a.jitter)]
+        with SlowMount(slowfs, data, a.open_ms, a.read_ms, a.slots, shape) as mount:
             if a.smoke:
                 smoke(mount, data)
                 return 0

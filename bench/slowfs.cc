@@ -4,7 +4,14 @@
 // at once. bench/compare_fuse.py mounts it to run the tuner on a real FUSE
 // store (issue 15), the counterpart of `stoker run --read-slots` in process.
 //
-//   slowfs SRC MOUNTPOINT [--open-ms 8] [--read-ms 0] [--slots N] [-f]
+//   slowfs SRC MOUNTPOINT [--open-ms 8] [--read-ms 0] [--slots N]
+//          [--overload F] [--drift F] [--drift-s P] [--jitter P] [-f]
+//
+// Store shapes (issue 27; StoreShape in source/service_slots.h): --overload
+// F makes each request's service time grow by F per request waiting past
+// the slots (the rate falls when overloaded), --drift F swings service time
+// between 1x and F over --drift-s seconds, --jitter P makes that fraction of
+// requests 10-50x slower.
 //
 // Each slowed request books a slot in source/service_slots.h (first come,
 // first served; --slots 0: any number at once), sleeps until its service
@@ -133,6 +140,7 @@ int main(int argc, char** argv) {
   std::string src, mountpoint;
   double open_ms = 8, read_ms = 0;
   int slots = 0;
+  stoker::StoreShape shape;
   bool foreground = false;
   app.add_option("SRC", src, "directory to serve")->required()->check(CLI::ExistingDirectory);
   app.add_option("MOUNTPOINT", mountpoint, "empty directory to mount on")
@@ -147,6 +155,21 @@ int main(int argc, char** argv) {
   app.add_option("--slots", slots, "requests served at once (0: any number)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--overload", shape.overload,
+                 "past the slots, each request's service grows by this fraction per request "
+                 "waiting")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--drift", shape.drift,
+                 "service time swings between 1x and this factor over --drift-s")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 100.0));
+  app.add_option("--drift-s", shape.drift_period_s, "the drift's period, seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("--jitter", shape.jitter, "this fraction of requests is 10-50x slower")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("-f", foreground, "stay in the foreground");
   app.footer("Unmount with SIGINT/SIGTERM to the process or `fusermount3 -u MOUNTPOINT`.");
   try {
@@ -171,6 +194,7 @@ int main(int argc, char** argv) {
   fs.open_ns = Nanos(open_ms);
   fs.read_ns = Nanos(read_ms);
   fs.slots.Resize(slots);
+  fs.slots.SetShape(shape);
 
   fuse_operations ops{};
   ops.init = Init;

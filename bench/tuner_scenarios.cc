@@ -11,10 +11,18 @@
 // rank's consumer slowing from step 0 to 200 ms: total workers <= cores +
 // ranks, summed throughput >= 95 % of one process tuned alone, and the
 // slowed rank's share handed back within 5 s.
+// Stores that are not flat (issue 27; StoreShape): the 8-slot store
+// overloaded (each read's service 3 % longer per read waiting, so the rate
+// falls past the knee), the overloaded store with its service rising to 2x
+// over 20 s (a 40 s drift period), and the flat 8-slot store with heavy-
+// tailed reads (1 % of them 10-50x slower): the same goals as the slot
+// store. The drifting store's reference is the best count of a sweep
+// without the drift, run as long as a tuned run, from the drift's start as
+// each tuned run is.
 //
 // Usage: tuner_scenarios DATA_FOLDER [--rounds N] [--timeline] [scenario ...]
-//   scenarios: cpu io io-slots io-hog consumer phase-step phase-hog
-//   phase-latency phase-hog-stop memory ranks
+//   scenarios: cpu io io-slots io-overload io-drift io-jitter io-hog
+//   consumer phase-step phase-hog phase-latency phase-hog-stop memory ranks
 //   --rounds N: tuned runs per scenario (default 5), interleaved with the
 //   best static setting; throughput goals are judged on all rounds together
 //   (their mean tuned rate over their mean reference), times on the median
@@ -44,6 +52,7 @@
 #include "stoker/image_sources.h"
 #include "stoker/loader.h"
 #include "stoker/probe.h"
+#include "stoker/store_shape.h"
 #include "stoker/sweep.h"
 #include "stoker/synthetic.h"
 
@@ -115,6 +124,12 @@ struct Setup {
   // its change); later on a saturated store, whose first jump takes longer
   // to settle (docs/tuner.md).
   double settle_s = 5;
+  // Run before each tuned run and each static measurement (a drifting
+  // store: restarts the drift's clock, so every run sees the same drift).
+  std::function<void()> restart;
+  // > 0: a static measurement is a run of this long, measured from
+  // settle_s like a tuned run, instead of a warm-up and a sweep point.
+  double static_run_s = 0;
 };
 
 Setup MakeSetup(const std::string& data, ImageLayout layout = ImageLayout::kFloat32CHW) {
@@ -158,6 +173,16 @@ void PrintTimeline(const std::vector<TimelinePoint>& tl, double from, double to)
 
 // One static setting measured once more (warm-up, then a sweep point).
 double StaticRate(const Setup& s, int workers) {
+  if (s.restart) s.restart();
+  if (s.static_run_s > 0) {
+    LoaderOptions lo = s.base;
+    lo.workers = workers;
+    auto loader = std::move(Loader::Make(lo)).value();
+    ConsumeOptions co;
+    co.seconds = s.static_run_s;
+    const auto st = std::move(Consume(*loader, co)).value();
+    return SettledRate(st.timeline, s.settle_s, st.seconds);
+  }
   SweepOptions o;
   o.warmup_seconds = s.warmup_s;
   o.workers = {workers};
@@ -218,6 +243,7 @@ Round TunedRound(Setup& s, int best_workers, const ConsumeOptions& co, double fr
                  int index) {
   LoaderOptions lo = s.base;
   lo.workers = kAutoWorkers;
+  if (s.restart) s.restart();
   auto loader = std::move(Loader::Make(lo)).value();
   auto st = std::move(Consume(*loader, co)).value();
   const auto trace = loader->tuner_trace();
@@ -252,8 +278,13 @@ int KneeOf(const SweepReport& r) {
 // Returns the best static setting (for the phase scenarios). With `slots`
 // > 0 the store serves at most that many reads at once, and the tuner must
 // also hold near the knee: at most twice the fewest static count within
-// 3 % of the best (more workers only queue at the store).
-SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slots = 0) {
+// 3 % of the best (more workers only queue at the store). A store `shape`
+// other than flat sweeps a short list of counts around the knee (the whole
+// set of shapes stays a few minutes); one that drifts is swept without its
+// drift, and each static measurement then runs as long as a tuned run,
+// through the same drift.
+SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slots = 0,
+                          const StoreShape& shape = {}) {
   std::printf("\n== %s%s\n", name, latency_ms > 0 ? " (slow storage)" : "");
   s.slow->set_latency(std::chrono::nanoseconds(static_cast<int64_t>(latency_ms * 1e6)));
   s.slow->set_slots(slots);
@@ -261,13 +292,29 @@ SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slo
     s.warmup_s = 3;
     s.settle_s = 12;
   }
+  const bool shaped = shape.overload > 0 || shape.drift > 1 || shape.jitter > 0;
+  StoreShape swept = shape;
+  swept.drift = 1;
+  s.slow->set_shape(swept);
   SweepOptions o;
   o.run_tuned = false;
   o.warmup_seconds = s.warmup_s;
+  if (shaped) {
+    o.workers = {4, 6, 8, 11, 16, 32};
+    o.warmup_seconds = 2;
+    o.point_seconds = 3;
+    o.confirm_top = 2;
+  }
   SweepReport r = Sweep(s.base, o);
   PrintSweep(r);
   const int best = r.best_static.workers;
   double before = r.best_static.samples_per_s;
+  if (shape.drift > 1) {
+    s.restart = [&s, shape] { s.slow->set_shape(shape); };
+    s.static_run_s = s.settle_s + 10;
+    before = StaticRate(s, best);
+    std::printf("    best static %d workers through the drift: %.1f samples/s\n", best, before);
+  }
   std::vector<Round> rs;
   for (int i = 0; i < rounds; ++i) {
     ConsumeOptions co;
@@ -288,8 +335,11 @@ SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slo
   }
   s.slow->set_latency(std::chrono::nanoseconds(0));
   s.slow->set_slots(0);
+  s.slow->set_shape({});
   s.warmup_s = SweepOptions{}.warmup_seconds;
   s.settle_s = Setup{}.settle_s;
+  s.restart = nullptr;
+  s.static_run_s = 0;
   return r.best_static;
 }
 
@@ -658,8 +708,9 @@ int main(int argc, char** argv) {
   using namespace stoker;
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s DATA_FOLDER [--rounds N] [--timeline] [cpu io io-slots io-hog consumer "
-                 "phase-step phase-hog phase-latency phase-hog-stop memory ranks]\n",
+                 "usage: %s DATA_FOLDER [--rounds N] [--timeline] [cpu io io-slots io-overload "
+                 "io-drift io-jitter io-hog consumer phase-step phase-hog phase-latency "
+                 "phase-hog-stop memory ranks]\n",
                  argv[0]);
     return 2;
   }
@@ -704,6 +755,26 @@ int main(int argc, char** argv) {
   }
   if (on("io-slots")) {
     SteadyScenario("I/O: store with 8 service slots, 20 ms service per read", s, 20, 8);
+  }
+  if (on("io-overload")) {
+    StoreShape shape;
+    shape.overload = 0.03;
+    SteadyScenario(
+        "I/O: 8 slots, 20 ms service, overloaded (service +3 % per read waiting past the slots)", s,
+        20, 8, shape);
+  }
+  if (on("io-drift")) {
+    StoreShape shape;
+    shape.overload = 0.03;
+    shape.drift = 2;
+    shape.drift_period_s = 40;
+    SteadyScenario("I/O: the overloaded 8-slot store, its service drifting 1x -> 2x over 20 s", s,
+                   20, 8, shape);
+  }
+  if (on("io-jitter")) {
+    StoreShape shape;
+    shape.jitter = 0.01;
+    SteadyScenario("I/O: 8 slots, 20 ms service, 1 % of reads 10-50x slower", s, 20, 8, shape);
   }
   if (on("io-hog")) {
     CpuHog hog(1);

@@ -34,6 +34,7 @@ struct SyntheticOptions {
 Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions& options);
 
 class ServiceSlots;  // src/source/service_slots.h
+struct StoreShape;   // stoker/store_shape.h
 
 /// A slow-storage wrapper: every Read of `inner` first waits for the current
 /// latency (like a remote or network file system). With `slots` > 0 the
@@ -57,6 +58,10 @@ class SlowSource final : public Source {
   /// At most `slots` reads served at once; 0: any number. Reads already
   /// waiting keep their turn. REQUIRES: slots >= 0. Safe from any thread.
   void set_slots(int slots);
+  /// The store's shape past its slots, over time, and in its tail (see
+  /// StoreShape); reads already booked keep their times. REQUIRES:
+  /// shape.Valid(). Safe from any thread.
+  void set_shape(const StoreShape& shape);
 
  private:
   std::shared_ptr<const Source> inner_;

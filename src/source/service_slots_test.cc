@@ -45,6 +45,60 @@ TEST(ServiceSlotsTest, ResizeKeepsTheSlotsThatFreeFirst) {
   EXPECT_EQ(store.Reserve(0, 10 * kMs), 10 * kMs);
 }
 
+TEST(ServiceSlotsTest, AnOverloadedStoreSlowsDownAsItsQueueGrows) {
+  // Two slots, 10 ms of service, each read's service 50 % longer per read
+  // queued ahead of it when it arrives: the third read waits behind none,
+  // the fourth behind one (15 ms), the fifth behind two (20 ms).
+  StoreShape shape;
+  shape.overload = 0.5;
+  ServiceSlots store(2, shape);
+  std::vector<int64_t> done;
+  for (int i = 0; i < 5; ++i) done.push_back(store.Reserve(0, 10 * kMs));
+  EXPECT_EQ(done, (std::vector<int64_t>{10 * kMs, 10 * kMs, 20 * kMs, 25 * kMs, 40 * kMs}));
+  // Once the queue has drained, a read takes its plain service time.
+  EXPECT_EQ(store.Reserve(100 * kMs, 10 * kMs), 110 * kMs);
+}
+
+TEST(ServiceSlotsTest, ServiceDriftsOverItsPeriod) {
+  StoreShape shape;
+  shape.drift = 2;
+  shape.drift_period_s = 60;
+  const int64_t s = 10 * kMs;
+  EXPECT_EQ(ServiceSlots::Shaped(shape, s, 0, 0, 1, 0), s);
+  EXPECT_EQ(ServiceSlots::Shaped(shape, s, 15'000 * kMs, 0, 1, 0), 15 * kMs);
+  EXPECT_EQ(ServiceSlots::Shaped(shape, s, 30'000 * kMs, 0, 1, 0), 2 * s);
+  EXPECT_EQ(ServiceSlots::Shaped(shape, s, 60'000 * kMs, 0, 1, 0), s);
+  // The drift's clock starts at the store's first read.
+  ServiceSlots store(0, shape);
+  EXPECT_EQ(store.Reserve(7 * kMs, s), 17 * kMs);
+  EXPECT_EQ(store.Reserve(7 * kMs + 30'000 * kMs, s), 7 * kMs + 30'000 * kMs + 2 * s);
+}
+
+TEST(ServiceSlotsTest, AFewReadsAreTenToFiftyTimesSlower) {
+  StoreShape shape;
+  shape.jitter = 0.01;
+  shape.seed = 7;
+  auto slow_reads = [&] {
+    ServiceSlots store(0, shape);
+    std::vector<int64_t> slow;
+    for (int i = 0; i < 4000; ++i) {
+      const int64_t took = store.Reserve(0, kMs);
+      EXPECT_TRUE(took == kMs || (took >= 10 * kMs && took <= 50 * kMs)) << took;
+      if (took > kMs) slow.push_back(took);
+    }
+    return slow;
+  };
+  const std::vector<int64_t> slow = slow_reads();
+  EXPECT_GE(slow.size(), 20u);  // 40 expected
+  EXPECT_LE(slow.size(), 70u);
+  EXPECT_EQ(slow_reads(), slow) << "the same seed, the same slow reads";
+  EXPECT_EQ(ServiceSlots::Shaped(shape, kMs, 0, 0, 0.005, 0), 10 * kMs);
+  EXPECT_EQ(ServiceSlots::Shaped(shape, kMs, 0, 0, 0.005, 1), 50 * kMs);
+  EXPECT_TRUE(shape.Valid());
+  shape.drift = 0.5;
+  EXPECT_FALSE(shape.Valid());
+}
+
 TEST(ServiceSlotsTest, SlowSourceWithSlotsReadsWhatItWraps) {
   SyntheticOptions o;
   o.size = 8;

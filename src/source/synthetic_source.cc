@@ -84,6 +84,8 @@ SlowSource::~SlowSource() = default;
 
 void SlowSource::set_slots(int slots) { slots_->Resize(slots); }
 
+void SlowSource::set_shape(const StoreShape& shape) { slots_->SetShape(shape); }
+
 Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
   if (ns > 0) {

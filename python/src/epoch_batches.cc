@@ -28,8 +28,7 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   }
   if (!keys.empty() && keys.size() + 1 != offsets.size()) {
     return InvalidArgument("epoch " + std::to_string(epoch) + ": " + std::to_string(keys.size()) +
-                           " lists of keys for " + std::to_string(offsets.size() - 1) +
-                           " batches");
+                           " lists of keys for " + std::to_string(offsets.size() - 1) + " batches");
   }
   {
     MutexLock lock(mu_);

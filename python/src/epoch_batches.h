@@ -78,7 +78,7 @@ class EpochBatches {
     std::vector<int64_t> flat, offsets;
     int64_t seed = 0;
     std::vector<std::string> keys;  // per batch, or empty
-    uint64_t used = 0;  // when last set or asked for: the least recent goes first
+    uint64_t used = 0;              // when last set or asked for: the least recent goes first
   };
   std::map<int64_t, Epoch> epochs_ GUARDED_BY(mu_);
   uint64_t clock_ GUARDED_BY(mu_) = 0;

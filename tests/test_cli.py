@@ -56,10 +56,11 @@ def test_advise_json():
     assert len(d["rules"]) == 4
     text = stoker("advise", "--no-gpus").stdout
     # It says it measured nothing, and for which loader each count is.
-    assert text.startswith("stoker advise: not measured, from the advisor's rules")
+    assert text.startswith("stoker advise: not measured, a static guess from the advisor's "
+                           "rules")
     assert "For stoker.Loader and stoker run (worker threads): start with" in text
-    assert ("For torch.utils.data.DataLoader (not measured, from the advisor's rules on this "
-            "machine's facts), paste:\n  " + d["line"]) in text
+    assert ("For torch.utils.data.DataLoader (not measured, a static guess from the "
+            "advisor's rules on this machine's facts), paste:\n  " + d["line"]) in text
     assert "pin_memory=False: no GPU found" in text
 
 
@@ -96,6 +97,9 @@ def test_bench_json(tmp_path):
     # The answer follows the sweep's best count, not the tuned run, and is
     # for what the sweep measured: stoker's native pipeline (issue 23).
     assert "dataloader" not in j
+    # It names what it measured: stoker's native pipeline over that data.
+    assert j["loader"] == "stoker.Loader"
+    assert j["data"].startswith("synthetic source (4000 samples")
     d = j["recommendation"]
     assert d["loader"] == "stoker.Loader" and d["measured"] is True
     assert d["basis"].startswith("measured on stoker's native pipeline (C++ worker threads) "
@@ -110,6 +114,8 @@ def test_bench_ends_with_the_line_for_what_it_measured():
     out = stoker("bench", "--synthetic", "--synthetic-size", "4000", "--size", "16",
                  "--synthetic-cpu-us", "100", "--sweep", "0,2", "--point-seconds", "0.3",
                  "--tuned-seconds", "1", "--no-gpus").stdout
+    assert out.startswith("stoker bench: stoker.Loader (stoker's native pipeline, C++ worker "
+                          "threads) over synthetic source (4000 samples")
     best = [line.split()[0] for line in out.splitlines() if line.endswith("<- best")]
     assert len(best) == 1
     # Never a torch DataLoader line: the sweep did not measure one.

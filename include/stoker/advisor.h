@@ -91,8 +91,8 @@ struct LoaderArgs {
   /// the advisor's rules on the machine's facts, nothing measured.
   bool measured = false;
   /// What it rests on, for people: "measured on Squares (48 samples), batch
-  /// 4, by this sweep" or "not measured, from the advisor's rules on this
-  /// machine's facts".
+  /// 4, by this sweep" or "not measured, a static guess from the advisor's
+  /// rules on this machine's facts".
   std::string basis;
   int num_workers = 0;
   int prefetch_factor = 2;  // torch: batches per worker (torch counts it so); unused at 0 workers

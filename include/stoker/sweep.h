@@ -128,6 +128,18 @@ struct SweepReport {
   bool tuned_measured = false;
 };
 
+/// A measured setting that beats the fewer-worker settings by less than this
+/// share of throughput (3 %) is noise, not a gain: the sweep's knee.
+inline constexpr double kSweepSignificantGain = 0.03;
+
+/// The count a sweep recommends, the one rule that `stoker bench`
+/// (SweepReport::best_static) and stoker.bench answer with: the fewest
+/// workers whose samples/s is within kSweepSignificantGain of the highest
+/// measured (more workers past that only take CPU and memory), the first
+/// listed of equal counts. Points may come in any order.
+/// REQUIRES: !points.empty().
+SweepPoint RecommendedSweepPoint(const std::vector<SweepPoint>& points);
+
 /// Sweeps static worker counts over fresh loaders made from `base` (its
 /// `workers` is ignored), then runs one with workers = auto and base.tuner
 /// (whose max_workers, when 0, becomes max_workers, at most kMaxWorkers).

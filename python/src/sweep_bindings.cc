@@ -1,6 +1,6 @@
-// The sweep's report (table, SVG plot) and the answer it supports (the
-// advisor's LoaderArgs), for stoker.bench: a sweep measured in Python is shown
-// and answered exactly as `stoker bench` shows and answers its own.
+// The sweep's report (table, SVG plot), the count it recommends and the
+// answer it supports (the advisor's LoaderArgs), for stoker.bench: a sweep measured in Python is
+// shown and answered exactly as `stoker bench` shows and answers its own.
 #include <pybind11/stl.h>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +38,18 @@ SweepReport StaticSweep(const std::vector<PointTuple>& points, int best_workers)
 }  // namespace
 
 void BindSweepReport(py::module_& m) {
+  m.def(
+      "recommended_workers",
+      [](const std::vector<PointTuple>& points) {
+        if (points.empty()) throw py::value_error("recommended_workers needs at least one point");
+        std::vector<SweepPoint> sweep;
+        for (const auto& [workers, rate, stall] : points) sweep.push_back({workers, rate, stall});
+        return RecommendedSweepPoint(sweep).workers;
+      },
+      py::arg("points"),
+      "The count a sweep of (workers, samples/s, stall fraction) points recommends: "
+      "RecommendedSweepPoint, the rule `stoker bench` answers with (the fewest workers within "
+      "3 % of the highest samples/s).");
   m.def(
       "sweep_table",
       [](const std::vector<PointTuple>& points, int best_workers) {

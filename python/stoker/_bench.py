@@ -145,7 +145,8 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
           **loader_options):
     """Measures samples/s of a DataLoader over ``dataset`` for each count in
     ``num_workers`` (default 0, 1, ... 2 x the CPUs this process may use),
-    prints the table `stoker bench` prints, marks the best, and ends with the
+    prints the table `stoker bench` prints, marks the best by its rule (the
+    fewest workers within 3 % of the highest samples/s), and ends with the
     line to paste for the loader it measured and no other (kind="torch":
     ``DataLoader(num_workers=..., prefetch_factor=..., ...)``, kind="stoker":
     ``stoker.DataLoader(num_workers=..., ...)``), naming the loader and the
@@ -164,9 +165,11 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     ``plot``: write the sweep's SVG (`stoker bench --plot`'s left panel)
     there. ``gpus``: the device count for pin_memory's rule (default: NVML's).
 
-    Returns a dict: "points" (one per count: num_workers, samples_per_s,
-    stall_fraction, samples, batches, seconds, best), "best" (the best
-    point), "dataloader" (the answer for the loader measured: "loader" (its
+    Returns a dict: "loader" (the loader measured:
+    "torch.utils.data.DataLoader" or "stoker.DataLoader"), "data" (the
+    dataset measured, as the text names it: its type and length), "points"
+    (one per count: num_workers, samples_per_s, stall_fraction, samples,
+    batches, seconds, best), "best" (the recommended point), "dataloader" (the answer for the loader measured: "loader" (its
     name), "measured" (True), "basis" (the data measured), num_workers,
     prefetch_factor and persistent_workers (torch's; None for
     stoker.DataLoader), pin_memory, "line", "rules", "note", "text" (as
@@ -202,9 +205,12 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
             points.append(_point(loader, workers, batch_size, batches, seconds, step_s))
         finally:
             del loader
-    best = max(points, key=lambda p: p["samples_per_s"])  # the first of equals: fewer workers
-    best["best"] = True
     rows = [(p["num_workers"], p["samples_per_s"], p["stall_fraction"]) for p in points]
+    # `stoker bench`'s rule, not one of our own: the fewest workers within
+    # noise of the fastest.
+    recommended = _stoker.recommended_workers(rows)
+    best = next(p for p in points if p["num_workers"] == recommended)
+    best["best"] = True
     table = _stoker.sweep_table(rows, best["num_workers"])
     # What the best count ran with: torch keeps prefetch_factor batches per
     # worker in flight, stoker.DataLoader its default depth.
@@ -222,4 +228,5 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     if plot is not None:
         say(f"plot written to {plot}")
     say("\n" + args["text"].rstrip("\n"))
-    return {"points": points, "best": best, "dataloader": args, "table": table, "plot": plot}
+    return {"loader": what, "data": data, "points": points, "best": best, "dataloader": args,
+            "table": table, "plot": plot}

@@ -33,7 +33,12 @@ def test_sweep_prints_the_table_marks_the_best_and_ends_with_the_line(tmp_path, 
     assert all(p["samples_per_s"] > 0 and p["batches"] > 0 for p in r["points"])
     best = r["best"]
     assert [p["best"] for p in r["points"]].count(True) == 1 and best["best"]
-    assert best["samples_per_s"] == max(p["samples_per_s"] for p in r["points"])
+    # `stoker bench`'s rule: the fewest workers within 3 % of the fastest.
+    top = max(p["samples_per_s"] for p in r["points"])
+    assert best["num_workers"] == min(p["num_workers"] for p in r["points"]
+                                      if p["samples_per_s"] * 1.03 >= top)
+    # It names what it measured: the loader and the data.
+    assert r["loader"] == "torch.utils.data.DataLoader" and r["data"] == "Squares (48 samples)"
 
     rows = _table_rows(r["table"])
     assert [int(row[0]) for row in rows] == [0, 1, 2]
@@ -53,6 +58,8 @@ def test_sweep_prints_the_table_marks_the_best_and_ends_with_the_line(tmp_path, 
     assert d["basis"] == "measured on Squares (48 samples), batch 4, by this sweep"
 
     out = capsys.readouterr().out
+    assert out.startswith("stoker.bench: torch.utils.data.DataLoader over Squares (48 samples), "
+                          "batch 4\n")
     assert r["table"].rstrip("\n") in out
     heading = ("For torch.utils.data.DataLoader (measured on Squares (48 samples), batch 4, by "
                "this sweep), paste:")
@@ -65,6 +72,16 @@ def test_sweep_prints_the_table_marks_the_best_and_ends_with_the_line(tmp_path, 
     svg = plot.read_text()
     assert r["plot"] == str(plot) and svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     assert "static sweep" in svg and "tuned:" not in svg
+
+
+def test_the_recommended_count_is_stoker_benchs_rule():
+    # One rule for `stoker bench` and stoker.bench (RecommendedSweepPoint):
+    # the fewest workers within 3 % of the highest samples/s, in any order.
+    rows = [(4, 395.0, 0.0), (0, 100.0, 0.5), (3, 400.0, 0.0), (2, 390.0, 0.01)]
+    assert stoker._stoker.recommended_workers(rows) == 2
+    assert stoker._stoker.recommended_workers([(1, 100.0, 0.0), (2, 200.0, 0.0)]) == 2
+    with pytest.raises(ValueError, match="at least one point"):
+        stoker._stoker.recommended_workers([])
 
 
 def test_batches_bound_each_point_and_samples_follow_the_collate_fn():
@@ -91,14 +108,16 @@ def test_stoker_dataloader_can_be_the_thing_measured(capsys):
     r = stoker.bench(Squares(), batch_size=6, num_workers=[0, 1], seconds=0.2, kind="stoker",
                      gpus=0)
     assert [p["num_workers"] for p in r["points"]] == [0, 1]
+    assert r["loader"] == "stoker.DataLoader"
     d = r["dataloader"]
     n = r["best"]["num_workers"]
     assert d["loader"] == "stoker.DataLoader" and d["measured"] is True
     assert d["line"] == f"stoker.DataLoader(num_workers={n}, pin_memory=False)"
     assert d["prefetch_factor"] is None and d["persistent_workers"] is None
-    assert d["rules"][0].endswith("measured with stoker.DataLoader")
+    assert "measured with stoker.DataLoader; the fewest workers within 3 %" in d["rules"][0]
     assert d["basis"] == "measured on Squares (48 samples), batch 6, by this sweep"
     out = capsys.readouterr().out
+    assert out.startswith("stoker.bench: stoker.DataLoader over Squares (48 samples), batch 6\n")
     assert "torch.utils.data.DataLoader, paste" not in out and "\n  DataLoader(" not in out
     assert ("For stoker.DataLoader (measured on Squares (48 samples), batch 6, by this sweep), "
             "paste:\n  " + d["line"]) in out

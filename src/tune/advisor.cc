@@ -7,6 +7,7 @@
 
 #include "core/number_text.h"
 #include "stoker/defaults.h"
+#include "stoker/sweep.h"
 
 namespace stoker {
 namespace {
@@ -297,8 +298,9 @@ Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs) {
   advice.prefetch_batches = d.prefetch;
   advice.prefetch_bytes = static_cast<size_t>(d.prefetch) * advice.batch_bytes;
   advice.note =
-      "A starting point: while training runs, the tuner refines the worker count and prefetch "
-      "depth from measured stall time, throughput and memory, and re-reads these budgets.";
+      "A static guess from the machine's facts, nothing measured: while training runs, the tuner "
+      "refines the worker count and prefetch depth from measured stall time, throughput and "
+      "memory, and re-reads these budgets; a sweep (stoker bench, stoker.bench) measures them.";
   return advice;
 }
 
@@ -379,7 +381,7 @@ LoaderArgs LoaderArgsFromAdvice(LoaderKind loader, int workers, int prefetch_bat
                              " the CPU and memory budgets allow (stoker advise --workers-kind " +
                              (threads ? "threads" : "processes") + ": its rules)");
   a.measured = false;
-  a.basis = "not measured, from the advisor's rules on this machine's facts";
+  a.basis = "not measured, a static guess from the advisor's rules on this machine's facts";
   a.note = loader == LoaderKind::kNative
                ? "stoker bench --data PATH measures stoker's native pipeline on your data."
                : std::string("stoker.bench(dataset") +
@@ -401,9 +403,11 @@ LoaderArgs LoaderArgsFromSweep(const SweepSubject& subject, int best_workers, do
                              : "";
   const std::string batch =
       subject.batch_size > 0 ? ", batch " + std::to_string(subject.batch_size) : "";
+  const std::string rule = "the fewest workers within " + Num(kSweepSignificantGain * 100) +
+                           " % of the highest samples/s (RecommendedSweepPoint)";
   LoaderArgs a = ArgsFor(subject.loader, best_workers, prefetch_batches, gpus,
                          "the sweep's best count (" + std::string(measured) + in_flight +
-                             "), measured with " + LoaderKindName(subject.loader));
+                             "), measured with " + LoaderKindName(subject.loader) + "; " + rule);
   a.measured = true;
   a.basis = "measured on " + on + subject.data + batch + ", by this sweep";
   switch (subject.loader) {

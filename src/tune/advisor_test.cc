@@ -56,7 +56,8 @@ TEST(AdvisorTest, QuotaContainerLeavesOneWorkerAfterTheTrainersShare) {
   EXPECT_TRUE(Has(trainer.outcome, "at least one")) << trainer.outcome;
   EXPECT_TRUE(Has(Rule(a, "memory").input, "cgroup limit 2.0 GiB with 512.0 MiB used"));
   EXPECT_TRUE(Has(Rule(a, "shared memory").outcome, "not used"));
-  EXPECT_TRUE(Has(a.note, "tuner refines"));
+  EXPECT_TRUE(Has(a.note, "tuner refines")) << a.note;
+  EXPECT_TRUE(Has(a.note, "A static guess from the machine's facts, nothing measured")) << a.note;
 }
 
 TEST(AdvisorTest, SmallShmCapsProcessWorkersBatches) {
@@ -283,8 +284,8 @@ TEST(AdvisorTest, TheAdvicesArgumentsSayNothingWasMeasured) {
   EXPECT_EQ(a.rules.size(), 4u);
   EXPECT_FALSE(a.measured);
   EXPECT_TRUE(a.Text().starts_with(
-      "For torch.utils.data.DataLoader (not measured, from the advisor's rules on this "
-      "machine's facts), paste:\n  DataLoader(num_workers=3, "))
+      "For torch.utils.data.DataLoader (not measured, a static guess from the advisor's rules "
+      "on this machine's facts), paste:\n  DataLoader(num_workers=3, "))
       << a.Text();
   EXPECT_TRUE(Has(a.note, "stoker.bench(dataset) measures torch.utils.data.DataLoader"));
   const LoaderArgs none = LoaderArgsFromAdvice(LoaderKind::kTorchDataLoader, 0, 2, 0);
@@ -314,7 +315,8 @@ TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
   ASSERT_EQ(a.rules.size(), 4u);
   EXPECT_EQ(a.rules[0],
             "workers=6: the sweep's best count (812.5 samples/s, stall 0.4 %, 3 batches in "
-            "flight), measured with stoker.Loader");
+            "flight), measured with stoker.Loader; the fewest workers within 3 % of the highest "
+            "samples/s (RecommendedSweepPoint)");
   EXPECT_EQ(a.rules[3], "in the CLI: stoker run --workers 6");
   EXPECT_TRUE(a.Text().starts_with("For stoker.Loader (measured on stoker's native pipeline"));
   EXPECT_FALSE(Has(a.Text(), "DataLoader(num_workers")) << a.Text();
@@ -333,9 +335,11 @@ TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
       t.Text().starts_with("For torch.utils.data.DataLoader (measured on Squares (48 "
                            "samples), batch 4, by this sweep), paste:\n"))
       << t.Text();
-  EXPECT_EQ(t.rules[0],
-            "num_workers=2: the sweep's best count (90.0 samples/s, stall 50.0 %, 4 batches in "
-            "flight), measured with torch.utils.data.DataLoader");
+  EXPECT_EQ(
+      t.rules[0],
+      "num_workers=2: the sweep's best count (90.0 samples/s, stall 50.0 %, 4 batches in "
+      "flight), measured with torch.utils.data.DataLoader; the fewest workers within 3 % of the "
+      "highest samples/s (RecommendedSweepPoint)");
 
   const SweepSubject stoker_dl{LoaderKind::kStokerDataLoader, "Squares (48 samples)", 4};
   const LoaderArgs sd = LoaderArgsFromSweep(stoker_dl, 3, 120, 0.1, DefaultPrefetch(3), 0);
@@ -348,7 +352,8 @@ TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
   EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
   EXPECT_EQ(none.rules[0],
             "num_workers=0: the sweep's best count (90.0 samples/s, stall 50.0 %), measured "
-            "with torch.utils.data.DataLoader");
+            "with torch.utils.data.DataLoader; the fewest workers within 3 % of the highest "
+            "samples/s (RecommendedSweepPoint)");
 }
 
 }  // namespace

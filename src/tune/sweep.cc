@@ -1,6 +1,7 @@
 #include "stoker/sweep.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,8 +17,6 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-constexpr double kSignificant = 0.03;  // a sweep point must beat the best by this much
 
 // Time-weighted mean of `field` over the points ending in (from_s, to_s].
 template <typename F>
@@ -203,7 +202,7 @@ Status SweepListed(const LoaderOptions& base, const SweepOptions& o, SweepReport
 }
 
 // 0, 1, 2, 3, 4, then x1.5, until two points in a row fail to beat the best
-// by kSignificant (past the knee), or max_workers.
+// by kSweepSignificantGain (past the knee), or max_workers.
 Status SweepUntilKnee(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
   int misses = 0;
   double best = 0;
@@ -212,7 +211,7 @@ Status SweepUntilKnee(const LoaderOptions& base, const SweepOptions& o, SweepRep
     if (!measured) break;
     const SweepPoint& p = *measured;
     report.sweep.push_back(p);
-    if (w >= 2) misses = p.samples_per_s > best * (1 + kSignificant) ? 0 : misses + 1;
+    if (w >= 2) misses = p.samples_per_s > best * (1 + kSweepSignificantGain) ? 0 : misses + 1;
     best = std::max(best, p.samples_per_s);
     if (misses >= 2) break;
     int next = w < 4 ? w + 1 : static_cast<int>(std::lround(w * 1.5));
@@ -243,9 +242,7 @@ Status ConfirmBest(const LoaderOptions& base, const SweepOptions& o, SweepReport
     p.stall_fraction = (p.stall_fraction + again->stall_fraction) / 2;
   }
   if (report.sweep.empty()) return Status::Ok();  // interrupted before the first point
-  report.best_static = *std::max_element(
-      report.sweep.begin(), report.sweep.end(),
-      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+  report.best_static = RecommendedSweepPoint(report.sweep);
   return Status::Ok();
 }
 
@@ -299,6 +296,18 @@ double SecondsTo95Percent(const std::vector<TimelinePoint>& timeline, double bes
 }
 
 }  // namespace
+
+SweepPoint RecommendedSweepPoint(const std::vector<SweepPoint>& points) {
+  assert(!points.empty());
+  double top = 0;
+  for (const SweepPoint& p : points) top = std::max(top, p.samples_per_s);
+  const SweepPoint* chosen = nullptr;
+  for (const SweepPoint& p : points) {
+    const bool at_knee = p.samples_per_s * (1 + kSweepSignificantGain) >= top;
+    if (at_knee && (chosen == nullptr || p.workers < chosen->workers)) chosen = &p;
+  }
+  return *chosen;
+}
 
 Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   if (o.point_seconds <= 0 || o.tuned_seconds <= 0) {

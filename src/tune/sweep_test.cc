@@ -30,6 +30,20 @@ TEST(SweepTest, ASettledRateIsTheLesserOfDeliveredAndProduced) {
   EXPECT_DOUBLE_EQ(SettledRate({}, 0, 2), 0);
 }
 
+TEST(SweepTest, TheRecommendedCountIsTheFewestWorkersWithinNoiseOfTheTop) {
+  // 3 workers measured highest, but 2 within 3 % of it: the third buys noise.
+  const std::vector<SweepPoint> knee = {
+      {4, 395, 0}, {0, 100, 0.5}, {3, 400, 0}, {1, 200, 0.2}, {2, 390, 0.01}};
+  EXPECT_EQ(RecommendedSweepPoint(knee).workers, 2);
+  EXPECT_DOUBLE_EQ(RecommendedSweepPoint(knee).samples_per_s, 390);
+  // A clear gain is taken.
+  EXPECT_EQ(RecommendedSweepPoint({{1, 100, 0}, {2, 200, 0}, {3, 300, 0}}).workers, 3);
+  // Nothing measured faster than the consumer's own loop: no workers.
+  EXPECT_EQ(RecommendedSweepPoint({{2, 0, 1}, {0, 0, 1}}).workers, 0);
+  // A count listed twice: its first measurement.
+  EXPECT_DOUBLE_EQ(RecommendedSweepPoint({{1, 99, 0}, {1, 100, 0}}).samples_per_s, 99);
+}
+
 TEST(SweepTest, AWindowRateIsWhatWasDeliveredUnlessTheConsumerCaughtUp) {
   // Noise: delivered a little above produced is believed.
   EXPECT_DOUBLE_EQ(WindowRate({At(1, 3450, 3300)}, 0, 1), 3450);

@@ -66,8 +66,14 @@ int RunBench(const BenchFlags& f) {
     if (!list.ok()) return ReportError("bench", list.status().WithContext("--sweep"), f.json);
     so.workers = *list;
   }
+  // What is measured, named as the answer names it: stoker's own pipeline,
+  // never a DataLoader over the user's Dataset.
+  const std::string measured = std::string(LoaderKindName(LoaderKind::kNative)) +
+                               " (stoker's native pipeline, C++ worker "
+                               "threads)";
   if (!f.json) {
-    std::cout << "stoker bench: " << p->description << ", batch " << f.pipeline.batch_size
+    std::cout << "stoker bench: " << measured << " over " << p->description << ", batch "
+              << f.pipeline.batch_size
               << (f.step_ms > 0 ? ", step " + std::to_string(f.step_ms) + " ms" : "") << "\n";
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
@@ -104,6 +110,8 @@ int RunBench(const BenchFlags& f) {
   }
   if (f.json) {
     nlohmann::json j = SweepToJson(*r);
+    j["loader"] = LoaderKindName(LoaderKind::kNative);
+    j["data"] = p->description;
     j["recommendation"] = answer ? LoaderArgsToJson(*answer) : nlohmann::json();
     j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
     PrintJson(j);

@@ -113,6 +113,7 @@ struct SweepPoint {
 struct SweepReport {
   std::vector<SweepPoint> sweep;
   SweepPoint best_static;          // bracketed around the tuned run when asked
+  SweepPoint recommended;          // RecommendedSweepPoint(sweep): the count advice names
   double tuned_samples_per_s = 0;  // after the first 5 s (or third of the run)
   int tuned_workers_final = 0;
   int tuned_workers_max = 0;
@@ -133,7 +134,7 @@ struct SweepReport {
 inline constexpr double kSweepSignificantGain = 0.03;
 
 /// The count a sweep recommends, the one rule that `stoker bench`
-/// (SweepReport::best_static) and stoker.bench answer with: the fewest
+/// (SweepReport::recommended) and stoker.bench answer with: the fewest
 /// workers whose samples/s is within kSweepSignificantGain of the highest
 /// measured (more workers past that only take CPU and memory), the first
 /// listed of equal counts. Points may come in any order.

@@ -59,9 +59,11 @@ nlohmann::json SweepToJson(const SweepReport& r) {
   }
   nlohmann::json decisions = nlohmann::json::array();
   for (const auto& d : r.trace) decisions.push_back(TunerDecisionToJson(d));
-  nlohmann::json best = nullptr;
+  nlohmann::json best = nullptr, recommended = nullptr;
   if (!r.sweep.empty()) {
     best = {{"workers", r.best_static.workers}, {"samples_per_s", r.best_static.samples_per_s}};
+    recommended = {{"workers", r.recommended.workers},
+                   {"samples_per_s", r.recommended.samples_per_s}};
   }
   nlohmann::json tuned = nullptr;
   if (r.tuned_measured) {
@@ -75,6 +77,7 @@ nlohmann::json SweepToJson(const SweepReport& r) {
   }
   return {{"sweep", sweep},
           {"best_static", best},
+          {"recommended", recommended},
           {"tuned", tuned},
           {"ratio", r.tuned_measured ? nlohmann::json(r.ratio) : nlohmann::json(nullptr)},
           {"decisions", decisions},

@@ -242,7 +242,10 @@ Status ConfirmBest(const LoaderOptions& base, const SweepOptions& o, SweepReport
     p.stall_fraction = (p.stall_fraction + again->stall_fraction) / 2;
   }
   if (report.sweep.empty()) return Status::Ok();  // interrupted before the first point
-  report.best_static = RecommendedSweepPoint(report.sweep);
+  report.best_static = *std::max_element(
+      report.sweep.begin(), report.sweep.end(),
+      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+  report.recommended = RecommendedSweepPoint(report.sweep);
   return Status::Ok();
 }
 

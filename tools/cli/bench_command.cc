@@ -99,8 +99,8 @@ int RunBench(const BenchFlags& f) {
     ProbeOptions probe;
     probe.skip_gpus = f.no_gpus;
     const int gpus = static_cast<int>(ProbeMachine(probe).gpus.size());
-    // The figures of the best's row in the table (best_static may be bracketed).
-    SweepPoint best = r->best_static;
+    // The figures of the recommended count's row in the table.
+    SweepPoint best = r->recommended;
     for (const SweepPoint& p : r->sweep) {
       if (p.workers == best.workers) best = p;
     }

@@ -112,8 +112,8 @@ struct SweepPoint {
 
 struct SweepReport {
   std::vector<SweepPoint> sweep;
-  SweepPoint best_static;          // bracketed around the tuned run when asked
-  SweepPoint recommended;          // RecommendedSweepPoint(sweep): the count advice names
+  SweepPoint best_static;  // bracketed around the tuned run when asked
+  SweepPoint recommended;  // RecommendedSweepPoint(sweep): the count advice names, marked "best"
   double tuned_samples_per_s = 0;  // after the first 5 s (or third of the run)
   int tuned_workers_final = 0;
   int tuned_workers_max = 0;

@@ -26,7 +26,7 @@ SweepReport StaticSweep(const std::vector<PointTuple>& points, int best_workers)
   SweepReport r;
   for (const auto& [workers, rate, stall] : points) {
     r.sweep.push_back({workers, rate, stall});
-    if (workers == best_workers) r.best_static = r.sweep.back();
+    if (workers == best_workers) r.best_static = r.recommended = r.sweep.back();
   }
   if (r.best_static.workers != best_workers) {
     throw py::value_error("best_workers " + std::to_string(best_workers) +

@@ -12,7 +12,7 @@ namespace {
 SweepReport Example() {
   SweepReport r;
   r.sweep = {{0, 100, 1}, {1, 180, 1}, {2, 350, 1}, {3, 352, 1}};
-  r.best_static = r.sweep[3];
+  r.best_static = r.recommended = r.sweep[3];
   r.tuned_measured = true;
   r.tuned_samples_per_s = 345;
   r.tuned_workers_final = 2;
@@ -75,7 +75,7 @@ TEST(ReportTest, TableMarksTheBest) {
 TEST(ReportTest, AnInterruptedSweepShowsThePointsMeasuredAndSaysSo) {
   SweepReport r = Example();
   r.sweep.resize(2);
-  r.best_static = r.sweep[1];
+  r.best_static = r.recommended = r.sweep[1];
   r.tuned_measured = false;
   r.interrupted = true;
   const std::string t = FormatSweepTable(r);
@@ -114,7 +114,7 @@ TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {
 TEST(ReportTest, SvgOfAStaticSweepAloneHasNoTunedPanel) {
   SweepReport r;
   r.sweep = {{0, 100, 1}, {1, 180, 1}, {2, 170, 1}};
-  r.best_static = r.sweep[1];
+  r.best_static = r.recommended = r.sweep[1];
   const std::string svg = SweepToSvg(r, "torch");
   EXPECT_EQ(svg.rfind("<svg xmlns='http://www.w3.org/2000/svg' width='440'", 0), 0u) << svg;
   EXPECT_NE(svg.find("static sweep"), std::string::npos);

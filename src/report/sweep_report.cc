@@ -14,7 +14,7 @@ std::string FormatSweepTable(const SweepReport& r) {
   out << line;
   for (const auto& p : r.sweep) {
     std::snprintf(line, sizeof line, "%9d  %14.1f  %7.1f%%%s\n", p.workers, p.samples_per_s,
-                  p.stall_fraction * 100, p.workers == r.best_static.workers ? "   <- best" : "");
+                  p.stall_fraction * 100, p.workers == r.recommended.workers ? "   <- best" : "");
     out << line;
   }
   if (!r.tuned_measured) {

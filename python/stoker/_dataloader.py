@@ -1,7 +1,6 @@
 """stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
-import atexit
 import base64
 import collections
 import dataclasses
@@ -11,11 +10,10 @@ import json
 import multiprocessing
 import os
 import time
-import weakref
 
 import torch.utils.data
 
-from . import _args, _errors, _native, _remote, _stats, _stoker, _workers
+from . import _args, _errors, _exit, _native, _remote, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -120,7 +118,7 @@ class DataLoader(torch.utils.data.DataLoader):
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn, options.unbatched)
         self._run = _Run.start(options, self._plan, job, native_plan)
-        _open_loaders.add(self)
+        _exit.close_at_exit(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
 
     @property
@@ -902,31 +900,6 @@ def _run_batch(job, epoch, batch, indices, seed, consumer=False):
         return _workers.run_batch(job, epoch, batch, indices, seed, consumer)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
         return _Raised(e), None
-
-
-# Loaders still open when the interpreter exits are closed first, while it
-# can still run their threads: an engine thread that asks for the GIL once
-# finalisation began is ended by the interpreter mid-C++ and aborts the
-# process (an uncaught exception kept a loader alive through its traceback).
-_open_loaders = weakref.WeakSet()
-
-
-# How long the interpreter's exit waits for thread workers' batches to stop
-# (at their next sample, their loaders closed): 2 s, or up to 10 s while they
-# compute (see wait_for_thread_batches).
-_EXIT_GRACE_S = 2.0
-_EXIT_BUSY_S = 10.0
-
-
-@atexit.register
-def _close_open_loaders():
-    for loader in list(_open_loaders):
-        try:
-            loader.close()
-        except Exception:  # noqa: BLE001 -- the interpreter is exiting; nothing to tell
-            pass
-    _workers.sweep_zygotes(patience_s=1.0)  # those Ctrl-C left, killed: they end at once
-    _workers.wait_for_thread_batches(_EXIT_GRACE_S, _EXIT_BUSY_S)
 
 
 class _KindTrial:

@@ -1,9 +1,10 @@
 """stoker.DataLoader: torch's DataLoader for any map-style dataset, on worker
 processes whose number the tuner sets and changes live (num_workers="auto")."""
 
-import atexit
+import array
 import base64
 import collections
+import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -13,11 +14,10 @@ import operator
 import os
 import pickle
 import time
-import weakref
 
 import torch.utils.data
 
-from . import _args, _errors, _native, _remote, _stats, _stoker, _workers
+from . import _args, _errors, _exit, _native, _remote, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -123,7 +123,7 @@ class DataLoader(torch.utils.data.DataLoader):
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn, options.unbatched)
         self._run = _Run.start(options, self._plan, job, native_plan)
-        _open_loaders.add(self)
+        _exit.close_at_exit(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
 
     @property
@@ -571,6 +571,8 @@ class _Plan:
         if self._generator is not None:  # torch's global one is the user's between epochs
             self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
         self._set(epoch, flat, offsets, keys, digest)
+        del flat, offsets, keys  # the table holds its own copy
+        _return_freed_heap()
 
     def _set(self, epoch, flat, offsets, keys, digest):
         """Hands `epoch`'s batches to the workers, as the epoch started."""
@@ -682,31 +684,61 @@ class _Plan:
 
     def _read(self):
         """The epoch's batches: (flat, where each starts (one more than
-        batches), keys). The sampler's keys go to dataset[...] as it gave
-        them: when all are ints, `flat` holds them and `keys` is empty; else
-        (tuples, strings, floats, numpy ints) `flat` holds each key's position
-        in its batch and `keys` each batch's keys, pickled."""
+        batches), keys), flat and offsets as arrays of int64 (a list would
+        hold an int object per sample: 100 MiB at 3 million, whose freed heap
+        stays with the process). The sampler's keys go to dataset[...] as it
+        gave them: when all are ints, `flat` holds them and `keys` is empty;
+        else (tuples, strings, floats, numpy ints) `flat` holds each key's
+        position in its batch and `keys` each batch's keys, pickled."""
         options = self._options
-        batches = ([i] for i in options.sampler) if options.unbatched else \
-            (list(b) for b in options.batch_sampler)
-        flat, offsets, lists, plain = [], [0], [], True
+        batches = ([i] for i in options.sampler) if options.unbatched else options.batch_sampler
+        flat, offsets, keys = array.array("q"), array.array("q", [0]), None
         for b in batches:
-            if self.index_keys:
-                b = [_index_key(k) for k in b]
-            lists.append(b)
-            plain = plain and all(type(k) is int for k in b)
-            flat.extend(b)
+            b = [_index_key(k) for k in b] if self.index_keys else list(b)
+            if keys is None and not all(type(k) is int for k in b):
+                # The first key that is not an int: the batches so far become
+                # pickled lists of their ints, and `flat` positions.
+                keys = [_pickled(list(flat[offsets[i]:offsets[i + 1]]))
+                        for i in range(len(offsets) - 1)]
+                flat = array.array("q", (p for i in range(len(offsets) - 1)
+                                         for p in range(offsets[i + 1] - offsets[i])))
+            if keys is None:
+                flat.extend(b)
+            else:
+                keys.append(_pickled(b))
+                flat.extend(range(len(b)))
             offsets.append(len(flat))
-        if plain:
-            return flat, offsets, []
-        flat = [p for b in lists for p in range(len(b))]
-        return flat, offsets, [pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL) for b in lists]
+        return flat, offsets, keys or []
+
+
+def _return_freed_heap():
+    """Gives the heap that reading the epoch's order freed back to the system.
+    A shuffled epoch of N samples passes through a few N-sized temporaries
+    (torch's randperm and its list of ints, the flat order): glibc keeps freed
+    heap below its trim threshold, which rises to 64 MiB as blocks that large
+    come and go, so at 3 million samples some 45 MiB stayed the loader's own
+    for the life of the process. Elsewhere than glibc: nothing to do."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None  # libc's malloc_trim once looked up; False where there is none
 
 
 def _state_tensor(text):
     """A generator's state from a record's base64 text."""
     torch = _torch()
     return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+
+def _pickled(keys):
+    return pickle.dumps(keys, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _index_key(key):
@@ -722,8 +754,9 @@ def _index_key(key):
 def _digest(flat, offsets, keys=()):
     """What a resume checks: the epoch's batches, hashed."""
     import numpy as np
-    h = hashlib.sha256(np.asarray(flat, dtype=np.int64).tobytes())
-    h.update(np.asarray(offsets, dtype=np.int64).tobytes())
+    # Hashed in place: the same bytes as the int64 array's tobytes().
+    h = hashlib.sha256(np.ascontiguousarray(flat, dtype=np.int64))
+    h.update(np.ascontiguousarray(offsets, dtype=np.int64))
     for blob in keys:
         h.update(blob)
     return h.hexdigest()[:32]
@@ -927,31 +960,6 @@ def _run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
         return _workers.run_batch(job, epoch, batch, indices, seed, keys, consumer)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
         return _Raised(e), None
-
-
-# Loaders still open when the interpreter exits are closed first, while it
-# can still run their threads: an engine thread that asks for the GIL once
-# finalisation began is ended by the interpreter mid-C++ and aborts the
-# process (an uncaught exception kept a loader alive through its traceback).
-_open_loaders = weakref.WeakSet()
-
-
-# How long the interpreter's exit waits for thread workers' batches to stop
-# (at their next sample, their loaders closed): 2 s, or up to 10 s while they
-# compute (see wait_for_thread_batches).
-_EXIT_GRACE_S = 2.0
-_EXIT_BUSY_S = 10.0
-
-
-@atexit.register
-def _close_open_loaders():
-    for loader in list(_open_loaders):
-        try:
-            loader.close()
-        except Exception:  # noqa: BLE001 -- the interpreter is exiting; nothing to tell
-            pass
-    _workers.sweep_zygotes(patience_s=1.0)  # those Ctrl-C left, killed: they end at once
-    _workers.wait_for_thread_batches(_EXIT_GRACE_S, _EXIT_BUSY_S)
 
 
 class _KindTrial:

@@ -3,7 +3,7 @@
 import json
 import os
 
-from . import _args, _remote, _stats, _stoker
+from . import _args, _exit, _remote, _stats, _stoker
 from . import transforms as _transforms
 from ._sources import Source, Synthetic, _open_path
 
@@ -242,6 +242,7 @@ class Loader:
             on_error=_error_policy(on_error), ordered=ordered, start_epoch=start_epoch,
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
+        _exit.close_at_exit(self)  # its threads must not outlive the interpreter
         self.batch_size = batch_size
 
     def _remote_kind(self, remote, seed):
@@ -366,7 +367,9 @@ class Loader:
 
     def close(self):
         """Stops and joins the workers now (also done when the loader is
-        garbage-collected). Batches already yielded stay valid."""
+        garbage-collected, and at the interpreter's exit, where a thread
+        still iterating gets stoker.Cancelled). Batches already yielded stay
+        valid."""
         if self._cluster is not None:
             self._cluster.cancel()  # remote slots waiting on a task return
         if self._impl is not None:

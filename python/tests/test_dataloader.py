@@ -981,3 +981,17 @@ def test_every_option_is_checked_before_the_zygote_is_forked(monkeypatch, option
     with pytest.raises((ValueError, TypeError), match=option):
         stoker.DataLoader(Numbers(), batch_size=4, num_workers=2, **{option: value})
     assert children() <= before
+
+
+def test_the_epochs_order_is_read_into_int64_arrays_with_the_digest_checkpoints_keep():
+    # The order is read into int64 arrays (no int object per sample, no heap
+    # left behind); a checkpoint taken when it was a list of ints still
+    # resumes: the digest is of the same bytes.
+    from stoker import _dataloader
+    torch.manual_seed(3)
+    dl = stoker.DataLoader(Plain(50), batch_size=4, shuffle=True, num_workers=0)
+    flat, offsets = dl._plan._read()
+    assert flat.typecode == offsets.typecode == "q"
+    assert sorted(flat) == list(range(50)) and list(offsets) == list(range(0, 50, 4)) + [50]
+    assert _dataloader._digest(flat, offsets) == _dataloader._digest(list(flat), list(offsets))
+    dl.close()

@@ -271,3 +271,28 @@ def test_the_engine_options_are_set_by_name():
     assert options.tuner.max_workers == 5 and options.tuner.trace_path == ""
     with pytest.raises(TypeError, match="LoaderOptions has no field 'batchsize'"):
         _stoker.LoaderOptions(batchsize=3)
+
+
+ITERATED_AT_EXIT = """
+import threading, time, stoker
+source = stoker.Synthetic(size=1_000_000, shape=(64, 64, 3), num_classes=10)
+loader = stoker.Loader(source, batch_size=64, output="numpy", workers={workers!r})
+def train():
+    for _ in loader:
+        pass
+threading.Thread(target=train, daemon=True).start()
+time.sleep(1)  # the thread is inside next(), waiting for a batch without the GIL
+"""
+
+
+@pytest.mark.parametrize("workers", [1, "auto"])
+def test_a_daemon_thread_iterating_at_the_interpreters_exit_does_not_abort_it(workers):
+    # Issue 23: nothing closed a stoker.Loader at exit. Its next() came back
+    # into Python once finalisation had begun, and the interpreter ended the
+    # thread inside C++: "terminate called without an active exception",
+    # SIGABRT, in every run. Two runs each.
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", ITERATED_AT_EXIT.format(workers=workers)],
+                             capture_output=True, text=True, timeout=120, env=dict(os.environ))
+        assert out.returncode == 0, out.stderr
+        assert "terminate called" not in out.stderr

@@ -1,6 +1,8 @@
 #include "epoch_batches.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "stoker/rng.h"
 
@@ -30,9 +32,17 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
     return InvalidArgument("epoch " + std::to_string(epoch) + ": " + std::to_string(keys.size()) +
                            " lists of keys for " + std::to_string(offsets.size() - 1) + " batches");
   }
+  std::vector<int32_t> narrow;
+  if (std::all_of(flat.begin(), flat.end(), [](int64_t i) {
+        return i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
+      })) {
+    narrow.assign(flat.begin(), flat.end());
+    std::vector<int64_t>().swap(flat);
+  }
   {
     MutexLock lock(mu_);
-    epochs_[epoch] = {std::move(flat), std::move(offsets), seed, std::move(keys), ++clock_};
+    epochs_[epoch] = {std::move(narrow), std::move(flat), std::move(offsets), seed,
+                      std::move(keys),   ++clock_};
     latest_seed_ = seed;
     if (first_set_ < 0) first_set_ = epoch;
     last_set_ = epoch;
@@ -62,16 +72,20 @@ Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
   while (!shutdown_ && generation_ == generation && epochs_.count(epoch) == 0) cv_.Wait(mu_);
   if (shutdown_) return Cancelled("the loader was closed");
   if (epochs_.count(epoch) == 0) return Cancelled("epoch abandoned by a resume");
-  const auto& [flat, offsets, seed, keys, used] = epochs_[epoch];
+  const Epoch& e = epochs_[epoch];
+  const std::vector<int64_t>& offsets = e.offsets;
   const auto b = static_cast<size_t>(batch);
   if (batch < 0 || b + 1 >= offsets.size()) {
     return Cancelled("epoch " + std::to_string(epoch) + " has " +
                      std::to_string(offsets.size() - 1) + " batches, no batch " +
                      std::to_string(batch) + " (planned before its count changed)");
   }
-  return Batch{std::vector<int64_t>(flat.begin() + offsets[b], flat.begin() + offsets[b + 1]),
-               BatchSeed(static_cast<uint64_t>(seed), epoch, batch),
-               keys.empty() ? std::string() : keys[b]};
+  const auto copy = [&](const auto& indices) {
+    return std::vector<int64_t>(indices.begin() + offsets[b], indices.begin() + offsets[b + 1]);
+  };
+  return Batch{e.flat.empty() ? copy(e.narrow) : copy(e.flat),
+               BatchSeed(static_cast<uint64_t>(e.seed), epoch, batch),
+               e.keys.empty() ? std::string() : e.keys[b]};
 }
 
 int64_t EpochBatches::latest_seed() const {

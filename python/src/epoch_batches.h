@@ -75,6 +75,10 @@ class EpochBatches {
   int64_t first_set_ GUARDED_BY(mu_) = -1;
   int64_t last_set_ GUARDED_BY(mu_) = -1;
   struct Epoch {
+    // The indices, 4 bytes each when every one fits (narrow; flat then
+    // empty): an epoch of millions is kept for its whole length, up to
+    // three epochs at once.
+    std::vector<int32_t> narrow;
     std::vector<int64_t> flat, offsets;
     int64_t seed = 0;
     std::vector<std::string> keys;  // per batch, or empty

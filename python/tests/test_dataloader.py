@@ -990,7 +990,8 @@ def test_the_epochs_order_is_read_into_int64_arrays_with_the_digest_checkpoints_
     from stoker import _dataloader
     torch.manual_seed(3)
     dl = stoker.DataLoader(Plain(50), batch_size=4, shuffle=True, num_workers=0)
-    flat, offsets = dl._plan._read()
+    flat, offsets, keys = dl._plan._read()
+    assert keys == []  # all ints: the indices are the keys
     assert flat.typecode == offsets.typecode == "q"
     assert sorted(flat) == list(range(50)) and list(offsets) == list(range(0, 50, 4)) + [50]
     assert _dataloader._digest(flat, offsets) == _dataloader._digest(list(flat), list(offsets))

@@ -127,6 +127,7 @@ def start_zygote(job, context=None):
 # made (its zygote exits when its socket closes); never a zombie for the life
 # of the program.
 _zygotes = set()
+_killed = set()  # of those, killed by an interrupted end_zygote: they end at once
 
 
 def end_zygote(pid, patience_s=5.0):
@@ -136,14 +137,15 @@ def end_zygote(pid, patience_s=5.0):
         _wait(pid, patience_s=patience_s)
     except BaseException:
         _kill(pid)
+        _killed.add(pid)
         raise
     _zygotes.discard(pid)
     sweep_zygotes()
 
 
-def sweep_zygotes(patience_s=0.0):
-    """Collects the zygotes that have ended (a live one is left alone),
-    waiting up to `patience_s` for those still running."""
+def sweep_zygotes(patience_s=1.0):
+    """Collects the zygotes that have ended, waiting up to `patience_s` for
+    those killed (a live one is left alone)."""
     deadline = time.monotonic() + patience_s
     for pid in list(_zygotes):
         while True:
@@ -151,11 +153,12 @@ def sweep_zygotes(patience_s=0.0):
                 done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 done = pid
-            if done or time.monotonic() >= deadline:
+            if done or pid not in _killed or time.monotonic() >= deadline:
                 break
             time.sleep(0.001)
         if done:
             _zygotes.discard(pid)
+            _killed.discard(pid)
 
 
 def _zygote_main(ctl, job):

@@ -138,9 +138,20 @@ def end_zygote(pid, patience_s=5.0):
     except BaseException:
         _kill(pid)
         _killed.add(pid)
+        # Collected the moment it ends, whether or not another loader sweeps.
+        threading.Thread(target=_reap, args=(pid,), name="stoker-reap", daemon=True).start()
         raise
     _zygotes.discard(pid)
     sweep_zygotes()
+
+
+def _reap(pid):
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # a sweep collected it first
+        pass
+    _zygotes.discard(pid)
+    _killed.discard(pid)
 
 
 def sweep_zygotes(patience_s=1.0):

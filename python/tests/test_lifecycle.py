@@ -465,9 +465,11 @@ def test_ctrl_c_anywhere_in_construction_or_close_leaves_no_process_behind():
         while children() and time.monotonic() < deadline:
             time.sleep(0.05)
         states = []
-        for pid in children():
+        for pid in children():  # with what stoker knew of it, should one be left
             with open(f"/proc/{pid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
+                states.append(f.read().rsplit(")", 1)[1].split()[0] +
+                              f":tracked={pid in stoker._workers._zygotes}"
+                              f":killed={pid in stoker._workers._killed}")
         print(interrupted, states)
     """, timeout=240)
     interrupted, states = out.split(" ", 1)

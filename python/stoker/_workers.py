@@ -106,6 +106,7 @@ def start_zygote(job, context=None):
         if pid == 0:  # the zygote
             code = 0
             try:
+                _name_self(_ZYGOTE_NAME)  # how a sweep knows it, should its pid be lost
                 _stoker.close_registered_fds(-1)  # other loaders' segments and sockets, our parent end
                 _zygote_main(child, job)
             except BaseException:  # noqa: BLE001 -- a zygote never returns into the user's program
@@ -154,9 +155,51 @@ def _reap(pid):
     _killed.discard(pid)
 
 
+_ZYGOTE_NAME = "stoker-zygote"
+
+
+def _name_self(name):
+    try:
+        with open("/proc/self/comm", "w") as f:
+            f.write(name)
+    except OSError:
+        pass
+
+
+def _lost_zygotes():
+    """Zombie children named as zygotes whose pids were never recorded: Ctrl-C
+    handled right after os.fork() returned, before the pid was stored."""
+    lost = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return lost
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids = [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    comm, state = f.read().rsplit(")", 1)
+            except OSError:
+                continue
+            if state.split()[0] == "Z" and comm.endswith("(" + _ZYGOTE_NAME):
+                lost.append(pid)
+    return lost
+
+
 def sweep_zygotes(patience_s=1.0):
     """Collects the zygotes that have ended, waiting up to `patience_s` for
-    those killed (a live one is left alone)."""
+    those killed (a live one is left alone), and any zygote whose pid was lost."""
+    for pid in _lost_zygotes():
+        if pid not in _zygotes:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
     deadline = time.monotonic() + patience_s
     for pid in list(_zygotes):
         while True:
@@ -383,6 +426,7 @@ def batch_scheduling():
 
 
 def _worker_main(sock, job, worker_id, num_workers, seed):
+    _name_self("stoker-worker")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     batch_scheduling()
     torch = sys.modules.get("torch")

@@ -716,8 +716,8 @@ def _return_freed_heap():
     A shuffled epoch of N samples passes through a few N-sized temporaries
     (torch's randperm and its list of ints, the flat order): glibc keeps freed
     heap below its trim threshold, which rises to 64 MiB as blocks that large
-    come and go, so at 3 million samples some 45 MiB stayed the loader's own
-    for the life of the process. Elsewhere than glibc: nothing to do."""
+    come and go, so it would stay the loader's own for the life of the
+    process (figures: docs/dataloader.md). Elsewhere than glibc: nothing to do."""
     global _malloc_trim
     if _malloc_trim is None:
         try:

@@ -42,6 +42,7 @@ __all__ = [
     "Loader",
     "ResourceError",
     "SharedList",
+    "ShardedIterable",
     "Source",
     "Synthetic",
     "TarShards",
@@ -58,10 +59,14 @@ __all__ = [
 
 
 def __getattr__(name):
-    # stoker.DataLoader subclasses torch's: torch is imported when it is first asked for.
+    # stoker.DataLoader and ShardedIterable subclass torch's: torch is imported when one
+    # is first asked for.
     if name == "DataLoader":
         from ._dataloader import DataLoader
         return DataLoader
+    if name == "ShardedIterable":
+        from ._shards import ShardedIterable
+        return ShardedIterable
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 

@@ -17,7 +17,7 @@ import time
 
 import torch.utils.data
 
-from . import _args, _errors, _exit, _native, _remote, _stats, _stoker, _workers
+from . import _args, _errors, _exit, _native, _remote, _shards, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -65,8 +65,11 @@ class DataLoader(torch.utils.data.DataLoader):
     what is not the sample's fault (MemoryError; an OSError of refused
     resources or of a store gone or out of reach, e.g. ENOTCONN, ESTALE,
     ETIMEDOUT): that raises ``stoker.ResourceError`` in either mode.
-    IterableDataset is refused: its stream cannot be split among a changing
-    number of workers without repeating or losing samples.
+    A sharded stream (``stoker.ShardedIterable``: an IterableDataset with
+    ``shards()`` and ``iter_shard(shard)``) is split by shard, a shard to a
+    worker, so the pool still resizes live; ``shuffle=True`` shuffles the
+    shard order, ``shuffle_buffer=N`` each shard's samples (docs/dataloader.md,
+    "Sharded streams"). A plain IterableDataset is refused.
     ``device="cuda[:N]"``: batches arrive as tensors on that device, copied on a
     stream of their own while the consumer works on the batch before (at most
     ``device_prefetch_bytes`` ahead, default a quarter of the free device
@@ -92,7 +95,7 @@ class DataLoader(torch.utils.data.DataLoader):
                  max_workers=0, device=None, device_prefetch_bytes=None,
                  memory_budget_bytes=0, tune_interval=0.2, trace_path=None, cluster=None,
                  cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
-                 native=True):
+                 native=True, shuffle_buffer=0):
         self._run = None  # until every option is checked
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -105,23 +108,28 @@ class DataLoader(torch.utils.data.DataLoader):
             device_prefetch_bytes=device_prefetch_bytes, memory_budget_bytes=memory_budget_bytes,
             tune_interval=tune_interval, trace_path=trace_path, cluster=cluster,
             cluster_security=cluster_security, remote_timeout=remote_timeout,
-            remote_min=remote_min)
+            remote_min=remote_min, shuffle_buffer=shuffle_buffer)
         # The effects, in order: the zygote, the threads, the engine. Nothing
         # draws from torch's generators before iter() (torch's does not).
         self.dataset = dataset
         for name in _PUBLIC_OPTIONS:
             setattr(self, name, getattr(options, name))
         self._DataLoader__multiprocessing_context = options.multiprocessing_context
-        self._dataset_kind = torch.utils.data.dataloader._DatasetKind.Map
+        kinds = torch.utils.data.dataloader._DatasetKind
+        self._dataset_kind = kinds.Map if options.shards is None else kinds.Iterable
         self._IterableDataset_len_called = None
         self._options = options
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._iterator = None     # the live iterator, if any
-        self._plan = _Plan(options, dataset)
-        native_plan, self._pipeline_reason = _native.recognise(dataset, options, native)
+        self._skip = 0  # load_state_dict: batches of the resumed epoch's first shard taken
+        shards = options.shards
+        self._plan = _Plan(options, dataset if shards is None else shards.table)
+        native_plan, self._pipeline_reason = (None, "a sharded stream") if shards else \
+            _native.recognise(dataset, options, native)
         self._plan.index_keys = native_plan is not None
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
-                            options.worker_init_fn, options.unbatched)
+                            options.worker_init_fn,
+                            options.unbatched if shards is None else shards.unbatched, shards)
         self._run = _Run.start(options, self._plan, job, native_plan)
         _exit.close_at_exit(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
@@ -141,6 +149,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """The sampler's batches now, as torch's len(): a length that changed
         since the last iter() shows here at once."""
         options = self._options
+        if options.shards is not None:  # as torch's len() of an IterableDataset
+            return _shards.approximate_len(self.dataset, options.batch_size, options.drop_last)
         return len(options.sampler if options.unbatched else options.batch_sampler)
 
     def __iter__(self):
@@ -165,10 +175,11 @@ class DataLoader(torch.utils.data.DataLoader):
             # Abandons what is left of the last epoch, and what the workers
             # made ahead for this one from another count or other lists.
             run.engine.set_epoch(epoch, items=plan.batches, keep_ahead=plan.ahead_holds)
-        it = _Iterator(run, epoch, self, plan.batches)
+        it = _Iterator(run, epoch, self, plan.batches, 0 if anew else self._skip)
         if prev is not None:
             prev.end("a newer iter()")
         self._resume = False
+        self._skip = 0
         self._iterator = it
         return it
 
@@ -200,6 +211,15 @@ class DataLoader(torch.utils.data.DataLoader):
         self._run.check_usable()
         options = self._options
         record = self._plan.record
+        engine, stream = self._run.engine.state(), None
+        if options.shards is not None:
+            it = self._iterator
+            opened = it.open_item() if it is not None and not it.done else None
+            if self._resume and self._skip:
+                stream = {"item": self._skip[0], "batches_taken": self._skip[1]}
+            elif opened is not None:  # the shard whose batches are being handed out
+                engine = _shards.reopen(engine, opened[0], it.epoch, self._plan.batches)
+                stream = {"item": opened[0], "batches_taken": opened[1]}
         return {"format": _FORMAT,
                 # Of the checkpoint's epoch (the record's), else as they are now.
                 "dataset_len": (record or {}).get("dataset_len", len(self.dataset)),
@@ -208,7 +228,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 "drop_last": options.drop_last,
                 "sampler": type(options.sampler).__name__,
                 "batch_sampler": type(options.batch_sampler).__name__,
-                "epoch_start": self._plan.record, "engine": self._run.engine.state()}
+                "epoch_start": self._plan.record, "engine": engine, "stream": stream}
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
@@ -228,9 +248,11 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError("state dict has no 'engine' entry")
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
         record = _Plan.check_record(state.get("epoch_start"))
+        skip = _shards.check_stream_state(state.get("stream"))
         self._run.engine.restore(json.dumps(engine))
         self._plan.restore(record, epoch)
         self._resume = True
+        self._skip = skip
         if self._iterator is not None:
             self._iterator.end("load_state_dict()")
 
@@ -288,6 +310,9 @@ class DataLoader(torch.utils.data.DataLoader):
     def close(self):
         """Stops the workers and the zygote, at once; batches already handed out
         stay valid. Idempotent; also on garbage collection and ``with``."""
+        it = getattr(self, "_iterator", None)  # unset when __init__ failed
+        if it is not None:
+            it.end("close()")
         if self._run is not None:
             self._run.close()
 
@@ -326,6 +351,9 @@ class _DataLoaderOptions:
     collate_fn: object
     default_collate: object   # torch's, which the workers collate into shared memory
     batches_per_epoch: int    # when the loader was made; each iter() reads its epoch's own
+    # A sharded stream (_shards): the engine's items are shards, the sampler
+    # orders the rank's shards; None for a map-style dataset.
+    shards: object            # a _shards.ShardJob, or None
     # Who makes them.
     num_workers: object       # as given: an int or "auto"
     workers: int              # the engine's count: num_workers, or _stoker.AUTO_WORKERS
@@ -372,20 +400,31 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
                      multiprocessing_context, prefetch_factor, persistent_workers,
                      pin_memory_device, generator, in_order, worker_kind, on_error, max_workers,
                      device, device_prefetch_bytes, memory_budget_bytes, tune_interval,
-                     trace_path, cluster, cluster_security, remote_timeout, remote_min):
+                     trace_path, cluster, cluster_security, remote_timeout, remote_min,
+                     shuffle_buffer=0):
     """A DataLoader's options, every one checked (TypeError or ValueError
     naming the option and its value) before anything is made."""
     from torch.utils.data import IterableDataset
-    if isinstance(dataset, IterableDataset):
+    shuffle_buffer = _args.integer("shuffle_buffer", shuffle_buffer, 0, 1 << 31)
+    if _shards.is_sharded(dataset):
+        batching = _resolve_shard_batching(dataset, batch_size, shuffle, sampler,
+                                           batch_sampler, drop_last, collate_fn, generator,
+                                           shuffle_buffer)
+    elif isinstance(dataset, IterableDataset):
         raise TypeError("stoker.DataLoader takes map-style datasets (with __getitem__ and "
-                        "__len__); an IterableDataset's stream cannot be split among a "
-                        "changing number of workers without repeating or losing samples. "
-                        "Use torch.utils.data.DataLoader for it.")
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+                        "__len__) and sharded streams (an IterableDataset with shards() and "
+                        "iter_shard(shard): stoker.ShardedIterable); a plain IterableDataset's "
+                        "stream cannot be split among a changing number of workers without "
+                        "repeating or losing samples. Use torch.utils.data.DataLoader for it.")
+    elif not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError("dataset must have __getitem__ and __len__, got "
                         f"{type(dataset).__name__}")
-    batching = _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler,
-                                 drop_last, collate_fn, generator)
+    elif shuffle_buffer:
+        raise ValueError("shuffle_buffer is for sharded streams (stoker.ShardedIterable); "
+                         "a map-style dataset is shuffled by its sampler (shuffle=True)")
+    else:
+        batching = _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler,
+                                     drop_last, collate_fn, generator)
     delivery = _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_bytes,
                                  timeout, in_order, generator, on_error)
     workers = _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
@@ -399,6 +438,41 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
     return _DataLoaderOptions(**batching, **delivery, **workers, **remote)
 
 
+def _batch_size(batch_size, drop_last):
+    """batch_size as torch checks it (None: samples one by one)."""
+    if batch_size is None:
+        if drop_last:
+            raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                             "exclusive with drop_last")
+        return None
+    return _args.integer("batch_size", batch_size, 1, 1 << 31)
+
+
+def _resolve_shard_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
+                            collate_fn, generator, shuffle_buffer):
+    """A sharded stream's batching: the engine's items are the rank's shards,
+    in the order torch's RandomSampler (shuffle) or SequentialSampler gives
+    them; the workers batch each shard's samples."""
+    from torch.utils.data import RandomSampler, SequentialSampler
+    from torch.utils.data._utils.collate import default_collate, default_convert
+    for name, value in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+        if value is not None:
+            raise ValueError(f"DataLoader with IterableDataset: expected unspecified {name} "
+                             f"option, but got {name}={value!r} (a sharded stream's order is "
+                             "its shards', shuffled with shuffle=True)")
+    batch_size = _batch_size(batch_size, drop_last)
+    table = _shards.ShardTable(dataset)
+    sampler = RandomSampler(table, generator=generator) if shuffle else SequentialSampler(table)
+    unbatched = batch_size is None
+    if collate_fn is None:
+        collate_fn = default_convert if unbatched else default_collate
+    return {"batch_size": batch_size, "sampler": sampler, "batch_sampler": None,
+            "drop_last": bool(drop_last), "unbatched": True, "collate_fn": collate_fn,
+            "default_collate": default_collate, "batches_per_epoch": len(table),
+            "shards": _shards.ShardJob(dataset, table, batch_size, bool(drop_last),
+                                       shuffle_buffer, unbatched)}
+
+
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
                       collate_fn, generator):
     """The batch options as torch checks them, torch's samplers where the user
@@ -410,12 +484,8 @@ def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop
             raise ValueError("batch_sampler option is mutually exclusive with batch_size, "
                              "shuffle, sampler, and drop_last")
         batch_size, drop_last = None, False
-    elif batch_size is None:
-        if drop_last:
-            raise ValueError("batch_size=None option disables auto-batching and is mutually "
-                             "exclusive with drop_last")
     else:
-        batch_size = _args.integer("batch_size", batch_size, 1, 1 << 31)
+        batch_size = _batch_size(batch_size, drop_last)
     if sampler is not None and shuffle:
         raise ValueError("sampler option is mutually exclusive with shuffle")
     if sampler is None:
@@ -429,7 +499,7 @@ def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop
     count = len(sampler) if unbatched else len(batch_sampler)
     return {"batch_size": batch_size, "sampler": sampler, "batch_sampler": batch_sampler,
             "drop_last": bool(drop_last), "unbatched": unbatched, "collate_fn": collate_fn,
-            "default_collate": default_collate, "batches_per_epoch": count}
+            "default_collate": default_collate, "batches_per_epoch": count, "shards": None}
 
 
 def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_bytes, timeout,
@@ -1146,9 +1216,16 @@ class _Iterator:
     policy reports failed samples (a DataError or ResourceError naming each,
     then the rest of their batch) or skips them."""
 
-    def __init__(self, run, epoch, owner, batches):
+    def __init__(self, run, epoch, owner, batches, skip=0):
         self.run = run
         self._batches = batches  # its epoch's, as the sampler gave them
+        # A sharded stream's item is a shard's batches, handed out one by one.
+        self._pending = collections.deque()
+        self._item = None      # the engine item they come from
+        self._taken = 0        # of its batches, how many were handed out
+        self._skip = skip      # a resume's (item, batches of it already taken), or 0
+        self._got_item = None  # the engine item of the last payload
+        self._sharded = run.options.shards is not None
         self._owner = owner    # the loader lives while its iterator does (its close ends the run)
         self.epoch = epoch
         self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
@@ -1179,6 +1256,7 @@ class _Iterator:
         if not self.finished:
             self._ended_by = by
         self.done = True
+        self._pending.clear()  # a shard's batches not handed out: their segment is let go
 
     def __next__(self):
         self.run.check_usable()
@@ -1202,12 +1280,30 @@ class _Iterator:
                 f"stoker.DataLoader after {self.position} of its {len(self)} batches: a loader "
                 "runs one epoch at a time (drop or finish an iterator before starting another)")
         while True:
+            if self._pending:
+                self._taken += 1
+                return self._finish(self._pending.popleft())
             payload = self._produce()
             if payload is _END:
                 self.finished = self.done = True
                 raise StopIteration
-            if payload is not _workers.NO_SAMPLE:  # every sample of the batch failed
+            if isinstance(payload, _shards.Batches):
+                self._open(payload)
+            elif payload is not _workers.NO_SAMPLE:  # every sample of the batch failed
                 return self._finish(payload)
+
+    def _open(self, batches):
+        """A shard's batches, less those a resumed checkpoint had taken."""
+        item, taken = self._got_item, 0
+        if self._skip and self._skip[0] == item:
+            taken, self._skip = self._skip[1], 0
+        self._item, self._taken = item, taken
+        self._pending.extend(batches[taken:])
+
+    def open_item(self):
+        """(engine item, batches handed out) of the shard whose batches are
+        being handed out, or None between shards."""
+        return (self._item, self._taken) if self._pending else None
 
     def _finish(self, payload):
         if self._pin:
@@ -1235,6 +1331,8 @@ class _Iterator:
         if got is None:
             return _END
         descriptor = got[0][0]
+        if self._sharded:
+            self._got_item = int(got[1][0])  # a kind's label is its item
         self.position += 1
         if self.position == 1:
             self.run.plan.give_ahead(self.epoch + 1)  # the workers may start on it early

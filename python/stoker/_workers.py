@@ -308,12 +308,14 @@ def _wait(pid, patience_s=None):
 class _Job:
     """What every worker of one loader runs: picked up by fork, never pickled."""
 
-    def __init__(self, dataset, collate_fn, default_collate, worker_init_fn, unbatched):
+    def __init__(self, dataset, collate_fn, default_collate, worker_init_fn, unbatched,
+                 shards=None):
         self.dataset = dataset
         self.collate_fn = collate_fn
         self.default_collate = default_collate
         self.worker_init_fn = worker_init_fn
         self.unbatched = unbatched
+        self.shards = shards  # a sharded stream's _shards.ShardJob: an item is a shard
 
 
 def _seed_all(seed):
@@ -725,6 +727,44 @@ def _collate_or_error(job, samples, wanted, writer=None):
                       "".join(traceback.format_exception(e)))
 
 
+class _CollateRaised(Exception):
+    def __init__(self, error):
+        super().__init__(error)
+        self.error = error
+
+
+def _load_shard(job, indices, seed, at=None, writer=None, consumer=False):
+    """A sharded stream's item, the shard at position indices[0], as
+    (payload: its _shards.Batches, or NO_SAMPLE when it gave none; the
+    samples kept; failures; the collate error or None). A shard that raised
+    midway is one failure naming it and the offset, its earlier samples kept."""
+    from . import _shards
+    _seed_all(seed)
+    position = indices[0]
+
+    def collate(chunk):
+        try:
+            return _collate(job, chunk, writer)
+        except Exception as e:  # noqa: BLE001 -- the loader names the shard's item
+            raise _CollateRaised(e) from None
+
+    try:
+        batches, count, failure = _shards.read(job.shards, position, seed,
+                                               at or (lambda k: None), collate, consumer)
+    except _CollateRaised as raised:
+        e = raised.error
+        return None, [], [], (f"collate_fn raised {type(e).__name__}: {e}",
+                              "".join(traceback.format_exception(e)))
+    failures = []
+    if failure is not None:
+        offset, e = failure
+        trace = "".join(traceback.format_exception(e))
+        reason = (f"shard {job.shards.names[position]!r} raised after {offset} samples: "
+                  f"{type(e).__name__}: {e}")
+        failures.append((position, reason, trace, not_the_samples_fault(e), e))
+    return (batches if batches else NO_SAMPLE), range(count), failures, None
+
+
 def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
     """One batch in this process (a worker thread, or the `consumer`'s at
     num_workers=0): (payload, (kept, failures, collate error, epoch, batch)).
@@ -732,6 +772,10 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
     closed (_Abandoned)."""
     cancelled = getattr(_thread_worker, "cancelled", None)
     at = None if cancelled is None else lambda position: _stop_if(cancelled)
+    if job.shards is not None:
+        payload, kept, failures, collate_error = _load_shard(job, indices, seed, at,
+                                                             consumer=consumer)
+        return payload, (kept, failures, collate_error, epoch, batch)
     samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
                                     keys=keys_of(indices, keys))
     payload, collate_error = _collate_or_error(job, samples, len(indices))
@@ -824,6 +868,13 @@ def _run_task(job, seg, epoch, batch, check_memory):
     keys_at, keys_bytes = (_HEADER.words + n) * _WORD.size, header[_HEADER.keys_bytes]
     keys = keys_of(indices, bytes(m[keys_at:keys_at + keys_bytes]) if keys_bytes else None)
     writer = _Writer(seg, data_off)
+    if job.shards is not None:
+        def at_sample(offset):  # the shard's offset; a death blames the item's one index
+            check_memory(max(offset, 0))
+            _WORD.pack_into(m, _HEADER.position * _WORD.size, 0 if offset >= 0 else -1)
+        payload, kept, failures, collate_error = _load_shard(job, indices, seed, at_sample,
+                                                             writer)
+        return _written(writer, seg, payload, kept, failures, collate_error)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
     # Whom to blame if this process dies: the position it is on.
@@ -835,12 +886,18 @@ def _run_task(job, seg, epoch, batch, check_memory):
                                     _Stream(writer, len(indices)) if streamed else None,
                                     keys=keys)
     payload, collate_error = _collate_or_error(job, samples, len(indices), writer)
+    del samples
+    return _written(writer, seg, payload, kept, failures, collate_error)
+
+
+def _written(writer, seg, payload, kept, failures, collate_error):
+    """_run_task's result once `payload` is written into `seg`."""
     try:
         if collate_error is not None:
             return 0, 0, kept, failures, collate_error
         return (*_write(writer, payload), kept, failures, collate_error)
     finally:
-        del payload, samples
+        del payload
         writer.placed.clear()
         seg.end_task()
 

@@ -460,15 +460,21 @@ RESUME = textwrap.dedent("""
 """)
 
 
+def run_resume(template, workers, state=""):
+    """The last line of `template` (a RESUME script) run in a new process, as JSON."""
+    import json
+    code = template.format(tests=os.path.dirname(__file__), workers=workers, state=state)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_resume_in_a_new_process_with_another_worker_count():
     import json
 
     def run(workers, state=""):
-        code = RESUME.format(tests=os.path.dirname(__file__), workers=workers, state=state)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120, env=dict(os.environ))
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_resume(RESUME, workers, state)
 
     first = run(2)
     rest = run(1, json.dumps(first["state"]))

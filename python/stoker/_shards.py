@@ -1,0 +1,203 @@
+"""Sharded streams: an IterableDataset that names its shards (``shards()``) and
+reads one (``iter_shard(shard)``) is split by stoker itself, a shard to an
+engine item. Workers claim shards as they go, so the pool resizes at any
+moment; the epoch's order is a permutation of the rank's shards drawn as
+torch's RandomSampler draws it; a shard's samples are batched in the worker
+that read it (its last batch may be short, as each of torch's workers' last
+one is); a checkpoint is the shards delivered plus the batches taken from the
+open one."""
+
+import os
+import random
+
+import torch.utils.data
+
+from . import _args
+
+
+class ShardedIterable(torch.utils.data.IterableDataset):
+    """A stream read shard by shard. Subclasses give ``shards()`` (a list of
+    picklable shard names, the same in every process) and ``iter_shard(shard)``
+    (that shard's samples, in order, the same at each call).
+
+    ``stoker.DataLoader`` splits it by shard itself and resizes its workers
+    live; under torch's DataLoader, ``__iter__`` splits the rank's shards by
+    ``get_worker_info()`` (worker i reads every num_workers-th shard), so the
+    same dataset runs unchanged there. Ranks: ``rank`` and ``world_size``
+    (default: torchrun's RANK and WORLD_SIZE, else 0 and 1) take every
+    world_size-th shard from ``rank`` on."""
+
+    rank = None
+    world_size = None
+
+    def shards(self):
+        raise NotImplementedError(f"{type(self).__name__} must define shards()")
+
+    def iter_shard(self, shard):
+        raise NotImplementedError(f"{type(self).__name__} must define iter_shard(shard)")
+
+    def __iter__(self):
+        mine = rank_shards(self)
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            mine = mine[info.id::info.num_workers]
+        for shard in mine:
+            yield from self.iter_shard(shard)
+
+
+def is_sharded(dataset):
+    """Whether stoker splits `dataset` by shard: an IterableDataset with both
+    shards() and iter_shard()."""
+    return (isinstance(dataset, torch.utils.data.IterableDataset) and
+            callable(getattr(dataset, "shards", None)) and
+            callable(getattr(dataset, "iter_shard", None)))
+
+
+def _rank_split(dataset):
+    """(rank, world_size): the dataset's own, else torchrun's, else (0, 1)."""
+    world = dataset.world_size if getattr(dataset, "world_size", None) is not None else \
+        os.environ.get("WORLD_SIZE", 1)
+    rank = dataset.rank if getattr(dataset, "rank", None) is not None else \
+        os.environ.get("RANK", 0)
+    world = _args.integer("world_size", int(world), 1, 1 << 20)
+    rank = _args.integer("rank", int(rank), 0, world - 1)
+    return rank, world
+
+
+def rank_shards(dataset):
+    """The shards this rank reads, in the order shards() gives them."""
+    rank, world = _rank_split(dataset)
+    shards = list(dataset.shards())
+    return shards[rank::world]
+
+
+class ShardTable:
+    """The rank's shards as a sequence: what the loader's sampler orders (its
+    length is the epoch's item count; an item is a shard's position here)."""
+
+    def __init__(self, dataset):
+        self.names = rank_shards(dataset)
+        if not self.names:
+            rank, world = _rank_split(dataset)
+            raise ValueError(f"rank {rank} of {world} has no shard: {type(dataset).__name__}."
+                             f"shards() gave {len(list(dataset.shards()))}")
+
+    def __len__(self):
+        return len(self.names)
+
+    def __getitem__(self, position):
+        return self.names[position]
+
+
+class ShardJob:
+    """What a worker needs to turn a shard position into its batches: the
+    dataset, the rank's shard names, the batching options."""
+
+    def __init__(self, dataset, table, batch_size, drop_last, shuffle_buffer, unbatched):
+        self.dataset = dataset
+        self.table = table
+        self.names = table.names
+        self.batch_size = batch_size  # None: samples one by one (torch's batch_size=None)
+        self.drop_last = drop_last
+        self.shuffle_buffer = shuffle_buffer
+        self.unbatched = unbatched
+
+
+class Batches(list):
+    """A shard's batches, as one engine item carries them; the consumer hands
+    them out one by one."""
+
+
+def _buffered(samples, size, rng):
+    """`samples` through a shuffle buffer of `size` (0: as they come)."""
+    if size <= 1:
+        yield from samples
+        return
+    buffer = []
+    for sample in samples:
+        if len(buffer) < size:
+            buffer.append(sample)
+            continue
+        j = rng.randrange(size)
+        buffer[j], sample = sample, buffer[j]
+        yield sample
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def read(shard_job, position, seed, at, collate, consumer=False):
+    """Shard `position`'s batches: (Batches, samples read, failure or None).
+    `at(k)` is told before sample k (-1: done); `collate(samples)` makes a
+    batch. A shard that raises keeps what it gave before: the failure is
+    (offset, the exception), the samples read until then batched. On the
+    `consumer`'s thread (num_workers=0) Ctrl-C and SystemExit propagate."""
+    name = shard_job.names[position]
+    rng = random.Random(seed)  # the buffer's own, apart from the user's generators
+    batches, chunk, count, failed = Batches(), [], 0, []
+    size = shard_job.batch_size or 1
+    stream = _numbered(iter(shard_job.dataset.iter_shard(name)), at, failed, consumer)
+    for sample in _buffered(stream, shard_job.shuffle_buffer, rng):
+        chunk.append(sample)
+        count += 1
+        if len(chunk) == size:
+            batches.append(collate(chunk))
+            chunk = []
+    if chunk and not shard_job.drop_last:
+        batches.append(collate(chunk))
+    at(-1)
+    return batches, count, failed[0] if failed else None
+
+
+def _numbered(stream, at, failed, consumer):
+    """The shard's samples, `at` told each one's offset; what the shard's
+    iterator raises ends them, (its offset, the error) put in `failed`."""
+    offset = 0
+    while True:
+        at(offset)
+        try:
+            sample = next(stream)
+        except StopIteration:
+            return
+        except BaseException as e:  # noqa: BLE001 -- the shard's failure, named by the loader
+            if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            failed.append((offset, e))
+            return
+        yield sample
+        offset += 1
+
+
+def approximate_len(dataset, batch_size, drop_last):
+    """len() of a loader over a sharded stream, as torch's for an
+    IterableDataset: from len(dataset), which it must have (TypeError else).
+    Each shard's last batch may be short, so the epoch may have more."""
+    n = len(dataset)
+    if batch_size is None:
+        return n
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+def reopen(engine, item, epoch, items):
+    """The engine state `engine` (a dict) with `item` of `epoch` not yet
+    delivered: the shard whose batches were being handed out is run again
+    at a resume, which skips those already taken. `items`: the epoch's count."""
+    if engine["epoch"] != epoch:  # the epoch's last item: the state had moved on
+        delivered = set(range(items))
+    else:
+        delivered = set(range(engine["position"])) | set(engine.get("beyond", ()))
+    delivered.discard(item)
+    position = next(i for i in range(items + 1) if i not in delivered)
+    return dict(engine, epoch=epoch, position=position,
+                beyond=sorted(i for i in delivered if i > position))
+
+
+def check_stream_state(stream):
+    """A checkpoint's "stream" entry as (item, batches taken), or 0."""
+    if stream is None:
+        return 0
+    if not isinstance(stream, dict):
+        raise ValueError("state dict's 'stream' is not a dict")
+    item, taken = stream.get("item"), stream.get("batches_taken")
+    for field, value in (("item", item), ("batches_taken", taken)):
+        _args.integer(f"state['stream'][{field!r}]", value, 0, 2**62)
+    return (item, taken)

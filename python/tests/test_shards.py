@@ -1,0 +1,273 @@
+"""Sharded streams (stoker.ShardedIterable): split by shard on live-resizable
+workers, exactly once, the same batches for any worker count, checkpoints
+mid-shard, ranks by shard; and the same dataset under torch's DataLoader."""
+
+import gc
+import json
+import os
+import random
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import stoker  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_dataloader import alive, run_resume, segments_open  # noqa: E402
+
+
+class Shards(stoker.ShardedIterable):
+    """Shard i holds samples i*1000 .. i*1000+lens[i]-1 (a tensor each, with
+    a draw from torch's generator); shard `bad` raises after `bad_after`."""
+
+    def __init__(self, lens=(5, 0, 7, 3, 10, 1, 12, 4), bad=None, bad_after=3, rank=None,
+                 world_size=None):
+        self.lens, self.bad, self.bad_after = list(lens), bad, bad_after
+        self.rank, self.world_size = rank, world_size
+
+    def shards(self):
+        return [f"shard-{i:02d}" for i in range(len(self.lens))]
+
+    def iter_shard(self, shard):
+        i = int(shard.split("-")[1])
+        for k in range(self.lens[i]):
+            if i == self.bad and k == self.bad_after:
+                raise OSError(f"{shard} is truncated")
+            yield torch.tensor([i * 1000 + k]), torch.rand(1)
+
+    def __len__(self):
+        return sum(self.lens)
+
+    def every(self, shards=None):
+        return sorted(i * 1000 + k for i, n in enumerate(self.lens) for k in range(n)
+                      if shards is None or i in shards)
+
+
+def batches(loader):
+    """Each batch's sample ids and draws, as lists."""
+    return [(ids.flatten().tolist(), draws.flatten().tolist()) for ids, draws in loader]
+
+
+def ids(got):
+    return [i for b, _ in got for i in b]
+
+
+def loader(dataset, workers, **kw):
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("shuffle", True)
+    return stoker.DataLoader(dataset, num_workers=workers,
+                             generator=torch.Generator().manual_seed(5), **kw)
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_the_same_batches_for_zero_one_three_and_auto_workers(kind):
+    ds = Shards()
+    seen = []
+    for workers in (0, 1, 3, "auto"):
+        if workers == 0 and kind == "threads":
+            continue
+        with loader(ds, workers, worker_kind=kind) as dl:
+            epochs = [batches(dl), batches(dl)]
+        if kind == "threads":  # threads share the process's generators: the ids only
+            epochs = [[(b, None) for b, _ in got] for got in epochs]
+        for got in epochs:
+            assert sorted(ids(got)) == ds.every()
+            # A shard's batches are its own: its last one may be short.
+            assert all(len({i // 1000 for i in b}) == 1 for b, _ in got)
+        assert epochs[0] != epochs[1]  # each iter() draws its own shard order
+        seen.append(epochs)
+    assert all(s == seen[0] for s in seen), "batches differ between worker counts"
+
+
+def test_exactly_once_under_random_live_resizes():
+    rng = random.Random(7)
+    ds = Shards(lens=[rng.randrange(0, 30) for _ in range(40)])
+    with loader(ds, 2) as dl:
+        for _ in range(3):
+            got = []
+            for ids_, _ in dl:
+                got += ids_.flatten().tolist()
+                if rng.random() < 0.3:
+                    dl._run.engine.resize(rng.randint(1, 4))
+            assert sorted(got) == ds.every()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
+    ds = Shards(bad=4, bad_after=3)
+    got, errors = [], []
+    with loader(ds, workers) as dl:
+        it = iter(dl)
+        while True:
+            try:
+                got += next(it)[0].flatten().tolist()
+            except StopIteration:
+                break
+            except OSError as e:  # the shard's own error type, as stoker.DataError too
+                assert isinstance(e, stoker.DataError)
+                errors.append(str(e))
+    assert len(errors) == 1 and "shard-04" in errors[0] and "after 3 samples" in errors[0]
+    assert "truncated" in errors[0]
+    # What the shard gave before its error is delivered; nothing else is lost.
+    assert sorted(got) == [i for i in ds.every() if not (4003 <= i < 5000)]
+
+    with loader(ds, workers, on_error="skip") as dl:
+        assert sorted(ids(batches(dl))) == sorted(got)
+        skipped = dl.skipped()
+    assert len(skipped) == 1 and "shard-04" in skipped[0]["reason"]
+
+
+def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
+    ds = Shards(lens=[40, 40, 40])
+    plain = None
+    seen = []
+    for workers in (0, 3):
+        with loader(ds, workers, shuffle_buffer=16) as dl:
+            got = batches(dl)
+        assert sorted(ids(got)) == ds.every()
+        seen.append(got)
+    with loader(ds, 0) as dl:
+        plain = batches(dl)
+    assert seen[0] == seen[1]
+    assert ids(seen[0]) != ids(plain)  # mixed within each shard
+    assert [b[0] // 1000 for b, _ in seen[0]] == [b[0] // 1000 for b, _ in plain]
+
+
+COUNTS = (0, 2, "auto")
+
+
+@pytest.mark.parametrize("taken_at", COUNTS)
+@pytest.mark.parametrize("taken", [1, 2, 6, 10])  # mid-shard but 1 (seed 5)
+def test_a_checkpoint_mid_shard_resumes_with_exactly_the_rest_at_any_count(taken_at, taken):
+    ds = Shards()
+    with loader(ds, taken_at) as dl:
+        whole = batches(dl)
+    with loader(ds, taken_at) as dl:
+        it = iter(dl)
+        head = []
+        for _ in range(taken):
+            a, b = next(it)
+            head.append((a.flatten().tolist(), b.flatten().tolist()))
+        state = dl.state_dict()
+    assert head == whole[:taken]
+    shard_of = [b[0] // 1000 for b, _ in whole]
+    if shard_of[taken] == shard_of[taken - 1]:  # inside a shard: it is read again, in part
+        assert state["stream"] == {"item": state["stream"]["item"], "batches_taken": taken -
+                                   shard_of.index(shard_of[taken])}
+    else:
+        assert state["stream"] is None
+    json.dumps(state)  # a checkpoint is plain data
+    for resumed_at in COUNTS:
+        with loader(ds, resumed_at) as dl:
+            dl.load_state_dict(state)
+            assert dl.state_dict() == state
+            rest = batches(dl)
+        assert head + rest == whole, (taken_at, resumed_at)
+
+
+RESUME = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    import stoker
+    from test_shards import Shards
+    dl = stoker.DataLoader(Shards(), batch_size=4, shuffle=True, num_workers={workers!r})
+    state = {state!r}
+    out = []
+    if state:
+        dl.load_state_dict(json.loads(state))
+        out = [b.flatten().tolist() for b, _ in dl]
+        print(json.dumps(out))
+    else:
+        it = iter(dl)
+        taken = [next(it)[0].flatten().tolist() for _ in range(5)]
+        print(json.dumps({{"taken": taken, "state": dl.state_dict()}}))
+    dl.close()
+""")
+
+
+def test_resume_in_a_new_process_with_another_worker_count():
+    def run(workers, state=""):
+        return run_resume(RESUME, workers, state)
+
+    first = run(2)
+    rest = run(1, json.dumps(first["state"]))
+    got = [i for b in first["taken"] + rest for i in b]
+    assert sorted(got) == Shards().every()
+    assert run("auto", json.dumps(first["state"])) == rest
+
+
+def test_ranks_take_disjoint_shards_that_cover_the_set(monkeypatch):
+    ds = Shards()
+    parts = []
+    for rank in range(3):
+        with loader(Shards(rank=rank, world_size=3), 2) as dl:
+            parts.append(sorted(ids(batches(dl))))
+    assert sorted(i for p in parts for i in p) == ds.every()
+    assert parts[1] == ds.every(shards=range(1, 8, 3))
+    # torchrun's environment when the dataset does not say.
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with loader(Shards(), 1) as dl:
+        assert sorted(ids(batches(dl))) == parts[2]
+    monkeypatch.setenv("WORLD_SIZE", "9")
+    monkeypatch.setenv("RANK", "8")
+    with pytest.raises(ValueError, match="rank 8 of 9 has no shard"):
+        loader(Shards(), 1)
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_the_same_dataset_runs_under_torchs_dataloader(workers):
+    ds = Shards()
+    dl = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers)
+    assert sorted(ids(batches(dl))) == ds.every()
+
+
+def test_batch_size_none_gives_samples_one_by_one_and_len_is_torchs():
+    ds = Shards(lens=[3, 2])
+    with stoker.DataLoader(ds, batch_size=None, num_workers=1) as dl:
+        got = [int(s[0]) for s in dl]
+        assert len(dl) == 5
+    assert got == [0, 1, 2, 1000, 1001]
+    with stoker.DataLoader(ds, batch_size=2, drop_last=True, num_workers=1) as dl:
+        assert [b[0].flatten().tolist() for b in dl] == [[0, 1], [1000, 1001]]
+        assert len(dl) == 2
+
+
+def test_bad_arguments_are_named():
+    ds = Shards()
+    with pytest.raises(ValueError, match="sampler"):
+        stoker.DataLoader(ds, sampler=[0, 1])
+    with pytest.raises(ValueError, match="shuffle_buffer"):
+        stoker.DataLoader(list(range(10)), shuffle_buffer=4)
+    with pytest.raises(ValueError, match="shuffle_buffer"):
+        stoker.DataLoader(ds, shuffle_buffer=-1)
+
+    class Endless(stoker.ShardedIterable):
+        def shards(self):
+            return ["a"]
+
+        def iter_shard(self, shard):
+            yield 1
+
+    with stoker.DataLoader(Endless(), num_workers=0) as dl:
+        with pytest.raises(TypeError):
+            len(dl)
+        assert [b.tolist() for b in dl] == [[1]]
+
+
+def test_no_process_or_segment_outlives_close():
+    gc.collect()  # earlier tests' loaders
+    before = segments_open()
+    dl = loader(Shards(), 3)
+    it = iter(dl)
+    kept = next(it)  # a batch outliving its loader stays readable
+    pids = [dl._run.zygote_pid] + dl.stats()["worker_pids"]
+    assert len(pids) > 1
+    dl.close()
+    assert not any(alive(p) for p in pids)
+    assert kept[0].flatten().tolist() == [7000, 7001, 7002, 7003]  # shard 7 first (seed 5)
+    del kept, it, dl
+    gc.collect()
+    assert segments_open() == before  # the batches let go of the loader's shared memory

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,47 @@ Result<std::shared_ptr<const Source>> MakePathSource(const std::vector<std::stri
 /// indexes.
 Result<std::shared_ptr<const Source>> OpenTarShards(
     const std::vector<std::string>& paths_or_patterns);
+
+/// One sample of a tar shard read as a stream (TarShardReader::Next).
+struct TarStreamSample {
+  /// "<shard path>:<image member name>", as OpenTarShards keys it.
+  std::string key;
+  /// The image member's bytes, owned by the reader: valid until its next
+  /// Next() or its end.
+  std::span<const std::byte> image;
+  int64_t label = 0;
+};
+
+/// Reads one tar shard's samples in order, without opening any other shard
+/// or indexing this one first: the samples OpenTarShards numbers for this
+/// shard, with the same keys, bytes and labels, by the same grouping rules.
+/// Headers are scanned only as far as the next sample needs, and a sample's
+/// members are read (pread) when it is handed out, so memory grows with the
+/// shard's member count (names and offsets), never with its data.
+///
+/// Used by one thread at a time; it may move between threads.
+class TarShardReader {
+ public:
+  /// Opens the shard file at `path` (a path, not a pattern). Errors name the
+  /// path: missing (NotFound), unreadable (IoError), not a regular file
+  /// (InvalidArgument). Blocks while it opens.
+  static Result<std::unique_ptr<TarShardReader>> Open(const std::string& path);
+
+  virtual ~TarShardReader() = default;
+
+  /// Reads the next sample into `*sample`: true, or false at the shard's end
+  /// (a shard without samples simply ends). Blocks on I/O.
+  ///
+  /// A sample that cannot be read (no .cls member, a label that is not an
+  /// integer, a label without an image stoker decodes, the file cut short
+  /// under it) is an error naming its key, and the next call goes on with
+  /// the next sample. An error of the archive itself ends the stream, and
+  /// every later call returns it again: a garbage header, a truncated member
+  /// or archive (naming the shard, the byte offset and the last member read),
+  /// a duplicate sample key (naming the shard and the key). Samples before
+  /// such an error were delivered: OpenTarShards refuses the whole shard.
+  virtual Result<bool> Next(TarStreamSample* sample) = 0;
+};
 
 /// The kind of source a data path names (see OpenDataPath).
 enum class DataPathKind { kImageFolder, kTarShards, kFileList };

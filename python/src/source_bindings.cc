@@ -2,6 +2,8 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,10 +84,51 @@ void BindSourceHandle(py::module_& m) {
       });
 }
 
+// stoker._stoker.TarShardReader: one shard's samples in order, read with the
+// GIL released. The lock keeps two Python threads out of one reader (which
+// is for one thread at a time).
+struct TarShardStream {
+  std::unique_ptr<TarShardReader> reader;
+  std::mutex mutex;
+  TarStreamSample sample;
+};
+
+void BindTarShardReader(py::module_& m) {
+  py::class_<TarShardStream>(m, "TarShardReader",
+                             "One tar shard's samples in member order, as (key, bytes, label); "
+                             "opens that shard only, indexes nothing first.")
+      .def(py::init([](const std::string& path) {
+             Result<std::unique_ptr<TarShardReader>> reader = [&] {
+               py::gil_scoped_release release;
+               return TarShardReader::Open(path);
+             }();
+             auto stream = std::make_unique<TarShardStream>();
+             stream->reader = ValueOrThrow(std::move(reader));
+             return stream;
+           }),
+           py::arg("path"))
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", [](TarShardStream& s) {
+        std::unique_lock lock(s.mutex, std::defer_lock);
+        Result<bool> more = false;
+        {
+          py::gil_scoped_release release;
+          lock.lock();
+          more = s.reader->Next(&s.sample);
+        }
+        if (!ValueOrThrow(std::move(more))) throw py::stop_iteration();
+        return py::make_tuple(
+            py::bytes(s.sample.key),
+            py::bytes(reinterpret_cast<const char*>(s.sample.image.data()), s.sample.image.size()),
+            s.sample.label);
+      });
+}
+
 }  // namespace
 
 void BindSources(py::module_& m) {
   BindSourceHandle(m);
+  BindTarShardReader(m);
 
   m.def(
       "open_image_folder",

@@ -46,6 +46,7 @@ __all__ = [
     "Source",
     "Synthetic",
     "TarShards",
+    "TarStream",
     "bench",
     "default_dataset",
     "default_dataset_path",
@@ -59,14 +60,17 @@ __all__ = [
 
 
 def __getattr__(name):
-    # stoker.DataLoader and ShardedIterable subclass torch's: torch is imported when one
-    # is first asked for.
+    # stoker.DataLoader, ShardedIterable and TarStream subclass torch's classes: torch is
+    # imported when one is first asked for.
     if name == "DataLoader":
         from ._dataloader import DataLoader
         return DataLoader
     if name == "ShardedIterable":
         from ._shards import ShardedIterable
         return ShardedIterable
+    if name == "TarStream":
+        from ._tar_stream import TarStream
+        return TarStream
     raise AttributeError(f"module 'stoker' has no attribute {name!r}")
 
 

@@ -91,6 +91,12 @@ class TarShards(Source):
         self.shards = [os.fspath(s) for s in shards]
         self._impl = impl
 
+    def stream(self, transform=None):
+        """The same shards as a ``stoker.TarStream``: read shard by shard in
+        member order, each opened by itself (needs torch)."""
+        from ._tar_stream import TarStream
+        return TarStream(self.shards, transform)
+
     def _describe(self):
         return repr(self.shards[0] if len(self.shards) == 1 else self.shards)
 

@@ -11,6 +11,7 @@
 #include <cassert>
 #include <cctype>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -314,105 +315,126 @@ class FileReader final : public ArchiveReader {
   std::vector<std::byte> window_;
 };
 
-// The core of IndexTarBytes, over any reader.
-Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string& what) {
-  // A GNU long name or a pax header is read into memory; past this size it
-  // is garbage, not a name.
-  constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 20;
-  std::vector<TarEntry> entries;
-  std::optional<std::string> long_name;  // from a GNU 'L' or pax 'path'
-  std::optional<uint64_t> pax_size;
-  std::byte block[kBlock];
-  const std::byte* header = block;
-  std::string content;
-  uint64_t pos = 0;
-  const uint64_t end = archive.size();
-  // A tar ends with zero blocks. Without one it was cut short, perhaps right
-  // after a member, and members may be missing: an error, never fewer samples.
-  bool ended = false;
-  auto after_last = [&] {
-    return entries.empty() ? std::string(" before any file member")
-                           : " after member '" + entries.back().name + "'";
-  };
-  while (pos < end) {
-    auto at = [&] { return what + ": at byte " + std::to_string(pos); };
-    const size_t have = static_cast<size_t>(std::min<uint64_t>(kBlock, end - pos));
-    STOKER_RETURN_IF_ERROR(archive.ReadAt(pos, {block, have}).WithContext(what));
-    if (have < kBlock) {
-      return DataError(at() + ": truncated tar: a header of " + std::to_string(have) +
-                       " of 512 bytes" + after_last());
-    }
-    if (IsZeroBlock(header, kBlock)) {  // end-of-archive marker
-      ended = true;
-      break;
-    }
-    if (!ChecksumMatches(header)) {
-      return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
-    }
-    std::optional<uint64_t> header_size = ParseNumber(header, kSizeOff, kSizeLen);
-    if (!header_size) return DataError(at() + ": malformed size field in tar header");
-    const char type = static_cast<char>(header[kTypeOff]);
-    const bool posix = Field(header, kMagicOff, 6) == "ustar";  // GNU has "ustar  "
-    // Meta entries describe the next real entry; their own names are noise,
-    // and they must not use up a long name meant for that entry.
-    const bool is_meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
-    std::string name;
-    if (!is_meta && long_name) {
-      name = std::move(*long_name);
-      long_name.reset();
-    } else if (!is_meta) {
-      std::string_view prefix = posix ? Field(header, kPrefixOff, kPrefixLen) : "";
-      std::string_view base = Field(header, kNameOff, kNameLen);
-      name = prefix.empty() ? std::string(base) : std::string(prefix) + "/" + std::string(base);
-    }
-    const uint64_t size = (!is_meta && pax_size) ? *pax_size : *header_size;
-    if (!is_meta) pax_size.reset();
+// Reads an archive's regular-file members one at a time, in order: the core
+// of IndexTarBytes, and of the tar stream, which groups members as they come.
+class TarScanner {
+ public:
+  // `archive` and `what` must outlive the scanner.
+  TarScanner(ArchiveReader& archive, const std::string& what) : archive_(archive), what_(what) {}
 
-    const uint64_t data = pos + kBlock;
-    // Link, device, directory and fifo entries carry no data whatever their
-    // size field says; everything else (regular files, unknown types) does.
-    const bool has_data = !(type >= '1' && type <= '6');
-    if (has_data && size > end - data) {
-      return DataError(at() + ": truncated tar member '" + name + "': needs " +
-                       std::to_string(size) + " bytes, " + std::to_string(end - data) + " remain");
-    }
-    if (type == 'L' || type == 'x') {
-      if (size > kMaxMetaBytes) {
-        return DataError(at() + ": " + (type == 'L' ? "GNU long name" : "pax header") + " of " +
-                         std::to_string(size) + " bytes (at most " + std::to_string(kMaxMetaBytes) +
-                         ")");
+  // The next regular-file member, or nothing at the end-of-archive block.
+  // Errors as IndexTarBytes says. REQUIRES: no error or end returned before.
+  Result<std::optional<TarEntry>> Next() {
+    // A GNU long name or a pax header is read into memory; past this size it
+    // is garbage, not a name.
+    constexpr uint64_t kMaxMetaBytes = uint64_t{1} << 20;
+    std::byte block[kBlock];
+    const std::byte* header = block;
+    const uint64_t end = archive_.size();
+    while (pos_ < end) {
+      const uint64_t here = pos_;
+      auto at = [&] { return what_ + ": at byte " + std::to_string(here); };
+      const size_t have = static_cast<size_t>(std::min<uint64_t>(kBlock, end - pos_));
+      STOKER_RETURN_IF_ERROR(archive_.ReadAt(pos_, {block, have}).WithContext(what_));
+      if (have < kBlock) {
+        return DataError(at() + ": truncated tar: a header of " + std::to_string(have) +
+                         " of 512 bytes" + AfterLast());
       }
-      content.resize(static_cast<size_t>(size));
-      STOKER_RETURN_IF_ERROR(
-          archive.ReadAt(data, std::as_writable_bytes(std::span(content))).WithContext(what));
-    }
-    switch (type) {
-      case 'L': {
-        size_t nul = content.find('\0');
-        long_name = content.substr(0, nul);
-        break;
+      if (IsZeroBlock(header, kBlock)) return std::optional<TarEntry>();  // end of archive
+      if (!ChecksumMatches(header)) {
+        return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
       }
-      case 'x':
-        STOKER_RETURN_IF_ERROR(ParsePax(content, &long_name, &pax_size, at()));
-        break;
-      case '0':
-      case '\0':
-      case '7':
-        // Old (pre-POSIX) archives mark directories by a trailing '/'.
-        if (!(type == '\0' && !name.empty() && name.back() == '/')) {
-          entries.push_back(TarEntry{std::move(name), data, size});
+      std::optional<uint64_t> header_size = ParseNumber(header, kSizeOff, kSizeLen);
+      if (!header_size) return DataError(at() + ": malformed size field in tar header");
+      const char type = static_cast<char>(header[kTypeOff]);
+      const bool posix = Field(header, kMagicOff, 6) == "ustar";  // GNU has "ustar  "
+      // Meta entries describe the next real entry; their own names are noise,
+      // and they must not use up a long name meant for that entry.
+      const bool is_meta = type == 'L' || type == 'K' || type == 'x' || type == 'g';
+      std::string name;
+      if (!is_meta && long_name_) {
+        name = std::move(*long_name_);
+        long_name_.reset();
+      } else if (!is_meta) {
+        std::string_view prefix = posix ? Field(header, kPrefixOff, kPrefixLen) : "";
+        std::string_view base = Field(header, kNameOff, kNameLen);
+        name = prefix.empty() ? std::string(base) : std::string(prefix) + "/" + std::string(base);
+      }
+      const uint64_t size = (!is_meta && pax_size_) ? *pax_size_ : *header_size;
+      if (!is_meta) pax_size_.reset();
+
+      const uint64_t data = pos_ + kBlock;
+      // Link, device, directory and fifo entries carry no data whatever their
+      // size field says; everything else (regular files, unknown types) does.
+      const bool has_data = !(type >= '1' && type <= '6');
+      if (has_data && size > end - data) {
+        return DataError(at() + ": truncated tar member '" + name + "': needs " +
+                         std::to_string(size) + " bytes, " + std::to_string(end - data) +
+                         " remain");
+      }
+      if (type == 'L' || type == 'x') {
+        if (size > kMaxMetaBytes) {
+          return DataError(at() + ": " + (type == 'L' ? "GNU long name" : "pax header") + " of " +
+                           std::to_string(size) + " bytes (at most " +
+                           std::to_string(kMaxMetaBytes) + ")");
         }
-        break;
-      default:
-        break;  // 'K' long link names, 'g' global pax, links, dirs, unknown
+        content_.resize(static_cast<size_t>(size));
+        STOKER_RETURN_IF_ERROR(
+            archive_.ReadAt(data, std::as_writable_bytes(std::span(content_))).WithContext(what_));
+      }
+      pos_ = has_data ? data + RoundUpToBlock(size) : data;
+      switch (type) {
+        case 'L': {
+          size_t nul = content_.find('\0');
+          long_name_ = content_.substr(0, nul);
+          break;
+        }
+        case 'x':
+          STOKER_RETURN_IF_ERROR(ParsePax(content_, &long_name_, &pax_size_, at()));
+          break;
+        case '0':
+        case '\0':
+        case '7':
+          // Old (pre-POSIX) archives mark directories by a trailing '/'.
+          if (!(type == '\0' && !name.empty() && name.back() == '/')) {
+            last_name_ = name;
+            any_ = true;
+            return std::optional<TarEntry>(TarEntry{std::move(name), data, size});
+          }
+          break;
+        default:
+          break;  // 'K' long link names, 'g' global pax, links, dirs, unknown
+      }
     }
-    pos = has_data ? data + RoundUpToBlock(size) : data;
+    // A tar ends with zero blocks. Without one it was cut short, perhaps right
+    // after a member, and members may be missing: an error, never fewer samples.
+    return DataError(what_ + ": truncated tar: it ends at byte " + std::to_string(end) +
+                     AfterLast() + ", without the end-of-archive blocks");
   }
-  if (!ended) {
-    return DataError(what + ": truncated tar: it ends at byte " + std::to_string(end) +
-                     after_last() + ", without the end-of-archive blocks");
+
+ private:
+  std::string AfterLast() const {
+    return any_ ? " after member '" + last_name_ + "'" : std::string(" before any file member");
   }
-  return entries;
+
+  ArchiveReader& archive_;
+  const std::string& what_;
+  uint64_t pos_ = 0;                      // of the next header
+  std::optional<std::string> long_name_;  // from a GNU 'L' or pax 'path'
+  std::optional<uint64_t> pax_size_;
+  std::string content_;  // of the last meta entry
+  std::string last_name_;
+  bool any_ = false;  // whether a member was returned
+};
+
+Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string& what) {
+  TarScanner scanner(archive, what);
+  std::vector<TarEntry> entries;
+  while (true) {
+    STOKER_ASSIGN_OR_RETURN(std::optional<TarEntry> entry, scanner.Next());
+    if (!entry) return entries;
+    entries.push_back(std::move(*entry));
+  }
 }
 
 }  // namespace
@@ -465,34 +487,49 @@ bool ReserveHeldShardFd() {
 
 // One shard file, read with pread: a file cut short under the reader is a
 // short read and an error, where a mapping of it raised SIGBUS. Reads see the
-// file the source opened even when a new one is renamed over its path: the
-// descriptor stays open for the source's life, or, past the descriptor
-// budget, each read reopens the path and checks it is still that file.
+// file that was opened even when a new one is renamed over its path: the
+// descriptor stays open for the file's life, or, for a source past the
+// descriptor budget, each read reopens the path and checks it is still that
+// file.
 class ShardFile {
  public:
-  // Opens and indexes the shard at `path`, listing its members in
-  // `*entries`. Errors name the path.
-  static Result<std::unique_ptr<ShardFile>> Open(const std::string& path,
-                                                 std::vector<TarEntry>* entries) {
+  // Opens the shard at `path`, holding its descriptor (outside the budget)
+  // until KeepOpenWithinBudget. Errors name the path.
+  static Result<std::unique_ptr<ShardFile>> Open(const std::string& path) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return ErrnoError(path + ": open tar shard", errno);
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) return ErrnoError(path + ": stat tar shard", errno);
     if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": tar shard is not a regular file");
-    auto shard = std::unique_ptr<ShardFile>(new ShardFile(path, st));
-    FileReader reader(fd.get(), static_cast<uint64_t>(st.st_size));
-    STOKER_ASSIGN_OR_RETURN(*entries, IndexTar(reader, path));
-    if (ReserveHeldShardFd()) shard->fd_ = std::move(fd);
-    return shard;
+    return std::unique_ptr<ShardFile>(new ShardFile(path, st, std::move(fd)));
   }
 
   ~ShardFile() {
-    if (fd_.valid()) g_held_shard_fds.fetch_sub(1, std::memory_order_relaxed);
+    if (counted_) g_held_shard_fds.fetch_sub(1, std::memory_order_relaxed);
   }
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
 
   const std::string& path() const { return path_; }
+
+  // The file as it was opened, for the tar scanner. REQUIRES: the descriptor
+  // is still held, and stays so while the reader is used.
+  FileReader Scan() const {
+    assert(fd_.valid());
+    return FileReader(fd_.get(), size_);
+  }
+
+  // For a source that keeps the shard for its life: keeps the descriptor
+  // while all tar sources together stay within the budget, else closes it,
+  // and reads reopen the path.
+  void KeepOpenWithinBudget() {
+    assert(!counted_);
+    if (ReserveHeldShardFd()) {
+      counted_ = true;
+    } else {
+      fd_.reset();
+    }
+  }
 
   // Fills `out` with the bytes at `offset`. Errors do not name the shard:
   // callers add the key. Safe to call concurrently.
@@ -509,14 +546,20 @@ class ShardFile {
   }
 
  private:
-  ShardFile(std::string path, const struct stat& st)
-      : path_(std::move(path)), dev_(st.st_dev), ino_(st.st_ino) {}
+  ShardFile(std::string path, const struct stat& st, UniqueFd fd)
+      : path_(std::move(path)),
+        dev_(st.st_dev),
+        ino_(st.st_ino),
+        size_(static_cast<uint64_t>(st.st_size)),
+        fd_(std::move(fd)) {}
 
   std::string path_;
   // The file opened, to recognise it when reopening.
   dev_t dev_;
   ino_t ino_;
-  UniqueFd fd_;  // invalid: reopened per read
+  uint64_t size_;         // when opened
+  UniqueFd fd_;           // invalid: reopened per read
+  bool counted_ = false;  // in g_held_shard_fds
 };
 
 // Where one sample's members lie in its shard. 40 bytes a sample.
@@ -547,6 +590,191 @@ bool IsImageExtension(std::string_view ext) {
   return lower_equals("jpg") || lower_equals("jpeg") || lower_equals("png");
 }
 
+// Groups one shard's members into samples as they come, for the source and
+// the stream alike. Samples are in the order of their keys' first image or
+// label member. A sample key with two images or two labels (a member
+// written twice, or a.jpg beside a.png) is an error naming the shard and the
+// key: keeping one would drop the other without a word, and which label
+// belongs to which image cannot be told. A key with a label but no image
+// stoker decodes (a.cls beside a.webp, or alone) is a sample whose read
+// fails naming it, so it is reported (or skipped and recorded), never lost
+// unseen; members of a key with no label (a.json, a.txt) are not samples.
+class SampleGrouper {
+ public:
+  // Samples get `shard_number`, and their names go into `names` (the name
+  // arena); errors name `path`. Both must outlive the grouper.
+  SampleGrouper(const std::string& path, uint32_t shard_number, std::string& names)
+      : path_(path), shard_number_(shard_number), names_(names) {}
+
+  // Takes the shard's next member.
+  Status Add(TarEntry entry) {
+    const auto [key, ext] = SplitSampleKey(entry.name);
+    const bool image = IsImageExtension(ext);
+    const bool cls = ext == "cls";
+    if (!image && !cls) {
+      if (!other_member_.contains(key)) {
+        const std::string& kept = members_.emplace_back(std::move(entry.name));
+        other_member_.emplace(SplitSampleKey(kept).first, kept);
+      }
+      return Status::Ok();
+    }
+    if (entry.size >= TarSample::kNoCls) {
+      return DataError(path_ + ": member '" + entry.name + "' is too large (" +
+                       std::to_string(entry.size) + " bytes; at most 4 GiB)");
+    }
+    // Members of a sample are usually adjacent, but nothing requires it: the
+    // map keeps every key of the shard, its views into members_.
+    const std::string& name = members_.emplace_back(std::move(entry.name));
+    const std::string_view stable_key = SplitSampleKey(name).first;
+    auto [it, inserted] = by_key_.try_emplace(stable_key, pending_.size());
+    if (inserted) {
+      pending_.emplace_back();
+      pending_.back().shard = shard_number_;
+      has_image_.push_back(false);
+      label_name_.emplace_back();
+    }
+    const size_t i = it->second;
+    TarSample& s = pending_[i];
+    if ((image && has_image_[i]) || (cls && s.cls_size != TarSample::kNoCls)) {
+      const std::string first = cls ? name : names_.substr(s.name_offset, s.name_size);
+      return DataError(path_ + ": duplicate sample key '" + std::string(stable_key) + "': " +
+                       (first == name ? "member '" + first + "' appears twice"
+                                      : "two images, '" + first + "' and '" + name + "'"));
+    }
+    if (image) {
+      has_image_[i] = true;
+      s.image_offset = entry.offset;
+      s.image_size = static_cast<uint32_t>(entry.size);
+      s.name_offset = names_.size();
+      s.name_size = static_cast<uint32_t>(name.size());
+      names_ += name;
+    } else {
+      s.cls_offset = entry.offset;
+      s.cls_size = static_cast<uint32_t>(entry.size);
+      label_name_[i] = name;
+    }
+    while (ready_ < pending_.size() && has_image_[ready_] &&
+           pending_[ready_].cls_size != TarSample::kNoCls) {
+      ++ready_;
+    }
+    return Status::Ok();
+  }
+
+  // After the shard's last member: names each key with a label but no image
+  // after the member it has instead, else after its label. All samples are
+  // then ready.
+  void Finish() {
+    for (size_t i = ready_; i < pending_.size(); ++i) {
+      if (has_image_[i]) continue;
+      TarSample& s = pending_[i];
+      assert(s.cls_size != TarSample::kNoCls);  // a key is pending for its image or its label
+      const std::string_view key = SplitSampleKey(label_name_[i]).first;
+      auto other = other_member_.find(key);
+      const std::string_view name = other != other_member_.end() ? other->second : label_name_[i];
+      s.image_size = TarSample::kNoImage;
+      s.name_offset = names_.size();
+      s.name_size = static_cast<uint32_t>(name.size());
+      names_ += name;
+    }
+    ready_ = pending_.size();
+  }
+
+  // How many samples, from the first, are final: each has its image and its
+  // label, so another member of its key is a duplicate (an error from Add),
+  // never a change. After Finish, all of them.
+  size_t ready() const { return ready_; }
+
+  // The shard's samples so far. REQUIRES: i < ready() for a final one.
+  std::span<const TarSample> samples() const { return pending_; }
+
+ private:
+  const std::string& path_;
+  const uint32_t shard_number_;
+  std::string& names_;
+  std::deque<std::string> members_;                      // names the views below point into
+  std::unordered_map<std::string_view, size_t> by_key_;  // into pending_
+  std::unordered_map<std::string_view, std::string_view> other_member_;  // key -> a.webp
+  std::vector<TarSample> pending_;
+  std::vector<bool> has_image_;
+  std::vector<std::string_view> label_name_;
+  size_t ready_ = 0;
+};
+
+// Feeds the members of `shard`, scanned from its start, to `grouper` until
+// the end of the archive (end: true) or until `grouper` has a sample ready
+// past `want` (when `want` is given). Errors name the shard.
+Status Scan(TarScanner& scanner, SampleGrouper& grouper, std::optional<size_t> want, bool* end) {
+  *end = false;
+  while (!want || grouper.ready() <= *want) {
+    STOKER_ASSIGN_OR_RETURN(std::optional<TarEntry> entry, scanner.Next());
+    if (!entry) {
+      grouper.Finish();
+      *end = true;
+      return Status::Ok();
+    }
+    STOKER_RETURN_IF_ERROR(grouper.Add(std::move(*entry)));
+  }
+  return Status::Ok();
+}
+
+// A label and an image at most this far apart are fetched in one read.
+constexpr uint64_t kMaxGapInOneRead = 16 << 10;
+
+// Reads sample `s` of `shard`, whose key names member `name`: its image
+// bytes (in `buffer`) and label into `*record`. Errors name the key.
+Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view name,
+                  ReadBuffer& buffer, Record* record) {
+  auto key = [&] { return shard.path() + ":" + std::string(name); };
+  if (s.cls_size == TarSample::kNoCls) {
+    return DataError(key() + ": sample has no .cls member (its label)");
+  }
+  if (s.image_size == TarSample::kNoImage) {
+    return DataError(key() + ": sample has a label but no image stoker decodes (" +
+                     std::string(kImageExtensions) + ")");
+  }
+  const uint64_t first = std::min(s.image_offset, s.cls_offset);
+  const uint64_t last = std::max(s.image_offset + s.image_size, s.cls_offset + s.cls_size);
+  const uint64_t apart = uint64_t{s.image_size} + s.cls_size;
+  if (!buffer.cap.Allows(apart)) {
+    return buffer.cap.Refuse(key() + ": a sample of this size", apart, "reading it");
+  }
+  std::byte* image;
+  std::byte* label;
+  Status status;
+  if (last - first <= apart + kMaxGapInOneRead && buffer.cap.Allows(last - first)) {
+    // WebDataset writes a sample's members together: the label and the
+    // image lie a block or two apart, and one read (a system call costs
+    // more than copying those blocks) fetches both.
+    if (buffer.bytes.size() < last - first) buffer.bytes.resize(last - first);
+    image = buffer.bytes.data() + (s.image_offset - first);
+    label = buffer.bytes.data() + (s.cls_offset - first);
+    status = shard.ReadAt(first, {buffer.bytes.data(), static_cast<size_t>(last - first)});
+  } else {
+    if (buffer.bytes.size() < apart) buffer.bytes.resize(apart);
+    image = buffer.bytes.data();
+    label = image + s.image_size;
+    status = shard.ReadAt(s.image_offset, {image, s.image_size});
+    if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
+  }
+  if (!status.ok()) return status.WithContext(key());
+  std::string_view cls =
+      SkipByteOrderMark(std::string_view(reinterpret_cast<const char*>(label), s.cls_size));
+  while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
+    cls.remove_prefix(1);
+  }
+  while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
+    cls.remove_suffix(1);
+  }
+  Result<int64_t> parsed = ParseLabel(cls);
+  if (!parsed.ok()) {
+    return parsed.status().WithContext(key() + ": member '" +
+                                       std::string(SplitSampleKey(name).first) + ".cls'");
+  }
+  record->bytes = std::span<const std::byte>(image, s.image_size);
+  record->label = *parsed;
+  return Status::Ok();
+}
+
 class TarShardSource final : public Source {
  public:
   TarShardSource(std::vector<std::unique_ptr<ShardFile>> shards, std::vector<TarSample> samples,
@@ -558,144 +786,66 @@ class TarShardSource final : public Source {
   Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
     assert(index >= 0 && index < size());
     const TarSample& s = samples_[index];
-    if (s.cls_size == TarSample::kNoCls) {
-      return DataError(Key(index) + ": sample has no .cls member (its label)");
-    }
-    if (s.image_size == TarSample::kNoImage) {
-      return DataError(Key(index) + ": sample has a label but no image stoker decodes (" +
-                       std::string(kImageExtensions) + ")");
-    }
-    const ShardFile& shard = *shards_[s.shard];
-    const uint64_t first = std::min(s.image_offset, s.cls_offset);
-    const uint64_t last = std::max(s.image_offset + s.image_size, s.cls_offset + s.cls_size);
-    const uint64_t apart = uint64_t{s.image_size} + s.cls_size;
-    if (!buffer.cap.Allows(apart)) {
-      return buffer.cap.Refuse(Key(index) + ": a sample of this size", apart, "reading it");
-    }
-    std::byte* image;
-    std::byte* label;
-    Status status;
-    if (last - first <= apart + kMaxGapInOneRead && buffer.cap.Allows(last - first)) {
-      // WebDataset writes a sample's members together: the label and the
-      // image lie a block or two apart, and one read (a system call costs
-      // more than copying those blocks) fetches both.
-      if (buffer.bytes.size() < last - first) buffer.bytes.resize(last - first);
-      image = buffer.bytes.data() + (s.image_offset - first);
-      label = buffer.bytes.data() + (s.cls_offset - first);
-      status = shard.ReadAt(first, {buffer.bytes.data(), static_cast<size_t>(last - first)});
-    } else {
-      if (buffer.bytes.size() < apart) buffer.bytes.resize(apart);
-      image = buffer.bytes.data();
-      label = image + s.image_size;
-      status = shard.ReadAt(s.image_offset, {image, s.image_size});
-      if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
-    }
-    if (!status.ok()) return status.WithContext(Key(index));
-    std::string_view cls =
-        SkipByteOrderMark(std::string_view(reinterpret_cast<const char*>(label), s.cls_size));
-    while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.front()))) {
-      cls.remove_prefix(1);
-    }
-    while (!cls.empty() && std::isspace(static_cast<unsigned char>(cls.back()))) {
-      cls.remove_suffix(1);
-    }
-    Result<int64_t> parsed = ParseLabel(cls);
-    if (!parsed.ok()) {
-      const std::string image_name = names_.substr(s.name_offset, s.name_size);
-      return parsed.status().WithContext(Key(index) + ": member '" +
-                                         std::string(SplitSampleKey(image_name).first) + ".cls'");
-    }
-    record->bytes = std::span<const std::byte>(image, s.image_size);
-    record->label = *parsed;
-    return Status::Ok();
+    return ReadSample(*shards_[s.shard], s, Name(s), buffer, record);
   }
 
   std::string Key(int64_t index) const override {
     assert(index >= 0 && index < size());
     const TarSample& s = samples_[index];
-    return shards_[s.shard]->path() + ":" + names_.substr(s.name_offset, s.name_size);
+    return shards_[s.shard]->path() + ":" + std::string(Name(s));
   }
 
  private:
-  static constexpr uint64_t kMaxGapInOneRead = 16 << 10;
+  std::string_view Name(const TarSample& s) const {
+    return std::string_view(names_).substr(s.name_offset, s.name_size);
+  }
 
   std::vector<std::unique_ptr<ShardFile>> shards_;
   std::vector<TarSample> samples_;
   std::string names_;
 };
 
-// Appends the samples of shard number `shard_number`, whose members are
-// `entries`. A sample key with two images or two labels (a member written
-// twice, or a.jpg beside a.png) is an error naming the shard and the key:
-// keeping one would drop the other without a word, and which label belongs
-// to which image cannot be told. A key with a label but no image stoker
-// decodes (a.cls beside a.webp, or alone) is a sample whose read fails
-// naming it, so it is reported (or skipped and recorded), never lost
-// unseen; members of a key with no label (a.json, a.txt) are not samples.
-Status AddShard(const ShardFile& shard, std::span<const TarEntry> entries, uint32_t shard_number,
-                std::vector<TarSample>& samples, std::string& names) {
-  // Members of a sample are usually adjacent, but nothing requires it.
-  std::unordered_map<std::string_view, size_t> by_key;
-  std::unordered_map<std::string_view, std::string_view> other_member;  // key -> a.webp
-  std::vector<TarSample> pending;
-  std::vector<bool> has_image;
-  std::vector<std::string_view> label_name;
-  for (const TarEntry& entry : entries) {
-    auto [key, ext] = SplitSampleKey(entry.name);
-    const bool image = IsImageExtension(ext);
-    const bool cls = ext == "cls";
-    if (!image && !cls) {
-      other_member.try_emplace(key, entry.name);
-      continue;
+// One shard read as a stream: its headers are scanned only as far as the
+// next sample needs, and each sample's members are read when it is handed
+// out, so memory grows with the shard's member count, never its data.
+class TarShardStream final : public TarShardReader {
+ public:
+  explicit TarShardStream(std::unique_ptr<ShardFile> file)
+      : file_(std::move(file)),
+        archive_(file_->Scan()),
+        scanner_(archive_, file_->path()),
+        grouper_(file_->path(), 0, names_) {}
+
+  Result<bool> Next(TarStreamSample* sample) override {
+    STOKER_RETURN_IF_ERROR(failed_);
+    if (next_ == grouper_.ready()) {
+      if (ended_) return false;
+      // An error of the archive or of its grouping ends the stream.
+      failed_ = Scan(scanner_, grouper_, next_, &ended_);
+      STOKER_RETURN_IF_ERROR(failed_);
+      if (next_ == grouper_.ready()) return false;
     }
-    if (entry.size >= TarSample::kNoCls) {
-      return DataError(shard.path() + ": member '" + entry.name + "' is too large (" +
-                       std::to_string(entry.size) + " bytes; at most 4 GiB)");
-    }
-    auto [it, inserted] = by_key.try_emplace(key, pending.size());
-    if (inserted) {
-      pending.emplace_back();
-      pending.back().shard = shard_number;
-      has_image.push_back(false);
-      label_name.emplace_back();
-    }
-    TarSample& s = pending[it->second];
-    if ((image && has_image[it->second]) || (cls && s.cls_size != TarSample::kNoCls)) {
-      const std::string first = cls ? entry.name : names.substr(s.name_offset, s.name_size);
-      return DataError(shard.path() + ": duplicate sample key '" + std::string(key) + "': " +
-                       (first == entry.name
-                            ? "member '" + first + "' appears twice"
-                            : "two images, '" + first + "' and '" + entry.name + "'"));
-    }
-    if (image) {
-      has_image[it->second] = true;
-      s.image_offset = entry.offset;
-      s.image_size = static_cast<uint32_t>(entry.size);
-      s.name_offset = names.size();
-      s.name_size = static_cast<uint32_t>(entry.name.size());
-      names += entry.name;
-    } else {
-      s.cls_offset = entry.offset;
-      s.cls_size = static_cast<uint32_t>(entry.size);
-      label_name[it->second] = entry.name;
-    }
+    const TarSample& s = grouper_.samples()[next_++];
+    const std::string_view name = std::string_view(names_).substr(s.name_offset, s.name_size);
+    STOKER_RETURN_IF_ERROR(ReadSample(*file_, s, name, buffer_, &record_));
+    sample->key.assign(file_->path()).append(":").append(name);
+    sample->image = record_.bytes;
+    sample->label = record_.label;
+    return true;
   }
-  for (size_t i = 0; i < pending.size(); ++i) {
-    TarSample& s = pending[i];
-    if (!has_image[i]) {
-      if (s.cls_size == TarSample::kNoCls) continue;
-      const std::string_view key = SplitSampleKey(label_name[i]).first;
-      auto other = other_member.find(key);
-      const std::string_view name = other != other_member.end() ? other->second : label_name[i];
-      s.image_size = TarSample::kNoImage;
-      s.name_offset = names.size();
-      s.name_size = static_cast<uint32_t>(name.size());
-      names += name;
-    }
-    samples.push_back(s);
-  }
-  return Status::Ok();
-}
+
+ private:
+  std::unique_ptr<ShardFile> file_;
+  FileReader archive_;
+  TarScanner scanner_;
+  std::string names_;  // the name arena
+  SampleGrouper grouper_;
+  size_t next_ = 0;  // the next sample to hand out
+  bool ended_ = false;
+  Status failed_;
+  ReadBuffer buffer_;
+  Record record_;
+};
 
 }  // namespace
 
@@ -714,10 +864,16 @@ Result<std::shared_ptr<const Source>> OpenTarShards(
   std::vector<TarSample> samples;
   std::string names;
   for (const std::string& path : paths) {
-    std::vector<TarEntry> entries;
-    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ShardFile> shard, ShardFile::Open(path, &entries));
-    STOKER_RETURN_IF_ERROR(
-        AddShard(*shard, entries, static_cast<uint32_t>(shards.size()), samples, names));
+    STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ShardFile> shard, ShardFile::Open(path));
+    {
+      FileReader archive = shard->Scan();
+      TarScanner scanner(archive, shard->path());
+      SampleGrouper grouper(shard->path(), static_cast<uint32_t>(shards.size()), names);
+      bool end;
+      STOKER_RETURN_IF_ERROR(Scan(scanner, grouper, std::nullopt, &end));
+      samples.insert(samples.end(), grouper.samples().begin(), grouper.samples().end());
+    }
+    shard->KeepOpenWithinBudget();
     shards.push_back(std::move(shard));
   }
   if (std::none_of(samples.begin(), samples.end(),
@@ -729,6 +885,11 @@ Result<std::shared_ptr<const Source>> OpenTarShards(
   names.shrink_to_fit();
   return std::shared_ptr<const Source>(
       std::make_shared<TarShardSource>(std::move(shards), std::move(samples), std::move(names)));
+}
+
+Result<std::unique_ptr<TarShardReader>> TarShardReader::Open(const std::string& path) {
+  STOKER_ASSIGN_OR_RETURN(std::unique_ptr<ShardFile> file, ShardFile::Open(path));
+  return std::unique_ptr<TarShardReader>(std::make_unique<TarShardStream>(std::move(file)));
 }
 
 }  // namespace stoker

@@ -58,7 +58,7 @@ Result<std::vector<TarEntry>> IndexTarBytes(std::span<const std::byte> bytes,
 /// '.' of the last path component. No '.' means an empty extension.
 std::pair<std::string_view, std::string_view> SplitSampleKey(std::string_view member_name);
 
-// OpenTarShards (stoker/image_sources.h) lives in tar_shard.cc as well;
+// OpenTarShards and TarShardReader (stoker/image_sources.h) live in tar_shard.cc as well;
 // ExpandBraces in brace_pattern.cc.
 
 }  // namespace stoker

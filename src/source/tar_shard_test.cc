@@ -568,5 +568,175 @@ TEST(TarSourceTest, SampleKeys) {
   EXPECT_EQ(SplitSampleKey("plain"), (std::pair<std::string_view, std::string_view>("plain", "")));
 }
 
+// What a stream of one shard gave: per sample its key, bytes and label, or
+// the error's code and message; the last entry is an error or "end".
+struct StreamItem {
+  std::string key, bytes;
+  int64_t label = -1;
+  Status error;
+};
+
+std::vector<StreamItem> ReadStream(const std::string& path, size_t max_calls = 100) {
+  std::vector<StreamItem> items;
+  auto reader = TarShardReader::Open(path);
+  if (!reader.ok()) return {StreamItem{"", "", -1, reader.status()}};
+  TarStreamSample sample;
+  for (size_t i = 0; i < max_calls; ++i) {
+    Result<bool> more = (*reader)->Next(&sample);
+    if (more.ok() && !*more) break;
+    if (!more.ok()) {
+      items.push_back({"", "", -1, more.status()});
+    } else {
+      items.push_back({sample.key, AsString(sample.image), sample.label, Status::Ok()});
+    }
+  }
+  return items;
+}
+
+// The stream of a shard is the shard's samples in the source: same keys,
+// bytes and labels in the same order, whatever the members' order.
+TEST(TarStreamTest, GivesTheSourcesSamplesInOrder) {
+  TempDir dir;
+  const std::string path = dir / "s.tar";
+  const std::string big(40000, 'b');
+  WriteShard(path, {{"near.cls", "1"},
+                    {"near.jpg", "near image"},
+                    {"apart.jpg", "apart"},  // its label comes after another sample
+                    {"far.jpg", big},
+                    {"filler.txt", std::string(40000, 'f')},
+                    {"far.cls", " 2\n"},
+                    {"apart.cls", "5"},
+                    {"dir/s1.seg.png", "seg"},
+                    {"dir/s1.PNG", "img1"},
+                    {"dir/s1.cls",
+                     "\xEF\xBB\xBF"
+                     "7"},
+                    {"caption.txt", "not a sample"}});
+  auto source = OpenTarShards({path});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const std::vector<StreamItem> items = ReadStream(path);
+  ASSERT_EQ(static_cast<int64_t>(items.size()), (*source)->size());
+  ReadBuffer buffer;
+  for (int64_t i = 0; i < (*source)->size(); ++i) {
+    Record record;
+    ASSERT_TRUE((*source)->Read(i, buffer, &record).ok());
+    ASSERT_TRUE(items[i].error.ok()) << items[i].error.ToString();
+    EXPECT_EQ(items[i].key, (*source)->Key(i));
+    EXPECT_EQ(items[i].bytes, AsString(record.bytes)) << i;
+    EXPECT_EQ(items[i].label, record.label) << i;
+  }
+  EXPECT_EQ(items[1].key, path + ":apart.jpg");
+  EXPECT_EQ(items[1].label, 5);
+}
+
+// A sample that cannot be read is an error naming its key, as the source's
+// Read of it; the stream goes on with the next sample.
+TEST(TarStreamTest, SampleErrorsNameTheKeyAndTheStreamGoesOn) {
+  TempDir dir;
+  const std::string path = dir / "s.tar";
+  WriteShard(path, {{"nolabel.jpg", "i"},
+                    {"ok.jpg", "ok"},
+                    {"ok.cls", "1"},
+                    {"text.jpg", "i"},
+                    {"text.cls", "cat"},
+                    {"a.webp", "w"},
+                    {"a.cls", "2"},
+                    {"last.jpg", "last"},
+                    {"last.cls", "3"}});
+  auto source = OpenTarShards({path});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const std::vector<StreamItem> items = ReadStream(path);
+  ASSERT_EQ(items.size(), 5u);
+  ReadBuffer buffer;
+  for (int64_t i = 0; i < 5; ++i) {
+    Record record;
+    Status read = (*source)->Read(i, buffer, &record);
+    EXPECT_EQ(items[i].error.code(), read.code()) << i;
+    EXPECT_EQ(items[i].error.message(), read.message()) << i;
+  }
+  EXPECT_NE(items[0].error.message().find(path + ":nolabel.jpg: sample has no .cls"),
+            std::string::npos)
+      << items[0].error.message();
+  EXPECT_NE(items[2].error.message().find(path + ":text.jpg: member 'text.cls'"), std::string::npos)
+      << items[2].error.message();
+  EXPECT_NE(items[3].error.message().find(path + ":a.webp: sample has a label but no image"),
+            std::string::npos)
+      << items[3].error.message();
+  EXPECT_EQ(items[1].bytes, "ok");
+  EXPECT_EQ(items[4].bytes, "last");
+  EXPECT_EQ(items[4].label, 3);
+}
+
+// An error of the archive ends the stream after the samples before it; every
+// later call says it again. OpenTarShards refuses such a shard at open.
+TEST(TarStreamTest, ArchiveErrorsEndTheStreamNamingTheShard) {
+  TempDir dir;
+  const std::string path = dir / "s.tar";
+  auto expect_end = [&](const std::vector<StreamItem>& items, size_t samples,
+                        const std::string& said) {
+    ASSERT_GE(items.size(), samples + 2);
+    for (size_t i = 0; i < samples; ++i) EXPECT_TRUE(items[i].error.ok()) << i;
+    for (size_t i = samples; i < items.size(); ++i) {
+      EXPECT_EQ(items[i].error.code(), StatusCode::kDataError);
+      EXPECT_NE(items[i].error.message().find(said), std::string::npos) << items[i].error.message();
+    }
+    EXPECT_FALSE(OpenTarShards({path}).ok());
+  };
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}, {"b.jpg", "b"}, {"b.cls", "2"}});
+  ASSERT_EQ(::truncate(path.c_str(), 512 * 4), 0);  // a's two members, nothing after
+  expect_end(ReadStream(path, 4), 1,
+             path + ": truncated tar: it ends at byte 2048 after member 'a.cls'");
+
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}, {"b.jpg", std::string(3000, 'b')}});
+  ASSERT_EQ(::truncate(path.c_str(), 512 * 5 + 100), 0);  // inside b.jpg's data
+  expect_end(ReadStream(path, 4), 1, path + ": at byte 2048: truncated tar member 'b.jpg'");
+
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}, {"b.jpg", "b"}, {"b.cls", "2"}});
+  std::string bytes = ReadFile(path);
+  bytes[512 * 4 + 10] ^= 0x55;  // b.jpg's header
+  ASSERT_TRUE(testing::WriteFile(path, bytes));
+  expect_end(ReadStream(path, 4), 1, path + ": at byte 2048: bad tar header checksum");
+
+  WriteShard(path, {{"a.jpg", "a"}, {"a.cls", "1"}, {"b.jpg", "b"}, {"a.jpg", "again"}});
+  expect_end(ReadStream(path, 4), 1,
+             path + ": duplicate sample key 'a': member 'a.jpg' appears twice");
+}
+
+TEST(TarStreamTest, MissingShardAndShardsWithoutSamples) {
+  TempDir dir;
+  const std::vector<StreamItem> missing = ReadStream(dir / "none.tar");
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].error.code(), StatusCode::kNotFound);
+  EXPECT_NE(missing[0].error.message().find(dir / "none.tar"), std::string::npos)
+      << missing[0].error.message();
+  EXPECT_EQ(ReadStream(dir.path()).at(0).error.code(), StatusCode::kInvalidArgument);
+
+  WriteShard(dir / "empty.tar", {});
+  EXPECT_TRUE(ReadStream(dir / "empty.tar").empty());
+  WriteShard(dir / "captions.tar", {{"a.txt", "caption"}, {"a.json", "{}"}});
+  EXPECT_TRUE(ReadStream(dir / "captions.tar").empty());
+}
+
+// The stream reads a sample's members when it hands the sample out: a shard
+// cut short after opening fails the samples it lost, naming them.
+TEST(TarStreamTest, ShardCutAfterOpeningFailsTheLostSamples) {
+  TempDir dir;
+  const std::string path = dir / "s.tar";
+  WriteShard(path,
+             {{"a.cls", "1"}, {"a.jpg", "a"}, {"b.cls", "2"}, {"b.jpg", std::string(9000, 'b')}});
+  auto reader = TarShardReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  TarStreamSample sample;
+  Result<bool> more = (*reader)->Next(&sample);
+  ASSERT_TRUE(more.ok() && *more) << more.status().ToString();
+  EXPECT_EQ(AsString(sample.image), "a");
+  ASSERT_EQ(::truncate(path.c_str(), 512 * 7 + 100), 0);  // into b.jpg's data
+  more = (*reader)->Next(&sample);
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.status().code(), StatusCode::kDataError);
+  EXPECT_NE(more.status().message().find(path + ":b.jpg: truncated"), std::string::npos)
+      << more.status().message();
+}
+
 }  // namespace
 }  // namespace stoker

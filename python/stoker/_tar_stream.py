@@ -1,0 +1,55 @@
+"""stoker's tar shards as a stream: each shard read in member order by itself,
+with no index pass over the set, as a sharded IterableDataset."""
+
+import os
+
+from . import _stoker
+from ._shards import ShardedIterable
+from ._sources import expand_braces
+
+
+class TarStream(ShardedIterable):
+    """WebDataset-style tar shards read shard by shard: one pattern with
+    brace ranges ("shard-{000..003}.tar") or a list of paths/patterns, as
+    ``stoker.TarShards`` takes them, with the same samples, keys and labels.
+
+    ``shards()`` is the expanded paths in order; ``iter_shard(path)`` opens
+    that shard alone and yields its samples as ``(image_bytes, label)``, or
+    ``transform(image_bytes, label)`` when ``transform`` is given (say, a PIL
+    decode and torchvision transforms). Constructing opens no file: a
+    missing or broken shard is an error of its ``iter_shard``, naming it.
+    Pickles as its patterns and transform, for workers in other processes.
+    """
+
+    def __init__(self, shards, transform=None):
+        if isinstance(shards, (str, bytes, os.PathLike)):
+            shards = [shards]
+        self.patterns = [os.fspath(s) for s in shards]
+        if not self.patterns:
+            raise ValueError("no tar shards given")
+        self.transform = transform
+        self._paths = None
+        self.shards()  # a pattern the brace rules refuse is an error here
+
+    def shards(self):
+        if self._paths is None:  # expanded again after unpickling: patterns travel, not paths
+            self._paths = [path for p in self.patterns for path in expand_braces(p)]
+        return list(self._paths)
+
+    def iter_shard(self, shard):
+        for _, image, label in self.records(shard):
+            yield (image, label) if self.transform is None else self.transform(image, label)
+
+    def records(self, shard):
+        """Shard ``shard``'s raw samples in order, untransformed:
+        ``(key, image_bytes, label)``, the key "shard.tar:member"."""
+        for key, image, label in _stoker.TarShardReader(os.fsencode(shard)):
+            yield os.fsdecode(key), image, label
+
+    def __getstate__(self):
+        return dict(self.__dict__, _paths=None)
+
+    def __repr__(self):
+        shown = self.patterns[0] if len(self.patterns) == 1 else self.patterns
+        return f"stoker.TarStream({shown!r}" + \
+            ("" if self.transform is None else f", transform={self.transform!r}") + ")"

@@ -1,0 +1,131 @@
+"""stoker.TarStream: stoker's tar shards read shard by shard, each opened by
+itself, with TarShards' samples, keys and labels; under stoker's DataLoader
+and torch's, every sample once."""
+
+import hashlib
+import io
+import os
+import pickle
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+Image = pytest.importorskip("PIL.Image")
+import stoker  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """The built-in data set's 300 images as 4 tar shards: their brace pattern."""
+    out = str(tmp_path_factory.mktemp("data") / "data")
+    report = stoker.make_dataset(out, images=300, classes=10, seed=3, shards=4)
+    paths = report["shards"]
+    folder = os.path.dirname(paths[0])
+    assert paths == [os.path.join(folder, f"shard-{i:03d}.tar") for i in range(4)]
+    return paths
+
+
+def digest(image):
+    """A sample's identity: its bytes' hash as an int64."""
+    return int.from_bytes(hashlib.sha1(image).digest()[:7], "little")
+
+
+def decode(image, label):
+    """What a training transform does (decode, resize to a common shape),
+    plus the bytes' identity to check each sample arrives once."""
+    pixels = Image.open(io.BytesIO(image)).convert("RGB").resize((16, 16))
+    return (torch.frombuffer(bytearray(pixels.tobytes()), dtype=torch.uint8).view(16, 16, 3),
+            label, digest(image))
+
+
+def expected(paths):
+    """TarShards' samples: (key, bytes, label) in order, per shard."""
+    source = stoker.TarShards(paths)
+    per_shard = {p: [] for p in paths}
+    for i in range(len(source)):
+        key = source.key(i)
+        image, label = source.read(i)
+        per_shard[key.rsplit(":", 1)[0]].append((key, image, label))
+    return per_shard
+
+
+def test_each_shard_streams_tarshards_samples_in_order(shards):
+    want = expected(shards)
+    stream = stoker.TarStream(shards)
+    assert stream.shards() == shards
+    for path in shards:
+        got = list(stream.records(path))
+        assert got == want[path]
+        assert list(stream.iter_shard(path)) == [(image, label) for _, image, label in got]
+    assert sum(len(v) for v in want.values()) == 300
+
+
+def test_pattern_and_tarshards_stream_agree(shards):
+    pattern = os.path.join(os.path.dirname(shards[0]), "shard-{000..003}.tar")
+    stream = stoker.TarStream(pattern)
+    assert stream.shards() == shards
+    from_source = stoker.TarShards(pattern).stream(decode)
+    assert isinstance(from_source, stoker.TarStream)
+    assert from_source.patterns == [pattern] and from_source.transform is decode
+    assert isinstance(stream, torch.utils.data.IterableDataset)
+    assert isinstance(stream, stoker.ShardedIterable)
+
+
+def test_construction_opens_nothing_and_pickles_as_its_patterns(tmp_path, shards):
+    later = str(tmp_path / "later-{0..1}.tar")
+    stream = stoker.TarStream(later, transform=decode)  # neither shard exists
+    assert stream.shards() == [str(tmp_path / "later-0.tar"), str(tmp_path / "later-1.tar")]
+    it = stream.iter_shard(stream.shards()[1])
+    with pytest.raises(FileNotFoundError, match="later-1.tar"):
+        next(it)
+    many = stoker.TarStream(str(tmp_path / "s-{000000..099999}.tar"))
+    assert len(many.shards()) == 100000
+    blob = pickle.dumps(many)
+    assert len(blob) < 1000, "the pattern travels, not its 100000 names"
+    again = pickle.loads(blob)
+    assert again.shards() == many.shards()
+    again = pickle.loads(pickle.dumps(stoker.TarStream(shards, transform=decode)))
+    assert again.transform is decode and again.shards() == shards
+    with pytest.raises(ValueError, match="no tar shards"):
+        stoker.TarStream([])
+
+
+def test_truncated_shard_is_an_error_naming_it(tmp_path, shards):
+    cut = str(tmp_path / "cut.tar")
+    shutil.copy(shards[0], cut)
+    size = os.path.getsize(cut)
+    with open(cut, "r+b") as f:
+        f.truncate(size // 2 + 100)
+    stream = stoker.TarStream(cut)
+    got = []
+    with pytest.raises(stoker.DataError, match="cut.tar.*truncated") as e:
+        for sample in stream.iter_shard(cut):
+            got.append(sample)
+    assert "cut.tar" in str(e.value)
+    assert 0 < len(got) < len(expected(shards[:1])[shards[0]]), "the samples before the cut came"
+
+
+def every(shards):
+    return sorted((digest(image), label)
+                  for samples in expected(shards).values() for _, image, label in samples)
+
+
+def delivered(loader):
+    got = []
+    for pixels, labels, digests in loader:
+        assert pixels.dtype == torch.uint8 and pixels.shape[1:] == (16, 16, 3)
+        got += zip(digests.tolist(), labels.tolist())
+    return sorted(got)
+
+
+def test_stoker_dataloader_delivers_every_sample_once(shards):
+    stream = stoker.TarStream(shards, transform=decode)
+    loader = stoker.DataLoader(stream, batch_size=16, num_workers=2)
+    assert delivered(loader) == every(shards)
+
+
+def test_torch_dataloader_delivers_every_sample_once(shards):
+    stream = stoker.TarStream(shards, transform=decode)
+    loader = torch.utils.data.DataLoader(stream, batch_size=16, num_workers=2)
+    assert delivered(loader) == every(shards)

@@ -1327,6 +1327,8 @@ class _Iterator:
                 _errors.sample_error(e, (self._threads, self._remote))
             if error is None:
                 raise
+            if self._sharded:  # its index is the shard's position in the rank's list
+                error.shard = self.run.options.shards.names[error.index]
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

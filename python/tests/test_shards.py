@@ -55,6 +55,19 @@ def ids(got):
     return [i for b, _ in got for i in b]
 
 
+def drain(dl, errors_of=(stoker.DataError,)):
+    """The sample ids of an epoch and each error on the way, carrying on after each."""
+    got, errors = [], []
+    it = iter(dl)
+    while True:
+        try:
+            got += next(it)[0].flatten().tolist()
+        except StopIteration:
+            return got, errors
+        except errors_of as e:
+            errors.append(e)
+
+
 def loader(dataset, workers, **kw):
     kw.setdefault("batch_size", 4)
     kw.setdefault("shuffle", True)
@@ -98,17 +111,10 @@ def test_exactly_once_under_random_live_resizes():
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     ds = Shards(bad=4, bad_after=3)
-    got, errors = [], []
     with loader(ds, workers) as dl:
-        it = iter(dl)
-        while True:
-            try:
-                got += next(it)[0].flatten().tolist()
-            except StopIteration:
-                break
-            except OSError as e:  # the shard's own error type, as stoker.DataError too
-                assert isinstance(e, stoker.DataError)
-                errors.append(str(e))
+        got, errors = drain(dl, OSError)  # the shard's own error type, a DataError too
+    assert all(isinstance(e, stoker.DataError) for e in errors)
+    errors = [str(e) for e in errors]
     assert len(errors) == 1 and "shard-04" in errors[0] and "after 3 samples" in errors[0]
     assert "truncated" in errors[0]
     # What the shard gave before its error is delivered; nothing else is lost.
@@ -299,16 +305,8 @@ class Dying(Shards):
 
 def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives():
     ds = Dying()
-    got, errors = [], []
-    with loader(ds, 2) as dl:
-        it = iter(dl)
-        while True:
-            try:
-                got += next(it)[0].flatten().tolist()
-            except StopIteration:
-                break
-            except stoker.DataError as e:
-                errors.append(e)
+    with loader(ds, 2, persistent_workers=True) as dl:
+        got, errors = drain(dl)
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
     [error] = errors
     assert error.shard == "shard-04" and "killed by signal" in str(error)
@@ -330,16 +328,9 @@ class Misbehaving(Shards):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_that_cannot_open_or_collate_is_named(workers):
     ds = Misbehaving(lens=[3, 4, 5, 2, 6, 2])
-    got, errors = [], []
     with loader(ds, workers) as dl:
-        it = iter(dl)
-        while True:
-            try:
-                got += next(it)[0].flatten().tolist()
-            except StopIteration:
-                break
-            except (stoker.DataError, FileNotFoundError) as e:
-                errors.append(str(e))
+        got, errors = drain(dl, (stoker.DataError, FileNotFoundError))
+    errors = [str(e) for e in errors]
     assert sorted(got) == [i for i in ds.every() if i // 1000 not in (2, 5)]
     assert len(errors) == 2, errors
     assert any("shard-02" in e and "no such shard" in e and "after 0 samples" in e

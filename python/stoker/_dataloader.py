@@ -17,7 +17,7 @@ import time
 
 import torch.utils.data
 
-from . import _args, _errors, _exit, _native, _remote, _stats, _stoker, _workers
+from . import _args, _errors, _exit, _iterable, _native, _remote, _stats, _stoker, _workers
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -65,8 +65,12 @@ class DataLoader(torch.utils.data.DataLoader):
     what is not the sample's fault (MemoryError; an OSError of refused
     resources or of a store gone or out of reach, e.g. ENOTCONN, ESTALE,
     ETIMEDOUT): that raises ``stoker.ResourceError`` in either mode.
-    IterableDataset is refused: its stream cannot be split among a changing
-    number of workers without repeating or losing samples.
+    A plain ``IterableDataset`` gets torch's semantics exactly: each epoch
+    runs on torch's own DataLoader (its batches, ``get_worker_info()``,
+    order and errors), at a worker count that ``"auto"`` chooses at the
+    epoch's start from what the epoch before measured (``stats()["epochs"]``
+    says which and why); its position cannot be checkpointed. Datasets with
+    ``shards()``/``iter_shard()`` are split by shard (stoker.ShardedIterable).
     ``device="cuda[:N]"``: batches arrive as tensors on that device, copied on a
     stream of their own while the consumer works on the batch before (at most
     ``device_prefetch_bytes`` ahead, default a quarter of the free device
@@ -94,6 +98,12 @@ class DataLoader(torch.utils.data.DataLoader):
                  cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
                  native=True):
         self._run = None  # until every option is checked
+        self._stream = None  # a plain IterableDataset's _iterable.PlainStream
+        if _iterable.is_plain(dataset):
+            arguments = dict(locals())  # this method's arguments, as given
+            del arguments["self"], arguments["dataset"]
+            self._stream = _iterable.PlainStream(self, dataset, **arguments)
+            return
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
             batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
@@ -140,6 +150,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def __len__(self):
         """The sampler's batches now, as torch's len(): a length that changed
         since the last iter() shows here at once."""
+        if self._stream is not None:
+            return len(self._stream)
         options = self._options
         return len(options.sampler if options.unbatched else options.batch_sampler)
 
@@ -147,6 +159,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """A new epoch, as torch's iter() starts one (its base seed drawn, then
         the sampler read, however many batches it gives); after
         load_state_dict, the rest of that epoch."""
+        if self._stream is not None:
+            return iter(self._stream)
         run = self._run
         run.check_usable()
         prev = self._iterator
@@ -178,6 +192,8 @@ class DataLoader(torch.utils.data.DataLoader):
         epoch in progress is abandoned, and the next ``iter()`` starts anew --
         unless load_state_dict came before it: a resumed loop calls set_epoch
         as it always does, and the next ``iter()`` continues the checkpoint."""
+        if self._stream is not None:
+            return self._stream.set_epoch(epoch)
         self._run.check_usable()
         epoch = _args.integer("epoch", epoch, 0, 2**62)
         for s in (self.sampler, self.batch_sampler):
@@ -197,6 +213,8 @@ class DataLoader(torch.utils.data.DataLoader):
         is a dataset whose length differs from that epoch's (naming both); a
         state taken once its epoch ended starts the next one with the dataset
         as it is then."""
+        if self._stream is not None:
+            return self._stream.state_dict()
         self._run.check_usable()
         options = self._options
         record = self._plan.record
@@ -215,6 +233,8 @@ class DataLoader(torch.utils.data.DataLoader):
         continues that epoch. Errors name the field that differs; the
         lengths, which may change between epochs, are checked by that
         ``iter()`` against the sampler then."""
+        if self._stream is not None:
+            return self._stream.load_state_dict(state)
         self._run.check_usable()
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
@@ -246,6 +266,8 @@ class DataLoader(torch.utils.data.DataLoader):
         PCIe throughput too), as stoker.Loader.stats() gives them; and the
         workers' memory growth, with advice past a threshold (docs/dataloader.md,
         "Copy-on-read")."""
+        if self._stream is not None:
+            return self._stream.stats(gpu, pcie)
         run = self._run
         run.check_usable()
         m = run.engine.metrics()
@@ -273,6 +295,8 @@ class DataLoader(torch.utils.data.DataLoader):
         }
 
     def tuner_trace(self):
+        if self._stream is not None:
+            return self._stream.tuner_trace()
         self._run.check_usable()
         return self._run.engine.tuner_trace()
 
@@ -280,6 +304,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """Samples left out under on_error="skip": dicts with epoch, index
         (the dataset's), key (empty: a dataset has none) and reason, as
         stoker.Loader gives them."""
+        if self._stream is not None:
+            return self._stream.skipped()
         self._run.check_usable()
         return self._run.engine.skipped()
 
@@ -288,6 +314,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def close(self):
         """Stops the workers and the zygote, at once; batches already handed out
         stay valid. Idempotent; also on garbage collection and ``with``."""
+        if self._stream is not None:
+            return self._stream.close()
         if self._run is not None:
             self._run.close()
 

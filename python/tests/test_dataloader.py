@@ -425,13 +425,7 @@ def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
     dl.close()
 
 
-def test_iterable_dataset_and_bad_arguments_are_refused():
-    class Stream(torch.utils.data.IterableDataset):
-        def __iter__(self):
-            return iter(range(3))
-
-    with pytest.raises(TypeError, match="IterableDataset"):
-        stoker.DataLoader(Stream())
+def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="mutually exclusive"):
         stoker.DataLoader(Numbers(), sampler=range(3), shuffle=True)
     with pytest.raises(ValueError, match="num_workers"):

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -236,12 +237,15 @@ def test_a_worker_error_reaches_the_consumer_as_torchs(num_workers):
     def first_error(cls):
         loader = cls(Stream(fail_at=6), batch_size=2, num_workers=num_workers)
         got = []
-        with pytest.raises(ValueError) as caught:
+        try:
             for b in loader:
                 got.append(plain(b))
-        if cls is stoker.DataLoader:
-            loader.close()
-        return got, str(caught.value)
+        except ValueError as e:  # dropped here: torch's iterator then ends with its frame
+            return got, str(e)
+        finally:
+            if cls is stoker.DataLoader:
+                loader.close()
+        pytest.fail(f"{cls.__module__}'s loader did not raise")
 
     ours, theirs = first_error(stoker.DataLoader), first_error(torch.utils.data.DataLoader)
     assert ours == theirs
@@ -257,7 +261,32 @@ def test_a_second_iter_ends_the_first():
         next(first)
     theirs = torch.utils.data.DataLoader(Stream(), batch_size=4, num_workers=2)
     assert [plain(b) for b in second] == epoch(theirs)
+    third = iter(loader)
+    loader.set_epoch(1)
+    with pytest.raises(RuntimeError, match=r"ended by set_epoch\(\)"):
+        next(third)
     loader.close()
+
+
+class Slow(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        time.sleep(1.5)  # longer than the loader's timeout
+        yield 0
+
+
+def test_timeout_is_torchs():
+    def timed_out(cls):
+        loader = cls(Slow(), num_workers=1, timeout=0.3)
+        try:
+            next(iter(loader))
+        except RuntimeError as e:  # dropped here: torch's iterator then ends with its frame
+            return str(e)
+        finally:
+            if cls is stoker.DataLoader:
+                loader.close()
+        pytest.fail(f"{cls.__module__}'s loader did not time out")
+
+    assert timed_out(stoker.DataLoader) == timed_out(torch.utils.data.DataLoader)
 
 
 def test_state_dict_is_refused_with_where_to_go():

@@ -5,6 +5,7 @@ after close()."""
 
 import collections
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -250,6 +251,24 @@ def test_a_worker_error_reaches_the_consumer_as_torchs(num_workers):
     ours, theirs = first_error(stoker.DataLoader), first_error(torch.utils.data.DataLoader)
     assert ours == theirs
     assert "sample 6 is broken" in ours[1]
+
+
+class Dies(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info.id == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield from range(info.id, 40, info.num_workers)
+
+
+def test_a_worker_that_dies_is_named_as_torch_names_it():
+    loader = stoker.DataLoader(Dies(), batch_size=2, num_workers=2)
+    # torch's two words for it, whichever of its checks sees the death first
+    named = r"DataLoader worker \(pid.* (is killed by signal|exited unexpectedly)"
+    with pytest.raises(RuntimeError, match=named):
+        for _ in loader:
+            pass
+    loader.close()
 
 
 def test_a_second_iter_ends_the_first():

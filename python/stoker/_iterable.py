@@ -13,7 +13,7 @@ import weakref
 
 import torch.utils.data
 
-from . import _args, _exit, _remote, _stats, _stoker
+from . import _args, _exit, _stats, _stoker
 
 # The consumer waits when it spent more than this part of an epoch in next().
 WAIT = 0.01
@@ -21,12 +21,11 @@ WAIT = 0.01
 GAIN = 0.05
 EPOCHS_KEPT = 50
 
-# stoker-only options that a plain stream cannot honour, with their defaults.
-_NOT_FOR_STREAMS = {
-    "on_error": "raise", "cluster": None, "cluster_security": None,
-    "remote_timeout": _remote.DEFAULT_TIMEOUT_S, "remote_min": 0, "memory_budget_bytes": 0,
-    "tune_interval": 0.2, "trace_path": None, "device_prefetch_bytes": None,
-}
+# stoker-only options that a plain stream cannot honour: refused unless left
+# at the DataLoader's defaults.
+_NOT_FOR_STREAMS = ("on_error", "cluster", "cluster_security", "remote_timeout", "remote_min",
+                    "memory_budget_bytes", "tune_interval", "trace_path",
+                    "device_prefetch_bytes")
 _WHY_NOT = ("a plain IterableDataset's epoch runs on torch's DataLoader: its failures end "
             "the epoch as torch's do, its workers are local processes, and its worker count "
             "is chosen per epoch")
@@ -104,9 +103,11 @@ class PlainStream:
                  **stoker_only):
         from ._loader import _resolve_device
         _args.on_error(stoker_only["on_error"])
-        for name, default in _NOT_FOR_STREAMS.items():
+        from ._dataloader import DataLoader
+        defaults = inspect.signature(DataLoader.__init__).parameters
+        for name in _NOT_FOR_STREAMS:
             value = stoker_only.pop(name)
-            if value != default:
+            if value != defaults[name].default:
                 raise ValueError(f"{name}={value!r} does not apply to a plain "
                                  f"IterableDataset: {_WHY_NOT}")
         assert not stoker_only, f"options not handled: {sorted(stoker_only)}"

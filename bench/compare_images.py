@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from epochs import Endless
+
 BATCH = 64
 SIZE = 224
 
@@ -59,17 +61,8 @@ def torch_child(data, workers, seconds):
     ds = datasets.ImageFolder(data, tf)
     loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
                         persistent_workers=workers > 0)
-    it = iter(loader)
-    epochs = 0
-
-    def next_batch():
-        nonlocal it, epochs
-        while True:
-            try:
-                return next(it)
-            except StopIteration:
-                epochs += 1
-                it = iter(loader)
+    epochs = Endless(loader)
+    next_batch = epochs.__next__
 
     # Warm-up: workers started, first batches through, imports and caches hot.
     for _ in range(max(3, 2 * workers + 2)):
@@ -86,7 +79,7 @@ def torch_child(data, workers, seconds):
         batches += 1
     elapsed = time.perf_counter() - start
     json.dump({"workers": workers, "samples": samples, "seconds": elapsed,
-               "samples_per_s": samples / elapsed, "epoch_restarts": epochs,
+               "samples_per_s": samples / elapsed, "epoch_restarts": epochs.epochs,
                "torch": torch.__version__}, sys.stdout)
     print()
 

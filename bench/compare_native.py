@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from epochs import Endless, steady_rate
+
 BATCH = 64
 SIZE = 224
 MEAN = (0.485, 0.456, 0.406)
@@ -66,33 +68,19 @@ def make_loader(kind, data, workers):
 def child(kind, data, workers, seconds, warmup):
     """Runs in a fresh process; prints one JSON object."""
     loader = make_loader(kind, data, workers)
-    it, epochs = iter(loader), 0
+    batches = Endless(loader, loader.set_epoch if kind == "stoker-loader" else None)
 
-    def next_batch():
-        nonlocal it, epochs
-        while True:
-            try:
-                return next(it)
-            except StopIteration:
-                epochs += 1
-                if hasattr(loader, "set_epoch") and kind == "stoker-loader":
-                    loader.set_epoch(epochs)
-                it = iter(loader)
-
-    start = time.perf_counter()
-    while time.perf_counter() - start < warmup:
-        next_batch()
-    samples, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        images, _ = next_batch()
+    def samples_of(batch):
+        images, _ = batch
         assert images.shape[1:] == (3, SIZE, SIZE)
-        samples += images.shape[0]
-    elapsed = time.perf_counter() - start
+        return images.shape[0]
+
+    rate = steady_rate(batches, seconds, warmup, samples_of)
     workers_now = None
     if kind != "torch":
         workers_now = loader.stats()["workers"]
-    json.dump({"kind": kind, "workers": workers, "samples_per_s": samples / elapsed,
-               "workers_at_end": workers_now, "epoch_restarts": epochs}, sys.stdout)
+    json.dump({"kind": kind, "workers": workers, "samples_per_s": rate,
+               "workers_at_end": workers_now, "epoch_restarts": batches.epochs}, sys.stdout)
     print()
 
 

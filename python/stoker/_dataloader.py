@@ -17,7 +17,8 @@ import time
 
 import torch.utils.data
 
-from . import _args, _errors, _exit, _native, _remote, _shards, _stats, _stoker, _workers
+from . import (_args, _errors, _exit, _iterable, _native, _remote, _shards, _stats, _stoker,
+               _workers)
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -69,7 +70,12 @@ class DataLoader(torch.utils.data.DataLoader):
     ``shards()`` and ``iter_shard(shard)``) is split by shard, a shard to a
     worker, so the pool still resizes live; ``shuffle=True`` shuffles the
     shard order, ``shuffle_buffer=N`` each shard's samples (docs/dataloader.md,
-    "Sharded streams"). A plain IterableDataset is refused.
+    "Sharded streams"). A plain ``IterableDataset`` gets torch's semantics
+    exactly: each epoch runs on torch's own DataLoader (its batches,
+    ``get_worker_info()``, order and errors), at a worker count that
+    ``"auto"`` chooses at the epoch's start from what the epoch before
+    measured (``stats()["epochs"]`` says which and why); its position cannot
+    be checkpointed.
     ``device="cuda[:N]"``: batches arrive as tensors on that device, copied on a
     stream of their own while the consumer works on the batch before (at most
     ``device_prefetch_bytes`` ahead, default a quarter of the free device
@@ -97,6 +103,12 @@ class DataLoader(torch.utils.data.DataLoader):
                  cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
                  native=True, shuffle_buffer=0):
         self._run = None  # until every option is checked
+        self._stream = None  # a plain IterableDataset's _iterable.PlainStream
+        if _iterable.is_plain(dataset):
+            arguments = dict(locals())  # this method's arguments, as given
+            del arguments["self"], arguments["dataset"]
+            self._stream = _iterable.PlainStream(self, dataset, **arguments)
+            return
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
             batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
@@ -148,6 +160,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def __len__(self):
         """The sampler's batches now, as torch's len(): a length that changed
         since the last iter() shows here at once."""
+        if self._stream is not None:
+            return len(self._stream)
         options = self._options
         if options.shards is not None:  # as torch's len() of an IterableDataset
             return _shards.approximate_len(self.dataset, options.batch_size, options.drop_last)
@@ -157,6 +171,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """A new epoch, as torch's iter() starts one (its base seed drawn, then
         the sampler read, however many batches it gives); after
         load_state_dict, the rest of that epoch."""
+        if self._stream is not None:
+            return iter(self._stream)
         run = self._run
         run.check_usable()
         prev = self._iterator
@@ -189,6 +205,8 @@ class DataLoader(torch.utils.data.DataLoader):
         epoch in progress is abandoned, and the next ``iter()`` starts anew --
         unless load_state_dict came before it: a resumed loop calls set_epoch
         as it always does, and the next ``iter()`` continues the checkpoint."""
+        if self._stream is not None:
+            return self._stream.set_epoch(epoch)
         self._run.check_usable()
         epoch = _args.integer("epoch", epoch, 0, 2**62)
         for s in (self.sampler, self.batch_sampler):
@@ -208,6 +226,8 @@ class DataLoader(torch.utils.data.DataLoader):
         is a dataset whose length differs from that epoch's (naming both); a
         state taken once its epoch ended starts the next one with the dataset
         as it is then."""
+        if self._stream is not None:
+            return self._stream.state_dict()
         self._run.check_usable()
         options = self._options
         record = self._plan.record
@@ -235,6 +255,8 @@ class DataLoader(torch.utils.data.DataLoader):
         continues that epoch. Errors name the field that differs; the
         lengths, which may change between epochs, are checked by that
         ``iter()`` against the sampler then."""
+        if self._stream is not None:
+            return self._stream.load_state_dict(state)
         self._run.check_usable()
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
@@ -268,6 +290,8 @@ class DataLoader(torch.utils.data.DataLoader):
         PCIe throughput too), as stoker.Loader.stats() gives them; and the
         workers' memory growth, with advice past a threshold (docs/dataloader.md,
         "Copy-on-read")."""
+        if self._stream is not None:
+            return self._stream.stats(gpu, pcie)
         run = self._run
         run.check_usable()
         m = run.engine.metrics()
@@ -295,6 +319,8 @@ class DataLoader(torch.utils.data.DataLoader):
         }
 
     def tuner_trace(self):
+        if self._stream is not None:
+            return self._stream.tuner_trace()
         self._run.check_usable()
         return self._run.engine.tuner_trace()
 
@@ -302,6 +328,8 @@ class DataLoader(torch.utils.data.DataLoader):
         """Samples left out under on_error="skip": dicts with epoch, index
         (the dataset's), key (empty: a dataset has none) and reason, as
         stoker.Loader gives them."""
+        if self._stream is not None:
+            return self._stream.skipped()
         self._run.check_usable()
         return self._run.engine.skipped()
 
@@ -310,6 +338,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def close(self):
         """Stops the workers and the zygote, at once; batches already handed out
         stay valid. Idempotent; also on garbage collection and ``with``."""
+        if getattr(self, "_stream", None) is not None:
+            return self._stream.close()
         it = getattr(self, "_iterator", None)  # unset when __init__ failed
         if it is not None:
             it.end("close()")
@@ -404,18 +434,11 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
                      shuffle_buffer=0):
     """A DataLoader's options, every one checked (TypeError or ValueError
     naming the option and its value) before anything is made."""
-    from torch.utils.data import IterableDataset
     shuffle_buffer = _args.integer("shuffle_buffer", shuffle_buffer, 0, 1 << 31)
     if _shards.is_sharded(dataset):
         batching = _resolve_shard_batching(dataset, batch_size, shuffle, sampler,
                                            batch_sampler, drop_last, collate_fn, generator,
                                            shuffle_buffer)
-    elif isinstance(dataset, IterableDataset):
-        raise TypeError("stoker.DataLoader takes map-style datasets (with __getitem__ and "
-                        "__len__) and sharded streams (an IterableDataset with shards() and "
-                        "iter_shard(shard): stoker.ShardedIterable); a plain IterableDataset's "
-                        "stream cannot be split among a changing number of workers without "
-                        "repeating or losing samples. Use torch.utils.data.DataLoader for it.")
     elif not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError("dataset must have __getitem__ and __len__, got "
                         f"{type(dataset).__name__}")
@@ -1327,6 +1350,8 @@ class _Iterator:
                 _errors.sample_error(e, (self._threads, self._remote))
             if error is None:
                 raise
+            if self._sharded:  # its index is the shard's position in the rank's list
+                error.shard = self.run.options.shards.names[error.index]
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

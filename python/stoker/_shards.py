@@ -135,7 +135,7 @@ def read(shard_job, position, seed, at, collate, consumer=False):
     rng = random.Random(seed)  # the buffer's own, apart from the user's generators
     batches, chunk, count, failed = Batches(), [], 0, []
     size = shard_job.batch_size or 1
-    stream = _numbered(iter(shard_job.dataset.iter_shard(name)), at, failed, consumer)
+    stream = _numbered(lambda: iter(shard_job.dataset.iter_shard(name)), at, failed, consumer)
     for sample in _buffered(stream, shard_job.shuffle_buffer, rng):
         chunk.append(sample)
         count += 1
@@ -148,13 +148,16 @@ def read(shard_job, position, seed, at, collate, consumer=False):
     return batches, count, failed[0] if failed else None
 
 
-def _numbered(stream, at, failed, consumer):
-    """The shard's samples, `at` told each one's offset; what the shard's
-    iterator raises ends them, (its offset, the error) put in `failed`."""
-    offset = 0
+def _numbered(open_stream, at, failed, consumer):
+    """The samples of the shard `open_stream()` opens, `at` told each one's
+    offset; what opening or reading raises ends them, (the offset, the
+    error) put in `failed`."""
+    offset, stream = 0, None
     while True:
         at(offset)
         try:
+            if stream is None:
+                stream = open_stream()
             sample = next(stream)
         except StopIteration:
             return

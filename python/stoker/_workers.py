@@ -753,7 +753,8 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False):
                                                at or (lambda k: None), collate, consumer)
     except _CollateRaised as raised:
         e = raised.error
-        return None, [], [], (f"collate_fn raised {type(e).__name__}: {e}",
+        return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
+                              f"{job.shards.names[position]!r})",
                               "".join(traceback.format_exception(e)))
     failures = []
     if failure is not None:

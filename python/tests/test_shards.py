@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import random
+import signal
 import sys
 import textwrap
 
@@ -54,6 +55,19 @@ def ids(got):
     return [i for b, _ in got for i in b]
 
 
+def drain(dl, errors_of=(stoker.DataError,)):
+    """The sample ids of an epoch and each error on the way, carrying on after each."""
+    got, errors = [], []
+    it = iter(dl)
+    while True:
+        try:
+            got += next(it)[0].flatten().tolist()
+        except StopIteration:
+            return got, errors
+        except errors_of as e:
+            errors.append(e)
+
+
 def loader(dataset, workers, **kw):
     kw.setdefault("batch_size", 4)
     kw.setdefault("shuffle", True)
@@ -97,17 +111,10 @@ def test_exactly_once_under_random_live_resizes():
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     ds = Shards(bad=4, bad_after=3)
-    got, errors = [], []
     with loader(ds, workers) as dl:
-        it = iter(dl)
-        while True:
-            try:
-                got += next(it)[0].flatten().tolist()
-            except StopIteration:
-                break
-            except OSError as e:  # the shard's own error type, as stoker.DataError too
-                assert isinstance(e, stoker.DataError)
-                errors.append(str(e))
+        got, errors = drain(dl, OSError)  # the shard's own error type, a DataError too
+    assert all(isinstance(e, stoker.DataError) for e in errors)
+    errors = [str(e) for e in errors]
     assert len(errors) == 1 and "shard-04" in errors[0] and "after 3 samples" in errors[0]
     assert "truncated" in errors[0]
     # What the shard gave before its error is delivered; nothing else is lost.
@@ -271,3 +278,61 @@ def test_no_process_or_segment_outlives_close():
     del kept, it, dl
     gc.collect()
     assert segments_open() == before  # the batches let go of the loader's shared memory
+
+
+def test_unordered_delivery_and_its_checkpoints_lose_nothing():
+    ds = Shards(lens=[9, 2, 14, 0, 7, 11, 5, 3])
+    for taken in (1, 3, 5):
+        with loader(ds, 3, in_order=False) as dl:
+            it = iter(dl)
+            head = [i for _ in range(taken) for i in next(it)[0].flatten().tolist()]
+            state = dl.state_dict()
+        with loader(ds, 2, in_order=False) as dl:
+            dl.load_state_dict(state)
+            rest = ids(batches(dl))
+        assert sorted(head + rest) == ds.every(), taken
+
+
+class Dying(Shards):
+    """Shard 4's worker process dies at its sample 3."""
+
+    def iter_shard(self, shard):
+        for k, sample in enumerate(super().iter_shard(shard)):
+            if shard == "shard-04" and k == 3:
+                os.kill(os.getpid(), signal.SIGSEGV)
+            yield sample
+
+
+def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives():
+    ds = Dying()
+    with loader(ds, 2, persistent_workers=True) as dl:
+        got, errors = drain(dl)
+        assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
+    [error] = errors
+    assert error.shard == "shard-04" and "killed by signal" in str(error)
+    # A shard whose reader died is reported whole: none of it was delivered.
+    assert sorted(got) == [i for i in ds.every() if i // 1000 != 4]
+
+
+class Misbehaving(Shards):
+    """Shard 2 cannot be opened; shard 5's samples cannot be collated."""
+
+    def iter_shard(self, shard):
+        if shard == "shard-02":
+            raise FileNotFoundError(f"no such shard: {shard}")  # before any iteration
+        if shard == "shard-05":
+            return iter([(torch.zeros(1),), (torch.zeros(2),)])
+        return super().iter_shard(shard)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_that_cannot_open_or_collate_is_named(workers):
+    ds = Misbehaving(lens=[3, 4, 5, 2, 6, 2])
+    with loader(ds, workers) as dl:
+        got, errors = drain(dl, (stoker.DataError, FileNotFoundError))
+    errors = [str(e) for e in errors]
+    assert sorted(got) == [i for i in ds.every() if i // 1000 not in (2, 5)]
+    assert len(errors) == 2, errors
+    assert any("shard-02" in e and "no such shard" in e and "after 0 samples" in e
+               for e in errors)
+    assert any("shard-05" in e and "collate_fn raised" in e for e in errors)

@@ -1,0 +1,418 @@
+"""stoker.DataLoader over a plain IterableDataset (one without shards() and
+iter_shard()): each epoch runs on torch's own DataLoader at a worker count
+chosen at its start, so its batches, get_worker_info(), order and errors are
+torch's. The count cannot change inside an epoch without changing what the
+user's split by get_worker_info() yields; with num_workers="auto" it is
+chosen from what the epoch before measured (decide())."""
+
+import collections
+import dataclasses
+import inspect
+import time
+import weakref
+
+import torch.utils.data
+
+from . import _args, _exit, _shards, _stats, _stoker
+
+# The consumer waits when it spent more than this part of an epoch in next().
+WAIT = 0.01
+# A step up that raised samples/s by less than this is stepped back.
+GAIN = 0.05
+EPOCHS_KEPT = 50
+
+# stoker-only options that a plain stream cannot honour: refused unless left
+# at the DataLoader's defaults.
+_NOT_FOR_STREAMS = ("on_error", "cluster", "cluster_security", "remote_timeout", "remote_min",
+                    "memory_budget_bytes", "tune_interval", "trace_path",
+                    "device_prefetch_bytes", "shuffle_buffer")
+_WHY_NOT = ("a plain IterableDataset's epoch runs on torch's DataLoader: its failures end "
+            "the epoch as torch's do, its workers are local processes, and its worker count "
+            "is chosen per epoch")
+
+
+def is_plain(dataset):
+    """An IterableDataset that does not say what its shards are."""
+    return isinstance(dataset, torch.utils.data.IterableDataset) and \
+        not _shards.is_sharded(dataset)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochFigures:
+    """What an epoch measured: its worker count, the part of its wall time the
+    consumer spent waiting in next() (iter() included), and samples/s."""
+
+    workers: int
+    wait_fraction: float
+    samples_per_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerState:
+    """What decide() carries between epochs: the epoch a step was tried from
+    (`base`) and its direction, and the direction held off at this count
+    because a step that way failed."""
+
+    base: EpochFigures = None
+    step: str = None      # "up", "down" or None: what the last epoch tried
+    blocked: str = None   # "up" or "down": held off at this count
+
+
+def decide(state, last, budget):
+    """(workers, reason, state) for the next epoch, from `last`'s figures,
+    the TunerState and the CPU budget: the rule docs/dataloader.md gives
+    ("Plain IterableDataset"). A step that failed is undone and that
+    direction held off at that count until the wait points the other way."""
+    n = last.workers
+    waited = last.wait_fraction > WAIT
+    figures = f"waited {last.wait_fraction:.1%}, {last.samples_per_s:.4g} samples/s"
+    base = state.base
+    if state.step == "up" and last.samples_per_s < base.samples_per_s * (1 + GAIN):
+        return base.workers, (
+            f"{n} workers ({figures}) gained less than {GAIN:.0%} over {base.workers} "
+            f"({base.samples_per_s:.4g} samples/s): back to {base.workers}, holding"), \
+            TunerState(blocked="up")
+    if state.step == "down" and waited:
+        return base.workers, (
+            f"at {n} workers the consumer {figures}: back to {base.workers}, "
+            "holding"), TunerState(blocked="down")
+    blocked = state.blocked if state.step is None else None
+    if waited:
+        if n >= budget:
+            return n, f"{figures} at {n} workers, the CPU budget: staying", TunerState()
+        if blocked == "up":
+            return n, f"{figures} at {n} workers; a step up gained nothing: holding", state
+        up = min(budget, n + max(1, n // 4))
+        return up, f"{figures} at {n} workers: trying {up}", TunerState(last, "up")
+    if n <= 1:
+        return n, f"{figures} at 1 worker: staying", TunerState()
+    if blocked == "down":
+        return n, f"{figures} at {n} workers; fewer made it wait: holding", state
+    down = max(1, n - max(1, n // 4))
+    return down, f"{figures} at {n} workers: trying {down}", TunerState(last, "down")
+
+
+class PlainStream:
+    """A stoker.DataLoader's plain IterableDataset: the loader's public methods
+    call these. Used by one thread at a time, as torch's DataLoader is."""
+
+    def __init__(self, loader, dataset, *, batch_size, shuffle, sampler, batch_sampler,
+                 num_workers, collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
+                 multiprocessing_context, generator, prefetch_factor, persistent_workers,
+                 pin_memory_device, in_order, worker_kind, max_workers, device, native,
+                 **stoker_only):
+        from ._loader import _resolve_device
+        _args.on_error(stoker_only["on_error"])
+        from ._dataloader import DataLoader
+        defaults = inspect.signature(DataLoader.__init__).parameters
+        for name in _NOT_FOR_STREAMS:
+            value = stoker_only.pop(name)
+            if value != defaults[name].default:
+                raise ValueError(f"{name}={value!r} does not apply to a plain "
+                                 f"IterableDataset: {_WHY_NOT}")
+        assert not stoker_only, f"options not handled: {sorted(stoker_only)}"
+        if worker_kind != "processes":
+            raise ValueError(f"worker_kind={worker_kind!r} does not apply to a plain "
+                             f"IterableDataset: {_WHY_NOT}")
+        self._auto = num_workers == "auto"
+        max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
+        if self._auto:
+            from ._dataloader import _initial_workers
+            self.budget = _initial_workers(max_workers)
+            capped = " (at most max_workers)" if max_workers else ""
+            workers, reason = self.budget, f"first epoch: the CPU budget{capped}, {self.budget}"
+        else:
+            workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+            reason = f"num_workers={workers}"
+        _, self._device = _resolve_device(device, torch)
+        # torch's own arguments, as its DataLoader takes them; it checks them
+        # here (an IterableDataset takes no sampler, shuffle or batch_sampler).
+        self._args = dict(
+            batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=batch_sampler, collate_fn=collate_fn, pin_memory=pin_memory,
+            drop_last=drop_last, timeout=timeout, worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context, generator=generator,
+            persistent_workers=persistent_workers, pin_memory_device=pin_memory_device)
+        if prefetch_factor is not None:
+            self._args["prefetch_factor"] = prefetch_factor
+        if "in_order" in inspect.signature(torch.utils.data.DataLoader).parameters:
+            self._args["in_order"] = in_order  # older torch: always in order
+        self._inner = self._torch_loader(dataset, workers)
+        self._dataset = dataset
+        self._next = (workers, reason)  # the next epoch's count, and why
+        self._tuner = TunerState()
+        self._epochs = collections.deque(maxlen=EPOCHS_KEPT)  # their records, latest last
+        # The latest epoch's _Epoch, held weakly: it holds the loader, so a
+        # dropped iterator ends at once and the loader then goes with it.
+        self._live = lambda: None
+        self._epoch = -1
+        self._delivered = 0
+        self._totals = [0, 0.0, 0.0]  # samples, wait s, wall s of the epochs so far
+        self._closed = False
+        self._show(loader, num_workers, in_order, worker_kind)
+        _exit.close_at_exit(loader)
+
+    def _torch_loader(self, dataset, workers):
+        return torch.utils.data.DataLoader(dataset, num_workers=workers, **self._args)
+
+    def _show(self, loader, num_workers, in_order, worker_kind):
+        """The attributes torch's DataLoader has, as it sets them for an
+        IterableDataset, and stoker's own."""
+        inner = self._inner
+        for name in ("dataset", "batch_size", "drop_last", "sampler", "batch_sampler",
+                     "collate_fn", "pin_memory", "pin_memory_device", "timeout",
+                     "worker_init_fn", "persistent_workers", "generator", "prefetch_factor",
+                     "_dataset_kind", "_IterableDataset_len_called"):
+            setattr(loader, name, getattr(inner, name))
+        loader._DataLoader__multiprocessing_context = inner.multiprocessing_context
+        loader.num_workers, loader.in_order, loader.worker_kind = \
+            num_workers, bool(in_order), worker_kind
+        loader.device, loader.on_error = self._device, "raise"
+        loader._iterator = None
+        self._loader = weakref.ref(loader)  # the loader owns this
+        loader._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError("this stoker.DataLoader is closed")
+
+    # -- iteration ----------------------------------------------------------
+
+    def __len__(self):
+        """torch's len(): from len(dataset) (a TypeError without one)."""
+        n = len(self._inner)
+        self._loader()._IterableDataset_len_called = self._inner._IterableDataset_len_called
+        return n
+
+    def __iter__(self):
+        """A new epoch on torch's DataLoader at the count decided for it; the
+        one before, if still live, is ended (its next use raises)."""
+        self._check_open()
+        prev = self._live()
+        if prev is not None:
+            prev.end("a newer iter()")
+        last = _figures(self._epochs[-1]) if self._epochs else None
+        if self._auto and last is not None:
+            workers, reason, self._tuner = decide(self._tuner, last, self.budget)
+            self._next = workers, reason
+        workers, reason = self._next
+        if workers != self._inner.num_workers:
+            self._shut_inner()
+            called = self._inner._IterableDataset_len_called  # for torch's length warning
+            self._inner = self._torch_loader(self._dataset, workers)
+            self._inner._IterableDataset_len_called = called
+        self._epoch += 1
+        record = {"epoch": self._epoch, "workers": workers, "batches": 0,
+                  "wait_fraction": None, "samples_per_s": None, "wall_s": 0.0,
+                  "reason": reason}
+        self._epochs.append(record)
+        it = _Epoch(self, record, self._loader())
+        self._live = weakref.ref(it)
+        return it
+
+    def set_epoch(self, epoch):
+        """Ends an epoch in progress, as on the map path (a plain stream has
+        no sampler to tell: the dataset's own set_epoch is the user's)."""
+        self._check_open()
+        _args.integer("epoch", epoch, 0, 2**62)
+        live = self._live()
+        if live is not None:
+            live.end("set_epoch()")
+
+    def state_dict(self):
+        raise TypeError(
+            "a plain IterableDataset's position cannot be checkpointed: its stream is its "
+            "own (stoker cannot say where it stands, nor restart it there); a dataset that "
+            "says what its shards are (stoker.ShardedIterable) can be")
+
+    def load_state_dict(self, state):
+        self.state_dict()
+
+    # -- figures ------------------------------------------------------------
+
+    def stats(self, gpu=True, pcie=False):
+        """The epochs' figures: the latest epoch's (the one running, else the
+        last) as "samples_per_s" and "stall_fraction", all epochs' together
+        as "..._since_start", and each epoch's in "epochs"."""
+        self._check_open()
+        last = self._epochs[-1] if self._epochs else None
+        workers = self._inner.num_workers
+        live = self._live()
+        samples, wait, wall = self._totals
+        if live is not None and not live.over:
+            samples, wait, wall = (a + b for a, b in zip(self._totals, live.live()))
+        prefetch = getattr(self._inner, "prefetch_factor", None) or 2
+        return {
+            "pipeline": "python",
+            "pipeline_reason": "a plain IterableDataset: each epoch on torch's DataLoader",
+            "pipeline_steps": None,
+            "stream": "plain",
+            "workers": workers,
+            "worker_kind": "processes" if workers else "none (num_workers=0)",
+            "kind_trial": None,
+            "worker_pids": [] if live is None else live.pids(),
+            "worker_bytes": None,
+            "batches_delivered": self._delivered,
+            "samples_per_s": None if last is None else last["samples_per_s"],
+            "stall_fraction": None if last is None else last["wait_fraction"],
+            "window_s": None if last is None else last["wall_s"],
+            **({"samples_per_s_since_start": None, "stall_fraction_since_start": None}
+               if wall <= 0 else
+               {f"{k}_since_start": v for k, v in _stats.rates(samples, wait, wall).items()}),
+            "prefetch_batches": prefetch * workers if workers else 0,
+            "epochs": [dict(e) for e in self._epochs],
+            "tuner": None,
+            "remote": None,
+            **(_stats.gpu(pcie) if gpu else {}),
+        }
+
+    def tuner_trace(self):
+        """Each epoch's count and why (num_workers="auto": decide()'s reason)."""
+        self._check_open()
+        return [{k: e[k] for k in ("epoch", "workers", "reason")} for e in self._epochs]
+
+    def skipped(self):
+        self._check_open()
+        return []  # a plain stream's failures end the epoch: nothing is skipped
+
+    # -- the end ------------------------------------------------------------
+
+    def close(self):
+        """Ends the live epoch and shuts torch's workers at once; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        live = self._live()
+        if live is not None:
+            live.end("close()")
+        self._shut_inner()
+
+    def _shut_inner(self):
+        """Shuts the persistent workers of the torch loader, if it kept any."""
+        kept = getattr(self._inner, "_iterator", None)
+        if kept is not None:
+            _shut(kept)
+            self._inner._iterator = None
+
+    def _ended(self, epoch):
+        """An epoch's figures join the totals once it ends."""
+        self._totals = [a + b for a, b in zip(self._totals, epoch.live())]
+
+
+def _shut(torch_iterator):
+    shutdown = getattr(torch_iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
+class _Epoch:
+    """One epoch: torch's iterator, timed (the consumer's wait in next(), the
+    wall time since iter()) into its `record` in stats()["epochs"]."""
+
+    def __init__(self, stream, record, owner):
+        self._stream = stream
+        self._owner = owner  # the loader lives while its iterator does (its close ends this)
+        self._record = record
+        self._samples, self._wait = 0, 0.0
+        self._start = self._last = time.perf_counter()
+        self._ended_by = None
+        self.finished = False
+        self.over = False
+        self._torch = iter(stream._inner)  # starts the workers (or resets persistent ones)
+        self._timed(self._start)
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._torch)
+
+    def __next__(self):
+        if self._ended_by is not None:
+            raise RuntimeError(
+                f"this iterator's epoch {self._record['epoch']} was ended by {self._ended_by} "
+                f"on the same stoker.DataLoader after {self._record['batches']} batches: a "
+                "loader runs one epoch at a time (drop or finish an iterator before starting "
+                "another)")
+        if self.finished:
+            raise StopIteration
+        start = time.perf_counter()
+        try:
+            batch = next(self._torch)
+        except StopIteration:
+            self._timed(start)
+            self.finished = True
+            self._end()
+            raise
+        except BaseException:
+            self._timed(start)
+            raise
+        self._timed(start)
+        self._record["batches"] += 1
+        self._stream._delivered += 1
+        self._samples += _samples_in(batch, self._stream._inner.batch_size)
+        self._update()
+        device = self._stream._device
+        if device is not None:
+            from ._dataloader import _to_device
+            batch = _to_device(batch, device)
+        return batch
+
+    def _timed(self, start):
+        self._last = time.perf_counter()
+        self._wait += self._last - start
+
+    def _update(self):
+        wall = self._last - self._start
+        if wall > 0:
+            rates = _stats.rates(self._samples, self._wait, wall)
+            self._record.update(wait_fraction=rates["stall_fraction"],
+                                samples_per_s=rates["samples_per_s"], wall_s=wall)
+
+    def live(self):
+        """(samples, wait s, wall s) so far."""
+        return self._samples, self._wait, self._last - self._start
+
+    def pids(self):
+        return [w.pid for w in getattr(self._torch, "_workers", []) if w.is_alive()]
+
+    def end(self, by):
+        """The loader moved on (`by` says how): not at its epoch's end, this
+        iterator raises at its next use; torch's workers not kept are shut."""
+        if not self.finished and self._ended_by is None:
+            self._ended_by = by
+        self._end()
+
+    def _end(self):
+        if self.over:
+            return
+        self.over = True
+        self._update()
+        self._stream._ended(self)
+        if not self._stream._inner.persistent_workers:
+            _shut(self._torch)
+
+    def __del__(self):
+        try:
+            self._end()
+        except Exception:  # noqa: BLE001 -- nothing to tell at collection
+            pass
+
+
+def _figures(record):
+    """An epoch's EpochFigures for decide(), or None when it delivered no batch."""
+    if record["batches"] == 0 or record["wait_fraction"] is None:
+        return None
+    return EpochFigures(record["workers"], record["wait_fraction"], record["samples_per_s"])
+
+
+def _samples_in(batch, batch_size):
+    """How many samples a batch holds: its first tensor's length
+    (default_collate's layout), else batch_size (1 unbatched)."""
+    if batch_size is None:
+        return 1
+    while isinstance(batch, (list, tuple, dict)) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    if isinstance(batch, torch.Tensor) and batch.dim() > 0:
+        return batch.shape[0]
+    return batch_size

@@ -37,8 +37,9 @@ class TarStream(ShardedIterable):
         return list(self._paths)
 
     def iter_shard(self, shard):
-        for _, image, label in self.records(shard):
-            yield (image, label) if self.transform is None else self.transform(image, label)
+        transform = self.transform
+        for _, image, label in _stoker.TarShardReader(os.fsencode(shard)):  # keys left as bytes
+            yield (image, label) if transform is None else transform(image, label)
 
     def records(self, shard):
         """Shard ``shard``'s raw samples in order, untransformed:

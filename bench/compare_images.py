@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from epochs import Endless
+from epochs import Conditions, Endless
 
 BATCH = 64
 SIZE = 224
@@ -170,10 +170,9 @@ def run(a, data):
     n_images, n_bytes = jpegs_under(data)
     if n_images == 0:
         sys.exit(f"no JPEGs under {data}")
-    cores = len(os.sched_getaffinity(0))
+    run = Conditions()
+    cores = run.cores
     torch_workers = [int(w) for w in a.torch_workers.split(",") if w.strip()]
-    load_before = os.getloadavg()[0]
-    t0 = time.perf_counter()
 
     per_core, mp_per_s, per_core_wall = decode_images_per_s_per_core(a.build, data)
     limit = per_core * cores
@@ -190,7 +189,7 @@ def run(a, data):
     torch[best_w] = better(torch[best_w], torch_images_per_s(a.python, data, best_w, a.seconds))
     s2 = better(s2, stoker_steady(a.build, data, 2, a.seconds))
     sauto = better(sauto, stoker_steady(a.build, data, "auto", a.seconds))
-    load_after = os.getloadavg()[0]
+    run.end()
 
     tbest = torch[best_w]["samples_per_s"]
     r2, rauto = s2["samples_per_s"], sauto["samples_per_s"]
@@ -198,8 +197,7 @@ def run(a, data):
           f"batch {BATCH}")
     print(f"data: {data} ({n_images} JPEGs, {n_bytes / n_images / 1024:.0f} KiB, "
           f"{mp_per_s / per_core:.2f} MP each on average)")
-    print(f"{cores} cores usable; load average {load_before:.2f} before, {load_after:.2f} after; "
-          f"{a.seconds:g} s per setting, {time.perf_counter() - t0:.0f} s in all")
+    print(run.line(a.seconds))
     print(f"  physical limit (full decode)   {limit:10,.0f} images/s"
           f"   ({per_core:,.0f}/s per core x {cores})")
     for w in torch_workers:
@@ -215,8 +213,7 @@ def run(a, data):
     print(f"  stoker(2) / torch best         {r2 / tbest:10.1f} x    goal >= 6 x")
     print(f"  stoker(auto) / torch best      {rauto / tbest:10.1f} x    goal >= 6 x")
     json.dump({
-        "data": data, "images": n_images, "cores": cores, "seconds": a.seconds,
-        "loadavg_before": load_before, "loadavg_after": load_after,
+        "data": data, "images": n_images, "seconds": a.seconds, **run.fields(),
         "decode_per_core_images_per_s": per_core,
         "decode_per_core_wall_clock_images_per_s": per_core_wall,
         "physical_limit_images_per_s": limit,

@@ -31,9 +31,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from epochs import Endless, steady_rate
+from epochs import Conditions, Endless, steady_rate
 
 BATCH = 64
 SIZE = 224
@@ -144,8 +143,7 @@ def main():
         import stoker
         data = stoker.default_dataset(quiet=True)
     data = os.path.abspath(data)
-    cores = len(os.sched_getaffinity(0))
-    load_before, t0 = os.getloadavg()[0], time.perf_counter()
+    run = Conditions()
 
     torch_workers = [int(w) for w in a.torch_workers.split(",") if w.strip()]
     torch_runs = {w: measure(a, data, "torch", w) for w in torch_workers}
@@ -157,15 +155,13 @@ def main():
     dl = better(dl, measure(a, data, "stoker-dataloader"))
     sl = better(sl, measure(a, data, "stoker-loader"))
     worst, labels_equal, eval_batches = fidelity(data, a.eval_batches)
-    load_after = os.getloadavg()[0]
+    run.end()
 
     tbest = torch_runs[best_w]["samples_per_s"]
     rdl, rsl = dl["samples_per_s"], sl["samples_per_s"]
     print(f"torchvision script: ImageFolder + RandomResizedCrop({SIZE}) + flip + ToTensor + "
           f"Normalize, batch {BATCH}, shuffled")
-    print(f"data: {data}; {cores} cores usable; load average {load_before:.2f} before, "
-          f"{load_after:.2f} after; {a.seconds:g} s per setting, "
-          f"{time.perf_counter() - t0:.0f} s in all")
+    print(f"data: {data}; {run.line(a.seconds)}")
     for w in torch_workers:
         mark = "  <- best" if w == best_w else ""
         print(f"  torch DataLoader, num_workers={w:<2}       "
@@ -179,8 +175,7 @@ def main():
     print(f"  eval Compose, {eval_batches} batches: largest difference {worst:.3f} uint8 levels "
           f"(goal <= 1), labels {'equal' if labels_equal else 'DIFFER'}")
     json.dump({
-        "data": data, "cores": cores, "seconds": a.seconds, "loadavg_before": load_before,
-        "loadavg_after": load_after,
+        "data": data, "seconds": a.seconds, **run.fields(),
         "torch_images_per_s": {str(w): r["samples_per_s"] for w, r in torch_runs.items()},
         "torch_best_workers": best_w, "torch_best_images_per_s": tbest,
         "stoker_dataloader_images_per_s": rdl, "stoker_loader_images_per_s": rsl,

@@ -1,5 +1,6 @@
 """What the Python benchmarks share: batches across epochs, a steady rate."""
 
+import os
 import time
 
 
@@ -35,3 +36,25 @@ def steady_rate(batches, seconds, warmup, samples_of):
     while time.perf_counter() - start < seconds:
         samples += samples_of(next(batches))
     return samples / (time.perf_counter() - start)
+
+
+class Conditions:
+    """What a side-by-side run ran under: usable cores, the load average
+    before and after, the wall time; made when the run starts."""
+
+    def __init__(self):
+        self.cores = len(os.sched_getaffinity(0))
+        self.load_before, self.load_after = os.getloadavg()[0], None
+        self.t0 = time.perf_counter()
+
+    def end(self):
+        self.load_after = os.getloadavg()[0]
+
+    def line(self, seconds):
+        return (f"{self.cores} cores usable; load average {self.load_before:.2f} before, "
+                f"{self.load_after:.2f} after; {seconds:g} s per setting, "
+                f"{time.perf_counter() - self.t0:.0f} s in all")
+
+    def fields(self):
+        return {"cores": self.cores, "loadavg_before": self.load_before,
+                "loadavg_after": self.load_after}

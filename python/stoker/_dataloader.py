@@ -165,7 +165,7 @@ class DataLoader(torch.utils.data.DataLoader):
         options = self._options
         if options.shards is not None:  # as torch's len() of an IterableDataset
             return _shards.approximate_len(self.dataset, options.batch_size, options.drop_last)
-        return len(options.sampler if options.unbatched else options.batch_sampler)
+        return len(self._plan.order())
 
     def __iter__(self):
         """A new epoch, as torch's iter() starts one (its base seed drawn, then
@@ -242,8 +242,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 stream = {"item": opened[0], "batches_taken": opened[1]}
         return {"format": _FORMAT,
                 # Of the checkpoint's epoch (the record's), else as they are now.
-                "dataset_len": (record or {}).get("dataset_len", len(self.dataset)),
-                "batches_per_epoch": (record or {}).get("batches", len(self)),
+                "dataset_len": (record or {}).get("dataset_len", len(self._plan.dataset)),
+                "batches_per_epoch": (record or {}).get("batches", len(self._plan.order())),
                 "batch_size": options.batch_size,
                 "drop_last": options.drop_last,
                 "sampler": type(options.sampler).__name__,
@@ -301,6 +301,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "pipeline": "python" if run.native is None else "native",
             "pipeline_reason": self._pipeline_reason,
             "pipeline_steps": None if run.native is None else run.native.steps,
+            "stream": None if self._options.shards is None else "sharded",
             "workers": run.engine.workers,
             "worker_kind": run.kind(),
             "kind_trial": None if run.trial is None else run.trial.report(),
@@ -619,7 +620,7 @@ class _Plan:
 
     def __init__(self, options, dataset):
         self._options = options
-        self._dataset = dataset
+        self.dataset = dataset  # what the sampler orders: the user's, or a stream's shards
         self.batches = options.batches_per_epoch  # of the epoch started last
         # Whether what the workers may have made ahead for that epoch (from
         # lists handed over early, give_ahead) is of the lists it has.
@@ -643,6 +644,12 @@ class _Plan:
                             type(options.sampler) is SequentialSampler and
                             type(options.batch_sampler) in (BatchSampler, type(None)))
 
+    def order(self):
+        """What gives the epoch's items now: one per sampler key unbatched
+        (a sharded stream's items too), else the batch sampler's batches."""
+        options = self._options
+        return options.sampler if options.unbatched else options.batch_sampler
+
     def next_epoch(self):
         """The engine epoch of a new iter(): one never used before, and the one
         the workers may be running ahead into."""
@@ -655,7 +662,7 @@ class _Plan:
         drew = self._seed_each_epoch or self._base_seed is None
         if drew:
             self._base_seed = self._draw_seed()
-        dataset_len = len(self._dataset)
+        dataset_len = len(self.dataset)
         flat, offsets, keys = self._read()
         digest = _digest(flat, offsets, keys)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
@@ -736,7 +743,7 @@ class _Plan:
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
                 flat, offsets, keys = self._replay(record)
-        batches, dataset_len = len(offsets) - 1, len(self._dataset)
+        batches, dataset_len = len(offsets) - 1, len(self.dataset)
         if batches != record.get("batches", batches):
             raise ValueError(
                 f"the state dict's epoch {record['epoch']} had {record['batches']} batches "

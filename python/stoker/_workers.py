@@ -1091,7 +1091,10 @@ def _write(writer, payload):
         if hasattr(a, "numel"):
             import torch
             dst = torch.frombuffer(m, dtype=torch.uint8, count=n, offset=off)
-            dst.view(a.dtype).view(a.shape).copy_(a.detach().rename(None))
+            src = a.detach()
+            if any(n is not None for n in src.names):  # rename() warns even when names are none
+                src = src.rename(None)
+            dst.view(a.dtype).view(a.shape).copy_(src)
             del dst
         else:
             import numpy as np

@@ -261,6 +261,11 @@ def test_bad_arguments_are_named():
     with stoker.DataLoader(Endless(), num_workers=0) as dl:
         with pytest.raises(TypeError):
             len(dl)
+        it = iter(dl)
+        state = dl.state_dict()  # a stream without len() checkpoints all the same
+        assert [b.tolist() for b in it] == [[1]]
+    with stoker.DataLoader(Endless(), num_workers=1) as dl:
+        dl.load_state_dict(state)
         assert [b.tolist() for b in dl] == [[1]]
 
 
@@ -270,6 +275,7 @@ def test_no_process_or_segment_outlives_close():
     dl = loader(Shards(), 3)
     it = iter(dl)
     kept = next(it)  # a batch outliving its loader stays readable
+    assert dl.stats()["stream"] == "sharded"
     pids = [dl._run.zygote_pid] + dl.stats()["worker_pids"]
     assert len(pids) > 1
     dl.close()

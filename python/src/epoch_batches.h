@@ -27,10 +27,13 @@ class EpochBatches {
  public:
   /// `first_batches`: the first epoch's count (the kinds' items()).
   /// `first_seed`: what workers forked before any epoch is set are told
-  /// (torch's get_worker_info().seed, less the worker id).
-  EpochBatches(int64_t first_batches, int64_t first_seed)
-      : first_batches_(first_batches), latest_seed_(first_seed) {}
+  /// (torch's get_worker_info().seed, less the worker id). `item_name`: what
+  /// one of its items is, for people (the tuner's unit): "batch", or "shard"
+  /// for a sharded stream's.
+  EpochBatches(int64_t first_batches, int64_t first_seed, std::string item_name = "batch")
+      : first_batches_(first_batches), item_name_(std::move(item_name)), latest_seed_(first_seed) {}
   int64_t first_batches() const { return first_batches_; }
+  const std::string& item_name() const { return item_name_; }
 
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
   /// than batches, from 0 to flat's size) and its seed (torch's base seed:
@@ -67,6 +70,7 @@ class EpochBatches {
 
  private:
   const int64_t first_batches_;
+  const std::string item_name_;
   mutable Mutex mu_;
   CondVar cv_;  // an epoch set, or shut down
   bool shutdown_ GUARDED_BY(mu_) = false;

@@ -254,8 +254,8 @@ class ProcessKind : public WorkerKind {
   int64_t items() const override;
   /// Empty: the engine names the batch itself.
   std::string Key(int64_t) const override { return ""; }
-  /// Each item is one of the user's batches (what the DataLoader yields).
-  std::string item_name() const override { return "batch"; }
+  /// Each item is what its plan's items are (EpochBatches::item_name).
+  std::string item_name() const override { return workers_->batches().item_name(); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// Workers learn the local count with their next task (get_worker_info()).
   void Resized(int workers, int remote) const override;

@@ -74,6 +74,7 @@ class ThreadWorkers : public std::enable_shared_from_this<ThreadWorkers> {
   /// The batch of `ticket`, once. REQUIRES: the GIL.
   pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
   int64_t first_batches() const { return batches_->first_batches(); }
+  const std::string& item_name() const { return batches_->item_name(); }
   /// What `worker`'s Python thread has cost so far (WorkerCost::thread_cpu_ns
   /// and queue_ns), as of its last batch. Any thread.
   WorkerCost Cost(int worker) const EXCLUDES(mu_);
@@ -143,8 +144,8 @@ class ThreadKind : public WorkerKind {
   int64_t items() const override;
   /// Empty: the engine names the batch itself.
   std::string Key(int64_t) const override { return ""; }
-  /// Each item is one of the user's batches (what the DataLoader yields).
-  std::string item_name() const override { return "batch"; }
+  /// Each item is what its plan's items are (EpochBatches::item_name).
+  std::string item_name() const override { return workers_->item_name(); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

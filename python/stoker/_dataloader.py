@@ -637,7 +637,8 @@ class _Plan:
         self._last = -1       # the engine epoch of the last iter()
         # Workers forked before any iter() get this base seed, drawn from nothing.
         first = (self._generator or _torch().default_generator).initial_seed()
-        self.table = _stoker.EpochBatches(options.batches_per_epoch, first & (2**63 - 1))
+        self.table = _stoker.EpochBatches(options.batches_per_epoch, first & (2**63 - 1),
+                                          "batch" if options.shards is None else "shard")
         # Only an order that draws nothing may be handed to the workers early.
         from torch.utils.data import BatchSampler, SequentialSampler
         self.predictable = (not self._seed_each_epoch and

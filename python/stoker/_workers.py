@@ -266,6 +266,8 @@ def _fork_worker(ctl, job, worker_id, num_workers, seed, children):
             mine.close()
             _pdeathsig()
             _worker_main(theirs, job, worker_id, num_workers, seed)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the loader closed while this worker started: nobody to tell
         except BaseException:  # noqa: BLE001 -- the loader reports the exit; the why goes here
             traceback.print_exc()
             code = 1

@@ -84,6 +84,8 @@ def test_the_same_batches_for_zero_one_three_and_auto_workers(kind):
             continue
         with loader(ds, workers, worker_kind=kind) as dl:
             epochs = [batches(dl), batches(dl)]
+            if workers == "auto":
+                assert dl.stats()["tuner"]["unit"] == "shard"  # the tuner counts shards
         if kind == "threads":  # threads share the process's generators: the ids only
             epochs = [[(b, None) for b, _ in got] for got in epochs]
         for got in epochs:

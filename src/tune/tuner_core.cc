@@ -175,8 +175,10 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
-  // that wanders with the threads sharing the cores (tested below).
-  if (!p.on_cpu(params_) || !r.on_cpu(params_)) {
+  // that wanders with the threads sharing the cores (tested below). Nor on
+  // a store that saturated: its queue wanders too (by a third at 128
+  // workers), and a store that changed shows in its rate (store_moved).
+  if (!store_seen_ && (!p.on_cpu(params_) || !r.on_cpu(params_))) {
     change = std::max(change, RelChange(p.unqueued_per_sample(), r.unqueued_per_sample()));
   }
   // Other processes on our CPUs: a core's worth more or less, or
@@ -510,13 +512,18 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   store_moved_windows_ = 0;
   store_way_ = 0;
   const bool was_held = std::exchange(store_held_, false);
-  if (store_seen_ && WaitsOnReads(p, b) && !CpuBound(p)) {
+  // Reads still most of the wait: on a loaded machine a large pool's run
+  // queue can outgrow twice the CPU time (WaitsOnReads), but it is no
+  // reason to re-size by the model.
+  if ((store_seen_ || store_.Saturated()) && !CpuBound(p) &&
+      p.wait_per_sample() >= 2 * p.cpu_per_sample()) {
     // The store saturated before and reads are still the wait: the model's
     // jump (Little's law, as if reads were parallel) would go far past its
     // knee. Verify around this count with steps instead, one way: up where
     // the rate rose, down where it fell (as for a held count's rate).
     // The first step is judged against a second measured after the change.
     // A search still under way goes on both ways.
+    store_seen_ = true;
     store_floor_.reset();
     store_recheck_.reset();
     if (was_held) store_way_ = changed_rate >= 0 ? 1 : -1;

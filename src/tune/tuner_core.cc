@@ -497,9 +497,13 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   // do not change it: a saturated store's wait per sample wanders widely
   // from window to window, and forgetting the small pool's point would hold
   // the large pool (docs/tuner.md, "Storage that saturates").
+  // A store that saturated keeps its points unless reads got faster than
+  // its service: its wait and rate move together when a large pool's
+  // pipeline settles, and its steps start from the model's knee.
+  const bool known = store_seen_ || store_.Saturated();
   const bool faster = p.wait_per_sample() < (1 - params_.change) * store_.service_s();
   if (!reference_ || faster ||
-      (RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
+      (!known && RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
        RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
@@ -515,8 +519,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   // Reads still most of the wait: on a loaded machine a large pool's run
   // queue can outgrow twice the CPU time (WaitsOnReads), but it is no
   // reason to re-size by the model.
-  if ((store_seen_ || store_.Saturated()) && !CpuBound(p) &&
-      p.wait_per_sample() >= 2 * p.cpu_per_sample()) {
+  if (known && !CpuBound(p) && p.wait_per_sample() >= 2 * p.cpu_per_sample()) {
     // The store saturated before and reads are still the wait: the model's
     // jump (Little's law, as if reads were parallel) would go far past its
     // knee. Verify around this count with steps instead, one way: up where

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace stoker {
 namespace {
@@ -174,8 +175,10 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
-  // that wanders with the threads sharing the cores (tested below).
-  if (!p.on_cpu(params_) || !r.on_cpu(params_)) {
+  // that wanders with the threads sharing the cores (tested below). Nor on
+  // a store that saturated: its queue wanders too (by a third at 128
+  // workers), and a store that changed shows in its rate (store_moved).
+  if (!store_seen_ && (!p.on_cpu(params_) || !r.on_cpu(params_))) {
     change = std::max(change, RelChange(p.unqueued_per_sample(), r.unqueued_per_sample()));
   }
   // Other processes on our CPUs: a core's worth more or less, or
@@ -214,7 +217,11 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
   d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
   const bool changes = workers != workers_ || prefetch != prefetch_;
-  if (workers != workers_) windows_at_count_ = 0;
+  if (workers != workers_) {
+    windows_at_count_ = 0;
+    settled_s_ = 0;
+    settled_produced_ = 0;
+  }
   if (changes) {
     // Let the pipeline refill before judging: a window, and longer when
     // samples are slow (the new workers' first tasks end late).
@@ -256,6 +263,12 @@ void TunerCore::Pooled::Add(const Observation& o) {
   cpu_s += o.cpu_s;
   queue_s += o.queue_s;
   workers = o.workers;
+  if (o.window_s > 0) {
+    const double r = o.produced / o.window_s;
+    ++ticks;
+    tick_rate_sum += r;
+    tick_rate_sq += r * r;
+  }
   batches += o.batches;
   samples += o.samples;
   produced += o.produced;
@@ -266,6 +279,8 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     // Someone else resized the loader: adopt it and measure afresh.
     workers_ = std::max(1, o.workers);
     windows_at_count_ = 0;
+    settled_s_ = 0;
+    settled_produced_ = 0;
     pool_ = {};
     reference_.reset();
     return std::nullopt;
@@ -320,7 +335,9 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
     }
   } else {
     const bool trial = phase_ == Phase::kTrialUp || phase_ == Phase::kTrialDown;
-    if (pool_.window_s < (trial ? k.trial_window_s : k.min_window_s)) return std::nullopt;
+    if (pool_.window_s < (trial ? std::max(k.trial_window_s, store_trial_s_) : k.min_window_s)) {
+      return std::nullopt;
+    }
     // Few batches, but enough samples for per-sample figures, will do.
     if (pool_.batches < k.min_batches && pool_.produced < 3 * k.start_samples &&
         pool_.window_s < k.max_window_s) {
@@ -335,7 +352,18 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
 void TunerCore::Note(Pooled& p, const Budgets& b) {
   UpdateContention(p, b);
   p.cpu_cores = b.cpu_cores;
-  ++windows_at_count_;
+  if (++windows_at_count_ >= 2) {
+    settled_s_ += p.window_s;
+    settled_produced_ += p.produced;
+  }
+  // How much the ticks' rates spread, scaled to a second's worth of them.
+  if (p.ticks >= 2 && p.tick_rate_sum > 0) {
+    const double mean = p.tick_rate_sum / p.ticks;
+    const double sd =
+        std::sqrt(std::max(0.0, p.tick_rate_sq / p.ticks - mean * mean) * p.ticks / (p.ticks - 1));
+    const double spread = sd / mean * std::sqrt(p.window_s / p.ticks);
+    store_spread_ = store_spread_ > 0 ? 0.7 * store_spread_ + 0.3 * spread : spread;
+  }
   last_rate_ = p.rate();
   last_stall_ = p.stall();
   // The view's CPU budget in workers: as many as the cores left to us keep
@@ -369,6 +397,8 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
                                                      double t_s) {
   phase_ = Phase::kRefine;
+  store_trial_s_ = 0;
+  if (store_seen_ && !CpuBound(p)) return JudgeStoreUp(p, b, t_s);
   const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   last_gain_ = gain;
   // Either way the next reference is a later window: this one holds the new
@@ -377,6 +407,23 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   if (gain >= params_.gain) {
     return Set(workers_, b, p,
                Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
+  }
+  if (!CpuBound(p) && trial_reads_before_ && WaitsOnReads(p, b) &&
+      p.wait_per_sample() >= params_.store_queued * trial_wait_before_) {
+    // Reads were the wait before and queued under the larger pool, which
+    // paid nothing (or lost: a store that slows when overloaded, not a
+    // workload change): the store's steps find its knee from here, below
+    // this count.
+    store_seen_ = true;
+    knee_.reset();
+    store_top_ = workers_;
+    store_peaked_ = store_peaked_ || gain <= -params_.gain;
+    return Set(
+        trial_from_, b, p,
+        Say("back to %.0f workers: %.0f gained %+.1f %% with reads waiting %.1f ms per "
+            "{item} (%.1f ms before): the store saturates, steps find its knee",
+            trial_from_, workers_, gain * 100, p.wait_per_sample() * 1e3, trial_wait_before_ * 1e3),
+        t_s);
   }
   if (gain < -params_.change) {
     // More workers do not lose this much of the throughput: the workload
@@ -398,6 +445,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
 std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Budgets& b,
                                                        double t_s) {
   phase_ = Phase::kRefine;
+  store_trial_s_ = 0;
   if (store_trial_) return JudgeStoreTrial(p, b, t_s);
   if (p.stall() > params_.stall_high) {
     const bool single_step = trial_from_ - workers_ == 1;
@@ -449,16 +497,52 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   // do not change it: a saturated store's wait per sample wanders widely
   // from window to window, and forgetting the small pool's point would hold
   // the large pool (docs/tuner.md, "Storage that saturates").
+  // A store that saturated keeps its points unless reads got faster than
+  // its service: its wait and rate move together when a large pool's
+  // pipeline settles, and its steps start from the model's knee.
+  const bool known = store_seen_ || store_.Saturated();
   const bool faster = p.wait_per_sample() < (1 - params_.change) * store_.service_s();
   if (!reference_ || faster ||
-      (RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
+      (!known && RelChange(p.wait_per_sample(), reference_->wait_per_sample()) > params_.change &&
        RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
     // This window too (Observe fed it): it may straddle the change, and a
     // wait averaged across it would teach the model a false service time.
   }
+  const double changed_rate = reference_ ? p.produced_rate() - reference_->produced_rate() : 0;
   reference_ = p;
+  store_top_.reset();
+  store_moved_windows_ = 0;
+  store_way_ = 0;
+  const bool was_held = std::exchange(store_held_, false);
+  // Reads still most of the wait: on a loaded machine a large pool's run
+  // queue can outgrow twice the CPU time (WaitsOnReads), but it is no
+  // reason to re-size by the model.
+  if (known && !CpuBound(p) && p.wait_per_sample() >= 2 * p.cpu_per_sample()) {
+    // The store saturated before and reads are still the wait: the model's
+    // jump (Little's law, as if reads were parallel) would go far past its
+    // knee. Verify around this count with steps instead, one way: up where
+    // the rate rose, down where it fell (as for a held count's rate).
+    // The first step is judged against a second measured after the change.
+    // A search still under way goes on both ways.
+    store_seen_ = true;
+    store_floor_.reset();
+    store_recheck_.reset();
+    if (was_held) store_way_ = changed_rate >= 0 ? 1 : -1;
+    settled_s_ = 0;
+    settled_produced_ = 0;
+    // The verdict may go unrecorded (repeat_s): the first step names it too.
+    store_why_ =
+        Say("workload changed (%.2f ms wall, %.2f ms CPU per {item}) on a store that "
+            "saturated: steps, not the model, find its knee",
+            p.wall_per_sample() * 1e3, p.cpu_per_sample() * 1e3);
+    return Set(workers_, b, p, store_why_, t_s);
+  }
+  store_seen_ = false;
+  store_prior_tried_ = false;
+  store_peaked_ = false;
+  store_why_.clear();
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
                     "CPU per {item}, %s): model says %d workers",
@@ -490,17 +574,9 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // whatever else runs: more threads would only win CPU time from other
   // processes (and cost a worker's memory each).
   int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
-  // A store that saturated: more workers than its knee only queue there.
-  if (!cpu_bound && store_.Saturated()) {
-    const int store_knee = std::min(store_.Knee(), cap);
-    if (workers_ >= store_knee) return StoreKnee(p, b, store_knee, t_s);
-    cap = store_knee;
-  } else if (store_knee_ && knee_ == store_knee_) {
-    // The store's knee, but no point shows it saturated any more (it got
-    // faster, or gained slots): look again.
-    knee_.reset();
-    store_knee_.reset();
-  }
+  // A store that saturated: its knee is found by the tuner's own steps
+  // around the model's, never by a jump.
+  if (!cpu_bound && (store_seen_ || store_.Saturated())) return StoreStep(p, b, t_s);
   if (knee_ && *knee_ <= workers_) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already. With other
   // processes on our CPUs they cannot fill it: steps may go on, each judged
@@ -527,6 +603,8 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   if (target <= workers_) return std::nullopt;
   trial_from_ = workers_;
   trial_rate_before_ = p.produced_rate();
+  trial_wait_before_ = p.wait_per_sample();
+  trial_reads_before_ = WaitsOnReads(p, b);
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
              Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",
@@ -554,7 +632,7 @@ std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets&
              t_s);
 }
 
-void TunerCore::Learn(const Pooled& p, const Budgets& b) {
+bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
   // Reads must be most of a sample's time (twice the rest: a CPU-bound
   // pipeline on a loaded machine spends time off the CPU too), and time
   // off the CPU a wait, not a run queue unseen: the kernel's
@@ -565,51 +643,240 @@ void TunerCore::Learn(const Pooled& p, const Budgets& b) {
   const bool waits_seen =
       p.queue_s > 0 || (p.machine_known && p.idle_cores() > params_.no_idle_share * b.cpu_cores) ||
       p.worker_cores() < 0.5 * b.cpu_cores;
-  if (p.produced <= 0 || p.window_s <= 0 || CpuBound(p) ||
-      wait < 2 * (p.cpu_per_sample() + p.queue_per_sample()) || wait <= 0 || !waits_seen) {
-    return;
-  }
+  return p.produced > 0 && p.window_s > 0 && !CpuBound(p) && wait > 0 &&
+         wait >= 2 * (p.cpu_per_sample() + p.queue_per_sample()) && waits_seen;
+}
+
+void TunerCore::Learn(const Pooled& p, const Budgets& b) {
+  if (!WaitsOnReads(p, b)) return;
+  const double wait = p.wait_per_sample();
   store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait});
 }
 
-std::optional<TunerDecision> TunerCore::StoreKnee(const Pooled& p, const Budgets& b, int knee,
-                                                  double t_s) {
-  // Steps within an eighth of the knee are within its estimate's noise.
-  const int slack = std::max(1, knee / 8);
-  int target = knee;
-  // The knee lost before: halfway between that count and this one.
-  if (store_floor_ && target <= *store_floor_) target = (*store_floor_ + workers_ + 1) / 2;
-  if (workers_ - target > slack) {
-    trial_from_ = workers_;
-    trial_rate_before_ = p.produced_rate();
-    phase_ = Phase::kTrialDown;
-    store_trial_ = true;
-    return Set(target, b, p,
-               store_.Describe(item_) + Say(": trying %.0f workers (%.0f {items}/s at %.0f)",
-                                            target, p.produced_rate(), workers_),
+double TunerCore::StoreEvidence() const {
+  // A second of ticks whose rate spreads by store_noise or less: a trial
+  // window's worth. More spread (heavy-tailed reads, a lumpy large pool):
+  // longer, as the spread squared (a mean's error falls as the root of its
+  // length), at most store_evidence times.
+  const double times =
+      std::clamp(std::pow(store_spread_ / params_.store_noise, 2), 1.0, params_.store_evidence);
+  return params_.trial_window_s * times;
+}
+
+void TunerCore::StartStoreTrial(int from, double rate, bool down, bool prior) {
+  trial_from_ = from;
+  trial_rate_before_ = rate;
+  phase_ = down ? Phase::kTrialDown : Phase::kTrialUp;
+  store_trial_ = down;
+  store_prior_trial_ = down && prior;
+  store_trial_s_ = StoreEvidence();
+}
+
+int TunerCore::StoreStepOf(int workers) const {
+  return std::max(1, static_cast<int>(std::lround(params_.store_step * workers)));
+}
+
+std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets& b, double t_s) {
+  if (!store_seen_) {
+    // Saturated for the first time: a knee the plain steps marked was
+    // judged without the store in view.
+    store_seen_ = true;
+    knee_.reset();
+  }
+  if (store_held_) {
+    // Held. The store's queue gone from the model (a larger pool's point
+    // produced clearly less than this count does now: the store gained
+    // slots or got faster), or the rate moved well away from the one held
+    // (two windows running): look around again, one way.
+    const bool unqueued = store_held_saturated_ && !store_.Saturated();
+    const double moved = RelChange(p.produced_rate(), store_hold_rate_);
+    if (!unqueued && moved <= params_.store_moved) {
+      store_moved_windows_ = 0;
+      return std::nullopt;
+    }
+    if (!unqueued && ++store_moved_windows_ < 2) return std::nullopt;
+    store_moved_windows_ = 0;
+    store_held_ = false;
+    knee_.reset();
+    // A store that got faster (service shorter, or more slots) may keep
+    // more workers busy; one that got slower needs fewer to keep its slots
+    // busy (each spends less of its time computing).
+    const bool faster = unqueued || p.produced_rate() > store_hold_rate_;
+    store_way_ = faster ? 1 : -1;
+    (faster ? store_top_ : store_floor_).reset();
+    return StoreVerify(
+        workers_, p.produced_rate(), p, b,
+        (unqueued ? Say("reads no longer queue at the store (%.0f {items}/s at %.0f workers)",
+                        p.produced_rate(), workers_)
+                  : Say("the store's rate moved from %.0f to %.0f {items}/s at %.0f workers",
+                        store_hold_rate_, p.produced_rate(), workers_)) +
+            (faster ? ", more may pay" : ", fewer may keep it"),
+        t_s);
+  }
+  // A step is judged against a second of settled windows here, measured
+  // just before it: a single window at a large pool reads 10 % high at
+  // times, and every step judged against it would lose.
+  if (settled_s_ < StoreEvidence()) return std::nullopt;
+  const double rate = static_cast<double>(settled_produced_) / settled_s_;
+  if (store_recheck_) return StoreRecheck(rate, p, b, t_s);
+  return StoreVerify(workers_, rate, p, b, std::exchange(store_why_, {}), t_s);
+}
+
+std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, const Pooled& p, const Budgets& b,
+                                                     double t_s) {
+  const Recheck r = *std::exchange(store_recheck_, std::nullopt);
+  const double change = r.rate / std::max(std::min(r.before, rate), 1e-9) - 1;
+  if (change >= -params_.gain) {
+    // Measured again, this count does no better: the step's loss was the
+    // first reading here running high. Fewer workers keep the rate, and the
+    // model's knee, if it lost against that reading, may be tried again.
+    store_top_ = workers_;
+    if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();
+    store_prior_tried_ = false;
+    return Set(r.workers, b, p,
+               Say("%.0f workers measured again: %.0f {items}/s (%.0f before), %.0f workers' "
+                   "%.0f keep it",
+                   workers_, rate, r.before, r.workers, r.rate),
                t_s);
   }
-  if (knee_ && *knee_ == workers_) return std::nullopt;  // held here already
-  store_knee_ = workers_;
-  return KneeHere(b, p, Fmt("knee at %.0f workers: ", workers_) + store_.Describe(item_), t_s);
+  store_floor_ = r.workers;
+  const std::string lost =
+      Say("%.0f workers measured again: %.0f {items}/s, %.0f workers lost %.1f %%", workers_, rate,
+          r.workers, -change * 100);
+  const int mid = (r.workers + workers_ + 1) / 2;
+  if (r.prior && workers_ - mid > StoreStepOf(workers_)) {
+    // The model's knee was too low (an overloaded store serves fewer reads
+    // at once than it could): halfway back, judged against this count.
+    StartStoreTrial(workers_, rate, /*down=*/true, /*prior=*/true);
+    return Set(mid, b, p, lost + Fmt(": trying %.0f workers, halfway back", mid), t_s);
+  }
+  return StoreVerify(workers_, rate, p, b, lost, t_s);
+}
+
+std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const Pooled& p,
+                                                    const Budgets& b, std::string why, double t_s) {
+  int cap = Cap(b);
+  if (CpuBound(p)) cap = std::min(cap, CpuBoundCap(b));
+  if (!why.empty()) why += ": ";
+  // The last step up paid handsomely, or reads here do not queue (their
+  // wait within store_queued of the least seen): in a search both ways (so
+  // that an overshoot comes back), the next step up may double the pool.
+  const bool unqueued = store_.service_s() > 0 && p.wait_per_sample() > 0 && p.workers == at &&
+                        p.wait_per_sample() < params_.store_queued * store_.service_s();
+  const bool grow =
+      (std::exchange(store_last_gain_, 0.0) > params_.big_gain || unqueued) && store_way_ == 0;
+  if (!store_prior_tried_ && store_.Saturated()) {
+    // The model's knee, once: a pool far above it (the first jump, sized as
+    // if reads were parallel) tries it, judged by throughput.
+    store_prior_tried_ = true;
+    const int prior = std::min(store_.Knee(), cap);
+    if (at - prior > StoreStepOf(at)) {
+      StartStoreTrial(at, rate, /*down=*/true, /*prior=*/true);
+      return Set(prior, b, p,
+                 why + store_.Describe(item_) +
+                     Say(": trying the model's knee, %.0f workers (%.0f {items}/s at %.0f)", prior,
+                         rate, at),
+                 t_s);
+    }
+  }
+  // Steps of store_step x the pool, halved within a bracket: between a
+  // floor and a top, the best count is found by halving (a peaked store's
+  // best count lies between them, and a quarter step may jump over it).
+  const int step = StoreStepOf(at);
+  // Only where a step showed the rate falling past the best count (on a
+  // flat store any count of the plateau will do), and in the first search:
+  // a re-check after a change takes one step each way at most, so that a
+  // drifting store is not chased (at most one trial per change).
+  const bool halve = store_peaked_ && store_way_ == 0;
+  int up_step = grow ? std::max(step, at) : step;
+  if (store_top_ && (halve || grow)) {
+    up_step = std::min(up_step, std::max(halve ? 1 : step, (*store_top_ - at) / 2));
+  }
+  const int down_step =
+      store_floor_ && halve ? std::min(step, std::max(1, (at - *store_floor_) / 2)) : step;
+  const int up = std::min(at + up_step, cap);
+  const int down = std::max(1, at - down_step);
+  const bool up_open = store_way_ >= 0 && up > at && (!store_top_ || *store_top_ > up);
+  const bool down_open = store_way_ <= 0 && down < at && (!store_floor_ || *store_floor_ < down);
+  // Toward the model's knee first: above it, a step down.
+  const bool above_model = store_.Saturated() && at > store_.Knee();
+  const std::string model = store_.Saturated() ? store_.Describe(item_) + "; " : std::string();
+  if (down_open || up_open) {
+    const bool step_down = down_open && (above_model || !up_open);
+    const int to = step_down ? down : up;
+    StartStoreTrial(at, rate, step_down, /*prior=*/false);
+    return Set(to, b, p,
+               why + model +
+                   Say(step_down ? "verifying by a step down of %.0f: trying %.0f workers (%.0f "
+                                   "{items}/s at %.0f)"
+                                 : "verifying by a step up of %.0f: trying %.0f workers (%.0f "
+                                   "{items}/s at %.0f)",
+                       std::abs(to - at), to, rate, at),
+               t_s);
+  }
+  // No step left between the top and the floor: hold here.
+  knee_ = at;
+  store_way_ = 0;
+  store_held_ = true;
+  store_held_saturated_ = store_.Saturated();
+  store_hold_rate_ = rate;
+  store_moved_windows_ = 0;
+  reference_.reset();
+  std::string evidence;
+  if (store_top_)
+    evidence += Fmt("a step up to %.0f paid less than %.0f %%", *store_top_, params_.gain * 100);
+  if (store_floor_) {
+    evidence += (evidence.empty() ? "" : ", ") +
+                Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100);
+  }
+  if (evidence.empty()) evidence = "no step left within the budget";
+  return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
+}
+
+std::optional<TunerDecision> TunerCore::JudgeStoreUp(const Pooled& p, const Budgets& b,
+                                                     double t_s) {
+  store_seen_ = true;
+  reference_.reset();
+  const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
+  last_gain_ = gain;
+  if (gain >= params_.gain) {
+    // Fewer than this lose: the count below is a floor.
+    store_floor_ = trial_from_;
+    store_last_gain_ = gain;
+    return StoreVerify(
+        workers_, p.produced_rate(), p, b,
+        Fmt("step up from %.0f to %.0f paid %+.1f %%", trial_from_, workers_, gain * 100), t_s);
+  }
+  store_top_ = workers_;
+  store_peaked_ = store_peaked_ || gain <= -params_.gain;
+  return StoreVerify(
+      trial_from_, trial_rate_before_, p, b,
+      Fmt("step up from %.0f to %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100),
+      t_s);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const Budgets& b,
                                                         double t_s) {
+  store_seen_ = true;
   store_trial_ = false;
   reference_.reset();
+  const bool prior = std::exchange(store_prior_trial_, false);
   const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   if (change >= -params_.gain) {
-    knee_ = store_knee_ = workers_;
-    return Set(workers_, b, p,
-               Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)", workers_,
-                   change * 100, trial_from_),
-               t_s);
+    // More workers paid nothing over this count.
+    store_top_ = trial_from_;
+    store_peaked_ = store_peaked_ || (change >= params_.gain && !prior);
+    return StoreVerify(workers_, p.produced_rate(), p, b,
+                       Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)",
+                           workers_, change * 100, trial_from_),
+                       t_s);
   }
-  store_floor_ = workers_;
+  // Back, to measure the count above again before the loss counts
+  // (StoreRecheck): its rate may have read high.
+  store_recheck_ = Recheck{workers_, p.produced_rate(), trial_rate_before_, prior};
   return Set(trial_from_, b, p,
-             Fmt("back to %.0f workers: %.0f lost %.1f %% of the store's rate", trial_from_,
-                 workers_, -change * 100),
+             Fmt("%.0f workers lost %.1f %% of the store's rate at %.0f: back, to measure it again",
+                 workers_, -change * 100, trial_from_),
              t_s);
 }
 

@@ -78,12 +78,24 @@ struct Budgets {
 /// than 2x is believed at once.
 /// I/O-bound pools also feed a StoreModel: when more workers made each
 /// read wait longer (store_queued x its service time), the store serves a
-/// limited number of reads at once, and more workers only queue there. Then
-/// steps up go no further than its knee (the fewest workers that keep its
-/// slots busy, with store_headroom), and a pool above it (the model's first
-/// jump, or a count where a step up paid nothing) tries a step down to it,
-/// judged by throughput: kept if it loses less than `gain`, else back, and
-/// later tries halfway between the two.
+/// limited number of reads at once, and more workers only queue there, or,
+/// on a store that slows down when overloaded, lose. The model's knee (the
+/// fewest workers that keep its slots busy, with store_headroom) is a prior,
+/// not a verdict: a pool far above it tries it once, judged by throughput
+/// (kept if it loses less than `gain`; if it loses more, halfway back is
+/// tried). From then on, and after any workload change, the tuner verifies
+/// with its own steps of store_step x the pool (at least one worker; twice
+/// that while steps up pay over big_gain) both ways, toward the model's knee
+/// first: a step up is kept when it gains `gain`, a step down when it loses
+/// less than `gain`; a step up that did not pay marks a top, a step down
+/// that lost marks a floor, and with no step left between them the count
+/// holds, until the workload changes or its rate moves by store_moved. No
+/// jump past a store that saturated. Each step is judged against at least
+/// trial_window_s of settled windows at the count it leaves, measured just
+/// before it; a step that did not pay goes back there, and a step down's
+/// loss counts only if the count above, measured again, still beats it.
+/// A generic step up whose reads queued (store_queued x the wait before)
+/// and that paid nothing shows such a store too: its steps take over.
 /// A decision that changes neither knob is returned (and so recorded) only
 /// when it is the first verdict after a change, or when repeat_s has passed
 /// since the last one returned: a steady state is not logged over and over.
@@ -127,6 +139,9 @@ class TunerCore {
     double cpu_cores = 0;       // the CPU budget while pooled (Budgets::cpu_cores)
     int workers = 0;            // the worker count throughout
     int64_t batches = 0, samples = 0, produced = 0;
+    // The ticks' produced rates: how many, their sum and sum of squares.
+    int ticks = 0;
+    double tick_rate_sum = 0, tick_rate_sq = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }
     // Samples/s the workers finished: finer-grained than whole batches.
     double produced_rate() const { return window_s > 0 ? produced / window_s : 0; }
@@ -185,11 +200,34 @@ class TunerCore {
   // Feeds an I/O-bound window, whose wait off the CPU is not a run queue in
   // disguise, to the store model.
   void Learn(const Pooled& p, const Budgets& b);
-  // At or above a saturated store's knee `knee`: a step down to it (or
-  // halfway to a count that lost), the knee here, or nothing (held).
-  std::optional<TunerDecision> StoreKnee(const Pooled& p, const Budgets& b, int knee, double t_s);
-  // A step down to a saturated store's knee, judged by throughput.
+  // Whether the window's wall time is mostly a wait for reads (not a run
+  // queue unseen): the windows the store model learns from.
+  bool WaitsOnReads(const Pooled& p, const Budgets& b) const;
+  // The count a store step down came back to, measured again: whether the
+  // step's loss holds (the count above did not just read high).
+  std::optional<TunerDecision> StoreRecheck(double rate, const Pooled& p, const Budgets& b,
+                                            double t_s);
+  // A store that saturated, the consumer waiting: the model's knee once
+  // (when far above it), then the tuner's own steps, or held.
+  std::optional<TunerDecision> StoreStep(const Pooled& p, const Budgets& b, double t_s);
+  // The next step around a saturated store from `at` workers, whose rate
+  // was `rate`: a trial up or down, or the count held at `at`. `why` says
+  // what the last trial showed (empty: none).
+  std::optional<TunerDecision> StoreVerify(int at, double rate, const Pooled& p, const Budgets& b,
+                                           std::string why, double t_s);
+  // A step up around a saturated store, judged by its gain.
+  std::optional<TunerDecision> JudgeStoreUp(const Pooled& p, const Budgets& b, double t_s);
+  // A step down around (or to the model's knee of) a saturated store,
+  // judged by throughput.
   std::optional<TunerDecision> JudgeStoreTrial(const Pooled& p, const Budgets& b, double t_s);
+  // The tuner's step around a saturated store of `workers`.
+  int StoreStepOf(int workers) const;
+  // Starts a store step from `from` workers, whose rate was `rate`: down
+  // (judged by JudgeStoreTrial; `prior`: to the model's knee) or up.
+  void StartStoreTrial(int from, double rate, bool down, bool prior);
+  // Seconds of windows a store step is judged on, each side: trial_window_s,
+  // longer when the settled windows' rates spread (StoreEvidence in .cc).
+  double StoreEvidence() const;
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;
@@ -251,12 +289,47 @@ class TunerCore {
   std::optional<int> floor_;  // fewer than this stalled
   // Other processes compete for our CPUs.
   bool contended_ = false;
-  // Storage that saturates: what the windows showed, whether the trial down
-  // is the store's (judged by throughput), a count that lost, its knee.
+  // Storage that saturates: what the windows showed; whether it saturated
+  // (its knee is then found by steps, never by a jump); whether its model's
+  // knee was tried; whether the trial is a store step down, or the model's
+  // knee; a count whose step up paid nothing (top) and one that lost
+  // against the count above (floor); the rate where the count held.
   StoreModel store_;
+  bool store_seen_ = false;
+  bool store_prior_tried_ = false;
   bool store_trial_ = false;
+  bool store_prior_trial_ = false;
+  std::optional<int> store_top_;
   std::optional<int> store_floor_;
-  std::optional<int> store_knee_;  // the knee the store set (knee_ while it holds)
+  double store_hold_rate_ = 0;
+  double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
+  // A store step down that lost: the count it reached, its rate, the rate
+  // it was judged against, and whether it was the model's knee; confirmed
+  // or undone by the count above, measured again.
+  struct Recheck {
+    int workers = 0;
+    double rate = 0, before = 0;
+    bool prior = false;
+  };
+  std::optional<Recheck> store_recheck_;
+  // Settled windows (after the first) at the current count: their time and
+  // the items the workers produced, the rate store steps are judged against.
+  double settled_s_ = 0;
+  int64_t settled_produced_ = 0;
+  double store_trial_s_ = 0;  // a store trial's window (0: trial_window_s)
+  std::string store_why_;     // a workload change the next store step starts from
+  // How much one second's rate spreads (relative), from the ticks' spread
+  // within pooled windows; a moving average.
+  double store_spread_ = 0;
+  // At a generic step up's start: the wait per item, and whether reads
+  // were the wait (a step that then queued reads shows a store).
+  double trial_wait_before_ = 0;
+  bool trial_reads_before_ = false;
+  int store_moved_windows_ = 0;
+  int store_way_ = 0;                  // steps only up (1), only down (-1), or both (0) until held
+  bool store_held_ = false;            // the count holds at the store's knee
+  bool store_held_saturated_ = false;  // and the model showed reads queued then
+  bool store_peaked_ = false;          // a step showed the rate falling past the best count
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).
   std::optional<double> last_record_s_;

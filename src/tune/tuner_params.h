@@ -43,6 +43,17 @@ struct TunerParams {
   // Storage that saturates (StoreModel).
   double store_queued = 1.5;  // reads waiting this many times their service time queue at the store
   double store_headroom = 1.2;  // workers above those that keep the store's slots busy
+  // Around a saturated store's knee, the tuner's own steps: this share of
+  // the pool (at least one worker), both ways, each judged by throughput.
+  double store_step = 0.25;
+  // The rate at a held store knee moving by this much (two windows running):
+  // the store changed (gained slots, got slower), verify around it again.
+  double store_moved = 0.3;
+  // A second's rate spreading (relative standard deviation, from the ticks)
+  // by more than this: store steps are judged on longer windows, as the
+  // spread squared, at most store_evidence x trial_window_s.
+  double store_noise = 0.02;
+  double store_evidence = 3;
 
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often

@@ -69,6 +69,11 @@ class ImageTransform final : public Transform {
       normalise_.scale[c] = 1.0f / (255.0f * o.std[c]);
       normalise_.bias[c] = -o.mean[c] / o.std[c];
     }
+    if (o.interpolation == ImageInterpolation::kBicubic) {
+      // Pillow clamps to uint8; the byte layouts clamp in ToByte.
+      normalise_.lo = 0.0f;
+      normalise_.hi = 255.0f;
+    }
   }
 
   SampleSpec spec() const override {
@@ -163,8 +168,8 @@ class ImageTransform final : public Transform {
       wx = {g.left * sx, sx, 0, JpegDecoder::ScaledSize(width, denom)};
       wy = {g.top * sy, sy, 0, JpegDecoder::ScaledSize(height, denom)};
     }
-    ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x);
-    ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y);
+    ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x, o_.interpolation);
+    ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y, o_.interpolation);
 
     DecodedRegion region;
     if (jpeg) {
@@ -226,7 +231,7 @@ class ImageTransform final : public Transform {
   }
 
   ImageTransformOptions o_;
-  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias
+  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias, v clamped for bicubic
 };
 
 }  // namespace

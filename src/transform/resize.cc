@@ -17,12 +17,30 @@ void GrowTo(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// Cubic convolution (Keys) with a = -0.5: 1 at 0, 0 at every other integer,
+// negative between 1 and 2 pixels, 0 past 2.
+double Cubic(double t) {
+  constexpr double a = -0.5;
+  t = std::abs(t);
+  if (t < 1.0) return ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0;
+  if (t < 2.0) return a * (((t - 5.0) * t + 8.0) * t - 4.0);
+  return 0.0;
+}
+
+double Triangle(double t) {
+  t = std::abs(t);
+  return t < 1.0 ? 1.0 - t : 0.0;
+}
+
 }  // namespace
 
-void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps) {
+void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps,
+                 ImageInterpolation filter) {
   assert(out_size >= 1 && scale > 0 && lo < hi);
+  const bool cubic = filter == ImageInterpolation::kBicubic;
   const double filter_scale = std::max(scale, 1.0);
-  const double radius = filter_scale;  // the triangle's radius is 1 input pixel, widened
+  // The filter's radius in input pixels (triangle 1, cubic 2), widened.
+  const double radius = (cubic ? 2.0 : 1.0) * filter_scale;
   const int max_taps = 2 * static_cast<int>(std::ceil(radius)) + 1;
   taps->out_size = out_size;
   taps->max_taps = max_taps;
@@ -40,8 +58,8 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
     int n = stop - begin;
     float* out = taps->weights.data() + static_cast<size_t>(i) * max_taps;
     for (int k = 0; k < n; ++k) {
-      double t = std::abs((begin + k + 0.5 - center) / filter_scale);
-      double v = t < 1.0 ? 1.0 - t : 0.0;
+      const double t = (begin + k + 0.5 - center) / filter_scale;
+      const double v = cubic ? Cubic(t) : Triangle(t);
       out[k] = static_cast<float>(v);
       sum += v;
     }
@@ -169,6 +187,8 @@ template <int kTaps>
   const int out_size = p.out_size;
   const float* w = p.weights.data();
   const int* off = p.offsets.data();
+  const __m256 lo = _mm256_set1_ps(a.lo);
+  const __m256 hi = _mm256_set1_ps(a.hi);
   __m256 scale[3], bias[3];
   for (int c = 0; c < 3; ++c) {
     scale[c] = _mm256_set1_ps(a.scale[c]);
@@ -202,7 +222,10 @@ template <int kTaps>
     const __m256 t3 = _mm256_unpackhi_ps(s2, s3);  // b2 b3 .. ..
     __m256 v[3] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
                    _mm256_shuffle_ps(t1, t3, 0x44)};
-    for (int c = 0; c < 3; ++c) v[c] = _mm256_add_ps(_mm256_mul_ps(v[c], scale[c]), bias[c]);
+    for (int c = 0; c < 3; ++c) {
+      v[c] = _mm256_min_ps(_mm256_max_ps(v[c], lo), hi);
+      v[c] = _mm256_add_ps(_mm256_mul_ps(v[c], scale[c]), bias[c]);
+    }
     if (x + kGroup <= out_size) {
       for (int c = 0; c < 3; ++c) _mm256_storeu_ps(out.c[c] + x, v[c]);
     } else {
@@ -322,7 +345,9 @@ void ResampleRowPortable(const float* in, const RowKernelPlan& p, const ChannelA
       const float wk = w[static_cast<size_t>(k) * 32];
       for (int c = 0; c < 3; ++c) s[c] = s[c] + wk * q[3 * k + c];
     }
-    for (int c = 0; c < 3; ++c) out.c[c][x] = s[c] * a.scale[c] + a.bias[c];
+    for (int c = 0; c < 3; ++c) {
+      out.c[c][x] = std::min(std::max(s[c], a.lo), a.hi) * a.scale[c] + a.bias[c];
+    }
   }
 }
 

@@ -36,9 +36,10 @@ enum class ImageLayout {
 enum class ImageInterpolation {
   /// Pillow's BILINEAR: a triangle of radius 1 input pixel.
   kBilinear,
-  /// Pillow's BICUBIC: cubic convolution with a = -0.5, radius 2. Its
-  /// negative lobes can overshoot; outputs are clamped to [0, 255] before
-  /// normalisation, as Pillow clamps to uint8.
+  /// Pillow's BICUBIC: cubic convolution with a = -0.5, radius 2, in
+  /// Pillow's order (horizontal pass in its fixed point, rounded and clamped
+  /// to bytes, then vertical), outputs clamped to [0, 255] before
+  /// normalisation: its negative lobes overshoot at hard edges.
   kBicubic,
 };
 

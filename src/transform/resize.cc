@@ -47,6 +47,7 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
   GrowTo(taps->start, static_cast<size_t>(out_size));
   GrowTo(taps->count, static_cast<size_t>(out_size));
   GrowTo(taps->weights, static_cast<size_t>(out_size) * static_cast<size_t>(max_taps));
+  if (cubic) GrowTo(taps->fixed, static_cast<size_t>(out_size) * static_cast<size_t>(max_taps));
   int first = INT_MAX;
   int end = INT_MIN;
   int max_count = 0;
@@ -63,7 +64,8 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
       out[k] = static_cast<float>(v);
       sum += v;
     }
-    if (n <= 0 || sum <= 0) {
+    const bool nearest = n <= 0 || sum <= 0;
+    if (nearest) {
       // The centre lies outside [lo, hi) (only when a caller's window does):
       // take the nearest input.
       begin = std::clamp(static_cast<int>(std::floor(center)), lo, hi - 1);
@@ -81,6 +83,15 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
       begin += skip;
     }
     std::fill(out + n, out + max_taps, 0.0f);
+    if (cubic) {
+      // Pillow's fixed-point weights: the double weight, rounded half away from 0.
+      int32_t* f = taps->fixed.data() + static_cast<size_t>(i) * max_taps;
+      for (int k = 0; k < n; ++k) {
+        const double w = nearest ? 1.0 : Cubic((begin + k + 0.5 - center) / filter_scale) / sum;
+        f[k] = static_cast<int32_t>(std::trunc(w * (1 << kFixedBits) + (w < 0 ? -0.5 : 0.5)));
+      }
+      std::fill(f + n, f + max_taps, 0);
+    }
     max_count = std::max(max_count, n);
     taps->start[static_cast<size_t>(i)] = begin;
     taps->count[static_cast<size_t>(i)] = n;
@@ -245,6 +256,24 @@ bool CpuHasAvx2() {
 #endif
 
 }  // namespace
+
+void ResampleRowsToBytes(const DecodedRegion& src, const ResampleTaps& tx, bool mirror,
+                         int row_first, int row_end, uint8_t* out) {
+  const int w = tx.out_size;
+  for (int y = row_first; y < row_end; ++y) {
+    const uint8_t* row = src.pixels + static_cast<size_t>(y - src.y0) * src.stride;
+    for (int m = 0; m < w; ++m) {
+      const size_t x = static_cast<size_t>(mirror ? w - 1 - m : m);
+      const int32_t* k = tx.fixed.data() + x * static_cast<size_t>(tx.max_taps);
+      const uint8_t* p = row + static_cast<size_t>(tx.start[x] - src.x0) * 3;
+      for (int c = 0; c < 3; ++c) {
+        int32_t acc = 1 << (kFixedBits - 1);  // rounds half up
+        for (int t = 0; t < tx.count[x]; ++t) acc += k[t] * p[3 * t + c];
+        *out++ = static_cast<uint8_t>(std::clamp(acc >> kFixedBits, 0, 255));
+      }
+    }
+  }
+}
 
 size_t ResampleBuffers::bytes() const {
   return (columns.capacity() + plan.weights.capacity() + rows.capacity() + pixels.capacity()) *

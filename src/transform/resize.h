@@ -26,7 +26,13 @@ struct ResampleTaps {
   std::vector<int> start;
   std::vector<int> count;
   std::vector<float> weights;
+  /// Bicubic only: the weights as Pillow's 8-bit resampler holds them, in
+  /// fixed point with kFixedBits fraction bits (same layout as `weights`).
+  std::vector<int32_t> fixed;
 };
+
+/// The fraction bits of ResampleTaps::fixed: Pillow's precision for 8-bit images.
+inline constexpr int kFixedBits = 22;
 
 /// Fills `taps` for an antialiased resample with `filter`, as Pillow's
 /// BILINEAR (a triangle of radius 1) or BICUBIC (cubic convolution, a = -0.5,
@@ -38,6 +44,15 @@ struct ResampleTaps {
 /// REQUIRES: out_size >= 1, scale > 0, lo < hi.
 void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps,
                  ImageInterpolation filter = ImageInterpolation::kBilinear);
+
+/// Pillow's horizontal pass, for filters with negative lobes (bicubic), where
+/// its rounding and clamping to bytes before the vertical pass shows: rows
+/// [row_first, row_end) of `src` resampled by `tx` in fixed point
+/// (ResampleTaps::fixed), mirrored left-right when `mirror`, rounded and
+/// clamped to bytes, into `out`: row_end - row_first rows of tx.out_size RGB
+/// pixels. REQUIRES: tx.fixed filled; src covers the rows and [tx.first, tx.end).
+void ResampleRowsToBytes(const DecodedRegion& src, const ResampleTaps& tx, bool mirror,
+                         int row_first, int row_end, uint8_t* out);
 
 /// Maps each resampled value v of channel c to
 /// min(max(v, lo), hi) * scale[c] + bias[c] (the identity by default), so

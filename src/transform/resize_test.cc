@@ -276,5 +276,43 @@ TEST(ResizeTest, BicubicOvershootIsClampedToTheByteRange) {
   }
 }
 
+// Pillow's 8-bit weights: each rounded to 22 fraction bits, summing to one.
+TEST(ResizeTest, BicubicFixedPointWeightsArePillows) {
+  ResampleTaps t;
+  ComputeTaps(0, 2.0, 8, 0, 16, &t, ImageInterpolation::kBicubic);
+  const int32_t want[8] = {-49152, -147456, 475136, 1818624, 1818624, 475136, -147456, -49152};
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(t.fixed[2 * t.max_taps + k], want[k]) << k;
+  int32_t sum = 0;
+  for (int k = 0; k < t.count[2]; ++k) sum += t.fixed[2 * t.max_taps + k];
+  EXPECT_EQ(sum, 1 << kFixedBits);
+}
+
+// The horizontal pass to bytes rounds and clamps each value as Pillow does,
+// and mirrors.
+TEST(ResizeTest, RowsToBytesRoundClampAndMirror) {
+  const int w = 8;
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * 3);
+  for (int x = 0; x < w; ++x) {
+    for (int c = 0; c < 3; ++c) rgb[x * 3 + c] = x < w / 2 ? 0 : 255;
+  }
+  DecodedRegion src{rgb.data(), 0, 0, w, 1, static_cast<size_t>(w) * 3};
+  ResampleTaps tx;
+  ComputeTaps(0, 0.5, 2 * w, 0, w, &tx, ImageInterpolation::kBicubic);
+  std::vector<uint8_t> out(static_cast<size_t>(2 * w) * 3), mirrored(out.size());
+  ResampleRowsToBytes(src, tx, false, 0, 1, out.data());
+  ResampleRowsToBytes(src, tx, true, 0, 1, mirrored.data());
+  for (int x = 0; x < 2 * w; ++x) {
+    // The exact value, from the float weights: the bytes are it rounded and clamped.
+    double v = 0;
+    for (int k = 0; k < tx.count[x]; ++k) {
+      v += tx.weights[x * tx.max_taps + k] * rgb[(tx.start[x] + k) * 3];
+    }
+    EXPECT_EQ(out[x * 3], std::clamp(std::floor(v + 0.5), 0.0, 255.0)) << x;
+    EXPECT_EQ(mirrored[(2 * w - 1 - x) * 3 + 1], out[x * 3 + 1]) << x;
+  }
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[(2 * w - 1) * 3], 255);
+}
+
 }  // namespace
 }  // namespace stoker

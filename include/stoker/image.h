@@ -30,6 +30,19 @@ enum class ImageLayout {
   kUInt8CHW,
 };
 
+/// The resampling filter of an image transform's resize, as Pillow's (which
+/// torchvision uses on PIL images), always antialiased: the filter is widened
+/// by the downscale factor when shrinking.
+enum class ImageInterpolation {
+  /// Pillow's BILINEAR: a triangle of radius 1 input pixel.
+  kBilinear,
+  /// Pillow's BICUBIC: cubic convolution with a = -0.5, radius 2, in
+  /// Pillow's order (horizontal pass in its fixed point, rounded and clamped
+  /// to bytes, then vertical), outputs clamped to [0, 255] before
+  /// normalisation: its negative lobes overshoot at hard edges.
+  kBicubic,
+};
+
 /// What an image transform does. The defaults are the usual ImageNet
 /// training pipeline at 224x224.
 struct ImageTransformOptions {
@@ -57,6 +70,9 @@ struct ImageTransformOptions {
   /// whole of it when they are equal). REQUIRES: each >= its output side.
   int resize_height = 0;
   int resize_width = 0;
+
+  /// The filter of the resize (RandomResizedCrop's or Resize's).
+  ImageInterpolation interpolation = ImageInterpolation::kBilinear;
 
   ImageLayout layout = ImageLayout::kFloat32CHW;
   /// kFloat32CHW: per-channel mean and standard deviation, RGB order.

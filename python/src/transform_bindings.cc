@@ -30,6 +30,12 @@ ImageLayout LayoutFromName(const std::string& name) {
   throw py::value_error("layout must be 'float32', 'uint8_hwc' or 'uint8_chw', got '" + name + "'");
 }
 
+ImageInterpolation InterpolationFromName(const std::string& name) {
+  if (name == "bilinear") return ImageInterpolation::kBilinear;
+  if (name == "bicubic") return ImageInterpolation::kBicubic;
+  throw py::value_error("interpolation must be 'bilinear' or 'bicubic', got '" + name + "'");
+}
+
 }  // namespace
 
 py::dtype NumpyDType(DType dtype) { return py::dtype(DTypeName(dtype)); }
@@ -56,7 +62,8 @@ void BindTransforms(py::module_& m) {
       [](const std::string& mode, int height, int width, double scale_min, double scale_max,
          double ratio_min, double ratio_max, double flip_probability, int resize_shorter,
          int resize_height, int resize_width, const std::string& layout, std::array<float, 3> mean,
-         std::array<float, 3> std, int64_t max_pixels, bool dct_scaling) {
+         std::array<float, 3> std, int64_t max_pixels, bool dct_scaling,
+         const std::string& interpolation) {
         ImageTransformOptions o;
         o.mode = ModeFromName(mode);
         o.height = height;
@@ -74,15 +81,17 @@ void BindTransforms(py::module_& m) {
         o.std = std;
         o.max_pixels = max_pixels;
         o.dct_scaling = dct_scaling;
+        o.interpolation = InterpolationFromName(interpolation);
         std::ostringstream d;
         d << mode << " " << height << "x" << width << " " << layout;
+        if (o.interpolation != ImageInterpolation::kBilinear) d << " " << interpolation;
         return TransformHandle{ValueOrThrow(MakeImageTransform(o)), d.str()};
       },
       py::arg("mode"), py::arg("height"), py::arg("width"), py::arg("scale_min"),
       py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip_probability"),
       py::arg("resize_shorter"), py::arg("resize_height"), py::arg("resize_width"),
       py::arg("layout"), py::arg("mean"), py::arg("std"), py::arg("max_pixels"),
-      py::arg("dct_scaling"));
+      py::arg("dct_scaling"), py::arg("interpolation"));
 
   m.def(
       "raw_transform",

@@ -158,6 +158,7 @@ class _Pipeline:
     """The steps read so far."""
 
     crop: object = None      # RandomResizedCrop's (size, scale, ratio)
+    interpolation: str = "bilinear"  # the resize's filter (RandomResizedCrop's or Resize's)
     flip: float = 0.0
     resize: object = None    # an int (shorter side) or (h, w)
     center: object = None    # CenterCrop's (h, w)
@@ -207,12 +208,17 @@ def _pil_step(p, name):
                    "PIL's) is not native")
 
 
-def _bilinear(step, name):
+def _interpolation(p, step, name):
+    """Records the step's filter: Pillow's BILINEAR or BICUBIC, which stoker
+    resamples as Pillow does."""
     from torchvision.transforms import InterpolationMode
     mode = getattr(step, "interpolation", None)
-    if mode != InterpolationMode.BILINEAR:
+    # transforms.v2 steps hold the same InterpolationMode.
+    native = {InterpolationMode.BILINEAR: "bilinear", InterpolationMode.BICUBIC: "bicubic"}
+    if mode not in native:
         raise _Off(f"{name} interpolation {getattr(mode, 'value', mode)} is not native "
-                   "(bilinear is)")
+                   "(bilinear and bicubic are)")
+    p.interpolation = native[mode]
     # antialias: PIL images are always resized with antialiasing, whatever it says.
 
 
@@ -234,7 +240,7 @@ def _step_RandomResizedCrop(p, step):
     _pil_step(p, "RandomResizedCrop")
     if p.crop is not None or p.resize is not None or p.center is not None:
         raise _Off(f"RandomResizedCrop after {p.seen[-1]} is not native")
-    _bilinear(step, "RandomResizedCrop")
+    _interpolation(p, step, "RandomResizedCrop")
     scale, ratio = tuple(float(v) for v in step.scale), tuple(float(v) for v in step.ratio)
     if len(scale) != 2 or len(ratio) != 2:
         raise _Off("RandomResizedCrop scale and ratio must be pairs")
@@ -258,7 +264,7 @@ def _step_Resize(p, step):
     _pil_step(p, "Resize")
     if p.crop is not None or p.resize is not None or p.center is not None or p.flip:
         raise _Off(f"Resize after {p.seen[-1]} is not native")
-    _bilinear(step, "Resize")
+    _interpolation(p, step, "Resize")
     if getattr(step, "max_size", None) is not None:
         raise _Off(f"Resize max_size={step.max_size!r} is not native")
     size = step.size
@@ -355,12 +361,12 @@ def _make(p):
         raise _Off("no ToTensor or PILToTensor: the samples stay PIL images")
     layout = "float32" if p.tensor == "float" else "uint8_chw"
     mean, std = p.normalize if p.normalize is not None else ((0.0,) * 3, (1.0,) * 3)
-    colour = {"layout": layout, "mean": mean, "std": std}
+    common = {"layout": layout, "mean": mean, "std": std, "interpolation": p.interpolation}
     try:
         if p.crop is not None:
             size, scale, ratio = p.crop
             return transforms.Image("train", size, scale=scale, ratio=ratio, flip=p.flip,
-                                    **colour)
+                                    **common)
         if p.flip:
             raise _Off("RandomHorizontalFlip without RandomResizedCrop is not native")
         if p.resize is None:
@@ -370,8 +376,8 @@ def _make(p):
             if isinstance(p.resize, int):
                 raise _Off(f"Resize({p.resize}) without CenterCrop keeps each image's aspect "
                            "(sizes differ)")
-            return transforms.Image("eval", p.resize, resize=p.resize, **colour)
-        return transforms.Image("eval", p.center, resize=p.resize, **colour)
+            return transforms.Image("eval", p.resize, resize=p.resize, **common)
+        return transforms.Image("eval", p.center, resize=p.resize, **common)
     except ValueError as e:  # options stoker's transform refuses (a scale past 1, ...)
         raise _Off(f"{' + '.join(p.seen)}: {e}") from None
 

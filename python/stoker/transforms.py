@@ -18,6 +18,7 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 _LAYOUTS = ("float32", "uint8_hwc", "uint8_chw")
+_INTERPOLATIONS = ("bilinear", "bicubic")
 
 
 def _size_pair(size, name="size"):
@@ -66,14 +67,19 @@ class Image(Transform):
     images, but no longer torchvision's pixels (up to 42/255 off on the
     built-in data's eval; exact decoding stays within 1/255). Off by default
     for both modes: bench/dct_accuracy.py did not show equal training accuracy.
-    Images over ``max_pixels`` fail.
+    Images over ``max_pixels`` fail. ``interpolation``: "bilinear" (Pillow's
+    antialiased BILINEAR, torchvision's default) or "bicubic" (Pillow's
+    BICUBIC, antialiased, clamped to the byte range).
     """
 
     def __init__(self, mode="train", size=224, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                  flip=0.5, resize=None, mean=IMAGENET_MEAN, std=IMAGENET_STD, layout="float32",
-                 max_pixels=89_478_485, dct_scaling=False):
+                 max_pixels=89_478_485, dct_scaling=False, interpolation="bilinear"):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        if interpolation not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got "
+                             f"{interpolation!r}")
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         height, width = _size_pair(size)
@@ -91,7 +97,7 @@ class Image(Transform):
             mode, height, width, scale[0], scale[1], ratio[0], ratio[1], _args.real("flip", flip),
             _args.integer("resize", resize, *_args.INT32), resize_height, resize_width, layout, _args.reals("mean", mean, 3),
             _args.reals("std", std, 3), _args.integer("max_pixels", max_pixels, *_args.INT64),
-            _args.boolean("dct_scaling", dct_scaling))
+            _args.boolean("dct_scaling", dct_scaling), interpolation)
 
 
 def train(size=224, **options):

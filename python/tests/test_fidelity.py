@@ -1,6 +1,7 @@
 """stoker.transforms.eval(224), as shipped, gives torchvision's pixels on the
 built-in data set: Resize(256) + CenterCrop(224) + ToTensor + Normalize on
-PIL-decoded images, within one uint8 level (1/255) everywhere."""
+PIL-decoded images, within one uint8 level (1/255) everywhere, with the
+default bilinear resize and with bicubic."""
 
 import pytest
 import torch
@@ -26,13 +27,15 @@ def _levels(got, expected):
     return ((got - expected).abs() * std * 255).flatten(1).amax(1)
 
 
-def test_default_eval_matches_torchvision_on_builtin_data(builtin_data):
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_default_eval_matches_torchvision_on_builtin_data(builtin_data, interpolation):
     reference = torchvision.datasets.ImageFolder(
         builtin_data,
-        transform=T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
-                             T.Normalize(MEAN, STD)]))
+        transform=T.Compose([T.Resize(256, interpolation=T.InterpolationMode(interpolation)),
+                             T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)]))
     loader = stoker.Loader(builtin_data, batch_size=50, shuffle=False,
-                           transforms=stoker.transforms.eval(224), workers=2)
+                           transforms=stoker.transforms.eval(224, interpolation=interpolation),
+                           workers=2)
     worst, start = [], 0
     for images, labels in loader:
         expected = torch.stack([reference[start + i][0] for i in range(len(labels))])

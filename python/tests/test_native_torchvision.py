@@ -76,6 +76,11 @@ EVAL_PIPELINES = {
         [T.Resize((60, 80)), T.ToTensor(), T.Normalize(MEAN, STD)], True),
     "resize-seq1-crop": ([T.Resize([70]), T.CenterCrop(70), T.ToTensor()], False),
     "piltotensor-uint8": ([T.Resize(72), T.CenterCrop(64), T.PILToTensor()], False),
+    "bicubic-resize-int-crop-normalize": (
+        [T.Resize(72, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(64),
+         T.ToTensor(), T.Normalize(MEAN, STD)], True),
+    "bicubic-resize-pair-piltotensor": (
+        [T.Resize((60, 80), interpolation=T.InterpolationMode.BICUBIC), T.PILToTensor()], False),
     "piltotensor-convert-normalize": (
         [T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float32),
          T.Normalize(MEAN, STD)], True),
@@ -111,6 +116,17 @@ def test_shuffled_order_is_torchs_for_the_same_generator(folder):
     assert [b[1].tolist() for b in got] == [b[1].tolist() for b in expected]
     for (images, _), (want, _) in zip(got, expected):
         assert _levels(images, want, False).max().item() <= 1 + SLACK_LEVELS
+
+
+def test_bicubic_random_resized_crop_runs_natively(folder):
+    dataset = ImageFolder(folder, transform=T.Compose([
+        T.RandomResizedCrop(48, interpolation=T.InterpolationMode.BICUBIC),
+        T.RandomHorizontalFlip(), T.ToTensor()]))
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=1) as loader:
+        assert loader.stats()["pipeline"] == "native", loader.stats()["pipeline_reason"]
+        images, _ = next(iter(loader))
+    assert images.shape == (4, 3, 48, 48)
+    assert images.min().item() >= 0.0 and images.max().item() <= 1.0  # clamped
 
 
 TRAIN = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ToTensor(),

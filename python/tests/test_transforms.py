@@ -97,6 +97,15 @@ def test_bad_transform_options_raise_value_error():
         stoker.transforms.eval(224, resize=100)  # resize must cover the crop
     with pytest.raises(ValueError):
         stoker.transforms.Image("sideways")
+    with pytest.raises(ValueError, match="interpolation"):
+        stoker.transforms.eval(224, interpolation="nearest")
+
+
+def test_bicubic_is_an_option_that_pickles():
+    import pickle
+    t = stoker.transforms.train(32, interpolation="bicubic")
+    assert "bicubic" in repr(t) and "bicubic" in repr(pickle.loads(pickle.dumps(t)))
+    assert "bicubic" not in repr(stoker.transforms.train(32))
 
 
 def test_eval_on_photographs_with_and_without_dct_scaling(tmp_path):

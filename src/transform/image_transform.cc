@@ -37,11 +37,11 @@ class ImageScratch final : public TransformScratch {
  public:
   size_t bytes() const override {
     return pixels.capacity() + rows.capacity() * sizeof(float) + resample.bytes() +
-           TapBytes(taps_x) + TapBytes(taps_y);
+           TapBytes(taps_x) + TapBytes(taps_y) + TapBytes(taps_same) + between.capacity();
   }
   static size_t TapBytes(const ResampleTaps& t) {
     return (t.start.capacity() + t.count.capacity()) * sizeof(int) +
-           t.weights.capacity() * sizeof(float);
+           t.weights.capacity() * sizeof(float) + t.fixed.capacity() * sizeof(int32_t);
   }
 
   JpegDecoder jpeg;
@@ -49,6 +49,8 @@ class ImageScratch final : public TransformScratch {
   std::vector<uint8_t> pixels;
   ResampleTaps taps_x;
   ResampleTaps taps_y;
+  ResampleTaps taps_same;        // bicubic: the identity, for the vertical pass alone
+  std::vector<uint8_t> between;  // bicubic: the horizontal pass's bytes
   ResampleBuffers resample;
   std::vector<float> rows;  // one output row, planar, before conversion to bytes
 };
@@ -68,6 +70,11 @@ class ImageTransform final : public Transform {
     for (int c = 0; c < 3; ++c) {
       normalise_.scale[c] = 1.0f / (255.0f * o.std[c]);
       normalise_.bias[c] = -o.mean[c] / o.std[c];
+    }
+    if (o.interpolation == ImageInterpolation::kBicubic) {
+      // Pillow clamps to uint8; the byte layouts clamp in ToByte.
+      normalise_.lo = 0.0f;
+      normalise_.hi = 255.0f;
     }
   }
 
@@ -163,8 +170,8 @@ class ImageTransform final : public Transform {
       wx = {g.left * sx, sx, 0, JpegDecoder::ScaledSize(width, denom)};
       wy = {g.top * sy, sy, 0, JpegDecoder::ScaledSize(height, denom)};
     }
-    ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x);
-    ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y);
+    ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x, o_.interpolation);
+    ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y, o_.interpolation);
 
     DecodedRegion region;
     if (jpeg) {
@@ -174,12 +181,26 @@ class ImageTransform final : public Transform {
       STOKER_RETURN_IF_ERROR(s.png.DecodeRegion(s.taps_x.first, s.taps_y.first, s.taps_x.end,
                                                 s.taps_y.end, &s.pixels, &region));
     }
-    Write(region, s, flip, out);
+    if (o_.interpolation == ImageInterpolation::kBicubic) {
+      // Pillow's order: horizontal first, rounded and clamped to bytes, then
+      // vertical. The cubic's negative lobes carry that rounding into whole
+      // levels, so a float pass of both axes would be several levels off.
+      const int w = o_.width;
+      const int rows = s.taps_y.end - s.taps_y.first;
+      uint8_t* between = GrowBuffer(s.between, static_cast<size_t>(rows) * w * 3);
+      ResampleRowsToBytes(region, s.taps_x, flip, s.taps_y.first, s.taps_y.end, between);
+      ComputeTaps(0, 1.0, w, 0, w, &s.taps_same);
+      const DecodedRegion mid{between, 0, s.taps_y.first, w, rows, static_cast<size_t>(w) * 3};
+      Write(mid, s.taps_same, s, false, out);
+    } else {
+      Write(region, s.taps_x, s, flip, out);
+    }
     return Status::Ok();
   }
 
   // The one pass that writes the output: resample, flip, convert, lay out.
-  void Write(const DecodedRegion& region, ImageScratch& s, bool flip,
+  // `tx` is s.taps_x, or the identity once the horizontal pass is done.
+  void Write(const DecodedRegion& region, const ResampleTaps& tx, ImageScratch& s, bool flip,
              std::span<std::byte> out) const {
     const int w = o_.width;
     const size_t plane = static_cast<size_t>(o_.height) * w;
@@ -188,7 +209,7 @@ class ImageTransform final : public Transform {
       // each row lands straight in its three planes.
       float* o = reinterpret_cast<float*>(out.data());
       ResamplePlanar(
-          region, s.taps_x, s.taps_y, flip, normalise_, s.resample,
+          region, tx, s.taps_y, flip, normalise_, s.resample,
           [&](int y) {
             float* r = o + static_cast<size_t>(y) * w;
             return PlanarRow{{r, r + plane, r + 2 * plane}};
@@ -202,7 +223,7 @@ class ImageTransform final : public Transform {
     uint8_t* o = reinterpret_cast<uint8_t*>(out.data());
     const bool hwc = o_.layout == ImageLayout::kUInt8HWC;
     ResamplePlanar(
-        region, s.taps_x, s.taps_y, flip, ChannelAffine{}, s.resample, [&](int) { return row; },
+        region, tx, s.taps_y, flip, ChannelAffine{}, s.resample, [&](int) { return row; },
         [&](int y) {
           if (hwc) {
             uint8_t* p = o + static_cast<size_t>(y) * w * 3;
@@ -226,7 +247,7 @@ class ImageTransform final : public Transform {
   }
 
   ImageTransformOptions o_;
-  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias
+  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias, v clamped for bicubic
 };
 
 }  // namespace

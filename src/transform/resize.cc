@@ -17,18 +17,37 @@ void GrowTo(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// Cubic convolution (Keys) with a = -0.5: 1 at 0, 0 at every other integer,
+// negative between 1 and 2 pixels, 0 past 2.
+double Cubic(double t) {
+  constexpr double a = -0.5;
+  t = std::abs(t);
+  if (t < 1.0) return ((a + 2.0) * t - (a + 3.0)) * t * t + 1.0;
+  if (t < 2.0) return a * (((t - 5.0) * t + 8.0) * t - 4.0);
+  return 0.0;
+}
+
+double Triangle(double t) {
+  t = std::abs(t);
+  return t < 1.0 ? 1.0 - t : 0.0;
+}
+
 }  // namespace
 
-void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps) {
+void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps,
+                 ImageInterpolation filter) {
   assert(out_size >= 1 && scale > 0 && lo < hi);
+  const bool cubic = filter == ImageInterpolation::kBicubic;
   const double filter_scale = std::max(scale, 1.0);
-  const double radius = filter_scale;  // the triangle's radius is 1 input pixel, widened
+  // The filter's radius in input pixels (triangle 1, cubic 2), widened.
+  const double radius = (cubic ? 2.0 : 1.0) * filter_scale;
   const int max_taps = 2 * static_cast<int>(std::ceil(radius)) + 1;
   taps->out_size = out_size;
   taps->max_taps = max_taps;
   GrowTo(taps->start, static_cast<size_t>(out_size));
   GrowTo(taps->count, static_cast<size_t>(out_size));
   GrowTo(taps->weights, static_cast<size_t>(out_size) * static_cast<size_t>(max_taps));
+  if (cubic) GrowTo(taps->fixed, static_cast<size_t>(out_size) * static_cast<size_t>(max_taps));
   int first = INT_MAX;
   int end = INT_MIN;
   int max_count = 0;
@@ -40,12 +59,13 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
     int n = stop - begin;
     float* out = taps->weights.data() + static_cast<size_t>(i) * max_taps;
     for (int k = 0; k < n; ++k) {
-      double t = std::abs((begin + k + 0.5 - center) / filter_scale);
-      double v = t < 1.0 ? 1.0 - t : 0.0;
+      const double t = (begin + k + 0.5 - center) / filter_scale;
+      const double v = cubic ? Cubic(t) : Triangle(t);
       out[k] = static_cast<float>(v);
       sum += v;
     }
-    if (n <= 0 || sum <= 0) {
+    const bool nearest = n <= 0 || sum <= 0;
+    if (nearest) {
       // The centre lies outside [lo, hi) (only when a caller's window does):
       // take the nearest input.
       begin = std::clamp(static_cast<int>(std::floor(center)), lo, hi - 1);
@@ -63,6 +83,15 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
       begin += skip;
     }
     std::fill(out + n, out + max_taps, 0.0f);
+    if (cubic) {
+      // Pillow's fixed-point weights: the double weight, rounded half away from 0.
+      int32_t* f = taps->fixed.data() + static_cast<size_t>(i) * max_taps;
+      for (int k = 0; k < n; ++k) {
+        const double w = nearest ? 1.0 : Cubic((begin + k + 0.5 - center) / filter_scale) / sum;
+        f[k] = static_cast<int32_t>(std::trunc(w * (1 << kFixedBits) + (w < 0 ? -0.5 : 0.5)));
+      }
+      std::fill(f + n, f + max_taps, 0);
+    }
     max_count = std::max(max_count, n);
     taps->start[static_cast<size_t>(i)] = begin;
     taps->count[static_cast<size_t>(i)] = n;
@@ -169,6 +198,8 @@ template <int kTaps>
   const int out_size = p.out_size;
   const float* w = p.weights.data();
   const int* off = p.offsets.data();
+  const __m256 lo = _mm256_set1_ps(a.lo);
+  const __m256 hi = _mm256_set1_ps(a.hi);
   __m256 scale[3], bias[3];
   for (int c = 0; c < 3; ++c) {
     scale[c] = _mm256_set1_ps(a.scale[c]);
@@ -202,7 +233,10 @@ template <int kTaps>
     const __m256 t3 = _mm256_unpackhi_ps(s2, s3);  // b2 b3 .. ..
     __m256 v[3] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
                    _mm256_shuffle_ps(t1, t3, 0x44)};
-    for (int c = 0; c < 3; ++c) v[c] = _mm256_add_ps(_mm256_mul_ps(v[c], scale[c]), bias[c]);
+    for (int c = 0; c < 3; ++c) {
+      v[c] = _mm256_min_ps(_mm256_max_ps(v[c], lo), hi);
+      v[c] = _mm256_add_ps(_mm256_mul_ps(v[c], scale[c]), bias[c]);
+    }
     if (x + kGroup <= out_size) {
       for (int c = 0; c < 3; ++c) _mm256_storeu_ps(out.c[c] + x, v[c]);
     } else {
@@ -222,6 +256,24 @@ bool CpuHasAvx2() {
 #endif
 
 }  // namespace
+
+void ResampleRowsToBytes(const DecodedRegion& src, const ResampleTaps& tx, bool mirror,
+                         int row_first, int row_end, uint8_t* out) {
+  const int w = tx.out_size;
+  for (int y = row_first; y < row_end; ++y) {
+    const uint8_t* row = src.pixels + static_cast<size_t>(y - src.y0) * src.stride;
+    for (int m = 0; m < w; ++m) {
+      const size_t x = static_cast<size_t>(mirror ? w - 1 - m : m);
+      const int32_t* k = tx.fixed.data() + x * static_cast<size_t>(tx.max_taps);
+      const uint8_t* p = row + static_cast<size_t>(tx.start[x] - src.x0) * 3;
+      for (int c = 0; c < 3; ++c) {
+        int32_t acc = 1 << (kFixedBits - 1);  // rounds half up
+        for (int t = 0; t < tx.count[x]; ++t) acc += k[t] * p[3 * t + c];
+        *out++ = static_cast<uint8_t>(std::clamp(acc >> kFixedBits, 0, 255));
+      }
+    }
+  }
+}
 
 size_t ResampleBuffers::bytes() const {
   return (columns.capacity() + plan.weights.capacity() + rows.capacity() + pixels.capacity()) *
@@ -322,7 +374,9 @@ void ResampleRowPortable(const float* in, const RowKernelPlan& p, const ChannelA
       const float wk = w[static_cast<size_t>(k) * 32];
       for (int c = 0; c < 3; ++c) s[c] = s[c] + wk * q[3 * k + c];
     }
-    for (int c = 0; c < 3; ++c) out.c[c][x] = s[c] * a.scale[c] + a.bias[c];
+    for (int c = 0; c < 3; ++c) {
+      out.c[c][x] = std::min(std::max(s[c], a.lo), a.hi) * a.scale[c] + a.bias[c];
+    }
   }
 }
 

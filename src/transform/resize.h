@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "stoker/image.h"
 #include "transform/decoded_region.h"
 
 namespace stoker {
@@ -24,21 +26,44 @@ struct ResampleTaps {
   std::vector<int> start;
   std::vector<int> count;
   std::vector<float> weights;
+  /// Bicubic only: the weights as Pillow's 8-bit resampler holds them, in
+  /// fixed point with kFixedBits fraction bits (same layout as `weights`).
+  std::vector<int32_t> fixed;
 };
 
-/// Fills `taps` for an antialiased linear resample (Pillow's BILINEAR with
-/// its antialiasing: a triangle filter widened by the downscale factor):
-/// output i is centred at input position in0 + (i + 0.5) * scale, where
-/// pixel p covers [p, p + 1); the filter's radius is max(scale, 1) pixels,
-/// and inputs outside [lo, hi) are left out (the weights renormalised).
-/// REQUIRES: out_size >= 1, scale > 0, lo < hi.
-void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps);
+/// The fraction bits of ResampleTaps::fixed: Pillow's precision for 8-bit images.
+inline constexpr int kFixedBits = 22;
 
-/// Maps each resampled value v of channel c to v * scale[c] + bias[c] (the
-/// identity by default), so that a normalisation costs nothing extra.
+/// Fills `taps` for an antialiased resample with `filter`, as Pillow's
+/// BILINEAR (a triangle of radius 1) or BICUBIC (cubic convolution, a = -0.5,
+/// radius 2) with its antialiasing, the filter widened by the downscale
+/// factor: output i is centred at input position in0 + (i + 0.5) * scale,
+/// where pixel p covers [p, p + 1); the filter's radius is its own times
+/// max(scale, 1) pixels, and inputs outside [lo, hi) are left out (the
+/// weights renormalised). Bicubic weights can be negative.
+/// REQUIRES: out_size >= 1, scale > 0, lo < hi.
+void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps,
+                 ImageInterpolation filter = ImageInterpolation::kBilinear);
+
+/// Pillow's horizontal pass, for filters with negative lobes (bicubic), where
+/// its rounding and clamping to bytes before the vertical pass shows: rows
+/// [row_first, row_end) of `src` resampled by `tx` in fixed point
+/// (ResampleTaps::fixed), mirrored left-right when `mirror`, rounded and
+/// clamped to bytes, into `out`: row_end - row_first rows of tx.out_size RGB
+/// pixels. REQUIRES: tx.fixed filled; src covers the rows and [tx.first, tx.end).
+void ResampleRowsToBytes(const DecodedRegion& src, const ResampleTaps& tx, bool mirror,
+                         int row_first, int row_end, uint8_t* out);
+
+/// Maps each resampled value v of channel c to
+/// min(max(v, lo), hi) * scale[c] + bias[c] (the identity by default), so
+/// that a normalisation costs nothing extra. [lo, hi] is [0, 255] for
+/// filters with negative lobes (bicubic), where v can leave the byte range;
+/// unbounded by default, which leaves every value's bits as they are.
 struct ChannelAffine {
   float scale[3] = {1.0f, 1.0f, 1.0f};
   float bias[3] = {0.0f, 0.0f, 0.0f};
+  float lo = -std::numeric_limits<float>::infinity();
+  float hi = std::numeric_limits<float>::infinity();
 };
 
 /// Where one output row goes: a row of out_size floats per channel (R, G, B).
@@ -83,7 +108,7 @@ void ResampleRow(const float* columns, const RowKernelPlan& plan, const ChannelA
 
 /// ResampleRow without SIMD, which it uses where the CPU lacks AVX2. Both do
 /// the same float operations in the same order (a product per tap, summed
-/// left to right, then a multiply and an add), so they give the same bits:
+/// left to right, clamped, then a multiply and an add), so they give the same bits:
 /// the output does not depend on the machine's vector width.
 void ResampleRowPortable(const float* columns, const RowKernelPlan& plan,
                          const ChannelAffine& affine, PlanarRow out);

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "testing/test_images.h"
 
@@ -151,27 +153,165 @@ TEST(ResizeTest, PlanarRowsAreTheMappedInterleavedRows) {
   }
 }
 
-// Whatever kernel the CPU picks, the portable one gives the same bits.
+// Whatever kernel the CPU picks, the portable one gives the same bits, the
+// bicubic clamp included.
 TEST(ResizeTest, RowKernelsAgreeBitForBit) {
-  std::vector<float> columns;
-  for (int taps_case = 0; taps_case < 3; ++taps_case) {
-    const int out = 45;
-    const int in = taps_case == 0 ? 30 : (taps_case == 1 ? 100 : 400);
-    ResampleTaps tx;
-    ComputeTaps(0.5, (in - 1.0) / out, out, 0, in, &tx);
-    ResampleBuffers buffers;
-    float* col = PrepareResample(tx, taps_case == 1, &buffers);
-    for (int i = 0; i < (tx.end - tx.first) * 3; ++i) {
-      col[i] = static_cast<float>((i * 37) % 256) + 0.25f;
+  for (ImageInterpolation filter : {ImageInterpolation::kBilinear, ImageInterpolation::kBicubic}) {
+    for (int taps_case = 0; taps_case < 3; ++taps_case) {
+      const int out = 45;
+      const int in = taps_case == 0 ? 30 : (taps_case == 1 ? 100 : 400);
+      ResampleTaps tx;
+      ComputeTaps(0.5, (in - 1.0) / out, out, 0, in, &tx, filter);
+      ResampleBuffers buffers;
+      float* col = PrepareResample(tx, taps_case == 1, &buffers);
+      for (int i = 0; i < (tx.end - tx.first) * 3; ++i) {
+        col[i] = static_cast<float>((i * 37) % 256) + 0.25f;
+      }
+      ChannelAffine a;
+      a.scale[1] = 0.017f;
+      a.bias[2] = -2.1f;
+      if (filter == ImageInterpolation::kBicubic) {
+        a.lo = 0.0f;
+        a.hi = 255.0f;
+      }
+      std::vector<float> fast(3 * out), plain(3 * out);
+      ResampleRow(col, buffers.plan, a, PlanarRow{{&fast[0], &fast[out], &fast[2 * out]}});
+      ResampleRowPortable(col, buffers.plan, a,
+                          PlanarRow{{&plain[0], &plain[out], &plain[2 * out]}});
+      EXPECT_EQ(fast, plain) << "input width " << in;
     }
-    ChannelAffine a;
-    a.scale[1] = 0.017f;
-    a.bias[2] = -2.1f;
-    std::vector<float> fast(3 * out), plain(3 * out);
-    ResampleRow(col, buffers.plan, a, PlanarRow{{&fast[0], &fast[out], &fast[2 * out]}});
-    ResampleRowPortable(col, buffers.plan, a, PlanarRow{{&plain[0], &plain[out], &plain[2 * out]}});
-    EXPECT_EQ(fast, plain) << "input width " << in;
   }
+}
+
+// The weights of output `i` as a dense vector over inputs [lo, hi).
+std::vector<double> Dense(const ResampleTaps& t, int i, int lo, int hi) {
+  std::vector<double> w(static_cast<size_t>(hi - lo), 0.0);
+  for (int k = 0; k < t.count[i]; ++k) w[t.start[i] + k - lo] = t.weights[i * t.max_taps + k];
+  return w;
+}
+
+// Cubic convolution with a = -0.5 at distances 0.25, 0.75, 1.25 and 1.75
+// weighs 0.8671875, 0.2265625, -0.0703125 and -0.0234375 (Pillow's BICUBIC).
+TEST(ResizeTest, BicubicHalvingHasPillowsCoefficients) {
+  ResampleTaps t;
+  ComputeTaps(0, 2.0, 8, 0, 16, &t, ImageInterpolation::kBicubic);
+  // Output 2 is centred at 5.0; the radius is 2 widened to 4: inputs 1..8 at
+  // distances 3.5 .. 0.5 (1.75 .. 0.25 after the widening), sum 2.
+  ASSERT_EQ(t.start[2], 1);
+  ASSERT_EQ(t.count[2], 8);
+  const float want[8] = {-0.01171875f, -0.03515625f, 0.11328125f,  0.43359375f,
+                         0.43359375f,  0.11328125f,  -0.03515625f, -0.01171875f};
+  for (int k = 0; k < 8; ++k) EXPECT_FLOAT_EQ(t.weights[2 * t.max_taps + k], want[k]) << k;
+}
+
+TEST(ResizeTest, BicubicUpscalingUsesTheCubicAsIs) {
+  ResampleTaps t;
+  ComputeTaps(0, 0.5, 16, 0, 8, &t, ImageInterpolation::kBicubic);
+  // Output 5 is centred at 2.75: inputs 1..4 at 1.25, 0.25, 0.75, 1.75.
+  ASSERT_EQ(t.start[5], 1);
+  ASSERT_EQ(t.count[5], 4);
+  const float want[4] = {-0.0703125f, 0.8671875f, 0.2265625f, -0.0234375f};
+  for (int k = 0; k < 4; ++k) EXPECT_FLOAT_EQ(t.weights[5 * t.max_taps + k], want[k]) << k;
+}
+
+TEST(ResizeTest, BicubicWeightsSumToOneAndMirror) {
+  for (int in : {7, 64, 100, 333}) {
+    for (int out : {5, 37, 224}) {
+      ResampleTaps t;
+      ComputeTaps(0, static_cast<double>(in) / out, out, 0, in, &t, ImageInterpolation::kBicubic);
+      for (int i = 0; i < out; ++i) {
+        double sum = 0;
+        for (int k = 0; k < t.count[i]; ++k) sum += t.weights[i * t.max_taps + k];
+        ASSERT_NEAR(sum, 1.0, 1e-6) << in << " -> " << out << ", output " << i;
+        // Output i and output out - 1 - i are mirror images of each other.
+        std::vector<double> a = Dense(t, i, 0, in), b = Dense(t, out - 1 - i, 0, in);
+        std::reverse(b.begin(), b.end());
+        for (int x = 0; x < in; ++x) ASSERT_NEAR(a[x], b[x], 1e-6) << in << " -> " << out;
+      }
+    }
+  }
+}
+
+// A hard edge overshoots under the cubic's negative lobes; the clamp keeps
+// the output in the byte range, and without it the overshoot shows.
+TEST(ResizeTest, BicubicOvershootIsClampedToTheByteRange) {
+  const int w = 16, h = 4;
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) rgb[(y * w + x) * 3 + c] = x < w / 2 ? 0 : 255;
+    }
+  }
+  DecodedRegion src{rgb.data(), 0, 0, w, h, static_cast<size_t>(w) * 3};
+  ResampleTaps tx, ty;
+  ComputeTaps(0, 0.25, 4 * w, 0, w, &tx, ImageInterpolation::kBicubic);
+  ComputeTaps(0, 1.0, h, 0, h, &ty, ImageInterpolation::kBicubic);
+  ResampleBuffers buffers;
+  for (bool clamp : {false, true}) {
+    ChannelAffine a;
+    if (clamp) {
+      a.lo = 0.0f;
+      a.hi = 255.0f;
+    }
+    float lowest = 0, highest = 0;
+    std::vector<float> plane(static_cast<size_t>(3) * 4 * w);
+    ResamplePlanar(
+        src, tx, ty, false, a, buffers,
+        [&](int) {
+          return PlanarRow{{plane.data(), plane.data() + 4 * w, plane.data() + 8 * w}};
+        },
+        [&](int) {
+          for (float v : plane) {
+            lowest = std::min(lowest, v);
+            highest = std::max(highest, v);
+          }
+        });
+    if (clamp) {
+      EXPECT_EQ(lowest, 0.0f);
+      EXPECT_EQ(highest, 255.0f);
+    } else {
+      EXPECT_LT(lowest, -5.0f);
+      EXPECT_GT(highest, 260.0f);
+    }
+  }
+}
+
+// Pillow's 8-bit weights: each rounded to 22 fraction bits, summing to one.
+TEST(ResizeTest, BicubicFixedPointWeightsArePillows) {
+  ResampleTaps t;
+  ComputeTaps(0, 2.0, 8, 0, 16, &t, ImageInterpolation::kBicubic);
+  const int32_t want[8] = {-49152, -147456, 475136, 1818624, 1818624, 475136, -147456, -49152};
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(t.fixed[2 * t.max_taps + k], want[k]) << k;
+  int32_t sum = 0;
+  for (int k = 0; k < t.count[2]; ++k) sum += t.fixed[2 * t.max_taps + k];
+  EXPECT_EQ(sum, 1 << kFixedBits);
+}
+
+// The horizontal pass to bytes rounds and clamps each value as Pillow does,
+// and mirrors.
+TEST(ResizeTest, RowsToBytesRoundClampAndMirror) {
+  const int w = 8;
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * 3);
+  for (int x = 0; x < w; ++x) {
+    for (int c = 0; c < 3; ++c) rgb[x * 3 + c] = x < w / 2 ? 0 : 255;
+  }
+  DecodedRegion src{rgb.data(), 0, 0, w, 1, static_cast<size_t>(w) * 3};
+  ResampleTaps tx;
+  ComputeTaps(0, 0.5, 2 * w, 0, w, &tx, ImageInterpolation::kBicubic);
+  std::vector<uint8_t> out(static_cast<size_t>(2 * w) * 3), mirrored(out.size());
+  ResampleRowsToBytes(src, tx, false, 0, 1, out.data());
+  ResampleRowsToBytes(src, tx, true, 0, 1, mirrored.data());
+  for (int x = 0; x < 2 * w; ++x) {
+    // The exact value, from the float weights: the bytes are it rounded and clamped.
+    double v = 0;
+    for (int k = 0; k < tx.count[x]; ++k) {
+      v += tx.weights[x * tx.max_taps + k] * rgb[(tx.start[x] + k) * 3];
+    }
+    EXPECT_EQ(out[x * 3], std::clamp(std::floor(v + 0.5), 0.0, 255.0)) << x;
+    EXPECT_EQ(mirrored[(2 * w - 1 - x) * 3 + 1], out[x * 3 + 1]) << x;
+  }
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[(2 * w - 1) * 3], 255);
 }
 
 }  // namespace

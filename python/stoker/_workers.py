@@ -872,8 +872,12 @@ def _run_task(job, seg, epoch, batch, check_memory):
     keys = keys_of(indices, bytes(m[keys_at:keys_at + keys_bytes]) if keys_bytes else None)
     writer = _Writer(seg, data_off)
     if job.shards is not None:
-        def at_sample(offset):  # the shard's offset; a death blames the item's one index
-            check_memory(max(offset, 0))
+        made = [0]  # samples read so far: the memory check's count (0 means "before any")
+
+        def at_sample(offset):  # the shard's offset, -1 once read; a death blames its one index
+            if offset >= 0:
+                made[0] = offset
+            check_memory(made[0])
             _WORD.pack_into(m, _HEADER.position * _WORD.size, 0 if offset >= 0 else -1)
         payload, kept, failures, collate_error = _load_shard(job, indices, seed, at_sample,
                                                              writer)

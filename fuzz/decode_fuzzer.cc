@@ -21,8 +21,10 @@ constexpr int64_t kMaxPixels = 1 << 22;
 struct Fixture {
   std::shared_ptr<const stoker::Transform> train;
   std::shared_ptr<const stoker::Transform> eval;
+  std::shared_ptr<const stoker::Transform> crop;  // CenterCrop alone: pads small images
   std::unique_ptr<stoker::TransformScratch> train_scratch;
   std::unique_ptr<stoker::TransformScratch> eval_scratch;
+  std::unique_ptr<stoker::TransformScratch> crop_scratch;
   stoker::JpegDecoder jpeg;
   stoker::PngDecoder png;
   std::vector<uint8_t> pixels;
@@ -38,8 +40,12 @@ struct Fixture {
     o.resize_shorter = 28;
     o.layout = stoker::ImageLayout::kFloat32CHW;
     eval = *stoker::MakeImageTransform(o);
+    o.resize_shorter = 0;
+    o.interpolation = stoker::ImageInterpolation::kBicubic;
+    crop = *stoker::MakeImageTransform(o);
     train_scratch = train->NewScratch();
     eval_scratch = eval->NewScratch();
+    crop_scratch = crop->NewScratch();
     out.resize(eval->spec().bytes());
   }
 };
@@ -74,5 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         f->train_scratch.get());
   (void)f->eval->Apply(record, rng, std::span<std::byte>(f->out.data(), f->out.size()),
                        f->eval_scratch.get());
+  (void)f->crop->Apply(record, rng, std::span<std::byte>(f->out.data(), f->out.size()),
+                       f->crop_scratch.get());
   return 0;
 }

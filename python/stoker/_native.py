@@ -279,16 +279,8 @@ def _step_CenterCrop(p, step):
     _pil_step(p, "CenterCrop")
     if p.crop is not None or p.center is not None or p.flip:
         raise _Off(f"CenterCrop after {p.seen[-1]} is not native")
-    if p.resize is None:
-        raise _Off("CenterCrop without a Resize before it is not native (an image smaller "
-                   "than the crop is padded)")
-    h, w = _pair(step.size, "CenterCrop")
-    if isinstance(p.resize, int):
-        if max(h, w) > p.resize:
-            raise _Off(f"CenterCrop {(h, w)} larger than Resize({p.resize}) pads; not native")
-    elif h > p.resize[0] or w > p.resize[1]:
-        raise _Off(f"CenterCrop {(h, w)} larger than Resize({p.resize}) pads; not native")
-    p.center = (h, w)
+    # A crop larger than the image pads it with zeros, as torchvision does.
+    p.center = _pair(step.size, "CenterCrop")
 
 
 def _step_ToTensor(p, step):
@@ -369,15 +361,16 @@ def _make(p):
                                     **common)
         if p.flip:
             raise _Off("RandomHorizontalFlip without RandomResizedCrop is not native")
-        if p.resize is None:
-            raise _Off("no RandomResizedCrop, Resize or CenterCrop: images keep their own "
-                       "sizes")
         if p.center is None:
+            if p.resize is None:
+                raise _Off("no RandomResizedCrop, Resize or CenterCrop: images keep their own "
+                           "sizes")
             if isinstance(p.resize, int):
                 raise _Off(f"Resize({p.resize}) without CenterCrop keeps each image's aspect "
                            "(sizes differ)")
             return transforms.Image("eval", p.resize, resize=p.resize, **common)
-        return transforms.Image("eval", p.center, resize=p.resize, **common)
+        resize = 0 if p.resize is None else p.resize  # 0: CenterCrop alone
+        return transforms.Image("eval", p.center, resize=resize, **common)
     except ValueError as e:  # options stoker's transform refuses (a scale past 1, ...)
         raise _Off(f"{' + '.join(p.seen)}: {e}") from None
 

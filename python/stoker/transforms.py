@@ -57,8 +57,10 @@ class Image(Transform):
     mode="train": RandomResizedCrop(size, scale, ratio), then a horizontal flip
         with probability ``flip``.
     mode="eval": Resize(resize) of the shorter side (default size * 256 / 224),
-        or to exactly (height, width) when ``resize`` is a pair, then
-        CenterCrop(size) (all of the resized image when they are equal).
+        or to exactly (height, width) when ``resize`` is a pair, or none when
+        ``resize=0``, then CenterCrop(size) (all of the resized image when
+        they are equal; zeros around it where the crop is larger, as
+        torchvision pads).
 
     ``layout``: "float32" gives float32 (3, H, W) normalised with ``mean`` and
     ``std`` (ToTensor + Normalize); "uint8_chw" / "uint8_hwc" give raw RGB

@@ -81,6 +81,13 @@ EVAL_PIPELINES = {
          T.ToTensor(), T.Normalize(MEAN, STD)], True),
     "bicubic-resize-pair-piltotensor": (
         [T.Resize((60, 80), interpolation=T.InterpolationMode.BICUBIC), T.PILToTensor()], False),
+    # CenterCrop larger than the image (or the resized image) pads with zeros.
+    "center-alone-normalize": ([T.CenterCrop(96), T.ToTensor(), T.Normalize(MEAN, STD)], True),
+    "center-alone-pair-uint8": ([T.CenterCrop((64, 120)), T.PILToTensor()], False),
+    "crop-past-resize": ([T.Resize(40), T.CenterCrop((48, 44)), T.ToTensor()], False),
+    "bicubic-crop-past-resize-pair": (
+        [T.Resize((40, 30), interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(36),
+         T.ToTensor(), T.Normalize(MEAN, STD)], True),
     "piltotensor-convert-normalize": (
         [T.Resize(72), T.CenterCrop(64), T.PILToTensor(), T.ConvertImageDtype(torch.float32),
          T.Normalize(MEAN, STD)], True),
@@ -294,12 +301,8 @@ FALLBACKS = {
     "max_size": (dict(transform=T.Compose([T.Resize(32, max_size=40), T.CenterCrop(32),
                                            T.ToTensor()])),
                  {}, "Resize max_size=40 is not native"),
-    "center-alone": (dict(transform=T.Compose([T.CenterCrop(32), T.ToTensor()])), {},
-                     "CenterCrop without a Resize"),
     "resize-int-alone": (dict(transform=T.Compose([T.Resize(32), T.ToTensor()])), {},
                          "Resize(32) without CenterCrop"),
-    "crop-past-resize": (dict(transform=T.Compose([T.Resize(32), T.CenterCrop(40),
-                                                   T.ToTensor()])), {}, "pads"),
     "no-tensor": (dict(transform=T.Compose([T.Resize((32, 32))])), {},
                   "no ToTensor or PILToTensor"),
     "no-transform": (dict(), {}, "the dataset has no transform"),

@@ -147,6 +147,8 @@ class ImageTransform final : public Transform {
     bool flip = false;
     int denom = 1;
     AxisWindow wx, wy;
+    ResizeCenterCrop g;  // kEval's geometry
+    bool pad_x = false, pad_y = false;
     if (o_.mode == ImageMode::kTrain) {
       CropBox box = RandomResizedCropBox(width, height, o_, rng);
       flip = rng.Uniform() < o_.flip_probability;
@@ -160,7 +162,9 @@ class ImageTransform final : public Transform {
       wy = {box.y / d, box.height / d / o_.height, static_cast<int>(std::floor(box.y / d)),
             std::min(scaled_h, static_cast<int>(std::ceil((box.y + box.height) / d)))};
     } else {
-      ResizeCenterCrop g = EvalGeometry(width, height, o_);
+      g = EvalGeometry(width, height, o_);
+      pad_x = g.left < 0;
+      pad_y = g.top < 0;
       if (jpeg && o_.dct_scaling) {
         denom = ChooseDctDenominator(width, height, g.resized_width, g.resized_height);
       }
@@ -172,6 +176,8 @@ class ImageTransform final : public Transform {
     }
     ComputeTaps(wx.in0, wx.scale, o_.width, wx.lo, wx.hi, &s.taps_x, o_.interpolation);
     ComputeTaps(wy.in0, wy.scale, o_.height, wy.lo, wy.hi, &s.taps_y, o_.interpolation);
+    if (pad_x) ZeroTapsOutside(-g.left, g.resized_width - g.left, &s.taps_x);
+    if (pad_y) ZeroTapsOutside(-g.top, g.resized_height - g.top, &s.taps_y);
 
     DecodedRegion region;
     if (jpeg) {
@@ -281,12 +287,27 @@ CropBox RandomResizedCropBox(int width, int height, const ImageTransformOptions&
   return {(width - w) / 2, (height - h) / 2, w, h};
 }
 
+namespace {
+
+// torchvision's CenterCrop on one axis of `size` pixels: a crop larger than
+// the image pads (size_out - size) / 2 zeros before it (floor) and the rest
+// after; otherwise the crop starts at round((size - size_out) / 2), half to even.
+int CentreCropStart(int size, int size_out) {
+  if (size_out > size) return -((size_out - size) / 2);
+  return RoundHalfEven((size - size_out) / 2.0);
+}
+
+}  // namespace
+
 ResizeCenterCrop EvalGeometry(int width, int height, const ImageTransformOptions& o) {
   ResizeCenterCrop g;
   const int s = o.resize_shorter;
   if (o.resize_height > 0 && o.resize_width > 0) {
     g.resized_width = o.resize_width;
     g.resized_height = o.resize_height;
+  } else if (s == 0) {  // no Resize: CenterCrop alone
+    g.resized_width = width;
+    g.resized_height = height;
   } else if (width <= height) {
     g.resized_width = s;
     g.resized_height = static_cast<int>(static_cast<int64_t>(s) * height / width);
@@ -294,8 +315,8 @@ ResizeCenterCrop EvalGeometry(int width, int height, const ImageTransformOptions
     g.resized_height = s;
     g.resized_width = static_cast<int>(static_cast<int64_t>(s) * width / height);
   }
-  g.left = RoundHalfEven((g.resized_width - o.width) / 2.0);
-  g.top = RoundHalfEven((g.resized_height - o.height) / 2.0);
+  g.left = CentreCropStart(g.resized_width, o.width);
+  g.top = CentreCropStart(g.resized_height, o.height);
   return g;
 }
 
@@ -326,18 +347,16 @@ Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
       return BadOption("flip_probability", o.flip_probability, "a probability in [0, 1]");
     }
   } else if (o.resize_height != 0 || o.resize_width != 0) {
-    if (o.resize_height < o.height || o.resize_height > 65535) {
-      return BadOption("resize_height", o.resize_height,
-                       "in [height, 65535] = [" + std::to_string(o.height) + ", 65535]");
+    // A crop larger than the resized image pads it with zeros, as torchvision does.
+    if (o.resize_height < 1 || o.resize_height > 65535) {
+      return BadOption("resize_height", o.resize_height, "in [1, 65535] with resize_width");
     }
-    if (o.resize_width < o.width || o.resize_width > 65535) {
-      return BadOption("resize_width", o.resize_width,
-                       "in [width, 65535] = [" + std::to_string(o.width) + ", 65535]");
+    if (o.resize_width < 1 || o.resize_width > 65535) {
+      return BadOption("resize_width", o.resize_width, "in [1, 65535] with resize_height");
     }
   } else {
-    if (o.resize_shorter < std::max(o.height, o.width) || o.resize_shorter > 65535) {
-      return BadOption("resize_shorter", o.resize_shorter,
-                       ">= max(height, width) = " + std::to_string(std::max(o.height, o.width)));
+    if (o.resize_shorter < 0 || o.resize_shorter > 65535) {
+      return BadOption("resize_shorter", o.resize_shorter, "in [0, 65535] (0: no resize)");
     }
   }
   if (o.layout == ImageLayout::kFloat32CHW) {

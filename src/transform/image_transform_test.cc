@@ -173,6 +173,63 @@ TEST(ImageTransformTest, EvalGeometryTakesAnExactResize) {
   EXPECT_EQ(g.top, 0);
 }
 
+// torchvision's CenterCrop larger than the image: (crop - size) // 2 zeros
+// before, the rest after; an axis that fits is cropped as usual.
+TEST(ImageTransformTest, EvalGeometryPadsACropLargerThanTheImage) {
+  ImageTransformOptions o;
+  o.resize_shorter = 0;  // CenterCrop alone
+  ResizeCenterCrop g = EvalGeometry(101, 300, o);
+  EXPECT_EQ(g.resized_width, 101);
+  EXPECT_EQ(g.resized_height, 300);
+  EXPECT_EQ(g.left, -61);  // 123 // 2 zeros before, 62 after
+  EXPECT_EQ(g.top, 38);    // round(38.0)
+  o.resize_shorter = 200;  // Resize(200) then CenterCrop(224)
+  g = EvalGeometry(400, 300, o);
+  EXPECT_EQ(g.resized_width, 266);
+  EXPECT_EQ(g.left, 21);
+  EXPECT_EQ(g.top, -12);
+}
+
+// The padding is zeros before the layout's mapping (normalised: -mean / std),
+// and the image inside it is what a crop that fits gives.
+TEST(ImageTransformTest, PaddedCentreCropIsZerosAroundTheImage) {
+  const int w = 150, h = 260;
+  auto pic = MakePicture(w, h, 5);
+  auto file = Jpeg(pic, w, h);
+  for (ImageInterpolation filter : {ImageInterpolation::kBilinear, ImageInterpolation::kBicubic}) {
+    ImageTransformOptions o;
+    o.mode = ImageMode::kEval;
+    o.resize_shorter = 0;
+    o.interpolation = filter;
+    o.layout = ImageLayout::kUInt8HWC;
+    o.width = 224;  // pads 37 columns before, 37 after
+    o.height = 200;
+    std::vector<uint8_t> padded, inner;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &padded, nullptr).ok());
+    o.width = w;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &inner, nullptr).ok());
+    for (int y = 0; y < 200; ++y) {
+      for (int x = 0; x < 224; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          const uint8_t got = padded[(static_cast<size_t>(y) * 224 + x) * 3 + c];
+          const bool inside = x >= 37 && x < 37 + w;
+          const uint8_t want = inside ? inner[(static_cast<size_t>(y) * w + x - 37) * 3 + c] : 0;
+          ASSERT_EQ(got, want) << "x " << x << " y " << y;
+        }
+      }
+    }
+    o.width = 224;
+    o.layout = ImageLayout::kFloat32CHW;
+    std::vector<uint8_t> normalised;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &normalised, nullptr).ok());
+    const float* f = reinterpret_cast<const float*>(normalised.data());
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_NEAR(f[c * 200 * 224], -o.mean[c] / o.std[c], 1e-5);
+      EXPECT_NEAR(f[c * 200 * 224 + 223], -o.mean[c] / o.std[c], 1e-5);
+    }
+  }
+}
+
 TEST(ImageTransformTest, DctScaleIsTheCoarsestThatKeepsTheOutputSize) {
   EXPECT_EQ(ChooseDctDenominator(2000, 1800, 224, 224), 8);
   EXPECT_EQ(ChooseDctDenominator(1000, 1000, 224, 224), 4);
@@ -198,13 +255,13 @@ TEST(ImageTransformTest, OptionErrorsNameTheOption) {
       {[](ImageTransformOptions& o) { o.max_pixels = 0; }, "max_pixels"},
       {[](ImageTransformOptions& o) {
          o.mode = ImageMode::kEval;
-         o.resize_shorter = 200;
+         o.resize_shorter = -1;
        },
        "resize_shorter"},
       {[](ImageTransformOptions& o) {
          o.mode = ImageMode::kEval;
          o.resize_height = 300;
-         o.resize_width = 200;
+         o.resize_width = 70000;
        },
        "resize_width"},
       {[](ImageTransformOptions& o) {

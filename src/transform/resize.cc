@@ -103,6 +103,20 @@ void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, Resampl
   taps->max_count = max_count;
 }
 
+void ZeroTapsOutside(int begin, int end, ResampleTaps* taps) {
+  const size_t row = static_cast<size_t>(taps->max_taps);
+  for (int i = 0; i < taps->out_size; ++i) {
+    if (i >= begin && i < end) continue;
+    const size_t at = static_cast<size_t>(i);
+    taps->start[at] = taps->first;  // a real input, so the kernels read inside the region
+    taps->count[at] = 1;
+    std::fill_n(taps->weights.begin() + static_cast<std::ptrdiff_t>(at * row), row, 0.0f);
+    if (taps->fixed.size() >= (at + 1) * row) {  // filled for bicubic only
+      std::fill_n(taps->fixed.begin() + static_cast<std::ptrdiff_t>(at * row), row, 0);
+    }
+  }
+}
+
 namespace {
 
 // Both passes have a portable kernel and an AVX2 one, picked at run time.

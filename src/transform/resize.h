@@ -45,6 +45,11 @@ inline constexpr int kFixedBits = 22;
 void ComputeTaps(double in0, double scale, int out_size, int lo, int hi, ResampleTaps* taps,
                  ImageInterpolation filter = ImageInterpolation::kBilinear);
 
+/// Makes outputs outside [begin, end) weigh nothing (one tap of weight 0),
+/// so they come out as 0: the zero padding of a centre crop larger than the
+/// resized image. Inputs and taps of the other outputs are kept.
+void ZeroTapsOutside(int begin, int end, ResampleTaps* taps);
+
 /// Pillow's horizontal pass, for filters with negative lobes (bicubic), where
 /// its rounding and clamping to bytes before the vertical pass shows: rows
 /// [row_first, row_end) of `src` resampled by `tx` in fixed point

@@ -1279,6 +1279,8 @@ class _Iterator:
         return self
 
     def __len__(self):
+        if self._sharded:  # the loader's, as torch's len() of an IterableDataset (not the shards)
+            return len(self._owner)
         return self._batches
 
     def end(self, by):

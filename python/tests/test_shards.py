@@ -236,8 +236,9 @@ def test_the_same_dataset_runs_under_torchs_dataloader(workers):
 def test_batch_size_none_gives_samples_one_by_one_and_len_is_torchs():
     ds = Shards(lens=[3, 2])
     with stoker.DataLoader(ds, batch_size=None, num_workers=1) as dl:
-        got = [int(s[0]) for s in dl]
-        assert len(dl) == 5
+        it = iter(dl)
+        assert len(it) == len(dl) == 5  # the samples, not the 2 shards
+        got = [int(s[0]) for s in it]
     assert got == [0, 1, 2, 1000, 1001]
     with stoker.DataLoader(ds, batch_size=2, drop_last=True, num_workers=1) as dl:
         assert [b[0].flatten().tolist() for b in dl] == [[0, 1], [1000, 1001]]
@@ -264,6 +265,8 @@ def test_bad_arguments_are_named():
         with pytest.raises(TypeError):
             len(dl)
         it = iter(dl)
+        with pytest.raises(TypeError):
+            len(it)
         state = dl.state_dict()  # a stream without len() checkpoints all the same
         assert [b.tolist() for b in it] == [[1]]
     with stoker.DataLoader(Endless(), num_workers=1) as dl:

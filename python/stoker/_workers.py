@@ -15,6 +15,7 @@ tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
 import functools
+import gc
 import io
 import mmap
 import multiprocessing
@@ -104,6 +105,9 @@ def start_zygote(job, context=None):
         if pid:
             _zygotes.add(pid)
         if pid == 0:  # the zygote
+            # What the program left for its collector stays uncollected here: the
+            # finalizers of its garbage (a torch iterator's, a file's flush) are not ours to run.
+            gc.freeze()
             code = 0
             try:
                 _name_self(_ZYGOTE_NAME)  # how a sweep knows it, should its pid be lost

@@ -442,6 +442,40 @@ def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
     dl.close()
 
 
+class _Finalized:
+    """Garbage in a reference cycle whose finalizer notes the process it ran in."""
+
+    def __init__(self, path):
+        self.path, self.cycle = path, self
+
+    def __del__(self):
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+class _Collecting(Numbers):
+    def __getitem__(self, index):
+        gc.collect()  # a collection in the worker, as a dataset's allocations trigger one
+        return super().__getitem__(index)
+
+
+def test_the_programs_garbage_is_never_finalized_in_a_worker(tmp_path):
+    # A finalizer run in a forked worker runs twice (a torch iterator's shut
+    # its workers from the wrong process; a buffered file's flushed twice).
+    path = str(tmp_path / "finalized")
+    gc.disable()
+    try:
+        _Finalized(path)  # uncollected garbage when the loader forks
+        with stoker.DataLoader(_Collecting(12), batch_size=4, num_workers=2,
+                               worker_kind="processes") as dl:
+            assert sorted(indices_of(dl)) == list(range(12))
+    finally:
+        gc.enable()
+    gc.collect()
+    with open(path) as f:
+        assert f.read().split() == [str(os.getpid())]
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="mutually exclusive"):
         stoker.DataLoader(Numbers(), sampler=range(3), shuffle=True)

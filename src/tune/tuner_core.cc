@@ -173,7 +173,16 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   const bool demand_known = p.batches > 0 && r.batches > 0;
   if (demand_known && unbounded(p) != unbounded(r)) return 2 * params_.big_change;
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
-  change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
+  // Not on a store that saturated while reads are most of the wall time
+  // on both sides (twice the CPU time): the CPU time per item wanders there
+  // (a loaded machine, the first windows' set-up: 3.9 -> 1.2 ms at 37
+  // workers in a round of io-drift, whose three "workload changes" cut
+  // short every step and held 37 workers), it changes nothing the store's
+  // steps judge by, and a store that changed shows in its rate.
+  auto reads = [](const Pooled& x) { return x.wait_per_sample() >= 2 * x.cpu_per_sample(); };
+  if (!store_seen_ || !reads(p) || !reads(r)) {
+    change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
+  }
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
   // that wanders with the threads sharing the cores (tested below). Nor on
   // a store that saturated: its queue wanders too (by a third at 128

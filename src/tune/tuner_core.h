@@ -92,8 +92,13 @@ struct Budgets {
 /// holds, until the workload changes or its rate moves by store_moved. No
 /// jump past a store that saturated. Each step is judged against at least
 /// trial_window_s of settled windows at the count it leaves, measured just
-/// before it; a step that did not pay goes back there, and a step down's
-/// loss counts only if the count above, measured again, still beats it.
+/// before it: at once where the verdict is farther from the bar than the
+/// store's drift could make it (known from earlier steps; unknown: up to
+/// big_gain a second), otherwise after going back and measuring that count
+/// again, against its rate at the step's time, interpolated between the
+/// two readings (a store whose rate drifts moves it between them). The two
+/// readings give the drift; a drift of `change` within store_age_s makes
+/// the store model forget its older points.
 /// A generic step up whose reads queued (store_queued x the wait before)
 /// and that paid nothing shows such a store too: its steps take over.
 /// A decision that changes neither knob is returned (and so recorded) only

@@ -620,6 +620,24 @@ TEST(TunerCoreTest, OverloadedStoreIsHeldNearItsPeakNeverPastIt) {
   }
 }
 
+TEST(TunerCoreTest, CpuTimeWanderingOnASaturatedStoreIsNoWorkloadChange) {
+  // On a loaded machine the CPU time per sample of a store-bound pool
+  // wanders by half and more (3.9 -> 1.2 ms at 37 workers in a round of
+  // io-drift); with reads still most of the wall time it changes nothing
+  // the store's steps judge by, and must not restart them.
+  SimWorkload w = OverloadedEightSlotStore();
+  TunerCore core(3, 4);
+  const Budgets b = TwoCores();
+  SimRun before = Drive(core, w, b, 150);
+  const int held = before.Final();
+  w.cpu_s = 0.0012;
+  SimRun after = Drive(core, w, b, 100, 30.0);
+  for (const TunerDecision& d : after.decisions) {
+    EXPECT_EQ(d.reason.find("workload changed"), std::string::npos) << d.reason;
+  }
+  EXPECT_EQ(after.Final(), held);
+}
+
 TEST(TunerCoreTest, FlatStoreWhoseLargePoolReadsHighIsNotHeldThere) {
   // The 8-slot store, its first settled windows at a grown pool reading
   // 10 % above the store's rate: steps down judged against that reading

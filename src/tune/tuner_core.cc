@@ -180,7 +180,7 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   // short every step and held 37 workers), it changes nothing the store's
   // steps judge by, and a store that changed shows in its rate.
   auto reads = [](const Pooled& x) { return x.wait_per_sample() >= 2 * x.cpu_per_sample(); };
-  if (!store_seen_ || !reads(p) || !reads(r)) {
+  if (!(store_seen_ || store_.Saturated()) || !reads(p) || !reads(r)) {
     change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   }
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
@@ -884,15 +884,13 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
   // verdict farther from the bar than the store's drift could make it over
   // the time between the two readings, and half a gain of noise. The drift
   // is known from two readings of one count around a trial; before that,
-  // it may be as much as big_gain a second (io-drift's service, 1x -> 2x
-  // over 20 s, moves the rate by 5 % a second at the steepest; a trial's
-  // two readings are a second or two apart, and a chain of steps judged
-  // against one reading farther). Any other verdict waits for the count
-  // left, measured again.
+  // it may be as much as store_drift_bound a second (a trial's two
+  // readings are a few seconds apart, and a chain of steps judged against
+  // one reading farther). Any other verdict waits for the count left,
+  // measured again.
   const double bar = up ? params_.gain : -params_.gain;
   const double doubt =
-      (store_drift_known_ ? std::abs(drift) : params_.big_gain / params_.trial_window_s) * gap +
-      params_.gain / 2;
+      (store_drift_known_ ? std::abs(drift) : params_.store_drift_bound) * gap + params_.gain / 2;
   const bool decided = (r.prior && change >= -params_.gain) || std::abs(change - bar) > doubt;
   if (decided) {
     std::string evidence = Say("%.0f {items}/s against %.0f before", r.rate, r.before);

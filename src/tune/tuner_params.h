@@ -58,6 +58,9 @@ struct TunerParams {
   // count before and after a trial): its model forgets points older than
   // this, whose waits would read as a false service time.
   double store_age_s = 10;
+  // Before a store's drift is measured, a step's two readings may differ
+  // by this much a second from it (relative): io-drift's steepest.
+  double store_drift_bound = 0.05;
 
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often

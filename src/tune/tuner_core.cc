@@ -928,6 +928,11 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       store_floor_ = from;  // fewer than the trial's count lose
       store_last_gain_ = change;
     } else {
+      // The model's knee paying handsomely over the pool far above it: that
+      // pool overloaded the store, and the model, reading its slots there,
+      // errs low (3.2 slots of 8 at 49 workers on io-drift): steps up from
+      // it may double, as after a step up that paid as much.
+      if (r.prior && change > params_.big_gain) store_last_gain_ = change;
       store_top_ = from;  // more workers paid nothing over the trial's count
       store_peaked_ = store_peaked_ || (change >= params_.gain && !r.prior);
       if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();

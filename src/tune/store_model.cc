@@ -16,10 +16,16 @@ void StoreModel::Add(const Point& p) {
   assert(p.workers >= 1 && p.rate > 0 && p.wait_s > 0);
   // A larger pool that produced clearly less than this one measured another
   // store (it got faster, or gained slots): its saturation no longer holds.
-  std::erase_if(points_, [&](const Point& q) {
-    return q.workers == p.workers || (q.workers > p.workers && q.rate * (1 + stale_) < p.rate);
-  });
+  auto outran = [&](const Point& q) {
+    return q.workers > p.workers && q.rate * (1 + stale_) < p.rate;
+  };
+  outrun_ += static_cast<int>(std::count_if(points_.begin(), points_.end(), outran));
+  std::erase_if(points_, [&](const Point& q) { return q.workers == p.workers || outran(q); });
   points_.push_back(p);
+}
+
+void StoreModel::ForgetBefore(double t_s) {
+  std::erase_if(points_, [&](const Point& q) { return q.t_s < t_s; });
 }
 
 const StoreModel::Point& StoreModel::Least() const {

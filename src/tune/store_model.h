@@ -24,6 +24,7 @@ class StoreModel {
     double rate = 0;    // samples/s the workers produced
     double wait_s = 0;  // per sample: wall time off the CPU, waiting for the read
     double rest_s = 0;  // per sample: the rest of its wall time (CPU, run queue)
+    double t_s = 0;     // when it was measured (the end of its window)
   };
 
   /// `queued`: the wait over the service time that means reads queue at
@@ -33,10 +34,19 @@ class StoreModel {
 
   /// Adds (or, for a count seen before, replaces) a point. Points of larger
   /// pools that produced less by more than `stale` are dropped: the store
-  /// got faster since. REQUIRES: p.workers >= 1, p.rate > 0, p.wait_s > 0.
+  /// got faster since (counted by outrun()).
+  /// REQUIRES: p.workers >= 1, p.rate > 0, p.wait_s > 0.
   void Add(const Point& p);
+  /// Forgets the points measured before `t_s`: on a store whose service
+  /// drifts, an old point's wait is a false service time (a wait at 1x
+  /// read against a pool at 2x shows reads queued where none are, and too
+  /// few slots).
+  void ForgetBefore(double t_s);
   /// Forgets every point (a new workload).
   void Clear() { points_.clear(); }
+  /// How many times a larger pool's point was dropped because a smaller
+  /// one produced clearly more: the store gained slots or got faster.
+  int outrun() const { return outrun_; }
 
   /// Some pool's reads queued at the store: its concurrency is known.
   bool Saturated() const;
@@ -58,6 +68,7 @@ class StoreModel {
 
   double queued_, headroom_, stale_;
   std::vector<Point> points_;  // one per worker count
+  int outrun_ = 0;
 };
 
 }  // namespace stoker

@@ -173,7 +173,16 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   const bool demand_known = p.batches > 0 && r.batches > 0;
   if (demand_known && unbounded(p) != unbounded(r)) return 2 * params_.big_change;
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
-  change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
+  // Not on a store that saturated while reads are most of the wall time
+  // on both sides (twice the CPU time): the CPU time per item wanders there
+  // (a loaded machine, the first windows' set-up: 3.9 -> 1.2 ms at 37
+  // workers in a round of io-drift, whose three "workload changes" cut
+  // short every step and held 37 workers), it changes nothing the store's
+  // steps judge by, and a store that changed shows in its rate.
+  auto reads = [](const Pooled& x) { return x.wait_per_sample() >= 2 * x.cpu_per_sample(); };
+  if (!(store_seen_ || store_.Saturated()) || !reads(p) || !reads(r)) {
+    change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
+  }
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
   // that wanders with the threads sharing the cores (tested below). Nor on
   // a store that saturated: its queue wanders too (by a third at 128
@@ -221,6 +230,11 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
     windows_at_count_ = 0;
     settled_s_ = 0;
     settled_produced_ = 0;
+    // A pool grown more than twofold delivers the work in flight when it
+    // grew in a lump over its first seconds (a 128-worker pipeline takes
+    // 2-3 s to settle): its store reading starts after 2 x max_refill_s,
+    // or a step judged against it reads the lump as the step's loss.
+    settle_after_s_ = workers > 2 * workers_ ? t_s + 2 * params_.max_refill_s : 0;
   }
   if (changes) {
     // Let the pipeline refill before judging: a window, and longer when
@@ -263,6 +277,7 @@ void TunerCore::Pooled::Add(const Observation& o) {
   cpu_s += o.cpu_s;
   queue_s += o.queue_s;
   workers = o.workers;
+  t_s = o.t_s;
   if (o.window_s > 0) {
     const double r = o.produced / o.window_s;
     ++ticks;
@@ -352,7 +367,9 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
 void TunerCore::Note(Pooled& p, const Budgets& b) {
   UpdateContention(p, b);
   p.cpu_cores = b.cpu_cores;
-  if (++windows_at_count_ >= 2) {
+  if (++windows_at_count_ >= 2 && p.t_s - p.window_s >= settle_after_s_ - 1e-9) {
+    if (settled_s_ == 0) settled_from_s_ = p.t_s - p.window_s;
+    settled_to_s_ = p.t_s;
     settled_s_ += p.window_s;
     settled_produced_ += p.produced;
   }
@@ -398,7 +415,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
                                                      double t_s) {
   phase_ = Phase::kRefine;
   store_trial_s_ = 0;
-  if (store_seen_ && !CpuBound(p)) return JudgeStoreUp(p, b, t_s);
+  if (store_seen_ && !CpuBound(p)) return JudgeStoreTrial(p, b, t_s, /*up=*/true);
   const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   last_gain_ = gain;
   // Either way the next reference is a later window: this one holds the new
@@ -446,7 +463,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Bu
                                                        double t_s) {
   phase_ = Phase::kRefine;
   store_trial_s_ = 0;
-  if (store_trial_) return JudgeStoreTrial(p, b, t_s);
+  if (store_trial_) return JudgeStoreTrial(p, b, t_s, /*up=*/false);
   if (p.stall() > params_.stall_high) {
     const bool single_step = trial_from_ - workers_ == 1;
     if (single_step) floor_ = trial_from_;
@@ -542,6 +559,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   store_seen_ = false;
   store_prior_tried_ = false;
   store_peaked_ = false;
+  store_drift_known_ = false;
   store_why_.clear();
   return SetByModel(p, b,
                     "workload changed (%.2f ms wall, %.2f ms of it queued for a CPU, %.2f ms "
@@ -650,7 +668,7 @@ bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
 void TunerCore::Learn(const Pooled& p, const Budgets& b) {
   if (!WaitsOnReads(p, b)) return;
   const double wait = p.wait_per_sample();
-  store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait});
+  store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait, p.t_s});
 }
 
 double TunerCore::StoreEvidence() const {
@@ -663,9 +681,10 @@ double TunerCore::StoreEvidence() const {
   return params_.trial_window_s * times;
 }
 
-void TunerCore::StartStoreTrial(int from, double rate, bool down, bool prior) {
+void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down, bool prior) {
   trial_from_ = from;
   trial_rate_before_ = rate;
+  trial_t_before_ = rate_t;
   phase_ = down ? Phase::kTrialDown : Phase::kTrialUp;
   store_trial_ = down;
   store_prior_trial_ = down && prior;
@@ -686,9 +705,12 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
   if (store_held_) {
     // Held. The store's queue gone from the model (a larger pool's point
     // produced clearly less than this count does now: the store gained
-    // slots or got faster), or the rate moved well away from the one held
-    // (two windows running): look around again, one way.
-    const bool unqueued = store_held_saturated_ && !store_.Saturated();
+    // slots or got faster; not a model that forgot its old points, nor a
+    // peaked store, where a larger pool producing less is its shape), or
+    // the rate moved well away from the one held (two windows running):
+    // look around again, one way.
+    const bool unqueued = store_held_saturated_ && !store_peaked_ &&
+                          store_.outrun() > store_held_outrun_ && !store_.Saturated();
     const double moved = RelChange(p.produced_rate(), store_hold_rate_);
     if (!unqueued && moved <= params_.store_moved) {
       store_moved_windows_ = 0;
@@ -705,7 +727,7 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     store_way_ = faster ? 1 : -1;
     (faster ? store_top_ : store_floor_).reset();
     return StoreVerify(
-        workers_, p.produced_rate(), p, b,
+        workers_, p.produced_rate(), p.mid_s(), p, b,
         (unqueued ? Say("reads no longer queue at the store (%.0f {items}/s at %.0f workers)",
                         p.produced_rate(), workers_)
                   : Say("the store's rate moved from %.0f to %.0f {items}/s at %.0f workers",
@@ -718,43 +740,51 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
   // times, and every step judged against it would lose.
   if (settled_s_ < StoreEvidence()) return std::nullopt;
   const double rate = static_cast<double>(settled_produced_) / settled_s_;
-  if (store_recheck_) return StoreRecheck(rate, p, b, t_s);
-  return StoreVerify(workers_, rate, p, b, std::exchange(store_why_, {}), t_s);
+  const double rate_t = (settled_from_s_ + settled_to_s_) / 2;
+  if (store_recheck_) return StoreRecheck(rate, rate_t, p, b, t_s);
+  return StoreVerify(workers_, rate, rate_t, p, b, std::exchange(store_why_, {}), t_s);
 }
 
-std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, const Pooled& p, const Budgets& b,
-                                                     double t_s) {
+std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t, const Pooled& p,
+                                                     const Budgets& b, double t_s) {
   const Recheck r = *std::exchange(store_recheck_, std::nullopt);
-  const double change = r.rate / std::max(std::min(r.before, rate), 1e-9) - 1;
-  if (change >= -params_.gain) {
-    // Measured again, this count does no better: the step's loss was the
-    // first reading here running high. Fewer workers keep the rate, and the
-    // model's knee, if it lost against that reading, may be tried again.
-    store_top_ = workers_;
-    if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();
-    store_prior_tried_ = false;
-    return Set(r.workers, b, p,
-               Say("%.0f workers measured again: %.0f {items}/s (%.0f before), %.0f workers' "
-                   "%.0f keep it",
-                   workers_, rate, r.before, r.workers, r.rate),
-               t_s);
+  // The count's rate at the trial's time, between its readings before and
+  // after: a store whose rate drifts (its service 1x -> 2x over 20 s moves
+  // it by 5 % a second) would otherwise make the drift the trial's gain or
+  // loss, and a falling rate reads every step up as a loss and every step
+  // down, judged against the count above measured again, as keeping it.
+  const double span = rate_t - r.before_t;
+  const double w = span > 0 ? std::clamp((r.rate_t - r.before_t) / span, 0.0, 1.0) : 0.5;
+  const double baseline = r.before + (rate - r.before) * w;
+  const double change = r.rate / std::max(baseline, 1e-9) - 1;
+  // The store's drift: the count's rate per second, relative, between its
+  // two readings, where they differ by more than twice their noise (each
+  // reading's spread, from the ticks, is store_spread_ over the root of its
+  // seconds): heavy-tailed reads scatter readings by 10 % and more. It
+  // says how far a later trial's reading may be from its trend
+  // (JudgeStoreTrial).
+  if (span >= params_.trial_window_s) {
+    const double moved = (rate - r.before) / std::max((rate + r.before) / 2, 1e-9);
+    const double noise = 2 * store_spread_ * std::sqrt(2 / StoreEvidence());
+    store_drift_ = std::abs(moved) > noise ? moved / span : 0;
+    store_drift_known_ = true;
+    // A store that drifts by `change` within store_age_s: its model's older
+    // points measured another store (a wait at 1x read against a pool at
+    // 2x made issue 27's io-drift read 2.8 slots of 8 and hold 5 workers).
+    if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
+      store_.ForgetBefore(rate_t - params_.store_age_s);
+    }
   }
-  store_floor_ = r.workers;
-  const std::string lost =
-      Say("%.0f workers measured again: %.0f {items}/s, %.0f workers lost %.1f %%", workers_, rate,
-          r.workers, -change * 100);
-  const int mid = (r.workers + workers_ + 1) / 2;
-  if (r.prior && workers_ - mid > StoreStepOf(workers_)) {
-    // The model's knee was too low (an overloaded store serves fewer reads
-    // at once than it could): halfway back, judged against this count.
-    StartStoreTrial(workers_, rate, /*down=*/true, /*prior=*/true);
-    return Set(mid, b, p, lost + Fmt(": trying %.0f workers, halfway back", mid), t_s);
-  }
-  return StoreVerify(workers_, rate, p, b, lost, t_s);
+  return StoreVerdict(
+      r, change,
+      Say("%.0f {items}/s against %.0f at %.0f workers then (%.0f before, %.0f after)", r.rate,
+          baseline, workers_, r.before, rate),
+      /*at_trial=*/false, rate, rate_t, p, b, t_s);
 }
 
-std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const Pooled& p,
-                                                    const Budgets& b, std::string why, double t_s) {
+std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double rate_t,
+                                                    const Pooled& p, const Budgets& b,
+                                                    std::string why, double t_s) {
   int cap = Cap(b);
   if (CpuBound(p)) cap = std::min(cap, CpuBoundCap(b));
   if (!why.empty()) why += ": ";
@@ -771,7 +801,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const P
     store_prior_tried_ = true;
     const int prior = std::min(store_.Knee(), cap);
     if (at - prior > StoreStepOf(at)) {
-      StartStoreTrial(at, rate, /*down=*/true, /*prior=*/true);
+      StartStoreTrial(at, rate, rate_t, /*down=*/true, /*prior=*/true);
       return Set(prior, b, p,
                  why + store_.Describe(item_) +
                      Say(": trying the model's knee, %.0f workers (%.0f {items}/s at %.0f)", prior,
@@ -804,7 +834,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const P
   if (down_open || up_open) {
     const bool step_down = down_open && (above_model || !up_open);
     const int to = step_down ? down : up;
-    StartStoreTrial(at, rate, step_down, /*prior=*/false);
+    StartStoreTrial(at, rate, rate_t, step_down, /*prior=*/false);
     return Set(to, b, p,
                why + model +
                    Say(step_down ? "verifying by a step down of %.0f: trying %.0f workers (%.0f "
@@ -819,6 +849,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const P
   store_way_ = 0;
   store_held_ = true;
   store_held_saturated_ = store_.Saturated();
+  store_held_outrun_ = store_.outrun();
   store_hold_rate_ = rate;
   store_moved_windows_ = 0;
   reference_.reset();
@@ -833,51 +864,96 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, const P
   return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
 }
 
-std::optional<TunerDecision> TunerCore::JudgeStoreUp(const Pooled& p, const Budgets& b,
-                                                     double t_s) {
-  store_seen_ = true;
-  reference_.reset();
-  const double gain = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
-  last_gain_ = gain;
-  if (gain >= params_.gain) {
-    // Fewer than this lose: the count below is a floor.
-    store_floor_ = trial_from_;
-    store_last_gain_ = gain;
-    return StoreVerify(
-        workers_, p.produced_rate(), p, b,
-        Fmt("step up from %.0f to %.0f paid %+.1f %%", trial_from_, workers_, gain * 100), t_s);
-  }
-  store_top_ = workers_;
-  store_peaked_ = store_peaked_ || gain <= -params_.gain;
-  return StoreVerify(
-      trial_from_, trial_rate_before_, p, b,
-      Fmt("step up from %.0f to %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100),
-      t_s);
-}
-
 std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const Budgets& b,
-                                                        double t_s) {
+                                                        double t_s, bool up) {
   store_seen_ = true;
   store_trial_ = false;
   reference_.reset();
-  const bool prior = std::exchange(store_prior_trial_, false);
-  const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
-  if (change >= -params_.gain) {
-    // More workers paid nothing over this count.
-    store_top_ = trial_from_;
-    store_peaked_ = store_peaked_ || (change >= params_.gain && !prior);
-    return StoreVerify(workers_, p.produced_rate(), p, b,
-                       Fmt("%.0f workers keep the store's rate (%+.1f %% of that at %.0f)",
-                           workers_, change * 100, trial_from_),
-                       t_s);
+  const Recheck r{workers_,
+                  p.produced_rate(),
+                  p.mid_s(),
+                  trial_rate_before_,
+                  trial_t_before_,
+                  up,
+                  std::exchange(store_prior_trial_, false)};
+  const double gap = std::max(0.0, r.rate_t - r.before_t);
+  const double drift = store_drift_known_ ? store_drift_ : 0;
+  const double change = r.rate / std::max(r.before, 1e-9) - 1;
+  if (up) last_gain_ = change;
+  // Decided on this reading: the model's knee keeping the rate, or a
+  // verdict farther from the bar than the store's drift could make it over
+  // the time between the two readings, and half a gain of noise. The drift
+  // is known from two readings of one count around a trial; before that,
+  // it may be as much as store_drift_bound a second (a trial's two
+  // readings are a few seconds apart, and a chain of steps judged against
+  // one reading farther). Any other verdict waits for the count left,
+  // measured again.
+  const double bar = up ? params_.gain : -params_.gain;
+  const double doubt =
+      (store_drift_known_ ? std::abs(drift) : params_.store_drift_bound) * gap + params_.gain / 2;
+  const bool decided = (r.prior && change >= -params_.gain) || std::abs(change - bar) > doubt;
+  if (decided) {
+    std::string evidence = Say("%.0f {items}/s against %.0f before", r.rate, r.before);
+    evidence += store_drift_known_ ? Fmt(", %.1f s apart, beyond the store's drift of %+.1f %%/s",
+                                         gap, drift * 100)
+                                   : Fmt(", %.1f s apart, beyond any drift of the store", gap);
+    return StoreVerdict(r, change, std::move(evidence), /*at_trial=*/true, r.before, r.before_t, p,
+                        b, t_s);
   }
-  // Back, to measure the count above again before the loss counts
-  // (StoreRecheck): its rate may have read high.
-  store_recheck_ = Recheck{workers_, p.produced_rate(), trial_rate_before_, prior};
+  store_recheck_ = r;
   return Set(trial_from_, b, p,
-             Fmt("%.0f workers lost %.1f %% of the store's rate at %.0f: back, to measure it again",
-                 workers_, -change * 100, trial_from_),
+             Say("%.0f workers: %+.1f %% of the rate at %.0f before (%.0f {items}/s): back, to "
+                 "measure it again",
+                 workers_, change * 100, trial_from_, r.before),
              t_s);
+}
+
+std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double change,
+                                                     std::string evidence, bool at_trial,
+                                                     double rate, double rate_t, const Pooled& p,
+                                                     const Budgets& b, double t_s) {
+  const int from = trial_from_;
+  // The trial's count won: a step up that paid `gain`, a step down that
+  // lost less than that. Taken: at once where the pool is there, otherwise
+  // by going back (the next step is judged on readings there).
+  const bool won = r.up ? change >= params_.gain : change >= -params_.gain;
+  std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
+                                    : "step up from %.0f to %.0f gained only %+.1f %% (")
+                             : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "
+                                    : "%.0f -> %.0f workers lost %.1f %% of the store's rate ("),
+                        from, r.workers, won || r.up ? change * 100 : -change * 100) +
+                    evidence + ")";
+  if (won) {
+    if (r.up) {
+      store_floor_ = from;  // fewer than the trial's count lose
+      store_last_gain_ = change;
+    } else {
+      // The model's knee paying handsomely over the pool far above it: that
+      // pool overloaded the store, and the model, reading its slots there,
+      // errs low (3.2 slots of 8 at 49 workers on io-drift): steps up from
+      // it may double, as after a step up that paid as much.
+      if (r.prior && change > params_.big_gain) store_last_gain_ = change;
+      store_top_ = from;  // more workers paid nothing over the trial's count
+      store_peaked_ = store_peaked_ || (change >= params_.gain && !r.prior);
+      if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();
+    }
+    if (at_trial) return StoreVerify(r.workers, r.rate, r.rate_t, p, b, std::move(why), t_s);
+    return Set(r.workers, b, p, why, t_s);
+  }
+  if (r.up) {
+    store_top_ = r.workers;
+    store_peaked_ = store_peaked_ || change <= -params_.gain;
+    return StoreVerify(from, rate, rate_t, p, b, std::move(why), t_s);
+  }
+  store_floor_ = r.workers;
+  const int mid = (r.workers + from + 1) / 2;
+  if (r.prior && from - mid > StoreStepOf(from)) {
+    // The model's knee was too low (an overloaded store serves fewer reads
+    // at once than it could): halfway back, judged against this count.
+    StartStoreTrial(from, rate, rate_t, /*down=*/true, /*prior=*/true);
+    return Set(mid, b, p, why + Fmt(": trying %.0f workers, halfway back", mid), t_s);
+  }
+  return StoreVerify(from, rate, rate_t, p, b, std::move(why), t_s);
 }
 
 }  // namespace stoker

@@ -92,8 +92,13 @@ struct Budgets {
 /// holds, until the workload changes or its rate moves by store_moved. No
 /// jump past a store that saturated. Each step is judged against at least
 /// trial_window_s of settled windows at the count it leaves, measured just
-/// before it; a step that did not pay goes back there, and a step down's
-/// loss counts only if the count above, measured again, still beats it.
+/// before it: at once where the verdict is farther from the bar than the
+/// store's drift could make it (known from earlier steps; unknown: up to
+/// big_gain a second), otherwise after going back and measuring that count
+/// again, against its rate at the step's time, interpolated between the
+/// two readings (a store whose rate drifts moves it between them). The two
+/// readings give the drift; a drift of `change` within store_age_s makes
+/// the store model forget its older points.
 /// A generic step up whose reads queued (store_queued x the wait before)
 /// and that paid nothing shows such a store too: its steps take over.
 /// A decision that changes neither knob is returned (and so recorded) only
@@ -138,11 +143,14 @@ class TunerCore {
     bool contended = false;     // other processes compete for our CPUs (see contended_)
     double cpu_cores = 0;       // the CPU budget while pooled (Budgets::cpu_cores)
     int workers = 0;            // the worker count throughout
+    double t_s = 0;             // the end of its last window
     int64_t batches = 0, samples = 0, produced = 0;
     // The ticks' produced rates: how many, their sum and sum of squares.
     int ticks = 0;
     double tick_rate_sum = 0, tick_rate_sq = 0;
     double rate() const { return window_s > 0 ? samples / window_s : 0; }
+    // The middle of the time it covers: when its rate was measured.
+    double mid_s() const { return t_s - window_s / 2; }
     // Samples/s the workers finished: finer-grained than whole batches.
     double produced_rate() const { return window_s > 0 ? produced / window_s : 0; }
     // Cores: the workers', other processes' (on our CPUs), and idle.
@@ -203,28 +211,39 @@ class TunerCore {
   // Whether the window's wall time is mostly a wait for reads (not a run
   // queue unseen): the windows the store model learns from.
   bool WaitsOnReads(const Pooled& p, const Budgets& b) const;
-  // The count a store step down came back to, measured again: whether the
-  // step's loss holds (the count above did not just read high).
-  std::optional<TunerDecision> StoreRecheck(double rate, const Pooled& p, const Budgets& b,
-                                            double t_s);
+  // The count a store step came back to, measured again: the step judged
+  // against that count's rate at the step's time, interpolated between its
+  // readings before and after the step (a drifting store's rate moves
+  // between them).
+  std::optional<TunerDecision> StoreRecheck(double rate, double rate_t, const Pooled& p,
+                                            const Budgets& b, double t_s);
   // A store that saturated, the consumer waiting: the model's knee once
   // (when far above it), then the tuner's own steps, or held.
   std::optional<TunerDecision> StoreStep(const Pooled& p, const Budgets& b, double t_s);
   // The next step around a saturated store from `at` workers, whose rate
-  // was `rate`: a trial up or down, or the count held at `at`. `why` says
-  // what the last trial showed (empty: none).
-  std::optional<TunerDecision> StoreVerify(int at, double rate, const Pooled& p, const Budgets& b,
-                                           std::string why, double t_s);
-  // A step up around a saturated store, judged by its gain.
-  std::optional<TunerDecision> JudgeStoreUp(const Pooled& p, const Budgets& b, double t_s);
-  // A step down around (or to the model's knee of) a saturated store,
-  // judged by throughput.
-  std::optional<TunerDecision> JudgeStoreTrial(const Pooled& p, const Budgets& b, double t_s);
+  // was `rate`, measured around `rate_t`: a trial up or down, or the count
+  // held at `at`. `why` says what the last trial showed (empty: none).
+  std::optional<TunerDecision> StoreVerify(int at, double rate, double rate_t, const Pooled& p,
+                                           const Budgets& b, std::string why, double t_s);
+  // A step around (or to the model's knee of) a saturated store, `up` or
+  // down, judged by throughput: at once when it won by more than a drift
+  // could make it (or the model's knee kept the rate), otherwise once the
+  // count it left is measured again (StoreRecheck).
+  std::optional<TunerDecision> JudgeStoreTrial(const Pooled& p, const Budgets& b, double t_s,
+                                               bool up);
+  // A store trial's verdict: it changed the rate by `change` (`evidence`
+  // says against what). Taken where the pool is now: at the trial's count
+  // (`at_trial`) or back at the count it left; `rate`, `rate_t`: that
+  // count's latest reading and when.
+  struct Recheck;
+  std::optional<TunerDecision> StoreVerdict(const Recheck& r, double change, std::string evidence,
+                                            bool at_trial, double rate, double rate_t,
+                                            const Pooled& p, const Budgets& b, double t_s);
   // The tuner's step around a saturated store of `workers`.
   int StoreStepOf(int workers) const;
-  // Starts a store step from `from` workers, whose rate was `rate`: down
-  // (judged by JudgeStoreTrial; `prior`: to the model's knee) or up.
-  void StartStoreTrial(int from, double rate, bool down, bool prior);
+  // Starts a store step from `from` workers, whose rate was `rate` around
+  // `rate_t`: down (`prior`: to the model's knee) or up.
+  void StartStoreTrial(int from, double rate, double rate_t, bool down, bool prior);
   // Seconds of windows a store step is judged on, each side: trial_window_s,
   // longer when the settled windows' rates spread (StoreEvidence in .cc).
   double StoreEvidence() const;
@@ -280,6 +299,7 @@ class TunerCore {
   // Trial bookkeeping.
   int trial_from_ = 0;
   double trial_rate_before_ = 0;
+  double trial_t_before_ = 0;  // when the rate before a store step was measured
   int calm_windows_ = 0;
   int windows_at_count_ = 0;  // pooled windows since the worker count changed
   int changed_windows_ = 0;
@@ -303,21 +323,28 @@ class TunerCore {
   std::optional<int> store_floor_;
   double store_hold_rate_ = 0;
   double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
-  // A store step down that lost: the count it reached, its rate, the rate
-  // it was judged against, and whether it was the model's knee; confirmed
-  // or undone by the count above, measured again.
+  // A store step awaiting its verdict: the count it reached, its rate and
+  // when it was measured, the rate of the count it left before it and when,
+  // whether it went up, and whether it was the model's knee; judged once
+  // the count it left is measured again.
   struct Recheck {
     int workers = 0;
-    double rate = 0, before = 0;
-    bool prior = false;
+    double rate = 0, rate_t = 0, before = 0, before_t = 0;
+    bool up = false, prior = false;
   };
   std::optional<Recheck> store_recheck_;
+  // The store's rate drift, relative per second at one count, from the
+  // last count measured before and after a trial.
+  double store_drift_ = 0;
+  bool store_drift_known_ = false;
   // Settled windows (after the first) at the current count: their time and
   // the items the workers produced, the rate store steps are judged against.
   double settled_s_ = 0;
   int64_t settled_produced_ = 0;
-  double store_trial_s_ = 0;  // a store trial's window (0: trial_window_s)
-  std::string store_why_;     // a workload change the next store step starts from
+  double settled_from_s_ = 0, settled_to_s_ = 0;  // the time they cover
+  double settle_after_s_ = 0;                     // none before this (a grown pool's lump)
+  double store_trial_s_ = 0;                      // a store trial's window (0: trial_window_s)
+  std::string store_why_;  // a workload change the next store step starts from
   // How much one second's rate spreads (relative), from the ticks' spread
   // within pooled windows; a moving average.
   double store_spread_ = 0;
@@ -329,6 +356,7 @@ class TunerCore {
   int store_way_ = 0;                  // steps only up (1), only down (-1), or both (0) until held
   bool store_held_ = false;            // the count holds at the store's knee
   bool store_held_saturated_ = false;  // and the model showed reads queued then
+  int store_held_outrun_ = 0;          // StoreModel::outrun() then
   bool store_peaked_ = false;          // a step showed the rate falling past the best count
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).

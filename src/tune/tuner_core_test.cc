@@ -286,8 +286,10 @@ TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
   EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128)) << r.Final() << " workers";
   EXPECT_GE(r.Final(), knee);
   EXPECT_LE(r.Final(), knee + 3);
-  EXPECT_LE(MostAfter(r, 10.0), knee + 3) << "climbs past the knee";
-  EXPECT_EQ(Changes(r.decisions, 10.0), 0);
+  // Settled by 15 s: the first step that does not clearly pay or lose is
+  // judged once the count it left is measured again (no drift known yet).
+  EXPECT_LE(MostAfter(r, 15.0), knee + 3) << "climbs past the knee";
+  EXPECT_EQ(Changes(r.decisions, 15.0), 0);
   bool told = false;
   for (const TunerDecision& d : r.decisions) {
     // ~8 (7.9 with the simulation's jitter).
@@ -503,6 +505,137 @@ TEST(TunerCoreTest, StoreWithHeavyTailedReadsIsHeldNearItsPeak) {
     EXPECT_LE(r.Final(), std::max(peak, KneeOf(w, 128)) + 2) << overload;
     ExpectSteadyFrom(r, 30, std::max(peak, KneeOf(w, 128)) + 2);
   }
+}
+
+// The stores of bench/tuner_scenarios' io-overload and io-drift: 8 slots,
+// 20 ms of service, +3 % per read waiting past the slots, 3 ms CPU per
+// sample on 2 cores: ~390 samples/s at 10 workers, falling past it.
+SimWorkload OverloadedEightSlotStore() {
+  SimWorkload w = EightSlotStore();
+  w.cpu_s = 0.003;
+  w.overload = 0.03;
+  return w;
+}
+
+// The best static count's rate at each tick from `from_s`: that at the
+// time (the store drifting), and the mean of the tuned rate over it.
+struct DriftScore {
+  double ratio = 0;    // tuned / best at each tick, over the stretch
+  double below_s = 0;  // the longest run of ticks under 90 % of that tick's best
+  int most_peak = 0;   // the largest best count over the stretch
+};
+
+DriftScore ScoreThroughTheDrift(const SimWorkload& w, const SimRun& r, double from_s) {
+  DriftScore s;
+  double got = 0, best = 0, run_s = 0;
+  for (size_t i = static_cast<size_t>(from_s / kTick); i < r.workers.size(); ++i) {
+    SimWorkload at = w;
+    at.now = (i + 1) * kTick;
+    const double top = BestStatic(at, 64);
+    got += at.Rate(r.workers[i]);
+    best += top;
+    run_s = at.Rate(r.workers[i]) < 0.9 * top ? run_s + kTick : 0;
+    s.below_s = std::max(s.below_s, run_s);
+    s.most_peak = std::max(s.most_peak, PeakOf(at, 64));
+  }
+  s.ratio = got / best;
+  return s;
+}
+
+// The overloaded 8-slot store, its service rising 1x -> 2x over half of
+// `period_s` from the start and back over the other half.
+SimWorkload DriftingStore(double period_s) {
+  SimWorkload w = OverloadedEightSlotStore();
+  w.drift = 2;
+  w.drift_period_s = period_s;
+  return w;
+}
+
+// The drifting store's rate summed over ticks [from, to), at count(tick).
+template <typename Count>
+double RateOver(const SimWorkload& w, int from, int to, Count count) {
+  double sum = 0;
+  for (int i = from; i < to; ++i) {
+    SimWorkload at = w;
+    at.now = (i + 1) * kTick;
+    sum += at.Rate(count(i));
+  }
+  return sum;
+}
+
+TEST(TunerCoreTest, StoreWhoseServiceDoublesOverAMinuteIsHeldNearTheBest) {
+  // The service time rises 1x -> 2x over a minute and comes back over the
+  // next: every trial's windows straddle a rate that falls (then rises) by
+  // up to 2.6 % a second, more than a step's gain. The count follows the
+  // best, never stuck far below it (a trial's few seconds aside) nor past
+  // it, and a steady state has at most one trial per 10 s.
+  for (int initial : {2, 3, 24}) {
+    SimWorkload w = DriftingStore(120);
+    TunerCore core(initial, 4);
+    SimRun r = Drive(core, w, TwoCores(), 600);
+    const DriftScore s = ScoreThroughTheDrift(w, r, 20);
+    EXPECT_GE(s.ratio, 0.97) << "from " << initial;
+    EXPECT_LE(s.below_s, 3.0) << "stuck under 90 % of the best, from " << initial;
+    ExpectSteadyFrom(r, 20, s.most_peak + 2);
+  }
+}
+
+TEST(TunerCoreTest, StoreWhoseServiceDoublesInTwentySecondsIsFollowed) {
+  // bench's io-drift: the service rises 1x -> 2x over 20 s from the start,
+  // the run judged from 12 to 22 s against the best static count through
+  // the same drift. Trials judged against the count they left, measured
+  // just before them, read the drift as a loss (the count fell to 5 of 11
+  // in a round of issue 27's measurements). From 24 workers the first jump
+  // goes to 128, where the overloaded store serves a fifth of its rate.
+  for (int initial : {1, 3, 24}) {
+    SimWorkload w = DriftingStore(40);
+    TunerCore core(initial, 4);
+    SimRun r = Drive(core, w, TwoCores(), 110);
+    double best = 0;
+    for (int n = 1; n <= 64; ++n)
+      best = std::max(best, RateOver(w, 60, 110, [n](int) { return n; }));
+    const double got = RateOver(w, 60, 110, [&r](int i) { return r.workers[i]; });
+    EXPECT_GE(got / best, initial == 24 ? 0.95 : 0.97) << "from " << initial;
+    EXPECT_LE(r.Final(), PeakOf(w, 64) + 2) << "from " << initial;
+    EXPECT_GE(r.Final(), PeakOf(w, 64) - 2) << "from " << initial;
+  }
+}
+
+TEST(TunerCoreTest, OverloadedStoreIsHeldNearItsPeakNeverPastIt) {
+  // bench's io-overload, from a few workers, from the model's first jump's
+  // size and from the cap: held within two of the peak, at 97 % of its rate.
+  SimWorkload w = OverloadedEightSlotStore();
+  const int peak = PeakOf(w, 128);
+  ASSERT_GE(peak, 8);
+  ASSERT_LE(peak, 12);
+  ASSERT_LT(w.Rate(40), 0.8 * w.Rate(peak));
+  const double best = BestStatic(w, 128);
+  for (int initial : {1, 3, 24}) {
+    TunerCore core(initial, 4);
+    SimRun r = Drive(core, w, TwoCores(), 400);
+    EXPECT_GE(w.Rate(r.Final()), 0.97 * best) << r.Final() << " workers from " << initial;
+    EXPECT_LE(r.Final(), peak + 2) << "from " << initial;
+    EXPECT_LE(TicksTo(r, best, 0.95) * kTick, 10.0) << "from " << initial;
+    ExpectSteadyFrom(r, 20, peak + 2);
+  }
+}
+
+TEST(TunerCoreTest, CpuTimeWanderingOnASaturatedStoreIsNoWorkloadChange) {
+  // On a loaded machine the CPU time per sample of a store-bound pool
+  // wanders by half and more (3.9 -> 1.2 ms at 37 workers in a round of
+  // io-drift); with reads still most of the wall time it changes nothing
+  // the store's steps judge by, and must not restart them.
+  SimWorkload w = OverloadedEightSlotStore();
+  TunerCore core(3, 4);
+  const Budgets b = TwoCores();
+  SimRun before = Drive(core, w, b, 150);
+  const int held = before.Final();
+  w.cpu_s = 0.0012;
+  SimRun after = Drive(core, w, b, 100, 30.0);
+  for (const TunerDecision& d : after.decisions) {
+    EXPECT_EQ(d.reason.find("workload changed"), std::string::npos) << d.reason;
+  }
+  EXPECT_EQ(after.Final(), held);
 }
 
 TEST(TunerCoreTest, FlatStoreWhoseLargePoolReadsHighIsNotHeldThere) {

@@ -54,6 +54,13 @@ struct TunerParams {
   // spread squared, at most store_evidence x trial_window_s.
   double store_noise = 0.02;
   double store_evidence = 3;
+  // A store whose rate drifts by `change` within this long (measured at one
+  // count before and after a trial): its model forgets points older than
+  // this, whose waits would read as a false service time.
+  double store_age_s = 10;
+  // Before a store's drift is measured, a step's two readings may differ
+  // by this much a second from it (relative): io-drift's steepest.
+  double store_drift_bound = 0.05;
 
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often

@@ -129,6 +129,23 @@ TEST(RemotePolicyTest, AStepThatPaysNothingIsTakenBack) {
   EXPECT_NE(reason.find("do not pay"), std::string::npos) << reason;
 }
 
+TEST(RemotePolicyTest, KeepsASlotThatPaysLessThanALocalWorker) {
+  // Issue 24's emulated node: one local worker, one remote slot that adds 40 %
+  // (its round trip idles its worker, receiving costs the local CPU): less
+  // than the half of a local worker a step is expected to add, but it pays.
+  Sim s;
+  s.demand = 1000;  // never fed
+  s.per_slot = 4;
+  s.capacity = 1;
+  const std::string reason = s.Run(10);
+  EXPECT_EQ(s.remote, 1) << reason;
+  EXPECT_NE(reason.find("as much as 1 would"), std::string::npos) << reason;
+  const int decisions = s.decisions;
+  s.Run(20);
+  EXPECT_EQ(s.remote, 1);
+  EXPECT_EQ(s.decisions, decisions) << "kept, without trying again";
+}
+
 TEST(RemotePolicyTest, ASlotIsJudgedOnlyOnceItDelivered) {
   Sim s;
   s.demand = 1000;  // never fed: steps go on while they pay

@@ -89,6 +89,9 @@ class Image(Transform):
             resize = int(max(height, width) * 256 / 224)
         if not isinstance(resize, (str, bytes)) and hasattr(resize, "__len__"):
             resize_height, resize_width = _size_pair(resize, "resize")
+            if min(resize_height, resize_width) < 1:  # (0, 0) would read as no pair at all
+                raise ValueError(f"resize must be an int >= 0 or (height, width) of at least 1, "
+                                 f"got {resize!r}")
             resize = max(height, width)  # unused: the pair decides
         else:
             resize_height = resize_width = 0

@@ -95,6 +95,8 @@ def test_transform_options_as_dict(image_tree):
 def test_bad_transform_options_raise_value_error():
     with pytest.raises(ValueError, match="resize"):
         stoker.transforms.eval(224, resize=-1)
+    with pytest.raises(ValueError, match="resize"):
+        stoker.transforms.eval(224, resize=(0, 0))  # not the default Resize
     assert stoker.transforms.eval(224, resize=100).shape == (3, 224, 224)  # padded, as torchvision
     with pytest.raises(ValueError):
         stoker.transforms.Image("sideways")

@@ -98,9 +98,7 @@ std::optional<RemoteDecision> RemotePolicy::Judge(double rate, double stall, dou
       // workers before it (the network or the scheduler binds beyond them).
       // A step of one slot that paid some keeps it: a remote slot yields
       // less than a local worker (its round trip, the receiving), and giving
-      // back one that adds `gain` throws that throughput away (issue 24: one
-      // slot adding 35-45 %, judged against the 50 % a local worker would
-      // add, was given back in one run of three).
+      // back one that adds `gain` throws that throughput away.
       const double gained = rate / std::max(base_rate_, 1e-9) - 1;
       const double per_slot = 1.0 / std::max(1, c.local_workers + before_);
       if (gained >= p_.gain) {

@@ -175,9 +175,7 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   double change = !demand_known || unbounded(p) ? 0 : RelChange(p.demand(), r.demand());
   // Not on a store that saturated while reads are most of the wall time
   // on both sides (twice the CPU time): the CPU time per item wanders there
-  // (a loaded machine, the first windows' set-up: 3.9 -> 1.2 ms at 37
-  // workers in a round of io-drift, whose three "workload changes" cut
-  // short every step and held 37 workers), it changes nothing the store's
+  // (a loaded machine, a pool's set-up), it changes nothing the store's
   // steps judge by, and a store that changed shows in its rate.
   auto reads = [](const Pooled& x) { return x.wait_per_sample() >= 2 * x.cpu_per_sample(); };
   if (!(store_seen_ || store_.Saturated()) || !reads(p) || !reads(r)) {
@@ -231,9 +229,9 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
     settled_s_ = 0;
     settled_produced_ = 0;
     // A pool grown more than twofold delivers the work in flight when it
-    // grew in a lump over its first seconds (a 128-worker pipeline takes
-    // 2-3 s to settle): its store reading starts after 2 x max_refill_s,
-    // or a step judged against it reads the lump as the step's loss.
+    // grew in a lump over its first seconds: its store reading starts after
+    // 2 x max_refill_s, or a step judged against it reads the lump as the
+    // step's loss.
     settle_after_s_ = workers > 2 * workers_ ? t_s + 2 * params_.max_refill_s : 0;
   }
   if (changes) {
@@ -749,9 +747,8 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
                                                      const Budgets& b, double t_s) {
   const Recheck r = *std::exchange(store_recheck_, std::nullopt);
   // The count's rate at the trial's time, between its readings before and
-  // after: a store whose rate drifts (its service 1x -> 2x over 20 s moves
-  // it by 5 % a second) would otherwise make the drift the trial's gain or
-  // loss, and a falling rate reads every step up as a loss and every step
+  // after: a store whose rate drifts would otherwise make the drift the
+  // trial's gain or loss, and a falling rate reads every step up as a loss and every step
   // down, judged against the count above measured again, as keeping it.
   const double span = rate_t - r.before_t;
   const double w = span > 0 ? std::clamp((r.rate_t - r.before_t) / span, 0.0, 1.0) : 0.5;
@@ -769,8 +766,8 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
     store_drift_ = std::abs(moved) > noise ? moved / span : 0;
     store_drift_known_ = true;
     // A store that drifts by `change` within store_age_s: its model's older
-    // points measured another store (a wait at 1x read against a pool at
-    // 2x made issue 27's io-drift read 2.8 slots of 8 and hold 5 workers).
+    // points measured another store (an old wait read against today's
+    // service time shows reads queued where none are, and too few slots).
     if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
       store_.ForgetBefore(rate_t - params_.store_age_s);
     }
@@ -930,8 +927,8 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
     } else {
       // The model's knee paying handsomely over the pool far above it: that
       // pool overloaded the store, and the model, reading its slots there,
-      // errs low (3.2 slots of 8 at 49 workers on io-drift): steps up from
-      // it may double, as after a step up that paid as much.
+      // errs low: steps up from it may double, as after a step up that paid
+      // as much.
       if (r.prior && change > params_.big_gain) store_last_gain_ = change;
       store_top_ = from;  // more workers paid nothing over the trial's count
       store_peaked_ = store_peaked_ || (change >= params_.gain && !r.prior);

@@ -94,7 +94,7 @@ struct Budgets {
 /// trial_window_s of settled windows at the count it leaves, measured just
 /// before it: at once where the verdict is farther from the bar than the
 /// store's drift could make it (known from earlier steps; unknown: up to
-/// big_gain a second), otherwise after going back and measuring that count
+/// store_drift_bound a second), otherwise after going back and measuring that count
 /// again, against its rate at the step's time, interpolated between the
 /// two readings (a store whose rate drifts moves it between them). The two
 /// readings give the drift; a drift of `change` within store_age_s makes

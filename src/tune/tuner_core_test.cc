@@ -584,8 +584,8 @@ TEST(TunerCoreTest, StoreWhoseServiceDoublesInTwentySecondsIsFollowed) {
   // bench's io-drift: the service rises 1x -> 2x over 20 s from the start,
   // the run judged from 12 to 22 s against the best static count through
   // the same drift. Trials judged against the count they left, measured
-  // just before them, read the drift as a loss (the count fell to 5 of 11
-  // in a round of issue 27's measurements). From 24 workers the first jump
+  // just before them, read the drift as a loss and let the count fall
+  // far below the best. From 24 workers the first jump
   // goes to 128, where the overloaded store serves a fifth of its rate.
   for (int initial : {1, 3, 24}) {
     SimWorkload w = DriftingStore(40);
@@ -622,8 +622,7 @@ TEST(TunerCoreTest, OverloadedStoreIsHeldNearItsPeakNeverPastIt) {
 
 TEST(TunerCoreTest, CpuTimeWanderingOnASaturatedStoreIsNoWorkloadChange) {
   // On a loaded machine the CPU time per sample of a store-bound pool
-  // wanders by half and more (3.9 -> 1.2 ms at 37 workers in a round of
-  // io-drift); with reads still most of the wall time it changes nothing
+  // wanders by half and more; with reads still most of the wall time it changes nothing
   // the store's steps judge by, and must not restart them.
   SimWorkload w = OverloadedEightSlotStore();
   TunerCore core(3, 4);

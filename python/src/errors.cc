@@ -40,10 +40,12 @@ PyObject* ExceptionTypeFor(StatusCode code) {
 
 // A failed sample's fields on its exception, for stoker.DataLoader to raise
 // it as the sample's own type (python/stoker/_errors.py): index, key and
-// worker (None where there is none), and `_sample`: (pickled exception or
-// None, the worker's traceback, thread batch ticket or None, failure).
+// worker (None where there is none: a batch's own failure has no index),
+// and `_sample`: (pickled exception or None, the worker's traceback, thread
+// batch ticket or None, failure).
 void SetSampleFields(py::handle exc, const SampleErrorDetail& d) {
-  exc.attr("index") = d.index;
+  exc.attr("index") =
+      d.index == SampleErrorDetail::kNoSample ? py::object(py::none()) : py::int_(d.index);
   exc.attr("key") = d.key.empty() ? py::object(py::none()) : DecodeText(d.key);
   exc.attr("worker") = d.worker < 0 ? py::object(py::none()) : py::int_(d.worker);
   exc.attr("_sample") = py::make_tuple(

@@ -138,9 +138,11 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
     using F = protocol::SampleFailWord;
-    std::string exception;  // SAMPFAIL's pickled exception ends its text
-    if (m.tag == Tag::kSampleFail) {
-      const int64_t bytes = m.words[F::kExceptionBytes];
+    std::string exception;  // a FAIL message's pickled exception ends its text
+    if (m.tag == Tag::kSampleFail || m.tag == Tag::kTaskFail) {
+      const int64_t bytes =
+          m.words[m.tag == Tag::kSampleFail ? size_t{F::kExceptionBytes}
+                                            : size_t{protocol::TaskFailWord::kExceptionBytes}];
       if (bytes > 0 && static_cast<size_t>(bytes) <= m.text.size()) {
         const size_t at = m.text.size() - static_cast<size_t>(bytes);
         exception = m.text.substr(at);
@@ -151,13 +153,13 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
     const size_t nul = std::min(m.text.find('\0'), m.text.size());
     const std::string reason = m.text.substr(0, nul);
     std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
-    if (m.tag == Tag::kTaskFail) return BatchFailureStatus(reason, trace);
-    if (m.tag == Tag::kSampleFail) {
+    if (m.tag == Tag::kTaskFail || m.tag == Tag::kSampleFail) {
       auto detail = std::make_shared<SampleErrorDetail>();
-      detail->index = m.words[F::kIndex];
       detail->worker = proc_->id;
-      detail->traceback = std::move(trace);
       detail->exception = std::move(exception);
+      if (m.tag == Tag::kTaskFail) return BatchFailureStatus(reason, std::move(trace), detail);
+      detail->index = m.words[F::kIndex];
+      detail->traceback = std::move(trace);
       outcome->failures.push_back(
           FailedSample(std::move(detail), reason, m.words[F::kNotTheSamplesFault] != 0));
       continue;
@@ -315,8 +317,12 @@ SampleFailure FailedSample(std::shared_ptr<SampleErrorDetail> detail, const std:
   return failure;
 }
 
-Status BatchFailureStatus(const std::string& reason, const std::string& trace) {
-  return DataError(trace.empty() ? reason : reason + "\n\nIn the worker:\n" + trace);
+Status BatchFailureStatus(const std::string& reason, std::string trace,
+                          std::shared_ptr<SampleErrorDetail> detail) {
+  Status status = DataError(trace.empty() ? reason : reason + "\n\nIn the worker:\n" + trace);
+  detail->index = SampleErrorDetail::kNoSample;
+  detail->traceback = std::move(trace);
+  return status.WithDetail(std::move(detail));
 }
 
 Mapping::~Mapping() {

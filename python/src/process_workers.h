@@ -274,12 +274,15 @@ class ProcessKind : public WorkerKind {
 /// stoker.DataError of the sample's own exception type, chained to it, with
 /// its index, key and worker (SetPythonError and python/stoker/_errors.py).
 struct SampleErrorDetail : StatusDetail {
+  /// The index for a batch's own failure (collate_fn raised): no sample's.
+  static constexpr int64_t kNoSample = -1;
   int64_t index = 0;
   std::string key;        // the sample's key; empty where it has none
   int worker = -1;        // the worker's id; -1: the consumer's thread
   std::string traceback;  // the worker's
-  /// From a worker process: the pickled (exception type, exception or
-  /// None); empty when it did not pickle, or the process died.
+  /// From a worker process, or a batch's own failure from a thread: the
+  /// pickled (exception type, exception or None); empty when it did not
+  /// pickle, or the process died.
   std::string exception;
   /// From a worker thread (or the consumer's): the exception object lies in
   /// the outcome of the batch of this ThreadWorkers ticket, at this position
@@ -295,8 +298,11 @@ struct SampleErrorDetail : StatusDetail {
 SampleFailure FailedSample(std::shared_ptr<SampleErrorDetail> detail, const std::string& reason,
                            bool not_the_samples_fault);
 /// A batch that failed outside its samples (collate_fn raised, the batch
-/// could not be written): `reason`, the worker's traceback after it; kDataError.
-Status BatchFailureStatus(const std::string& reason, const std::string& trace);
+/// could not be written): `reason`, the worker's traceback after it;
+/// kDataError carrying `detail` (its worker and exception; no sample), so
+/// that it is raised as its own exception type, as torch re-raises it.
+Status BatchFailureStatus(const std::string& reason, std::string trace,
+                          std::shared_ptr<SampleErrorDetail> detail);
 
 /// Descriptors stoker holds (segments, sockets), for a forked child to close:
 /// a zygote must not keep another loader's segments or sockets open.

@@ -68,8 +68,9 @@ namespace {
 
 // run_batch's (payload, info): info is (kept, failures, collate error,
 // epoch, batch), each failure (index, reason, traceback, not the sample's
-// fault, the exception); None when the batch raised what next() re-raises.
-constexpr int kInfo = 1, kFailures = 1, kException = 4;
+// fault, the exception), the collate error (reason, traceback, the
+// pickled exception); None when the batch raised what next() re-raises.
+constexpr int kInfo = 1, kFailures = 1, kCollateError = 2, kException = 4, kCollateException = 2;
 
 // The failures in the batch `made` (ThreadWorkers ticket `ticket`) by `worker`.
 Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutcome* outcome) {
@@ -89,9 +90,13 @@ Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutco
     outcome->failures.push_back(
         FailedSample(std::move(detail), failure[1].cast<std::string>(), failure[3].cast<bool>()));
   }
-  if (const py::object collate = parts[2]; !collate.is_none()) {
+  if (const py::object collate = parts[kCollateError]; !collate.is_none()) {
     const auto error = collate.cast<py::tuple>();
-    return BatchFailureStatus(error[0].cast<std::string>(), error[1].cast<std::string>());
+    auto detail = std::make_shared<SampleErrorDetail>();
+    detail->worker = worker;
+    detail->exception = error[kCollateException].cast<std::string>();
+    return BatchFailureStatus(error[0].cast<std::string>(), error[1].cast<std::string>(),
+                              std::move(detail));
   }
   return Status::Ok();
 }

@@ -9,8 +9,8 @@
 //
 // Each message is one SOCK_SEQPACKET datagram: an 8-byte tag (NUL-padded),
 // then native int64 words in the order listed, then UTF-8 text for the
-// messages marked with text (SAMPFAIL's ends in bytes: the pickled
-// exception). A file descriptor may ride along (SCM_RIGHTS).
+// messages marked with text (SAMPFAIL's and TASKFAIL's end in bytes: the
+// pickled exception). A file descriptor may ride along (SCM_RIGHTS).
 
 #include <array>
 #include <cstddef>
@@ -62,6 +62,11 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Index, index)                              \
   X(NotTheSamplesFault, not_the_samples_fault) \
   X(ExceptionBytes, exception_bytes)
+// worker -> parent, instead of DONE: the batch failed outside its samples
+// (collate_fn raised, the batch could not be written); text as SAMPFAIL's,
+// the pickled exception after it (exception_bytes, 0: none).
+#define STOKER_TASKFAIL_WORDS(X) \
+  X(ExceptionBytes, exception_bytes)
 // worker -> parent: the batch is in the segment (`samples` of it loaded),
 // with the worker's figures (cumulative CPU and run-queue delay, unique
 // memory; 0: not measured).
@@ -98,7 +103,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(InitFail, INITFAIL, STOKER_NO_WORDS, true)             \
   X(Task, TASK, STOKER_TASK_WORDS, false)                  \
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
-  X(TaskFail, TASKFAIL, STOKER_NO_WORDS, true)             \
+  X(TaskFail, TASKFAIL, STOKER_TASKFAIL_WORDS, true)       \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
@@ -174,6 +179,9 @@ struct OverWord {
 };
 struct SampleFailWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_SAMPLEFAIL_WORDS)
+};
+struct TaskFailWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_TASKFAIL_WORDS)
 };
 struct ForkWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORK_WORDS)

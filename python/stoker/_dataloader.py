@@ -1361,7 +1361,8 @@ class _Iterator:
             if error is None:
                 raise
             if self._sharded:  # its index is the shard's position in the rank's list
-                error.shard = self.run.options.shards.names[error.index]
+                error.shard = None if error.index is None else \
+                    self.run.options.shards.names[error.index]
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

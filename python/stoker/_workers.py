@@ -479,13 +479,13 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
             sock.send(_message(P.OVER, samples=over.samples, private_bytes=over.private))
             return
         except BaseException as e:  # noqa: BLE001 -- the loader names the batch
-            sock.send(_message(P.TASKFAIL, f"the batch failed outside its samples: "
-                                            f"{type(e).__name__}: {e}\0{traceback.format_exc()}"))
+            sock.send(_task_failed(f"the batch failed outside its samples: {type(e).__name__}: "
+                                   f"{e}", traceback.format_exc(), e))
             continue
         for index, reason, trace, fatal, error in failures:
             sock.send(_sample_failed(index, reason, trace, fatal, error))
         if collate_error is not None:
-            sock.send(_message(P.TASKFAIL, f"{collate_error[0]}\0{collate_error[1]}"))
+            sock.send(_task_failed(*collate_error))
             continue
         cpu = time.process_time_ns()
         memory.ended()
@@ -570,15 +570,26 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _sample_failed(index, reason, trace, fatal, error):
-    """The SAMPFAIL message of a sample that raised `error`: its text, then
-    the exception pickled for the parent to raise as its type (not for what
-    is not the sample's fault: a plain ResourceError), within the longest
-    message the parent reads."""
+    """The SAMPFAIL message of a sample that raised `error`, for the parent
+    to raise as its type (not what is not the sample's fault: a plain
+    ResourceError)."""
+    return _failed(P.SAMPFAIL, reason, trace, None if fatal else error, index=index,
+                   not_the_samples_fault=int(fatal))
+
+
+def _task_failed(reason, trace, error):
+    """The TASKFAIL message of a batch that failed outside its samples
+    (collate_fn raised), for the parent to raise as the error's type."""
+    return _failed(P.TASKFAIL, reason, trace, error)
+
+
+def _failed(kind, reason, trace, error, **words):
+    """A FAIL message: its text, then `error` pickled (none for None), within
+    the longest message the parent reads."""
     text = f"{reason}\0{trace}".encode(errors="replace")
-    room = P.MAX_MESSAGE_BYTES - P.TAG_BYTES - P.SAMPFAIL.words * _WORD.size - len(text)
-    pickled = b"" if fatal else _pickled_exception(error, room)
-    return _message(P.SAMPFAIL, text + pickled, index=index, not_the_samples_fault=int(fatal),
-                    exception_bytes=len(pickled))
+    room = P.MAX_MESSAGE_BYTES - P.TAG_BYTES - kind.words * _WORD.size - len(text)
+    pickled = b"" if error is None else _pickled_exception(error, room)
+    return _message(kind, text + pickled, exception_bytes=len(pickled), **words)
 
 
 class _TooLong(Exception):
@@ -719,7 +730,7 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False, keys=None):
 
 
 def _collate_or_error(job, samples, wanted, writer=None):
-    """(payload, None), or (None, (what failed, traceback)) when collating raised;
+    """(payload, None), or (None, (what failed, traceback, the exception)) when collating raised;
     NO_SAMPLE when all `wanted` samples failed (none wanted: collate_fn([]),
     as torch calls it for an empty batch)."""
     if not samples and wanted:
@@ -730,7 +741,7 @@ def _collate_or_error(job, samples, wanted, writer=None):
         return _collate(job, samples, writer), None
     except Exception as e:  # noqa: BLE001 -- the loader names the batch
         return None, (f"collate_fn raised {type(e).__name__}: {e}",
-                      "".join(traceback.format_exception(e)))
+                      "".join(traceback.format_exception(e)), e)
 
 
 class _CollateRaised(Exception):
@@ -761,7 +772,7 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False):
         e = raised.error
         return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
                               f"{job.shards.names[position]!r})",
-                              "".join(traceback.format_exception(e)))
+                              "".join(traceback.format_exception(e)), e)
     failures = []
     if failure is not None:
         offset, e = failure
@@ -782,10 +793,13 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
     if job.shards is not None:
         payload, kept, failures, collate_error = _load_shard(job, indices, seed, at,
                                                              consumer=consumer)
-        return payload, (kept, failures, collate_error, epoch, batch)
-    samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
-                                    keys=keys_of(indices, keys))
-    payload, collate_error = _collate_or_error(job, samples, len(indices))
+    else:
+        samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
+                                        keys=keys_of(indices, keys))
+        payload, collate_error = _collate_or_error(job, samples, len(indices))
+    if collate_error is not None:  # the exception pickled, as a worker process sends it
+        reason, trace, error = collate_error
+        collate_error = (reason, trace, _pickled_exception(error, P.MAX_MESSAGE_BYTES))
     return payload, (kept, failures, collate_error, epoch, batch)
 
 

@@ -46,3 +46,9 @@ class Seeded(Dataset):
         if self.delay_s:
             time.sleep(self.delay_s)
         return {"index": i, "x": torch.full((4,), float(i)) + torch.rand(4)}
+
+
+def collate_raising_where_made(batch):
+    """A collate_fn that always raises a RuntimeError naming where it ran:
+    the Dask worker's name, else "here"."""
+    raise RuntimeError(f"made on {os.environ.get(WORKER_NAME_ENV, 'here')}")

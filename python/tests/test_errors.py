@@ -377,6 +377,90 @@ def test_a_batch_with_several_failures_raises_the_first_ones_type(kind):
         assert next(it).tolist() == [4, 7]
 
 
+def _collate_raising(error):
+    """A collate_fn that raises what `error(batch)` makes for a batch holding
+    a multiple of 5 (None: collates as a list)."""
+    def collate(batch):
+        made = error(batch) if any(i % 5 == 0 for i in batch) else None
+        if made is not None:
+            raise made
+        return list(batch)
+    return collate
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_collate_fns_error_is_a_data_error_of_its_own_type(kind):
+    # torch re-raises a collate_fn's error as its type ("stack expects each
+    # tensor to be equal size" is a RuntimeError): so does stoker, naming the batch.
+    collate = _collate_raising(lambda batch: RuntimeError(f"stack expects equal size {batch}")
+                               if batch[0] == 4 else None)
+    with _data_loader(list(range(12)), kind, batch_size=4, collate_fn=collate) as dl:
+        it = iter(dl)
+        assert next(it) == [0, 1, 2, 3]
+        error = _next_error(it)
+        assert isinstance(error, RuntimeError) and isinstance(error, stoker.DataError)
+        assert str(error).startswith("batch 1 of epoch 0: collate_fn raised RuntimeError: "
+                                     "stack expects equal size [4, 5, 6, 7]")
+        assert error.index is None and error.key is None
+        assert error.worker == (None if kind == "zero" else 0)
+        assert type(error.__cause__) is RuntimeError
+        assert error.__cause__.args == ("stack expects equal size [4, 5, 6, 7]",)
+        assert next(it) == [8, 9, 10, 11]  # the epoch goes on, as torch's does
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_collate_error_that_does_not_pickle_is_a_plain_data_error(kind):
+    class Local(Exception):  # its type does not pickle at all
+        pass
+
+    with _data_loader(list(range(5)), kind, batch_size=5, collate_fn=_collate_raising(
+            lambda batch: Local("local"))) as dl:
+        error = _next_error(iter(dl))
+    assert type(error) is stoker.DataError and "collate_fn raised Local: local" in str(error)
+    assert type(error.__cause__) is stoker._errors.WorkerTraceback
+    assert "Local: local" in str(error.__cause__)
+
+
+def test_a_collate_error_in_a_sharded_stream_is_of_its_own_type():
+    class Shards(stoker.ShardedIterable):
+        def shards(self):
+            return ["a", "b"]
+
+        def iter_shard(self, shard):
+            return iter(range(5) if shard == "a" else range(6, 9))
+
+    with stoker.DataLoader(Shards(), batch_size=5, num_workers=1,
+                           collate_fn=_collate_raising(lambda b: KeyError("label"))) as dl:
+        it = iter(dl)
+        error = _next_error(it)
+        assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
+        assert "collate_fn raised KeyError" in str(error) and "'a'" in str(error)
+        assert error.index is None and error.shard is None  # the shard is named in the message
+        assert next(it) == [6, 7, 8]
+
+
+@pytest.mark.timeout(120)
+def test_a_collate_error_made_on_a_remote_worker_is_of_its_own_type(shared_dask_cluster):
+    pytest.importorskip("distributed")
+    from remote_datasets import Seeded, collate_raising_where_made
+    errors = []
+    with stoker.DataLoader(Seeded(64, delay_s=0.005), batch_size=8, num_workers="auto",
+                           max_workers=1, cluster=shared_dask_cluster.address, remote_min=1,
+                           collate_fn=collate_raising_where_made) as dl:
+        it = iter(dl)
+        while True:
+            try:
+                next(it)
+            except StopIteration:
+                break
+            except stoker.DataError as e:
+                errors.append(e)
+    assert len(errors) == 8  # every batch, each once
+    assert all(isinstance(e, RuntimeError) and type(e.__cause__) is RuntimeError
+               for e in errors)
+    assert any("made on worker-" in str(e) for e in errors)  # some came from the cluster
+
+
 def test_a_worker_that_dies_is_a_data_error_naming_its_sample_and_worker():
     ds = Raising(8, {3: lambda: os.kill(os.getpid(), signal.SIGSEGV)})
     with _data_loader(ds, "processes", batch_size=4) as dl:

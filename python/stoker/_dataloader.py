@@ -8,6 +8,7 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import multiprocessing
 import operator
@@ -103,11 +104,14 @@ class DataLoader(torch.utils.data.DataLoader):
                  cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
                  native=True, shuffle_buffer=0):
         self._run = None  # until every option is checked
-        self._stream = None  # a plain IterableDataset's _iterable.PlainStream
-        if _iterable.is_plain(dataset):
-            arguments = dict(locals())  # this method's arguments, as given
-            del arguments["self"], arguments["dataset"]
-            self._stream = _iterable.PlainStream(self, dataset, **arguments)
+        # What stoker cannot plan (a plain IterableDataset, an order without
+        # len()) runs on torch's DataLoader: an _iterable.PlainStream.
+        self._stream = None
+        self._arguments = dict(locals())  # this method's arguments, as given
+        del self._arguments["self"], self._arguments["dataset"]
+        why = _iterable.unplanned(dataset, sampler, batch_sampler)
+        if why is not None:
+            self._stream = _iterable.PlainStream(self, dataset, why, **self._arguments)
             return
         options = _resolve_options(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -183,7 +187,10 @@ class DataLoader(torch.utils.data.DataLoader):
             # Each iter() is an engine epoch of its own: the number the workers
             # may already be running ahead into, never one used before.
             epoch = self._plan.next_epoch()
-            self._plan.start(epoch)
+            try:
+                self._plan.start(epoch)
+            except _EndlessOrder as endless:
+                return self._to_torch(endless)
             anew = True
         plan = self._plan
         if anew and (run.engine.epoch != epoch or run.engine.batches_per_epoch != plan.batches
@@ -198,6 +205,23 @@ class DataLoader(torch.utils.data.DataLoader):
         self._skip = 0
         self._iterator = it
         return it
+
+    def _to_torch(self, endless):
+        """An order found endless at iter(): this loader's epochs run on
+        torch's DataLoader from now on (an _iterable.PlainStream), this one
+        with what the order told so far, then the rest of it."""
+        order = "sampler" if self._arguments["batch_sampler"] is None else "batch_sampler"
+        unit = "keys" if self._options.unbatched else "batches"
+        why = (f"{order} {type(getattr(self, order)).__name__} gave more than twice the "
+               f"{endless.declared} {unit} its len() says: an endless order")
+        self._run.close()
+        self._iterator = None
+        told = endless.told + [endless.then]  # batches; [key]s unbatched
+        told = itertools.chain((b[0] for b in told) if self._options.unbatched else told,
+                               endless.rest)
+        self._DataLoader__initialized = False  # torch's guard: PlainStream sets torch's attributes
+        self._stream = _iterable.PlainStream(self, self.dataset, why, **self._arguments)
+        return self._stream.first_epoch_from(told)
 
     def set_epoch(self, epoch):
         """Passes ``epoch`` to the sampler's and batch sampler's ``set_epoch``
@@ -792,9 +816,16 @@ class _Plan:
         else (tuples, strings, floats, numpy ints) `flat` holds each key's
         position in its batch and `keys` each batch's keys, pickled."""
         options = self._options
-        batches = ([i] for i in options.sampler) if options.unbatched else options.batch_sampler
+        order = options.sampler if options.unbatched else options.batch_sampler
+        bound = 2 * len(order) + _ORDER_SLACK
+        source = iter(order)
+        batches = ([i] for i in source) if options.unbatched else source
         flat, offsets, keys = array.array("q"), array.array("q", [0]), None
         for b in batches:
+            if len(offsets) > bound:  # an endless order: the rest of it goes to torch's loader
+                told = [pickle.loads(keys[i]) if keys else list(flat[offsets[i]:offsets[i + 1]])
+                        for i in range(len(offsets) - 1)]
+                raise _EndlessOrder(len(order), told, b, source)
             b = [_index_key(k) for k in b] if self.index_keys else list(b)
             if keys is None and not all(type(k) is int for k in b):
                 # The first key that is not an int: the batches so far become
@@ -810,6 +841,22 @@ class _Plan:
                 flat.extend(range(len(b)))
             offsets.append(len(flat))
         return flat, offsets, keys or []
+
+
+# Items an order may give past twice its len() before it is taken for endless.
+_ORDER_SLACK = 1024
+
+
+class _EndlessOrder(ValueError):
+    """The sampler (or batch sampler) gave more than twice its len(): what
+    it told so far (its batches; keys unbatched), the next, and the rest.
+    Outside iter() (a checkpoint's resume), an error that says so."""
+
+    def __init__(self, declared, told, then, rest):
+        super().__init__(f"the sampler gave more than twice the {declared} items its len() "
+                         "says: an endless order, which stoker runs on torch's DataLoader, "
+                         "without checkpoints")
+        self.declared, self.told, self.then, self.rest = declared, told, then, rest
 
 
 def _return_freed_heap():

@@ -1,9 +1,12 @@
-"""stoker.DataLoader over a plain IterableDataset (one without shards() and
-iter_shard()): each epoch runs on torch's own DataLoader at a worker count
+"""stoker.DataLoader over what stoker cannot plan an epoch of: a plain
+IterableDataset (one without shards() and iter_shard()), or a map-style
+dataset whose sampler or batch sampler has no len() (an endless one, a
+generator). Each epoch runs on torch's own DataLoader at a worker count
 chosen at its start, so its batches, get_worker_info(), order and errors are
 torch's. The count cannot change inside an epoch without changing what the
-user's split by get_worker_info() yields; with num_workers="auto" it is
-chosen from what the epoch before measured (decide())."""
+user's split by get_worker_info() yields (or, for an order without len(),
+without stoker's plan); with num_workers="auto" it is chosen from what the
+epoch before measured (decide())."""
 
 import collections
 import dataclasses
@@ -26,15 +29,33 @@ EPOCHS_KEPT = 50
 _NOT_FOR_STREAMS = ("on_error", "cluster", "cluster_security", "remote_timeout", "remote_min",
                     "memory_budget_bytes", "tune_interval", "trace_path",
                     "device_prefetch_bytes", "shuffle_buffer")
-_WHY_NOT = ("a plain IterableDataset's epoch runs on torch's DataLoader: its failures end "
-            "the epoch as torch's do, its workers are local processes, and its worker count "
-            "is chosen per epoch")
+_WHY_NOT = ("its epochs run on torch's DataLoader: its failures end the epoch as torch's "
+            "do, its workers are local processes, and its worker count is chosen per epoch")
 
 
 def is_plain(dataset):
     """An IterableDataset that does not say what its shards are."""
     return isinstance(dataset, torch.utils.data.IterableDataset) and \
         not _shards.is_sharded(dataset)
+
+
+def unplanned(dataset, sampler, batch_sampler):
+    """Why stoker cannot plan `dataset`'s epochs (what PlainStream is told),
+    or None where it can: a plain IterableDataset, or an order without len()
+    (stoker reads an epoch's whole order at iter(); torch reads it lazily)."""
+    if is_plain(dataset):
+        return "a plain IterableDataset"
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return None
+    for name, order in (("batch_sampler", batch_sampler), ("sampler", sampler)):
+        if order is None:
+            continue
+        try:
+            len(order)
+        except TypeError:
+            return f"{name} {type(order).__name__} has no len()"
+        return None
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +114,11 @@ def decide(state, last, budget):
 
 
 class PlainStream:
-    """A stoker.DataLoader's plain IterableDataset: the loader's public methods
-    call these. Used by one thread at a time, as torch's DataLoader is."""
+    """A stoker.DataLoader over what stoker cannot plan (`why`, from
+    unplanned()): the loader's public methods call these. Used by one thread
+    at a time, as torch's DataLoader is."""
 
-    def __init__(self, loader, dataset, *, batch_size, shuffle, sampler, batch_sampler,
+    def __init__(self, loader, dataset, why, *, batch_size, shuffle, sampler, batch_sampler,
                  num_workers, collate_fn, pin_memory, drop_last, timeout, worker_init_fn,
                  multiprocessing_context, generator, prefetch_factor, persistent_workers,
                  pin_memory_device, in_order, worker_kind, max_workers, device, native,
@@ -108,12 +130,11 @@ class PlainStream:
         for name in _NOT_FOR_STREAMS:
             value = stoker_only.pop(name)
             if value != defaults[name].default:
-                raise ValueError(f"{name}={value!r} does not apply to a plain "
-                                 f"IterableDataset: {_WHY_NOT}")
+                raise ValueError(f"{name}={value!r} does not apply to {why}: {_WHY_NOT}")
         assert not stoker_only, f"options not handled: {sorted(stoker_only)}"
         if worker_kind != "processes":
-            raise ValueError(f"worker_kind={worker_kind!r} does not apply to a plain "
-                             f"IterableDataset: {_WHY_NOT}")
+            raise ValueError(f"worker_kind={worker_kind!r} does not apply to {why}: "
+                             f"{_WHY_NOT}")
         self._auto = num_workers == "auto"
         max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
         if self._auto:
@@ -137,6 +158,8 @@ class PlainStream:
             self._args["prefetch_factor"] = prefetch_factor
         if "in_order" in inspect.signature(torch.utils.data.DataLoader).parameters:
             self._args["in_order"] = in_order  # older torch: always in order
+        self._why = why
+        self._retold = None  # "next", then "read": _inner reads first_epoch_from()'s order
         self._inner = self._torch_loader(dataset, workers)
         self._dataset = dataset
         self._next = (workers, reason)  # the next epoch's count, and why
@@ -152,8 +175,26 @@ class PlainStream:
         self._show(loader, num_workers, in_order, worker_kind)
         _exit.close_at_exit(loader)
 
-    def _torch_loader(self, dataset, workers):
-        return torch.utils.data.DataLoader(dataset, num_workers=workers, **self._args)
+    def _torch_loader(self, dataset, workers, order=None):
+        """torch's DataLoader with the user's arguments; with `order`, one
+        that reads that iterator instead of the sampler (batches; keys when
+        batch_size is None)."""
+        args = self._args
+        if order is not None:
+            which = "sampler" if args["batch_size"] is None else "batch_sampler"
+            args = dict(args, sampler=None, batch_sampler=None, shuffle=None, drop_last=False)
+            args[which] = _Told(order)
+            if which == "batch_sampler":
+                args["batch_size"] = 1
+        return torch.utils.data.DataLoader(dataset, num_workers=workers, **args)
+
+    def first_epoch_from(self, order):
+        """iter() whose epoch reads `order` (what an endless sampler told the
+        map path, then the rest of it) instead of a fresh pass of the sampler."""
+        self._shut_inner()
+        self._inner = self._torch_loader(self._dataset, self._next[0], order)
+        self._retold = "next"
+        return iter(self)
 
     def _show(self, loader, num_workers, in_order, worker_kind):
         """The attributes torch's DataLoader has, as it sets them for an
@@ -196,11 +237,13 @@ class PlainStream:
             workers, reason, self._tuner = decide(self._tuner, last, self.budget)
             self._next = workers, reason
         workers, reason = self._next
-        if workers != self._inner.num_workers:
+        if workers != self._inner.num_workers or self._retold == "read":
             self._shut_inner()
             called = self._inner._IterableDataset_len_called  # for torch's length warning
             self._inner = self._torch_loader(self._dataset, workers)
             self._inner._IterableDataset_len_called = called
+        # The order first_epoch_from() gave is read by this epoch only.
+        self._retold = "read" if self._retold == "next" else None
         self._epoch += 1
         record = {"epoch": self._epoch, "workers": workers, "batches": 0,
                   "wait_fraction": None, "samples_per_s": None, "wall_s": 0.0,
@@ -220,10 +263,18 @@ class PlainStream:
             live.end("set_epoch()")
 
     def state_dict(self):
+        if not self._iterable():
+            raise TypeError(
+                f"the position of a loader whose {self._why} cannot be checkpointed: stoker "
+                "does not plan its epochs (it reads the whole order at iter()); an order with "
+                "len() can be")
         raise TypeError(
             "a plain IterableDataset's position cannot be checkpointed: its stream is its "
             "own (stoker cannot say where it stands, nor restart it there); a dataset that "
             "says what its shards are (stoker.ShardedIterable) can be")
+
+    def _iterable(self):
+        return isinstance(self._dataset, torch.utils.data.IterableDataset)
 
     def load_state_dict(self, state):
         self.state_dict()
@@ -244,9 +295,9 @@ class PlainStream:
         prefetch = getattr(self._inner, "prefetch_factor", None) or 2
         return {
             "pipeline": "python",
-            "pipeline_reason": "a plain IterableDataset: each epoch on torch's DataLoader",
+            "pipeline_reason": f"{self._why}: each epoch on torch's DataLoader",
             "pipeline_steps": None,
-            "stream": "plain",
+            "stream": "plain" if self._iterable() else None,
             "workers": workers,
             "worker_kind": "processes" if workers else "none (num_workers=0)",
             "kind_trial": None,
@@ -297,6 +348,16 @@ class PlainStream:
     def _ended(self, epoch):
         """An epoch's figures join the totals once it ends."""
         self._totals = [a + b for a, b in zip(self._totals, epoch.live())]
+
+
+class _Told(torch.utils.data.Sampler):
+    """An iterator as a sampler, read once (first_epoch_from)."""
+
+    def __init__(self, order):
+        self._order = order
+
+    def __iter__(self):
+        return self._order
 
 
 def _shut(torch_iterator):

@@ -1009,8 +1009,8 @@ class _Stream:
         return [self._assemble([out[i] for out in self.outs]) for i in range(self.rows)]
 
     def collate(self, fallback):
-        if self.plain is not None:
-            return fallback(self.plain)
+        if self.plain is not None or self.structure is None:  # none placed: an empty batch
+            return fallback(self.plain or [])
         from torch.utils.data._utils.collate import default_collate
         columns = []
         sequence = self.structure[0] != ("tensor",) and self.structure[0][0] is not dict

@@ -1040,3 +1040,98 @@ def test_the_epochs_order_is_read_into_int64_arrays_with_the_digest_checkpoints_
     assert sorted(flat) == list(range(50)) and list(offsets) == list(range(0, 50, 4)) + [50]
     assert _dataloader._digest(flat, offsets) == _dataloader._digest(list(flat), list(offsets))
     dl.close()
+
+
+# --- orders stoker cannot plan: on torch's own DataLoader ---
+
+
+class Squares(Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.tensor([i * i])
+
+
+class NoLenSampler(torch.utils.data.Sampler):
+    """Every other index, backwards; no len()."""
+
+    def __init__(self):  # this torch's Sampler.__init__ wants a data source
+        pass
+
+    def __iter__(self):
+        return iter(range(11, -1, -2))
+
+
+class EndlessSampler(torch.utils.data.Sampler):
+    """A permutation after another, forever (seeded: the same at each
+    iter()), with the len() of one: as iteration-based training loops use."""
+
+    def __init__(self):
+        pass
+
+    def __len__(self):
+        return 12
+
+    def __iter__(self):
+        g = torch.Generator()
+        g.manual_seed(7)
+        while True:
+            yield from torch.randperm(12, generator=g).tolist()
+
+
+def _listed(batches):
+    return [b.tolist() for b in batches]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("batch_size", [5, None])
+@pytest.mark.parametrize("workers", [0, 2, "auto"])
+def test_an_order_without_len_runs_as_torchs_does(batch_size, workers):
+    want = _listed(torch.utils.data.DataLoader(Squares(), batch_size=batch_size,
+                                               sampler=NoLenSampler()))
+    with stoker.DataLoader(Squares(), batch_size=batch_size, sampler=NoLenSampler(),
+                           num_workers=workers) as dl:
+        assert _listed(dl) == want and _listed(dl) == want  # each epoch
+        assert "sampler NoLenSampler has no len()" in dl.stats()["pipeline_reason"]
+        with pytest.raises(TypeError):
+            len(dl)  # as torch's
+        with pytest.raises(TypeError, match="no len"):
+            dl.state_dict()
+    # A generator as the sampler: torch reads it once, so does stoker.
+    with stoker.DataLoader(Squares(), batch_size=batch_size, sampler=iter(range(3)),
+                           num_workers=workers) as dl:
+        assert sum(len(b) if batch_size else 1 for b in dl) == 3 and list(dl) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("batch_size", [5, None])
+def test_an_endless_sampler_with_a_len_is_read_as_torch_reads_it(batch_size):
+    # stoker reads an epoch's order at iter(); past twice its len() the
+    # order is taken for endless and the loader goes on on torch's
+    # DataLoader: the same batches, no hang, no memory without bound.
+    import itertools
+    take = 3000 if batch_size else 2500  # past the point where it is found endless
+    torch_dl = torch.utils.data.DataLoader(Squares(), batch_size=batch_size,
+                                           sampler=EndlessSampler(), num_workers=1)
+    want = [_listed(itertools.islice(torch_dl, take)), _listed(itertools.islice(torch_dl, 7))]
+    with stoker.DataLoader(Squares(), batch_size=batch_size, sampler=EndlessSampler(),
+                           num_workers=2) as dl:
+        got = [_listed(itertools.islice(dl, take)), _listed(itertools.islice(dl, 7))]
+        assert "sampler EndlessSampler gave more than twice" in dl.stats()["pipeline_reason"]
+        assert len(dl.stats()["epochs"]) == 2
+    assert got == want
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_empty_batch_is_collated_as_torch_collates_it(workers):
+    batches = [[0, 1], [], [2]]
+    with pytest.raises(IndexError):  # default_collate([]), as torch's
+        list(stoker.DataLoader(Squares(), batch_sampler=batches, num_workers=workers))
+
+    def collate(samples):
+        return len(samples)
+
+    with stoker.DataLoader(Squares(), batch_sampler=batches, num_workers=workers,
+                           collate_fn=collate) as dl:
+        assert list(dl) == [2, 0, 1]

@@ -708,6 +708,8 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False, keys=None):
     samples = [] if samples is None else samples
     kept, failures = [], []
     keys = indices if keys is None else keys
+    if not job.unbatched and getattr(job.dataset, "__getitems__", None):
+        return _load_batched(job, indices, keys, at, samples, consumer)
     for position, index in enumerate(indices):
         if at is not None:
             at(position)
@@ -729,10 +731,44 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False, keys=None):
     return samples, kept, failures
 
 
+class _BatchRaised:
+    """In place of a batch's samples: the dataset's __getitems__ raised `error`."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _load_batched(job, indices, keys, at, samples, consumer):
+    """_load through the dataset's __getitems__ (the batch's keys at once), as
+    torch's fetcher calls it where a dataset has one. What it raises fails
+    the batch (no sample to blame), as a collate_fn's error does."""
+    if at is not None:
+        at(0)
+    try:
+        got = job.dataset.__getitems__(list(keys))
+    except BaseException as e:  # noqa: BLE001 -- reported with the batch
+        if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        return _BatchRaised(e), [], []
+    got = list(got)
+    if isinstance(samples, _Stream) and len(got) != samples.capacity:
+        samples = []  # not one sample a key: collated as torch collates the list
+    for sample in got:
+        samples.append(sample)
+    if at is not None:
+        at(-1)
+    return samples, list(indices), []
+
+
 def _collate_or_error(job, samples, wanted, writer=None):
-    """(payload, None), or (None, (what failed, traceback, the exception)) when collating raised;
-    NO_SAMPLE when all `wanted` samples failed (none wanted: collate_fn([]),
-    as torch calls it for an empty batch)."""
+    """(payload, None), or (None, (what failed, traceback, the exception)) when collating
+    (or the dataset's __getitems__) raised; NO_SAMPLE when all `wanted`
+    samples failed (none wanted: collate_fn([]), as torch calls it for an
+    empty batch)."""
+    if isinstance(samples, _BatchRaised):
+        e = samples.error
+        return None, (f"{type(e).__name__} from the dataset's __getitems__: {e}",
+                      "".join(traceback.format_exception(e)), e)
     if not samples and wanted:
         return NO_SAMPLE, None
     try:

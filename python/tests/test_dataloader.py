@@ -1135,3 +1135,58 @@ def test_an_empty_batch_is_collated_as_torch_collates_it(workers):
     with stoker.DataLoader(Squares(), batch_sampler=batches, num_workers=workers,
                            collate_fn=collate) as dl:
         assert list(dl) == [2, 0, 1]
+
+
+class Batched(Dataset):
+    """A dataset with __getitems__, as torch's fetcher calls it for a batch
+    (Hugging Face datasets have one): its samples say which way they came."""
+
+    def __init__(self, fail_with=None, extra=False):
+        self.fail_with, self.extra = fail_with, extra
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return {"way": "one", "x": torch.full((4096,), i)}
+
+    def __getitems__(self, keys):
+        if self.fail_with is not None and 4 in keys:
+            raise self.fail_with
+        # Samples large enough to be placed as they come (_workers._Stream).
+        got = [{"way": "batch", "x": torch.full((4096,), k)} for k in keys]
+        return got + got[:1] if self.extra else got
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads", "zero"])
+def test_a_datasets_getitems_is_used_for_a_batch_as_torch_uses_it(kind):
+    def batches(loader_class, dataset, **options):
+        if loader_class is stoker.DataLoader:
+            options.update(num_workers=0 if kind == "zero" else 2,
+                           worker_kind="processes" if kind == "zero" else kind)
+        got, errors = [], []
+        it = iter(loader_class(dataset, batch_size=4, **options))
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                return got, errors
+            except Exception as e:  # noqa: BLE001 -- compared below
+                errors.append(e)
+                if loader_class is not stoker.DataLoader:
+                    return got, errors  # torch's iterator does not go on past it
+                continue
+            got.append((b["way"], b["x"][:, :3].tolist()))
+
+    for dataset in (Batched(), Batched(extra=True)):
+        assert batches(stoker.DataLoader, dataset) == batches(torch.utils.data.DataLoader,
+                                                              dataset)
+    # Unbatched, torch calls __getitem__: so does stoker.
+    with stoker.DataLoader(Batched(), batch_size=None, num_workers=1) as dl:
+        assert {s["way"] for s in dl} == {"one"}
+    # What __getitems__ raises fails its batch, as its own type; the epoch goes on.
+    got, errors = batches(stoker.DataLoader, Batched(fail_with=KeyError("row 4")))
+    assert [x[0] for _, x in got] == [[0, 0, 0], [8, 8, 8]]
+    [error] = errors
+    assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
+    assert "batch 1 of epoch 0: KeyError from the dataset's __getitems__" in str(error)

@@ -369,6 +369,30 @@ def test_other_image_formats_run_python(tmp_path):
         assert "z.bmp' is not .jpg, .jpeg or .png" in loader.stats()["pipeline_reason"]
 
 
+def test_png_bit_depths_and_colour_types_decode_as_pil_does(tmp_path):
+    # 16-bit gray is PIL's mode "I", whose RGB clamps each value to 255 (not
+    # its high byte, as 16-bit RGB keeps): the native decoder gives the same.
+    root = tmp_path / "png"
+    (root / "a").mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    Image.fromarray(rng.integers(0, 65536, (30, 40)).astype(np.uint16)).save(root / "a" / "g16.png")
+    Image.fromarray(rng.integers(0, 300, (30, 40)).astype(np.uint16)).save(root / "a" / "low.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40), dtype=np.uint8)).save(root / "a" / "g8.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40), dtype=np.uint8)).convert("1").save(
+        root / "a" / "g1.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).convert("P").save(
+        root / "a" / "pal.png")
+    Image.fromarray(rng.integers(0, 256, (30, 40, 2), dtype=np.uint8), "LA").save(
+        root / "a" / "la.png")
+    dataset = ImageFolder(str(root), transform=T.Compose([T.CenterCrop(28), T.PILToTensor()]))
+    want = _torch_batches(dataset, batch_size=8)
+    with stoker.DataLoader(dataset, batch_size=8, num_workers=1) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "native"
+    for (path, _), g, w in zip(dataset.samples, got[0][0], want[0][0]):
+        assert torch.equal(g, w), path
+
+
 # -- a bad file: as the Python path ------------------------------------------
 
 @pytest.fixture

@@ -125,30 +125,44 @@ Status PngDecoder::DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint
   if (setjmp(png_jmpbuf(png))) return s.ErrorStatus();
   const int color_type = png_get_color_type(png, info);
   const int bit_depth = png_get_bit_depth(png, info);
+  // 16-bit gray is PIL's mode "I": its RGB is each value clamped to 255, not
+  // its high byte (every other 16-bit type keeps the high byte, as libpng's
+  // strip does). Its rows stay 16-bit here and are clamped as they are copied.
+  const bool gray16 = color_type == PNG_COLOR_TYPE_GRAY && bit_depth == 16;
   if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-  if (bit_depth == 16) png_set_strip_16(png);
+  if (bit_depth == 16 && !gray16) png_set_strip_16(png);
   if ((color_type & PNG_COLOR_MASK_ALPHA) != 0) png_set_strip_alpha(png);
-  if (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA) {
+  if ((color_type == PNG_COLOR_TYPE_GRAY && !gray16) || color_type == PNG_COLOR_TYPE_GRAY_ALPHA) {
     png_set_gray_to_rgb(png);
   }
   const int passes = png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const size_t full_width = png_get_image_width(png, info);
   const size_t row_bytes = png_get_rowbytes(png, info);
-  if (row_bytes != full_width * 3) {
-    return Internal("PNG: transforms did not give 8-bit RGB rows");
+  const size_t pixel_bytes = gray16 ? 2 : 3;
+  if (row_bytes != full_width * pixel_bytes) {
+    return Internal("PNG: transforms did not give 8-bit RGB (or 16-bit gray) rows");
   }
   const size_t stride = static_cast<size_t>(x1 - x0) * 3;
   uint8_t* out = GrowBuffer(*buffer, stride * static_cast<size_t>(y1 - y0));
+  const auto copy_row = [&](const uint8_t* row, int y) {
+    uint8_t* to = out + static_cast<size_t>(y - y0) * stride;
+    const uint8_t* from = row + static_cast<size_t>(x0) * pixel_bytes;
+    if (!gray16) {
+      std::memcpy(to, from, stride);
+      return;
+    }
+    for (int x = 0; x < x1 - x0; ++x, from += 2, to += 3) {
+      const uint8_t v = from[0] != 0 ? 255 : from[1];  // big-endian: > 255 clamps
+      to[0] = to[1] = to[2] = v;
+    }
+  };
   if (passes == 1) {
     uint8_t* row = GrowBuffer(s.row, row_bytes);
     for (int y = 0; y < y1; ++y) {
       png_read_row(png, row, nullptr);
-      if (y >= y0) {
-        std::memcpy(out + static_cast<size_t>(y - y0) * stride, row + static_cast<size_t>(x0) * 3,
-                    stride);
-      }
+      if (y >= y0) copy_row(row, y);
     }
   } else {
     // Adam7 spreads every row over all passes: the whole image is needed.
@@ -158,10 +172,7 @@ Status PngDecoder::DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint
       for (int y = 0; y < rows; ++y)
         png_read_row(png, full + static_cast<size_t>(y) * row_bytes, nullptr);
     }
-    for (int y = y0; y < y1; ++y) {
-      std::memcpy(out + static_cast<size_t>(y - y0) * stride,
-                  full + static_cast<size_t>(y) * row_bytes + static_cast<size_t>(x0) * 3, stride);
-    }
+    for (int y = y0; y < y1; ++y) copy_row(full + static_cast<size_t>(y) * row_bytes, y);
   }
   region->pixels = out;
   region->x0 = x0;

@@ -81,6 +81,45 @@ TEST(PngDecoderTest, GrayPaletteAlphaAnd16BitBecomeRgb) {
   EXPECT_EQ(Pixel(r, 5, 1)[0], 0x12);
 }
 
+// PIL opens 16-bit gray as mode "I", whose RGB clamps each value to 255
+// (torchvision's ImageFolder sees that); 16-bit gray with alpha keeps the
+// high byte, as 16-bit RGB does.
+TEST(PngDecoderTest, SixteenBitGrayClampsAsPilDoes) {
+  const int w = 6, h = 3;
+  const uint16_t values[w] = {0, 7, 255, 256, 0x1234, 0xFFFF};
+  std::vector<uint8_t> gray(w * h * 2), gray_alpha(w * h * 4);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const size_t i = static_cast<size_t>(y * w + x);
+      gray[2 * i] = gray_alpha[4 * i] = static_cast<uint8_t>(values[x] >> 8);
+      gray[2 * i + 1] = gray_alpha[4 * i + 1] = static_cast<uint8_t>(values[x] & 0xFF);
+      gray_alpha[4 * i + 2] = gray_alpha[4 * i + 3] = 0x80;
+    }
+  }
+  for (bool interlaced : {false, true}) {
+    PngDecoder dec;
+    std::vector<uint8_t> buf;
+    DecodedRegion r;
+    const auto file = Png(gray, w, h, PNG_COLOR_TYPE_GRAY, 16, interlaced);
+    ASSERT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok());
+    const uint8_t want[w] = {0, 7, 255, 255, 255, 255};
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) EXPECT_EQ(Pixel(r, x, 2)[c], want[x]) << x << interlaced;
+    }
+    ASSERT_TRUE(dec.ReadHeader(AsBytes(file)).ok());
+    ASSERT_TRUE(dec.DecodeRegion(1, 1, 3, 2, &buf, &r).ok());
+    EXPECT_EQ(Pixel(r, 1, 1)[0], 7);
+    EXPECT_EQ(Pixel(r, 2, 1)[2], 255);
+    ASSERT_TRUE(
+        dec.DecodeFull(AsBytes(Png(gray_alpha, w, h, PNG_COLOR_TYPE_GRAY_ALPHA, 16, interlaced)),
+                       &buf, &r)
+            .ok());
+    EXPECT_EQ(Pixel(r, 1, 0)[0], 0);
+    EXPECT_EQ(Pixel(r, 4, 0)[1], 0x12);
+    EXPECT_EQ(Pixel(r, 5, 0)[2], 0xFF);
+  }
+}
+
 // As for JPEG: a file cut short fails whatever rows the region needs, not
 // only when the decoder reads as far as the damage.
 TEST(PngDecoderTest, TruncatedFileFailsWhateverTheRegion) {

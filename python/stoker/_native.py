@@ -69,6 +69,10 @@ def _recognise(dataset, options):
                        "not 'PIL'")
     elif loader is not folder.pil_loader:
         raise _Off(f"the dataset's loader {_name(loader)} is not torchvision's default_loader")
+    from PIL import ImageFile
+    if ImageFile.LOAD_TRUNCATED_IMAGES:
+        raise _Off("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: PIL decodes a file cut short "
+                   "(what it lacks left black), stoker's decoder refuses it")
     if getattr(dataset, "target_transform", None) is not None:
         raise _Off(f"target_transform {_name(dataset.target_transform)} runs Python")
     if options.unbatched:

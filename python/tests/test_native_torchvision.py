@@ -393,6 +393,26 @@ def test_png_bit_depths_and_colour_types_decode_as_pil_does(tmp_path):
         assert torch.equal(g, w), path
 
 
+def test_pils_load_truncated_images_runs_python_as_torchvision_reads(tmp_path, monkeypatch):
+    # A training script that lets PIL decode files cut short gets them
+    # decoded, as with torch, not refused by stoker's decoder.
+    from PIL import ImageFile
+    root = _write_folder(str(tmp_path / "cut"), per_class=2)
+    cut = os.path.join(root, "bee", "img1.jpg")
+    with open(cut, "rb") as f:
+        data = f.read()
+    with open(cut, "wb") as f:
+        f.write(data[:len(data) * 2 // 3])
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    dataset = ImageFolder(root, transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]))
+    want = _torch_batches(dataset, batch_size=4)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=1) as loader:
+        assert loader.stats()["pipeline"] == "python"
+        assert "LOAD_TRUNCATED_IMAGES" in loader.stats()["pipeline_reason"]
+        got = list(loader)
+    assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
+
+
 # -- a bad file: as the Python path ------------------------------------------
 
 @pytest.fixture

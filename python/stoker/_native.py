@@ -15,7 +15,7 @@ import dataclasses
 import numbers
 import os
 
-from . import _stoker, transforms
+from . import _args, _stoker, transforms
 from ._workers import NO_SAMPLE
 
 _HEADER = _stoker.protocol.NATIVE_BATCH
@@ -351,13 +351,22 @@ def _three(values, name):
     return tuple(values)
 
 
+def _pil_pixel_limit():
+    """The most pixels PIL opens (past twice Image.MAX_IMAGE_PIXELS it raises
+    DecompressionBombError; None: no limit), as the native path's max_pixels."""
+    from PIL import Image
+    limit = Image.MAX_IMAGE_PIXELS
+    return _args.INT64[1] if limit is None else 2 * int(limit)
+
+
 def _make(p):
     """The stoker transform for the steps read."""
     if not p.tensor:
         raise _Off("no ToTensor or PILToTensor: the samples stay PIL images")
     layout = "float32" if p.tensor == "float" else "uint8_chw"
     mean, std = p.normalize if p.normalize is not None else ((0.0,) * 3, (1.0,) * 3)
-    common = {"layout": layout, "mean": mean, "std": std, "interpolation": p.interpolation}
+    common = {"layout": layout, "mean": mean, "std": std, "interpolation": p.interpolation,
+              "max_pixels": _pil_pixel_limit()}
     try:
         if p.crop is not None:
             size, scale, ratio = p.crop

@@ -413,6 +413,32 @@ def test_pils_load_truncated_images_runs_python_as_torchvision_reads(tmp_path, m
     assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
 
 
+def test_pils_pixel_limit_is_the_native_paths(tmp_path, monkeypatch):
+    # PIL opens an image of up to twice Image.MAX_IMAGE_PIXELS (past it:
+    # DecompressionBombError); None lifts the limit. The native path follows.
+    import warnings
+    root = tmp_path / "big"
+    (root / "a").mkdir(parents=True)
+    Image.fromarray(np.full((30, 40, 3), 90, np.uint8)).save(root / "a" / "big.png")
+    dataset = ImageFolder(str(root), transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 1,200 pixels: a warning for PIL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        want = _torch_batches(dataset, batch_size=1)
+    with stoker.DataLoader(dataset, batch_size=1, num_workers=0) as loader:
+        assert loader.stats()["pipeline"] == "native"
+        assert torch.equal(list(loader)[0][0], want[0][0])
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # past twice: refused by both
+    with pytest.raises(Image.DecompressionBombError):
+        _torch_batches(dataset, batch_size=1)
+    with stoker.DataLoader(dataset, batch_size=1, num_workers=0) as loader:
+        with pytest.raises(stoker.ResourceError, match="more than max_pixels = 1000"):
+            list(loader)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
+    with stoker.DataLoader(dataset, batch_size=1, num_workers=0) as loader:
+        assert torch.equal(list(loader)[0][0], want[0][0])
+
+
 # -- a bad file: as the Python path ------------------------------------------
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import time
 
 import torch.utils.data
 
-from . import (_args, _errors, _exit, _iterable, _native, _remote, _shards, _stats, _stoker,
-               _workers)
+from . import (_args, _errors, _exit, _iterable, _native, _remote, _shards, _snapshot, _stats,
+               _stoker, _workers)
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
@@ -136,19 +136,47 @@ class DataLoader(torch.utils.data.DataLoader):
         self._IterableDataset_len_called = None
         self._options = options
         self._resume = False      # load_state_dict: the next iter() continues that epoch
+        self._remade = 0          # runs made anew for a changed dataset
         self._iterator = None     # the live iterator, if any
         self._skip = 0  # load_state_dict: batches of the resumed epoch's first shard taken
         shards = options.shards
         self._plan = _Plan(options, dataset if shards is None else shards.table)
+        self._native_wanted = native
+        self._start_run()
+        _exit.close_at_exit(self)
+        self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
+
+    def _start_run(self):
+        """Makes the run (the zygote, the workers, the engine) over the dataset
+        as it is now, noting what it holds where torch's workers would see a
+        change at the next iter() (no persistent workers)."""
+        options, dataset, shards = self._options, self.dataset, self._options.shards
         native_plan, self._pipeline_reason = (None, "a sharded stream") if shards else \
-            _native.recognise(dataset, options, native)
+            _native.recognise(dataset, options, self._native_wanted)
         self._plan.index_keys = native_plan is not None
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn,
                             options.unbatched if shards is None else shards.unbatched, shards)
+        # Worker processes, remote slots and the native path hold the dataset as
+        # it is now; thread workers read the live one.
+        copied = native_plan is not None or options.processes or options.cluster is not None
+        kept = options.persistent_workers and options.workers != 0
+        self._snapshot = _snapshot.digest(dataset) if copied and not kept else None
         self._run = _Run.start(options, self._plan, job, native_plan)
-        _exit.close_at_exit(self)
-        self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
+
+    def _remake_if_changed(self):
+        """iter() over a dataset changed since the run was made: the run is made
+        anew, as torch forks its workers from the dataset at each iter()
+        (what was made ahead is dropped)."""
+        if self._snapshot is None or _snapshot.digest(self.dataset) == self._snapshot:
+            return
+        if self._iterator is not None:
+            self._iterator.end("a newer iter()")
+            self._iterator = None
+        self._run.close()
+        self._plan.renew_table()
+        self._remade += 1
+        self._start_run()
 
     @property
     def multiprocessing_context(self):
@@ -177,8 +205,10 @@ class DataLoader(torch.utils.data.DataLoader):
         load_state_dict, the rest of that epoch."""
         if self._stream is not None:
             return iter(self._stream)
+        self._run.check_usable()
+        if not self._resume:
+            self._remake_if_changed()
         run = self._run
-        run.check_usable()
         prev = self._iterator
         if self._resume:
             epoch = run.engine.epoch
@@ -659,15 +689,20 @@ class _Plan:
         self.record = None   # the current epoch's start, for state_dict
         self._pending = None  # from load_state_dict: the epoch start to replay
         self._last = -1       # the engine epoch of the last iter()
-        # Workers forked before any iter() get this base seed, drawn from nothing.
-        first = (self._generator or _torch().default_generator).initial_seed()
-        self.table = _stoker.EpochBatches(options.batches_per_epoch, first & (2**63 - 1),
-                                          "batch" if options.shards is None else "shard")
+        self.renew_table()
         # Only an order that draws nothing may be handed to the workers early.
         from torch.utils.data import BatchSampler, SequentialSampler
         self.predictable = (not self._seed_each_epoch and
                             type(options.sampler) is SequentialSampler and
                             type(options.batch_sampler) in (BatchSampler, type(None)))
+
+    def renew_table(self):
+        """A new table of epochs' batches, for a new run (a closed run shut its own)."""
+        # Workers forked before any iter() get this base seed, drawn from nothing.
+        first = (self._generator or _torch().default_generator).initial_seed()
+        self.table = _stoker.EpochBatches(self._options.batches_per_epoch, first & (2**63 - 1),
+                                          "batch" if self._options.shards is None else "shard")
+        self._given_ahead = None
 
     def order(self):
         """What gives the epoch's items now: one per sampler key unbatched

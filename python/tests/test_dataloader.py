@@ -1190,3 +1190,80 @@ def test_a_datasets_getitems_is_used_for_a_batch_as_torch_uses_it(kind):
     [error] = errors
     assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
     assert "batch 1 of epoch 0: KeyError from the dataset's __getitems__" in str(error)
+
+
+# --- a dataset changed between epochs ---
+
+
+class Levelled(Dataset):
+    """Sample i is i * 10 + the dataset's level, which the training loop
+    raises between epochs (a curriculum, a set_epoch())."""
+
+    def __init__(self):
+        self.level = 0
+        self.schedule = {"scale": 1}
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i * 10 + self.level * self.schedule["scale"]
+
+
+def _epochs_after_changes(loader_class, **options):
+    ds = Levelled()
+    out = []
+    dl = loader_class(ds, batch_size=4, **options)
+    for epoch in range(4):
+        ds.level = epoch
+        if epoch == 3:
+            ds.schedule["scale"] = 100  # deep inside: a dict's value
+        out.append([b.tolist() for b in dl])
+    remade = getattr(dl, "_remade", None)
+    getattr(dl, "close", lambda: None)()
+    return out, remade
+
+
+@pytest.mark.parametrize("kind, workers, persistent", [
+    ("processes", 2, False), ("processes", 2, True), ("threads", 2, False),
+    ("processes", 0, False), ("auto", 2, False)])
+def test_a_dataset_changed_between_epochs_reaches_the_workers_as_with_torch(
+        kind, workers, persistent):
+    # torch forks its workers from the dataset as it is at each iter()
+    # (persistent ones keep the first): so does stoker, which makes its
+    # worker pool anew when what the dataset holds changed.
+    want, _ = _epochs_after_changes(torch.utils.data.DataLoader, num_workers=workers,
+                                    persistent_workers=persistent)
+    got, remade = _epochs_after_changes(stoker.DataLoader, num_workers=workers,
+                                        worker_kind=kind, persistent_workers=persistent)
+    assert got == want
+    if persistent or kind == "threads" or workers == 0:
+        assert remade == 0  # persistent: as torch's; threads read the live dataset
+    else:
+        assert remade == 3
+
+
+def test_an_unchanged_dataset_keeps_its_pool_and_its_look_ahead():
+    with stoker.DataLoader(Levelled(), batch_size=4, num_workers=2) as dl:
+        zygote = dl._run.zygote_pid
+        for _ in range(3):
+            assert [b.tolist() for b in dl] == [[0, 10, 20, 30], [40, 50, 60, 70]]
+        assert dl._remade == 0 and dl._run.zygote_pid == zygote
+
+
+def test_a_native_datasets_new_transform_is_used_from_the_next_epoch(tmp_path):
+    torchvision = pytest.importorskip("torchvision")
+    from PIL import Image
+    root = tmp_path / "imgs" / "a"
+    root.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((20, 30, 3), 40 * i, np.uint8)).save(root / f"{i}.jpg")
+    T = torchvision.transforms
+    ds = torchvision.datasets.ImageFolder(str(tmp_path / "imgs"),
+                                          transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]))
+    with stoker.DataLoader(ds, batch_size=3, num_workers=1) as dl:
+        assert next(iter(dl))[0].shape == (3, 3, 16, 16) and dl.stats()["pipeline"] == "native"
+        ds.transform = T.Compose([T.CenterCrop(8), T.PILToTensor()])  # e.g. a larger scale later
+        assert next(iter(dl))[0].shape == (3, 3, 8, 8) and dl.stats()["pipeline"] == "native"
+        ds.transform = T.Compose([T.CenterCrop(8), T.ColorJitter(0.1), T.PILToTensor()])
+        assert next(iter(dl))[0].shape == (3, 3, 8, 8) and dl.stats()["pipeline"] == "python"

@@ -1,0 +1,120 @@
+"""What a dataset holds, as a digest: torch's DataLoader without persistent
+workers forks them from the dataset as it is at each iter(), so a dataset
+changed between epochs (a curriculum level, set_epoch(), a new transform)
+reaches them. stoker's zygote holds the dataset as it was when the workers'
+pool was made; the loader compares this digest at each iter() and makes the
+pool anew when it differs.
+
+The digest walks the dataset's object graph breadth first, at most
+``BUDGET`` objects: attribute names and values, scalars by value, containers
+by length and elements (large ones by a fixed sample of their elements),
+arrays and tensors by their memory (address, shape, dtype, strides; small
+ones by their bytes), functions by their code, defaults and closure, and
+anything else by its identity. What lies past the budget, or in an element
+of a large container that the sample skips, or in the bytes of a large array,
+is not seen."""
+
+import hashlib
+import types
+
+BUDGET = 20_000  # objects walked at most
+_SAMPLE = 64     # elements of a larger container that are looked at
+_SMALL_BYTES = 4096  # arrays this small are digested by their bytes
+
+_SCALARS = (bool, int, float, complex, str, bytes, bytearray, type(None), type(Ellipsis))
+
+
+def digest(obj, budget=BUDGET):
+    """A digest of `obj` and of what it holds, as far as `budget` objects."""
+    h = hashlib.blake2b(digest_size=16)
+    queue = [obj]
+    seen = set()
+    at = 0
+    while at < len(queue) and at < budget:
+        o = queue[at]
+        at += 1
+        kind = type(o)
+        h.update(f"{kind.__module__}.{kind.__qualname__}|".encode())
+        if kind in _SCALARS:
+            data = o if kind in (bytes, bytearray) else repr(o).encode()
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(bytes(data[:_SMALL_BYTES]))
+            continue
+        if id(o) in seen:  # shared or cyclic: where it was met first
+            h.update(b"@" + id(o).to_bytes(8, "little"))
+            continue
+        seen.add(id(o))
+        queue.extend(_parts(o, kind, h))
+    return h.digest()
+
+
+def _parts(o, kind, h):
+    """What `o` holds, to walk next; what it is by itself goes into `h`."""
+    if kind in (list, tuple, set, frozenset, dict) or isinstance(o, (list, tuple, dict)):
+        items = list(o.items()) if isinstance(o, dict) else o
+        if isinstance(o, (set, frozenset)):
+            items = sorted(o, key=repr) if len(o) <= _SAMPLE else ()
+        h.update(len(o).to_bytes(8, "little"))
+        return [v for item in _sampled(items) for v in (item if isinstance(o, dict) else (item,))]
+    memory = _memory(o)
+    if memory is not None:
+        h.update(repr(memory[0]).encode())
+        if memory[1] is not None:
+            h.update(memory[1])
+        return []
+    if isinstance(o, (types.FunctionType, types.MethodType)):
+        if isinstance(o, types.MethodType):
+            return [o.__func__, o.__self__]
+        h.update(id(o.__code__).to_bytes(8, "little"))
+        cells = [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)]
+        return [o.__defaults__, o.__kwdefaults__, *cells]
+    if isinstance(o, (type, types.ModuleType, types.BuiltinFunctionType)):
+        h.update(id(o).to_bytes(8, "little"))
+        return []
+    fields = getattr(o, "__dict__", None)
+    slots = [s for c in kind.__mro__ for s in getattr(c, "__slots__", ()) if hasattr(o, s)]
+    if fields is None and not slots:
+        h.update(id(o).to_bytes(8, "little"))  # opaque: by identity
+        return []
+    parts = []
+    for name, value in sorted((fields or {}).items()) + [(s, getattr(o, s)) for s in slots]:
+        parts += [name, value]
+    return parts
+
+
+def _sampled(items):
+    """All of a small container's items; of a larger one, a fixed spread."""
+    n = len(items)
+    if n <= _SAMPLE:
+        return list(items)
+    step = n / _SAMPLE
+    return [items[int(i * step)] for i in range(_SAMPLE - 1)] + [items[n - 1]]
+
+
+def _memory(o):
+    """(where it lies, its bytes if small) of a numpy array or a torch
+    tensor; None for anything else."""
+    import sys
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(o, np.ndarray):
+        where = (o.__array_interface__["data"][0], o.shape, o.dtype.str, o.strides)
+        return where, o.tobytes() if o.nbytes <= _SMALL_BYTES else None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(o, torch.Tensor):
+        where = (o.data_ptr(), tuple(o.shape), str(o.dtype), o.stride(), str(o.device))
+        data = None
+        if o.device.type == "cpu" and o.numel() * o.element_size() <= _SMALL_BYTES:
+            try:
+                data = o.detach().contiguous().view(torch.uint8).numpy().tobytes()
+            except (RuntimeError, TypeError):  # a layout without plain bytes: by its memory
+                data = None
+        return where, data
+    return None
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True

@@ -4,6 +4,7 @@ processes whose number the tuner sets and changes live (num_workers="auto")."""
 import array
 import base64
 import collections
+import copy
 import ctypes
 import dataclasses
 import functools
@@ -412,6 +413,22 @@ class DataLoader(torch.utils.data.DataLoader):
             self.close()
         except Exception:  # noqa: BLE001 -- nothing to tell at collection
             pass
+
+    # A copy, a deep copy or an unpickled loader is a new loader made with the
+    # same arguments (its own workers), as torch's copies are; no epoch in
+    # progress or checkpoint goes with it.
+    def __copy__(self):
+        return _made_again(self.dataset, self._arguments)
+
+    def __deepcopy__(self, memo):
+        return _made_again(*copy.deepcopy((self.dataset, self._arguments), memo))
+
+    def __reduce__(self):
+        return _made_again, (self.dataset, self._arguments)
+
+
+def _made_again(dataset, arguments):
+    return DataLoader(dataset, **arguments)
 
 
 # The options a DataLoader shows as attributes, as torch's does.

@@ -1267,3 +1267,24 @@ def test_a_native_datasets_new_transform_is_used_from_the_next_epoch(tmp_path):
         assert next(iter(dl))[0].shape == (3, 3, 8, 8) and dl.stats()["pipeline"] == "native"
         ds.transform = T.Compose([T.CenterCrop(8), T.ColorJitter(0.1), T.PILToTensor()])
         assert next(iter(dl))[0].shape == (3, 3, 8, 8) and dl.stats()["pipeline"] == "python"
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_copied_loader_is_a_new_one_with_the_same_arguments(how):
+    import copy
+    import pickle
+    ds = Levelled()  # (a torch.Generator argument pickles in neither torch's loader nor this)
+    dl = stoker.DataLoader(ds, batch_size=3, shuffle=True, num_workers=1)
+    other = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+             "pickle": lambda d: pickle.loads(pickle.dumps(d))}[how](dl)
+    assert type(other) is stoker.DataLoader and other is not dl
+    assert (other.batch_size, other.num_workers) == (3, 1)
+    assert (other.dataset is ds) == (how == "copy")
+    # Its own workers: both iterate at once, and closing one leaves the other.
+    a, b = iter(dl), iter(other)
+    first = [next(a).tolist(), next(b).tolist()]
+    other.close()
+    rest = [x.tolist() for x in a]
+    assert sorted(sum([first[0]] + rest, [])) == [i * 10 for i in range(8)]
+    assert len(first[1]) == 3 and set(first[1]) <= {i * 10 for i in range(8)}
+    dl.close()

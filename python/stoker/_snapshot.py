@@ -14,6 +14,7 @@ anything else by its identity. What lies past the budget, or in an element
 of a large container that the sample skips, or in the bytes of a large array,
 is not seen."""
 
+import functools
 import hashlib
 import types
 
@@ -68,7 +69,7 @@ def _parts(o, kind, h):
         h.update(id(o.__code__).to_bytes(8, "little"))
         cells = [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)]
         return [o.__defaults__, o.__kwdefaults__, *cells]
-    if isinstance(o, (type, types.ModuleType, types.BuiltinFunctionType)):
+    if isinstance(o, (type, types.ModuleType, types.BuiltinFunctionType)) or _loader(o):
         h.update(id(o).to_bytes(8, "little"))
         return []
     fields = getattr(o, "__dict__", None)
@@ -110,6 +111,20 @@ def _memory(o):
                 data = None
         return where, data
     return None
+
+
+def _loader(o):
+    """A loader or its iterator (a dataset may hold one): what it is made of
+    changes as it runs, and is not the dataset's."""
+    return isinstance(o, _loader_kinds())
+
+
+@functools.cache
+def _loader_kinds():
+    import torch.utils.data
+    from . import _dataloader, _loader as loader
+    return (_dataloader.DataLoader, _dataloader._Iterator, loader.Loader,
+            torch.utils.data.DataLoader, torch.utils.data.dataloader._BaseDataLoaderIter)
 
 
 def _filled(cell):

@@ -1288,3 +1288,12 @@ def test_a_copied_loader_is_a_new_one_with_the_same_arguments(how):
     assert sorted(sum([first[0]] + rest, [])) == [i * 10 for i in range(8)]
     assert len(first[1]) == 3 and set(first[1]) <= {i * 10 for i in range(8)}
     dl.close()
+
+
+def test_a_dataset_holding_its_own_loader_is_not_made_anew_each_epoch():
+    ds = Levelled()
+    with stoker.DataLoader(ds, batch_size=4, num_workers=1) as dl:
+        ds.loader = dl  # as some training code keeps it; the loader's state is not the dataset's
+        for _ in range(3):
+            assert len(list(dl)) == 2
+        assert dl._remade == 1  # once: for the new attribute

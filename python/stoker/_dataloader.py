@@ -174,9 +174,12 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._iterator is not None:
             self._iterator.end("a newer iter()")
             self._iterator = None
+        workers = self._run.engine.workers
         self._run.close()
         self._plan.renew_table()
         self._remade += 1
+        if self._options.initial_workers:  # "auto": the tuner goes on from the count it held
+            self._options = dataclasses.replace(self._options, initial_workers=max(1, workers))
         self._start_run()
 
     @property

@@ -530,9 +530,6 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
                                memory_budget_bytes, tune_interval, trace_path)
     remote = _remote.resolve("num_workers", workers["workers"], cluster, cluster_security,
                              remote_timeout, remote_min)
-    if batching["batches_per_epoch"] == 0:  # for every worker count: the engine has none
-        raise ValueError("the loader has no batch: the dataset is empty, or drop_last "
-                         "leaves nothing")
     return _DataLoaderOptions(**batching, **delivery, **workers, **remote)
 
 
@@ -720,7 +717,10 @@ class _Plan:
         """A new table of epochs' batches, for a new run (a closed run shut its own)."""
         # Workers forked before any iter() get this base seed, drawn from nothing.
         first = (self._generator or _torch().default_generator).initial_seed()
-        self.table = _stoker.EpochBatches(self._options.batches_per_epoch, first & (2**63 - 1),
+        # At least one: the engine is made with a non-empty epoch; an empty one
+        # (a dataset that fills later, drop_last over too few) is set at iter().
+        self.table = _stoker.EpochBatches(max(1, self._options.batches_per_epoch),
+                                          first & (2**63 - 1),
                                           "batch" if self._options.shards is None else "shard")
         self._given_ahead = None
 

@@ -1297,3 +1297,20 @@ def test_a_dataset_holding_its_own_loader_is_not_made_anew_each_epoch():
         for _ in range(3):
             assert len(list(dl)) == 2
         assert dl._remade == 1  # once: for the new attribute
+
+
+@pytest.mark.parametrize("kind, workers", [("processes", 2), ("threads", 2), ("processes", 0)])
+def test_an_empty_epoch_is_an_empty_epoch_as_with_torch(kind, workers):
+    # A dataset that fills later (a replay buffer), or drop_last over fewer
+    # samples than a batch: torch's loader gives epochs of no batch.
+    samples = []
+    with stoker.DataLoader(samples, batch_size=2, num_workers=workers, worker_kind=kind) as dl:
+        assert len(dl) == 0 and list(dl) == [] and list(dl) == []
+        assert dl.stats()["batches_delivered"] == 0
+        state = dl.state_dict()
+        samples.extend([1, 2, 3])
+        assert len(dl) == 2 and [b.tolist() for b in dl] == [[1, 2], [3]]
+        dl.load_state_dict(state)
+    with stoker.DataLoader([1, 2], batch_size=4, drop_last=True, num_workers=workers,
+                           worker_kind=kind) as dl:
+        assert len(dl) == 0 and list(dl) == []

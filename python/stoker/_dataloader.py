@@ -143,7 +143,9 @@ class DataLoader(torch.utils.data.DataLoader):
         shards = options.shards
         self._plan = _Plan(options, dataset if shards is None else shards.table)
         self._native_wanted = native
+        self._batch_room = 0  # the largest batch an epoch gave the native path so far
         self._start_run()
+        self._plan.on_set = self._fit_batches
         _exit.close_at_exit(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
 
@@ -154,6 +156,8 @@ class DataLoader(torch.utils.data.DataLoader):
         options, dataset, shards = self._options, self.dataset, self._options.shards
         native_plan, self._pipeline_reason = (None, "a sharded stream") if shards else \
             _native.recognise(dataset, options, self._native_wanted)
+        if native_plan is not None and self._batch_room > native_plan.max_batch:
+            native_plan = dataclasses.replace(native_plan, max_batch=self._batch_room)
         self._plan.index_keys = native_plan is not None
         job = _workers._Job(dataset, options.collate_fn, options.default_collate,
                             options.worker_init_fn,
@@ -171,6 +175,23 @@ class DataLoader(torch.utils.data.DataLoader):
         (what was made ahead is dropped)."""
         if self._snapshot is None or _snapshot.digest(self.dataset) == self._snapshot:
             return
+        self._remake()
+
+    def _fit_batches(self, offsets):
+        """An epoch's batches (their `offsets`) as iter() hands them over: one
+        larger than the native path has room for (a batch sampler's
+        batch_size attribute is only what it mostly gives) makes the run anew
+        with room for it."""
+        native = self._run.native
+        if native is None or self._resume:
+            return
+        largest = max((offsets[i + 1] - offsets[i] for i in range(len(offsets) - 1)), default=0)
+        if largest > native.max_batch:
+            self._batch_room = largest
+            self._remake()
+
+    def _remake(self):
+        """Closes the run and makes it anew over the dataset as it is now."""
         if self._iterator is not None:
             self._iterator.end("a newer iter()")
             self._iterator = None
@@ -212,21 +233,20 @@ class DataLoader(torch.utils.data.DataLoader):
         self._run.check_usable()
         if not self._resume:
             self._remake_if_changed()
-        run = self._run
         prev = self._iterator
         if self._resume:
-            epoch = run.engine.epoch
+            epoch = self._run.engine.epoch
             anew = self._plan.resume(epoch)
         else:
             # Each iter() is an engine epoch of its own: the number the workers
             # may already be running ahead into, never one used before.
             epoch = self._plan.next_epoch()
             try:
-                self._plan.start(epoch)
+                self._plan.start(epoch)  # may make the run anew (_fit_batches)
             except _EndlessOrder as endless:
                 return self._to_torch(endless)
             anew = True
-        plan = self._plan
+        run, plan = self._run, self._plan
         if anew and (run.engine.epoch != epoch or run.engine.batches_per_epoch != plan.batches
                      or not plan.ahead_holds):
             # Abandons what is left of the last epoch, and what the workers
@@ -698,6 +718,7 @@ class _Plan:
         self.ahead_holds = True
         self._given_ahead = None  # (epoch, digest) of the lists handed over early
         self.index_keys = False  # the native path's: keys must be ints
+        self.on_set = None  # told each epoch's batch offsets before the workers get them
         self._generator = options.generator
         # torch draws a base seed at each iter(), but once only with
         # persistent workers (its iterator, and its seed, is then reused).
@@ -756,6 +777,8 @@ class _Plan:
 
     def _set(self, epoch, flat, offsets, keys, digest):
         """Hands `epoch`'s batches to the workers, as the epoch started."""
+        if self.on_set is not None:
+            self.on_set(offsets)  # the loader's look at them first (it may renew the table)
         given, self._given_ahead = self._given_ahead, None
         self.ahead_holds = given is None or given == (epoch, digest)
         self.batches = len(offsets) - 1

@@ -439,6 +439,27 @@ def test_pils_pixel_limit_is_the_native_paths(tmp_path, monkeypatch):
         assert torch.equal(list(loader)[0][0], want[0][0])
 
 
+def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):
+    class Bucketing:  # batch_size says what it mostly gives, not the most
+        batch_size = 2
+
+        def __iter__(self):
+            return iter([[0, 1, 2], [3], [4, 1, 5, 6, 7]])
+
+        def __len__(self):
+            return 3
+
+    dataset = ImageFolder(folder, transform=T.Compose([T.CenterCrop(24), T.PILToTensor()]))
+    want = _torch_batches(dataset, batch_sampler=Bucketing())
+    with stoker.DataLoader(dataset, batch_sampler=Bucketing(), num_workers=1) as loader:
+        for _ in range(2):  # the second epoch in the run made with room for five
+            got = list(loader)
+            assert [g[0].shape[0] for g in got] == [3, 1, 5]
+            assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1])
+                       for g, w in zip(got, want))
+        assert loader.stats()["pipeline"] == "native" and loader._remade == 1
+
+
 # -- a bad file: as the Python path ------------------------------------------
 
 @pytest.fixture

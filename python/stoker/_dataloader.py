@@ -441,17 +441,21 @@ class DataLoader(torch.utils.data.DataLoader):
     # same arguments (its own workers), as torch's copies are; no epoch in
     # progress or checkpoint goes with it.
     def __copy__(self):
-        return _made_again(self.dataset, self._arguments)
+        return _made_again(self._kind(), self.dataset, self._arguments)
 
     def __deepcopy__(self, memo):
-        return _made_again(*copy.deepcopy((self.dataset, self._arguments), memo))
+        return _made_again(self._kind(), *copy.deepcopy((self.dataset, self._arguments), memo))
 
     def __reduce__(self):
-        return _made_again, (self.dataset, self._arguments)
+        return _made_again, (self._kind(), self.dataset, self._arguments)
+
+    def _kind(self):
+        """The class a copy is made of: this one's, unless it takes other arguments."""
+        return type(self) if type(self).__init__ is DataLoader.__init__ else DataLoader
 
 
-def _made_again(dataset, arguments):
-    return DataLoader(dataset, **arguments)
+def _made_again(kind, dataset, arguments):
+    return kind(dataset, **arguments)
 
 
 # The options a DataLoader shows as attributes, as torch's does.

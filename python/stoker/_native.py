@@ -54,6 +54,7 @@ def _recognise(dataset, options):
     folder = _torchvision_folder()
     if folder is None:
         raise _Off("torchvision is not installed")
+    dataset, indices = _through_subsets(dataset)
     kind = type(dataset)
     if kind not in (folder.ImageFolder, folder.DatasetFolder):
         if isinstance(dataset, folder.DatasetFolder):
@@ -85,7 +86,20 @@ def _recognise(dataset, options):
         raise _Off("cluster= runs the Python path on remote slots")
     max_batch = _max_batch(options)
     transform, steps = _transform(dataset.transform)
-    return Plan(source=_source(dataset), transform=transform, max_batch=max_batch, steps=steps)
+    return Plan(source=_source(dataset, indices), transform=transform, max_batch=max_batch,
+                steps=steps)
+
+
+def _through_subsets(dataset):
+    """(the dataset under torch's Subsets, e.g. random_split's, and which of
+    its samples they keep, in their order; None: all)."""
+    import torch.utils.data
+    indices = None
+    while type(dataset) is torch.utils.data.Subset:
+        level = list(dataset.indices)
+        indices = level if indices is None else [level[i] for i in indices]
+        dataset = dataset.dataset
+    return dataset, indices
 
 
 def _torchvision_folder():
@@ -113,9 +127,15 @@ def _max_batch(options):
                "samples a batch holds)")
 
 
-def _source(dataset):
-    """dataset.samples as stoker's source: the same files, labels and order."""
+def _source(dataset, indices=None):
+    """dataset.samples (those at `indices`, a Subset's) as stoker's source:
+    the same files, labels and order."""
     samples = dataset.samples
+    if indices is not None:
+        try:
+            samples = [samples[i] for i in indices]
+        except (IndexError, TypeError) as e:  # as the Subset itself would fail
+            raise _Off(f"the Subset's indices do not index the dataset's samples: {e}") from None
     if len(samples) == 0:
         raise _Off("the dataset has no samples")
     paths, labels = [], []

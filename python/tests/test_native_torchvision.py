@@ -348,8 +348,10 @@ def test_what_is_not_native_runs_python_and_says_why(folder, name):
     (lambda root, t: _Sub(root, transform=t), "is a subclass of torchvision's DatasetFolder"),
     (lambda root, t: ImageFolder(root, transform=t, loader=_custom_loader),
      "loader _custom_loader is not torchvision's default_loader"),
-    (lambda root, t: torch.utils.data.Subset(ImageFolder(root, transform=t), [0, 1, 2]),
-     "dataset Subset is not torchvision's ImageFolder"),
+    (lambda root, t: torch.utils.data.Subset(_Sub(root, transform=t), [0, 1, 2]),
+     "is a subclass of torchvision's DatasetFolder"),
+    (lambda root, t: torch.utils.data.ConcatDataset([ImageFolder(root, transform=t)] * 2),
+     "dataset ConcatDataset is not torchvision's ImageFolder"),
 ])
 def test_datasets_stoker_cannot_see_through_run_python(folder, make, reason):
     dataset = make(folder, T.Compose([T.Resize((32, 32)), T.ToTensor()]))
@@ -458,6 +460,24 @@ def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):
             assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1])
                        for g, w in zip(got, want))
         assert loader.stats()["pipeline"] == "native" and loader._remade == 1
+
+
+def test_subsets_of_an_image_folder_run_natively(folder):
+    # random_split's Subsets (and a Subset of one) are seen through: the same
+    # samples, in the Subset's order, as torch's loader gives them.
+    dataset = ImageFolder(folder, transform=T.Compose([T.Resize(40), T.CenterCrop(32),
+                                                       T.PILToTensor()]))
+    train, val = torch.utils.data.random_split(dataset, [0.75, 0.25],
+                                               generator=torch.Generator().manual_seed(0))
+    nested = torch.utils.data.Subset(train, [5, 0, 3, 3])
+    for subset in (train, val, nested):
+        want = _torch_batches(subset, batch_size=4)
+        with stoker.DataLoader(subset, batch_size=4, num_workers=1) as loader:
+            got = list(loader)
+            assert loader.stats()["pipeline"] == "native"
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert torch.equal(g[1], w[1]) and bool((_levels(g[0], w[0], False) <= 1).all())
 
 
 # -- a bad file: as the Python path ------------------------------------------

@@ -173,7 +173,10 @@ class DataLoader(torch.utils.data.DataLoader):
         """iter() over a dataset changed since the run was made: the run is made
         anew, as torch forks its workers from the dataset at each iter()
         (what was made ahead is dropped)."""
-        if self._snapshot is None or _snapshot.digest(self.dataset) == self._snapshot:
+        if self._snapshot is None:
+            return
+        now = _snapshot.digest(self.dataset)
+        if now is None or now == self._snapshot:  # None: it cannot tell, so nothing changed
             return
         self._remake()
 

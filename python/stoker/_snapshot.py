@@ -26,7 +26,16 @@ _SCALARS = (bool, int, float, complex, str, bytes, bytearray, type(None), type(E
 
 
 def digest(obj, budget=BUDGET):
-    """A digest of `obj` and of what it holds, as far as `budget` objects."""
+    """A digest of `obj` and of what it holds, as far as `budget` objects;
+    None when something in it cannot be looked at (whatever a user's object
+    raises when its fields are read)."""
+    try:
+        return _digest(obj, budget)
+    except Exception:  # noqa: BLE001 -- a digest that cannot be made tells nothing
+        return None
+
+
+def _digest(obj, budget):
     h = hashlib.blake2b(digest_size=16)
     queue = [obj]
     seen = set()
@@ -37,9 +46,7 @@ def digest(obj, budget=BUDGET):
         kind = type(o)
         h.update(f"{kind.__module__}.{kind.__qualname__}|".encode())
         if kind in _SCALARS:
-            data = o if kind in (bytes, bytearray) else repr(o).encode()
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(bytes(data[:_SMALL_BYTES]))
+            h.update(_scalar(o, kind))
             continue
         if id(o) in seen:  # shared or cyclic: where it was met first
             h.update(b"@" + id(o).to_bytes(8, "little"))
@@ -73,14 +80,36 @@ def _parts(o, kind, h):
         h.update(id(o).to_bytes(8, "little"))
         return []
     fields = getattr(o, "__dict__", None)
-    slots = [s for c in kind.__mro__ for s in getattr(c, "__slots__", ()) if hasattr(o, s)]
+    slots = [s for c in kind.__mro__ for s in _slot_names(c) if hasattr(o, s)]
     if fields is None and not slots:
         h.update(id(o).to_bytes(8, "little"))  # opaque: by identity
         return []
     parts = []
-    for name, value in sorted((fields or {}).items()) + [(s, getattr(o, s)) for s in slots]:
+    named = sorted((fields or {}).items(), key=lambda item: repr(item[0]))
+    for name, value in named + [(s, getattr(o, s)) for s in slots]:
         parts += [name, value]
     return parts
+
+
+def _scalar(o, kind):
+    """A scalar's bytes for the digest: its length and at most its first
+    _SMALL_BYTES (a long string or a huge int costs no more)."""
+    if kind in (bytes, bytearray):
+        data = bytes(o[:_SMALL_BYTES])
+    elif kind is str:
+        data = o[:_SMALL_BYTES].encode(errors="surrogatepass")
+    elif kind is int and o.bit_length() > 64:  # no repr: Python refuses one past 4300 digits
+        data = (o & ((1 << (8 * _SMALL_BYTES)) - 1)).to_bytes(_SMALL_BYTES, "little") + \
+            o.bit_length().to_bytes(8, "little") + (b"-" if o < 0 else b"+")
+    else:
+        data = repr(o).encode()
+    size = len(o) if kind in (bytes, bytearray, str) else len(data)
+    return size.to_bytes(8, "little") + data
+
+
+def _slot_names(cls):
+    names = getattr(cls, "__slots__", ())
+    return (names,) if isinstance(names, str) else tuple(names)
 
 
 def _sampled(items):

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "core/number_text.h"
 #include "stoker/rng.h"
@@ -48,6 +49,28 @@ Status SampleFailureStatus(const std::string& reason, const std::string& trace,
   if (not_the_samples_fault) text += " (not the sample's fault: never skipped)";
   if (!trace.empty()) text += "\n\nIn the worker:\n" + trace;
   return not_the_samples_fault ? Unavailable(std::move(text)) : DataError(std::move(text));
+}
+
+// A FAIL message's parts: what failed, the worker's traceback (its text,
+// split at the NUL) and the pickled exception that ends it (empty: none).
+struct Failure {
+  std::string reason, trace, exception;
+};
+Failure ReadFailure(const Message& m) {
+  const int64_t bytes =
+      m.words[m.tag == Tag::kSampleFail ? size_t{protocol::SampleFailWord::kExceptionBytes}
+                                        : size_t{protocol::FailWord::kExceptionBytes}];
+  std::string_view text = m.text;
+  Failure f;
+  if (bytes > 0 && static_cast<size_t>(bytes) <= text.size()) {
+    const size_t at = text.size() - static_cast<size_t>(bytes);
+    f.exception = std::string(text.substr(at));
+    text = text.substr(0, at);
+  }
+  const size_t nul = std::min(text.find('\0'), text.size());
+  f.reason = std::string(text.substr(0, nul));
+  if (nul < text.size()) f.trace = std::string(text.substr(nul + 1));
+  return f;
 }
 
 // How a worker process (worker id `worker`) that died mid-sample is
@@ -138,30 +161,18 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
     using F = protocol::SampleFailWord;
-    std::string exception;  // a FAIL message's pickled exception ends its text
-    if (m.tag == Tag::kSampleFail || m.tag == Tag::kTaskFail) {
-      const int64_t bytes =
-          m.words[m.tag == Tag::kSampleFail ? size_t{F::kExceptionBytes}
-                                            : size_t{protocol::TaskFailWord::kExceptionBytes}];
-      if (bytes > 0 && static_cast<size_t>(bytes) <= m.text.size()) {
-        const size_t at = m.text.size() - static_cast<size_t>(bytes);
-        exception = m.text.substr(at);
-        m.text.resize(at);
-      }
-    }
-    // A failure's text: what failed, a NUL, the worker's traceback.
-    const size_t nul = std::min(m.text.find('\0'), m.text.size());
-    const std::string reason = m.text.substr(0, nul);
-    std::string trace = nul < m.text.size() ? m.text.substr(nul + 1) : "";
     if (m.tag == Tag::kTaskFail || m.tag == Tag::kSampleFail) {
+      Failure failure = ReadFailure(m);
       auto detail = std::make_shared<SampleErrorDetail>();
       detail->worker = proc_->id;
-      detail->exception = std::move(exception);
-      if (m.tag == Tag::kTaskFail) return BatchFailureStatus(reason, std::move(trace), detail);
+      detail->exception = std::move(failure.exception);
+      if (m.tag == Tag::kTaskFail) {
+        return BatchFailureStatus(failure.reason, std::move(failure.trace), detail);
+      }
       detail->index = m.words[F::kIndex];
-      detail->traceback = std::move(trace);
+      detail->traceback = std::move(failure.trace);
       outcome->failures.push_back(
-          FailedSample(std::move(detail), reason, m.words[F::kNotTheSamplesFault] != 0));
+          FailedSample(std::move(detail), failure.reason, m.words[F::kNotTheSamplesFault] != 0));
       continue;
     }
     if (m.tag == Tag::kOver) {
@@ -446,10 +457,23 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
                        " (is a limit on processes or threads, e.g. a pids cgroup, refusing "
                        "its threads?)");
   }
-  std::string why = !hello.ok() ? "it exited before its greeting: " + Reap(w).how
-                                : "worker_init_fn raised: " + hello->text;
-  if (hello.ok()) Reap(w);
-  return Internal(named + " could not start: " + why);
+  if (!hello.ok())
+    return Internal(named + " could not start: it exited before its greeting: " + Reap(w).how);
+  Reap(w);
+  if (hello->tag != Tag::kInitFail) {
+    return Internal(named + " could not start: it sent " + kMessages[hello->tag].tag +
+                    " instead of HELLO");
+  }
+  // Raised as worker_init_fn's own exception type, as torch re-raises it.
+  Failure failure = ReadFailure(*hello);
+  auto detail = std::make_shared<SampleErrorDetail>();
+  detail->index = SampleErrorDetail::kNoSample;
+  detail->worker = id;
+  detail->exception = std::move(failure.exception);
+  detail->traceback = failure.trace;
+  std::string text = named + " could not start: worker_init_fn raised " + failure.reason;
+  if (!failure.trace.empty()) text += "\n\nIn the worker:\n" + failure.trace;
+  return Internal(std::move(text)).WithDetail(std::move(detail));
 }
 
 Result<Message> ProcessWorkers::AskZygote(protocol::Tag::Index tag, std::span<const int64_t> words,

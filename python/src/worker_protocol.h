@@ -9,8 +9,8 @@
 //
 // Each message is one SOCK_SEQPACKET datagram: an 8-byte tag (NUL-padded),
 // then native int64 words in the order listed, then UTF-8 text for the
-// messages marked with text (SAMPFAIL's and TASKFAIL's end in bytes: the
-// pickled exception). A file descriptor may ride along (SCM_RIGHTS).
+// messages marked with text (SAMPFAIL's, TASKFAIL's and INITFAIL's end in
+// bytes: the pickled exception). A file descriptor may ride along (SCM_RIGHTS).
 
 #include <array>
 #include <cstddef>
@@ -62,10 +62,11 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Index, index)                              \
   X(NotTheSamplesFault, not_the_samples_fault) \
   X(ExceptionBytes, exception_bytes)
-// worker -> parent, instead of DONE: the batch failed outside its samples
-// (collate_fn raised, the batch could not be written); text as SAMPFAIL's,
-// the pickled exception after it (exception_bytes, 0: none).
-#define STOKER_TASKFAIL_WORDS(X) \
+// worker -> parent: TASKFAIL instead of DONE, the batch failed outside its
+// samples (collate_fn raised, the batch could not be written); INITFAIL
+// instead of HELLO, worker_init_fn raised. Text as SAMPFAIL's, the pickled
+// exception after it (exception_bytes, 0: none).
+#define STOKER_FAIL_WORDS(X) \
   X(ExceptionBytes, exception_bytes)
 // worker -> parent: the batch is in the segment (`samples` of it loaded),
 // with the worker's figures (cumulative CPU and run-queue delay, unique
@@ -100,10 +101,10 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Reap, REAP, STOKER_REAP_WORDS, false)                  \
   X(Reaped, REAPED, STOKER_REAPED_WORDS, false)            \
   X(Hello, HELLO, STOKER_NO_WORDS, false)                  \
-  X(InitFail, INITFAIL, STOKER_NO_WORDS, true)             \
+  X(InitFail, INITFAIL, STOKER_FAIL_WORDS, true)           \
   X(Task, TASK, STOKER_TASK_WORDS, false)                  \
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
-  X(TaskFail, TASKFAIL, STOKER_TASKFAIL_WORDS, true)       \
+  X(TaskFail, TASKFAIL, STOKER_FAIL_WORDS, true)           \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
@@ -180,8 +181,8 @@ struct OverWord {
 struct SampleFailWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_SAMPLEFAIL_WORDS)
 };
-struct TaskFailWord {
-  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_TASKFAIL_WORDS)
+struct FailWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FAIL_WORDS)
 };
 struct ForkWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORK_WORDS)

@@ -1486,7 +1486,9 @@ class _Iterator:
             raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         try:
             got = engine.next()  # raises the failures of the next batch, once
-        except _stoker.DataError as e:
+        except (_stoker.DataError, RuntimeError) as e:
+            if not isinstance(e, _stoker.DataError) and getattr(e, "_sample", None) is None:
+                raise  # carries no worker's exception (worker_init_fn's would)
             # As the sample's own type (an OSError for a file stoker decoded).
             error = _errors.native_sample_error(e) if self._native is not None else \
                 _errors.sample_error(e, (self._threads, self._remote))

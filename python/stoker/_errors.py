@@ -25,8 +25,9 @@ class WorkerTraceback(Exception):
 
 
 def sample_error(error, threads):
-    """The exception to raise for `error`, a DataError from the engine, or
-    None when it names no sample of a Python dataset. `threads`: the loader's
+    """The exception to raise for `error`, a DataError from the engine (or a
+    RuntimeError: worker_init_fn raised), or None when it carries no
+    exception of a worker's. `threads`: the loader's
     ThreadWorkers (its thread workers', its remote slots'), None where it has
     none. Never raises."""
     sample = getattr(error, "_sample", None)
@@ -52,10 +53,15 @@ def sample_error(error, threads):
     except Exception:  # noqa: BLE001 -- whatever a user's type does: a plain DataError
         made = None
     if made is None:
-        made = _fields(DataError(*error.args), error)
+        made = _fields(_engine_type(error)(*error.args), error)
     made.__cause__ = cause
-    made.__suppress_context__ = True  # the engine's plain DataError says nothing more
+    made.__suppress_context__ = True  # the engine's plain error says nothing more
     return made
+
+
+def _engine_type(error):
+    """The stoker type `error` is raised as: DataError, or RuntimeError."""
+    return DataError if isinstance(error, DataError) else RuntimeError
 
 
 def native_sample_error(error):
@@ -79,33 +85,36 @@ def native_sample_error(error):
 def _fields(made, error):
     """`made` with `error`'s fields."""
     made.code = getattr(error, "code", None)
-    made.index, made.key, made.worker = error.index, error.key, error.worker
+    for name in ("index", "key", "worker"):  # a RuntimeError from pickle has none yet
+        setattr(made, name, getattr(error, name, None))
     return made
 
 
-_COMBINED = {}  # a sample's exception type -> DataError of that type, or None: none can be
+_COMBINED = {}  # (an exception type, the engine's) -> the two combined, or None: none can be
 
 
-def _combined(kind):
-    """A DataError subclass that is also `kind`, made once per type; None
-    where none can be (a layout or MRO conflict, a type that is no
-    exception). May raise, for a type that is odd enough."""
-    if kind in _COMBINED:
-        return _COMBINED[kind]
+def _combined(kind, base=DataError):
+    """A subclass of `base` (DataError; RuntimeError for worker_init_fn's
+    error) that is also `kind`, made once per pair; None where none can be
+    (a layout or MRO conflict, a type that is no exception). May raise, for
+    a type that is odd enough."""
+    if (kind, base) in _COMBINED:
+        return _COMBINED[kind, base]
     combined = None
     if isinstance(kind, type) and issubclass(kind, Exception):
-        bases = (kind,) if issubclass(kind, DataError) else (DataError, kind)
+        bases = (kind,) if issubclass(kind, base) else (base, kind)
         try:
-            combined = type(f"DataError[{kind.__name__}]", bases, {
-                "__module__": "stoker", "__qualname__": f"DataError[{kind.__qualname__}]",
-                "__doc__": DataError.__doc__,
+            combined = type(f"{base.__name__}[{kind.__name__}]", bases, {
+                "__module__": "stoker",
+                "__qualname__": f"{base.__name__}[{kind.__qualname__}]",
+                "__doc__": base.__doc__,
                 # The engine's message, not what the type's own methods make of
                 # its fields (never set: its __init__ is not run).
                 "__str__": BaseException.__str__, "__repr__": BaseException.__repr__,
-                "__reduce__": _reduce, "_sample_type": kind})
+                "__reduce__": _reduce, "_sample_type": kind, "_engine_type": base})
         except TypeError:  # a layout conflict (built-in types with fields of their own)
             combined = None
-    _COMBINED[kind] = combined
+    _COMBINED[kind, base] = combined
     return combined
 
 
@@ -113,7 +122,7 @@ def _instance(kind, error):
     """`error` (its message and fields) as an instance of the combined type
     of `kind`, or None where it cannot be made. May raise, for a type that is
     odd enough."""
-    combined = None if kind is None else _combined(kind)
+    combined = None if kind is None else _combined(kind, _engine_type(error))
     if combined is None:
         return None
     # Its own __new__ (OSError's, a user's), not DataError's; never its
@@ -130,11 +139,11 @@ def _instance(kind, error):
 
 def _reduce(self):
     """Pickles as its type, message and fields (rebuilt by _rebuild)."""
-    return _rebuild, (self._sample_type, self.args), dict(vars(self))
+    return _rebuild, (self._sample_type, self.args, self._engine_type), dict(vars(self))
 
 
-def _rebuild(kind, args):
-    error = DataError(*args)
+def _rebuild(kind, args, base=DataError):
+    error = base(*args)
     try:
         made = _instance(kind, error)
     except Exception:  # noqa: BLE001 -- as sample_error

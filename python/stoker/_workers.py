@@ -447,8 +447,8 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         _seed_all(seed + worker_id)
         if job.worker_init_fn is not None:
             job.worker_init_fn(worker_id)
-    except BaseException:  # noqa: BLE001 -- said to the parent, which raises it
-        sock.send(_message(P.INITFAIL, traceback.format_exc()))
+    except BaseException as e:  # noqa: BLE001 -- said to the parent, which raises it as its type
+        sock.send(_failed(P.INITFAIL, f"{type(e).__name__}: {e}", traceback.format_exc(), e))
         return
     sock.send(_message(P.HELLO))
     segments = {}

@@ -461,6 +461,25 @@ def test_a_collate_error_made_on_a_remote_worker_is_of_its_own_type(shared_dask_
     assert any("made on worker-" in str(e) for e in errors)  # some came from the cluster
 
 
+def _init_raising(worker_id):
+    raise KeyError(f"no shard for worker {worker_id}")
+
+
+def test_a_worker_init_fns_error_is_of_its_own_type():
+    # torch re-raises what worker_init_fn raised as its type; stoker too, as
+    # a RuntimeError (the worker could not start) that is also a KeyError.
+    with stoker.DataLoader(list(range(8)), batch_size=4, num_workers=1,
+                           worker_init_fn=_init_raising) as dl:
+        error = _next_error(iter(dl))
+    assert isinstance(error, KeyError) and isinstance(error, RuntimeError)
+    assert not isinstance(error, stoker.DataError)
+    assert "could not start: worker_init_fn raised KeyError: 'no shard for worker 0'" in str(error)
+    assert "In the worker:" in str(error) and "_init_raising" in str(error)
+    assert type(error.__cause__) is KeyError and error.index is None and error.worker == 0
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error)
+
+
 def test_a_worker_that_dies_is_a_data_error_naming_its_sample_and_worker():
     ds = Raising(8, {3: lambda: os.kill(os.getpid(), signal.SIGSEGV)})
     with _data_loader(ds, "processes", batch_size=4) as dl:

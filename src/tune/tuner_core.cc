@@ -450,6 +450,16 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
                    trial_from_, gain * 100, workers_),
                t_s);
   }
+  if (workers_ > 2 * trial_from_) {
+    // One window after a jump of more than twice the pool is no knee: it
+    // holds the new threads' start-up. Confirm with a step of twice the
+    // pool, judged against the same reading before the jump.
+    phase_ = Phase::kTrialUp;
+    return Set(2 * trial_from_, b, p,
+               Fmt("%.0f gained only %+.1f %% on one window after a jump from %.0f: trying %.0f",
+                   workers_, gain * 100, trial_from_, 2.0 * trial_from_),
+               t_s);
+  }
   knee_ = trial_from_;
   return Set(
       trial_from_, b, p,

@@ -42,6 +42,11 @@ struct SimWorkload {
   // later read this much above the rate (work in flight when it grew,
   // landing at once).
   double lump = 0;
+  // The first time a pool of 3 or more grows more than twofold, its first
+  // 2.5 s read this much below the rate (the new threads' start-up on a
+  // busy machine).
+  double dip = 0;
+  double dipped_at = -1;
   int last_workers = 0;
   double grew_at = -1;
   uint64_t tick = 0;
@@ -88,9 +93,11 @@ struct SimWorkload {
     ++tick;
     now = t;
     if (workers > 2 * last_workers && last_workers > 0) grew_at = t;
+    if (workers > 2 * last_workers && last_workers >= 3 && dipped_at < 0) dipped_at = t;
     last_workers = workers;
     double jitter = 1 + noise * (static_cast<double>((tick * 2654435761u) % 2001) / 1000.0 - 1);
     if (grew_at >= 0 && t - grew_at >= 1.0 && t - grew_at < 1.6) jitter += lump;
+    if (dipped_at >= 0 && t - dipped_at < 2.5) jitter -= dip;
     double cap = Capacity(workers) * jitter;
     if (tail > 0 && slots > 0) {
       // The window's slow reads: each holds a slot ~25x longer; they come
@@ -754,6 +761,23 @@ TEST(TunerCoreTest, CpuHogsDoNotRaiseTheCountPastTheBudget) {
   EXPECT_GE(w.Rate(calm.Final()), 0.97 * BestStatic(w, 128));
   EXPECT_LE(calm.Final(), 3);
   EXPECT_LE(TicksTo(calm, BestStatic(w, 128), 0.95) * kTick, 5.0);
+}
+
+TEST(TunerCoreTest, AJumpThatReadsLowOnItsFirstWindowMarksNoKnee) {
+  // I/O-bound work beside two hogs: the start is held to the CPU budget,
+  // then the model's jump is far more than twice the pool, and its first
+  // windows read two thirds low (start-up on a busy machine). One window
+  // after such a jump is no knee: a step of twice the pool confirms it.
+  SimWorkload w;
+  w.cpu_s = 0.003;
+  w.io_s = 0.01;
+  w.hogs = 2;
+  w.dip = 0.66;
+  TunerCore core(1, 4);
+  Budgets b = TwoCores();
+  SimRun r = Drive(core, w, b, 150);
+  EXPECT_GE(w.Rate(r.Final()), 1.5 * w.Rate(3)) << r.Final() << " workers";
+  EXPECT_LE(Changes(r.decisions, 20.0), 1);
 }
 
 TEST(TunerCoreTest, ContendedCpuBoundWorkStaysWithinTheBudget) {

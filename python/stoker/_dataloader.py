@@ -1487,8 +1487,9 @@ class _Iterator:
         try:
             got = engine.next()  # raises the failures of the next batch, once
         except (_stoker.DataError, RuntimeError) as e:
-            if not isinstance(e, _stoker.DataError) and getattr(e, "_sample", None) is None:
-                raise  # carries no worker's exception (worker_init_fn's would)
+            if not isinstance(e, _stoker.DataError) and (
+                    type(e) is not RuntimeError or getattr(e, "_sample", None) is None):
+                raise  # a ResourceError, a Cancelled, or a RuntimeError of no worker's exception
             # As the sample's own type (an OSError for a file stoker decoded).
             error = _errors.native_sample_error(e) if self._native is not None else \
                 _errors.sample_error(e, (self._threads, self._remote))

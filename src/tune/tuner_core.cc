@@ -406,7 +406,20 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   return SetByModel(p, b,
                     "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
                     "{item}, %s -> %d workers",
-                    t_s, p.contended ? CpuBoundCap(b) : kMaxWorkers);
+                    t_s, p.contended ? CpuBoundCap(b) : FirstJumpCap(p));
+}
+
+int TunerCore::FirstJumpCap(const Pooled& p) const {
+  // Work that waits off the CPU for reads may be on a store that slows when
+  // overloaded: a jump to the cap serves a fraction of its rate there, and
+  // the model, reading its slots in that state, errs low. Steps that pay
+  // double the pool from here.
+  if (ReadsAreTheWait(p)) return std::max(params_.first_jump, params_.first_jump * workers_);
+  return kMaxWorkers;
+}
+
+bool TunerCore::ReadsAreTheWait(const Pooled& p) const {
+  return p.wait_per_sample() >= 2 * p.cpu_per_sample();
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
@@ -439,6 +452,16 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
             "{item} (%.1f ms before): the store saturates, steps find its knee",
             trial_from_, workers_, gain * 100, p.wait_per_sample() * 1e3, trial_wait_before_ * 1e3),
         t_s);
+  }
+  const std::pair<int, int> step{trial_from_, workers_};
+  if (gain < -params_.change && std::exchange(lost_step_, step) == step) {
+    // The same step lost as much the last time: it is the step that loses
+    // (a store overloaded past it), not the workload.
+    knee_ = trial_from_;
+    return Set(trial_from_, b, p,
+               Fmt("knee at %.0f workers: %.0f lost %.1f %% again, the step and not the workload",
+                   trial_from_, workers_, -gain * 100),
+               t_s);
   }
   if (gain < -params_.change) {
     // More workers do not lose this much of the throughput: the workload
@@ -532,12 +555,14 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
        RelChange(p.produced_rate(), reference_->produced_rate()) > params_.change)) {
     store_.Clear();
     store_floor_.reset();
+    store_linear_.reset();
     // This window too (Observe fed it): it may straddle the change, and a
     // wait averaged across it would teach the model a false service time.
   }
   const double changed_rate = reference_ ? p.produced_rate() - reference_->produced_rate() : 0;
   reference_ = p;
   store_top_.reset();
+  store_falling_.reset();
   store_moved_windows_ = 0;
   store_way_ = 0;
   const bool was_held = std::exchange(store_held_, false);
@@ -553,6 +578,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
     // A search still under way goes on both ways.
     store_seen_ = true;
     store_floor_.reset();
+    store_linear_.reset();
     store_recheck_.reset();
     if (was_held) store_way_ = changed_rate >= 0 ? 1 : -1;
     settled_s_ = 0;
@@ -624,6 +650,9 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // enough that their gain stands out of the noise of a one-second window.
   const int step = std::max(1, last_gain_ > params_.big_gain ? workers_ : workers_ / 2);
   int target = std::max(Model(p, b), workers_ + step);
+  // Where reads are the wait, at most twice the pool: a store that slows
+  // when overloaded serves a fraction of its rate far past its knee.
+  if (ReadsAreTheWait(p)) target = std::min(target, 2 * workers_);
   if (knee_) target = std::min(target, *knee_);
   target = std::min(target, cap);
   if (target <= workers_) return std::nullopt;
@@ -734,6 +763,7 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     const bool faster = unqueued || p.produced_rate() > store_hold_rate_;
     store_way_ = faster ? 1 : -1;
     (faster ? store_top_ : store_floor_).reset();
+    (faster ? store_falling_ : store_linear_).reset();
     return StoreVerify(
         workers_, p.produced_rate(), p.mid_s(), p, b,
         (unqueued ? Say("reads no longer queue at the store (%.0f {items}/s at %.0f workers)",
@@ -802,12 +832,18 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
                         p.wait_per_sample() < params_.store_queued * store_.service_s();
   const bool grow =
       (std::exchange(store_last_gain_, 0.0) > params_.big_gain || unqueued) && store_way_ == 0;
+  // The last step down gained handsomely: the next one may halve the pool.
+  const bool shrink =
+      std::exchange(store_last_shrink_gain_, 0.0) > params_.big_gain && store_way_ == 0;
   if (!store_prior_tried_ && store_.Saturated()) {
     // The model's knee, once: a pool far above it (the first jump, sized as
     // if reads were parallel) tries it, judged by throughput.
     store_prior_tried_ = true;
     const int prior = std::min(store_.Knee(), cap);
-    if (at - prior > StoreStepOf(at)) {
+    // Not below a count where the rate grew in proportion: there the
+    // model reads too few slots.
+    const bool below_linear = store_linear_ && prior < *store_linear_;
+    if (at - prior > StoreStepOf(at) && !below_linear) {
       StartStoreTrial(at, rate, rate_t, /*down=*/true, /*prior=*/true);
       return Set(prior, b, p,
                  why + store_.Describe(item_) +
@@ -829,14 +865,27 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   if (store_top_ && (halve || grow)) {
     up_step = std::min(up_step, std::max(halve ? 1 : step, (*store_top_ - at) / 2));
   }
-  const int down_step =
+  int down_step =
       store_floor_ && halve ? std::min(step, std::max(1, (at - *store_floor_) / 2)) : step;
+  if (shrink) {
+    down_step =
+        store_floor_ ? std::max(down_step, (at - *store_floor_) / 2) : std::max(step, at / 2);
+  }
   const int up = std::min(at + up_step, cap);
   const int down = std::max(1, at - down_step);
-  const bool up_open = store_way_ >= 0 && up > at && (!store_top_ || *store_top_ > up);
-  const bool down_open = store_way_ <= 0 && down < at && (!store_floor_ || *store_floor_ < down);
-  // Toward the model's knee first: above it, a step down.
-  const bool above_model = store_.Saturated() && at > store_.Knee();
+  // From a count whose step down gained in proportion to its size, the
+  // rate fell as the pool grew (an overloaded store): no step up from it.
+  const bool falling = store_falling_ && at >= *store_falling_;
+  const bool up_open = store_way_ >= 0 && up > at && !falling && (!store_top_ || *store_top_ > up);
+  // Up to a count whose step up paid in proportion to its size, the rate
+  // still grew with the pool: a step down from there would lose as much.
+  const bool linear = store_linear_ && *store_linear_ >= at;
+  const bool down_open =
+      store_way_ <= 0 && down < at && !linear && (!store_floor_ || *store_floor_ < down);
+  // Toward the model's knee first: above it, a step down (a knee below a
+  // count where the rate still grew is the model's error: an overloaded
+  // store stretches its service, and it reads too few slots).
+  const bool above_model = store_.Saturated() && at > store_.Knee() && !linear;
   const std::string model = store_.Saturated() ? store_.Describe(item_) + "; " : std::string();
   if (down_open || up_open) {
     const bool step_down = down_open && (above_model || !up_open);
@@ -866,6 +915,14 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   if (store_floor_) {
     evidence += (evidence.empty() ? "" : ", ") +
                 Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100);
+  }
+  if (linear) {
+    evidence += (evidence.empty() ? "" : ", ") +
+                Fmt("the rate grew in proportion to the pool up to %.0f", *store_linear_);
+  }
+  if (falling) {
+    evidence += (evidence.empty() ? "" : ", ") +
+                Fmt("the rate rose as the pool shrank down to %.0f", *store_falling_);
   }
   if (evidence.empty()) evidence = "no step left within the budget";
   return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
@@ -934,6 +991,10 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
     if (r.up) {
       store_floor_ = from;  // fewer than the trial's count lose
       store_last_gain_ = change;
+      // The rate grew in proportion to the step (the store had room for
+      // every read): any count below the trial's makes less.
+      const double step = static_cast<double>(r.workers - from) / std::max(from, 1);
+      if (change >= params_.store_linear * step) store_linear_ = r.workers;
     } else {
       // The model's knee paying handsomely over the pool far above it: that
       // pool overloaded the store, and the model, reading its slots there,
@@ -941,6 +1002,13 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       // as much.
       if (r.prior && change > params_.big_gain) store_last_gain_ = change;
       store_top_ = from;  // more workers paid nothing over the trial's count
+      // Fewer workers made more, in proportion to the step: the store was
+      // overloaded down to the trial's count, and steps go on down.
+      const double step = static_cast<double>(from - r.workers) / std::max(from, 1);
+      if (!r.prior && change >= params_.store_linear * step) {
+        store_falling_ = r.workers;
+        store_last_shrink_gain_ = change;
+      }
       store_peaked_ = store_peaked_ || (change >= params_.gain && !r.prior);
       if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();
     }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "stoker/defaults.h"
 #include "stoker/tuning.h"
@@ -63,6 +64,9 @@ struct Budgets {
 /// on_cpu of its CPU time, however busy the machine; such a pool never
 /// holds more than the CPU budget + over_budget workers. Only work that
 /// measurably waits off the CPU (I/O) gets more threads than cores.
+/// Where reads are the wait, the first jump is at most first_jump x the
+/// pool and later plain steps at most double it (a store that slows when
+/// overloaded serves a fraction of its rate far past its knee).
 /// Then, while the consumer waits, it tries steps of half the pool (whole
 /// while steps pay > big_gain), each judged against a settled window (not
 /// the first after the pool grew), going on while they pay >= gain, and
@@ -89,8 +93,11 @@ struct Budgets {
 /// first: a step up is kept when it gains `gain`, a step down when it loses
 /// less than `gain`; a step up that did not pay marks a top, a step down
 /// that lost marks a floor, and with no step left between them the count
-/// holds, until the workload changes or its rate moves by store_moved. No
-/// jump past a store that saturated. Each step is judged against at least
+/// holds, until the workload changes or its rate moves by store_moved. A
+/// step up that paid in proportion to its size (store_linear) rules out
+/// steps down from its count and a model's knee below it; a step down that
+/// gained so rules out steps up from its count, and the next step down may
+/// halve the pool. No jump past a store that saturated. Each step is judged against at least
 /// trial_window_s of settled windows at the count it leaves, measured just
 /// before it: at once where the verdict is farther from the bar than the
 /// store's drift could make it (known from earlier steps; unknown: up to
@@ -196,6 +203,11 @@ class TunerCore {
   // The first model jump, logged even when it keeps the count; contended,
   // at most CpuBoundCap workers (the first window holds the pool's start-up).
   std::optional<TunerDecision> Start(const Pooled& p, const Budgets& b, double t_s);
+  // The most the first jump may reach: first_jump x the pool where reads
+  // are the wait (a store may slow when overloaded), else the cap.
+  int FirstJumpCap(const Pooled& p) const;
+  // Wall time off the CPU, not queued for one, is twice the CPU time or more.
+  bool ReadsAreTheWait(const Pooled& p) const;
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
   // Settled windows between trials: reference, workload change, steps.
@@ -321,6 +333,16 @@ class TunerCore {
   bool store_prior_trial_ = false;
   std::optional<int> store_top_;
   std::optional<int> store_floor_;
+  // The largest count a store step up reached paying in proportion to its
+  // size (store_linear): no step down from it or below.
+  std::optional<int> store_linear_;
+  // The last plain step up (from, to) read as the workload changing under
+  // it (it lost more than `change`): the same step losing again is a knee.
+  std::pair<int, int> lost_step_{0, 0};
+  // The least count a store step down reached gaining in proportion to its
+  // size: no step up from it or above.
+  std::optional<int> store_falling_;
+  double store_last_shrink_gain_ = 0;  // of the last store step down that gained so (0: none since)
   double store_hold_rate_ = 0;
   double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
   // A store step awaiting its verdict: the count it reached, its rate and

@@ -46,6 +46,12 @@ struct TunerParams {
   // Around a saturated store's knee, the tuner's own steps: this share of
   // the pool (at least one worker), both ways, each judged by throughput.
   double store_step = 0.25;
+  // The first jump of a pool whose reads are the wait: at most this many
+  // times the pool (at least this many workers); steps that pay double it.
+  int first_jump = 16;
+  // A store step up whose gain is this share of its relative size or more
+  // grew in proportion: the store had room, and no count below it is tried.
+  double store_linear = 0.75;
   // The rate at a held store knee moving by this much (two windows running):
   // the store changed (gained slots, got slower), verify around it again.
   double store_moved = 0.3;

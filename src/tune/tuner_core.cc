@@ -433,6 +433,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   // threads' start-up, or the trial's count.
   reference_.reset();
   if (gain >= params_.gain) {
+    lost_step_ = {0, 0};
     return Set(workers_, b, p,
                Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
   }
@@ -563,6 +564,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   reference_ = p;
   store_top_.reset();
   store_falling_.reset();
+  lost_step_ = {0, 0};
   store_moved_windows_ = 0;
   store_way_ = 0;
   const bool was_held = std::exchange(store_held_, false);

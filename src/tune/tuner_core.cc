@@ -434,6 +434,11 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   reference_.reset();
   if (gain >= params_.gain) {
     lost_step_ = {0, 0};
+    // Reads the wait, and the rate grew in proportion to the step: a store
+    // had room for every read up to this count (its steps, if it saturates
+    // further up, try nothing below it).
+    const double step = static_cast<double>(workers_ - trial_from_) / std::max(trial_from_, 1);
+    if (ReadsAreTheWait(p) && gain >= params_.store_linear * step) store_linear_ = workers_;
     return Set(workers_, b, p,
                Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
   }

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import multiprocessing
+import numbers
 import operator
 import os
 import pickle
@@ -567,6 +568,12 @@ def _batch_size(batch_size, drop_last):
             raise ValueError("batch_size=None option disables auto-batching and is mutually "
                              "exclusive with drop_last")
         return None
+    # torch's BatchSampler raises ValueError for any batch_size that is no
+    # positive int (a float, a str, a bool), not TypeError.
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or \
+            batch_size <= 0:
+        raise ValueError("batch_size should be a positive integer value, but got "
+                         f"batch_size={batch_size!r}")
     return _args.integer("batch_size", batch_size, 1, 1 << 31)
 
 

@@ -137,6 +137,11 @@ def test_the_loader_is_a_torch_dataloader_with_its_attributes_and_refusals():
     ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
     ({"multiprocessing_context": 3}, TypeError, "context object"),
     ({"pin_memory_device": "mps"}, ValueError, "pin_memory_device"),
+    # torch's BatchSampler: ValueError for any batch_size that is no positive int.
+    ({"batch_size": 2.5}, ValueError, "batch_size"),
+    ({"batch_size": "8"}, ValueError, "batch_size"),
+    ({"batch_size": True}, ValueError, "batch_size"),
+    ({"batch_size": 0}, ValueError, "batch_size"),
 ])
 def test_torchs_arguments_are_checked_as_torch_checks_them(kwargs, error, words):
     with pytest.raises(error, match=words):

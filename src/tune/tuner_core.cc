@@ -177,8 +177,7 @@ double TunerCore::Changed(const Pooled& p, const Budgets& b) const {
   // on both sides (twice the CPU time): the CPU time per item wanders there
   // (a loaded machine, a pool's set-up), it changes nothing the store's
   // steps judge by, and a store that changed shows in its rate.
-  auto reads = [](const Pooled& x) { return x.wait_per_sample() >= 2 * x.cpu_per_sample(); };
-  if (!(store_seen_ || store_.Saturated()) || !reads(p) || !reads(r)) {
+  if (!(store_seen_ || store_.Saturated()) || !p.reads_wait() || !r.reads_wait()) {
     change = std::max(change, RelChange(p.cpu_per_sample(), r.cpu_per_sample()));
   }
   // Not for CPU-bound work: its wall time beyond the CPU time is a queue
@@ -414,12 +413,13 @@ int TunerCore::FirstJumpCap(const Pooled& p) const {
   // overloaded: a jump to the cap serves a fraction of its rate there, and
   // the model, reading its slots in that state, errs low. Steps that pay
   // double the pool from here.
-  if (ReadsAreTheWait(p)) return std::max(params_.first_jump, params_.first_jump * workers_);
+  if (p.reads_wait()) return std::max(params_.first_jump, params_.first_jump * workers_);
   return kMaxWorkers;
 }
 
-bool TunerCore::ReadsAreTheWait(const Pooled& p) const {
-  return p.wait_per_sample() >= 2 * p.cpu_per_sample();
+bool TunerCore::InProportion(int from, int to, double change) const {
+  const double step = std::abs(to - from) / static_cast<double>(std::max(from, 1));
+  return change >= params_.store_linear * step;
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
@@ -437,8 +437,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
     // Reads the wait, and the rate grew in proportion to the step: a store
     // had room for every read up to this count (its steps, if it saturates
     // further up, try nothing below it).
-    const double step = static_cast<double>(workers_ - trial_from_) / std::max(trial_from_, 1);
-    if (ReadsAreTheWait(p) && gain >= params_.store_linear * step) store_linear_ = workers_;
+    if (p.reads_wait() && InProportion(trial_from_, workers_, gain)) store_linear_ = workers_;
     return Set(workers_, b, p,
                Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
   }
@@ -576,7 +575,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   // Reads still most of the wait: on a loaded machine a large pool's run
   // queue can outgrow twice the CPU time (WaitsOnReads), but it is no
   // reason to re-size by the model.
-  if (known && !CpuBound(p) && p.wait_per_sample() >= 2 * p.cpu_per_sample()) {
+  if (known && !CpuBound(p) && p.reads_wait()) {
     // The store saturated before and reads are still the wait: the model's
     // jump (Little's law, as if reads were parallel) would go far past its
     // knee. Verify around this count with steps instead, one way: up where
@@ -659,7 +658,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   int target = std::max(Model(p, b), workers_ + step);
   // Where reads are the wait, at most twice the pool: a store that slows
   // when overloaded serves a fraction of its rate far past its knee.
-  if (ReadsAreTheWait(p)) target = std::min(target, 2 * workers_);
+  if (p.reads_wait()) target = std::min(target, 2 * workers_);
   if (knee_) target = std::min(target, *knee_);
   target = std::min(target, cap);
   if (target <= workers_) return std::nullopt;
@@ -840,8 +839,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   const bool grow =
       (std::exchange(store_last_gain_, 0.0) > params_.big_gain || unqueued) && store_way_ == 0;
   // The last step down gained handsomely: the next one may halve the pool.
-  const bool shrink =
-      std::exchange(store_last_shrink_gain_, 0.0) > params_.big_gain && store_way_ == 0;
+  const bool shrink = std::exchange(store_shrink_, false) && store_way_ == 0;
   if (!store_prior_tried_ && store_.Saturated()) {
     // The model's knee, once: a pool far above it (the first jump, sized as
     // if reads were parallel) tries it, judged by throughput.
@@ -1000,8 +998,7 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       store_last_gain_ = change;
       // The rate grew in proportion to the step (the store had room for
       // every read): any count below the trial's makes less.
-      const double step = static_cast<double>(r.workers - from) / std::max(from, 1);
-      if (change >= params_.store_linear * step) store_linear_ = r.workers;
+      if (InProportion(from, r.workers, change)) store_linear_ = r.workers;
     } else {
       // The model's knee paying handsomely over the pool far above it: that
       // pool overloaded the store, and the model, reading its slots there,
@@ -1011,10 +1008,9 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       store_top_ = from;  // more workers paid nothing over the trial's count
       // Fewer workers made more, in proportion to the step: the store was
       // overloaded down to the trial's count, and steps go on down.
-      const double step = static_cast<double>(from - r.workers) / std::max(from, 1);
-      if (!r.prior && change >= params_.store_linear * step) {
+      if (!r.prior && InProportion(from, r.workers, change)) {
         store_falling_ = r.workers;
-        store_last_shrink_gain_ = change;
+        store_shrink_ = change > params_.big_gain;
       }
       store_peaked_ = store_peaked_ || (change >= params_.gain && !r.prior);
       if (store_floor_ && *store_floor_ >= r.workers) store_floor_.reset();

@@ -97,8 +97,8 @@ struct Budgets {
 /// step up that paid in proportion to its size (store_linear) rules out
 /// steps down from its count and a model's knee below it; a step down that
 /// gained so rules out steps up from its count, and the next step down may
-/// halve the pool. No jump past a store that saturated. Each step is judged against at least
-/// trial_window_s of settled windows at the count it leaves, measured just
+/// halve the pool. No jump past a store that saturated. Each step is judged
+/// against at least trial_window_s of settled windows at the count it leaves, measured just
 /// before it: at once where the verdict is farther from the bar than the
 /// store's drift could make it (known from earlier steps; unknown: up to
 /// store_drift_bound a second), otherwise after going back and measuring that count
@@ -179,6 +179,9 @@ class TunerCore {
     bool on_cpu(const TunerParams& params) const {
       return cpu_s > 0 && unqueued_per_sample() < params.on_cpu * cpu_per_sample();
     }
+    // Reads are the wait: time off the CPU, not queued for one, is twice
+    // the CPU time or more.
+    bool reads_wait() const { return wait_per_sample() >= 2 * cpu_per_sample(); }
     // Wall time per sample less its queueing for a CPU (computing or I/O):
     // what a sample needs whatever the number of threads sharing the cores.
     double unqueued_per_sample() const {
@@ -206,8 +209,10 @@ class TunerCore {
   // The most the first jump may reach: first_jump x the pool where reads
   // are the wait (a store may slow when overloaded), else the cap.
   int FirstJumpCap(const Pooled& p) const;
-  // Wall time off the CPU, not queued for one, is twice the CPU time or more.
-  bool ReadsAreTheWait(const Pooled& p) const;
+  // A step from `from` to `to` workers that changed the rate by `change`
+  // (up: a gain; down: the gain of having fewer) did so in proportion to
+  // its size relative to `from` (store_linear).
+  bool InProportion(int from, int to, double change) const;
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
   // Settled windows between trials: reference, workload change, steps.
@@ -342,7 +347,7 @@ class TunerCore {
   // The least count a store step down reached gaining in proportion to its
   // size: no step up from it or above.
   std::optional<int> store_falling_;
-  double store_last_shrink_gain_ = 0;  // of the last store step down that gained so (0: none since)
+  bool store_shrink_ = false;  // the last store step down gained so, by more than big_gain
   double store_hold_rate_ = 0;
   double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
   // A store step awaiting its verdict: the count it reached, its rate and

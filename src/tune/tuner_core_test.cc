@@ -704,7 +704,7 @@ TEST(TunerCoreTest, StepUpThatLosesOnAnOverloadedStoreStartsTheStoresSteps) {
 // few workers: judged over the run from 10 s on (the tuned rate against the
 // best static count's), time to 95 % of it, the count at the end against
 // the fewest within 3 % of the best (+2), and steady from 20 s. SIM_GRID=1
-// prints every shape's row.
+// prints the shapes that miss one of those, SIM_GRID=2 every shape.
 struct GridShape {
   int slots;
   double io_s, overload, tail, cpu_s, cores;
@@ -774,8 +774,8 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
                                 s.final <= std::max(s.knee, s.peak) + 2 && s.changes_late <= 6;
                 bad += !ok;
                 sum += s.ratio;
-                // Never stuck far past an overloaded store's peak (a pool
-                // of 128 there served 5 % of the best), nor oscillating.
+                // Never stuck far past an overloaded store's peak, nor
+                // oscillating.
                 EXPECT_GE(s.ratio, overload > 0 ? 0.65 : 0.93)
                     << "slots " << slots << " io " << io_s << " overload " << overload << " tail "
                     << tail << " cpu " << cpu_s << " cores " << cores << " from " << initial;

@@ -402,10 +402,12 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   // CPU per sample (settled: ~0.5 ms for 0.5 ms), and the model said 23.
   // Then more threads than the CPU-bound cap wait for a settled window to
   // show the wait (StepUp); with idle CPUs, time off the CPU is a wait.
-  return SetByModel(p, b,
-                    "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
-                    "{item}, %s -> %d workers",
-                    t_s, p.contended ? CpuBoundCap(b) : FirstJumpCap(p));
+  auto d = SetByModel(p, b,
+                      "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
+                      "{item}, %s -> %d workers",
+                      t_s, p.contended ? CpuBoundCap(b) : FirstJumpCap(p));
+  if (workers_ > reference_workers_) jump_ = Jump{reference_workers_, workers_, p.produced_rate()};
+  return d;
 }
 
 int TunerCore::FirstJumpCap(const Pooled& p) const {
@@ -542,6 +544,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   changed_windows_ = 0;
   knee_.reset();
   floor_.reset();
+  jump_.reset();
   careful_ = false;
   last_gain_ = 0;
   // The store's points hold until the store changes: reads served faster
@@ -632,6 +635,31 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // whatever else runs: more threads would only win CPU time from other
   // processes (and cost a worker's memory each).
   int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
+  const std::optional<Jump> jump = std::exchange(jump_, std::nullopt);
+  if (jump && jump->to == workers_ && !cpu_bound && p.reads_wait() &&
+      p.produced_rate() < (1 - params_.change) * jump->rate) {
+    // The first jump lost most of the rate the count it left made: the
+    // store is overloaded there, and its model, reading slots in that
+    // state, errs low. The best count lies between the two (or below the
+    // first): halfway on a log scale is the first trial, judged against
+    // this count; its steps go on from there.
+    store_seen_ = true;
+    knee_.reset();
+    store_top_ = workers_;
+    store_peaked_ = true;
+    store_prior_tried_ = true;
+    const int mid = static_cast<int>(std::lround(std::sqrt(1.0 * jump->from * jump->to)));
+    const bool prior = store_.Saturated() && store_.Knee() < mid;
+    const int to = std::clamp(prior ? store_.Knee() : mid, 1, workers_ - 1);
+    StartStoreTrial(workers_, p.produced_rate(), p.mid_s(), /*down=*/true, prior);
+    return Set(to, b, p,
+               Say("the jump from %.0f to %.0f workers lost %.1f %% of the rate (%.0f {items}/s "
+                   "against %.0f): the store is overloaded",
+                   jump->from, jump->to, (1 - p.produced_rate() / jump->rate) * 100,
+                   p.produced_rate(), jump->rate) +
+                   Fmt("; trying %.0f workers", to),
+               t_s);
+  }
   // A store that saturated: its knee is found by the tuner's own steps
   // around the model's, never by a jump.
   if (!cpu_bound && (store_seen_ || store_.Saturated())) return StoreStep(p, b, t_s);
@@ -674,6 +702,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
 }
 
 std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets& b, double t_s) {
+  jump_.reset();
   const double busy = p.busy_s / (workers_ * p.window_s);
   if (++calm_windows_ < 2 || workers_ <= 1 || (floor_ && *floor_ >= workers_) ||
       !(busy * workers_ / (workers_ - 1) < params_.down_busy)) {
@@ -870,8 +899,14 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   if (store_top_ && (halve || grow)) {
     up_step = std::min(up_step, std::max(halve ? 1 : step, (*store_top_ - at) / 2));
   }
-  int down_step =
-      store_floor_ && halve ? std::min(step, std::max(1, (at - *store_floor_) / 2)) : step;
+  // Down, also on a flat store: a count past its knee holds threads (and
+  // a process worker's memory) for nothing, so steps down halve toward the
+  // floor until the pool is within three workers of a count that lost (two
+  // of the fewest that keep the rate; at the knee itself a store that gains
+  // slots would barely show it).
+  const bool halve_down =
+      store_floor_ && store_way_ == 0 && (store_peaked_ || at - *store_floor_ > 3);
+  int down_step = halve_down ? std::min(step, std::max(1, (at - *store_floor_) / 2)) : step;
   if (shrink) {
     down_step =
         store_floor_ ? std::max(down_step, (at - *store_floor_) / 2) : std::max(step, at / 2);

@@ -385,6 +385,13 @@ class TunerCore {
   bool store_held_saturated_ = false;  // and the model showed reads queued then
   int store_held_outrun_ = 0;          // StoreModel::outrun() then
   bool store_peaked_ = false;          // a step showed the rate falling past the best count
+  // The model's first jump up: the count it left and that count's rate,
+  // until the first step up or down judged after it (or a new workload).
+  struct Jump {
+    int from = 0, to = 0;
+    double rate = 0;  // at `from`
+  };
+  std::optional<Jump> jump_;
   // The decision trace: when the last decision was returned, and whether it
   // changed a knob (the first verdict after a change is returned too).
   std::optional<double> last_record_s_;

@@ -797,6 +797,30 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   EXPECT_GE(sum / shapes, 0.97);
 }
 
+TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {
+  // Two slots that slow by 15 % per waiting read, 4 ms of CPU on 8 cores:
+  // the first jump (1 -> 54) serves 46/s of the 110 one worker made. The
+  // model, reading slots there, errs; halfway back on a log scale (7) is
+  // near the peak (4), reached within 10 s (20 s by the model's steps).
+  const GridShape g{2, 0.005, 0.15, 0, 0.004, 8};
+  const GridScore s = ScoreShape(g, 1, 450);
+  EXPECT_GE(s.ratio, 0.97);
+  EXPECT_LE(s.to95_s, 10.0);
+  EXPECT_LE(s.final, s.peak + 2);
+}
+
+TEST(TunerCoreTest, DeepFlatStoreIsHeldNearItsKnee) {
+  // 32 slots of 80 ms, 4 ms of CPU: the model's knee with its headroom
+  // (41) keeps the rate, and so do fewer; steps down halve toward the
+  // count that lost until within three of it (41 held before).
+  for (double cores : {2.0, 8.0}) {
+    const GridShape g{32, 0.08, 0, 0, 0.004, cores};
+    const GridScore s = ScoreShape(g, 1, 450);
+    EXPECT_GE(s.ratio, 0.97) << cores << " cores";
+    EXPECT_LE(s.final, s.knee + 3) << cores << " cores";
+  }
+}
+
 TEST(TunerCoreTest, ConsumerBoundUsesTheFewestWorkersThatKeepUp) {
   SimWorkload w;
   w.demand = 320;  // a 200 ms step per batch of 64

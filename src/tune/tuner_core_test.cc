@@ -758,7 +758,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
                 s.to95_s, s.final, s.knee, s.peak, s.changes_late);
     return;
   }
-  int shapes = 0, bad = 0;
+  int shapes = 0, bad = 0, slow = 0, past = 0;
   double sum = 0;
   for (int slots : {2, 4, 16, 32})
     for (double io_s : {0.005, 0.02, 0.08})
@@ -773,6 +773,8 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
                 const bool ok = s.ratio >= 0.95 && s.to95_s <= 10 &&
                                 s.final <= std::max(s.knee, s.peak) + 2 && s.changes_late <= 6;
                 bad += !ok;
+                slow += s.to95_s > 10;
+                past += s.final > std::max(s.knee, s.peak) + 2;
                 sum += s.ratio;
                 // Never stuck far past an overloaded store's peak, nor
                 // oscillating.
@@ -794,7 +796,11 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
       "%d of %d shapes missed 0.95 of the best, 95 %% within 10 s, the best + 2 or "
       "steady; mean %.4f of the best\n",
       bad, shapes, sum / shapes);
-  EXPECT_GE(sum / shapes, 0.97);
+  // What the grid read when these were set (mean 0.981, 153 shapes slower
+  // than 10 s to 95 %, 123 ending past the best + 2), with a little room.
+  EXPECT_GE(sum / shapes, 0.978);
+  EXPECT_LE(slow, 165);
+  EXPECT_LE(past, 130);
 }
 
 TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {

@@ -950,20 +950,15 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   store_moved_windows_ = 0;
   reference_.reset();
   std::string evidence;
+  auto cite = [&evidence](const std::string& what) {
+    evidence += (evidence.empty() ? "" : ", ") + what;
+  };
   if (store_top_)
-    evidence += Fmt("a step up to %.0f paid less than %.0f %%", *store_top_, params_.gain * 100);
-  if (store_floor_) {
-    evidence += (evidence.empty() ? "" : ", ") +
-                Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100);
-  }
-  if (linear) {
-    evidence += (evidence.empty() ? "" : ", ") +
-                Fmt("the rate grew in proportion to the pool up to %.0f", *store_linear_);
-  }
-  if (falling) {
-    evidence += (evidence.empty() ? "" : ", ") +
-                Fmt("the rate rose as the pool shrank down to %.0f", *store_falling_);
-  }
+    cite(Fmt("a step up to %.0f paid less than %.0f %%", *store_top_, params_.gain * 100));
+  if (store_floor_)
+    cite(Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100));
+  if (linear) cite(Fmt("the rate grew in proportion to the pool up to %.0f", *store_linear_));
+  if (falling) cite(Fmt("the rate rose as the pool shrank down to %.0f", *store_falling_));
   if (evidence.empty()) evidence = "no step left within the budget";
   return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -30,6 +31,23 @@ constexpr size_t kPage = 4096;
 constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The descriptor of what a worker wrote in `lease`'s segment for batch `item`.
+std::array<int64_t, kDescriptorWords> DescriptorOf(const SegmentLease& lease, int64_t size,
+                                                   int64_t meta_off, int64_t meta_len,
+                                                   int64_t epoch, int64_t item) {
+  using D = protocol::ProcessDescriptor;
+  std::array<int64_t, kDescriptorWords> d{};
+  d[D::kMagic] = protocol::kSegmentMagic;
+  d[D::kSegment] = lease.segment_id;
+  d[D::kTicket] = static_cast<int64_t>(lease.ticket);
+  d[D::kSegmentSize] = size;
+  d[D::kMetaOffset] = meta_off;
+  d[D::kMetaLength] = meta_len;
+  d[D::kEpoch] = epoch;
+  d[D::kBatch] = item;
+  return d;
+}
 
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -156,10 +174,18 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
   task[T::kNumWorkers] = workers_->running();
   task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
+  workers_->Unpublish(epoch, batch);  // parts of an attempt before this one
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
     STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
+    if (m.tag == Tag::kPart) {
+      using W = protocol::PartWord;
+      workers_->Publish(epoch, batch, m.words[W::kPart], lease,
+                        static_cast<size_t>(m.words[W::kSegmentSize]), m.words[W::kMetaOffset],
+                        m.words[W::kMetaLength]);
+      continue;
+    }
     using F = protocol::SampleFailWord;
     if (m.tag == Tag::kTaskFail || m.tag == Tag::kSampleFail) {
       Failure failure = ReadFailure(m);
@@ -277,22 +303,14 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   Reply reply;
   Status st =
       RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, lease, &reply, outcome);
+  workers_->Unpublish(epoch, item);  // the item itself holds them now, or failed
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
     return st;
   }
   if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
-  using D = protocol::ProcessDescriptor;
-  int64_t d[kDescriptorWords];
-  d[D::kMagic] = protocol::kSegmentMagic;
-  d[D::kSegment] = lease.segment_id;
-  d[D::kTicket] = static_cast<int64_t>(lease.ticket);
-  d[D::kSegmentSize] = reply.size;
-  d[D::kMetaOffset] = reply.meta_off;
-  d[D::kMetaLength] = reply.meta_len;
-  d[D::kEpoch] = epoch;
-  d[D::kBatch] = item;
-  std::memcpy(out.data(), d, sizeof d);
+  const auto d = DescriptorOf(lease, reply.size, reply.meta_off, reply.meta_len, epoch, item);
+  std::memcpy(out.data(), d.data(), sizeof d);
   outcome->label = item;
   outcome->samples = reply.samples;
   return Status::Ok();
@@ -564,6 +582,42 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
   pick->busy = true;
   pick->ticket += 1;
   return SegmentLease{pick->id, pick->fd.get(), pick->ticket};
+}
+
+void ProcessWorkers::Publish(int64_t epoch, int64_t item, int64_t part, const SegmentLease& lease,
+                             size_t size, int64_t meta_off, int64_t meta_len) {
+  SetSize(lease, size);  // the consumer's view maps what the worker grew
+  MutexLock lock(parts_mu_);
+  Parts& parts = parts_[{epoch, item}];
+  if (parts.generation == 0) parts.generation = ++generations_;
+  // Parts come in order; a number out of it (a confused worker) publishes nothing.
+  if (part != static_cast<int64_t>(parts.descriptors.size())) return;
+  parts.descriptors.push_back(
+      DescriptorOf(lease, static_cast<int64_t>(size), meta_off, meta_len, epoch, item));
+}
+
+void ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {
+  MutexLock lock(parts_mu_);
+  parts_.erase({epoch, item});
+}
+
+std::optional<ProcessWorkers::Part> ProcessWorkers::PartOf(int64_t epoch, int64_t item,
+                                                           int64_t part) const {
+  MutexLock lock(parts_mu_);
+  auto it = parts_.find({epoch, item});
+  if (it == parts_.end() || part < 0 ||
+      part >= static_cast<int64_t>(it->second.descriptors.size())) {
+    return std::nullopt;
+  }
+  return Part{it->second.descriptors[static_cast<size_t>(part)], it->second.generation};
+}
+
+bool ProcessWorkers::Published(int64_t epoch, int64_t item, int64_t part,
+                               uint64_t generation) const {
+  MutexLock lock(parts_mu_);
+  auto it = parts_.find({epoch, item});
+  return it != parts_.end() && it->second.generation == generation && part >= 0 &&
+         part < static_cast<int64_t>(it->second.descriptors.size());
 }
 
 void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {

@@ -11,8 +11,10 @@
 // Plain C++ (library stoker_pyworkers, tested with a fake zygote in
 // process_workers_test.cc); its bindings are process_workers_bindings.cc.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -123,6 +125,27 @@ class ProcessWorkers {
   Result<std::shared_ptr<Mapping>> MapForWrite(const SegmentLease& lease, size_t bytes)
       EXCLUDES(mu_);
 
+  /// Parts of items still being made (a sharded stream's batches, each as
+  /// soon as it is collated, protocol PART), so that the consumer can hand
+  /// out the batches of the item it waits for before the item is done.
+  /// Publish adds part `part` of (epoch, item) in `lease`'s segment, which is
+  /// `size` long now; Unpublish drops the item's parts (its attempt ended or
+  /// starts again) and opens a new generation of them.
+  void Publish(int64_t epoch, int64_t item, int64_t part, const SegmentLease& lease, size_t size,
+               int64_t meta_off, int64_t meta_len) EXCLUDES(mu_, parts_mu_);
+  void Unpublish(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
+  /// A published part: its ProcessDescriptor words, and the generation it
+  /// belongs to (Published() says whether it still does).
+  struct Part {
+    std::array<int64_t, kDescriptorWords> descriptor{};
+    uint64_t generation = 0;
+  };
+  std::optional<Part> PartOf(int64_t epoch, int64_t item, int64_t part) const EXCLUDES(parts_mu_);
+  /// Whether part `part` of (epoch, item) is still published in `generation`:
+  /// its segment was not let go meanwhile, so what was read of it is whole.
+  bool Published(int64_t epoch, int64_t item, int64_t part, uint64_t generation) const
+      EXCLUDES(parts_mu_);
+
   /// Stops for good: waiting calls return kCancelled, every worker process
   /// is killed (their tasks fail at once), the zygote is told to exit.
   void Shutdown() EXCLUDES(mu_);
@@ -185,6 +208,14 @@ class ProcessWorkers {
   std::vector<std::unique_ptr<Segment>> segments_ GUARDED_BY(mu_);  // indexed by id
   std::vector<int> live_pids_ GUARDED_BY(mu_);
   std::vector<bool> ids_in_use_ GUARDED_BY(mu_);
+
+  struct Parts {
+    uint64_t generation = 0;
+    std::vector<std::array<int64_t, kDescriptorWords>> descriptors;  // by part number
+  };
+  mutable Mutex parts_mu_;
+  std::map<std::pair<int64_t, int64_t>, Parts> parts_ GUARDED_BY(parts_mu_);  // (epoch, item)
+  uint64_t generations_ GUARDED_BY(parts_mu_) = 0;
 };
 
 /// One engine thread's worker process, forked when the thread starts (or at

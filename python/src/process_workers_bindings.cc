@@ -5,6 +5,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <optional>
+
 #include "bindings.h"
 #include "errors.h"
 #include "process_workers.h"
@@ -73,6 +76,20 @@ void BindProcessWorkers(py::module_& m) {
              return KindHandle{std::make_shared<ProcessKind>(w)};
            })
       .def("view", &ViewOf, py::arg("descriptor"))
+      .def(
+          "part",
+          [](const ProcessWorkers& w, int64_t epoch, int64_t item, int64_t part) -> py::object {
+            std::optional<ProcessWorkers::Part> got = w.PartOf(epoch, item, part);
+            if (!got) return py::none();
+            py::array_t<int64_t> descriptor(kDescriptorWords);
+            std::copy(got->descriptor.begin(), got->descriptor.end(), descriptor.mutable_data());
+            return py::make_tuple(descriptor, got->generation);
+          },
+          py::arg("epoch"), py::arg("item"), py::arg("part"),
+          "Part `part` of an item being made (ProcessWorkers::PartOf): (its descriptor, its "
+          "generation), or None while it is not published.")
+      .def("published", &ProcessWorkers::Published, py::arg("epoch"), py::arg("item"),
+           py::arg("part"), py::arg("generation"))
       .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
       .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })

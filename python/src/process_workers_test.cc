@@ -20,6 +20,7 @@
 #include <latch>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -274,6 +275,43 @@ TEST_F(ProcessWorkersTest, BatchesFromSeveralThreadsComeBackWithTheirDescriptors
   for (auto& thread : threads) thread.join();
   EXPECT_TRUE(workers_->pids().empty());            // each worker ended its process
   EXPECT_EQ(workers_->segment_bytes().second, 0u);  // every segment given back
+}
+
+TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) {
+  Result<SegmentLease> lease = workers_->Acquire(4096);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  const size_t grown = 2 * protocol::kSegmentGrain;
+  workers_->Publish(3, 5, 0, *lease, grown, 4096, 100);
+  workers_->Publish(3, 5, 2, *lease, grown, 9000, 50);  // out of order: not published
+  workers_->Publish(3, 5, 1, *lease, grown, 8192, 60);
+  EXPECT_FALSE(workers_->PartOf(3, 5, 2).has_value());
+  EXPECT_FALSE(workers_->PartOf(3, 6, 0).has_value());  // another item
+  std::optional<ProcessWorkers::Part> second = workers_->PartOf(3, 5, 1);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->descriptor[D::kSegment], lease->segment_id);
+  EXPECT_EQ(second->descriptor[D::kTicket], static_cast<int64_t>(lease->ticket));
+  EXPECT_EQ(second->descriptor[D::kSegmentSize], static_cast<int64_t>(grown));
+  EXPECT_EQ(second->descriptor[D::kMetaOffset], 8192);
+  EXPECT_EQ(second->descriptor[D::kMetaLength], 60);
+  EXPECT_EQ(second->descriptor[D::kBatch], 5);
+  // The consumer's view maps what the worker grew the segment to.
+  Result<SegmentView> view = workers_->View(lease->segment_id, lease->ticket);
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  EXPECT_GE(view->map->size, grown);
+  EXPECT_TRUE(workers_->Published(3, 5, 1, second->generation));
+
+  // An attempt that starts again opens another generation: what was read of
+  // the first one no longer counts.
+  workers_->Unpublish(3, 5);
+  EXPECT_FALSE(workers_->Published(3, 5, 1, second->generation));
+  EXPECT_FALSE(workers_->PartOf(3, 5, 0).has_value());
+  workers_->Publish(3, 5, 0, *lease, grown, 4096, 100);
+  std::optional<ProcessWorkers::Part> again = workers_->PartOf(3, 5, 0);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_NE(again->generation, second->generation);
+  EXPECT_FALSE(workers_->Published(3, 5, 1, again->generation));  // not made yet
+  workers_->Unpublish(3, 5);
+  workers_->Release(lease->segment_id, lease->ticket);
 }
 
 TEST_F(ProcessWorkersTest, AWorkerThatDiesMidTaskIsNamedAndTheBatchReruns) {

@@ -79,6 +79,15 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(CpuNs, cpu_ns)             \
   X(RunDelayNs, run_delay_ns)  \
   X(PrivateBytes, private_bytes)
+// worker -> parent, before DONE, while a sharded stream's item is made: the
+// item's batch number `part` (0, 1, ...) is in the segment, pickled at
+// meta_offset (as DONE's), the segment segment_size long now; the consumer
+// may take it before the item is done. DONE's meta lists every part again.
+#define STOKER_PART_WORDS(X)   \
+  X(Part, part)                \
+  X(SegmentSize, segment_size) \
+  X(MetaOffset, meta_offset)   \
+  X(MetaLength, meta_length)
 // worker -> parent, instead of DONE: its unique memory passed the task's
 // memory_limit after `samples` of the batch; it left the batch unfinished
 // and exits (the parent reruns the batch in a fresh process).
@@ -105,6 +114,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Task, TASK, STOKER_TASK_WORDS, false)                  \
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
   X(TaskFail, TASKFAIL, STOKER_FAIL_WORDS, true)           \
+  X(Part, PART, STOKER_PART_WORDS, false)                  \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
@@ -174,6 +184,9 @@ struct TaskWord {
 };
 struct DoneWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_DONE_WORDS)
+};
+struct PartWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_PART_WORDS)
 };
 struct OverWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_OVER_WORDS)

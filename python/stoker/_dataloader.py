@@ -25,6 +25,8 @@ from . import (_args, _errors, _exit, _iterable, _native, _remote, _shards, _sna
 from ._loader import _error_policy, _prefetch_batches, _resolve_device
 
 _FORMAT = "stoker.DataLoader/2"
+# How often a consumer waiting for a shard looks for its batches made so far.
+_PART_POLL_S = 0.003
 _PROTOCOL = _stoker.protocol
 _PROCESS, _THREAD = _PROTOCOL.PROCESS_DESCRIPTOR, _PROTOCOL.THREAD_DESCRIPTOR
 
@@ -1393,7 +1395,10 @@ class _Iterator:
         self._pending = collections.deque()
         self._item = None      # the engine item they come from
         self._taken = 0        # of its batches, how many were handed out
-        self._skip = skip      # a resume's (item, batches of it already taken), or 0
+        # (item, batches of it already handed out) before the engine delivers
+        # it: a resume's, or those taken early from its worker (PART); or 0.
+        self._skip = skip
+        self._head = None      # (items delivered, the item the engine delivers next)
         self._got_item = None  # the engine item of the last payload
         self._sharded = run.options.shards is not None
         self._owner = owner    # the loader lives while its iterator does (its close ends the run)
@@ -1413,6 +1418,9 @@ class _Iterator:
         self._pin = options.pin_memory and options.device is None
         # At num_workers=0 a batch is made when asked for: none ahead (as torch).
         self._lookahead = options.workers != 0
+        # A shard's batches may be taken as its worker process makes them.
+        self._early = (self._sharded and self._lookahead and options.in_order and
+                       self._workers is not None and self._native is None)
 
     def __iter__(self):
         return self
@@ -1455,6 +1463,8 @@ class _Iterator:
             if self._pending:
                 self._taken += 1
                 return self._finish(self._pending.popleft())
+            if self._early and (early := self._early_part()) is not None:
+                return self._finish(early)
             payload = self._produce()
             if payload is _END:
                 self.finished = self.done = True
@@ -1475,7 +1485,48 @@ class _Iterator:
     def open_item(self):
         """(engine item, batches handed out) of the shard whose batches are
         being handed out, or None between shards."""
-        return (self._item, self._taken) if self._pending else None
+        return (self._item, self._taken) if self._pending else (self._skip or None)
+
+    def _early_part(self):
+        """While the engine has no item ready: the next batch of the shard it
+        delivers next, once that shard's worker process has made it (PART),
+        copied out of the segment the shard is still written into; None once
+        an item (or the epoch's end) is ready. Its wait is the engine's, so
+        the tuner counts it as the consumer's."""
+        engine, workers = self._engine, self._workers
+        deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
+        wait = 0.0
+        while not engine.wait_ready(wait):
+            wait = _PART_POLL_S
+            item = self._head_item()
+            taken = self._skip[1] if self._skip and self._skip[0] == item else 0
+            got = None if item is None else workers.part(self.epoch, item, taken)
+            if got is not None:
+                descriptor, generation = got
+                try:
+                    payload = _workers.read_batch(workers.view(descriptor),
+                                                  int(descriptor[_PROCESS.meta_offset]),
+                                                  int(descriptor[_PROCESS.meta_length]),
+                                                  copy=True)
+                except ValueError:  # its segment was let go meanwhile
+                    payload = None
+                # Whole only if the part was still published once read.
+                if payload is not None and workers.published(self.epoch, item, taken,
+                                                             generation):
+                    self._skip = (item, taken + 1)
+                    return payload
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+        return None
+
+    def _head_item(self):
+        """The engine item delivered next (in order: the first not delivered),
+        or None once the engine's epoch moved on."""
+        if self._head is None or self._head[0] != self.position:
+            state = self._engine.state()
+            item = state["position"] if state["epoch"] == self.epoch else None
+            self._head = (self.position, item)
+        return self._head[1]
 
     def _finish(self, payload):
         if self._pin:

@@ -125,25 +125,30 @@ def _buffered(samples, size, rng):
     yield from buffer
 
 
-def read(shard_job, position, seed, at, collate, consumer=False):
+def read(shard_job, position, seed, at, collate, consumer=False, made=None):
     """Shard `position`'s batches: (Batches, samples read, failure or None).
     `at(k)` is told before sample k (-1: done); `collate(samples)` makes a
-    batch. A shard that raises keeps what it gave before: the failure is
-    (offset, the exception), the samples read until then batched. On the
-    `consumer`'s thread (num_workers=0) Ctrl-C and SystemExit propagate."""
+    batch; `made(k, batch)`, if given, is told each batch as it is made (the
+    consumer may hand it out before the shard's end). A shard that raises
+    keeps what it gave before: the failure is (offset, the exception), the
+    samples read until then batched. On the `consumer`'s thread
+    (num_workers=0) Ctrl-C and SystemExit propagate."""
     name = shard_job.names[position]
     rng = random.Random(seed)  # the buffer's own, apart from the user's generators
     batches, chunk, count, failed = Batches(), [], 0, []
     size = shard_job.batch_size or 1
     stream = _numbered(lambda: iter(shard_job.dataset.iter_shard(name)), at, failed, consumer)
+    made = made or (lambda k, batch: None)
     for sample in _buffered(stream, shard_job.shuffle_buffer, rng):
         chunk.append(sample)
         count += 1
         if len(chunk) == size:
             batches.append(collate(chunk))
+            made(len(batches) - 1, batches[-1])
             chunk = []
     if chunk and not shard_job.drop_last:
         batches.append(collate(chunk))
+        made(len(batches) - 1, batches[-1])
     at(-1)
     return batches, count, failed[0] if failed else None
 

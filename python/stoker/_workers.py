@@ -473,7 +473,8 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         try:
             seg.ensure(seg_size)
             meta_off, meta_len, kept, failures, collate_error = _run_task(
-                job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]))
+                job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]),
+                sock.send)
         except _OverLimit as over:
             # Its memory goes only with the process: the parent forks a fresh one.
             sock.send(_message(P.OVER, samples=over.samples, private_bytes=over.private))
@@ -786,11 +787,12 @@ class _CollateRaised(Exception):
         self.error = error
 
 
-def _load_shard(job, indices, seed, at=None, writer=None, consumer=False):
+def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=None):
     """A sharded stream's item, the shard at position indices[0], as
     (payload: its _shards.Batches, or NO_SAMPLE when it gave none; the
     samples kept; failures; the collate error or None). A shard that raised
-    midway is one failure naming it and the offset, its earlier samples kept."""
+    midway is one failure naming it and the offset, its earlier samples kept.
+    `made(k, batch)`: told each batch as it is made (_shards.read)."""
     from . import _shards
     _seed_all(seed)
     position = indices[0]
@@ -803,7 +805,7 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False):
 
     try:
         batches, count, failure = _shards.read(job.shards, position, seed,
-                                               at or (lambda k: None), collate, consumer)
+                                               at or (lambda k: None), collate, consumer, made)
     except _CollateRaised as raised:
         e = raised.error
         return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
@@ -913,11 +915,12 @@ def _cpu_ns(thread):
         return 0
 
 
-def _run_task(job, seg, epoch, batch, check_memory):
+def _run_task(job, seg, epoch, batch, check_memory, send):
     """Loads and collates the task's samples into `seg`: (meta offset, meta
     length, the indices kept, the failures, the collate error or None).
     `check_memory(samples made)` runs before each sample and after the last
-    (raising _OverLimit leaves the batch there)."""
+    (raising _OverLimit leaves the batch there). A sharded stream's batches
+    are written as each is made and announced with `send` (PART)."""
     m = seg.map
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
@@ -933,8 +936,13 @@ def _run_task(job, seg, epoch, batch, check_memory):
                 made[0] = offset
             check_memory(made[0])
             _WORD.pack_into(m, _HEADER.position * _WORD.size, 0 if offset >= 0 else -1)
+
+        def publish(part, batch):  # in the segment now, for the consumer to take early
+            meta_off, meta_len = _write(writer, batch)
+            send(_message(P.PART, part=part, segment_size=seg.size, meta_offset=meta_off,
+                          meta_length=meta_len))
         payload, kept, failures, collate_error = _load_shard(job, indices, seed, at_sample,
-                                                             writer)
+                                                             writer, made=publish)
         return _written(writer, seg, payload, kept, failures, collate_error)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
@@ -1140,6 +1148,8 @@ def _write(writer, payload):
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
             copies.append((a, entry[3]))
+            if entry[0] == "t":  # a later write of the same tensor (a shard's parts) reuses it
+                writer.placed[id(a)] = (a, entry[3])
         table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
@@ -1174,18 +1184,18 @@ class _Unpickler(pickle.Unpickler):
         return self.arrays[pid[1]]
 
 
-def read_batch(view, meta_off, meta_len):
+def read_batch(view, meta_off, meta_len, copy=False):
     """The payload in a segment's view (a numpy uint8 array), None for a
     batch whose every sample failed; tensors and arrays view the segment,
-    no copy."""
+    no copy, unless `copy` (the segment is still being written)."""
     if meta_len == 0:
         return NO_SAMPLE
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
-    arrays = [_rebuild(view, entry) for entry in table]
+    arrays = [_rebuild(view, entry, copy) for entry in table]
     return _Unpickler(io.BytesIO(body), arrays).load()
 
 
-def _rebuild(view, entry):
+def _rebuild(view, entry, copy=False):
     kind, dtype, shape, off = entry[:4]
     if kind == "t":
         import torch
@@ -1199,6 +1209,8 @@ def _rebuild(view, entry):
             itemsize = torch.empty((), dtype=dt).element_size()
             t = torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
                                  offset=off).view(dt).view(shape)
+            if copy:
+                t = t.clone()
         requires_grad, names = entry[4]
         if names is not None:
             t = t.refine_names(*names)
@@ -1208,4 +1220,5 @@ def _rebuild(view, entry):
     count = 1
     for d in shape:
         count *= d
-    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)
+    a = np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)
+    return a.copy() if copy else a

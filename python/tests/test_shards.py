@@ -9,6 +9,7 @@ import random
 import signal
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -49,6 +50,11 @@ class Shards(stoker.ShardedIterable):
 def batches(loader):
     """Each batch's sample ids and draws, as lists."""
     return [(ids.flatten().tolist(), draws.flatten().tolist()) for ids, draws in loader]
+
+
+def batches_of(it):
+    """batches() of an iterator already started."""
+    return [(a.flatten().tolist(), b.flatten().tolist()) for a, b in it]
 
 
 def ids(got):
@@ -165,8 +171,10 @@ def test_a_checkpoint_mid_shard_resumes_with_exactly_the_rest_at_any_count(taken
     if shard_of[taken] == shard_of[taken - 1]:  # inside a shard: it is read again, in part
         assert state["stream"] == {"item": state["stream"]["item"], "batches_taken": taken -
                                    shard_of.index(shard_of[taken])}
-    else:
-        assert state["stream"] is None
+    else:  # at a shard's end: done, or all of it taken as its worker made it (PART)
+        assert state["stream"] in (None, {"item": (state["stream"] or {}).get("item"),
+                                          "batches_taken": taken -
+                                          shard_of.index(shard_of[taken - 1])})
     json.dumps(state)  # a checkpoint is plain data
     for resumed_at in COUNTS:
         with loader(ds, resumed_at) as dl:
@@ -323,6 +331,54 @@ def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives():
     assert error.shard == "shard-04" and "killed by signal" in str(error)
     # A shard whose reader died is reported whole: none of it was delivered.
     assert sorted(got) == [i for i in ds.every() if i // 1000 != 4]
+
+
+class Gated(Shards):
+    """Shard 0 gives its first four samples, then waits (up to a minute) for
+    the file `go`; the file `done` says that it was read to its end."""
+
+    def __init__(self, go, done):
+        super().__init__(lens=(10, 6))
+        self.go, self.done = str(go), str(done)
+
+    def iter_shard(self, shard):
+        for k, sample in enumerate(super().iter_shard(shard)):
+            if shard == "shard-00" and k == 4:
+                deadline = time.monotonic() + 60
+                while not os.path.exists(self.go) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            yield sample
+        if shard == "shard-00":
+            open(self.done, "w").close()
+
+
+def test_a_shards_first_batch_is_handed_out_before_the_shard_is_read(tmp_path):
+    ds = Gated(tmp_path / "go", tmp_path / "done")
+    with loader(Gated(tmp_path, tmp_path / "done-whole"), 0, shuffle=False) as dl:
+        whole = batches(dl)  # with `go` there from the start
+    with loader(ds, 2, shuffle=False) as dl:
+        it = iter(dl)
+        a, b = next(it)
+        assert not os.path.exists(ds.done)  # the rest of its shard is still to be read
+        state = dl.state_dict()
+        assert state["stream"] == {"item": 0, "batches_taken": 1}
+        open(ds.go, "w").close()
+        got = [(a.flatten().tolist(), b.flatten().tolist())] + batches_of(it)
+    assert got == whole
+    for workers in (0, 3):  # the checkpoint taken mid-shard: exactly the rest
+        with loader(ds, workers, shuffle=False) as dl:
+            dl.load_state_dict(state)
+            assert batches(dl) == whole[1:]
+
+
+def test_a_timeout_holds_while_a_shard_is_read_in_parts(tmp_path):
+    ds = Gated(tmp_path / "go", tmp_path / "done")
+    with loader(ds, 2, shuffle=False, timeout=1) as dl:
+        it = iter(dl)
+        assert next(it)[0].flatten().tolist() == [0, 1, 2, 3]
+        with pytest.raises(RuntimeError, match="timed out after 1"):
+            next(it)
+        open(ds.go, "w").close()
 
 
 class Misbehaving(Shards):

@@ -174,7 +174,6 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
   task[T::kNumWorkers] = workers_->running();
   task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
-  workers_->Unpublish(epoch, batch);  // parts of an attempt before this one
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   while (true) {
@@ -230,14 +229,20 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
 }
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                                   const std::string& keys, int64_t seed, const SegmentLease& lease,
-                                   Reply* reply, ItemOutcome* outcome) {
+                                   const std::string& keys, int64_t seed, SegmentLease* lease,
+                                   size_t header, Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
-  while (true) {
+  for (bool again = false;; again = true) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
+    // An attempt after one that published parts writes a fresh segment: the
+    // consumer may hold those parts, which views of the old one must keep.
+    if (again && workers_->Unpublish(epoch, batch)) {
+      workers_->Release(lease->segment_id, lease->ticket);
+      STOKER_ASSIGN_OR_RETURN(*lease, workers_->Acquire(header));
+    }
     const size_t reported = outcome->failures.size();
     *reply = Reply{};
-    Status st = Attempt(epoch, batch, indices, keys, seed, lease, reply, outcome);
+    Status st = Attempt(epoch, batch, indices, keys, seed, *lease, reply, outcome);
     if (st.ok() && reply->over_bytes > 0) {
       // Over its share of the memory budget: a fresh process reruns the
       // batch, unless this one was fresh (the batch alone does not fit).
@@ -260,7 +265,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     proc_.reset();
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     STOKER_ASSIGN_OR_RETURN(
-        auto map, workers_->MapForWrite(lease, protocol::kSegmentHeaderWords * sizeof(int64_t)));
+        auto map, workers_->MapForWrite(*lease, protocol::kSegmentHeaderWords * sizeof(int64_t)));
     const int64_t position =
         static_cast<const int64_t*>(map->addr)[protocol::SegmentWord::kPosition];
     const std::string what = "worker process " + std::to_string(pid) + " " + ending.how;
@@ -301,8 +306,8 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
       (protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t) + got.keys.size(), kPage);
   STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
   Reply reply;
-  Status st =
-      RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, lease, &reply, outcome);
+  Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, &lease, header,
+                           &reply, outcome);
   workers_->Unpublish(epoch, item);  // the item itself holds them now, or failed
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
@@ -588,36 +593,42 @@ void ProcessWorkers::Publish(int64_t epoch, int64_t item, int64_t part, const Se
                              size_t size, int64_t meta_off, int64_t meta_len) {
   SetSize(lease, size);  // the consumer's view maps what the worker grew
   MutexLock lock(parts_mu_);
-  Parts& parts = parts_[{epoch, item}];
-  if (parts.generation == 0) parts.generation = ++generations_;
+  std::vector<Descriptor>& parts = parts_[{epoch, item}];
   // Parts come in order; a number out of it (a confused worker) publishes nothing.
-  if (part != static_cast<int64_t>(parts.descriptors.size())) return;
-  parts.descriptors.push_back(
-      DescriptorOf(lease, static_cast<int64_t>(size), meta_off, meta_len, epoch, item));
+  if (part != static_cast<int64_t>(parts.size())) return;
+  parts.push_back(DescriptorOf(lease, static_cast<int64_t>(size), meta_off, meta_len, epoch, item));
 }
 
-void ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {
+bool ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {
   MutexLock lock(parts_mu_);
-  parts_.erase({epoch, item});
+  return parts_.erase({epoch, item}) > 0;
 }
 
-std::optional<ProcessWorkers::Part> ProcessWorkers::PartOf(int64_t epoch, int64_t item,
-                                                           int64_t part) const {
+std::optional<ProcessWorkers::Descriptor> ProcessWorkers::PartOf(int64_t epoch, int64_t item,
+                                                                 int64_t part) const {
   MutexLock lock(parts_mu_);
   auto it = parts_.find({epoch, item});
-  if (it == parts_.end() || part < 0 ||
-      part >= static_cast<int64_t>(it->second.descriptors.size())) {
+  if (it == parts_.end() || part < 0 || part >= static_cast<int64_t>(it->second.size())) {
     return std::nullopt;
   }
-  return Part{it->second.descriptors[static_cast<size_t>(part)], it->second.generation};
+  return it->second[static_cast<size_t>(part)];
 }
 
-bool ProcessWorkers::Published(int64_t epoch, int64_t item, int64_t part,
-                               uint64_t generation) const {
-  MutexLock lock(parts_mu_);
-  auto it = parts_.find({epoch, item});
-  return it != parts_.end() && it->second.generation == generation && part >= 0 &&
-         part < static_cast<int64_t>(it->second.descriptors.size());
+Status ProcessWorkers::Hold(int segment_id, uint64_t ticket) {
+  MutexLock lock(mu_);
+  Segment* s = FindLocked(segment_id);
+  if (s == nullptr || !s->busy || s->ticket != ticket || s->released) {
+    return InvalidArgument("a stale batch descriptor (segment " + std::to_string(segment_id) + ")");
+  }
+  ++s->holds;
+  return Status::Ok();
+}
+
+void ProcessWorkers::Unhold(int segment_id, uint64_t ticket) {
+  MutexLock lock(mu_);
+  Segment* s = FindLocked(segment_id);
+  if (s == nullptr || !s->busy || s->ticket != ticket || s->holds == 0) return;
+  if (--s->holds == 0 && s->released) FreeLocked(*s);
 }
 
 void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
@@ -629,7 +640,15 @@ void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
   MutexLock lock(mu_);
   Segment* found = FindLocked(segment_id);
   if (found == nullptr || !found->busy || found->ticket != ticket) return;
-  Segment& s = *found;
+  if (found->holds > 0) {
+    found->released = true;
+    return;
+  }
+  FreeLocked(*found);
+}
+
+void ProcessWorkers::FreeLocked(Segment& s) {
+  s.released = false;
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
   // Batches the consumer held by the hundred (list(loader)) made many

@@ -130,21 +130,19 @@ class ProcessWorkers {
   /// out the batches of the item it waits for before the item is done.
   /// Publish adds part `part` of (epoch, item) in `lease`'s segment, which is
   /// `size` long now; Unpublish drops the item's parts (its attempt ended or
-  /// starts again) and opens a new generation of them.
+  /// starts again) and says whether it had any.
   void Publish(int64_t epoch, int64_t item, int64_t part, const SegmentLease& lease, size_t size,
                int64_t meta_off, int64_t meta_len) EXCLUDES(mu_, parts_mu_);
-  void Unpublish(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
-  /// A published part: its ProcessDescriptor words, and the generation it
-  /// belongs to (Published() says whether it still does).
-  struct Part {
-    std::array<int64_t, kDescriptorWords> descriptor{};
-    uint64_t generation = 0;
-  };
-  std::optional<Part> PartOf(int64_t epoch, int64_t item, int64_t part) const EXCLUDES(parts_mu_);
-  /// Whether part `part` of (epoch, item) is still published in `generation`:
-  /// its segment was not let go meanwhile, so what was read of it is whole.
-  bool Published(int64_t epoch, int64_t item, int64_t part, uint64_t generation) const
+  bool Unpublish(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
+  /// A published part's ProcessDescriptor words.
+  using Descriptor = std::array<int64_t, kDescriptorWords>;
+  std::optional<Descriptor> PartOf(int64_t epoch, int64_t item, int64_t part) const
       EXCLUDES(parts_mu_);
+  /// Keeps a leased segment from going back to the pool until Unhold, while
+  /// the consumer holds a part of it: Release then takes effect at the last
+  /// Unhold. kInvalidArgument for a stale descriptor (the segment went back).
+  Status Hold(int segment_id, uint64_t ticket) EXCLUDES(mu_);
+  void Unhold(int segment_id, uint64_t ticket) EXCLUDES(mu_);
 
   /// Stops for good: waiting calls return kCancelled, every worker process
   /// is killed (their tasks fail at once), the zygote is told to exit.
@@ -172,8 +170,12 @@ class ProcessWorkers {
     size_t size = 0;      // the file's size as last known
     uint64_t ticket = 0;  // which use of the segment a descriptor names
     bool busy = false;
+    int holds = 0;                 // parts of it the consumer holds (Hold)
+    bool released = false;         // Release came while held: it takes effect at the last Unhold
     std::shared_ptr<Mapping> map;  // the parent's mapping, of map->size bytes
   };
+  /// Gives `s` back to the pool (its current use ends).
+  void FreeLocked(Segment& s) REQUIRES(mu_);
 
   /// The segment `id`, or nullptr for an id never handed out.
   Segment* FindLocked(int id) REQUIRES(mu_);
@@ -209,13 +211,9 @@ class ProcessWorkers {
   std::vector<int> live_pids_ GUARDED_BY(mu_);
   std::vector<bool> ids_in_use_ GUARDED_BY(mu_);
 
-  struct Parts {
-    uint64_t generation = 0;
-    std::vector<std::array<int64_t, kDescriptorWords>> descriptors;  // by part number
-  };
   mutable Mutex parts_mu_;
-  std::map<std::pair<int64_t, int64_t>, Parts> parts_ GUARDED_BY(parts_mu_);  // (epoch, item)
-  uint64_t generations_ GUARDED_BY(parts_mu_) = 0;
+  // (epoch, item) -> its parts' descriptors, by part number.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Descriptor>> parts_ GUARDED_BY(parts_mu_);
 };
 
 /// One engine thread's worker process, forked when the thread starts (or at
@@ -255,9 +253,11 @@ class ProcessWorker : public KindWorker {
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
                  const std::string& keys, int64_t seed, const SegmentLease& lease, Reply* reply,
                  ItemOutcome* outcome);
-  // Attempts until the batch is made, blaming the sample a dead process was on.
+  // Attempts until the batch is made, blaming the sample a dead process was
+  // on; `lease` is replaced (by one of `header` bytes) where an attempt's
+  // parts may be held.
   Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                      const std::string& keys, int64_t seed, const SegmentLease& lease,
+                      const std::string& keys, int64_t seed, SegmentLease* lease, size_t header,
                       Reply* reply, ItemOutcome* outcome);
 
   std::shared_ptr<ProcessWorkers> workers_;

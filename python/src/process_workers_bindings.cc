@@ -41,6 +41,36 @@ py::array ViewOf(ProcessWorkers& workers, py::array_t<int64_t> descriptor) {
   return array;
 }
 
+// view() of a part of an item still being made (PartOf): the segment is held
+// (ProcessWorkers::Hold) until the last view of it is gone, so that it does
+// not go back to the pool (and get written) under the consumer's tensors.
+py::array PartViewOf(const std::shared_ptr<ProcessWorkers>& workers,
+                     py::array_t<int64_t> descriptor) {
+  using D = protocol::ProcessDescriptor;
+  if (descriptor.size() < kDescriptorWords ||
+      descriptor.data()[D::kMagic] != protocol::kSegmentMagic) {
+    throw py::value_error("not a batch descriptor");
+  }
+  const int64_t* d = descriptor.data();
+  const auto segment = static_cast<int>(d[D::kSegment]);
+  const auto ticket = static_cast<uint64_t>(d[D::kTicket]);
+  ThrowIfError(workers->Hold(segment, ticket));
+  struct Held {
+    std::weak_ptr<ProcessWorkers> workers;
+    int segment;
+    uint64_t ticket;
+    py::object view;
+    ~Held() {
+      if (auto w = workers.lock()) w->Unhold(segment, ticket);
+    }
+  };
+  auto held = std::make_unique<Held>(Held{workers, segment, ticket, py::none()});
+  held->view = ViewOf(*workers, descriptor);  // a stale one raises; `held` lets go
+  py::buffer_info info = held->view.cast<py::array>().request();
+  py::capsule base(held.release(), [](void* p) { delete static_cast<Held*>(p); });
+  return py::array(py::dtype("uint8"), {info.size}, static_cast<uint8_t*>(info.ptr), base);
+}
+
 }  // namespace
 
 void BindProcessWorkers(py::module_& m) {
@@ -79,17 +109,17 @@ void BindProcessWorkers(py::module_& m) {
       .def(
           "part",
           [](const ProcessWorkers& w, int64_t epoch, int64_t item, int64_t part) -> py::object {
-            std::optional<ProcessWorkers::Part> got = w.PartOf(epoch, item, part);
+            std::optional<ProcessWorkers::Descriptor> got = w.PartOf(epoch, item, part);
             if (!got) return py::none();
             py::array_t<int64_t> descriptor(kDescriptorWords);
-            std::copy(got->descriptor.begin(), got->descriptor.end(), descriptor.mutable_data());
-            return py::make_tuple(descriptor, got->generation);
+            std::copy(got->begin(), got->end(), descriptor.mutable_data());
+            return descriptor;
           },
           py::arg("epoch"), py::arg("item"), py::arg("part"),
-          "Part `part` of an item being made (ProcessWorkers::PartOf): (its descriptor, its "
-          "generation), or None while it is not published.")
-      .def("published", &ProcessWorkers::Published, py::arg("epoch"), py::arg("item"),
-           py::arg("part"), py::arg("generation"))
+          "Part `part` of an item being made (ProcessWorkers::PartOf): its descriptor, or None "
+          "while it is not published.")
+      .def("view_part", &PartViewOf, py::arg("descriptor"),
+           "view() of a published part: its segment stays out of the pool while the view lives.")
       .def("shutdown", &ProcessWorkers::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def("close", &ProcessWorkers::Close, py::call_guard<py::gil_scoped_release>())
       .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })

@@ -34,7 +34,7 @@ namespace stoker::python {
 namespace {
 
 using protocol::Tag;
-using Descriptor = std::array<int64_t, kDescriptorWords>;
+using Descriptor = ProcessWorkers::Descriptor;
 using D = protocol::ProcessDescriptor;
 
 constexpr int64_t kSeed = 7;
@@ -286,32 +286,42 @@ TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) 
   workers_->Publish(3, 5, 1, *lease, grown, 8192, 60);
   EXPECT_FALSE(workers_->PartOf(3, 5, 2).has_value());
   EXPECT_FALSE(workers_->PartOf(3, 6, 0).has_value());  // another item
-  std::optional<ProcessWorkers::Part> second = workers_->PartOf(3, 5, 1);
+  std::optional<Descriptor> second = workers_->PartOf(3, 5, 1);
   ASSERT_TRUE(second.has_value());
-  EXPECT_EQ(second->descriptor[D::kSegment], lease->segment_id);
-  EXPECT_EQ(second->descriptor[D::kTicket], static_cast<int64_t>(lease->ticket));
-  EXPECT_EQ(second->descriptor[D::kSegmentSize], static_cast<int64_t>(grown));
-  EXPECT_EQ(second->descriptor[D::kMetaOffset], 8192);
-  EXPECT_EQ(second->descriptor[D::kMetaLength], 60);
-  EXPECT_EQ(second->descriptor[D::kBatch], 5);
+  EXPECT_EQ((*second)[D::kSegment], lease->segment_id);
+  EXPECT_EQ((*second)[D::kTicket], static_cast<int64_t>(lease->ticket));
+  EXPECT_EQ((*second)[D::kSegmentSize], static_cast<int64_t>(grown));
+  EXPECT_EQ((*second)[D::kMetaOffset], 8192);
+  EXPECT_EQ((*second)[D::kMetaLength], 60);
+  EXPECT_EQ((*second)[D::kBatch], 5);
   // The consumer's view maps what the worker grew the segment to.
   Result<SegmentView> view = workers_->View(lease->segment_id, lease->ticket);
   ASSERT_TRUE(view.ok()) << view.status().message();
   EXPECT_GE(view->map->size, grown);
-  EXPECT_TRUE(workers_->Published(3, 5, 1, second->generation));
-
-  // An attempt that starts again opens another generation: what was read of
-  // the first one no longer counts.
-  workers_->Unpublish(3, 5);
-  EXPECT_FALSE(workers_->Published(3, 5, 1, second->generation));
+  EXPECT_TRUE(workers_->Unpublish(3, 5));
   EXPECT_FALSE(workers_->PartOf(3, 5, 0).has_value());
-  workers_->Publish(3, 5, 0, *lease, grown, 4096, 100);
-  std::optional<ProcessWorkers::Part> again = workers_->PartOf(3, 5, 0);
-  ASSERT_TRUE(again.has_value());
-  EXPECT_NE(again->generation, second->generation);
-  EXPECT_FALSE(workers_->Published(3, 5, 1, again->generation));  // not made yet
-  workers_->Unpublish(3, 5);
+  EXPECT_FALSE(workers_->Unpublish(3, 5));  // none left
   workers_->Release(lease->segment_id, lease->ticket);
+}
+
+TEST_F(ProcessWorkersTest, AHeldSegmentGoesBackToThePoolAtItsLastUnhold) {
+  Result<SegmentLease> lease = workers_->Acquire(4096);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  ASSERT_TRUE(workers_->Hold(lease->segment_id, lease->ticket).ok());
+  ASSERT_TRUE(workers_->Hold(lease->segment_id, lease->ticket).ok());
+  workers_->Release(lease->segment_id, lease->ticket);  // delivered and dropped: held still
+  EXPECT_GT(workers_->segment_bytes().second, 0u);
+  EXPECT_FALSE(workers_->Hold(lease->segment_id, lease->ticket).ok());  // released: no new hold
+  Result<SegmentLease> other = workers_->Acquire(4096);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->segment_id, lease->segment_id);  // not handed out while held
+  workers_->Unhold(lease->segment_id, lease->ticket);
+  EXPECT_TRUE(workers_->View(lease->segment_id, lease->ticket).ok());
+  workers_->Unhold(lease->segment_id, lease->ticket);
+  EXPECT_FALSE(workers_->View(lease->segment_id, lease->ticket).ok());  // back in the pool
+  workers_->Release(other->segment_id, other->ticket);
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
+  EXPECT_FALSE(workers_->Hold(lease->segment_id, lease->ticket).ok());
 }
 
 TEST_F(ProcessWorkersTest, AWorkerThatDiesMidTaskIsNamedAndTheBatchReruns) {

@@ -1490,9 +1490,9 @@ class _Iterator:
     def _early_part(self):
         """While the engine has no item ready: the next batch of the shard it
         delivers next, once that shard's worker process has made it (PART),
-        copied out of the segment the shard is still written into; None once
-        an item (or the epoch's end) is ready. Its wait is the engine's, so
-        the tuner counts it as the consumer's."""
+        viewed in the segment the shard is still written into; None once an
+        item (or the epoch's end) is ready. Its wait is the engine's, so the
+        tuner counts it as the consumer's."""
         engine, workers = self._engine, self._workers
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         wait = 0.0
@@ -1500,21 +1500,16 @@ class _Iterator:
             wait = _PART_POLL_S
             item = self._head_item()
             taken = self._skip[1] if self._skip and self._skip[0] == item else 0
-            got = None if item is None else workers.part(self.epoch, item, taken)
-            if got is not None:
-                descriptor, generation = got
-                try:
-                    payload = _workers.read_batch(workers.view(descriptor),
-                                                  int(descriptor[_PROCESS.meta_offset]),
-                                                  int(descriptor[_PROCESS.meta_length]),
-                                                  copy=True)
-                except ValueError:  # its segment was let go meanwhile
-                    payload = None
-                # Whole only if the part was still published once read.
-                if payload is not None and workers.published(self.epoch, item, taken,
-                                                             generation):
+            descriptor = None if item is None else workers.part(self.epoch, item, taken)
+            if descriptor is not None:
+                try:  # held: its segment stays out of the pool while the batch lives
+                    view = workers.view_part(descriptor)
+                except ValueError:  # the shard failed meanwhile: its segment went back
+                    view = None
+                if view is not None:
                     self._skip = (item, taken + 1)
-                    return payload
+                    return _workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
+                                               int(descriptor[_PROCESS.meta_length]))
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         return None

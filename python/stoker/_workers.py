@@ -1184,18 +1184,18 @@ class _Unpickler(pickle.Unpickler):
         return self.arrays[pid[1]]
 
 
-def read_batch(view, meta_off, meta_len, copy=False):
+def read_batch(view, meta_off, meta_len):
     """The payload in a segment's view (a numpy uint8 array), None for a
     batch whose every sample failed; tensors and arrays view the segment,
-    no copy, unless `copy` (the segment is still being written)."""
+    no copy."""
     if meta_len == 0:
         return NO_SAMPLE
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
-    arrays = [_rebuild(view, entry, copy) for entry in table]
+    arrays = [_rebuild(view, entry) for entry in table]
     return _Unpickler(io.BytesIO(body), arrays).load()
 
 
-def _rebuild(view, entry, copy=False):
+def _rebuild(view, entry):
     kind, dtype, shape, off = entry[:4]
     if kind == "t":
         import torch
@@ -1209,8 +1209,6 @@ def _rebuild(view, entry, copy=False):
             itemsize = torch.empty((), dtype=dt).element_size()
             t = torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
                                  offset=off).view(dt).view(shape)
-            if copy:
-                t = t.clone()
         requires_grad, names = entry[4]
         if names is not None:
             t = t.refine_names(*names)
@@ -1220,5 +1218,4 @@ def _rebuild(view, entry, copy=False):
     count = 1
     for d in shape:
         count *= d
-    a = np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)
-    return a.copy() if copy else a
+    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)

@@ -55,16 +55,20 @@ py::array PartViewOf(const std::shared_ptr<ProcessWorkers>& workers,
   const auto segment = static_cast<int>(d[D::kSegment]);
   const auto ticket = static_cast<uint64_t>(d[D::kTicket]);
   ThrowIfError(workers->Hold(segment, ticket));
-  struct Held {
+  struct Held {  // one Hold, let go once
+    Held(std::weak_ptr<ProcessWorkers> w, int s, uint64_t t)
+        : workers(std::move(w)), segment(s), ticket(t) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() {
+      if (auto w = workers.lock()) w->Unhold(segment, ticket);
+    }
     std::weak_ptr<ProcessWorkers> workers;
     int segment;
     uint64_t ticket;
     py::object view;
-    ~Held() {
-      if (auto w = workers.lock()) w->Unhold(segment, ticket);
-    }
   };
-  auto held = std::make_unique<Held>(Held{workers, segment, ticket, py::none()});
+  auto held = std::make_unique<Held>(workers, segment, ticket);
   held->view = ViewOf(*workers, descriptor);  // a stale one raises; `held` lets go
   py::buffer_info info = held->view.cast<py::array>().request();
   py::capsule base(held.release(), [](void* p) { delete static_cast<Held*>(p); });

@@ -364,6 +364,12 @@ def test_a_shards_first_batch_is_handed_out_before_the_shard_is_read(tmp_path):
         assert state["stream"] == {"item": 0, "batches_taken": 1}
         open(ds.go, "w").close()
         got = [(a.flatten().tolist(), b.flatten().tolist())] + batches_of(it)
+        assert ids(batches(dl)) == ids(whole)  # another epoch: its segments written again
+        # The batch taken early views its segment, which stayed out of the pool.
+        assert (a.flatten().tolist(), b.flatten().tolist()) == whole[0]
+        del a, b
+        gc.collect()
+        assert dl._run.workers.segment_bytes()[1] == 0  # and went back once it was dropped
     assert got == whole
     for workers in (0, 3):  # the checkpoint taken mid-shard: exactly the rest
         with loader(ds, workers, shuffle=False) as dl:

@@ -66,6 +66,7 @@ def child(kind, paths, workers, seconds, warmup):
     """Runs in a fresh process; prints one JSON object."""
     import torch
     import stoker
+    stoker.DataLoader  # imported before the clock, as torch's DataLoader is with torch
     t0 = time.perf_counter()
     ds = dataset(paths)
     if kind == "torch":

@@ -1020,6 +1020,7 @@ class _Run:
         self.zygote_pid = None
         self.workers = None  # process workers (kinds "processes" and "auto")
         self.threads = None  # thread workers (kinds "threads" and "auto"), or num_workers=0's
+        self.parts = None    # a sharded stream's batches made so far on thread workers
         self.kinds = None    # worker_kind="auto": both kinds' workers
         self.trial = None
         self.cluster = None         # cluster=...: the remote slots' _remote.Cluster
@@ -1058,9 +1059,13 @@ class _Run:
         if options.threads:
             # At num_workers=0 the consumer's thread makes the batches: its
             # generators are the user's, and get their state back after each.
-            run = _run_batch_keeping_rng if options.workers == 0 else _run_batch
-            self.threads = _stoker.ThreadWorkers(functools.partial(run, job),
-                                                 self.plan.table)
+            if options.workers == 0:
+                run = functools.partial(_run_batch_keeping_rng, job)
+            else:
+                if options.shards is not None:
+                    self.parts = _shards.Parts()
+                run = functools.partial(_run_batch, job, parts=self.parts)
+            self.threads = _stoker.ThreadWorkers(run, self.plan.table)
         if self.workers is not None and self.threads is not None:
             self.kinds = _stoker.WorkerKinds(self.workers, self.threads)
             return self.kinds.as_kind()
@@ -1195,11 +1200,11 @@ def _run_batch_keeping_rng(job, epoch, batch, indices, seed, keys=None):
         torch.set_rng_state(states[2])
 
 
-def _run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
+def _run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts=None):
     """_workers.run_batch on this process's threads (thread workers, or the
     consumer's at num_workers=0)."""
     try:
-        return _workers.run_batch(job, epoch, batch, indices, seed, keys, consumer)
+        return _workers.run_batch(job, epoch, batch, indices, seed, keys, consumer, parts)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
         return _Raised(e), None
 
@@ -1413,14 +1418,15 @@ class _Iterator:
         options = run.options
         self._engine, self._threads, self._workers = run.engine, run.threads, run.workers
         self._remote, self._cluster = run.remote_threads, run.cluster
+        self._parts = run.parts
         self._native = run.native
         self._trial, self._timeout, self._device = run.trial, options.timeout, options.device
         self._pin = options.pin_memory and options.device is None
         # At num_workers=0 a batch is made when asked for: none ahead (as torch).
         self._lookahead = options.workers != 0
-        # A shard's batches may be taken as its worker process makes them.
+        # A shard's batches may be taken as its worker makes them.
         self._early = (self._sharded and self._lookahead and options.in_order and
-                       self._workers is not None and self._native is None)
+                       (self._workers is not None or self._parts is not None))
 
     def __iter__(self):
         return self
@@ -1489,30 +1495,40 @@ class _Iterator:
 
     def _early_part(self):
         """While the engine has no item ready: the next batch of the shard it
-        delivers next, once that shard's worker process has made it (PART),
-        viewed in the segment the shard is still written into; None once an
-        item (or the epoch's end) is ready. Its wait is the engine's, so the
-        tuner counts it as the consumer's."""
-        engine, workers = self._engine, self._workers
+        delivers next, once that shard's worker has made it (_part); None
+        once an item (or the epoch's end) is ready. Its wait is the
+        engine's, so the tuner counts it as the consumer's."""
+        engine = self._engine
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         wait = 0.0
         while not engine.wait_ready(wait):
             wait = _PART_POLL_S
             item = self._head_item()
             taken = self._skip[1] if self._skip and self._skip[0] == item else 0
-            descriptor = None if item is None else workers.part(self.epoch, item, taken)
-            if descriptor is not None:
-                try:  # held: its segment stays out of the pool while the batch lives
-                    view = workers.view_part(descriptor)
-                except ValueError:  # the shard failed meanwhile: its segment went back
-                    view = None
-                if view is not None:
-                    self._skip = (item, taken + 1)
-                    return _workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
-                                               int(descriptor[_PROCESS.meta_length]))
+            batch = None if item is None else self._part(item, taken)
+            if batch is not None:
+                self._skip = (item, taken + 1)
+                return batch[0]
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         return None
+
+    def _part(self, item, taken):
+        """Batch `taken` of shard `item` as (batch,) if its worker made it: a
+        thread's as it is, a process's (PART) viewed in the segment it is
+        still writing."""
+        if self._parts is not None and (made := self._parts.take((self.epoch, item), taken)):
+            return made
+        workers = self._workers
+        descriptor = None if workers is None else workers.part(self.epoch, item, taken)
+        if descriptor is None:
+            return None
+        try:  # held: its segment stays out of the pool while the batch lives
+            view = workers.view_part(descriptor)
+        except ValueError:  # the shard failed meanwhile: its segment went back
+            return None
+        return (_workers.read_batch(view, int(descriptor[_PROCESS.meta_offset]),
+                                    int(descriptor[_PROCESS.meta_length])),)
 
     def _head_item(self):
         """The engine item delivered next (in order: the first not delivered),

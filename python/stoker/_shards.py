@@ -9,6 +9,7 @@ open one."""
 
 import os
 import random
+import threading
 
 import torch.utils.data
 
@@ -106,6 +107,34 @@ class ShardJob:
 class Batches(list):
     """A shard's batches, as one engine item carries them; the consumer hands
     them out one by one."""
+
+
+class Parts:
+    """The batches of shards being read on worker threads, by (epoch, item),
+    each as it is made: the consumer may take those of the shard it waits
+    for before the shard ends (worker processes publish theirs in their
+    segments instead, ProcessWorkers::Publish)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._items = {}
+
+    def publish(self, key, part, batch):
+        with self._lock:
+            made = self._items.setdefault(key, [])
+            if part == len(made):
+                made.append(batch)
+
+    def take(self, key, part):
+        """Batch `part` of `key`, as (batch,), or None while it is not made."""
+        with self._lock:
+            made = self._items.get(key, ())
+            return (made[part],) if part < len(made) else None
+
+    def end(self, key):
+        """The shard's run ended: its batches are in its item now, or lost with it."""
+        with self._lock:
+            self._items.pop(key, None)
 
 
 def _buffered(samples, size, rng):

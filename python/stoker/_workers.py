@@ -821,16 +821,23 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
     return (batches if batches else NO_SAMPLE), range(count), failures, None
 
 
-def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False):
+def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts=None):
     """One batch in this process (a worker thread, or the `consumer`'s at
     num_workers=0): (payload, (kept, failures, collate error, epoch, batch)).
     On a thread worker's thread it stops at the next sample once its loader
-    closed (_Abandoned)."""
+    closed (_Abandoned). A shard's batches go to `parts` (a _shards.Parts)
+    as they are made, when given."""
     cancelled = getattr(_thread_worker, "cancelled", None)
     at = None if cancelled is None else lambda position: _stop_if(cancelled)
     if job.shards is not None:
-        payload, kept, failures, collate_error = _load_shard(job, indices, seed, at,
-                                                             consumer=consumer)
+        key = (epoch, batch)
+        made = None if parts is None else lambda k, b: parts.publish(key, k, b)
+        try:
+            payload, kept, failures, collate_error = _load_shard(job, indices, seed, at,
+                                                                 consumer=consumer, made=made)
+        finally:
+            if parts is not None:
+                parts.end(key)
     else:
         samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
                                         keys=keys_of(indices, keys))

@@ -14,7 +14,9 @@ Each in a fresh child process: the time to the first batch (from making the
 loader), a warm-up (--warmup seconds), then the steady rate over --seconds;
 the best torch count and stoker are measured twice and the better kept
 (noisy machines). Then a resume: 5 batches at 2 workers, state_dict, the
-rest from a new loader at 1 worker, checked to be exactly the rest. Prints
+rest from a new loader at 1 worker, checked to be exactly the rest; and an
+epoch resized to 1-3 workers at random after each batch: the shards handed
+over mid-way, the epoch checked to be the same batches. Prints
 images/s, the ratio stoker / torch best (goal >= 0.97x), the first batch
 against torch's at 2 workers (goal: within it), and one JSON line on stderr.
 
@@ -107,30 +109,46 @@ def better(a, b):
     return a if a["samples_per_s"] >= b["samples_per_s"] else b
 
 
-def resume(paths):
-    """(exactly the rest, batches after the checkpoint) for a checkpoint
-    taken at 2 workers after 5 batches and resumed at 1 worker."""
+def keys(batch):
+    """A batch's labels and its pixels' sum: the same batch, or another."""
+    return batch[1].tolist(), int(batch[0].sum())
+
+
+def seeded(paths, workers):
     import torch
 
     import stoker
+    return stoker.DataLoader(dataset(paths), batch_size=BATCH, shuffle=True, num_workers=workers,
+                             generator=torch.Generator().manual_seed(3))
 
-    def keys(batch):  # its labels and its pixels' sum: the same batch, or another
-        return batch[1].tolist(), int(batch[0].sum())
 
-    def loader(workers):
-        return stoker.DataLoader(dataset(paths), batch_size=BATCH, shuffle=True,
-                                 num_workers=workers, generator=torch.Generator().manual_seed(3))
-
-    with loader(2) as dl:
-        whole = [keys(b) for b in dl]
-    with loader(2) as dl:
+def resume(paths, whole):
+    """(exactly the rest, batches after the checkpoint) for a checkpoint
+    taken at 2 workers after 5 batches and resumed at 1 worker; `whole`:
+    the epoch's keys() read through."""
+    with seeded(paths, 2) as dl:
         it = iter(dl)
         head = [keys(next(it)) for _ in range(5)]
         state = dl.state_dict()
-    with loader(1) as dl:
+    with seeded(paths, 1) as dl:
         dl.load_state_dict(state)
         rest = [keys(b) for b in dl]
     return head + rest == whole, len(rest)
+
+
+def handover(paths, whole):
+    """(shards handed over, the epoch's batches the same as `whole`) for an
+    epoch whose pool is resized between 1 and 3 workers at random after
+    each batch: a worker that leaves mid-shard stops at its next batch, and
+    another continues the shard."""
+    import random
+    rng = random.Random(5)
+    with seeded(paths, 2) as dl:
+        got = []
+        for batch in dl:
+            got.append(keys(batch))
+            dl._run.engine.resize(rng.randint(1, 3))
+        return dl.stats()["handovers"], got == whole
 
 
 def main():
@@ -159,7 +177,10 @@ def main():
     ours = measure(a, paths, "stoker")
     torch_runs[best_w] = better(torch_runs[best_w], measure(a, paths, "torch", best_w))
     ours = better(ours, measure(a, paths, "stoker"))
-    exact, rest_batches = resume(paths)
+    with seeded(paths, 2) as dl:
+        whole = [keys(b) for b in dl]
+    exact, rest_batches = resume(paths, whole)
+    handed, same = handover(paths, whole)
     run.end()
 
     tbest, rate = torch_runs[best_w]["samples_per_s"], ours["samples_per_s"]
@@ -180,13 +201,15 @@ def main():
               "    goal <= 1 x")
     print(f"  resume at 1 worker from a checkpoint at 2 after 5 batches: "
           f"{'exactly the rest' if exact else 'NOT the rest'} ({rest_batches} batches)")
+    print(f"  resized to 1-3 workers at random after each batch: {handed} shards handed over "
+          f"mid-way, the epoch {'the same batches' if same else 'NOT the same batches'}")
     json.dump({
         "shards": len(paths), "seconds": a.seconds, **run.fields(),
         "torch_images_per_s": {str(w): r["samples_per_s"] for w, r in torch_runs.items()},
         "torch_first_batch_s": {str(w): r["first_batch_s"] for w, r in torch_runs.items()},
         "torch_best_workers": best_w, "stoker_images_per_s": rate,
         "stoker_first_batch_s": ours["first_batch_s"], "stoker_vs_torch": rate / tbest,
-        "resume_exact": exact}, sys.stderr)
+        "resume_exact": exact, "handovers": handed, "resized_same": same}, sys.stderr)
     print(file=sys.stderr)
 
 

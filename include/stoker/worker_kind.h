@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,14 @@ struct ItemOutcome {
   /// Made on another machine (a remote slot): its time is no local worker's,
   /// so the tuner's local figures leave it out (LoaderMetrics::remote_*).
   bool remote = false;
+  /// Set by the engine on a worker thread: asks whether the thread may leave
+  /// now (the pool is over its target). True commits it to leave: the kind
+  /// then stops the item where another worker can continue it, and says so
+  /// with `yielded`. A kind that cannot continue an item never asks.
+  const std::function<bool()>* may_leave = nullptr;
+  /// The item is not made: the engine runs it again on another worker, where
+  /// the kind continues it from where this Run stopped; this thread leaves.
+  bool yielded = false;
 };
 
 /// One worker of a kind: runs items one at a time, always on one thread

@@ -147,11 +147,13 @@ Status ProcessWorker::Start() {
 
 Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
                               const std::string& keys, int64_t seed, const SegmentLease& lease,
-                              Reply* reply, ItemOutcome* outcome) {
+                              const ProcessWorkers::Continuation* resume, Reply* reply,
+                              ItemOutcome* outcome) {
   STOKER_RETURN_IF_ERROR(Start());
   const size_t n = indices.size();
   const size_t keys_off = (protocol::kSegmentHeaderWords + n) * sizeof(int64_t);
-  const size_t data_off = RoundUp(keys_off + keys.size(), kPage);
+  const size_t data_off = resume != nullptr ? static_cast<size_t>(resume->data_end)
+                                            : RoundUp(keys_off + keys.size(), kPage);
   STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, data_off));
   auto* words = static_cast<int64_t*>(map->addr);
   using H = protocol::SegmentWord;
@@ -161,6 +163,8 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   words[H::kDataOffset] = static_cast<int64_t>(data_off);
   words[H::kSeed] = seed;
   words[H::kKeysBytes] = static_cast<int64_t>(keys.size());
+  words[H::kResumeOffset] = resume != nullptr ? resume->resume_offset : 0;
+  words[H::kResumeLength] = resume != nullptr ? resume->resume_length : 0;
   std::copy(indices.begin(), indices.end(), words + protocol::kSegmentHeaderWords);
   std::memcpy(static_cast<char*>(map->addr) + keys_off, keys.data(), keys.size());
   const int id = lease.segment_id;
@@ -176,14 +180,32 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
+  // A sharded stream's item may stop at a part (YIELD) once this thread may
+  // leave the pool: asked before each message, and every kYieldPoll.
+  bool may_yield = outcome->may_leave != nullptr && workers_->batches().item_name() == "shard";
   while (true) {
-    STOKER_ASSIGN_OR_RETURN(Message m, ReceiveMessage(proc_->conn.get()));
+    if (may_yield && (*outcome->may_leave)()) {
+      STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kYield, {}));
+      may_yield = false;
+    }
+    Result<Message> got =
+        may_yield ? ReceiveMessageWithin(proc_->conn.get(), kYieldPoll, [] { return false; })
+                  : ReceiveMessage(proc_->conn.get());
+    if (may_yield && got.status().code() == StatusCode::kUnavailable) continue;  // none yet
+    STOKER_ASSIGN_OR_RETURN(Message m, std::move(got));
     if (m.tag == Tag::kPart) {
       using W = protocol::PartWord;
       workers_->Publish(epoch, batch, m.words[W::kPart], lease,
                         static_cast<size_t>(m.words[W::kSegmentSize]), m.words[W::kMetaOffset],
                         m.words[W::kMetaLength]);
       continue;
+    }
+    if (m.tag == Tag::kYielded) {
+      using Y = protocol::YieldedWord;
+      reply->size = m.words[Y::kSegmentSize];
+      reply->yielded = ProcessWorkers::Continuation{
+          lease, m.words[Y::kResumeOffset], m.words[Y::kResumeLength], m.words[Y::kDataEnd]};
+      return Status::Ok();
     }
     using F = protocol::SampleFailWord;
     if (m.tag == Tag::kTaskFail || m.tag == Tag::kSampleFail) {
@@ -230,9 +252,10 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
                                    const std::string& keys, int64_t seed, SegmentLease* lease,
-                                   size_t header, Reply* reply, ItemOutcome* outcome) {
+                                   size_t header, const ProcessWorkers::Continuation* resume,
+                                   Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
-  for (bool again = false;; again = true) {
+  for (bool again = false;; again = true, resume = nullptr) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     // An attempt after one that published parts writes a fresh segment: the
     // consumer may hold those parts, which views of the old one must keep.
@@ -242,7 +265,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     }
     const size_t reported = outcome->failures.size();
     *reply = Reply{};
-    Status st = Attempt(epoch, batch, indices, keys, seed, *lease, reply, outcome);
+    Status st = Attempt(epoch, batch, indices, keys, seed, *lease, resume, reply, outcome);
     if (st.ok() && reply->over_bytes > 0) {
       // Over its share of the memory budget: a fresh process reruns the
       // batch, unless this one was fresh (the batch alone does not fit).
@@ -285,9 +308,19 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
 
 Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
                           ItemOutcome* outcome) {
+  // A yielded item continues in its segment, after the parts it has; one
+  // that fails before it runs lets them go.
+  const std::optional<ProcessWorkers::Continuation> resume = workers_->Continue(epoch, item);
+  const auto unrun = [&](Status st) {
+    if (resume) {
+      workers_->Unpublish(epoch, item);
+      workers_->Release(resume->lease.segment_id, resume->lease.ticket);
+    }
+    return st;
+  };
   // The process starts while the batch list may still be on its way (a loader
   // claims its first tasks when made, the list comes with iter()).
-  if (workers_->shut_down()) return Cancelled("the loader was closed");
+  if (workers_->shut_down()) return unrun(Cancelled("the loader was closed"));
   // Without persistent workers, a process ends with its epoch: one waiting
   // for the next epoch's list (made at the next iter()) lets its memory go,
   // whether or not it ran a batch of the epoch it was started in.
@@ -295,19 +328,32 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   const int64_t serves = proc_epoch_ >= 0 ? proc_epoch_ : lists.first_set();
   if (!workers_->persistent() && proc_ && serves >= 0 && serves != epoch && !lists.Has(epoch)) {
     Stop();
-  } else {
-    STOKER_RETURN_IF_ERROR(Start());
+  } else if (Status st = Start(); !st.ok()) {
+    return unrun(std::move(st));
   }
-  STOKER_ASSIGN_OR_RETURN(EpochBatches::Batch got, lists.Get(epoch, item));
-  STOKER_RETURN_IF_ERROR(Start());
+  Result<EpochBatches::Batch> listed = lists.Get(epoch, item);
+  if (!listed.ok()) return unrun(listed.status());
+  if (Status st = Start(); !st.ok()) return unrun(std::move(st));
   proc_epoch_ = epoch;
+  EpochBatches::Batch& got = *listed;
   std::vector<int64_t> indices = std::move(got.indices);
   const size_t header = RoundUp(
       (protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t) + got.keys.size(), kPage);
-  STOKER_ASSIGN_OR_RETURN(SegmentLease lease, workers_->Acquire(header));
+  SegmentLease lease;
+  if (resume) {
+    lease = resume->lease;
+  } else {
+    STOKER_ASSIGN_OR_RETURN(lease, workers_->Acquire(header));
+  }
   Reply reply;
   Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, &lease, header,
-                           &reply, outcome);
+                           resume ? &*resume : nullptr, &reply, outcome);
+  if (st.ok() && reply.yielded) {  // its parts stay published for the consumer
+    if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
+    workers_->Yielded(epoch, item, *reply.yielded);
+    outcome->yielded = true;
+    return Status::Ok();
+  }
   workers_->Unpublish(epoch, item);  // the item itself holds them now, or failed
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
@@ -597,6 +643,21 @@ void ProcessWorkers::Publish(int64_t epoch, int64_t item, int64_t part, const Se
   // Parts come in order; a number out of it (a confused worker) publishes nothing.
   if (part != static_cast<int64_t>(parts.size())) return;
   parts.push_back(DescriptorOf(lease, static_cast<int64_t>(size), meta_off, meta_len, epoch, item));
+}
+
+void ProcessWorkers::Yielded(int64_t epoch, int64_t item, const Continuation& c) {
+  handed_over_.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(parts_mu_);
+  continuations_[{epoch, item}] = c;
+}
+
+std::optional<ProcessWorkers::Continuation> ProcessWorkers::Continue(int64_t epoch, int64_t item) {
+  MutexLock lock(parts_mu_);
+  auto it = continuations_.find({epoch, item});
+  if (it == continuations_.end()) return std::nullopt;
+  Continuation c = it->second;
+  continuations_.erase(it);
+  return c;
 }
 
 bool ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,10 @@
 #include "worker_protocol.h"
 
 namespace stoker::python {
+
+/// How often an engine thread waiting for a sharded stream's item asks
+/// whether it may leave the pool (ItemOutcome::may_leave), processes and threads.
+inline constexpr std::chrono::milliseconds kYieldPoll{20};
 
 /// A delivered item as the engine carries it: protocol::ProcessDescriptor.
 inline constexpr int kDescriptorWords = protocol::ProcessDescriptor::kCount;
@@ -138,6 +143,19 @@ class ProcessWorkers {
   using Descriptor = std::array<int64_t, kDescriptorWords>;
   std::optional<Descriptor> PartOf(int64_t epoch, int64_t item, int64_t part) const
       EXCLUDES(parts_mu_);
+  /// A sharded stream's item whose worker yielded it (YIELDED) to leave the
+  /// pool: its segment, still leased (the consumer may hold its parts, which
+  /// stay published), and where the worker that continues it starts.
+  struct Continuation {
+    SegmentLease lease;
+    int64_t resume_offset = 0, resume_length = 0;  // the _shards.Resume in it
+    int64_t data_end = 0;                          // where new data may start
+  };
+  void Yielded(int64_t epoch, int64_t item, const Continuation& c) EXCLUDES(parts_mu_);
+  /// Items handed over so far (Yielded).
+  int64_t handed_over() const { return handed_over_.load(std::memory_order_relaxed); }
+  /// The continuation of (epoch, item), taken: the next Run of it continues there.
+  std::optional<Continuation> Continue(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
   /// Keeps a leased segment from going back to the pool until Unhold, while
   /// the consumer holds a part of it: Release then takes effect at the last
   /// Unhold. kInvalidArgument for a stale descriptor (the segment went back).
@@ -202,6 +220,7 @@ class ProcessWorkers {
   UniqueFd zygote_ GUARDED_BY(zygote_mu_);
 
   std::atomic<int64_t> pinned_{0};
+  std::atomic<int64_t> handed_over_{0};
   std::atomic<int64_t> running_{0};
 
   mutable Mutex mu_;
@@ -214,6 +233,8 @@ class ProcessWorkers {
   mutable Mutex parts_mu_;
   // (epoch, item) -> its parts' descriptors, by part number.
   std::map<std::pair<int64_t, int64_t>, std::vector<Descriptor>> parts_ GUARDED_BY(parts_mu_);
+  // (epoch, item) -> where a yielded item continues.
+  std::map<std::pair<int64_t, int64_t>, Continuation> continuations_ GUARDED_BY(parts_mu_);
 };
 
 /// One engine thread's worker process, forked when the thread starts (or at
@@ -243,22 +264,27 @@ class ProcessWorker : public KindWorker {
  private:
   struct Reply {
     int64_t samples = 0, size = 0, meta_off = 0, meta_len = 0;
-    int64_t over_samples = 0, over_bytes = 0;  // OVER: the batch was left there
+    int64_t over_samples = 0, over_bytes = 0;             // OVER: the batch was left there
+    std::optional<ProcessWorkers::Continuation> yielded;  // YIELDED: where it stopped
   };
   // The unique memory this process may reach (TASK's memory_limit); 0: no budget.
   size_t MemoryShare() const;
   // A batch that took a fresh process past its share: kResourceExhausted.
   Status OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply) const;
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
+  // `resume`: a yielded item's continuation, else null. When the engine
+  // lets this thread leave, a sharded stream's item is asked to YIELD.
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                 const std::string& keys, int64_t seed, const SegmentLease& lease, Reply* reply,
-                 ItemOutcome* outcome);
+                 const std::string& keys, int64_t seed, const SegmentLease& lease,
+                 const ProcessWorkers::Continuation* resume, Reply* reply, ItemOutcome* outcome);
   // Attempts until the batch is made, blaming the sample a dead process was
   // on; `lease` is replaced (by one of `header` bytes) where an attempt's
-  // parts may be held.
+  // parts may be held. `resume` applies to the first attempt: a later one
+  // starts the item over.
   Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
                       const std::string& keys, int64_t seed, SegmentLease* lease, size_t header,
-                      Reply* reply, ItemOutcome* outcome);
+                      const ProcessWorkers::Continuation* resume, Reply* reply,
+                      ItemOutcome* outcome);
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;

@@ -129,6 +129,7 @@ void BindProcessWorkers(py::module_& m) {
       .def("pin", [](ProcessWorkers& w) { ThrowIfError(w.Pin()); })
       .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
       .def("pids", &ProcessWorkers::pids)
+      .def("handed_over", &ProcessWorkers::handed_over)
       .def("segment_bytes", &ProcessWorkers::segment_bytes);
 }
 

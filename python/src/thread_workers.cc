@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -111,7 +112,16 @@ ThreadWorkers::Made ThreadWorkers::Read(py::object result, uint64_t ticket, int 
       made.status = Unavailable("the batch was given back");
       return made;
     }
-    made.status = ReadOutcome(result.cast<py::tuple>(), ticket, worker, &made.outcome);
+    const auto made_tuple = result.cast<py::tuple>();
+    // A sharded stream's item stopped at a part: its batches so far stay in
+    // the loader's table of parts, for the worker that continues it.
+    static const py::object* const yielded =
+        new py::object(py::module_::import("stoker._shards").attr("YIELDED"));
+    if (made_tuple[0].ptr() == yielded->ptr()) {
+      made.yielded = true;
+      return made;
+    }
+    made.status = ReadOutcome(made_tuple, ticket, worker, &made.outcome);
   } catch (py::error_already_set& e) {
     made.status = Internal(std::string("the batch failed in a worker thread: ") + e.what());
   } catch (const py::cast_error& e) {
@@ -125,6 +135,10 @@ Status ThreadWorkers::Deliver(Made made, uint64_t ticket, int64_t epoch, int64_t
                               int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
                               bool* gave_back) {
   if (made.gave_back && gave_back != nullptr) *gave_back = true;
+  if (made.yielded) {
+    outcome->yielded = true;
+    return Status::Ok();
+  }
   outcome->samples = made.outcome.samples;
   outcome->failures = std::move(made.outcome.failures);
   if (!made.status.ok()) return made.status;
@@ -161,7 +175,20 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
   STOKER_ASSIGN_OR_RETURN(const uint64_t sent, Send(worker, ticket, epoch, batch, got));
   MutexLock lock(mu_);
   Lane& lane = *lanes_[static_cast<size_t>(worker)];
-  while (lane.done != sent && !cancelled_) answered_.Wait(mu_);
+  // A shard's item may stop at a part once this thread may leave the pool:
+  // asked every kYieldPoll while it runs.
+  bool may_yield = outcome->may_leave != nullptr && batches_->item_name() == "shard";
+  while (lane.done != sent && !cancelled_) {
+    if (!may_yield) {
+      answered_.Wait(mu_);
+      continue;
+    }
+    answered_.WaitUntil(mu_, std::chrono::steady_clock::now() + kYieldPoll);
+    if (lane.done != sent && (*outcome->may_leave)()) {
+      lane.yield = sent;
+      may_yield = false;
+    }
+  }
   if (lane.done != sent) {
     return Cancelled("the loader closed while batch " + std::to_string(batch) + " of epoch " +
                      std::to_string(epoch) + " ran");
@@ -212,19 +239,30 @@ py::object ThreadWorkers::Inbox(int worker) {
     const auto self = weak.lock();
     return self == nullptr || self->cancelled();
   });
+  const py::cpp_function yield_asked([weak = weak_from_this(), worker](uint64_t sent) {
+    const auto self = weak.lock();
+    return self != nullptr && self->yield_asked(worker, sent);
+  });
   // A daemon thread, never joined: a batch that hangs holds up neither
   // close() nor the interpreter's exit (stoker._workers.wait_for_thread_batches).
   const char* what = magic_ == protocol::kRemoteMagic ? "remote-slot" : "thread-worker";
   py::module_::import("threading")
       .attr("Thread")(
           py::arg("target") = py::module_::import("stoker._workers").attr("serve_thread_worker"),
-          py::arg("args") = py::make_tuple(inbox, finish, cancelled, run_batch_, worker),
+          py::arg("args") =
+              py::make_tuple(inbox, finish, cancelled, run_batch_, worker, yield_asked),
           py::arg("name") = "stoker-" + std::string(what) + "-" + std::to_string(worker),
           py::arg("daemon") = true)
       .attr("start")();
   MutexLock lock(mu_);
   lanes_[static_cast<size_t>(worker)]->inbox = inbox;
   return inbox;
+}
+
+bool ThreadWorkers::yield_asked(int worker, uint64_t sent) const {
+  MutexLock lock(mu_);
+  const auto at = static_cast<size_t>(worker);
+  return at < lanes_.size() && lanes_[at] && lanes_[at]->yield == sent;
 }
 
 void ThreadWorkers::Finish(int worker, uint64_t sent, py::object result, py::object error) {

@@ -82,12 +82,23 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // worker -> parent, before DONE, while a sharded stream's item is made: the
 // item's batch number `part` (0, 1, ...) is in the segment, pickled at
 // meta_offset (as DONE's), the segment segment_size long now; the consumer
-// may take it before the item is done. DONE's meta lists every part again.
+// may take it before the item is done. DONE's meta lists every part's
+// meta (a _shards.PartRefs).
 #define STOKER_PART_WORDS(X)   \
   X(Part, part)                \
   X(SegmentSize, segment_size) \
   X(MetaOffset, meta_offset)   \
   X(MetaLength, meta_length)
+// worker -> parent, instead of DONE, after YIELD (parent -> worker, no
+// words: its engine thread leaves the pool): the sharded stream's item stops
+// after its last PART; what a continuation needs (_shards.Resume, pickled) is
+// at resume_offset, and its data may start at data_end. Another worker
+// continues it in the same segment (the header's resume words).
+#define STOKER_YIELDED_WORDS(X)  \
+  X(SegmentSize, segment_size)   \
+  X(ResumeOffset, resume_offset) \
+  X(ResumeLength, resume_length) \
+  X(DataEnd, data_end)
 // worker -> parent, instead of DONE: its unique memory passed the task's
 // memory_limit after `samples` of the batch; it left the batch unfinished
 // and exits (the parent reruns the batch in a fresh process).
@@ -115,6 +126,8 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
   X(TaskFail, TASKFAIL, STOKER_FAIL_WORDS, true)           \
   X(Part, PART, STOKER_PART_WORDS, false)                  \
+  X(Yield, YIELD, STOKER_NO_WORDS, false)                  \
+  X(Yielded, YIELDED, STOKER_YIELDED_WORDS, false)         \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)
@@ -124,14 +137,17 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // pickled keys (0: the indices are the keys; else the indices are positions
 // in that list), then data from `data_offset`. The worker keeps `position`
 // on the sample it is loading (-1 outside one), so that the parent can blame
-// that sample if the process dies.
-#define STOKER_SEGMENT_HEADER(X) \
-  X(Magic, magic)                \
-  X(Position, position)          \
-  X(Samples, samples)            \
-  X(DataOffset, data_offset)     \
-  X(Seed, seed)                  \
-  X(KeysBytes, keys_bytes)
+// that sample if the process dies. resume_offset/resume_length: a sharded
+// stream's item continued after YIELDED (its _shards.Resume); 0: from its start.
+#define STOKER_SEGMENT_HEADER(X)   \
+  X(Magic, magic)                  \
+  X(Position, position)            \
+  X(Samples, samples)              \
+  X(DataOffset, data_offset)       \
+  X(Seed, seed)                    \
+  X(KeysBytes, keys_bytes)         \
+  X(ResumeOffset, resume_offset)   \
+  X(ResumeLength, resume_length)
 
 // A batch made by a worker process, as the engine carries it to the consumer.
 #define STOKER_PROCESS_DESCRIPTOR(X) \
@@ -187,6 +203,9 @@ struct DoneWord {
 };
 struct PartWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_PART_WORDS)
+};
+struct YieldedWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_YIELDED_WORDS)
 };
 struct OverWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_OVER_WORDS)

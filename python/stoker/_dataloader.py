@@ -386,6 +386,10 @@ class DataLoader(torch.utils.data.DataLoader):
             "pipeline_reason": self._pipeline_reason,
             "pipeline_steps": None if run.native is None else run.native.steps,
             "stream": None if self._options.shards is None else "sharded",
+            # Shards a leaving worker handed over mid-way, for another to continue.
+            "handovers": None if self._options.shards is None else
+            (run.workers.handed_over() if processes else 0) +
+            (run.parts.handed_over if run.parts is not None else 0),
             "workers": run.engine.workers,
             "worker_kind": run.kind(),
             "kind_trial": None if run.trial is None else run.trial.report(),

@@ -7,6 +7,7 @@ that read it (its last batch may be short, as each of torch's workers' last
 one is); a checkpoint is the shards delivered plus the batches taken from the
 open one."""
 
+import inspect
 import os
 import random
 import threading
@@ -102,11 +103,36 @@ class ShardJob:
         self.drop_last = drop_last
         self.shuffle_buffer = shuffle_buffer
         self.unbatched = unbatched
+        self.opens_at = opens_at(dataset)  # iter_shard(shard, start=...)
 
 
 class Batches(list):
     """A shard's batches, as one engine item carries them; the consumer hands
     them out one by one."""
+
+
+class PartRefs(list):
+    """A shard's batches as a worker process's item lists them: each part's
+    (meta offset, meta length) in the segment, as PART announced it
+    (_workers.read_batch reads them back as Batches)."""
+
+
+class Resume:
+    """Where a shard whose worker left the pool (YIELDED) continues: the
+    metas of the parts it made (PartRefs) and the samples they hold, which
+    the worker that continues it does not batch again."""
+
+    def __init__(self, refs, samples):
+        self.refs = refs
+        self.samples = samples
+
+
+class Yield(Exception):
+    """A worker thread's shard stops at a part: its engine thread leaves."""
+
+
+# What run_batch gives for a shard that stopped at a part (ThreadWorkers).
+YIELDED = object()
 
 
 class Parts:
@@ -118,12 +144,18 @@ class Parts:
     def __init__(self):
         self._lock = threading.Lock()
         self._items = {}
+        self.handed_over = 0  # shards whose worker thread left mid-way (Yield)
 
     def publish(self, key, part, batch):
         with self._lock:
             made = self._items.setdefault(key, [])
             if part == len(made):
                 made.append(batch)
+
+    def made(self, key):
+        """The batches of `key` made so far (those of a shard whose worker left)."""
+        with self._lock:
+            return list(self._items.get(key, ()))
 
     def take(self, key, part):
         """Batch `part` of `key`, as (batch,), or None while it is not made."""
@@ -154,39 +186,60 @@ def _buffered(samples, size, rng):
     yield from buffer
 
 
-def read(shard_job, position, seed, at, collate, consumer=False, made=None):
+def read(shard_job, position, seed, at, collate, consumer=False, made=None, start=0,
+         first_part=0):
     """Shard `position`'s batches: (Batches, samples read, failure or None).
     `at(k)` is told before sample k (-1: done); `collate(samples)` makes a
-    batch; `made(k, batch)`, if given, is told each batch as it is made (the
-    consumer may hand it out before the shard's end). A shard that raises
-    keeps what it gave before: the failure is (offset, the exception), the
-    samples read until then batched. On the `consumer`'s thread
-    (num_workers=0) Ctrl-C and SystemExit propagate."""
+    batch; `made(k, batch, last)`, if given, is told each batch as it is
+    made (the consumer may hand it out before the shard's end; `last`: no
+    batch follows). A shard that raises keeps what it gave before: the
+    failure is (offset, the exception), the samples read until then batched.
+    On the `consumer`'s thread (num_workers=0) Ctrl-C and SystemExit
+    propagate. A continued shard (Resume) skips the `start` samples its
+    first `first_part` batches hold: iter_shard(shard, start=...) opens it
+    there when it takes `start` and no shuffle buffer mixes the order, else
+    they are read again and dropped."""
     name = shard_job.names[position]
     rng = random.Random(seed)  # the buffer's own, apart from the user's generators
     batches, chunk, count, failed = Batches(), [], 0, []
     size = shard_job.batch_size or 1
-    stream = _numbered(lambda: iter(shard_job.dataset.iter_shard(name)), at, failed, consumer)
-    made = made or (lambda k, batch: None)
+    opened, skip = 0, start
+    if start and shard_job.shuffle_buffer <= 1 and shard_job.opens_at:
+        opened, skip = start, 0
+    stream = _numbered(lambda: iter(shard_job.dataset.iter_shard(name, **(
+        {"start": opened} if opened else {}))), at, failed, consumer, opened)
+    made = made or (lambda k, batch, last: None)
     for sample in _buffered(stream, shard_job.shuffle_buffer, rng):
-        chunk.append(sample)
         count += 1
+        if skip:
+            skip -= 1
+            continue
+        chunk.append(sample)
         if len(chunk) == size:
             batches.append(collate(chunk))
-            made(len(batches) - 1, batches[-1])
+            made(first_part + len(batches) - 1, batches[-1], False)
             chunk = []
     if chunk and not shard_job.drop_last:
         batches.append(collate(chunk))
-        made(len(batches) - 1, batches[-1])
+        made(first_part + len(batches) - 1, batches[-1], True)
     at(-1)
-    return batches, count, failed[0] if failed else None
+    return batches, opened + count, failed[0] if failed else None
 
 
-def _numbered(open_stream, at, failed, consumer):
+def opens_at(dataset):
+    """Whether the dataset's iter_shard takes `start` (a continued shard
+    opens there instead of reading its first samples again)."""
+    try:
+        return "start" in inspect.signature(dataset.iter_shard).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _numbered(open_stream, at, failed, consumer, offset=0):
     """The samples of the shard `open_stream()` opens, `at` told each one's
-    offset; what opening or reading raises ends them, (the offset, the
-    error) put in `failed`."""
-    offset, stream = 0, None
+    offset (from `offset`); what opening or reading raises ends them, (the
+    offset, the error) put in `failed`."""
+    stream = None
     while True:
         at(offset)
         try:

@@ -16,7 +16,9 @@ class TarStream(ShardedIterable):
     ``shards()`` is the expanded paths in order; ``iter_shard(path)`` opens
     that shard alone and yields its samples as ``(image_bytes, label)``, or
     ``transform(image_bytes, label)`` when ``transform`` is given (say, a PIL
-    decode and torchvision transforms). Constructing opens no file: a
+    decode and torchvision transforms); ``iter_shard(path, start=k)`` from
+    sample k on (the earlier ones untransformed), where stoker continues a
+    shard whose worker left. Constructing opens no file: a
     missing or broken shard is an error of its ``iter_shard``, naming it.
     Pickles as its patterns and transform, for workers in other processes.
     """
@@ -36,9 +38,12 @@ class TarStream(ShardedIterable):
             self._paths = [path for p in self.patterns for path in expand_braces(p)]
         return list(self._paths)
 
-    def iter_shard(self, shard):
+    def iter_shard(self, shard, start=0):
+        """From sample `start` on: the earlier ones are read, not transformed."""
         transform = self.transform
-        for _, image, label in _stoker.TarShardReader(os.fsencode(shard)):  # keys left as bytes
+        for k, (_, image, label) in enumerate(_stoker.TarShardReader(os.fsencode(shard))):
+            if k < start:  # keys left as bytes
+                continue
             yield (image, label) if transform is None else transform(image, label)
 
     def records(self, shard):

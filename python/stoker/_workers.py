@@ -459,6 +459,8 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         except OSError:
             return
         kind, words = _parse(data)
+        if kind is P.YIELD:  # came after the item it was for ended: nothing to stop
+            continue
         if kind is not P.TASK:
             return
         T = P.TASK
@@ -474,7 +476,13 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
             seg.ensure(seg_size)
             meta_off, meta_len, kept, failures, collate_error = _run_task(
                 job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]),
-                sock.send)
+                sock.send, functools.partial(_yield_asked, sock))
+        except _Yielded as y:
+            words = dict(resume_offset=y.offset, resume_length=y.length, data_end=y.data_end)
+            del y  # its frames hold the shard's batches, which view the segment
+            seg.end_task()
+            sock.send(_message(P.YIELDED, segment_size=seg.size, **words))
+            continue
         except _OverLimit as over:
             # Its memory goes only with the process: the parent forks a fresh one.
             sock.send(_message(P.OVER, samples=over.samples, private_bytes=over.private))
@@ -787,15 +795,25 @@ class _CollateRaised(Exception):
         self.error = error
 
 
-def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=None):
+def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=None, start=0,
+                first_part=0):
     """A sharded stream's item, the shard at position indices[0], as
     (payload: its _shards.Batches, or NO_SAMPLE when it gave none; the
     samples kept; failures; the collate error or None). A shard that raised
     midway is one failure naming it and the offset, its earlier samples kept.
-    `made(k, batch)`: told each batch as it is made (_shards.read)."""
+    `made(k, batch, last)`: told each batch as it is made (_shards.read);
+    `start`, `first_part`: a continued item's (_shards.read)."""
     from . import _shards
-    _seed_all(seed)
     position = indices[0]
+    step = job.shards.batch_size or 1
+
+    def at_sample(offset):
+        # Each batch's generators are seeded by (seed, its number), so that a
+        # shard continued at a batch (Resume) makes the batches one read whole does.
+        if offset >= 0 and offset % step == 0:
+            _seed_all((seed ^ (offset // step * 0x9E3779B97F4A7C15)) & (1 << 63) - 1)
+        if at is not None:
+            at(offset)
 
     def collate(chunk):
         try:
@@ -804,8 +822,8 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
             raise _CollateRaised(e) from None
 
     try:
-        batches, count, failure = _shards.read(job.shards, position, seed,
-                                               at or (lambda k: None), collate, consumer, made)
+        batches, count, failure = _shards.read(job.shards, position, seed, at_sample, collate,
+                                               consumer, made, start, first_part)
     except _CollateRaised as raised:
         e = raised.error
         return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
@@ -830,13 +848,30 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
     cancelled = getattr(_thread_worker, "cancelled", None)
     at = None if cancelled is None else lambda position: _stop_if(cancelled)
     if job.shards is not None:
+        from . import _shards
         key = (epoch, batch)
-        made = None if parts is None else lambda k, b: parts.publish(key, k, b)
+        made, before = None, ()
+        if parts is not None:
+            yield_asked = getattr(_thread_worker, "yield_asked", lambda: False)
+            before = parts.made(key)  # a continued shard's batches so far
+
+            def made(k, b, last):
+                parts.publish(key, k, b)
+                if not last and yield_asked():
+                    raise _shards.Yield
+        ended = True
         try:
-            payload, kept, failures, collate_error = _load_shard(job, indices, seed, at,
-                                                                 consumer=consumer, made=made)
+            payload, kept, failures, collate_error = _load_shard(
+                job, indices, seed, at, consumer=consumer, made=made,
+                start=len(before) * (job.shards.batch_size or 1), first_part=len(before))
+            if before and payload is not NO_SAMPLE:
+                payload = _shards.Batches(before + payload)
+        except _shards.Yield:  # its batches stay in `parts`, for the worker that continues it
+            ended = False
+            parts.handed_over += 1
+            return _shards.YIELDED, None
         finally:
-            if parts is not None:
+            if parts is not None and ended:
                 parts.end(key)
     else:
         samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
@@ -865,7 +900,7 @@ _thread_worker = threading.local()
 _threads_in_a_batch = set()
 
 
-def serve_thread_worker(inbox, finish, cancelled, run_batch, worker):
+def serve_thread_worker(inbox, finish, cancelled, run_batch, worker, yield_asked):
     """The Python thread of thread worker `worker` (ThreadWorkers starts it):
     runs each (sent, arguments) its engine thread puts in `inbox` through
     run_batch, and answers finish(worker, sent, result, None), or
@@ -879,6 +914,7 @@ def serve_thread_worker(inbox, finish, cancelled, run_batch, worker):
         try:
             sent, args = request
             del request
+            _thread_worker.yield_asked = functools.partial(yield_asked, sent)
             try:
                 result, error = run_batch(*args), None
             except BaseException as e:  # noqa: BLE001 -- the batch's failure, for the engine
@@ -922,12 +958,36 @@ def _cpu_ns(thread):
         return 0
 
 
-def _run_task(job, seg, epoch, batch, check_memory, send):
+def _yield_asked(sock):
+    """Whether the parent sent YIELD (taken off the socket); other messages
+    are left for the worker's loop."""
+    try:
+        data = sock.recv(P.MAX_MESSAGE_BYTES, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+    except OSError:  # nothing waiting (BlockingIOError), or the parent is gone
+        return False
+    if data[:P.TAG_BYTES].rstrip(b"\0") != P.YIELD.tag:
+        return False
+    sock.recv(P.MAX_MESSAGE_BYTES)
+    return True
+
+
+class _Yielded(Exception):
+    """A sharded stream's item stopped at a part for another worker to
+    continue: its _shards.Resume is at `offset`, `length` long, in the
+    segment; new data may start at `data_end`."""
+
+    def __init__(self, offset, length, data_end):
+        super().__init__(offset, length, data_end)
+        self.offset, self.length, self.data_end = offset, length, data_end
+
+
+def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: False):
     """Loads and collates the task's samples into `seg`: (meta offset, meta
     length, the indices kept, the failures, the collate error or None).
     `check_memory(samples made)` runs before each sample and after the last
     (raising _OverLimit leaves the batch there). A sharded stream's batches
-    are written as each is made and announced with `send` (PART)."""
+    are written as each is made and announced with `send` (PART); once
+    `yield_asked()`, it stops at the next one (_Yielded)."""
     m = seg.map
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
@@ -936,20 +996,37 @@ def _run_task(job, seg, epoch, batch, check_memory, send):
     keys = keys_of(indices, bytes(m[keys_at:keys_at + keys_bytes]) if keys_bytes else None)
     writer = _Writer(seg, data_off)
     if job.shards is not None:
+        from . import _shards
         made = [0]  # samples read so far: the memory check's count (0 means "before any")
+        # The parts' metas: a continued item's earlier ones first.
+        resume = _shards.Resume([], 0)
+        if header[_HEADER.resume_length]:
+            at_resume = header[_HEADER.resume_offset]
+            resume = pickle.loads(m[at_resume:at_resume + header[_HEADER.resume_length]])
+        refs, leave = list(resume.refs), [False]
 
         def at_sample(offset):  # the shard's offset, -1 once read; a death blames its one index
             if offset >= 0:
                 made[0] = offset
             check_memory(made[0])
             _WORD.pack_into(m, _HEADER.position * _WORD.size, 0 if offset >= 0 else -1)
+            leave[0] = leave[0] or yield_asked()
 
-        def publish(part, batch):  # in the segment now, for the consumer to take early
-            meta_off, meta_len = _write(writer, batch)
-            send(_message(P.PART, part=part, segment_size=seg.size, meta_offset=meta_off,
-                          meta_length=meta_len))
-        payload, kept, failures, collate_error = _load_shard(job, indices, seed, at_sample,
-                                                             writer, made=publish)
+        def publish(part, batch, last):  # in the segment now, for the consumer to take early
+            refs.append(_write(writer, batch))
+            send(_message(P.PART, part=part, segment_size=seg.size, meta_offset=refs[-1][0],
+                          meta_length=refs[-1][1]))
+            if not last and (leave[0] or yield_asked()):
+                taken = (part + 1) * (job.shards.batch_size or 1)
+                blob = pickle.dumps(_shards.Resume(refs, taken))
+                at_blob = writer.reserve(len(blob))
+                seg.map[at_blob:at_blob + len(blob)] = blob
+                raise _Yielded(at_blob, len(blob), writer.cursor)
+        payload, kept, failures, collate_error = _load_shard(
+            job, indices, seed, at_sample, writer, made=publish, start=resume.samples,
+            first_part=len(resume.refs))
+        if payload is not NO_SAMPLE:  # the parts are in the segment: the item lists them
+            payload = _shards.PartRefs(refs)
         return _written(writer, seg, payload, kept, failures, collate_error)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
@@ -1155,8 +1232,6 @@ def _write(writer, payload):
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
             copies.append((a, entry[3]))
-            if entry[0] == "t":  # a later write of the same tensor (a shard's parts) reuses it
-                writer.placed[id(a)] = (a, entry[3])
         table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
@@ -1199,7 +1274,11 @@ def read_batch(view, meta_off, meta_len):
         return NO_SAMPLE
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
     arrays = [_rebuild(view, entry) for entry in table]
-    return _Unpickler(io.BytesIO(body), arrays).load()
+    payload = _Unpickler(io.BytesIO(body), arrays).load()
+    if type(payload).__name__ == "PartRefs":  # a shard's batches, each where its part put it
+        from . import _shards
+        return _shards.Batches(read_batch(view, off, n) for off, n in payload)
+    return payload
 
 
 def _rebuild(view, entry):

@@ -2,6 +2,7 @@
 workers, exactly once, the same batches for any worker count, checkpoints
 mid-shard, ranks by shard; and the same dataset under torch's DataLoader."""
 
+import collections
 import gc
 import json
 import os
@@ -9,6 +10,7 @@ import random
 import signal
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -391,6 +393,72 @@ def test_a_timeout_holds_while_a_shard_is_read_in_parts(tmp_path):
         with pytest.raises(RuntimeError, match="timed out after 1"):
             next(it)
         open(ds.go, "w").close()
+
+
+class Handover(Shards):
+    """Two shards of 24 samples; each waits at its sample 4 for `go`, then
+    takes 5 ms a sample. Each read is logged to `log` as "shard k reader"
+    (the process and thread)."""
+
+    def __init__(self, go, log):
+        super().__init__(lens=(24, 24))
+        self.go, self.log = str(go), str(log)
+
+    def iter_shard(self, shard, start=0):
+        i = int(shard.split("-")[1])
+        for k in range(start, self.lens[i]):
+            if k == 4:
+                deadline = time.monotonic() + 60
+                while not os.path.exists(self.go) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            time.sleep(0.005)
+            with open(self.log, "a") as f:
+                f.write(f"{shard} {k} {os.getpid()}-{threading.get_ident()}\n")
+            yield torch.tensor([i * 1000 + k]), torch.rand(1)
+
+    def reads(self):
+        with open(self.log) as f:
+            return [line.split() for line in f]
+
+
+class HandoverFromTheStart(Handover):
+    """The same, with an iter_shard that cannot start midway."""
+
+    def iter_shard(self, shard):
+        return super().iter_shard(shard)
+
+
+@pytest.mark.parametrize("kind,opens_at", [("processes", True), ("processes", False),
+                                           ("threads", True)])
+def test_a_worker_that_leaves_mid_shard_hands_it_over_at_its_offset(tmp_path, kind, opens_at):
+    ds = (Handover if opens_at else HandoverFromTheStart)(tmp_path / "go", tmp_path / "log")
+    open(ds.go, "w").close()
+    with loader(ds, 0, shuffle=False) as dl:
+        whole = batches(dl)
+    os.remove(ds.go)
+    os.remove(ds.log)
+    with loader(ds, 2, shuffle=False, worker_kind=kind) as dl:
+        it = iter(dl)
+        got = batches_of([next(it)])
+        # Both workers wait in their shard, each with a part made: one leaves at its next part.
+        dl._run.engine.resize(1)
+        open(ds.go, "w").close()
+        got += batches_of(it)
+        assert dl.stats()["handovers"] == 1
+    # The same batches; draws too where the generators are the worker's own.
+    same = (lambda got: got) if kind == "processes" else ids
+    assert same(got) == same(whole)
+    reads = ds.reads()
+    by_shard = {}
+    for shard, k, pid in reads:
+        by_shard.setdefault(shard, set()).add(pid)
+    assert sorted(len(pids) for pids in by_shard.values()) == [1, 2]  # one shard changed hands
+    counts = collections.Counter((shard, int(k)) for shard, k, _ in reads)
+    if opens_at:  # it continued at its offset: no sample read twice
+        assert sorted(counts) == [(s, k) for s in ("shard-00", "shard-01") for k in range(24)]
+        assert set(counts.values()) == {1}
+    else:  # read again from its start, the batches made before dropped
+        assert max(counts.values()) == 2
 
 
 class Misbehaving(Shards):

@@ -61,6 +61,16 @@ def test_each_shard_streams_tarshards_samples_in_order(shards):
     assert sum(len(v) for v in want.values()) == 300
 
 
+def test_a_shard_opened_at_an_offset_transforms_only_from_there(shards):
+    seen = []
+    stream = stoker.TarStream(shards, transform=lambda image, label: seen.append(label) or label)
+    whole = list(stream.iter_shard(shards[0]))
+    seen.clear()
+    assert list(stream.iter_shard(shards[0], start=37)) == whole[37:]
+    assert seen == whole[37:]  # the first 37 were read, not transformed
+    assert list(stream.iter_shard(shards[0], start=len(whole) + 5)) == []
+
+
 def test_pattern_and_tarshards_stream_agree(shards):
     pattern = os.path.join(os.path.dirname(shards[0]), "shard-{000..003}.tar")
     stream = stoker.TarStream(pattern)

@@ -18,7 +18,8 @@ namespace stoker {
 /// Each thread runs `body(worker_id)`. A body pulls work from its owner and,
 /// between tasks, calls TryLeave(): when the pool is larger than its target,
 /// exactly (running - target) callers get true and must return promptly.
-/// Shrinking therefore never interrupts a task.
+/// Shrinking therefore never interrupts a task (a body may call TryLeave
+/// mid-task where the task can be handed over: the engine's may_leave).
 ///
 /// Resize, TryLeave and the accessors are safe from any thread. The owner
 /// must wake bodies that are waiting for work after Resize or Stop, so that

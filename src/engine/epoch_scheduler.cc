@@ -114,6 +114,16 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task, bo
   // more, or its batch (perhaps the one delivery waits for) ends last.
   const int64_t share =
       std::max<int64_t>(1, depth() * shape_.batch_size / (2 * std::max(1, threads)));
+  if (!returned_.empty()) {
+    Returned& r = returned_.front();
+    auto cursor = std::make_shared<TaskCursor>(r.position, r.position + 1);
+    DropExhausted();
+    ReserveOneMore(running_);
+    *task = {std::move(r.plan), r.slot, std::move(cursor), r.position, 1};
+    returned_.pop_front();
+    running_.push_back({task->plan, task->slot, task->cursor});
+    return {Work::kTask, 0};
+  }
   if (!whole && Join([&](const TaskCursor& c) { return c.left() > 2 * share; }, task)) {
     return {Work::kTask, 0};
   }
@@ -150,6 +160,10 @@ EpochScheduler::Claim EpochScheduler::ClaimTask(int threads, BatchTask* task, bo
     run->claim_offset_ = 0;
   }
   return {Work::kTask, 0};
+}
+
+void EpochScheduler::Return(const BatchTask& task, int64_t position) {
+  returned_.push_back({task.plan, task.slot, position});
 }
 
 void EpochScheduler::DropExhausted() {

@@ -138,6 +138,11 @@ class EpochScheduler {
   /// waits for first); false when none has. The positions it takes are its
   /// own, like a claimed task's.
   bool ClaimHelp(BatchTask* task);
+  /// Position `position` of `task`, which its worker took but left unmade
+  /// (it yielded the item to leave the pool: ItemOutcome::yielded), is
+  /// claimable again, before any other, as a task of its own; an abandoned
+  /// epoch's too (its slot goes back to the pool once that task ends).
+  void Return(const BatchTask& task, int64_t position);
 
   /// Builds epoch `epoch`'s run. Pure; call it without any lock.
   static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);
@@ -248,6 +253,13 @@ class EpochScheduler {
   template <typename Pred>
   bool Join(Pred wanted, BatchTask* task);
   std::vector<Running> running_;
+  // Returned positions (Return), claimed first, in the order they came back.
+  struct Returned {
+    std::shared_ptr<const EpochPlan> plan;
+    BatchSlot* slot = nullptr;
+    int64_t position = 0;
+  };
+  std::deque<Returned> returned_;
 };
 
 }  // namespace stoker

@@ -67,6 +67,7 @@ struct WorkerContext {
     outcome.label = 0;
     outcome.samples = 1;
     outcome.remote = false;
+    outcome.yielded = false;
     if (!outcome.failures.empty()) outcome.failures.clear();
     return sample_worker_ != nullptr ? sample_worker_->Run(epoch, item, out, &outcome)
                                      : worker->Run(epoch, item, out, &outcome);
@@ -75,6 +76,10 @@ struct WorkerContext {
   WorkerStats stats;
   std::unique_ptr<KindWorker> worker;
   ItemOutcome outcome;  // of the last Run
+  // A worker thread's outcome.may_leave, and whether it said yes: the thread
+  // has left the pool (mid-item; it returns once that item ends or yields).
+  std::function<bool()> may_leave;
+  bool left = false;
 
  private:
   void Make(const WorkerKind& kind) {
@@ -471,8 +476,12 @@ class Loader::Impl {
     } else {
       for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
         if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
-        Produce(ctx, *task.plan, slot, p);
+        if (!Produce(ctx, *task.plan, slot, p)) {
+          Yielded(task, p);
+          break;
+        }
         timer.SampleDone(ctx.outcome.remote);
+        if (ctx.left) break;  // what is left of the task goes to helpers
       }
     }
     timer.Finish();
@@ -504,9 +513,18 @@ class Loader::Impl {
     return true;
   }
 
+  // The kind's worker yielded position `p` of `task` to leave the pool (it
+  // committed to leave through may_leave): another worker continues it.
+  void Yielded(const BatchTask& task, int64_t p) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    sched_.Return(task, p);
+    work_cv_.NotifyAll();
+  }
+
   // Makes the item at position `p` of `slot`; a failure, or an exception
-  // from the kind's worker, becomes its outcome.
-  void Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
+  // from the kind's worker, becomes its outcome. False when the kind's
+  // worker yielded it instead (ItemOutcome::yielded): the position is unmade.
+  bool Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
     const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
     const ItemOutcome& outcome = ctx.outcome;
     Status st;
@@ -517,15 +535,17 @@ class Loader::Impl {
     } catch (const std::exception& e) {
       st = Internal(std::string("the source or transform threw: ") + e.what());
     }
+    if (st.ok() && outcome.yielded) return false;
     if (st.ok()) {
       slot->Put(p, index, outcome.label, outcome.samples);
       if (!outcome.failures.empty()) slot->Note(p, std::move(ctx.outcome.failures));
-      return;
+      return true;
     }
     std::string key = kind_->Key(index);
     Status cause = CauseOf(st, key);
     // An item that is no sample (a user batch) is named by its key alone.
     slot->Fail(p, kind_->items_are_samples() ? index : -1, std::move(key), std::move(cause));
+    return true;
   }
 
   // Runs on the thread that completed the batch's last position.
@@ -721,9 +741,15 @@ class Loader::Impl {
       return;
     }
     stats_board_.Join(&ctx.stats);
+    ctx.may_leave = [this, &ctx] {
+      if (stop_flag_.load(std::memory_order_relaxed) || !workers_.TryLeave()) return false;
+      ctx.left = true;
+      return true;
+    };
+    ctx.outcome.may_leave = &ctx.may_leave;
     {
       MutexLock lock(mu_);
-      while (!stopped_ && !workers_.TryLeave()) {
+      while (!stopped_ && !ctx.left && !workers_.TryLeave()) {
         if (Work(ctx, workers_.running())) continue;
         ++idle_workers_;
         work_cv_.Wait(mu_);

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/thread_annotations.h"
@@ -409,6 +412,84 @@ TEST(WorkerKindTest, AWorkerThatExpectsIsToldEachTaskWholeAndRunsItAlone) {
     EXPECT_EQ(skipped[0].index, 7);
     EXPECT_EQ(skipped[0].key, "file7");
   }
+}
+
+// Item i is made in kSteps steps; at each step but the last its worker asks
+// whether it may leave the pool and, if so, yields the item, which the next
+// worker continues from that step. Counts steps made and items continued.
+class YieldingKind : public WorkerKind {
+ public:
+  static constexpr int64_t kSteps = 6;
+  explicit YieldingKind(int64_t items) : items_(items) {}
+  SampleSpec spec() const override { return {{2}, DType::kInt64}; }
+  int64_t items() const override { return items_; }
+  std::string Key(int64_t item) const override { return "item " + std::to_string(item); }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace, const SampleCap&) const override {
+    return std::make_unique<Worker>(*this);
+  }
+
+  mutable Mutex mu;
+  // (epoch, item) -> steps made, while yielded
+  mutable std::map<std::pair<int64_t, int64_t>, int64_t> progress GUARDED_BY(mu);
+  mutable std::atomic<int64_t> steps{0}, yields{0};  // of epoch 0
+
+ private:
+  class Worker : public KindWorker {
+   public:
+    explicit Worker(const YieldingKind& kind) : kind_(kind) {}
+    Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+               ItemOutcome* outcome) override {
+      int64_t step = 0;
+      {
+        MutexLock lock(kind_.mu);
+        if (auto it = kind_.progress.find({epoch, item}); it != kind_.progress.end()) {
+          step = it->second;
+          kind_.progress.erase(it);
+        }
+      }
+      for (; step < kSteps; ++step) {
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        if (epoch == 0) kind_.steps.fetch_add(1);
+        if (step + 1 < kSteps && outcome->may_leave != nullptr && (*outcome->may_leave)()) {
+          MutexLock lock(kind_.mu);
+          kind_.progress[{epoch, item}] = step + 1;
+          if (epoch == 0) kind_.yields.fetch_add(1);
+          outcome->yielded = true;
+          return Status::Ok();
+        }
+      }
+      const int64_t words[2] = {item, 1};
+      std::memcpy(out.data(), words, sizeof words);
+      outcome->label = item;
+      return Status::Ok();
+    }
+
+   private:
+    const YieldingKind& kind_;
+  };
+  const int64_t items_;
+};
+
+// A worker that leaves mid-item hands it over: the pool shrinks at once, and
+// another worker continues the item where it stopped. Every item comes once,
+// in order, and no step is made twice.
+TEST(WorkerKindTest, AnItemYieldedByALeavingWorkerIsContinuedByAnother) {
+  auto kind = std::make_shared<YieldingKind>(200);
+  auto loader = MakeUntunedLoader(KindOptions(kind, 4));
+  ASSERT_NE(loader, nullptr);
+  std::vector<int64_t> got;
+  for (int n = 0;; ++n) {
+    if (n % 20 == 5) ASSERT_TRUE(loader->Resize(n % 40 == 5 ? 1 : 4).ok());
+    auto r = loader->Next();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!r->has_value()) break;
+    got.push_back((*r)->labels()[0]);
+  }
+  std::vector<int64_t> want(200);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(kind->yields.load(), 0);
+  EXPECT_EQ(kind->steps.load(), 200 * YieldingKind::kSteps);  // none made twice
 }
 
 TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {

@@ -70,7 +70,8 @@ namespace {
 // run_batch's (payload, info): info is (kept, failures, collate error,
 // epoch, batch), each failure (index, reason, traceback, not the sample's
 // fault, the exception), the collate error (reason, traceback, the
-// pickled exception); None when the batch raised what next() re-raises.
+// pickled exception); None when the batch raised what next() re-raises; a
+// str (_shards.YIELDED) when a shard stopped at a part, its payload None.
 constexpr int kInfo = 1, kFailures = 1, kCollateError = 2, kException = 4, kCollateException = 2;
 
 // The failures in the batch `made` (ThreadWorkers ticket `ticket`) by `worker`.
@@ -115,9 +116,7 @@ ThreadWorkers::Made ThreadWorkers::Read(py::object result, uint64_t ticket, int 
     const auto made_tuple = result.cast<py::tuple>();
     // A sharded stream's item stopped at a part: its batches so far stay in
     // the loader's table of parts, for the worker that continues it.
-    static const py::object* const yielded =
-        new py::object(py::module_::import("stoker._shards").attr("YIELDED"));
-    if (made_tuple[0].ptr() == yielded->ptr()) {
+    if (py::isinstance<py::str>(made_tuple[kInfo])) {
       made.yielded = true;
       return made;
     }

@@ -131,8 +131,9 @@ class Yield(Exception):
     """A worker thread's shard stops at a part: its engine thread leaves."""
 
 
-# What run_batch gives for a shard that stopped at a part (ThreadWorkers).
-YIELDED = object()
+# run_batch's info for a shard that stopped at a part: ThreadWorkers reads
+# a str there as that.
+YIELDED = "yielded"
 
 
 class Parts:

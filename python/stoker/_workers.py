@@ -869,7 +869,7 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
         except _shards.Yield:  # its batches stay in `parts`, for the worker that continues it
             ended = False
             parts.handed_over += 1
-            return _shards.YIELDED, None
+            return None, _shards.YIELDED
         finally:
             if parts is not None and ended:
                 parts.end(key)

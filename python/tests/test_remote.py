@@ -353,7 +353,8 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
     cluster = shared_dask_cluster
     cluster.add_worker("stuck", env={HANG_ENV: "1"})
     try:
-        n = 96
+        # Enough batches that Dask gives "stuck" one: with few, an epoch may end on the others.
+        n = 384
         want, = reference(n)
         with remote_loader(Seeded(n, delay_s=0.005, hang_where_marked=True), cluster.address,
                            remote_min=3, remote_timeout=2.0) as dl:

@@ -118,6 +118,39 @@ def test_exactly_once_under_random_live_resizes():
             assert sorted(got) == ds.every()
 
 
+class SlowShards(Shards):
+    """Shards whose samples take 1 ms each: workers are mid-shard when the pool shrinks."""
+
+    def iter_shard(self, shard):
+        for sample in super().iter_shard(shard):
+            time.sleep(0.001)
+            yield sample
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_shards_handed_over_under_random_live_resizes_lose_and_repeat_nothing(kind):
+    rng = random.Random(11)
+    ds = SlowShards(lens=[rng.randrange(0, 40) for _ in range(30)] + [25], bad=30, bad_after=13)
+    want = [i for i in ds.every() if not 30013 <= i < 31000]
+    with loader(ds, 3, worker_kind=kind) as dl:
+        for _ in range(3):
+            got, errors, it = [], [], iter(dl)
+            while True:
+                try:
+                    got += next(it)[0].flatten().tolist()
+                except StopIteration:
+                    break
+                except OSError as e:
+                    errors.append(str(e))
+                if rng.random() < 0.3:
+                    dl._run.engine.resize(rng.randint(1, 4))
+            assert sorted(got) == want
+            assert len(errors) == 1 and "shard-30" in errors[0] and "after 13 samples" in errors[0]
+            if dl.stats()["handovers"] > 0:
+                break
+        assert dl.stats()["handovers"] > 0
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     ds = Shards(bad=4, bad_after=3)

@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <latch>
 #include <map>
 #include <memory>
@@ -52,13 +54,88 @@ constexpr std::string_view kPickled{"\x80\x05\0pickled\0", 11};
 // What the fake worker writes for a sample: the index and the batch's seed.
 int64_t Payload(int64_t index, int64_t seed) { return index ^ seed; }
 
+// An item whose one index is kShard + s is a sharded stream's shard s: kParts
+// parts, part k one word, Payload(s * 100 + k), each announced (PART) 5 ms
+// apart. After YIELD it stops at its next part but the last (YIELDED): its
+// resume is (parts made, their offsets). DONE's meta lists every part's offset.
+constexpr int64_t kShard = 3'000'000;
+constexpr int64_t kParts = 8;
+
+// Whether the parent sent YIELD (taken off the socket).
+bool YieldAsked(int sock) {
+  char tag[protocol::kMaxMessageBytes];
+  const ssize_t n = recv(sock, tag, sizeof tag, MSG_DONTWAIT | MSG_PEEK);
+  if (n < static_cast<ssize_t>(protocol::kTagBytes)) return false;
+  if (std::string_view(tag, std::strlen(protocol::kMessages[Tag::kYield].tag)) !=
+      protocol::kMessages[Tag::kYield].tag) {
+    return false;
+  }
+  (void)!recv(sock, tag, sizeof tag, 0);
+  return true;
+}
+
+// Runs shard `shard` of the TASK in `words`; false when it yielded.
+bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
+               protocol::Words<protocol::DoneWord>* done) {
+  using H = protocol::SegmentWord;
+  std::vector<int64_t> offsets;  // of the parts made, a continued shard's first
+  if (words[H::kResumeLength] > 0) {
+    const int64_t* resume = words + words[H::kResumeOffset] / 8;
+    offsets.assign(resume + 1, resume + 1 + resume[0]);
+  }
+  int64_t at = words[H::kDataOffset];
+  words[H::kPosition] = 0;
+  bool leave = false;
+  for (auto k = static_cast<int64_t>(offsets.size()); k < kParts; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    leave = leave || YieldAsked(sock);
+    words[at / 8] = Payload(shard * 100 + k, words[H::kSeed]);
+    offsets.push_back(at);
+    at += 8;
+    using P = protocol::PartWord;
+    protocol::Words<P> part{};
+    part[P::kPart] = k;
+    part[P::kSegmentSize] = size;
+    part[P::kMetaOffset] = offsets.back();
+    part[P::kMetaLength] = 8;
+    (void)SendMessage(sock, Tag::kPart, part);
+    if (k + 1 < kParts && (leave || YieldAsked(sock))) {
+      words[at / 8] = static_cast<int64_t>(offsets.size());
+      std::copy(offsets.begin(), offsets.end(), words + at / 8 + 1);
+      using Y = protocol::YieldedWord;
+      protocol::Words<Y> yielded{};
+      yielded[Y::kSegmentSize] = size;
+      yielded[Y::kResumeOffset] = at;
+      yielded[Y::kResumeLength] = static_cast<int64_t>(offsets.size() + 1) * 8;
+      yielded[Y::kDataEnd] = at + yielded[Y::kResumeLength];
+      words[H::kPosition] = -1;
+      (void)SendMessage(sock, Tag::kYielded, yielded);
+      return false;
+    }
+  }
+  std::copy(offsets.begin(), offsets.end(), words + at / 8);
+  words[H::kPosition] = -1;
+  using W = protocol::DoneWord;
+  (*done)[W::kSamples] = kParts;
+  (*done)[W::kSegmentSize] = size;
+  (*done)[W::kMetaOffset] = at;
+  (*done)[W::kMetaLength] = kParts * 8;
+  return true;
+}
+
 // Runs one TASK: the samples' payloads from the data offset, one word each,
 // with the position on the sample being loaded; a SAMPFAIL on `sock` for
-// each that raised. Returns the DONE words.
-protocol::Words<protocol::DoneWord> FakeTask(int sock, int64_t* words, int64_t size, int notify) {
+// each that raised. Returns the DONE words; none when a shard yielded.
+std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* words, int64_t size,
+                                                            int notify) {
   using H = protocol::SegmentWord;
   const int64_t n = words[H::kSamples], data = words[H::kDataOffset];
   const int64_t* indices = words + protocol::kSegmentHeaderWords;
+  if (n == 1 && indices[0] >= kShard) {
+    protocol::Words<protocol::DoneWord> done{};
+    if (!FakeShard(sock, words, size, indices[0] - kShard, &done)) return std::nullopt;
+    return done;
+  }
   int64_t* out = words + data / static_cast<int64_t>(sizeof(int64_t));
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -103,6 +180,7 @@ protocol::Words<protocol::DoneWord> FakeTask(int sock, int64_t* words, int64_t s
   std::map<int64_t, int> segments;  // id -> descriptor, sent with its first task
   while (true) {
     Result<Message> m = ReceiveMessage(sock);
+    if (m.ok() && m->tag == Tag::kYield) continue;  // its shard had ended
     if (!m.ok() || m->tag != Tag::kTask) _exit(0);
     using T = protocol::TaskWord;
     const int64_t id = m->words[T::kSegment], size = m->words[T::kSegmentSize];
@@ -112,7 +190,7 @@ protocol::Words<protocol::DoneWord> FakeTask(int sock, int64_t* words, int64_t s
     if (addr == MAP_FAILED) _exit(2);
     const auto done = FakeTask(sock, static_cast<int64_t*>(addr), size, notify);
     munmap(addr, static_cast<size_t>(size));
-    if (!SendMessage(sock, Tag::kDone, done).ok()) _exit(0);
+    if (done && !SendMessage(sock, Tag::kDone, *done).ok()) _exit(0);
   }
 }
 
@@ -165,7 +243,8 @@ void ForkWorker(int ctl, int notify, std::vector<int>& children) {
 // the ProcessWorkers that talks to it; collects the zygote at the end.
 class ProcessWorkersTest : public ::testing::Test {
  protected:
-  ProcessWorkersTest() {
+  // `item_name`: "shard" for a sharded stream's items (which may yield).
+  explicit ProcessWorkersTest(const std::string& item_name = "batch") {
     int ctl[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl), 0);
     EXPECT_EQ(pipe2(notify_, O_CLOEXEC), 0);
@@ -177,7 +256,7 @@ class ProcessWorkersTest : public ::testing::Test {
     }
     close(ctl[1]);
     close(notify_[1]);
-    batches_ = std::make_shared<EpochBatches>(kBatches, kSeed);
+    batches_ = std::make_shared<EpochBatches>(kBatches, kSeed, item_name);
     workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, batches_, true);
     kind_ = std::make_unique<ProcessKind>(workers_);
   }
@@ -302,6 +381,56 @@ TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) 
   EXPECT_FALSE(workers_->PartOf(3, 5, 0).has_value());
   EXPECT_FALSE(workers_->Unpublish(3, 5));  // none left
   workers_->Release(lease->segment_id, lease->ticket);
+}
+
+class ProcessShardsTest : public ProcessWorkersTest {
+ protected:
+  ProcessShardsTest() : ProcessWorkersTest("shard") {}
+};
+
+// A worker whose thread may leave mid-shard asks its process to YIELD; the
+// next worker continues the shard in the same segment after the parts made,
+// which stay published. The shard comes whole, each part made once.
+TEST_F(ProcessShardsTest, AShardYieldedAtAPartIsContinuedInItsSegmentByTheNextWorker) {
+  std::vector<int64_t> flat{kShard + 4}, offsets{0, 1};
+  ASSERT_TRUE(batches_->Set(0, std::move(flat), std::move(offsets), kSeed).ok());
+  std::unique_ptr<KindWorker> leaving = NewWorker(), staying = NewWorker();
+  // The thread may leave once two parts are published.
+  const std::function<bool()> may_leave = [&] { return workers_->PartOf(0, 0, 1).has_value(); };
+  Descriptor d{};
+  ItemOutcome outcome;
+  outcome.may_leave = &may_leave;
+  ASSERT_TRUE(Run(leaving.get(), 0, 0, &d, &outcome).ok());
+  ASSERT_TRUE(outcome.yielded);
+  EXPECT_EQ(workers_->handed_over(), 1);
+  std::optional<Descriptor> first = workers_->PartOf(0, 0, 0);
+  ASSERT_TRUE(first.has_value());  // still there for the consumer
+  const int64_t made = [&] {
+    int64_t k = 0;
+    while (workers_->PartOf(0, 0, k).has_value()) ++k;
+    return k;
+  }();
+  EXPECT_GE(made, 2);
+  EXPECT_LT(made, kParts);
+  leaving.reset();  // its process ends with its thread
+  ItemOutcome rest;
+  ASSERT_TRUE(Run(staying.get(), 0, 0, &d, &rest).ok());
+  EXPECT_FALSE(rest.yielded);
+  EXPECT_EQ(rest.samples, kParts);
+  EXPECT_EQ(d[D::kSegment], (*first)[D::kSegment]);  // the same segment, the same use
+  EXPECT_EQ(d[D::kTicket], (*first)[D::kTicket]);
+  EXPECT_FALSE(workers_->PartOf(0, 0, 0).has_value());  // the item holds them now
+  Result<SegmentView> view =
+      workers_->View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  const auto* base = static_cast<const int64_t*>(view->map->addr);
+  const int64_t seed = BatchSeed(kSeed, 0, 0);
+  for (int64_t k = 0; k < kParts; ++k) {
+    const int64_t at = base[(d[D::kMetaOffset] / 8) + k];
+    EXPECT_EQ(base[at / 8], Payload(4 * 100 + k, seed)) << k;
+  }
+  kind_->Recycle(std::as_writable_bytes(std::span(d)));
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
 }
 
 TEST_F(ProcessWorkersTest, AHeldSegmentGoesBackToThePoolAtItsLastUnhold) {

@@ -479,7 +479,9 @@ TEST(WorkerKindTest, AnItemYieldedByALeavingWorkerIsContinuedByAnother) {
   ASSERT_NE(loader, nullptr);
   std::vector<int64_t> got;
   for (int n = 0;; ++n) {
-    if (n % 20 == 5) ASSERT_TRUE(loader->Resize(n % 40 == 5 ? 1 : 4).ok());
+    if (n % 20 == 5) {
+      ASSERT_TRUE(loader->Resize(n % 40 == 5 ? 1 : 4).ok());
+    }
     auto r = loader->Next();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     if (!r->has_value()) break;

@@ -15,8 +15,8 @@ loader), a warm-up (--warmup seconds), then the steady rate over --seconds;
 the best torch count and stoker are measured twice and the better kept
 (noisy machines). Then a resume: 5 batches at 2 workers, state_dict, the
 rest from a new loader at 1 worker, checked to be exactly the rest; and an
-epoch resized to 1-3 workers at random after each batch: the shards handed
-over mid-way, the epoch checked to be the same batches. Prints
+epoch of batches of 16 resized to 1-3 workers at random after each batch:
+the shards handed over mid-way, the epoch checked to be the same batches. Prints
 images/s, the ratio stoker / torch best (goal >= 0.97x), the first batch
 against torch's at 2 workers (goal: within it), and one JSON line on stderr.
 
@@ -114,11 +114,11 @@ def keys(batch):
     return batch[1].tolist(), int(batch[0].sum())
 
 
-def seeded(paths, workers):
+def seeded(paths, workers, batch=BATCH):
     import torch
 
     import stoker
-    return stoker.DataLoader(dataset(paths), batch_size=BATCH, shuffle=True, num_workers=workers,
+    return stoker.DataLoader(dataset(paths), batch_size=batch, shuffle=True, num_workers=workers,
                              generator=torch.Generator().manual_seed(3))
 
 
@@ -136,14 +136,17 @@ def resume(paths, whole):
     return head + rest == whole, len(rest)
 
 
-def handover(paths, whole):
-    """(shards handed over, the epoch's batches the same as `whole`) for an
-    epoch whose pool is resized between 1 and 3 workers at random after
-    each batch: a worker that leaves mid-shard stops at its next batch, and
-    another continues the shard."""
+def handover(paths):
+    """(shards handed over, the epoch's batches the same as read without
+    resizes) for an epoch of batches of 16 (several to a shard) whose pool is
+    resized between 1 and 3 workers at random after each batch: a worker
+    that leaves mid-shard stops at its next batch, and another continues
+    the shard (TarStream opens it at that offset)."""
     import random
     rng = random.Random(5)
-    with seeded(paths, 2) as dl:
+    with seeded(paths, 2, 16) as dl:
+        whole = [keys(b) for b in dl]
+    with seeded(paths, 2, 16) as dl:
         got = []
         for batch in dl:
             got.append(keys(batch))
@@ -180,7 +183,7 @@ def main():
     with seeded(paths, 2) as dl:
         whole = [keys(b) for b in dl]
     exact, rest_batches = resume(paths, whole)
-    handed, same = handover(paths, whole)
+    handed, same = handover(paths)
     run.end()
 
     tbest, rate = torch_runs[best_w]["samples_per_s"], ours["samples_per_s"]
@@ -201,7 +204,7 @@ def main():
               "    goal <= 1 x")
     print(f"  resume at 1 worker from a checkpoint at 2 after 5 batches: "
           f"{'exactly the rest' if exact else 'NOT the rest'} ({rest_batches} batches)")
-    print(f"  resized to 1-3 workers at random after each batch: {handed} shards handed over "
+    print(f"  batches of 16, resized to 1-3 workers at random after each: {handed} shards handed over "
           f"mid-way, the epoch {'the same batches' if same else 'NOT the same batches'}")
     json.dump({
         "shards": len(paths), "seconds": a.seconds, **run.fields(),

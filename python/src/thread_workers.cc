@@ -183,7 +183,13 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
       continue;
     }
     answered_.WaitUntil(mu_, std::chrono::steady_clock::now() + kYieldPoll);
-    if (lane.done != sent && (*outcome->may_leave)()) {
+    if (lane.done == sent) break;
+    bool leave;
+    {
+      MutexUnlock unlock(mu_);  // may_leave takes the engine's lock
+      leave = (*outcome->may_leave)();
+    }
+    if (leave) {
       lane.yield = sent;
       may_yield = false;
     }

@@ -151,6 +151,36 @@ def test_shards_handed_over_under_random_live_resizes_lose_and_repeat_nothing(ki
         assert dl.stats()["handovers"] > 0
 
 
+class SlowLastShard(Shards):
+    """Two one-sample shards, then one of 40 samples taking 10 ms each."""
+
+    def __init__(self):
+        super().__init__(lens=(1, 1, 40))
+
+    def iter_shard(self, shard):
+        for sample in super().iter_shard(shard):
+            if shard == "shard-02":
+                time.sleep(0.01)
+            yield sample
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_the_last_shard_is_not_handed_to_workers_waiting_for_the_next_epoch(kind):
+    # The other worker has claimed the next epoch's first shard, whose list
+    # comes with the next iter(): handed the last shard, it could never take
+    # it, and the epoch would never end. The leaving worker finishes it.
+    ds = SlowLastShard()
+    with loader(ds, 2, shuffle=False, worker_kind=kind) as dl:
+        it = iter(dl)
+        got = batches_of([next(it), next(it), next(it)])  # shards 0 and 1, shard 2's first
+        dl._run.engine.resize(1)
+        got += batches_of(it)
+        assert sorted(ids(got)) == ds.every()
+        assert dl.stats()["handovers"] == 0
+        assert sorted(ids(batches(dl))) == ds.every()  # and the next epoch runs
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     ds = Shards(bad=4, bad_after=3)

@@ -166,6 +166,11 @@ void EpochScheduler::Return(const BatchTask& task, int64_t position) {
   returned_.push_back({task.plan, task.slot, position});
 }
 
+bool EpochScheduler::AheadInProgress() const {
+  return ahead_ != nullptr && std::any_of(ahead_->open_.begin(), ahead_->open_.end(),
+                                          [](const EpochRun::OpenBatch& o) { return !o.ready; });
+}
+
 void EpochScheduler::DropExhausted() {
   std::erase_if(running_, [](const Running& r) { return r.cursor->left() == 0; });
 }

@@ -143,6 +143,10 @@ class EpochScheduler {
   /// claimable again, before any other, as a task of its own; an abandoned
   /// epoch's too (its slot goes back to the pool once that task ends).
   void Return(const BatchTask& task, int64_t position);
+  /// Whether items of the look-ahead epoch are being made: their workers may
+  /// wait for that epoch to start (a kind's batch list), so a position
+  /// returned now might find no worker free to claim it.
+  bool AheadInProgress() const;
 
   /// Builds epoch `epoch`'s run. Pure; call it without any lock.
   static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);

@@ -742,7 +742,15 @@ class Loader::Impl {
     }
     stats_board_.Join(&ctx.stats);
     ctx.may_leave = [this, &ctx] {
-      if (stop_flag_.load(std::memory_order_relaxed) || !workers_.TryLeave()) return false;
+      if (stop_flag_.load(std::memory_order_relaxed) || ctx.left) return false;
+      {
+        // Workers making the next epoch's items may wait for it to start:
+        // the item handed over could then find none free, and the epoch end
+        // wait for it for ever. The item is finished here instead.
+        MutexLock lock(mu_);
+        if (sched_.AheadInProgress()) return false;
+      }
+      if (!workers_.TryLeave()) return false;
       ctx.left = true;
       return true;
     };

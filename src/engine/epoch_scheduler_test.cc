@@ -493,6 +493,18 @@ TEST(EpochSchedulerTest, LooksAheadOnceTheEpochIsFullyClaimed) {
   auto claim = s.ClaimTask(1, &task);
   ASSERT_EQ(claim.work, Work::kBuild);
   EXPECT_EQ(claim.epoch, 1);
+  // Items of the look-ahead epoch in progress: their workers may wait for
+  // it to start, so no position should be handed back to them now.
+  EXPECT_FALSE(s.AheadInProgress());
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 1));
+  ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  EXPECT_EQ(task.slot->epoch(), 1);
+  EXPECT_TRUE(s.AheadInProgress());
+  while (task.cursor->Take() < task.cursor->end()) {
+  }
+  ASSERT_TRUE(task.slot->Done(task.length));
+  EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kAhead);
+  EXPECT_FALSE(s.AheadInProgress());  // made: nobody waits on it
 }
 
 TEST(EpochSchedulerTest, PrefetchBoundCountsAbandonedBatchesStillBeingWritten) {

@@ -52,3 +52,21 @@ def collate_raising_where_made(batch):
     """A collate_fn that always raises a RuntimeError naming where it ran:
     the Dask worker's name, else "here"."""
     raise RuntimeError(f"made on {os.environ.get(WORKER_NAME_ENV, 'here')}")
+
+
+class SeededShards(stoker.ShardedIterable):
+    """Shard i holds samples i*1000 .. i*1000+lens[i]-1, each a tensor and a
+    draw from torch's generator, `delay_s` apart (a slow read)."""
+
+    def __init__(self, lens, delay_s=0.0):
+        self.lens, self.delay_s = list(lens), delay_s
+
+    def shards(self):
+        return [f"shard-{i:02d}" for i in range(len(self.lens))]
+
+    def iter_shard(self, shard):
+        i = int(shard.split("-")[1])
+        for k in range(self.lens[i]):
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            yield torch.tensor([i * 1000 + k]), torch.rand(1)

@@ -12,6 +12,7 @@ batch) wherever it is made). The dataset (python/tests/remote_datasets.py)
 lives in a module the workers import. No test asserts a time.
 """
 
+import gc
 import os
 import signal
 import socket
@@ -28,7 +29,7 @@ torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("distributed")
 import stoker  # noqa: E402
 from dask_cluster import DaskCluster, make_tls_files, port_open  # noqa: E402
-from remote_datasets import HANG_ENV, STARTED_DIR_ENV, Seeded  # noqa: E402
+from remote_datasets import HANG_ENV, STARTED_DIR_ENV, Seeded, SeededShards  # noqa: E402
 
 BATCH = 8
 SEED = 1234
@@ -365,6 +366,36 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
         assert remote["retries"] >= 1 and remote["capacity"] == 2
     finally:
         cluster.kill_worker("stuck")  # the only way to end its sleep, and the cluster as it was
+
+
+@pytest.mark.timeout(120)
+def test_a_sharded_stream_on_remote_slots_and_resized_local_workers(shared_dask_cluster):
+    # Shards go to remote slots and local worker processes alike; local ones
+    # that leave mid-shard hand it over. Every sample once, the same batches
+    # as without a cluster, and no segment kept once the batches are dropped.
+    import random
+    rng = random.Random(3)
+    ds = SeededShards([rng.randrange(0, 30) for _ in range(24)], delay_s=0.002)
+    every = sorted(i * 1000 + k for i, n in enumerate(ds.lens) for k in range(n))
+
+    def keys(loader):
+        return [(a.flatten().tolist(), b.flatten().tolist()) for a, b in loader]
+
+    with make_loader(ds, num_workers=2) as dl:
+        want = keys(dl)
+    with make_loader(ds, num_workers="auto", max_workers=2, cluster=shared_dask_cluster.address,
+                     remote_min=2) as dl:
+        got, it = [], iter(dl)
+        for a, b in it:
+            got.append((a.flatten().tolist(), b.flatten().tolist()))
+            if rng.random() < 0.3:
+                dl._run.engine.resize(rng.randint(3, 4))  # 2 of them remote
+        assert sorted(i for ids, _ in got for i in ids) == every
+        assert got == want
+        assert dl.stats()["remote"]["batches"] > 0
+        del a, b, it
+        gc.collect()
+        assert dl._run.workers.segment_bytes()[1] == 0
 
 
 @pytest.mark.timeout(60)

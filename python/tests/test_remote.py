@@ -370,9 +370,9 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
 
 @pytest.mark.timeout(120)
 def test_a_sharded_stream_on_remote_slots_and_resized_local_workers(shared_dask_cluster):
-    # Shards go to remote slots and local worker processes alike; local ones
-    # that leave mid-shard hand it over. Every sample once, the same batches
-    # as without a cluster, and no segment kept once the batches are dropped.
+    # Shards go to remote slots and local worker processes alike, the pool
+    # resized as it goes. Every sample once, the same batches as without a
+    # cluster, and no segment kept once the batches are dropped.
     import random
     rng = random.Random(3)
     ds = SeededShards([rng.randrange(0, 30) for _ in range(24)], delay_s=0.002)

@@ -28,12 +28,16 @@ class EpochBatches {
   /// `first_batches`: the first epoch's count (the kinds' items()).
   /// `first_seed`: what workers forked before any epoch is set are told
   /// (torch's get_worker_info().seed, less the worker id). `item_name`: what
-  /// one of its items is, for people (the tuner's unit): "batch", or "shard"
+  /// one of its items is, for people (the tuner's unit): "batch", or kShard
   /// for a sharded stream's.
   EpochBatches(int64_t first_batches, int64_t first_seed, std::string item_name = "batch")
       : first_batches_(first_batches), item_name_(std::move(item_name)), latest_seed_(first_seed) {}
+  static constexpr const char* kShard = "shard";
   int64_t first_batches() const { return first_batches_; }
   const std::string& item_name() const { return item_name_; }
+  /// Whether its items are a sharded stream's shards, made in parts: a
+  /// worker that leaves mid-shard may hand one over (ItemOutcome::may_leave).
+  bool sharded() const { return item_name_ == kShard; }
 
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
   /// than batches, from 0 to flat's size) and its seed (torch's base seed:

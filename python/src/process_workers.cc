@@ -182,7 +182,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   if (!known) proc_->known_segments.push_back(id);
   // A sharded stream's item may stop at a part (YIELD) once this thread may
   // leave the pool: asked before each message, and every kYieldPoll.
-  bool may_yield = outcome->may_leave != nullptr && workers_->batches().item_name() == "shard";
+  bool may_yield = outcome->may_leave != nullptr && workers_->batches().sharded();
   while (true) {
     if (may_yield && (*outcome->may_leave)()) {
       STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kYield, {}));

@@ -89,6 +89,7 @@ void BindProcessWorkers(py::module_& m) {
   py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
       .def(py::init<int64_t, int64_t, std::string>(), py::arg("first_batches"),
            py::arg("first_seed"), py::arg("item_name") = "batch")
+      .def_readonly_static("SHARD", &EpochBatches::kShard)
       .def(
           "set",
           [](EpochBatches& b, int64_t epoch, std::vector<int64_t> flat,

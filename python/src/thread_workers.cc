@@ -176,7 +176,7 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
   Lane& lane = *lanes_[static_cast<size_t>(worker)];
   // A shard's item may stop at a part once this thread may leave the pool:
   // asked every kYieldPoll while it runs.
-  bool may_yield = outcome->may_leave != nullptr && batches_->item_name() == "shard";
+  bool may_yield = outcome->may_leave != nullptr && batches_->sharded();
   while (lane.done != sent && !cancelled_) {
     if (!may_yield) {
       answered_.Wait(mu_);

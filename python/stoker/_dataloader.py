@@ -762,7 +762,8 @@ class _Plan:
         # (a dataset that fills later, drop_last over too few) is set at iter().
         self.table = _stoker.EpochBatches(max(1, self._options.batches_per_epoch),
                                           first & (2**63 - 1),
-                                          "batch" if self._options.shards is None else "shard")
+                                          "batch" if self._options.shards is None else
+                                          _stoker.EpochBatches.SHARD)
         self._given_ahead = None
 
     def order(self):

@@ -961,11 +961,11 @@ def _cpu_ns(thread):
 def _yield_asked(sock):
     """Whether the parent sent YIELD (taken off the socket); other messages
     are left for the worker's loop."""
-    try:
-        data = sock.recv(P.MAX_MESSAGE_BYTES, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+    try:  # the tag alone: asked before every sample of a shard
+        data = sock.recv(P.TAG_BYTES, socket.MSG_DONTWAIT | socket.MSG_PEEK)
     except OSError:  # nothing waiting (BlockingIOError), or the parent is gone
         return False
-    if data[:P.TAG_BYTES].rstrip(b"\0") != P.YIELD.tag:
+    if data.rstrip(b"\0") != P.YIELD.tag:
         return False
     sock.recv(P.MAX_MESSAGE_BYTES)
     return True
@@ -1275,8 +1275,8 @@ def read_batch(view, meta_off, meta_len):
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
     arrays = [_rebuild(view, entry) for entry in table]
     payload = _Unpickler(io.BytesIO(body), arrays).load()
-    if type(payload).__name__ == "PartRefs":  # a shard's batches, each where its part put it
-        from . import _shards
+    from . import _shards
+    if type(payload) is _shards.PartRefs:  # a shard's batches, each where its part put it
         return _shards.Batches(read_batch(view, off, n) for off, n in payload)
     return payload
 

@@ -14,6 +14,7 @@ known here keeps the Python path, with the reason in
 import dataclasses
 import numbers
 import os
+import sys
 
 from . import _args, _stoker, transforms
 from ._workers import NO_SAMPLE
@@ -51,10 +52,11 @@ def recognise(dataset, options, native):
 
 
 def _recognise(dataset, options):
-    folder = _torchvision_folder()
-    if folder is None:
-        raise _Off("torchvision is not installed")
     dataset, indices = _through_subsets(dataset)
+    folder = sys.modules.get("torchvision.datasets.folder")
+    if folder is None:  # an ImageFolder cannot exist before its module: no import for every loader
+        raise _Off(f"dataset {type(dataset).__qualname__} is not torchvision's ImageFolder or "
+                   "DatasetFolder (torchvision.datasets is not imported)")
     kind = type(dataset)
     if kind not in (folder.ImageFolder, folder.DatasetFolder):
         if isinstance(dataset, folder.DatasetFolder):
@@ -100,14 +102,6 @@ def _through_subsets(dataset):
         indices = level if indices is None else [level[i] for i in indices]
         dataset = dataset.dataset
     return dataset, indices
-
-
-def _torchvision_folder():
-    try:
-        from torchvision.datasets import folder
-    except ImportError:
-        return None
-    return folder
 
 
 def _name(thing):

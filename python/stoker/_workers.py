@@ -240,20 +240,23 @@ def _zygote_main(ctl, job):
         except OSError:
             data = b""
         kind, words = _parse(data)
+        try:
+            if kind is P.FORK:
+                _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers],
+                             words[P.FORK.seed], children)
+            elif kind is P.REAP:
+                pid = words[P.REAP.pid]
+                signalled, value = _wait(pid, patience_s=2.0)
+                children.discard(pid)
+                ctl.send(_message(P.REAPED, signalled=signalled, value=value))
+        except (BrokenPipeError, ConnectionResetError):
+            kind = P.EXIT  # the loader closed while this answered: as its EXIT
         if kind is P.EXIT:
             for pid in children:
                 _kill(pid)
             for pid in children:
                 _wait(pid)
             return
-        if kind is P.FORK:
-            _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers],
-                         words[P.FORK.seed], children)
-        elif kind is P.REAP:
-            pid = words[P.REAP.pid]
-            signalled, value = _wait(pid, patience_s=2.0)
-            children.discard(pid)
-            ctl.send(_message(P.REAPED, signalled=signalled, value=value))
 
 
 def _fork_worker(ctl, job, worker_id, num_workers, seed, children):

@@ -74,8 +74,14 @@ def _in_namespace(script, user):
            "PY": sys.executable, "PROBE_SRC": PROBE, "HOME": "/"}
     body = textwrap.dedent("""
         set -e
+        exec 9<"$PYTHONPATH"  # the package, brought back should a checkout under /tmp hide it
         mount -t tmpfs -o mode=1777 tmpfs /dev/shm
         mount -t tmpfs -o mode=1777 tmpfs /tmp
+        if [ ! -d "$PYTHONPATH" ]; then
+            mkdir -p "$PYTHONPATH"
+            mount --no-canonicalize --bind /proc/self/fd/9 "$PYTHONPATH"
+        fi
+        exec 9<&-
         cd /
         PROBE() { "$PY" -c "$PROBE_SRC" "$@"; }
         AS_U() { runuser -u "$U" -- env -i PATH="$PATH" PYTHONPATH="$PYTHONPATH" HOME=/ "$@"; }

@@ -660,6 +660,14 @@ std::optional<ProcessWorkers::Continuation> ProcessWorkers::Continue(int64_t epo
   return c;
 }
 
+bool ProcessWorkers::Forgo(int64_t epoch, int64_t item) {
+  const std::optional<Continuation> c = Continue(epoch, item);
+  if (!c) return false;
+  Unpublish(epoch, item);
+  Release(c->lease.segment_id, c->lease.ticket);  // at the last Unhold, if the consumer holds parts
+  return true;
+}
+
 bool ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {
   MutexLock lock(parts_mu_);
   return parts_.erase({epoch, item}) > 0;

@@ -156,6 +156,9 @@ class ProcessWorkers {
   int64_t handed_over() const { return handed_over_.load(std::memory_order_relaxed); }
   /// The continuation of (epoch, item), taken: the next Run of it continues there.
   std::optional<Continuation> Continue(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
+  /// Lets go of a yielded item's continuation and parts, if it has one: the
+  /// item was made elsewhere from its start (a remote slot). Whether it had one.
+  bool Forgo(int64_t epoch, int64_t item) EXCLUDES(mu_, parts_mu_);
   /// Keeps a leased segment from going back to the pool until Unhold, while
   /// the consumer holds a part of it: Release then takes effect at the last
   /// Unhold. kInvalidArgument for a stale descriptor (the segment went back).

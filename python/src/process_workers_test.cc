@@ -386,22 +386,27 @@ TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) 
 class ProcessShardsTest : public ProcessWorkersTest {
  protected:
   ProcessShardsTest() : ProcessWorkersTest("shard") {}
+
+  // Item 0 of epoch 0, one shard, run by a worker whose thread may leave once
+  // two parts are published; whether it yielded. The worker's process ends.
+  bool RunAndLeave() {
+    std::vector<int64_t> flat{kShard + 4}, offsets{0, 1};
+    if (!batches_->Set(0, std::move(flat), std::move(offsets), kSeed).ok()) return false;
+    std::unique_ptr<KindWorker> leaving = NewWorker();
+    const std::function<bool()> may_leave = [&] { return workers_->PartOf(0, 0, 1).has_value(); };
+    Descriptor d{};
+    ItemOutcome outcome;
+    outcome.may_leave = &may_leave;
+    return Run(leaving.get(), 0, 0, &d, &outcome).ok() && outcome.yielded;
+  }
 };
 
 // A worker whose thread may leave mid-shard asks its process to YIELD; the
 // next worker continues the shard in the same segment after the parts made,
 // which stay published. The shard comes whole, each part made once.
 TEST_F(ProcessShardsTest, AShardYieldedAtAPartIsContinuedInItsSegmentByTheNextWorker) {
-  std::vector<int64_t> flat{kShard + 4}, offsets{0, 1};
-  ASSERT_TRUE(batches_->Set(0, std::move(flat), std::move(offsets), kSeed).ok());
-  std::unique_ptr<KindWorker> leaving = NewWorker(), staying = NewWorker();
-  // The thread may leave once two parts are published.
-  const std::function<bool()> may_leave = [&] { return workers_->PartOf(0, 0, 1).has_value(); };
-  Descriptor d{};
-  ItemOutcome outcome;
-  outcome.may_leave = &may_leave;
-  ASSERT_TRUE(Run(leaving.get(), 0, 0, &d, &outcome).ok());
-  ASSERT_TRUE(outcome.yielded);
+  std::unique_ptr<KindWorker> staying = NewWorker();
+  ASSERT_TRUE(RunAndLeave());
   EXPECT_EQ(workers_->handed_over(), 1);
   std::optional<Descriptor> first = workers_->PartOf(0, 0, 0);
   ASSERT_TRUE(first.has_value());  // still there for the consumer
@@ -412,7 +417,7 @@ TEST_F(ProcessShardsTest, AShardYieldedAtAPartIsContinuedInItsSegmentByTheNextWo
   }();
   EXPECT_GE(made, 2);
   EXPECT_LT(made, kParts);
-  leaving.reset();  // its process ends with its thread
+  Descriptor d{};
   ItemOutcome rest;
   ASSERT_TRUE(Run(staying.get(), 0, 0, &d, &rest).ok());
   EXPECT_FALSE(rest.yielded);
@@ -431,6 +436,23 @@ TEST_F(ProcessShardsTest, AShardYieldedAtAPartIsContinuedInItsSegmentByTheNextWo
   }
   kind_->Recycle(std::as_writable_bytes(std::span(d)));
   EXPECT_EQ(workers_->segment_bytes().second, 0u);
+}
+
+TEST_F(ProcessShardsTest, AYieldedShardMadeElsewhereLetsItsSegmentGoAtTheLastHold) {
+  ASSERT_TRUE(RunAndLeave());
+  // The consumer holds part 0 when a remote slot's copy of the shard arrives.
+  std::optional<Descriptor> first = workers_->PartOf(0, 0, 0);
+  ASSERT_TRUE(first.has_value());
+  const auto segment = static_cast<int>((*first)[D::kSegment]);
+  const auto ticket = static_cast<uint64_t>((*first)[D::kTicket]);
+  ASSERT_TRUE(workers_->Hold(segment, ticket).ok());
+  EXPECT_TRUE(workers_->Forgo(0, 0));
+  EXPECT_FALSE(workers_->Forgo(0, 0));  // nothing left to let go
+  EXPECT_FALSE(workers_->PartOf(0, 0, 0).has_value());
+  EXPECT_FALSE(workers_->Continue(0, 0).has_value());
+  EXPECT_TRUE(workers_->View(segment, ticket).ok());  // the held part is still readable
+  workers_->Unhold(segment, ticket);
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);  // back in the pool, not leased until close
 }
 
 TEST_F(ProcessWorkersTest, AHeldSegmentGoesBackToThePoolAtItsLastUnhold) {

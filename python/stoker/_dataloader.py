@@ -1586,6 +1586,12 @@ class _Iterator:
         magic = int(descriptor[_THREAD.magic])
         threads = magic == _PROTOCOL.THREAD_MAGIC
         if magic == _PROTOCOL.REMOTE_MAGIC:
+            if self._sharded:  # a shard a local worker handed over was read again remotely
+                key = (self.epoch, self._got_item)
+                if self._parts is not None:
+                    self._parts.end(key)
+                if self._workers is not None:
+                    self._workers.forgo(*key)
             payload, _ = self._remote.take(descriptor)
             return payload
         if threads:

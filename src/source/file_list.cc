@@ -82,6 +82,12 @@ std::string_view Trim(std::string_view s) {
 
 Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path) {
   STOKER_ASSIGN_OR_RETURN(std::string text, ReadListFile(list_path));
+  // A list is text: a NUL byte says the file is something else (a JPEG given for its folder).
+  if (text.find('\0') != std::string::npos) {
+    return InvalidArgument(list_path +
+                           " holds binary data (an image? an archive?), not a list of "
+                           "'path<TAB>label' lines");
+  }
   FileListSource::Builder samples;
   std::string_view rest = SkipByteOrderMark(text);
   int64_t line_number = 0;
@@ -101,9 +107,6 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
     std::string_view path = line.substr(0, tab);
     std::string_view label_text = Trim(line.substr(tab + 1));
     if (path.empty()) return InvalidArgument(where() + "empty path");
-    if (path.find('\0') != std::string_view::npos) {
-      return InvalidArgument(where() + "path contains a NUL byte");
-    }
     Result<int64_t> label = ParseLabel(label_text);
     if (!label.ok()) return InvalidArgument(where() + label.status().message());
     samples.Add(path, *label);

@@ -91,6 +91,15 @@ TEST(FileListTest, BadLinesAreErrorsNamingFileAndLine) {
   EXPECT_NE(s.message().find("empty path"), std::string::npos) << s.message();
 }
 
+TEST(FileListTest, BinaryFileIsNamedAsNotAList) {
+  // An image given where its folder or a list goes: said so, not "line 1 has no tab".
+  TempDir dir;
+  Status s = OpenError(dir, std::string("\xFF\xD8\xFF\xE0\0\x10JFIF\0\1\tab\n", 16));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(dir / "bad.txt"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("binary data"), std::string::npos) << s.message();
+}
+
 // Editors on Windows start a UTF-8 file with a byte-order mark; it is not
 // part of the first path.
 TEST(FileListTest, LeadingByteOrderMarkIsSkipped) {

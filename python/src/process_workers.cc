@@ -250,16 +250,37 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   }
 }
 
+Result<ProcessWorkers::Continuation> ProcessWorker::ResumeAfterParts(
+    const std::vector<ProcessWorkers::Descriptor>& parts, const SegmentLease& lease) {
+  using D = protocol::ProcessDescriptor;
+  int64_t end = 0;  // each part's meta follows its arrays
+  for (const auto& d : parts) end = std::max(end, d[D::kMetaOffset] + d[D::kMetaLength]);
+  const size_t at = RoundUp(static_cast<size_t>(end), protocol::kDataAlign);
+  const size_t bytes = (1 + 2 * parts.size()) * sizeof(int64_t);
+  STOKER_ASSIGN_OR_RETURN(auto map, workers_->MapForWrite(lease, at + bytes));
+  auto* words = reinterpret_cast<int64_t*>(static_cast<char*>(map->addr) + at);
+  words[0] = static_cast<int64_t>(parts.size());
+  for (size_t k = 0; k < parts.size(); ++k) {
+    words[1 + 2 * k] = parts[k][D::kMetaOffset];
+    words[2 + 2 * k] = parts[k][D::kMetaLength];
+  }
+  return ProcessWorkers::Continuation{lease, static_cast<int64_t>(at), static_cast<int64_t>(bytes),
+                                      static_cast<int64_t>(at + bytes)};
+}
+
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
                                    const std::string& keys, int64_t seed, SegmentLease* lease,
                                    size_t header, const ProcessWorkers::Continuation* resume,
                                    Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
-  for (bool again = false;; again = true, resume = nullptr) {
+  // A shard continued after a death, and the parts it had then.
+  std::optional<ProcessWorkers::Continuation> after_death;
+  size_t parts_then = resume != nullptr ? workers_->PartsOf(epoch, batch).size() : 0;
+  for (bool again = false;; again = true, resume = after_death ? &*after_death : nullptr) {
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     // An attempt after one that published parts writes a fresh segment: the
     // consumer may hold those parts, which views of the old one must keep.
-    if (again && workers_->Unpublish(epoch, batch)) {
+    if (again && !after_death && workers_->Unpublish(epoch, batch)) {
       workers_->Release(lease->segment_id, lease->ticket);
       STOKER_ASSIGN_OR_RETURN(*lease, workers_->Acquire(header));
     }
@@ -292,6 +313,21 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     const int64_t position =
         static_cast<const int64_t*>(map->addr)[protocol::SegmentWord::kPosition];
     const std::string what = "worker process " + std::to_string(pid) + " " + ending.how;
+    if (position == 0 && workers_->batches().sharded()) {
+      // A shard: a fresh process goes on after the parts published, while
+      // each death comes after new ones (a sample that kills every reader
+      // does not); its samples are read again from there.
+      std::vector<ProcessWorkers::Descriptor> parts = workers_->PartsOf(epoch, batch);
+      if (parts.size() > parts_then) {
+        STOKER_ASSIGN_OR_RETURN(after_death, ResumeAfterParts(parts, *lease));
+        parts_then = parts.size();
+        continue;
+      }
+      if (after_death) {  // its parts and segment go with the shard's failure
+        workers_->Unpublish(epoch, batch);
+        after_death.reset();
+      }
+    }
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
       const int64_t index = indices[static_cast<size_t>(position)];
       outcome->failures.push_back(DeathCause(what, index, id, ending.killed));
@@ -671,6 +707,12 @@ bool ProcessWorkers::Forgo(int64_t epoch, int64_t item) {
 bool ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {
   MutexLock lock(parts_mu_);
   return parts_.erase({epoch, item}) > 0;
+}
+
+std::vector<ProcessWorkers::Descriptor> ProcessWorkers::PartsOf(int64_t epoch, int64_t item) const {
+  MutexLock lock(parts_mu_);
+  auto it = parts_.find({epoch, item});
+  return it == parts_.end() ? std::vector<Descriptor>{} : it->second;
 }
 
 std::optional<ProcessWorkers::Descriptor> ProcessWorkers::PartOf(int64_t epoch, int64_t item,

@@ -143,12 +143,14 @@ class ProcessWorkers {
   using Descriptor = std::array<int64_t, kDescriptorWords>;
   std::optional<Descriptor> PartOf(int64_t epoch, int64_t item, int64_t part) const
       EXCLUDES(parts_mu_);
+  /// Every part published of (epoch, item), in order.
+  std::vector<Descriptor> PartsOf(int64_t epoch, int64_t item) const EXCLUDES(parts_mu_);
   /// A sharded stream's item whose worker yielded it (YIELDED) to leave the
   /// pool: its segment, still leased (the consumer may hold its parts, which
   /// stay published), and where the worker that continues it starts.
   struct Continuation {
     SegmentLease lease;
-    int64_t resume_offset = 0, resume_length = 0;  // the _shards.Resume in it
+    int64_t resume_offset = 0, resume_length = 0;  // its resume (worker_protocol.h)
     int64_t data_end = 0;                          // where new data may start
   };
   void Yielded(int64_t epoch, int64_t item, const Continuation& c) EXCLUDES(parts_mu_);
@@ -283,11 +285,17 @@ class ProcessWorker : public KindWorker {
   // Attempts until the batch is made, blaming the sample a dead process was
   // on; `lease` is replaced (by one of `header` bytes) where an attempt's
   // parts may be held. `resume` applies to the first attempt: a later one
-  // starts the item over.
+  // starts the item over, but for a shard whose process died after new
+  // parts, which a fresh process continues after them (ResumeAfterParts).
   Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
                       const std::string& keys, int64_t seed, SegmentLease* lease, size_t header,
                       const ProcessWorkers::Continuation* resume, Reply* reply,
                       ItemOutcome* outcome);
+
+  // A continuation after `parts` (the shard's, published in `lease`): their
+  // metas as a resume (protocol: "A shard's resume"), written after the last.
+  Result<ProcessWorkers::Continuation> ResumeAfterParts(
+      const std::vector<ProcessWorkers::Descriptor>& parts, const SegmentLease& lease);
 
   std::shared_ptr<ProcessWorkers> workers_;
   std::optional<WorkerProcess> proc_;

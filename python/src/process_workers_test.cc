@@ -54,10 +54,14 @@ constexpr std::string_view kPickled{"\x80\x05\0pickled\0", 11};
 // What the fake worker writes for a sample: the index and the batch's seed.
 int64_t Payload(int64_t index, int64_t seed) { return index ^ seed; }
 
+// Shards from kShardDies on kill their process at part kDiesAt (SIGTERM) when
+// read from their start; from kShardAlwaysDies on, whenever they reach it.
+constexpr int64_t kShardDies = 50, kShardAlwaysDies = 60, kDiesAt = 3;
+
 // An item whose one index is kShard + s is a sharded stream's shard s: kParts
 // parts, part k one word, Payload(s * 100 + k), each announced (PART) 5 ms
 // apart. After YIELD it stops at its next part but the last (YIELDED): its
-// resume is (parts made, their offsets). DONE's meta lists every part's offset.
+// resume is a shard's (worker_protocol.h). DONE's meta lists every part's offset.
 constexpr int64_t kShard = 3'000'000;
 constexpr int64_t kParts = 8;
 
@@ -81,12 +85,16 @@ bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
   std::vector<int64_t> offsets;  // of the parts made, a continued shard's first
   if (words[H::kResumeLength] > 0) {
     const int64_t* resume = words + words[H::kResumeOffset] / 8;
-    offsets.assign(resume + 1, resume + 1 + resume[0]);
+    for (int64_t k = 0; k < resume[0]; ++k) offsets.push_back(resume[1 + 2 * k]);
   }
   int64_t at = words[H::kDataOffset];
   words[H::kPosition] = 0;
   bool leave = false;
   for (auto k = static_cast<int64_t>(offsets.size()); k < kParts; ++k) {
+    if (k == kDiesAt &&
+        (shard >= kShardAlwaysDies || (shard >= kShardDies && words[H::kResumeLength] == 0))) {
+      kill(getpid(), SIGTERM);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     leave = leave || YieldAsked(sock);
     words[at / 8] = Payload(shard * 100 + k, words[H::kSeed]);
@@ -101,12 +109,15 @@ bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
     (void)SendMessage(sock, Tag::kPart, part);
     if (k + 1 < kParts && (leave || YieldAsked(sock))) {
       words[at / 8] = static_cast<int64_t>(offsets.size());
-      std::copy(offsets.begin(), offsets.end(), words + at / 8 + 1);
+      for (size_t i = 0; i < offsets.size(); ++i) {
+        words[at / 8 + 1 + 2 * i] = offsets[i];
+        words[at / 8 + 2 + 2 * i] = 8;
+      }
       using Y = protocol::YieldedWord;
       protocol::Words<Y> yielded{};
       yielded[Y::kSegmentSize] = size;
       yielded[Y::kResumeOffset] = at;
-      yielded[Y::kResumeLength] = static_cast<int64_t>(offsets.size() + 1) * 8;
+      yielded[Y::kResumeLength] = static_cast<int64_t>(2 * offsets.size() + 1) * 8;
       yielded[Y::kDataEnd] = at + yielded[Y::kResumeLength];
       words[H::kPosition] = -1;
       (void)SendMessage(sock, Tag::kYielded, yielded);
@@ -434,6 +445,41 @@ TEST_F(ProcessShardsTest, AShardYieldedAtAPartIsContinuedInItsSegmentByTheNextWo
     const int64_t at = base[(d[D::kMetaOffset] / 8) + k];
     EXPECT_EQ(base[at / 8], Payload(4 * 100 + k, seed)) << k;
   }
+  kind_->Recycle(std::as_writable_bytes(std::span(d)));
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
+}
+
+// A process that dies in a shard after publishing parts is replaced by one
+// that goes on after them, in the same segment; one that dies again before
+// a new part fails the shard, named, its parts let go.
+TEST_F(ProcessShardsTest, AShardWhoseProcessDiesGoesOnAfterItsPartsWhileEachDeathIsAfterNewOnes) {
+  std::vector<int64_t> flat{kShard + kShardDies, kShard + kShardAlwaysDies}, offsets{0, 1, 2};
+  ASSERT_TRUE(batches_->Set(0, std::move(flat), std::move(offsets), kSeed).ok());
+  std::unique_ptr<KindWorker> worker = NewWorker();
+  Descriptor d{};
+  ItemOutcome outcome;
+  ASSERT_TRUE(Run(worker.get(), 0, 0, &d, &outcome).ok());
+  EXPECT_TRUE(outcome.failures.empty());
+  EXPECT_EQ(outcome.samples, kParts);
+  {
+    Result<SegmentView> view =
+        workers_->View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
+    ASSERT_TRUE(view.ok()) << view.status().message();
+    const auto* base = static_cast<const int64_t*>(view->map->addr);
+    const int64_t seed = BatchSeed(kSeed, 0, 0);
+    for (int64_t k = 0; k < kParts; ++k) {  // each part once, the continued ones after the first
+      const int64_t at = base[(d[D::kMetaOffset] / 8) + k];
+      EXPECT_EQ(base[at / 8], Payload(kShardDies * 100 + k, seed)) << k;
+    }
+  }
+  kind_->Recycle(std::as_writable_bytes(std::span(d)));
+
+  ItemOutcome dead;
+  ASSERT_TRUE(Run(worker.get(), 0, 1, &d, &dead).ok());
+  ASSERT_EQ(dead.failures.size(), 1u);
+  EXPECT_NE(dead.failures[0].status.message().find("signal 15"), std::string::npos)
+      << dead.failures[0].status.message();
+  EXPECT_FALSE(workers_->PartOf(0, 1, 0).has_value());
   kind_->Recycle(std::as_writable_bytes(std::span(d)));
   EXPECT_EQ(workers_->segment_bytes().second, 0u);
 }

@@ -91,9 +91,12 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(MetaLength, meta_length)
 // worker -> parent, instead of DONE, after YIELD (parent -> worker, no
 // words: its engine thread leaves the pool): the sharded stream's item stops
-// after its last PART; what a continuation needs (_shards.Resume, pickled) is
-// at resume_offset, and its data may start at data_end. Another worker
-// continues it in the same segment (the header's resume words).
+// after its last PART; what a continuation needs (a shard's resume) is at
+// resume_offset, and its data may start at data_end. Another worker
+// continues it in the same segment (the header's resume words). A shard's
+// resume, int64 words: the parts made (k), then each one's meta_offset and
+// meta_length; the worker that continues reads on from sample k * batch size.
+// The parent writes one too, for a fresh process after one died in the shard.
 #define STOKER_YIELDED_WORDS(X)  \
   X(SegmentSize, segment_size)   \
   X(ResumeOffset, resume_offset) \
@@ -138,7 +141,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // in that list), then data from `data_offset`. The worker keeps `position`
 // on the sample it is loading (-1 outside one), so that the parent can blame
 // that sample if the process dies. resume_offset/resume_length: a sharded
-// stream's item continued after YIELDED (its _shards.Resume); 0: from its start.
+// stream's item continued after YIELDED (its resume); 0: from its start.
 #define STOKER_SEGMENT_HEADER(X)   \
   X(Magic, magic)                  \
   X(Position, position)            \

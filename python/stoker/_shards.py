@@ -10,6 +10,7 @@ open one."""
 import inspect
 import os
 import random
+import struct
 import threading
 
 import torch.utils.data
@@ -117,14 +118,33 @@ class PartRefs(list):
     (_workers.read_batch reads them back as Batches)."""
 
 
-class Resume:
-    """Where a shard whose worker left the pool (YIELDED) continues: the
-    metas of the parts it made (PartRefs) and the samples they hold, which
-    the worker that continues it does not batch again."""
+def samples_in(parts, batch_size):
+    """The samples a shard's first `parts` batches hold: all but its last are full."""
+    return parts * (batch_size or 1)
 
-    def __init__(self, refs, samples):
-        self.refs = refs
-        self.samples = samples
+
+class Resume:
+    """Where a shard continues in its segment after its worker left the pool
+    (YIELDED) or its process died: the metas of the parts made (PartRefs),
+    whose samples the worker that continues it does not batch again. In the
+    segment as a shard's resume (worker_protocol.h): int64 words, the parts
+    made, then each one's meta offset and length."""
+
+    def __init__(self, refs):
+        self.refs = list(refs)
+
+    def samples(self, batch_size):
+        return samples_in(len(self.refs), batch_size)
+
+    def pack(self):
+        return struct.pack(f"={1 + 2 * len(self.refs)}q", len(self.refs),
+                           *(word for ref in self.refs for word in ref))
+
+    @classmethod
+    def unpack(cls, data):
+        (parts,) = struct.unpack_from("=q", data)
+        words = struct.unpack_from(f"={2 * parts}q", data, 8)
+        return cls(zip(words[0::2], words[1::2]))
 
 
 class Yield(Exception):

@@ -866,7 +866,8 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
         try:
             payload, kept, failures, collate_error = _load_shard(
                 job, indices, seed, at, consumer=consumer, made=made,
-                start=len(before) * (job.shards.batch_size or 1), first_part=len(before))
+                start=_shards.samples_in(len(before), job.shards.batch_size),
+                first_part=len(before))
             if before and payload is not NO_SAMPLE:
                 payload = _shards.Batches(before + payload)
         except _shards.Yield:  # its batches stay in `parts`, for the worker that continues it
@@ -976,7 +977,7 @@ def _yield_asked(sock):
 
 class _Yielded(Exception):
     """A sharded stream's item stopped at a part for another worker to
-    continue: its _shards.Resume is at `offset`, `length` long, in the
+    continue: its _shards.Resume (packed) is at `offset`, `length` long, in the
     segment; new data may start at `data_end`."""
 
     def __init__(self, offset, length, data_end):
@@ -1002,10 +1003,10 @@ def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: Fa
         from . import _shards
         made = [0]  # samples read so far: the memory check's count (0 means "before any")
         # The parts' metas: a continued item's earlier ones first.
-        resume = _shards.Resume([], 0)
+        resume = _shards.Resume([])
         if header[_HEADER.resume_length]:
             at_resume = header[_HEADER.resume_offset]
-            resume = pickle.loads(m[at_resume:at_resume + header[_HEADER.resume_length]])
+            resume = _shards.Resume.unpack(m[at_resume:at_resume + header[_HEADER.resume_length]])
         refs, leave = list(resume.refs), [False]
 
         def at_sample(offset):  # the shard's offset, -1 once read; a death blames its one index
@@ -1020,14 +1021,13 @@ def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: Fa
             send(_message(P.PART, part=part, segment_size=seg.size, meta_offset=refs[-1][0],
                           meta_length=refs[-1][1]))
             if not last and (leave[0] or yield_asked()):
-                taken = (part + 1) * (job.shards.batch_size or 1)
-                blob = pickle.dumps(_shards.Resume(refs, taken))
+                blob = _shards.Resume(refs).pack()
                 at_blob = writer.reserve(len(blob))
                 seg.map[at_blob:at_blob + len(blob)] = blob
                 raise _Yielded(at_blob, len(blob), writer.cursor)
         payload, kept, failures, collate_error = _load_shard(
-            job, indices, seed, at_sample, writer, made=publish, start=resume.samples,
-            first_part=len(resume.refs))
+            job, indices, seed, at_sample, writer, made=publish,
+            start=resume.samples(job.shards.batch_size), first_part=len(resume.refs))
         if payload is not NO_SAMPLE:  # the parts are in the segment: the item lists them
             payload = _shards.PartRefs(refs)
         return _written(writer, seg, payload, kept, failures, collate_error)

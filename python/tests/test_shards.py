@@ -378,24 +378,51 @@ def test_unordered_delivery_and_its_checkpoints_lose_nothing():
 
 
 class Dying(Shards):
-    """Shard 4's worker process dies at its sample 3."""
+    """Shard 4's worker process dies at its sample `at` (by `sig`); after
+    the first time only, when `once` names a file it may make."""
+
+    def __init__(self, at=3, sig=signal.SIGSEGV, once=None):
+        super().__init__()
+        self.at, self.sig, self.once = at, sig, None if once is None else str(once)
 
     def iter_shard(self, shard):
         for k, sample in enumerate(super().iter_shard(shard)):
-            if shard == "shard-04" and k == 3:
-                os.kill(os.getpid(), signal.SIGSEGV)
+            if shard == "shard-04" and k == self.at:
+                if self.once is None or not os.path.exists(self.once):
+                    if self.once is not None:
+                        open(self.once, "w").close()
+                    os.kill(os.getpid(), self.sig)
             yield sample
 
 
-def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives():
-    ds = Dying()
+@pytest.mark.parametrize("at", [3, 9])
+def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives(at):
+    # At 9, after two batches: a fresh process goes on after them and dies
+    # at the same sample again, without a new batch: the shard fails.
+    ds = Dying(at)
     with loader(ds, 2, persistent_workers=True) as dl:
         got, errors = drain(dl)
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
     [error] = errors
     assert error.shard == "shard-04" and "killed by signal" in str(error)
-    # A shard whose reader died is reported whole: none of it was delivered.
-    assert sorted(got) == [i for i in ds.every() if i // 1000 != 4]
+    # Of shard 4, at most the batches made before its reader died arrive
+    # (taken as they were made); the rest is reported with the error.
+    rest = [i for i in ds.every() if i // 1000 != 4]
+    assert sorted(i for i in got if i // 1000 != 4) == rest
+    assert [i for i in got if i // 1000 == 4] in ([], list(range(4000, 4000 + at // 4 * 4)))
+
+
+def test_a_shard_whose_worker_is_killed_goes_on_after_the_batches_it_made(tmp_path):
+    # SIGKILL at sample 9 (as the out-of-memory killer would), once: a fresh
+    # process reads on from sample 8, after the shard's two batches, in the
+    # same segment. The same batches as a read without deaths, draws too.
+    with loader(Shards(), 0) as dl:
+        want = batches(dl)
+    ds = Dying(9, signal.SIGKILL, once=tmp_path / "died")
+    with loader(ds, 2) as dl:
+        got = batches(dl)
+    assert os.path.exists(ds.once)
+    assert got == want
 
 
 class Gated(Shards):

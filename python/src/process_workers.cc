@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 
 #include "core/number_text.h"
 #include "stoker/rng.h"
@@ -273,14 +274,19 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
                                    size_t header, const ProcessWorkers::Continuation* resume,
                                    Reply* reply, ItemOutcome* outcome) {
   int deaths_outside = 0;
-  // A shard continued after a death, and the parts it had then.
-  std::optional<ProcessWorkers::Continuation> after_death;
+  // A shard's process died after new parts: the next attempt continues after
+  // them (`next`), as the current one does (`current`); the parts it had then.
+  std::optional<ProcessWorkers::Continuation> next, current;
   size_t parts_then = resume != nullptr ? workers_->PartsOf(epoch, batch).size() : 0;
-  for (bool again = false;; again = true, resume = after_death ? &*after_death : nullptr) {
+  for (bool again = false;; again = true) {
+    if (again) {
+      current = std::exchange(next, std::nullopt);
+      resume = current ? &*current : nullptr;
+    }
     if (workers_->shut_down()) return Cancelled("the loader was closed");
-    // An attempt after one that published parts writes a fresh segment: the
-    // consumer may hold those parts, which views of the old one must keep.
-    if (again && !after_death && workers_->Unpublish(epoch, batch)) {
+    // Any other attempt after one that published parts writes a fresh segment:
+    // the consumer may hold those parts, which views of the old one must keep.
+    if (again && !current && workers_->Unpublish(epoch, batch)) {
       workers_->Release(lease->segment_id, lease->ticket);
       STOKER_ASSIGN_OR_RETURN(*lease, workers_->Acquire(header));
     }
@@ -319,13 +325,9 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
       // does not); its samples are read again from there.
       std::vector<ProcessWorkers::Descriptor> parts = workers_->PartsOf(epoch, batch);
       if (parts.size() > parts_then) {
-        STOKER_ASSIGN_OR_RETURN(after_death, ResumeAfterParts(parts, *lease));
+        STOKER_ASSIGN_OR_RETURN(next, ResumeAfterParts(parts, *lease));
         parts_then = parts.size();
         continue;
-      }
-      if (after_death) {  // its parts and segment go with the shard's failure
-        workers_->Unpublish(epoch, batch);
-        after_death.reset();
       }
     }
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {

@@ -327,6 +327,7 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
       if (parts.size() > parts_then) {
         STOKER_ASSIGN_OR_RETURN(next, ResumeAfterParts(parts, *lease));
         parts_then = parts.size();
+        workers_->CountShardDeath();
         continue;
       }
     }

@@ -156,6 +156,9 @@ class ProcessWorkers {
   void Yielded(int64_t epoch, int64_t item, const Continuation& c) EXCLUDES(parts_mu_);
   /// Items handed over so far (Yielded).
   int64_t handed_over() const { return handed_over_.load(std::memory_order_relaxed); }
+  /// Shards whose worker process died, gone on after their parts by a fresh one.
+  int64_t shard_deaths() const { return shard_deaths_.load(std::memory_order_relaxed); }
+  void CountShardDeath() { shard_deaths_.fetch_add(1, std::memory_order_relaxed); }
   /// The continuation of (epoch, item), taken: the next Run of it continues there.
   std::optional<Continuation> Continue(int64_t epoch, int64_t item) EXCLUDES(parts_mu_);
   /// Lets go of a yielded item's continuation and parts, if it has one: the
@@ -226,6 +229,7 @@ class ProcessWorkers {
 
   std::atomic<int64_t> pinned_{0};
   std::atomic<int64_t> handed_over_{0};
+  std::atomic<int64_t> shard_deaths_{0};
   std::atomic<int64_t> running_{0};
 
   mutable Mutex mu_;

@@ -131,6 +131,7 @@ void BindProcessWorkers(py::module_& m) {
       .def_property_readonly("pinned_mappings", &ProcessWorkers::pinned_mappings)
       .def("pids", &ProcessWorkers::pids)
       .def("handed_over", &ProcessWorkers::handed_over)
+      .def("shard_deaths", &ProcessWorkers::shard_deaths)
       .def("forgo", &ProcessWorkers::Forgo, py::arg("epoch"), py::arg("item"),
            "Lets go of a yielded item's continuation (ProcessWorkers::Forgo): it was made "
            "elsewhere from its start.")

@@ -461,6 +461,7 @@ TEST_F(ProcessShardsTest, AShardWhoseProcessDiesGoesOnAfterItsPartsWhileEachDeat
   ASSERT_TRUE(Run(worker.get(), 0, 0, &d, &outcome).ok());
   EXPECT_TRUE(outcome.failures.empty());
   EXPECT_EQ(outcome.samples, kParts);
+  EXPECT_EQ(workers_->shard_deaths(), 1);
   {
     Result<SegmentView> view =
         workers_->View(static_cast<int>(d[D::kSegment]), static_cast<uint64_t>(d[D::kTicket]));
@@ -477,6 +478,7 @@ TEST_F(ProcessShardsTest, AShardWhoseProcessDiesGoesOnAfterItsPartsWhileEachDeat
   ItemOutcome dead;
   ASSERT_TRUE(Run(worker.get(), 0, 1, &d, &dead).ok());
   ASSERT_EQ(dead.failures.size(), 1u);
+  EXPECT_EQ(workers_->shard_deaths(), 2);  // gone on once after part kDiesAt, then failed
   EXPECT_NE(dead.failures[0].status.message().find("signal 15"), std::string::npos)
       << dead.failures[0].status.message();
   EXPECT_FALSE(workers_->PartOf(0, 1, 0).has_value());

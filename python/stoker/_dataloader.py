@@ -390,6 +390,9 @@ class DataLoader(torch.utils.data.DataLoader):
             "handovers": None if self._options.shards is None else
             (run.workers.handed_over() if processes else 0) +
             (run.parts.handed_over if run.parts is not None else 0),
+            # Shards whose worker process died, gone on after their batches by a fresh one.
+            "shard_deaths": None if self._options.shards is None else
+            (run.workers.shard_deaths() if processes else 0),
             "workers": run.engine.workers,
             "worker_kind": run.kind(),
             "kind_trial": None if run.trial is None else run.trial.report(),

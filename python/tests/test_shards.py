@@ -403,6 +403,7 @@ def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives(at):
     with loader(ds, 2, persistent_workers=True) as dl:
         got, errors = drain(dl)
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
+        assert dl.stats()["shard_deaths"] == (1 if at == 9 else 0)  # gone on once, at 9
     [error] = errors
     assert error.shard == "shard-04" and "killed by signal" in str(error)
     # Of shard 4, at most the batches made before its reader died arrive
@@ -421,6 +422,7 @@ def test_a_shard_whose_worker_is_killed_goes_on_after_the_batches_it_made(tmp_pa
     ds = Dying(9, signal.SIGKILL, once=tmp_path / "died")
     with loader(ds, 2) as dl:
         got = batches(dl)
+        assert dl.stats()["shard_deaths"] == 1
     assert os.path.exists(ds.once)
     assert got == want
 

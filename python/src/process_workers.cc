@@ -351,10 +351,7 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   // that fails before it runs lets them go.
   const std::optional<ProcessWorkers::Continuation> resume = workers_->Continue(epoch, item);
   const auto unrun = [&](Status st) {
-    if (resume) {
-      workers_->Unpublish(epoch, item);
-      workers_->Release(resume->lease.segment_id, resume->lease.ticket);
-    }
+    if (resume) workers_->LetGo(epoch, item, *resume);
     return st;
   };
   // The process starts while the batch list may still be on its way (a loader
@@ -702,9 +699,13 @@ std::optional<ProcessWorkers::Continuation> ProcessWorkers::Continue(int64_t epo
 bool ProcessWorkers::Forgo(int64_t epoch, int64_t item) {
   const std::optional<Continuation> c = Continue(epoch, item);
   if (!c) return false;
-  Unpublish(epoch, item);
-  Release(c->lease.segment_id, c->lease.ticket);  // at the last Unhold, if the consumer holds parts
+  LetGo(epoch, item, *c);
   return true;
+}
+
+void ProcessWorkers::LetGo(int64_t epoch, int64_t item, const Continuation& c) {
+  Unpublish(epoch, item);
+  Release(c.lease.segment_id, c.lease.ticket);  // at the last Unhold, if the consumer holds parts
 }
 
 bool ProcessWorkers::Unpublish(int64_t epoch, int64_t item) {

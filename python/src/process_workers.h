@@ -164,6 +164,9 @@ class ProcessWorkers {
   /// Lets go of a yielded item's continuation and parts, if it has one: the
   /// item was made elsewhere from its start (a remote slot). Whether it had one.
   bool Forgo(int64_t epoch, int64_t item) EXCLUDES(mu_, parts_mu_);
+  /// Lets go of continuation `c` of (epoch, item), taken (Continue): its parts
+  /// and, at the consumer's last Unhold, its segment.
+  void LetGo(int64_t epoch, int64_t item, const Continuation& c) EXCLUDES(mu_, parts_mu_);
   /// Keeps a leased segment from going back to the pool until Unhold, while
   /// the consumer holds a part of it: Release then takes effect at the last
   /// Unhold. kInvalidArgument for a stale descriptor (the segment went back).

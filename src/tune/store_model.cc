@@ -40,7 +40,7 @@ bool StoreModel::Saturated() const {
   if (points_.empty()) return false;
   const Point& least = Least();
   return std::any_of(points_.begin(), points_.end(), [&](const Point& q) {
-    return q.workers > least.workers && q.wait_s >= queued_ * least.wait_s;
+    return !q.reference && q.workers > least.workers && q.wait_s >= queued_ * least.wait_s;
   });
 }
 
@@ -49,7 +49,7 @@ const StoreModel::Point& StoreModel::Queued() const {
   const Point& least = Least();
   const Point* most = nullptr;
   for (const Point& q : points_) {
-    if (q.workers > least.workers && q.wait_s >= queued_ * least.wait_s &&
+    if (!q.reference && q.workers > least.workers && q.wait_s >= queued_ * least.wait_s &&
         (!most || q.workers > most->workers)) {
       most = &q;
     }
@@ -64,7 +64,7 @@ double StoreModel::slots() const {
   double sum = 0;
   int n = 0;
   for (const Point& q : points_) {
-    if (q.wait_s >= queued_ * service) {
+    if (!q.reference && q.wait_s >= queued_ * service) {
       sum += q.rate * service;
       ++n;
     }

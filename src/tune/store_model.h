@@ -25,6 +25,9 @@ class StoreModel {
     double wait_s = 0;  // per sample: wall time off the CPU, waiting for the read
     double rest_s = 0;  // per sample: the rest of its wall time (CPU, run queue)
     double t_s = 0;     // when it was measured (the end of its window)
+    // Only a service time: a small pool whose reads did not queue, though
+    // they were not most of its time. Never a saturated point itself.
+    bool reference = false;
   };
 
   /// `queued`: the wait over the service time that means reads queue at

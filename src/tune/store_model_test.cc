@@ -48,5 +48,27 @@ TEST(StoreModelTest, ALargerPoolThatProducedLessIsForgotten) {
   EXPECT_EQ(m.service_s(), 0);
 }
 
+TEST(StoreModelTest, AReferencePointGivesTheServiceTimeButNeverSaturates) {
+  // Reads of 5 ms beside 4 ms of CPU: a pool of one is not read-bound
+  // (under twice the CPU), yet its wait is the service time that shows
+  // the 14-worker pool's reads queued ten times over.
+  StoreModel m(1.5, 1.2, 0.15);
+  StoreModel::Point one = Loop(1, 2, 0.005, 0.004);
+  one.reference = true;
+  StoreModel::Point two = Loop(2, 2, 0.005, 0.004);
+  two.reference = true;
+  two.wait_s *= 2;  // a reference's longer wait is not a queue
+  m.Add(one);
+  m.Add(two);
+  EXPECT_FALSE(m.Saturated());
+  EXPECT_DOUBLE_EQ(m.service_s(), 0.005);
+  m.Add(Loop(14, 2, 0.005, 0.004));
+  ASSERT_TRUE(m.Saturated());
+  EXPECT_NEAR(m.slots(), 2, 1e-9);
+  // 2 slots x (5 + 4) / 5 ms x 1.2 headroom = 4.32: 5 workers.
+  EXPECT_EQ(m.Knee(), 5);
+  EXPECT_NE(m.Describe().find("at 14 workers, 5.0 ms at 1"), std::string::npos) << m.Describe();
+}
+
 }  // namespace
 }  // namespace stoker

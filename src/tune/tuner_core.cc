@@ -571,6 +571,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   reference_ = p;
   store_top_.reset();
   store_falling_.reset();
+  store_kept_ = 1;
   lost_step_ = {0, 0};
   store_moved_windows_ = 0;
   store_way_ = 0;
@@ -737,10 +738,21 @@ bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
          wait >= 2 * (p.cpu_per_sample() + p.queue_per_sample()) && waits_seen;
 }
 
+bool TunerCore::ServiceReference(const Pooled& p, const Budgets& b) const {
+  // A pool hardly queued for a CPU, its cores idle in part: its wait off
+  // the CPU is a read, though under twice the CPU time. The least such wait
+  // is the store's service time, against which a larger pool's reads show
+  // queued.
+  return p.produced > 0 && p.window_s > 0 && p.queue_s <= 0.05 * p.busy_s && p.machine_known &&
+         p.idle_cores() > params_.no_idle_share * b.cpu_cores &&
+         p.wait_per_sample() >= 0.25 * p.cpu_per_sample() && !p.on_cpu(params_);
+}
+
 void TunerCore::Learn(const Pooled& p, const Budgets& b) {
-  if (!WaitsOnReads(p, b)) return;
+  const bool reads = WaitsOnReads(p, b);
+  if (!reads && !ServiceReference(p, b)) return;
   const double wait = p.wait_per_sample();
-  store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait, p.t_s});
+  store_.Add({workers_, p.produced_rate(), wait, p.wall_per_sample() - wait, p.t_s, !reads});
 }
 
 double TunerCore::StoreEvidence() const {
@@ -791,6 +803,7 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     if (!unqueued && ++store_moved_windows_ < 2) return std::nullopt;
     store_moved_windows_ = 0;
     store_held_ = false;
+    store_kept_ = 1;
     knee_.reset();
     // A store that got faster (service shorter, or more slots) may keep
     // more workers busy; one that got slower needs fewer to keep its slots
@@ -863,10 +876,11 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   // The last step up paid handsomely, or reads here do not queue (their
   // wait within store_queued of the least seen): in a search both ways (so
   // that an overshoot comes back), the next step up may double the pool.
-  const bool unqueued = store_.service_s() > 0 && p.wait_per_sample() > 0 && p.workers == at &&
-                        p.wait_per_sample() < params_.store_queued * store_.service_s();
-  const bool grow =
-      (std::exchange(store_last_gain_, 0.0) > params_.big_gain || unqueued) && store_way_ == 0;
+  // Not where reads queue: the store is full here, whatever the last step paid.
+  const bool measured = store_.service_s() > 0 && p.wait_per_sample() > 0 && p.workers == at;
+  const bool unqueued = measured && p.wait_per_sample() < params_.store_queued * store_.service_s();
+  const bool paid = std::exchange(store_last_gain_, 0.0) > params_.big_gain;
+  const bool grow = ((paid && (unqueued || !measured)) || unqueued) && store_way_ == 0;
   // The last step down gained handsomely: the next one may halve the pool.
   const bool shrink = std::exchange(store_shrink_, false) && store_way_ == 0;
   if (!store_prior_tried_ && store_.Saturated()) {
@@ -1015,14 +1029,23 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // The trial's count won: a step up that paid `gain`, a step down that
   // lost less than that. Taken: at once where the pool is there, otherwise
   // by going back (the next step is judged on readings there).
-  const bool won = r.up ? change >= params_.gain : change >= -params_.gain;
+  // A step down that keeps the rate within `gain` of the count it left may
+  // still, after others like it, have lost more than that of the best count
+  // in this search: the losses add up (kept_), and such a step is a floor.
+  const double kept = std::min(1.0, store_kept_ * (1 + change));
+  const bool won =
+      r.up ? change >= params_.gain : change >= -params_.gain && kept >= 1 - params_.gain;
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")
                              : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "
                                     : "%.0f -> %.0f workers lost %.1f %% of the store's rate ("),
                         from, r.workers, won || r.up ? change * 100 : -change * 100) +
                     evidence + ")";
+  if (!r.up && !won && change >= -params_.gain) {
+    why += Fmt(": %.1f %% in all since the best count of this search", (1 - kept) * 100);
+  }
   if (won) {
+    store_kept_ = r.up ? 1.0 : kept;
     if (r.up) {
       store_floor_ = from;  // fewer than the trial's count lose
       store_last_gain_ = change;

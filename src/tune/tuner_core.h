@@ -228,6 +228,9 @@ class TunerCore {
   // Whether the window's wall time is mostly a wait for reads (not a run
   // queue unseen): the windows the store model learns from.
   bool WaitsOnReads(const Pooled& p, const Budgets& b) const;
+  // A small unqueued pool whose wait off the CPU is a read served at once,
+  // though less than twice the CPU time: the store's service time.
+  bool ServiceReference(const Pooled& p, const Budgets& b) const;
   // The count a store step came back to, measured again: the step judged
   // against that count's rate at the step's time, interpolated between its
   // readings before and after the step (a drifting store's rate moves
@@ -350,6 +353,9 @@ class TunerCore {
   bool store_shrink_ = false;  // the last store step down gained so, by more than big_gain
   double store_hold_rate_ = 0;
   double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
+  // The rate the store steps down kept since the last step up that paid
+  // (or the search's start), relative to the count they started from.
+  double store_kept_ = 1;
   // A store step awaiting its verdict: the count it reached, its rate and
   // when it was measured, the rate of the count it left before it and when,
   // whether it went up, and whether it was the model's knee; judged once

@@ -1033,8 +1033,12 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // still, after others like it, have lost more than that of the best count
   // in this search: the losses add up (kept_), and such a step is a floor.
   const double kept = std::min(1.0, store_kept_ * (1 + change));
-  const bool won =
-      r.up ? change >= params_.gain : change >= -params_.gain && kept >= 1 - params_.gain;
+  // A step up that wins back what those steps lost (when over half a gain,
+  // above a window's noise) pays too: it returns toward the best count.
+  const double back = store_kept_ < 1 - params_.gain / 2
+                          ? std::min(params_.gain, 1 / store_kept_ - 1)
+                          : params_.gain;
+  const bool won = r.up ? change >= back : change >= -params_.gain && kept >= 1 - params_.gain;
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")
                              : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "

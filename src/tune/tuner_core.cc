@@ -1033,11 +1033,10 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // still, after others like it, have lost more than that of the best count
   // in this search: the losses add up (kept_), and such a step is a floor.
   const double kept = std::min(1.0, store_kept_ * (1 + change));
-  // A step up that wins back what those steps lost (when over half a gain,
-  // above a window's noise) pays too: it returns toward the best count.
-  const double back = store_kept_ < 1 - params_.gain / 2
-                          ? std::min(params_.gain, 1 / store_kept_ - 1)
-                          : params_.gain;
+  // Where those steps lost over half a gain in all, a step up that gains
+  // half a gain (above a window's noise) pays: it returns toward the best
+  // count, and a few workers too many cost less than a rate lost.
+  const double back = store_kept_ < 1 - params_.gain / 2 ? params_.gain / 2 : params_.gain;
   const bool won = r.up ? change >= back : change >= -params_.gain && kept >= 1 - params_.gain;
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")

@@ -854,7 +854,8 @@ TEST(TunerCoreTest, AStepUpThatWinsBackWhatAStepDownLostIsKept) {
   // 8 workers read 2.5 % under the 400/s of 9 and more. From the model's
   // knee (11), a step down to 8 lost under `gain` and was kept; the step
   // back up to 10 gained 2.6 %, under `gain`, and the pool held at 8, 2.5 %
-  // under the best. A step up that wins back what the kept steps lost pays.
+  // under the best. Once kept steps lost over half a gain, a step up that
+  // gains half a gain pays.
   SimWorkload w;
   w.io_s = 0.020;
   w.cpu_s = 0.0023;

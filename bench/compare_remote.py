@@ -4,8 +4,11 @@ Dask cluster (issue 24's measurement), side by side in one run, on a small train
 emulated on one machine: this process (the training loop, and the loader's
 local workers, which it forks) is confined to one CPU (--train-cpu, 0), and a
 dask-scheduler and one dask-worker (--nthreads 1, no nanny) are started on
-another (--worker-cpu, 1), reached over loopback. The cluster is started and
-stopped by python/tests/dask_cluster.py, the tests' own fixture.
+another (--worker-cpu, 1), reached over loopback. On a machine with more
+cores, --worker-cpu 2,3,4 starts a worker on each of those CPUs and
+--scheduler-cpu 1 gives the scheduler its own (default: the first worker
+CPU). The cluster is started and stopped by python/tests/dask_cluster.py,
+the tests' own fixture.
 
 The dataset (bench/indexed_images.py): torchvision's ImageFolder with PIL
 decode, RandomResizedCrop(224), RandomHorizontalFlip and PILToTensor (uint8
@@ -68,15 +71,23 @@ def dask_cluster_module():
     return dask_cluster
 
 
-def start_cluster(folder, worker_cpu):
-    """A scheduler and one worker, both on `worker_cpu`, with the workers'
-    imports (torch, torchvision, this dataset) done before they register."""
+def start_cluster(folder, scheduler_cpu, worker_cpus):
+    """A scheduler on `scheduler_cpu` and a worker on each of `worker_cpus`,
+    with the workers' imports (torch, torchvision, this dataset) done before
+    they register."""
     import stoker
 
     stoker_root = os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__)))
-    return dask_cluster_module().DaskCluster(
-        folder, workers=1, pythonpath=[stoker_root, HERE], preload=["indexed_images"],
-        cpus={worker_cpu}).start()
+    cluster = dask_cluster_module().DaskCluster(
+        folder, workers=0, pythonpath=[stoker_root, HERE], preload=["indexed_images"],
+        cpus={scheduler_cpu}).start()
+    try:
+        for cpu in worker_cpus:
+            cluster.add_worker(cpus={cpu})
+    except BaseException:
+        cluster.close(check=False)
+        raise
+    return cluster
 
 
 def make_loader(dataset, cluster=None):
@@ -189,7 +200,7 @@ def kill_mid_epoch(a, dataset, cluster):
             name = cluster.worker_names[0]
             events["killed_s"] = time.perf_counter() - events["start"]
             cluster.kill_worker(name)
-            cluster.add_worker(cpus={a.worker_cpu})
+            cluster.add_worker(cpus={a.worker_cpus[0]})
             events["joined_s"] = time.perf_counter() - events["start"]
         except BaseException as e:  # reported, not lost on this thread
             events["error"] = repr(e)
@@ -284,8 +295,10 @@ def print_rounds(section, asked):
 
 
 def print_report(out, a):
+    workers = ", ".join(str(c) for c in a.worker_cpus)
     print(f"stoker's loaders with and without a Dask cluster on {out['data']}: this process on "
-          f"CPU {a.train_cpu}, the scheduler and one worker on CPU {a.worker_cpu}, batch {BATCH}")
+          f"CPU {a.train_cpu}, the scheduler on CPU {a.scheduler_cpu}, a worker on each of CPU "
+          f"{workers}, batch {BATCH}")
     one = out["sections"].get("1")
     if one:
         print(f"\n1. stoker.DataLoader, one epoch of {one['samples']} JPEGs "
@@ -337,16 +350,28 @@ def main():
                    help="section 3: seconds before the kill the rate is measured over")
     p.add_argument("--native-epochs", type=int, default=3, help="section 4's epochs per run")
     p.add_argument("--train-cpu", type=int, default=0)
-    p.add_argument("--worker-cpu", type=int, default=1)
+    p.add_argument("--worker-cpu", default="1",
+                   help="the CPUs of the Dask workers, one worker each (e.g. 2,3,4)")
+    p.add_argument("--scheduler-cpu", type=int, default=None,
+                   help="the scheduler's CPU (default: the first worker CPU)")
     p.add_argument("--json", action="store_true", help="machine-readable results on stdout")
     a = p.parse_args()
     sections = {s.strip() for s in a.sections.split(",") if s.strip()}
     if not sections <= {"1", "2", "3", "4"}:
         p.error(f"--sections takes 1, 2, 3, 4; got {a.sections!r}")
+    try:
+        a.worker_cpus = [int(c) for c in a.worker_cpu.split(",")]
+    except ValueError:
+        p.error(f"--worker-cpu takes CPU numbers separated by commas; got {a.worker_cpu!r}")
+    if a.scheduler_cpu is None:
+        a.scheduler_cpu = a.worker_cpus[0]
     allowed = os.sched_getaffinity(0)
-    if a.train_cpu == a.worker_cpu or not {a.train_cpu, a.worker_cpu} <= allowed:
-        p.error(f"--train-cpu {a.train_cpu} and --worker-cpu {a.worker_cpu} must be two of the "
-                f"CPUs this process may use: {sorted(allowed)}")
+    wanted = {a.train_cpu, a.scheduler_cpu, *a.worker_cpus}
+    if a.train_cpu in {a.scheduler_cpu, *a.worker_cpus} or \
+            len(set(a.worker_cpus)) != len(a.worker_cpus) or not wanted <= allowed:
+        p.error(f"--train-cpu {a.train_cpu} must differ from --worker-cpu {a.worker_cpu} and "
+                f"--scheduler-cpu, and --worker-cpu must not repeat a CPU; all must be CPUs this "
+                f"process may use: {sorted(allowed)}")
     # Before any thread starts (torch's, stoker's): they inherit it.
     os.sched_setaffinity(0, {a.train_cpu})
 
@@ -362,10 +387,10 @@ def main():
 
     data = a.data or stoker.default_dataset()
     warm_page_cache(data)  # the first loader measured must not pay for cold files
-    out = {"data": data, "train_cpu": a.train_cpu, "worker_cpu": a.worker_cpu,
-           "sections": {}}
+    out = {"data": data, "train_cpu": a.train_cpu, "scheduler_cpu": a.scheduler_cpu,
+           "worker_cpus": a.worker_cpus, "sections": {}}
     with tempfile.TemporaryDirectory(prefix="stoker-remote-bench-") as tmp:
-        cluster = start_cluster(os.path.join(tmp, "cluster"), a.worker_cpu)
+        cluster = start_cluster(os.path.join(tmp, "cluster"), a.scheduler_cpu, a.worker_cpus)
         try:
             if "1" in sections:
                 out["sections"]["1"] = throughput(a, IndexedImages(data, a.repeat), cluster.address)

@@ -432,6 +432,7 @@ class YieldingKind : public WorkerKind {
   // (epoch, item) -> steps made, while yielded
   mutable std::map<std::pair<int64_t, int64_t>, int64_t> progress GUARDED_BY(mu);
   mutable std::atomic<int64_t> steps{0}, yields{0};  // of epoch 0
+  mutable std::atomic<int> running{0};               // workers inside Run now
 
  private:
   class Worker : public KindWorker {
@@ -439,6 +440,11 @@ class YieldingKind : public WorkerKind {
     explicit Worker(const YieldingKind& kind) : kind_(kind) {}
     Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
                ItemOutcome* outcome) override {
+      kind_.running.fetch_add(1);
+      struct Out {
+        const YieldingKind& kind;
+        ~Out() { kind.running.fetch_sub(1); }
+      } out_of_run{kind_};
       int64_t step = 0;
       {
         MutexLock lock(kind_.mu);
@@ -480,7 +486,15 @@ TEST(WorkerKindTest, AnItemYieldedByALeavingWorkerIsContinuedByAnother) {
   std::vector<int64_t> got;
   for (int n = 0;; ++n) {
     if (n % 20 == 5) {
-      ASSERT_TRUE(loader->Resize(n % 40 == 5 ? 1 : 4).ok());
+      const bool down = n % 40 == 5;
+      // Down while two workers are mid-item: with the prefetch window full
+      // (a loaded machine runs the consumer late) all four may be idle, and
+      // idle workers leave first, yielding nothing.
+      for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+           down && kind->running.load() < 2 && std::chrono::steady_clock::now() < deadline;) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      ASSERT_TRUE(loader->Resize(down ? 1 : 4).ok());
     }
     auto r = loader->Next();
     ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -1047,6 +1047,9 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   if (!r.up && !won && change >= -params_.gain) {
     why += Fmt(": %.1f %% in all since the best count of this search", (1 - kept) * 100);
   }
+  if (r.up && won && change < params_.gain) {
+    why += Fmt(": half a gain, the steps down having lost %.1f %% in all", (1 - store_kept_) * 100);
+  }
   if (won) {
     store_kept_ = r.up ? 1.0 : kept;
     if (r.up) {

@@ -867,9 +867,14 @@ TEST(TunerCoreTest, AStepUpThatWinsBackWhatAStepDownLostIsKept) {
   };
   TunerCore core(1, 4);
   SimRun r = Drive(core, w, TwoCores(), 300);
-  bool came_down_to_8 = false;
-  for (const TunerDecision& d : r.decisions) came_down_to_8 |= d.workers_after == 8;
+  bool came_down_to_8 = false, said = false;
+  for (const TunerDecision& d : r.decisions) {
+    came_down_to_8 |= d.workers_after == 8;
+    said |=
+        d.reason.find("half a gain, the steps down having lost 2.5 % in all") != std::string::npos;
+  }
   EXPECT_TRUE(came_down_to_8) << "the search did not take the path this test is about";
+  EXPECT_TRUE(said) << "the trace does not say why the step up was kept";
   EXPECT_GE(r.Final(), 9);
   EXPECT_DOUBLE_EQ(w.Rate(r.Final()), 400);
 }

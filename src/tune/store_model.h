@@ -25,8 +25,8 @@ class StoreModel {
     double wait_s = 0;  // per sample: wall time off the CPU, waiting for the read
     double rest_s = 0;  // per sample: the rest of its wall time (CPU, run queue)
     double t_s = 0;     // when it was measured (the end of its window)
-    // Only a service time: a small pool whose reads did not queue, though
-    // they were not most of its time. Never a saturated point itself.
+    // Only a service time: a pool whose reads were not most of its time
+    // (under twice its CPU). Never a saturated point itself.
     bool reference = false;
   };
 

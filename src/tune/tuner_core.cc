@@ -1031,7 +1031,8 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // by going back (the next step is judged on readings there).
   // A step down that keeps the rate within `gain` of the count it left may
   // still, after others like it, have lost more than that of the best count
-  // in this search: the losses add up (kept_), and such a step is a floor.
+  // in this search: the losses add up (store_kept_), and such a step is a
+  // floor.
   const double kept = std::min(1.0, store_kept_ * (1 + change));
   // Where those steps lost over half a gain in all, a step up that gains
   // half a gain (above a window's noise) pays: it returns toward the best

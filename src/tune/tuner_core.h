@@ -228,8 +228,8 @@ class TunerCore {
   // Whether the window's wall time is mostly a wait for reads (not a run
   // queue unseen): the windows the store model learns from.
   bool WaitsOnReads(const Pooled& p, const Budgets& b) const;
-  // A small unqueued pool whose wait off the CPU is a read served at once,
-  // though less than twice the CPU time: the store's service time.
+  // A pool hardly queued for a CPU, on cores idle in part, whose wait off
+  // the CPU is a read though under twice the CPU time: a service time.
   bool ServiceReference(const Pooled& p, const Budgets& b) const;
   // The count a store step came back to, measured again: the step judged
   // against that count's rate at the step's time, interpolated between its

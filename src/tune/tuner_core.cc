@@ -739,13 +739,12 @@ bool TunerCore::WaitsOnReads(const Pooled& p, const Budgets& b) const {
 }
 
 bool TunerCore::ServiceReference(const Pooled& p, const Budgets& b) const {
-  // A pool hardly queued for a CPU, its cores idle in part: its wait off
-  // the CPU is a read, though under twice the CPU time. The least such wait
-  // is the store's service time, against which a larger pool's reads show
-  // queued.
-  return p.produced > 0 && p.window_s > 0 && p.queue_s <= 0.05 * p.busy_s && p.machine_known &&
-         p.idle_cores() > params_.no_idle_share * b.cpu_cores &&
-         p.wait_per_sample() >= 0.25 * p.cpu_per_sample() && !p.on_cpu(params_);
+  // Not on the CPU, its cores idle in part (no run queue hidden in the
+  // wait): its wait off the CPU is a read, though under twice the CPU time.
+  // The least such wait is the store's service time, against which a
+  // larger pool's reads show queued.
+  return p.produced > 0 && p.window_s > 0 && p.wait_per_sample() > 0 && !p.on_cpu(params_) &&
+         p.machine_known && p.idle_cores() > params_.no_idle_share * b.cpu_cores;
 }
 
 void TunerCore::Learn(const Pooled& p, const Budgets& b) {
@@ -880,7 +879,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   const bool measured = store_.service_s() > 0 && p.wait_per_sample() > 0 && p.workers == at;
   const bool unqueued = measured && p.wait_per_sample() < params_.store_queued * store_.service_s();
   const bool paid = std::exchange(store_last_gain_, 0.0) > params_.big_gain;
-  const bool grow = ((paid && (unqueued || !measured)) || unqueued) && store_way_ == 0;
+  const bool grow = (unqueued || (paid && !measured)) && store_way_ == 0;
   // The last step down gained handsomely: the next one may halve the pool.
   const bool shrink = std::exchange(store_shrink_, false) && store_way_ == 0;
   if (!store_prior_tried_ && store_.Saturated()) {

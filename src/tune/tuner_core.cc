@@ -143,7 +143,12 @@ double TunerCore::CpuFill(const Pooled& p, const Budgets& b) const {
   // work that waits off the CPU for most of its wall time (I/O) saturates
   // the cores slowly, so it gets io_headroom.
   const double fill = AvailableCores(p, b) * wall / cpu;
-  return wall >= 2 * cpu && !CpuBound(p) ? fill * params_.io_headroom : fill;
+  return IoHeadroom(p) ? fill * params_.io_headroom : fill;
+}
+
+bool TunerCore::IoHeadroom(const Pooled& p) const {
+  const double cpu = p.cpu_per_sample();
+  return cpu > 0 && p.unqueued_per_sample() >= 2 * cpu && !CpuBound(p);
 }
 
 int TunerCore::Model(const Pooled& p, const Budgets& b) const {
@@ -491,10 +496,18 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
                t_s);
   }
   knee_ = trial_from_;
-  return Set(
-      trial_from_, b, p,
-      Fmt("knee at %.0f workers: %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100),
-      t_s);
+  std::string why =
+      Fmt("knee at %.0f workers: %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100);
+  // A knee that io_headroom put above the count whose CPU share fills the
+  // cores (measured there, before the trial) is a prior: steps down verify
+  // it, each judged by throughput.
+  if (trial_fill_before_ > 0 && trial_from_ > static_cast<int>(std::ceil(trial_fill_before_))) {
+    trim_fill_ = static_cast<int>(std::ceil(trial_fill_before_));
+    trim_kept_ = 1;
+    why +=
+        Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it", trim_fill_);
+  }
+  return Set(trial_from_, b, p, std::move(why), t_s);
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Budgets& b,
@@ -502,6 +515,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Bu
   phase_ = Phase::kRefine;
   store_trial_s_ = 0;
   if (store_trial_) return JudgeStoreTrial(p, b, t_s, /*up=*/false);
+  if (trim_fill_ > 0) return JudgeTrim(p, b, t_s);
   if (p.stall() > params_.stall_high) {
     const bool single_step = trial_from_ - workers_ == 1;
     if (single_step) floor_ = trial_from_;
@@ -545,6 +559,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   knee_.reset();
   floor_.reset();
   jump_.reset();
+  trim_fill_ = 0;
   careful_ = false;
   last_gain_ = 0;
   // The store's points hold until the store changes: reads served faster
@@ -664,6 +679,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // A store that saturated: its knee is found by the tuner's own steps
   // around the model's, never by a jump.
   if (!cpu_bound && (store_seen_ || store_.Saturated())) return StoreStep(p, b, t_s);
+  if (trim_fill_ > 0 && knee_ == workers_) return TrimDown(p, b, t_s);
   if (knee_ && *knee_ <= workers_) return std::nullopt;
   // CPU-bound workers that fill the budget are the knee already. With other
   // processes on our CPUs they cannot fill it: steps may go on, each judged
@@ -695,10 +711,64 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   trial_rate_before_ = p.produced_rate();
   trial_wait_before_ = p.wait_per_sample();
   trial_reads_before_ = WaitsOnReads(p, b);
+  trial_fill_before_ = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom : 0;
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
              Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",
                  p.stall() * 100, p.rate(), target),
+             t_s);
+}
+
+std::optional<TunerDecision> TunerCore::TrimDown(const Pooled& p, const Budgets& b, double t_s) {
+  // A step of store_step x the pool, never below the count that fills the
+  // cores (below it the CPUs idle: a certain loss, not worth a trial).
+  // Above a count that lost, halving toward it, until within two of it.
+  int step = StoreStepOf(workers_);
+  if (floor_) step = workers_ - *floor_ > 2 ? std::min(step, (workers_ - *floor_) / 2) : 0;
+  const int to = std::max({workers_ - step, trim_fill_, floor_.value_or(0) + 1});
+  if (to >= workers_ || CpuBound(p)) {
+    trim_fill_ = 0;
+    return std::nullopt;
+  }
+  // Judged on as long a reading each side as a store step: heavy-tailed
+  // reads scatter one second's rate by 5 % and more.
+  if (settled_s_ < StoreEvidence()) return std::nullopt;
+  const double rate = static_cast<double>(settled_produced_) / settled_s_;
+  trial_from_ = workers_;
+  trial_rate_before_ = rate;
+  store_trial_s_ = StoreEvidence();
+  phase_ = Phase::kTrialDown;
+  return Set(to, b, p,
+             Say("verifying the knee by a step down: trying %.0f workers (%.0f {items}/s at %.0f)",
+                 to, rate, workers_),
+             t_s);
+}
+
+std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets& b, double t_s) {
+  // Kept where it lost under `gain` of the count it left, and the steps
+  // down of this trim under `gain` in all; otherwise a floor.
+  const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
+  const double kept = std::min(1.0, trim_kept_ * (1 + change));
+  reference_.reset();
+  if (change >= -params_.gain && kept >= 1 - params_.gain) {
+    trim_kept_ = kept;
+    knee_ = workers_;
+    return Set(workers_, b, p,
+               Say("%.0f -> %.0f workers keep the rate (%+.1f %%, %.0f {items}/s against %.0f)",
+                   trial_from_, workers_, change * 100, p.produced_rate(), trial_rate_before_),
+               t_s);
+  }
+  floor_ = workers_;
+  knee_ = trial_from_;
+  const bool more = trial_from_ - workers_ > 2;  // counts between are tried (TrimDown)
+  if (!more) trim_fill_ = 0;
+  return Set(trial_from_, b, p,
+             Say(more ? "back to %.0f workers: %.0f lost %.1f %% of the rate (%.0f {items}/s "
+                        "against %.0f)"
+                      : "knee at %.0f workers: %.0f lost %.1f %% of the rate (%.0f {items}/s "
+                        "against %.0f)",
+                 trial_from_, workers_, -change * 100, p.produced_rate(), trial_rate_before_) +
+                 (change >= -params_.gain ? Fmt(", %.1f %% in all", (1 - kept) * 100) : ""),
              t_s);
 }
 

@@ -73,7 +73,10 @@ struct Budgets {
 /// marks the knee when one does not (unless it lost more than `change`: the
 /// workload changed under it) or when a CPU-bound pool fills the
 /// budget (or, with other processes on our CPUs, reaches budget +
-/// over_budget); it steps down while the consumer never waits and the
+/// over_budget); a knee io_headroom put above the count whose CPU share
+/// fills the cores is verified by steps down of store_step x the pool,
+/// judged by throughput (kept while they lose under `gain`, each and in
+/// all), never below that count; it steps down while the consumer never waits and the
 /// workers are idle enough that fewer would still keep up, marking the
 /// floor when that stalls. A workload change (demand, CPU time per sample,
 /// wall time less its queueing for a CPU unless the work is CPU-bound, at
@@ -222,6 +225,10 @@ class TunerCore {
                                        double t_s);
   std::optional<TunerDecision> StepUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> StepDown(const Pooled& p, const Budgets& b, double t_s);
+  // A knee above the count that fills the cores (io_headroom's): a step
+  // down, judged by throughput (JudgeTrim), while steps keep the rate.
+  std::optional<TunerDecision> TrimDown(const Pooled& p, const Budgets& b, double t_s);
+  std::optional<TunerDecision> JudgeTrim(const Pooled& p, const Budgets& b, double t_s);
   // Feeds an I/O-bound window, whose wait off the CPU is not a run queue in
   // disguise, to the store model.
   void Learn(const Pooled& p, const Budgets& b);
@@ -282,6 +289,9 @@ class TunerCore {
   // Workers whose CPU share fills the available cores (I/O-bound work: with
   // io_headroom); 0 when nothing was produced.
   double CpuFill(const Pooled& p, const Budgets& b) const;
+  // Work that waits off the CPU for half its wall time or more: its fill
+  // gets io_headroom.
+  bool IoHeadroom(const Pooled& p) const;
   int Model(const Pooled& p, const Budgets& b) const;
   int Cap(const Budgets& b) const;
   // The most workers CPU-bound work may hold: the budget + over_budget.
@@ -327,6 +337,10 @@ class TunerCore {
   double last_gain_ = 0;      // of the last step up
   std::optional<int> knee_;   // more than this did not pay
   std::optional<int> floor_;  // fewer than this stalled
+  // A knee io_headroom put above the count that fills the cores (that
+  // count; 0: none): steps down verify it, their losses adding up.
+  int trim_fill_ = 0;
+  double trim_kept_ = 1;
   // Other processes compete for our CPUs.
   bool contended_ = false;
   // Storage that saturates: what the windows showed; whether it saturated
@@ -385,6 +399,9 @@ class TunerCore {
   // were the wait (a step that then queued reads shows a store).
   double trial_wait_before_ = 0;
   bool trial_reads_before_ = false;
+  // And the count whose CPU share fills the cores, where io_headroom
+  // sized the pool above it (0: it did not).
+  double trial_fill_before_ = 0;
   int store_moved_windows_ = 0;
   int store_way_ = 0;                  // steps only up (1), only down (-1), or both (0) until held
   bool store_held_ = false;            // the count holds at the store's knee

@@ -37,6 +37,10 @@ struct SimWorkload {
   double drift = 1;
   double drift_period_s = 120;
   double tail = 0;
+  // Reads and CPU times exponential, the cores taken in turn (the
+  // machine-repairman queue): the cores approach full use only well past
+  // the count whose CPU share fills them, as on a real machine.
+  bool random = false;
   double now = 0;   // the simulated clock, set by each window
   double slow = 1;  // this window's service factor from its slow reads
   // After the pool grows more than twofold, its windows from 1 to 1.6 s
@@ -66,7 +70,24 @@ struct SimWorkload {
   // A store measured on a real machine: its rate at each count, given
   // (workers wait for it; none queue for a CPU).
   std::function<double(int)> rate_of;
-  double CpuRate(int workers) const { return cores * workers / (workers + hogs) / cpu_s; }
+  double CpuRate(int workers) const {
+    if (random) return RandomCpuRate(workers);
+    return cores * workers / (workers + hogs) / cpu_s;
+  }
+  // The finite-source queue: P(n computing) grows by (N - n + 1) x cpu/io
+  // / min(n, cores) a step; the rate is the busy cores' over cpu_s.
+  double RandomCpuRate(int workers) const {
+    const double r = cpu_s / Service();
+    const int k = static_cast<int>(cores);
+    double p = 1, sum = 1, busy = 0;
+    for (int n = 1; n <= workers; ++n) {
+      p *= (workers - n + 1) * r / std::min(n, k);
+      sum += p;
+      busy += std::min(n, k) * p;
+      if (sum > 1e200) p /= 1e200, sum /= 1e200, busy /= 1e200;
+    }
+    return busy / sum / cpu_s;
+  }
   // Mean service time now: drifted, and stretched by the slow reads' share.
   double Service() const {
     const double drifted =
@@ -806,7 +827,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.982);
   EXPECT_LE(slow, 140);
-  EXPECT_LE(past, 115);
+  EXPECT_LE(past, 30);
 }
 
 TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {
@@ -877,6 +898,50 @@ TEST(TunerCoreTest, AStepUpThatWinsBackWhatAStepDownLostIsKept) {
   EXPECT_TRUE(said) << "the trace does not say why the step up was kept";
   EXPECT_GE(r.Final(), 9);
   EXPECT_DOUBLE_EQ(w.Rate(r.Final()), 400);
+}
+
+TEST(TunerCoreTest, AKneeTheIoHeadroomPutAboveTheCoresIsVerifiedByStepsDown) {
+  // 5 ms reads and 1 ms of CPU on 2 cores, no store limit: the cores fill
+  // at 12 workers, the model (with io_headroom) says 36, and a step up to
+  // 54 pays nothing. Perfectly shared cores keep the rate down to 12:
+  // steps down find it, none below it.
+  SimWorkload w;
+  w.io_s = 0.005;
+  w.cpu_s = 0.001;
+  TunerCore core(3, 4);
+  SimRun r = Drive(core, w, TwoCores(), 300);
+  bool said = false;
+  for (const TunerDecision& d : r.decisions) {
+    said |= d.reason.find("steps down verify") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << "the knee was not verified down";
+  EXPECT_GE(r.Final(), 12);
+  EXPECT_LE(r.Final(), 14);
+  EXPECT_GE(w.Rate(r.Final()), 0.99 * BestStatic(w, 128));
+  ExpectSteadyFrom(r, 40, 14);
+}
+
+TEST(TunerCoreTest, StepsDownFromTheIoHeadroomStopWhereTheCoresStartToIdle) {
+  // The same work with random reads and CPU times (and 4 ms of CPU, and 8
+  // cores): on 2 cores with 1 ms, they are 86 % used at 12 workers, 99 %
+  // at 18. Steps down from the model's count stop before they lose `gain`
+  // in all.
+  for (double cores : {2.0, 8.0})
+    for (double cpu_ms : {1.0, 4.0}) {
+      SimWorkload w;
+      w.io_s = 0.005;
+      w.cpu_s = cpu_ms / 1e3;
+      w.random = true;
+      w.cores = cores;
+      Budgets b = TwoCores();
+      b.cpu_cores = cores;
+      TunerCore core(3, 4);
+      SimRun r = Drive(core, w, b, 300);
+      const double best = BestStatic(w, 128);
+      EXPECT_GE(w.Rate(r.Final()), 0.97 * best)
+          << r.Final() << " workers, " << cores << " cores, " << cpu_ms << " ms";
+      EXPECT_LE(r.Final(), KneeOf(w, 128) + 3) << cores << " cores, " << cpu_ms << " ms";
+    }
 }
 
 TEST(TunerCoreTest, DeepFlatStoreIsHeldNearItsKnee) {

@@ -352,7 +352,9 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
     }
   } else {
     const bool trial = phase_ == Phase::kTrialUp || phase_ == Phase::kTrialDown;
-    if (pool_.window_s < (trial ? std::max(k.trial_window_s, store_trial_s_) : k.min_window_s)) {
+    const double need = trial ? std::max(k.trial_window_s, store_trial_s_) : k.min_window_s;
+    if (pool_.window_s < need &&
+        !(trial && pool_.window_s >= k.trial_window_s && TrialIsClear(pool_))) {
       return std::nullopt;
     }
     // Few batches, but enough samples for per-sample figures, will do.
@@ -364,6 +366,19 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
   Pooled p = pool_;
   pool_ = {};
   return p;
+}
+
+bool TunerCore::TrialIsClear(const Pooled& w) const {
+  // A store trial judged on a longer window (its rate spreads) whose
+  // reading so far is farther from the bar than three of its spreads and
+  // half a gain: a trial that loses half the rate tells so within a second.
+  if (store_trial_s_ <= params_.trial_window_s || trial_rate_before_ <= 0 || w.window_s <= 0) {
+    return false;
+  }
+  const double change = w.produced_rate() / trial_rate_before_ - 1;
+  const double bar = phase_ == Phase::kTrialUp ? params_.gain : -params_.gain;
+  const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / store_trial_s_);
+  return std::abs(change - bar) > 3 * spread + params_.gain / 2;
 }
 
 void TunerCore::Note(Pooled& p, const Budgets& b) {

@@ -204,6 +204,9 @@ class TunerCore {
   // The phases of Observe, in the order a pooled window meets them.
   // Pools `o`; returns the pool once it holds enough evidence to judge.
   std::optional<Pooled> Accumulate(const Observation& o);
+  // A store trial's window so far (`w`) already tells its verdict, far
+  // beyond its noise: it need not run its whole length.
+  bool TrialIsClear(const Pooled& w) const;
   // Contention, the window count at this worker count, the view's figures.
   void Note(Pooled& p, const Budgets& b);
   // The first model jump, logged even when it keeps the count; contended,

@@ -376,7 +376,7 @@ bool TunerCore::TrialIsClear(const Pooled& w) const {
     return false;
   }
   const double change = w.produced_rate() / trial_rate_before_ - 1;
-  const double bar = phase_ == Phase::kTrialUp ? params_.gain : -params_.gain;
+  const double bar = phase_ == Phase::kTrialUp ? StoreUpBar(trial_from_, workers_) : -params_.gain;
   const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / store_trial_s_);
   return std::abs(change - bar) > 3 * spread + params_.gain / 2;
 }
@@ -574,6 +574,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   knee_.reset();
   floor_.reset();
   jump_.reset();
+  revisit_.reset();
   trim_fill_ = 0;
   careful_ = false;
   last_gain_ = 0;
@@ -727,6 +728,13 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   trial_wait_before_ = p.wait_per_sample();
   trial_reads_before_ = WaitsOnReads(p, b);
   trial_fill_before_ = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom : 0;
+  // Not a grown pool's first seconds: the work in flight when it grew lands
+  // at once there, and reads high.
+  if (p.t_s - p.window_s >= settle_after_s_ - 1e-9) {
+    revisit_ = Reading{workers_, p.produced_rate(), p.mid_s(), p.window_s};
+  } else {
+    revisit_.reset();
+  }
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
              Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",
@@ -857,6 +865,20 @@ void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down,
   store_trial_ = down;
   store_prior_trial_ = down && prior;
   store_trial_s_ = StoreEvidence();
+  revisit_ = Reading{from, rate, rate_t, store_trial_s_};
+}
+
+double TunerCore::StoreUpBar(int from, int to) const {
+  const double gain = params_.gain;
+  // Where kept steps down lost over half a gain in all, half a gain (above
+  // a window's noise) pays: it returns toward the best count, and a few
+  // workers too many cost less than a rate lost.
+  const double back = store_kept_ < 1 - gain / 2 ? gain / 2 : gain;
+  // A step too small for `gain` to be in proportion to it (one worker of
+  // 36: +2.8 % where the store still has room) pays what proportion asks
+  // (store_linear of its size), at least half a gain.
+  const double size = (to - from) / static_cast<double>(std::max(from, 1));
+  return std::min(back, std::max(gain / 2, params_.store_linear * size));
 }
 
 int TunerCore::StoreStepOf(int workers) const {
@@ -912,7 +934,30 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
   const double rate = static_cast<double>(settled_produced_) / settled_s_;
   const double rate_t = (settled_from_s_ + settled_to_s_) / 2;
   if (store_recheck_) return StoreRecheck(rate, rate_t, p, b, t_s);
+  // Back at a count measured before a trial (one that lost, say): the two
+  // readings give the store's drift, as a recheck's do.
+  if (!store_drift_known_ && revisit_ && revisit_->workers == workers_ &&
+      rate_t - revisit_->t >= params_.trial_window_s) {
+    MeasureDrift(revisit_->rate, revisit_->t, revisit_->s, rate, rate_t, settled_s_);
+  }
   return StoreVerify(workers_, rate, rate_t, p, b, std::exchange(store_why_, {}), t_s);
+}
+
+void TunerCore::MeasureDrift(double before, double before_t, double before_s, double rate,
+                             double rate_t, double rate_s) {
+  // Where the readings differ by more than twice their noise (each one's
+  // spread, from the ticks, is store_spread_ over the root of its seconds).
+  const double span = rate_t - before_t;
+  const double moved = (rate - before) / std::max((rate + before) / 2, 1e-9);
+  const double noise = 2 * store_spread_ * std::sqrt(1 / before_s + 1 / rate_s);
+  store_drift_ = std::abs(moved) > noise ? moved / span : 0;
+  store_drift_known_ = true;
+  // A store that drifts by `change` within store_age_s: its model's older
+  // points measured another store (an old wait read against today's
+  // service time shows reads queued where none are, and too few slots).
+  if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
+    store_.ForgetBefore(rate_t - params_.store_age_s);
+  }
 }
 
 std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t, const Pooled& p,
@@ -933,16 +978,7 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
   // says how far a later trial's reading may be from its trend
   // (JudgeStoreTrial).
   if (span >= params_.trial_window_s) {
-    const double moved = (rate - r.before) / std::max((rate + r.before) / 2, 1e-9);
-    const double noise = 2 * store_spread_ * std::sqrt(2 / StoreEvidence());
-    store_drift_ = std::abs(moved) > noise ? moved / span : 0;
-    store_drift_known_ = true;
-    // A store that drifts by `change` within store_age_s: its model's older
-    // points measured another store (an old wait read against today's
-    // service time shows reads queued where none are, and too few slots).
-    if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
-      store_.ForgetBefore(rate_t - params_.store_age_s);
-    }
+    MeasureDrift(r.before, r.before_t, StoreEvidence(), rate, rate_t, StoreEvidence());
   }
   return StoreVerdict(
       r, change,
@@ -1085,7 +1121,7 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
   // readings are a few seconds apart, and a chain of steps judged against
   // one reading farther). Any other verdict waits for the count left,
   // measured again.
-  const double bar = up ? params_.gain : -params_.gain;
+  const double bar = up ? StoreUpBar(trial_from_, workers_) : -params_.gain;
   const double doubt =
       (store_drift_known_ ? std::abs(drift) : params_.store_drift_bound) * gap + params_.gain / 2;
   const bool decided = (r.prior && change >= -params_.gain) || std::abs(change - bar) > doubt;
@@ -1118,11 +1154,8 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // in this search: the losses add up (store_kept_), and such a step is a
   // floor.
   const double kept = std::min(1.0, store_kept_ * (1 + change));
-  // Where those steps lost over half a gain in all, a step up that gains
-  // half a gain (above a window's noise) pays: it returns toward the best
-  // count, and a few workers too many cost less than a rate lost.
-  const double back = store_kept_ < 1 - params_.gain / 2 ? params_.gain / 2 : params_.gain;
-  const bool won = r.up ? change >= back : change >= -params_.gain && kept >= 1 - params_.gain;
+  const double up_bar = StoreUpBar(from, r.workers);
+  const bool won = r.up ? change >= up_bar : change >= -params_.gain && kept >= 1 - params_.gain;
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")
                              : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "
@@ -1133,7 +1166,11 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
     why += Fmt(": %.1f %% in all since the best count of this search", (1 - kept) * 100);
   }
   if (r.up && won && change < params_.gain) {
-    why += Fmt(": half a gain, the steps down having lost %.1f %% in all", (1 - store_kept_) * 100);
+    why += store_kept_ < 1 - params_.gain / 2
+               ? Fmt(": half a gain, the steps down having lost %.1f %% in all",
+                     (1 - store_kept_) * 100)
+               : Fmt(": in proportion to a step of %.1f %% of the pool",
+                     100.0 * (r.workers - from) / from);
   }
   if (won) {
     store_kept_ = r.up ? 1.0 : kept;

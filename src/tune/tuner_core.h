@@ -247,6 +247,10 @@ class TunerCore {
   // between them).
   std::optional<TunerDecision> StoreRecheck(double rate, double rate_t, const Pooled& p,
                                             const Budgets& b, double t_s);
+  // The store's drift from two readings of one count (rate, middle time,
+  // seconds each): store_drift_, known from then on.
+  void MeasureDrift(double before, double before_t, double before_s, double rate, double rate_t,
+                    double rate_s);
   // A store that saturated, the consumer waiting: the model's knee once
   // (when far above it), then the tuner's own steps, or held.
   std::optional<TunerDecision> StoreStep(const Pooled& p, const Budgets& b, double t_s);
@@ -271,6 +275,8 @@ class TunerCore {
                                             const Pooled& p, const Budgets& b, double t_s);
   // The tuner's step around a saturated store of `workers`.
   int StoreStepOf(int workers) const;
+  // What a store step up from `from` to `to` workers must gain to be kept.
+  double StoreUpBar(int from, int to) const;
   // Starts a store step from `from` workers, whose rate was `rate` around
   // `rate_t`: down (`prior`: to the model's knee) or up.
   void StartStoreTrial(int from, double rate, double rate_t, bool down, bool prior);
@@ -387,6 +393,13 @@ class TunerCore {
   // last count measured before and after a trial.
   double store_drift_ = 0;
   bool store_drift_known_ = false;
+  // The reading a trial left from (its count, rate, middle time and
+  // seconds): measured again there, the two give the drift.
+  struct Reading {
+    int workers = 0;
+    double rate = 0, t = 0, s = 0;
+  };
+  std::optional<Reading> revisit_;
   // Settled windows (after the first) at the current count: their time and
   // the items the workers produced, the rate store steps are judged against.
   double settled_s_ = 0;

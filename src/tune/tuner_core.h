@@ -400,6 +400,9 @@ class TunerCore {
     double rate = 0, t = 0, s = 0;
   };
   std::optional<Reading> revisit_;
+  // The reading the first store step down since store_kept_ was 1 was
+  // judged against: the kept steps' losses add up against it too.
+  std::optional<Reading> store_best_;
   // Settled windows (after the first) at the current count: their time and
   // the items the workers produced, the rate store steps are judged against.
   double settled_s_ = 0;

@@ -841,7 +841,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.986);
   EXPECT_LE(slow, 105);
-  EXPECT_LE(past, 30);
+  EXPECT_LE(past, 35);
 }
 
 TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {
@@ -1014,6 +1014,23 @@ TEST(TunerCoreTest, AOneWorkerStepThatPaysInProportionIsKept) {
   EXPECT_GE(r.Final(), PeakOf(w, 128) - 1);
   EXPECT_LE(r.Final(), PeakOf(w, 128));
   EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128));
+}
+
+TEST(TunerCoreTest, KeptStepsDownAddUpAgainstTheBestCountsReading) {
+  // 16 slots of 80 ms losing 5 % per waiting read, heavy tails, 4 ms of CPU
+  // on 2 cores: each step down judged against a reading of the count above
+  // it, one low reading there (a slow read's window) let the next lose as
+  // much again unseen (0.906 of the best). The kept losses add up against
+  // the reading the first step down was judged against too.
+  const GridShape g{16, 0.08, 0.05, 0.01, 0.004, 2};
+  const SimRun r = DriveShape(g, 1);
+  const bool said = std::any_of(r.decisions.begin(), r.decisions.end(), [](const auto& d) {
+    return d.reason.find("in all since the best count") != std::string::npos;
+  });
+  EXPECT_TRUE(said) << "no chain of steps down stopped: not the path this test is about";
+  const GridScore s = ScoreShape(g, 1, 450);
+  EXPECT_GE(s.ratio, 0.94);
+  EXPECT_GE(s.final, s.knee);
 }
 
 TEST(TunerCoreTest, DeepFlatStoreIsHeldNearItsKnee) {

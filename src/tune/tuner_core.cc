@@ -574,7 +574,6 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   knee_.reset();
   floor_.reset();
   jump_.reset();
-  revisit_.reset();
   trim_fill_ = 0;
   careful_ = false;
   last_gain_ = 0;
@@ -728,13 +727,6 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   trial_wait_before_ = p.wait_per_sample();
   trial_reads_before_ = WaitsOnReads(p, b);
   trial_fill_before_ = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom : 0;
-  // Not a grown pool's first seconds: the work in flight when it grew lands
-  // at once there, and reads high.
-  if (p.t_s - p.window_s >= settle_after_s_ - 1e-9) {
-    revisit_ = Reading{workers_, p.produced_rate(), p.mid_s(), p.window_s};
-  } else {
-    revisit_.reset();
-  }
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
              Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",
@@ -865,9 +857,8 @@ void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down,
   store_trial_ = down;
   store_prior_trial_ = down && prior;
   store_trial_s_ = StoreEvidence();
-  revisit_ = Reading{from, rate, rate_t, store_trial_s_};
   // The first step down of a chain: its reading is the search's best.
-  if (down && store_kept_ >= 1) store_best_ = revisit_;
+  if (down && store_kept_ >= 1) store_best_ = Reading{from, rate, rate_t};
 }
 
 double TunerCore::StoreUpBar(int from, int to) const {
@@ -936,12 +927,6 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
   const double rate = static_cast<double>(settled_produced_) / settled_s_;
   const double rate_t = (settled_from_s_ + settled_to_s_) / 2;
   if (store_recheck_) return StoreRecheck(rate, rate_t, p, b, t_s);
-  // Back at a count measured before a trial (one that lost, say): the two
-  // readings give the store's drift, as a recheck's do.
-  if (!store_drift_known_ && revisit_ && revisit_->workers == workers_ &&
-      rate_t - revisit_->t >= params_.trial_window_s) {
-    MeasureDrift(revisit_->rate, revisit_->t, revisit_->s, rate, rate_t, settled_s_);
-  }
   return StoreVerify(workers_, rate, rate_t, p, b, std::exchange(store_why_, {}), t_s);
 }
 

@@ -393,15 +393,13 @@ class TunerCore {
   // last count measured before and after a trial.
   double store_drift_ = 0;
   bool store_drift_known_ = false;
-  // The reading a trial left from (its count, rate, middle time and
-  // seconds): measured again there, the two give the drift.
+  // The reading the first store step down since store_kept_ was 1 was
+  // judged against (its count, rate and middle time): the kept steps'
+  // losses add up against it too.
   struct Reading {
     int workers = 0;
-    double rate = 0, t = 0, s = 0;
+    double rate = 0, t = 0;
   };
-  std::optional<Reading> revisit_;
-  // The reading the first store step down since store_kept_ was 1 was
-  // judged against: the kept steps' losses add up against it too.
   std::optional<Reading> store_best_;
   // Settled windows (after the first) at the current count: their time and
   // the items the workers produced, the rate store steps are judged against.

@@ -765,7 +765,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets
   const double change = p.produced_rate() / std::max(trial_rate_before_, 1e-9) - 1;
   const double kept = std::min(1.0, trim_kept_ * (1 + change));
   reference_.reset();
-  if (change >= -params_.gain && kept >= 1 - params_.gain) {
+  if (KeepsRate(change, kept)) {
     trim_kept_ = kept;
     knee_ = workers_;
     return Set(workers_, b, p,
@@ -795,6 +795,7 @@ std::optional<TunerDecision> TunerCore::StepDown(const Pooled& p, const Budgets&
     return std::nullopt;
   }
   calm_windows_ = 0;
+  trim_fill_ = 0;  // the consumer is fed: a stall, not the rate, judges this step
   // Far too many workers: go most of the way at once (at most halving),
   // unless a big step already stalled once.
   int target = workers_ - 1;
@@ -858,7 +859,11 @@ void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down,
   store_prior_trial_ = down && prior;
   store_trial_s_ = StoreEvidence();
   // The first step down of a chain: its reading is the search's best.
-  if (down && store_kept_ >= 1) store_best_ = Reading{from, rate, rate_t};
+  if (down && store_kept_ >= 1) store_best_ = Reading{rate, rate_t};
+}
+
+bool TunerCore::KeepsRate(double change, double kept) const {
+  return change >= -params_.gain && kept >= 1 - params_.gain;
 }
 
 double TunerCore::StoreUpBar(int from, int to) const {
@@ -930,23 +935,6 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
   return StoreVerify(workers_, rate, rate_t, p, b, std::exchange(store_why_, {}), t_s);
 }
 
-void TunerCore::MeasureDrift(double before, double before_t, double before_s, double rate,
-                             double rate_t, double rate_s) {
-  // Where the readings differ by more than twice their noise (each one's
-  // spread, from the ticks, is store_spread_ over the root of its seconds).
-  const double span = rate_t - before_t;
-  const double moved = (rate - before) / std::max((rate + before) / 2, 1e-9);
-  const double noise = 2 * store_spread_ * std::sqrt(1 / before_s + 1 / rate_s);
-  store_drift_ = std::abs(moved) > noise ? moved / span : 0;
-  store_drift_known_ = true;
-  // A store that drifts by `change` within store_age_s: its model's older
-  // points measured another store (an old wait read against today's
-  // service time shows reads queued where none are, and too few slots).
-  if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
-    store_.ForgetBefore(rate_t - params_.store_age_s);
-  }
-}
-
 std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t, const Pooled& p,
                                                      const Budgets& b, double t_s) {
   const Recheck r = *std::exchange(store_recheck_, std::nullopt);
@@ -965,7 +953,16 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
   // says how far a later trial's reading may be from its trend
   // (JudgeStoreTrial).
   if (span >= params_.trial_window_s) {
-    MeasureDrift(r.before, r.before_t, StoreEvidence(), rate, rate_t, StoreEvidence());
+    const double moved = (rate - r.before) / std::max((rate + r.before) / 2, 1e-9);
+    const double noise = 2 * store_spread_ * std::sqrt(2 / StoreEvidence());
+    store_drift_ = std::abs(moved) > noise ? moved / span : 0;
+    store_drift_known_ = true;
+    // A store that drifts by `change` within store_age_s: its model's older
+    // points measured another store (an old wait read against today's
+    // service time shows reads queued where none are, and too few slots).
+    if (std::abs(store_drift_) * params_.store_age_s > params_.change) {
+      store_.ForgetBefore(rate_t - params_.store_age_s);
+    }
   }
   return StoreVerdict(
       r, change,
@@ -1144,15 +1141,14 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   // And against the reading the first of them was judged against (moved by
   // the store's drift since): chained, each step judged against a reading
   // of the count above, one low reading there (a heavy tail) lets the next
-  // step lose as much again unseen (16 -> 10 -> 7 kept at -1.3 % and +5.0 %
-  // on io-jitter, 0.79 of the rate at 16).
+  // step lose as much again unseen.
   if (!r.up && store_best_) {
     const double drift = store_drift_known_ ? store_drift_ : 0;
     const double moved = std::max(0.1, 1 + drift * (r.rate_t - store_best_->t));
     kept = std::min(kept, r.rate / std::max(store_best_->rate * moved, 1e-9));
   }
   const double up_bar = StoreUpBar(from, r.workers);
-  const bool won = r.up ? change >= up_bar : change >= -params_.gain && kept >= 1 - params_.gain;
+  const bool won = r.up ? change >= up_bar : KeepsRate(change, kept);
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")
                              : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "

@@ -247,10 +247,6 @@ class TunerCore {
   // between them).
   std::optional<TunerDecision> StoreRecheck(double rate, double rate_t, const Pooled& p,
                                             const Budgets& b, double t_s);
-  // The store's drift from two readings of one count (rate, middle time,
-  // seconds each): store_drift_, known from then on.
-  void MeasureDrift(double before, double before_t, double before_s, double rate, double rate_t,
-                    double rate_s);
   // A store that saturated, the consumer waiting: the model's knee once
   // (when far above it), then the tuner's own steps, or held.
   std::optional<TunerDecision> StoreStep(const Pooled& p, const Budgets& b, double t_s);
@@ -275,6 +271,9 @@ class TunerCore {
                                             const Pooled& p, const Budgets& b, double t_s);
   // The tuner's step around a saturated store of `workers`.
   int StoreStepOf(int workers) const;
+  // A step down that changed the rate by `change`, the steps down before it
+  // having kept `kept` of the best count's (itself included): it is kept.
+  bool KeepsRate(double change, double kept) const;
   // What a store step up from `from` to `to` workers must gain to be kept.
   double StoreUpBar(int from, int to) const;
   // Starts a store step from `from` workers, whose rate was `rate` around
@@ -394,10 +393,9 @@ class TunerCore {
   double store_drift_ = 0;
   bool store_drift_known_ = false;
   // The reading the first store step down since store_kept_ was 1 was
-  // judged against (its count, rate and middle time): the kept steps'
-  // losses add up against it too.
+  // judged against (its rate and middle time): the kept steps' losses add
+  // up against it too.
   struct Reading {
-    int workers = 0;
     double rate = 0, t = 0;
   };
   std::optional<Reading> store_best_;

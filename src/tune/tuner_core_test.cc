@@ -752,21 +752,19 @@ SimWorkload WorkloadOf(const GridShape& g) {
   return w;
 }
 
-// A grid shape driven from `initial` workers for 90 s, the budget its cores.
-SimRun DriveShape(const GridShape& g, int initial) {
+// A grid shape driven from `initial` workers for `ticks` (90 s), the
+// budget its cores.
+SimRun DriveShape(const GridShape& g, int initial, int ticks = 450) {
   SimWorkload w = WorkloadOf(g);
   Budgets b = TwoCores();
   b.cpu_cores = g.cores;
   TunerCore core(initial, 4);
-  return Drive(core, w, b, 450);
+  return Drive(core, w, b, ticks);
 }
 
 GridScore ScoreShape(const GridShape& g, int initial, int ticks) {
-  SimWorkload w = WorkloadOf(g);
-  Budgets b = TwoCores();
-  b.cpu_cores = g.cores;
-  TunerCore core(initial, 4);
-  SimRun r = Drive(core, w, b, ticks);
+  const SimWorkload w = WorkloadOf(g);
+  SimRun r = DriveShape(g, initial, ticks);
   GridScore s;
   const double best = BestStatic(w, 128);
   double got = 0;

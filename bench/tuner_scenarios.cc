@@ -124,8 +124,9 @@ struct Setup {
   // its change); later on a saturated store, whose first jump takes longer
   // to settle (docs/tuner.md).
   double settle_s = 5;
-  // Run before each tuned run and each static measurement (a drifting
-  // store: restarts the drift's clock, so every run sees the same drift).
+  // Run before each tuned run and each static measurement (a shaped store:
+  // restarts its drift's clock and its jitter's sequence, so every run sees
+  // the same drift and the same slow reads).
   std::function<void()> restart;
   // > 0: a static measurement is a run of this long, measured from
   // settle_s like a tuned run, instead of a warm-up and a sweep point.
@@ -281,8 +282,7 @@ int KneeOf(const SweepReport& r) {
 // 3 % of the best (more workers only queue at the store). A store `shape`
 // other than flat sweeps a short list of counts around the knee (the whole
 // set of shapes stays a few minutes); one that drifts is swept without its
-// drift, and each static measurement then runs as long as a tuned run,
-// through the same drift.
+// drift.
 SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slots = 0,
                           const StoreShape& shape = {}) {
   std::printf("\n== %s%s\n", name, latency_ms > 0 ? " (slow storage)" : "");
@@ -309,11 +309,14 @@ SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slo
   PrintSweep(r);
   const int best = r.best_static.workers;
   double before = r.best_static.samples_per_s;
-  if (shape.drift > 1) {
+  // A drifting store, or one with heavy-tailed reads, is compared run for
+  // run: each static run as long as a tuned run, through the same drift and
+  // the same sequence of slow reads (a few of them move a 3 s point by 10 %).
+  if (shape.drift > 1 || shape.jitter > 0) {
     s.restart = [&s, shape] { s.slow->set_shape(shape); };
     s.static_run_s = s.settle_s + 10;
     before = StaticRate(s, best);
-    std::printf("    best static %d workers through the drift: %.1f samples/s\n", best, before);
+    std::printf("    best static %d workers, run like a tuned run: %.1f samples/s\n", best, before);
   }
   std::vector<Round> rs;
   for (int i = 0; i < rounds; ++i) {

@@ -473,6 +473,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
     knee_.reset();
     store_top_ = workers_;
     store_peaked_ = store_peaked_ || gain <= -params_.gain;
+    NoteLostStepUp(trial_from_, gain);
     return Set(
         trial_from_, b, p,
         Say("back to %.0f workers: %.0f gained %+.1f %% with reads waiting %.1f ms per "
@@ -600,6 +601,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   const double changed_rate = reference_ ? p.produced_rate() - reference_->produced_rate() : 0;
   reference_ = p;
   store_top_.reset();
+  store_climb_ = 0;
   store_falling_.reset();
   store_kept_ = 1;
   lost_step_ = {0, 0};
@@ -850,6 +852,8 @@ double TunerCore::StoreEvidence() const {
   return params_.trial_window_s * times;
 }
 
+double TunerCore::ReadingNoise() const { return store_spread_ * std::sqrt(2 / StoreEvidence()); }
+
 void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down, bool prior) {
   trial_from_ = from;
   trial_rate_before_ = rate;
@@ -881,6 +885,17 @@ double TunerCore::StoreUpBar(int from, int to) const {
 
 int TunerCore::StoreStepOf(int workers) const {
   return std::max(1, static_cast<int>(std::lround(params_.store_step * workers)));
+}
+
+void TunerCore::NoteLostStepUp(int from, double change) {
+  // The first step from below a cliff: the fewest workers whose gain, in
+  // proportion, would clear `gain` and twice the noise of two readings (one
+  // worker of 32 on a steady store; more where one worker's share would
+  // hide in the noise).
+  if (change < -params_.change) {
+    const double size = std::max(params_.gain, 2 * ReadingNoise());
+    store_climb_ = std::max(1, static_cast<int>(std::lround(size * from)));
+  }
 }
 
 std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets& b, double t_s) {
@@ -916,6 +931,7 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     store_way_ = faster ? 1 : -1;
     (faster ? store_top_ : store_floor_).reset();
     (faster ? store_falling_ : store_linear_).reset();
+    if (faster) store_climb_ = 0;
     return StoreVerify(
         workers_, p.produced_rate(), p.mid_s(), p, b,
         (unqueued ? Say("reads no longer queue at the store (%.0f {items}/s at %.0f workers)",
@@ -947,15 +963,13 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
   const double baseline = r.before + (rate - r.before) * w;
   const double change = r.rate / std::max(baseline, 1e-9) - 1;
   // The store's drift: the count's rate per second, relative, between its
-  // two readings, where they differ by more than twice their noise (each
-  // reading's spread, from the ticks, is store_spread_ over the root of its
-  // seconds): heavy-tailed reads scatter readings by 10 % and more. It
+  // two readings, where they differ by more than twice their noise
+  // (ReadingNoise): heavy-tailed reads scatter readings by 10 % and more. It
   // says how far a later trial's reading may be from its trend
   // (JudgeStoreTrial).
   if (span >= params_.trial_window_s) {
     const double moved = (rate - r.before) / std::max((rate + r.before) / 2, 1e-9);
-    const double noise = 2 * store_spread_ * std::sqrt(2 / StoreEvidence());
-    store_drift_ = std::abs(moved) > noise ? moved / span : 0;
+    store_drift_ = std::abs(moved) > 2 * ReadingNoise() ? moved / span : 0;
     store_drift_known_ = true;
     // A store that drifts by `change` within store_age_s: its model's older
     // points measured another store (an old wait read against today's
@@ -1008,15 +1022,19 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   // floor and a top, the best count is found by halving (a peaked store's
   // best count lies between them, and a quarter step may jump over it).
   const int step = StoreStepOf(at);
-  // Only where a step showed the rate falling past the best count (on a
-  // flat store any count of the plateau will do), and in the first search:
-  // a re-check after a change takes one step each way at most, so that a
-  // drifting store is not chased (at most one trial per change).
-  const bool halve = store_peaked_ && store_way_ == 0;
+  // Only where a step showed the rate falling past the best count, or the
+  // rate still grew in proportion up to here (the best count lies between
+  // here and the top; on a flat store any count of the plateau will do),
+  // and in the first search: a re-check after a change takes one step each
+  // way at most, so that a drifting store is not chased (at most one trial
+  // per change).
+  const bool linear = store_linear_ && *store_linear_ >= at;
+  const bool halve = (store_peaked_ || linear) && store_way_ == 0;
   int up_step = grow ? std::max(step, at) : step;
   if (store_top_ && (halve || grow)) {
     up_step = std::min(up_step, std::max(halve ? 1 : step, (*store_top_ - at) / 2));
   }
+  if (store_climb_ > 0) up_step = std::min(up_step, store_climb_);
   // Down, also on a flat store: a count past its knee holds threads (and
   // a process worker's memory) for nothing, so steps down halve toward the
   // floor until the pool is within three workers of a count that lost (two
@@ -1037,7 +1055,6 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   const bool up_open = store_way_ >= 0 && up > at && !falling && (!store_top_ || *store_top_ > up);
   // Up to a count whose step up paid in proportion to its size, the rate
   // still grew with the pool: a step down from there would lose as much.
-  const bool linear = store_linear_ && *store_linear_ >= at;
   const bool down_open =
       store_way_ <= 0 && down < at && !linear && (!store_floor_ || *store_floor_ < down);
   // Toward the model's knee first: above it, a step down (a knee below a
@@ -1171,8 +1188,12 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       store_floor_ = from;  // fewer than the trial's count lose
       store_last_gain_ = change;
       // The rate grew in proportion to the step (the store had room for
-      // every read): any count below the trial's makes less.
-      if (InProportion(from, r.workers, change)) store_linear_ = r.workers;
+      // every read): any count below the trial's makes less, and a climb
+      // toward a cliff may take twice the step.
+      if (InProportion(from, r.workers, change)) {
+        store_linear_ = r.workers;
+        store_climb_ *= 2;
+      }
     } else {
       // The model's knee paying handsomely over the pool far above it: that
       // pool overloaded the store, and the model, reading its slots there,
@@ -1195,6 +1216,7 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   if (r.up) {
     store_top_ = r.workers;
     store_peaked_ = store_peaked_ || change <= -params_.gain;
+    NoteLostStepUp(from, change);
     return StoreVerify(from, rate, rate_t, p, b, std::move(why), t_s);
   }
   store_floor_ = r.workers;

@@ -100,7 +100,10 @@ struct Budgets {
 /// step up that paid in proportion to its size (store_linear) rules out
 /// steps down from its count and a model's knee below it; a step down that
 /// gained so rules out steps up from its count, and the next step down may
-/// halve the pool. No jump past a store that saturated. Each step is judged
+/// halve the pool. After a step up that lost more than `change` (a cliff
+/// past an overloaded store's peak), steps up from below it start at
+/// `gain` of the pool (more where readings are noisy) and double while
+/// they pay in proportion. No jump past a store that saturated. Each step is judged
 /// against at least trial_window_s of settled windows at the count it leaves, measured just
 /// before it: at once where the verdict is farther from the bar than the
 /// store's drift could make it (known from earlier steps; unknown: up to
@@ -271,6 +274,9 @@ class TunerCore {
                                             const Pooled& p, const Budgets& b, double t_s);
   // The tuner's step around a saturated store of `workers`.
   int StoreStepOf(int workers) const;
+  // A step up from `from` workers lost `change` of the rate: past a cliff,
+  // steps up start small (store_climb_).
+  void NoteLostStepUp(int from, double change);
   // A step down that changed the rate by `change`, the steps down before it
   // having kept `kept` of the best count's (itself included): it is kept.
   bool KeepsRate(double change, double kept) const;
@@ -282,6 +288,9 @@ class TunerCore {
   // Seconds of windows a store step is judged on, each side: trial_window_s,
   // longer when the settled windows' rates spread (StoreEvidence in .cc).
   double StoreEvidence() const;
+  // The relative spread of the difference between two readings of
+  // StoreEvidence() seconds each.
+  double ReadingNoise() const;
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;
@@ -369,6 +378,11 @@ class TunerCore {
   // The last plain step up (from, to) read as the workload changing under
   // it (it lost more than `change`): the same step losing again is a knee.
   std::pair<int, int> lost_step_{0, 0};
+  // After a step up that lost over `change` (a cliff past an overloaded
+  // store's peak): the size of steps up from below it, doubling while they
+  // pay in proportion (0: no cliff). Halving down from the cliff would
+  // probe counts past the peak, each losing much of the rate.
+  int store_climb_ = 0;
   // The least count a store step down reached gaining in proportion to its
   // size: no step up from it or above.
   std::optional<int> store_falling_;

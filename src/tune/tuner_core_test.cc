@@ -837,8 +837,8 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // A little below what the grid reads now (docs/tuner.md, "Store shapes
   // outside the suite"): the simulation is deterministic, so a change that
   // loses ground on these shapes fails here.
-  EXPECT_GE(sum / shapes, 0.986);
-  EXPECT_LE(slow, 105);
+  EXPECT_GE(sum / shapes, 0.989);
+  EXPECT_LE(slow, 100);
   EXPECT_LE(past, 35);
 }
 
@@ -959,11 +959,12 @@ TEST(TunerCoreTest, StepsDownFromTheIoHeadroomStopWhereTheCoresStartToIdle) {
 TEST(TunerCoreTest, AStoreTrialThatLosesHalfTheRateEndsOnItsFirstSecond) {
   // 16 slots of 80 ms losing 15 % per waiting read, 1 % of reads 10-50x
   // slower: a second's rate spreads so much that store trials are judged
-  // on 3 s. A step past the peak that loses half the rate tells so within
-  // a second, and the pool returns then, not 3 s later.
-  SimWorkload w = WorkloadOf({16, 0.08, 0.15, 0.01, 0.001, 2});
-  TunerCore core(1, 4);
-  SimRun r = Drive(core, w, TwoCores(), 450);
+  // on 3 s. A step past the peak that loses half the rate (from 3 workers:
+  // 16 -> 32) tells so within a second, and the pool returns then, not 3 s
+  // later.
+  const GridShape g{16, 0.08, 0.15, 0.01, 0.001, 2};
+  const SimWorkload w = WorkloadOf(g);
+  const SimRun r = DriveShape(g, 3);
   int clear = 0;
   for (size_t i = 1; i < r.decisions.size(); ++i) {
     const TunerDecision& trial = r.decisions[i - 1];
@@ -994,13 +995,45 @@ TEST(TunerCoreTest, AOneWorkerStepThatPaysInProportionIsKept) {
   EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128));
 }
 
+TEST(TunerCoreTest, StepsUpFromBelowACliffStartSmall) {
+  // 32 slots of 80 ms losing 15 % per waiting read: 32 -> 64 lost 82 % of
+  // the rate. Halving down from 64 tried 48, 40, 36, 34, 33, each losing
+  // 70 % to 8 % of it (0.958 of the best from 10 s on). Steps up from 32
+  // start at a few workers instead, doubling while they pay in proportion.
+  const GridShape g{32, 0.08, 0.15, 0, 0.001, 2};
+  const SimWorkload w = WorkloadOf(g);
+  const SimRun r = DriveShape(g, 1);
+  bool cliff = false;
+  for (const TunerDecision& d : r.decisions) {
+    cliff = cliff || d.reason.find("the store saturates") != std::string::npos;
+    if (!cliff || d.reason.find("verifying by a step up") == std::string::npos) continue;
+    EXPECT_GE(w.Rate(d.workers_after), 0.75 * w.Rate(d.workers_before)) << d.reason;
+  }
+  EXPECT_TRUE(cliff) << "no step up lost the rate: not the path this test is about";
+  const GridScore s = ScoreShape(g, 1, 450);
+  EXPECT_GE(s.ratio, 0.98);
+  EXPECT_EQ(s.final, s.peak);
+}
+
+TEST(TunerCoreTest, BetweenACountThatGrewInProportionAndATopStepsHalve) {
+  // 32 slots of 80 ms losing 15 % per waiting read, heavy tails, 1 ms of
+  // CPU on 2 cores, from 3: 22 -> 35 paid nothing, 22 -> 28 paid +30 %, in
+  // proportion. A quarter step from 28 reached the top, and the pool held
+  // at 28 (0.858 of the best); the peak (32) lies between, found by halving.
+  const GridShape g{32, 0.08, 0.15, 0.01, 0.001, 2};
+  const GridScore s = ScoreShape(g, 3, 450);
+  EXPECT_GE(s.final, s.peak - 1);
+  EXPECT_LE(s.final, s.peak);
+}
+
 TEST(TunerCoreTest, KeptStepsDownAddUpAgainstTheBestCountsReading) {
-  // 16 slots of 80 ms losing 5 % per waiting read, heavy tails, 4 ms of CPU
-  // on 2 cores: each step down judged against a reading of the count above
-  // it, one low reading there (a slow read's window) let the next lose as
-  // much again unseen (0.906 of the best). The kept losses add up against
-  // the reading the first step down was judged against too.
-  const GridShape g{16, 0.08, 0.05, 0.01, 0.004, 2};
+  // 16 slots of 20 ms losing 15 % per waiting read, heavy tails, 4 ms of
+  // CPU on 2 cores: each step down judged against a reading of the count
+  // above it, one low reading there (a slow read's window) lets the next
+  // lose as much again unseen. The kept losses add up against the reading
+  // the first step down was judged against too: 16 -> 14 lost 0.9 %, 3.6 %
+  // in all, and the pool goes back up.
+  const GridShape g{16, 0.02, 0.15, 0.01, 0.004, 2};
   const SimRun r = DriveShape(g, 1);
   const bool said = std::any_of(r.decisions.begin(), r.decisions.end(), [](const auto& d) {
     return d.reason.find("in all since the best count") != std::string::npos;

@@ -460,8 +460,15 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
     // had room for every read up to this count (its steps, if it saturates
     // further up, try nothing below it).
     if (p.reads_wait() && InProportion(trial_from_, workers_, gain)) store_linear_ = workers_;
-    return Set(workers_, b, p,
-               Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100), t_s);
+    const std::string paid =
+        Fmt("step up from %.0f paid: throughput %+.1f %%", trial_from_, gain * 100);
+    if (gain > params_.big_gain && p.stall() > params_.stall_high) {
+      if (auto next = StepUp(p, b, t_s, /*settled=*/true)) {
+        next->reason = paid + "; " + next->reason;
+        return next;
+      }
+    }
+    return Set(workers_, b, p, paid, t_s);
   }
   if (!CpuBound(p) && trial_reads_before_ && WaitsOnReads(p, b) &&
       p.wait_per_sample() >= params_.store_queued * trial_wait_before_) {
@@ -658,11 +665,12 @@ std::optional<TunerDecision> TunerCore::SetByModel(const Pooled& p, const Budget
   return Set(m, b, p, std::move(why), t_s);
 }
 
-std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b, double t_s) {
+std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b, double t_s,
+                                               bool settled) {
   calm_windows_ = 0;
   // A trial is judged against a settled window: the first after the pool
   // grew holds the new threads' start-up and would make any step look good.
-  if (windows_at_count_ < 2) return std::nullopt;
+  if (!settled && windows_at_count_ < 2) return std::nullopt;
   const bool cpu_bound = CpuBound(p);
   // CPU-bound work never holds more than the budget + over_budget workers,
   // whatever else runs: more threads would only win CPU time from other

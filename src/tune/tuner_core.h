@@ -69,7 +69,9 @@ struct Budgets {
 /// overloaded serves a fraction of its rate far past its knee).
 /// Then, while the consumer waits, it tries steps of half the pool (whole
 /// while steps pay > big_gain), each judged against a settled window (not
-/// the first after the pool grew), going on while they pay >= gain, and
+/// the first after the pool grew; after a step that paid > big_gain, the
+/// consumer still waiting, the window that judged it), going on while they
+/// pay >= gain, and
 /// marks the knee when one does not (unless it lost more than `change`: the
 /// workload changed under it) or when a CPU-bound pool fills the
 /// budget (or, with other processes on our CPUs, reaches budget +
@@ -229,7 +231,8 @@ class TunerCore {
   // A workload change of `change`: re-model once it is believed.
   std::optional<TunerDecision> Remodel(const Pooled& p, const Budgets& b, double change,
                                        double t_s);
-  std::optional<TunerDecision> StepUp(const Pooled& p, const Budgets& b, double t_s);
+  std::optional<TunerDecision> StepUp(const Pooled& p, const Budgets& b, double t_s,
+                                      bool settled = false);
   std::optional<TunerDecision> StepDown(const Pooled& p, const Budgets& b, double t_s);
   // A knee above the count that fills the cores (io_headroom's): a step
   // down, judged by throughput (JudgeTrim), while steps keep the rate.

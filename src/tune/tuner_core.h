@@ -71,49 +71,48 @@ struct Budgets {
 /// while steps pay > big_gain), each judged against a settled window (not
 /// the first after the pool grew; after a step that paid > big_gain, the
 /// consumer still waiting, the window that judged it), going on while they
-/// pay >= gain, and
-/// marks the knee when one does not (unless it lost more than `change`: the
-/// workload changed under it) or when a CPU-bound pool fills the
-/// budget (or, with other processes on our CPUs, reaches budget +
+/// pay >= gain, and marks the knee when one does not (unless it lost more
+/// than `change`: the workload changed under it) or when a CPU-bound pool
+/// fills the budget (or, with other processes on our CPUs, reaches budget +
 /// over_budget); a knee io_headroom put above the count whose CPU share
 /// fills the cores is verified by steps down of store_step x the pool,
 /// judged by throughput (kept while they lose under `gain`, each and in
-/// all), never below that count; it steps down while the consumer never waits and the
-/// workers are idle enough that fewer would still keep up, marking the
-/// floor when that stalls. A workload change (demand, CPU time per sample,
-/// wall time less its queueing for a CPU unless the work is CPU-bound, at
-/// the same worker count; other processes' CPU use, or contention starting
-/// or ending) clears the marks and re-sizes by the model; a change of more
-/// than 2x is believed at once.
-/// I/O-bound pools also feed a StoreModel: when more workers made each
-/// read wait longer (store_queued x its service time), the store serves a
-/// limited number of reads at once, and more workers only queue there, or,
-/// on a store that slows down when overloaded, lose. The model's knee (the
-/// fewest workers that keep its slots busy, with store_headroom) is a prior,
-/// not a verdict: a pool far above it tries it once, judged by throughput
-/// (kept if it loses less than `gain`; if it loses more, halfway back is
-/// tried). From then on, and after any workload change, the tuner verifies
-/// with its own steps of store_step x the pool (at least one worker; twice
-/// that while steps up pay over big_gain) both ways, toward the model's knee
-/// first: a step up is kept when it gains `gain`, a step down when it loses
-/// less than `gain`; a step up that did not pay marks a top, a step down
-/// that lost marks a floor, and with no step left between them the count
-/// holds, until the workload changes or its rate moves by store_moved. A
-/// step up that paid in proportion to its size (store_linear) rules out
-/// steps down from its count and a model's knee below it; a step down that
-/// gained so rules out steps up from its count, and the next step down may
-/// halve the pool. After a step up that lost more than `change` (a cliff
-/// past an overloaded store's peak), steps up from below it start at
-/// `gain` of the pool (more where readings are noisy) and double while
-/// they pay in proportion. No jump past a store that saturated. Each step is judged
-/// against at least trial_window_s of settled windows at the count it leaves, measured just
+/// all), never below that count; it steps down while the consumer never
+/// waits and the workers are idle enough that fewer would still keep up,
+/// marking the floor when that stalls. A workload change (demand, CPU time
+/// per sample, wall time less its queueing for a CPU unless the work is
+/// CPU-bound, at the same worker count; other processes' CPU use, or
+/// contention starting or ending) clears the marks and re-sizes by the
+/// model; a change of more than 2x is believed at once.
+/// I/O-bound pools also feed a StoreModel: when more workers made each read
+/// wait longer (store_queued x its service time), the store serves a limited
+/// number of reads at once, and more workers only queue there, or, on a
+/// store that slows down when overloaded, lose. The model's knee (the fewest
+/// workers that keep its slots busy, with store_headroom) is a prior, not a
+/// verdict: a pool far above it tries it once, judged by throughput (kept if
+/// it loses less than `gain`; if it loses more, halfway back is tried). From
+/// then on, and after any workload change, the tuner verifies with its own
+/// steps of store_step x the pool (at least one worker; twice that while
+/// steps up pay over big_gain) both ways, toward the model's knee first: a
+/// step up is kept when it gains `gain`, a step down when it loses less than
+/// `gain`; a step up that did not pay marks a top, a step down that lost
+/// marks a floor, and with no step left between them the count holds, until
+/// the workload changes or its rate moves by store_moved. A step up that
+/// paid in proportion to its size (store_linear) rules out steps down from
+/// its count and a model's knee below it; a step down that gained so rules
+/// out steps up from its count, and the next step down may halve the pool.
+/// After a step up that lost more than `change` (a cliff past an overloaded
+/// store's peak), steps up from below it start at `gain` of the pool (more
+/// where readings are noisy) and double while they pay in proportion. No
+/// jump past a store that saturated. Each step is judged against at least
+/// trial_window_s of settled windows at the count it leaves, measured just
 /// before it: at once where the verdict is farther from the bar than the
 /// store's drift could make it (known from earlier steps; unknown: up to
-/// store_drift_bound a second), otherwise after going back and measuring that count
-/// again, against its rate at the step's time, interpolated between the
-/// two readings (a store whose rate drifts moves it between them). The two
-/// readings give the drift; a drift of `change` within store_age_s makes
-/// the store model forget its older points.
+/// store_drift_bound a second), otherwise after going back and measuring
+/// that count again, against its rate at the step's time, interpolated
+/// between the two readings (a store whose rate drifts moves it between
+/// them). The two readings give the drift; a drift of `change` within
+/// store_age_s makes the store model forget its older points.
 /// A generic step up whose reads queued (store_queued x the wait before)
 /// and that paid nothing shows such a store too: its steps take over.
 /// A decision that changes neither knob is returned (and so recorded) only

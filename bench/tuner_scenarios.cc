@@ -311,7 +311,7 @@ SweepPoint SteadyScenario(const char* name, Setup& s, double latency_ms, int slo
   double before = r.best_static.samples_per_s;
   // A drifting store, or one with heavy-tailed reads, is compared run for
   // run: each static run as long as a tuned run, through the same drift and
-  // the same sequence of slow reads (a few of them move a 3 s point by 10 %).
+  // the same sequence of slow reads (a few of them move a short reading far).
   if (shape.drift > 1 || shape.jitter > 0) {
     s.restart = [&s, shape] { s.slow->set_shape(shape); };
     s.static_run_s = s.settle_s + 10;

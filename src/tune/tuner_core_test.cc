@@ -998,11 +998,9 @@ TEST(TunerCoreTest, AOneWorkerStepThatPaysInProportionIsKept) {
 TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
   // 20 ms reads and 0.2 ms of CPU per sample, a store with no limit in
   // sight: the best count is the 128 cap. The first jump stops at 16 (a
-  // store may slow when overloaded), and steps double from there; each
-  // waited for one more window after its verdict (16 -> 32 -> 64 -> 128,
-  // 95 % of the best after 6.2 s). A step that paid handsomely, the
-  // consumer still waiting, takes the next step on the window that judged
-  // it.
+  // store may slow when overloaded), and steps double from there. A step
+  // that paid handsomely, the consumer still waiting, takes the next step
+  // on the window that judged it, not after one more window.
   const GridShape g{0, 0.02, 0, 0, 0.0002, 2};
   const SimWorkload w = WorkloadOf(g);
   const SimRun r = DriveShape(g, 1, 150);
@@ -1012,10 +1010,10 @@ TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
 }
 
 TEST(TunerCoreTest, StepsUpFromBelowACliffStartSmall) {
-  // 32 slots of 80 ms losing 15 % per waiting read: 32 -> 64 lost 82 % of
-  // the rate. Halving down from 64 tried 48, 40, 36, 34, 33, each losing
-  // 70 % to 8 % of it (0.958 of the best from 10 s on). Steps up from 32
-  // start at a few workers instead, doubling while they pay in proportion.
+  // 32 slots of 80 ms losing 15 % per waiting read: 32 -> 64 loses most of
+  // the rate. Halving down from 64 would probe counts past the peak, each
+  // losing much of it; steps up from 32 start at a few workers instead,
+  // doubling while they pay in proportion.
   const GridShape g{32, 0.08, 0.15, 0, 0.001, 2};
   const SimWorkload w = WorkloadOf(g);
   const SimRun r = DriveShape(g, 1);
@@ -1034,8 +1032,8 @@ TEST(TunerCoreTest, StepsUpFromBelowACliffStartSmall) {
 TEST(TunerCoreTest, BetweenACountThatGrewInProportionAndATopStepsHalve) {
   // 32 slots of 80 ms losing 15 % per waiting read, heavy tails, 1 ms of
   // CPU on 2 cores, from 3: 22 -> 35 paid nothing, 22 -> 28 paid +30 %, in
-  // proportion. A quarter step from 28 reached the top, and the pool held
-  // at 28 (0.858 of the best); the peak (32) lies between, found by halving.
+  // proportion. A quarter step from 28 reaches the top; the peak (32) lies
+  // between, and halving finds it.
   const GridShape g{32, 0.08, 0.15, 0.01, 0.001, 2};
   const GridScore s = ScoreShape(g, 3, 450);
   EXPECT_GE(s.final, s.peak - 1);
@@ -1047,8 +1045,7 @@ TEST(TunerCoreTest, KeptStepsDownAddUpAgainstTheBestCountsReading) {
   // CPU on 2 cores: each step down judged against a reading of the count
   // above it, one low reading there (a slow read's window) lets the next
   // lose as much again unseen. The kept losses add up against the reading
-  // the first step down was judged against too: 16 -> 14 lost 0.9 %, 3.6 %
-  // in all, and the pool goes back up.
+  // the first step down was judged against too.
   const GridShape g{16, 0.02, 0.15, 0.01, 0.004, 2};
   const SimRun r = DriveShape(g, 1);
   const bool said = std::any_of(r.decisions.begin(), r.decisions.end(), [](const auto& d) {

@@ -354,7 +354,8 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
     const bool trial = phase_ == Phase::kTrialUp || phase_ == Phase::kTrialDown;
     const double need = trial ? std::max(k.trial_window_s, store_trial_s_) : k.min_window_s;
     if (pool_.window_s < need &&
-        !(trial && pool_.window_s >= k.trial_window_s && TrialIsClear(pool_))) {
+        !(trial && pool_.window_s >= k.trial_window_s && TrialIsClear(pool_)) &&
+        !(pool_.window_s >= k.min_window_s && PaysClearly(pool_))) {
       return std::nullopt;
     }
     // Few batches, but enough samples for per-sample figures, will do.
@@ -379,6 +380,20 @@ bool TunerCore::TrialIsClear(const Pooled& w) const {
   const double bar = phase_ == Phase::kTrialUp ? StoreUpBar(trial_from_, workers_) : -params_.gain;
   const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / store_trial_s_);
   return std::abs(change - bar) > 3 * spread + params_.gain / 2;
+}
+
+bool TunerCore::PaysClearly(const Pooled& w) const {
+  // A plain step up where reads are the wait whose reading so far paid
+  // more than big_gain, three spreads of noise aside, with the consumer
+  // still waiting: the full window would go on too. Only a verdict that
+  // pays is taken early: a new pool's start-up reads low.
+  if (phase_ != Phase::kTrialUp || store_seen_ || trial_rate_before_ <= 0 || w.window_s <= 0 ||
+      !w.reads_wait() || w.stall() <= params_.stall_high) {
+    return false;
+  }
+  const double gain = w.produced_rate() / trial_rate_before_ - 1;
+  const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / params_.trial_window_s);
+  return gain - 3 * spread > params_.big_gain;
 }
 
 void TunerCore::Note(Pooled& p, const Budgets& b) {
@@ -558,9 +573,15 @@ std::optional<TunerDecision> TunerCore::JudgeTrialDown(const Pooled& p, const Bu
 }
 
 std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b, double t_s) {
+  bool early = false;
   if (reference_workers_ != workers_ || !reference_) {
-    // The reference for workload changes: a settled window (see StepUp).
-    if (windows_at_count_ < 2) return std::nullopt;
+    // The reference for workload changes: a settled window (see StepUp),
+    // or the first jump's first one where it already grew the rate in
+    // proportion (start-up only reads low).
+    early = windows_at_count_ < 2 && jump_ && jump_->to == workers_ && jump_->rate > 0 &&
+            p.reads_wait() && p.stall() > params_.stall_high &&
+            InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
+    if (windows_at_count_ < 2 && !early) return std::nullopt;
     reference_ = p;
     reference_workers_ = workers_;
   } else if (const double change = Changed(p, b); change > 0) {
@@ -568,7 +589,7 @@ std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b
   } else {
     changed_windows_ = 0;
   }
-  if (p.stall() > params_.stall_high) return StepUp(p, b, t_s);
+  if (p.stall() > params_.stall_high) return StepUp(p, b, t_s, /*settled=*/early);
   if (p.stall() < params_.stall_low) return StepDown(p, b, t_s);
   calm_windows_ = 0;
   return std::nullopt;

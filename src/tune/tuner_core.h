@@ -70,12 +70,15 @@ struct Budgets {
 /// Then, while the consumer waits, it tries steps of half the pool (whole
 /// while steps pay > big_gain), each judged against a settled window (not
 /// the first after the pool grew; after a step that paid > big_gain, the
-/// consumer still waiting, the window that judged it), going on while they
-/// pay >= gain, and marks the knee when one does not (unless it lost more
-/// than `change`: the workload changed under it) or when a CPU-bound pool
-/// fills the budget (or, with other processes on our CPUs, reaches budget +
-/// over_budget); a knee io_headroom put above the count whose CPU share
-/// fills the cores is verified by steps down of store_step x the pool,
+/// consumer still waiting, the window that judged it; where reads are the
+/// wait, the first jump's count on its first window if that grew the rate
+/// in proportion, a step on its first min_window_s if that paid more than
+/// big_gain beyond its noise), going on while they pay >= gain, and marks
+/// the knee when one does not (unless it lost more than `change`: the
+/// workload changed under it) or when a CPU-bound pool fills the budget
+/// (or, with other processes on our CPUs, reaches budget + over_budget); a
+/// knee io_headroom put above the count whose CPU share fills the cores is
+/// verified by steps down of store_step x the pool,
 /// judged by throughput (kept while they lose under `gain`, each and in
 /// all), never below that count; it steps down while the consumer never
 /// waits and the workers are idle enough that fewer would still keep up,
@@ -211,6 +214,10 @@ class TunerCore {
   // A store trial's window so far (`w`) already tells its verdict, far
   // beyond its noise: it need not run its whole length.
   bool TrialIsClear(const Pooled& w) const;
+  // A plain step up whose window so far already paid more than big_gain,
+  // beyond its noise (reads the wait, the consumer still waiting): judged
+  // at once.
+  bool PaysClearly(const Pooled& w) const;
   // Contention, the window count at this worker count, the view's figures.
   void Note(Pooled& p, const Budgets& b);
   // The first model jump, logged even when it keeps the count; contended,

@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <numbers>
+#include <vector>
 
 namespace stoker {
 namespace {
@@ -729,12 +730,21 @@ TEST(TunerCoreTest, StepUpThatLosesOnAnOverloadedStoreStartsTheStoresSteps) {
 // past the slots, heavy tails, CPU per sample and cores. Each shape from a
 // few workers: judged over the run from 10 s on (the tuned rate against the
 // best static count's), time to 95 % of it, the count at the end against
-// the fewest within 3 % of the best (+2), and steady from 20 s. SIM_GRID=1
-// prints the shapes that miss one of those, SIM_GRID=2 every shape.
+// the fewest within 3 % of the best (+2), and steady from 20 s; under three
+// draws of the noise. SIM_GRID=1 prints the shapes that miss one of those,
+// SIM_GRID=2 every shape.
 struct GridShape {
   int slots;
   double io_s, overload, tail, cpu_s, cores;
+  int seed = 0;  // which draws of the ticks' noise and slow reads
 };
+
+// The grid's draws: SIM_SEED=N alone, else 0, 1 and 2 (a verdict within
+// the noise goes either way, so one draw would judge a rule by its luck).
+std::vector<int> GridSeeds() {
+  if (const char* seed = std::getenv("SIM_SEED")) return {std::atoi(seed)};
+  return {0, 1, 2};
+}
 
 struct GridScore {
   double ratio = 0, to95_s = 0;
@@ -749,6 +759,7 @@ SimWorkload WorkloadOf(const GridShape& g) {
   w.tail = g.tail;
   w.cpu_s = g.cpu_s;
   w.cores = g.cores;
+  w.tick = static_cast<uint64_t>(g.seed) * 7919;
   return w;
 }
 
@@ -791,6 +802,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
               7);
     g.io_s = io_ms / 1e3;
     g.cpu_s = cpu_ms / 1e3;
+    g.seed = GridSeeds()[0];
     const GridScore s = ScoreShape(g, initial, 450);
     std::printf("%.3f, 95%% %5.1f s, end %3d (knee %d peak %d), late changes %d\n", s.ratio,
                 s.to95_s, s.final, s.knee, s.peak, s.changes_late);
@@ -798,38 +810,42 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   }
   int shapes = 0, bad = 0, slow = 0, past = 0;
   double sum = 0;
-  for (int slots : {2, 4, 16, 32})
-    for (double io_s : {0.005, 0.02, 0.08})
-      for (double overload : {0.0, 0.01, 0.05, 0.15})
-        for (double tail : {0.0, 0.01})
-          for (double cpu_s : {0.001, 0.004})
-            for (double cores : {2.0, 8.0})
-              for (int initial : {1, 3}) {
-                const GridShape g{slots, io_s, overload, tail, cpu_s, cores};
-                const GridScore s = ScoreShape(g, initial, 450);
-                ++shapes;
-                const bool ok = s.ratio >= 0.95 && s.to95_s <= 10 &&
-                                s.final <= std::max(s.knee, s.peak) + 2 && s.changes_late <= 6;
-                bad += !ok;
-                slow += s.to95_s > 10;
-                past += s.final > std::max(s.knee, s.peak) + 2;
-                sum += s.ratio;
-                // Never stuck far past an overloaded store's peak, nor
-                // oscillating.
-                EXPECT_GE(s.ratio, overload > 0 ? 0.65 : 0.93)
-                    << "slots " << slots << " io " << io_s << " overload " << overload << " tail "
-                    << tail << " cpu " << cpu_s << " cores " << cores << " from " << initial;
-                EXPECT_LE(s.changes_late, 10)
-                    << "oscillates: slots " << slots << " io " << io_s << " overload " << overload
-                    << " tail " << tail << " cpu " << cpu_s << " cores " << cores;
-                if (std::getenv("SIM_GRID") && (!ok || std::getenv("SIM_GRID")[0] == '2')) {
-                  std::printf(
-                      "slots %2d io %3.0f ms over %.2f tail %.2f cpu %.0f ms cores %.0f from %d:"
-                      " %.3f, 95%% %5.1f s, end %3d (knee %d peak %d), late changes %d%s\n",
-                      slots, io_s * 1e3, overload, tail, cpu_s * 1e3, cores, initial, s.ratio,
-                      s.to95_s, s.final, s.knee, s.peak, s.changes_late, ok ? "" : "  <--");
+  for (int seed : GridSeeds())
+    for (int slots : {2, 4, 16, 32})
+      for (double io_s : {0.005, 0.02, 0.08})
+        for (double overload : {0.0, 0.01, 0.05, 0.15})
+          for (double tail : {0.0, 0.01})
+            for (double cpu_s : {0.001, 0.004})
+              for (double cores : {2.0, 8.0})
+                for (int initial : {1, 3}) {
+                  const GridShape g{slots, io_s, overload, tail, cpu_s, cores, seed};
+                  const GridScore s = ScoreShape(g, initial, 450);
+                  ++shapes;
+                  const bool ok = s.ratio >= 0.95 && s.to95_s <= 10 &&
+                                  s.final <= std::max(s.knee, s.peak) + 2 && s.changes_late <= 6;
+                  bad += !ok;
+                  slow += s.to95_s > 10;
+                  past += s.final > std::max(s.knee, s.peak) + 2;
+                  sum += s.ratio;
+                  // Never stuck far past an overloaded store's peak, nor
+                  // oscillating.
+                  EXPECT_GE(s.ratio, overload > 0 ? 0.65 : 0.93)
+                      << "slots " << slots << " io " << io_s << " overload " << overload << " tail "
+                      << tail << " cpu " << cpu_s << " cores " << cores << " from " << initial
+                      << " seed " << seed;
+                  EXPECT_LE(s.changes_late, 10)
+                      << "oscillates: slots " << slots << " io " << io_s << " overload " << overload
+                      << " tail " << tail << " cpu " << cpu_s << " cores " << cores;
+                  if (std::getenv("SIM_GRID") && (!ok || std::getenv("SIM_GRID")[0] == '2')) {
+                    std::printf(
+                        "seed %d slots %2d io %3.0f ms over %.2f tail %.2f cpu %.0f ms cores %.0f "
+                        "from %d: %.3f, 95%% %5.1f s, end %3d (knee %d peak %d), late changes "
+                        "%d%s\n",
+                        seed, slots, io_s * 1e3, overload, tail, cpu_s * 1e3, cores, initial,
+                        s.ratio, s.to95_s, s.final, s.knee, s.peak, s.changes_late,
+                        ok ? "" : "  <--");
+                  }
                 }
-              }
   std::printf(
       "%d of %d shapes missed 0.95 of the best, 95 %% within 10 s, the best + 2 or "
       "steady; mean %.4f of the best\n",
@@ -838,8 +854,10 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // outside the suite"): the simulation is deterministic, so a change that
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.989);
-  EXPECT_LE(slow, 100);
-  EXPECT_LE(past, 35);
+  if (shapes == 3 * 768) {
+    EXPECT_LE(slow, 295);
+    EXPECT_LE(past, 145);
+  }
 }
 
 TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {
@@ -1000,13 +1018,15 @@ TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
   // sight: the best count is the 128 cap. The first jump stops at 16 (a
   // store may slow when overloaded), and steps double from there. A step
   // that paid handsomely, the consumer still waiting, takes the next step
-  // on the window that judged it, not after one more window.
+  // on the window that judged it, not after one more window; the first
+  // jump's count and a step whose first half second already paid in
+  // proportion are judged on that.
   const GridShape g{0, 0.02, 0, 0, 0.0002, 2};
   const SimWorkload w = WorkloadOf(g);
   const SimRun r = DriveShape(g, 1, 150);
   const double best = BestStatic(w, 128);
   EXPECT_GE(w.Rate(r.Final()), 0.97 * best);
-  EXPECT_LE(TicksTo(r, best, 0.95) * kTick, 5.4);
+  EXPECT_LE(TicksTo(r, best, 0.95) * kTick, 4.0);
 }
 
 TEST(TunerCoreTest, StepsUpFromBelowACliffStartSmall) {

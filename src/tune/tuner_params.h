@@ -12,7 +12,7 @@ struct TunerParams {
   int64_t min_batches = 3;      // ... and this many batches ...
   double max_window_s = 1.5;    // ... unless this much time has passed
   int64_t start_samples = 16;   // samples the first model jump needs
-  double trial_window_s = 1.0;  // time a trial is judged on, at least
+  double trial_window_s = 1.0;  // time a trial is judged on, unless it clearly pays (PaysClearly)
   double refill_samples = 20;   // after a change, skip this many samples' wall time ...
   double max_refill_s = 1.0;    // ... but at most this long
 

@@ -378,7 +378,7 @@ bool TunerCore::TrialIsClear(const Pooled& w) const {
   }
   const double change = w.produced_rate() / trial_rate_before_ - 1;
   const double bar = phase_ == Phase::kTrialUp ? StoreUpBar(trial_from_, workers_) : -params_.gain;
-  const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / store_trial_s_);
+  const double spread = ReadingNoise(w.window_s, store_trial_s_);
   return std::abs(change - bar) > 3 * spread + params_.gain / 2;
 }
 
@@ -392,8 +392,7 @@ bool TunerCore::PaysClearly(const Pooled& w) const {
     return false;
   }
   const double gain = w.produced_rate() / trial_rate_before_ - 1;
-  const double spread = store_spread_ * std::sqrt(1 / w.window_s + 1 / params_.trial_window_s);
-  return gain - 3 * spread > params_.big_gain;
+  return gain - 3 * ReadingNoise(w.window_s, params_.trial_window_s) > params_.big_gain;
 }
 
 void TunerCore::Note(Pooled& p, const Budgets& b) {
@@ -578,10 +577,12 @@ std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b
     // The reference for workload changes: a settled window (see StepUp),
     // or the first jump's first one where it already grew the rate in
     // proportion (start-up only reads low).
-    early = windows_at_count_ < 2 && jump_ && jump_->to == workers_ && jump_->rate > 0 &&
-            p.reads_wait() && p.stall() > params_.stall_high &&
-            InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
-    if (windows_at_count_ < 2 && !early) return std::nullopt;
+    if (windows_at_count_ < 2) {
+      early = jump_ && jump_->to == workers_ && jump_->rate > 0 && p.reads_wait() &&
+              p.stall() > params_.stall_high &&
+              InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
+      if (!early) return std::nullopt;
+    }
     reference_ = p;
     reference_workers_ = workers_;
   } else if (const double change = Changed(p, b); change > 0) {
@@ -881,7 +882,9 @@ double TunerCore::StoreEvidence() const {
   return params_.trial_window_s * times;
 }
 
-double TunerCore::ReadingNoise() const { return store_spread_ * std::sqrt(2 / StoreEvidence()); }
+double TunerCore::ReadingNoise(double a_s, double b_s) const {
+  return store_spread_ * std::sqrt(1 / a_s + 1 / b_s);
+}
 
 void TunerCore::StartStoreTrial(int from, double rate, double rate_t, bool down, bool prior) {
   trial_from_ = from;

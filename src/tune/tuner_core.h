@@ -297,9 +297,10 @@ class TunerCore {
   // Seconds of windows a store step is judged on, each side: trial_window_s,
   // longer when the settled windows' rates spread (StoreEvidence in .cc).
   double StoreEvidence() const;
-  // The relative spread of the difference between two readings of
-  // StoreEvidence() seconds each.
-  double ReadingNoise() const;
+  // The relative spread of the difference between two readings, of `a_s`
+  // and `b_s` seconds (both StoreEvidence() when not given).
+  double ReadingNoise(double a_s, double b_s) const;
+  double ReadingNoise() const { return ReadingNoise(StoreEvidence(), StoreEvidence()); }
 
   // Other processes take a good part of our CPUs and leave them no idle time.
   bool Contended(const Pooled& p, const Budgets& b) const;

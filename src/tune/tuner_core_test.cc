@@ -810,7 +810,8 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   }
   int shapes = 0, bad = 0, slow = 0, past = 0;
   double sum = 0;
-  for (int seed : GridSeeds())
+  const std::vector<int> seeds = GridSeeds();
+  for (int seed : seeds)
     for (int slots : {2, 4, 16, 32})
       for (double io_s : {0.005, 0.02, 0.08})
         for (double overload : {0.0, 0.01, 0.05, 0.15})
@@ -835,7 +836,8 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
                       << " seed " << seed;
                   EXPECT_LE(s.changes_late, 10)
                       << "oscillates: slots " << slots << " io " << io_s << " overload " << overload
-                      << " tail " << tail << " cpu " << cpu_s << " cores " << cores;
+                      << " tail " << tail << " cpu " << cpu_s << " cores " << cores << " seed "
+                      << seed;
                   if (std::getenv("SIM_GRID") && (!ok || std::getenv("SIM_GRID")[0] == '2')) {
                     std::printf(
                         "seed %d slots %2d io %3.0f ms over %.2f tail %.2f cpu %.0f ms cores %.0f "
@@ -854,7 +856,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // outside the suite"): the simulation is deterministic, so a change that
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.989);
-  if (shapes == 3 * 768) {
+  if (seeds.size() == 3) {  // the counts are over the three draws
     EXPECT_LE(slow, 295);
     EXPECT_LE(past, 145);
   }
@@ -1019,8 +1021,9 @@ TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
   // store may slow when overloaded), and steps double from there. A step
   // that paid handsomely, the consumer still waiting, takes the next step
   // on the window that judged it, not after one more window; the first
-  // jump's count and a step whose first half second already paid in
-  // proportion are judged on that.
+  // jump's count whose first window grew the rate in proportion, and a
+  // step whose first half second already paid clearly, are judged on that.
+  // The bound fails with either rule alone.
   const GridShape g{0, 0.02, 0, 0, 0.0002, 2};
   const SimWorkload w = WorkloadOf(g);
   const SimRun r = DriveShape(g, 1, 150);

@@ -228,6 +228,7 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
   d.wall_per_sample_ms = p.wall_per_sample() * 1e3;
   d.demand_per_s = std::isinf(p.demand()) ? 0 : p.demand();
   const bool changes = workers != workers_ || prefetch != prefetch_;
+  const bool short_refill = std::exchange(short_refill_, false);
   if (workers != workers_) {
     windows_at_count_ = 0;
     settled_s_ = 0;
@@ -242,9 +243,13 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
     // Let the pipeline refill before judging: a window, and longer when
     // samples are slow (the new workers' first tasks end late).
     skip_windows_ = 1;
-    skip_until_s_ =
-        t_s + std::clamp(params_.refill_samples * p.wall_per_sample(), 0.0, params_.max_refill_s);
+    auto refill = [&](double samples) {
+      return t_s + std::clamp(samples * p.wall_per_sample(), 0.0, params_.max_refill_s);
+    };
+    skip_until_s_ = refill(params_.refill_samples);
+    early_until_s_ = short_refill ? refill(params_.linear_refill_samples) : skip_until_s_;
     pool_ = {};
+    early_ = {};
   }
   workers_ = workers;
   prefetch_ = prefetch;
@@ -299,6 +304,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
     settled_s_ = 0;
     settled_produced_ = 0;
     pool_ = {};
+    early_ = {};
     reference_.reset();
     return std::nullopt;
   }
@@ -336,12 +342,30 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
 }
 
 std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
-  if (skip_windows_ > 0 || o.t_s < skip_until_s_) {
+  const TunerParams& k = params_;
+  if (skip_windows_ > 0 || o.t_s < early_until_s_) {
     skip_windows_ = std::max(0, skip_windows_ - 1);
     return std::nullopt;
   }
+  if (early_until_s_ < skip_until_s_) {
+    // A change whose refill skip is short (linear_refill_samples): the
+    // windows after it are read only for a verdict that pays (start-up
+    // reads low, so it can delay such a verdict, never make one); every
+    // other verdict waits for the usual skip.
+    early_.Add(o);
+    const bool clear = phase_ == Phase::kTrialUp
+                           ? PaysClearly(early_)
+                           : early_.stall() > k.stall_high && JumpInProportion(early_);
+    if (early_.window_s >= k.min_window_s && clear &&
+        (early_.batches >= k.min_batches || early_.produced >= 3 * k.start_samples)) {
+      Pooled p = early_;
+      early_ = {};
+      pool_ = {};
+      return p;
+    }
+    if (o.t_s < skip_until_s_) return std::nullopt;
+  }
   pool_.Add(o);
-  const TunerParams& k = params_;
   if (phase_ == Phase::kStart) {
     // The model needs per-sample times, not delivered batches: jump early,
     // and earlier still when samples are many.
@@ -366,6 +390,7 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
   }
   Pooled p = pool_;
   pool_ = {};
+  early_ = {};
   return p;
 }
 
@@ -436,6 +461,9 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
   // CPU per sample (settled: ~0.5 ms for 0.5 ms), and the model said 23.
   // Then more threads than the CPU-bound cap wait for a settled window to
   // show the wait (StepUp); with idle CPUs, time off the CPU is a wait.
+  // A first jump where reads are the wait may show it grew the rate in
+  // proportion sooner (Refine), as a step up from such a count may pay.
+  short_refill_ = !p.contended && p.reads_wait();
   auto d = SetByModel(p, b,
                       "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
                       "{item}, %s -> %d workers",
@@ -458,6 +486,11 @@ bool TunerCore::InProportion(int from, int to, double change) const {
   return change >= params_.store_linear * step;
 }
 
+bool TunerCore::JumpInProportion(const Pooled& p) const {
+  return jump_ && jump_->to == workers_ && jump_->rate > 0 && p.reads_wait() &&
+         InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
+}
+
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
                                                      double t_s) {
   phase_ = Phase::kRefine;
@@ -470,6 +503,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   reference_.reset();
   if (gain >= params_.gain) {
     lost_step_ = {0, 0};
+    doubted_from_ = 0;
     // Reads the wait, and the rate grew in proportion to the step: a store
     // had room for every read up to this count (its steps, if it saturates
     // further up, try nothing below it).
@@ -532,6 +566,21 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
                    workers_, gain * 100, trial_from_, 2.0 * trial_from_),
                t_s);
   }
+  const double noise = ReadingNoise(p.window_s, params_.trial_window_s);
+  if (store_linear_ == trial_from_ && p.stall() > params_.stall_high &&
+      params_.gain - gain < noise && std::exchange(doubted_from_, trial_from_) != trial_from_) {
+    // The rate grew in proportion up to the count the step left, the
+    // consumer still waits, and the reading lies within a spread of the
+    // bar: one window may have held the dip after the pool grew (128
+    // threads on 2 cores scatter a quarter second's rate by 20 %). Back,
+    // and the step once more from a settled reading before a knee holds.
+    reference_.reset();
+    return Set(trial_from_, b, p,
+               Fmt("back to %.0f workers: %.0f gained only %+.1f %%, within the noise of a "
+                   "reading (%.1f %%): it is tried again",
+                   trial_from_, workers_, gain * 100, noise * 100),
+               t_s);
+  }
   knee_ = trial_from_;
   std::string why =
       Fmt("knee at %.0f workers: %.0f gained only %+.1f %%", trial_from_, workers_, gain * 100);
@@ -578,9 +627,7 @@ std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b
     // or the first jump's first one where it already grew the rate in
     // proportion (start-up only reads low).
     if (windows_at_count_ < 2) {
-      early = jump_ && jump_->to == workers_ && jump_->rate > 0 && p.reads_wait() &&
-              p.stall() > params_.stall_high &&
-              InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
+      early = p.stall() > params_.stall_high && JumpInProportion(p);
       if (!early) return std::nullopt;
     }
     reference_ = p;
@@ -634,6 +681,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   store_falling_.reset();
   store_kept_ = 1;
   lost_step_ = {0, 0};
+  doubted_from_ = 0;
   store_moved_windows_ = 0;
   store_way_ = 0;
   const bool was_held = std::exchange(store_held_, false);
@@ -698,6 +746,9 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   // whatever else runs: more threads would only win CPU time from other
   // processes (and cost a worker's memory each).
   int cap = cpu_bound ? std::min(Cap(b), CpuBoundCap(b)) : Cap(b);
+  // The first jump, or the step just judged, grew the rate in proportion:
+  // far from any store limit, a step up from here may pay clearly sooner.
+  const bool linear = JumpInProportion(p) || store_linear_ == workers_;
   const std::optional<Jump> jump = std::exchange(jump_, std::nullopt);
   if (jump && jump->to == workers_ && !cpu_bound && p.reads_wait() &&
       p.produced_rate() < (1 - params_.change) * jump->rate) {
@@ -759,6 +810,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
   trial_wait_before_ = p.wait_per_sample();
   trial_reads_before_ = WaitsOnReads(p, b);
   trial_fill_before_ = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom : 0;
+  short_refill_ = linear && p.reads_wait();
   phase_ = Phase::kTrialUp;
   return Set(target, b, p,
              Say("consumer waited %.1f %% of the time at %.0f {items}/s: trying %.0f workers",

@@ -230,6 +230,9 @@ class TunerCore {
   // (up: a gain; down: the gain of having fewer) did so in proportion to
   // its size relative to `from` (store_linear).
   bool InProportion(int from, int to, double change) const;
+  // The first jump's count, `p` read there, grew the rate in proportion to
+  // the jump, reads being the wait.
+  bool JumpInProportion(const Pooled& p) const;
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
   // Settled windows between trials: reference, workload change, steps.
@@ -350,6 +353,12 @@ class TunerCore {
   Pooled pool_;
   int skip_windows_ = 1;     // windows to ignore after a change (pipeline refill) ...
   double skip_until_s_ = 0;  // ... and until this time, for slow samples
+  // After the first jump where reads are the wait, or a step up from a
+  // count that grew the rate in proportion: the windows from this time on
+  // (linear_refill_samples), pooled in early_, may show that it pays.
+  double early_until_s_ = 0;
+  Pooled early_;
+  bool short_refill_ = false;  // the next change is such a jump or step
   // The settled reference at the current worker count.
   std::optional<Pooled> reference_;
   int reference_workers_ = -1;
@@ -388,6 +397,9 @@ class TunerCore {
   // The last plain step up (from, to) read as the workload changing under
   // it (it lost more than `change`): the same step losing again is a knee.
   std::pair<int, int> lost_step_{0, 0};
+  // The count a plain step up left whose knee was doubted once (its gain
+  // within the noise of the bar): the second such step marks it.
+  int doubted_from_ = 0;
   // After a step up that lost over `change` (a cliff past an overloaded
   // store's peak): the size of steps up from below it, doubling while they
   // pay in proportion (0: no cliff). Halving down from the cliff would

@@ -15,6 +15,10 @@ struct TunerParams {
   double trial_window_s = 1.0;  // time a trial is judged on, unless it clearly pays (PaysClearly)
   double refill_samples = 20;   // after a change, skip this many samples' wall time ...
   double max_refill_s = 1.0;    // ... but at most this long
+  // After the first jump where reads are the wait, or a step up from a
+  // count that grew the rate in proportion: from this many samples' wall
+  // time on, the windows may show that it pays (the rest wait as above).
+  double linear_refill_samples = 3;
 
   // The model (Little's law).
   double headroom = 1.2;     // provision this much above the demand

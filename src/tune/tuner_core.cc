@@ -353,10 +353,7 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
     // reads low, so it can delay such a verdict, never make one); every
     // other verdict waits for the usual skip.
     early_.Add(o);
-    const bool clear = phase_ == Phase::kTrialUp
-                           ? PaysClearly(early_)
-                           : early_.stall() > k.stall_high && JumpInProportion(early_);
-    if (early_.window_s >= k.min_window_s && clear &&
+    if (early_.window_s >= k.min_window_s && (PaysClearly(early_) || JumpPaysEarly(early_)) &&
         (early_.batches >= k.min_batches || early_.produced >= 3 * k.start_samples)) {
       Pooled p = early_;
       early_ = {};
@@ -491,6 +488,10 @@ bool TunerCore::JumpInProportion(const Pooled& p) const {
          InProportion(jump_->from, jump_->to, p.produced_rate() / jump_->rate - 1);
 }
 
+bool TunerCore::JumpPaysEarly(const Pooled& p) const {
+  return phase_ == Phase::kRefine && p.stall() > params_.stall_high && JumpInProportion(p);
+}
+
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
                                                      double t_s) {
   phase_ = Phase::kRefine;
@@ -571,9 +572,8 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
       params_.gain - gain < noise && std::exchange(doubted_from_, trial_from_) != trial_from_) {
     // The rate grew in proportion up to the count the step left, the
     // consumer still waits, and the reading lies within a spread of the
-    // bar: one window may have held the dip after the pool grew (128
-    // threads on 2 cores scatter a quarter second's rate by 20 %). Back,
-    // and the step once more from a settled reading before a knee holds.
+    // bar: one window may have held the dip after the pool grew. Back, and
+    // the step once more from a settled reading before a knee holds.
     reference_.reset();
     return Set(trial_from_, b, p,
                Fmt("back to %.0f workers: %.0f gained only %+.1f %%, within the noise of a "
@@ -627,7 +627,7 @@ std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b
     // or the first jump's first one where it already grew the rate in
     // proportion (start-up only reads low).
     if (windows_at_count_ < 2) {
-      early = p.stall() > params_.stall_high && JumpInProportion(p);
+      early = JumpPaysEarly(p);
       if (!early) return std::nullopt;
     }
     reference_ = p;

@@ -233,6 +233,9 @@ class TunerCore {
   // The first jump's count, `p` read there, grew the rate in proportion to
   // the jump, reads being the wait.
   bool JumpInProportion(const Pooled& p) const;
+  // And the consumer waits: the jump's count is judged on this reading
+  // (Refine), before a settled window.
+  bool JumpPaysEarly(const Pooled& p) const;
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
   // Settled windows between trials: reference, workload change, steps.

@@ -1045,12 +1045,11 @@ TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
 }
 
 TEST(TunerCoreTest, AKneeReadWithinTheNoiseAfterARateInProportionIsTriedAgain) {
-  // A store with no limit in sight (20 ms reads, 0.2 ms of CPU), and the
-  // first trial of 128 workers reading 20 % low through its window (seen
-  // on the machine: 64 -> 128 read +0.3 % where 64 had grown the rate in
-  // proportion, and the pool held 64, 0.71 of the best). The rate grew in
-  // proportion up to 64 and the consumer waits: a reading within the
-  // noise of the bar is tried again before a knee holds.
+  // A store with no limit in sight (20 ms reads, 0.47 ms of CPU on 2
+  // cores: 128 workers make 36 % more than 64), the first trial of 128
+  // reading 30 % low through its window (the dip after a pool grows). The
+  // rate grew in proportion up to 64 and the consumer waits: a reading
+  // within the noise of the bar is tried again before a knee holds.
   SimWorkload w = WorkloadOf(GridShape{0, 0.02, 0, 0, 0.00047, 2});
   w.noise = 0.2;
   w.doubling_dip_at = 128;

@@ -1202,14 +1202,16 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
   // verdict farther from the bar than the store's drift could make it over
   // the time between the two readings, and half a gain of noise. The drift
   // is known from two readings of one count around a trial; before that,
-  // it may be as much as store_drift_bound a second (a trial's two
-  // readings are a few seconds apart, and a chain of steps judged against
-  // one reading farther). Any other verdict waits for the count left,
+  // it may be as much as store_drift_bound a second, and a reading older
+  // than store_fresh_s (a chain of steps judged against one reading) may
+  // have drifted any way. Any other verdict waits for the count left,
   // measured again.
   const double bar = up ? StoreUpBar(trial_from_, workers_) : -params_.gain;
   const double doubt =
       (store_drift_known_ ? std::abs(drift) : params_.store_drift_bound) * gap + params_.gain / 2;
-  const bool decided = (r.prior && change >= -params_.gain) || std::abs(change - bar) > doubt;
+  const bool stale = !store_drift_known_ && gap > params_.store_fresh_s;
+  const bool decided =
+      (r.prior && change >= -params_.gain) || (!stale && std::abs(change - bar) > doubt);
   if (decided) {
     std::string evidence = Say("%.0f {items}/s against %.0f before", r.rate, r.before);
     evidence += store_drift_known_ ? Fmt(", %.1f s apart, beyond the store's drift of %+.1f %%/s",

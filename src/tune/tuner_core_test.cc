@@ -650,6 +650,31 @@ TEST(TunerCoreTest, StoreWhoseServiceDoublesInTwentySecondsIsFollowed) {
   }
 }
 
+TEST(TunerCoreTest, DriftingStoresOfOtherPeriodsAreFollowed) {
+  // io-drift's store doubling its service in 15 to 40 s, judged over the
+  // steepest stretch (0.3 to 0.55 of the period) against the best static
+  // count at each tick: a verdict read against a count measured long
+  // before reads the drift as the step's loss or gain.
+  double sum = 0;
+  int runs = 0;
+  for (double period : {30.0, 40.0, 50.0, 60.0, 80.0})
+    for (int initial : {1, 3, 24}) {
+      SimWorkload w = DriftingStore(period);
+      TunerCore core(initial, 4);
+      SimRun r = Drive(core, w, TwoCores(), 250);
+      const int from = static_cast<int>(period * 0.3 / kTick);
+      const int to = static_cast<int>(period * 0.55 / kTick);
+      double best = 0;
+      for (int n = 1; n <= 64; ++n)
+        best = std::max(best, RateOver(w, from, to, [n](int) { return n; }));
+      const double got = RateOver(w, from, to, [&r](int i) { return r.workers[i]; }) / best;
+      EXPECT_GE(got, 0.88) << "period " << period << " from " << initial;
+      sum += got;
+      ++runs;
+    }
+  EXPECT_GE(sum / runs, 0.975);
+}
+
 TEST(TunerCoreTest, OverloadedStoreIsHeldNearItsPeakNeverPastIt) {
   // bench's io-overload, from a few workers, from the model's first jump's
   // size and from the cap: held within two of the peak, at 97 % of its rate.
@@ -867,7 +892,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.989);
   if (seeds.size() == 3) {  // the counts are over the three draws
-    EXPECT_LE(slow, 295);
+    EXPECT_LE(slow, 245);
     EXPECT_LE(past, 145);
   }
 }

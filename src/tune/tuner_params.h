@@ -69,8 +69,10 @@ struct TunerParams {
   // this, whose waits would read as a false service time.
   double store_age_s = 10;
   // Before a store's drift is measured, a step's two readings may differ
-  // by this much a second from it (relative): io-drift's steepest.
-  double store_drift_bound = 0.05;
+  // by this much a second from it (relative), if they are at most
+  // store_fresh_s apart; older readings are measured again before a verdict.
+  double store_drift_bound = 0.01;
+  double store_fresh_s = 4;
 
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often

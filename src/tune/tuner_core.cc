@@ -1251,13 +1251,23 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
     kept = std::min(kept, r.rate / std::max(store_best_->rate * moved, 1e-9));
   }
   const double up_bar = StoreUpBar(from, r.workers);
-  const bool won = r.up ? change >= up_bar : KeepsRate(change, kept);
+  // The model's knee losing less than a reading's noise beyond `gain`: the
+  // readings cannot tell, and the model says it keeps the rate (the steps
+  // up from it say whether more pay).
+  const bool keeps = KeepsRate(change, kept);
+  const bool unresolved = !r.up && r.prior && !keeps && change >= -params_.gain - ReadingNoise();
+  const bool won = r.up ? change >= up_bar : keeps || unresolved;
   std::string why = Fmt(r.up ? (won ? "step up from %.0f to %.0f paid %+.1f %% ("
                                     : "step up from %.0f to %.0f gained only %+.1f %% (")
-                             : (won ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "
-                                    : "%.0f -> %.0f workers lost %.1f %% of the store's rate ("),
-                        from, r.workers, won || r.up ? change * 100 : -change * 100) +
+                             : (keeps ? "%.0f -> %.0f workers keep the store's rate (%+.1f %%, "
+                                      : "%.0f -> %.0f workers lost %.1f %% of the store's rate ("),
+                        from, r.workers, keeps || r.up ? change * 100 : -change * 100) +
                     evidence + ")";
+  if (unresolved) {
+    why +=
+        Fmt(": the model's knee, kept: %.1f %% past %.0f %% is within a reading's noise (%.1f %%)",
+            -(change + params_.gain) * 100, params_.gain * 100, ReadingNoise() * 100);
+  }
   if (!r.up && !won && change >= -params_.gain) {
     why += Fmt(": %.1f %% in all since the best count of this search", (1 - kept) * 100);
   }

@@ -893,7 +893,22 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   EXPECT_GE(sum / shapes, 0.989);
   if (seeds.size() == 3) {  // the counts are over the three draws
     EXPECT_LE(slow, 245);
-    EXPECT_LE(past, 145);
+    EXPECT_LE(past, 120);
+  }
+}
+
+TEST(TunerCoreTest, AModelKneeWithinTheNoiseOfAHeavyTailedStoreIsKept) {
+  // Two flat slots of 20 ms, 1 % of reads 10-50x slower: any count from 3
+  // keeps the rate, and a second's rate scatters by a tenth. The first jump
+  // holds 48 workers; the model's knee, 5, read 3.5 % under them, which
+  // the readings cannot tell from nothing. Under three draws: held near
+  // the knee, not at 33 (halfway back, then steps down that each lost
+  // within the noise).
+  for (int seed : {0, 1, 2}) {
+    const GridShape g{2, 0.02, 0, 0.01, 0.001, 2, seed};
+    const GridScore s = ScoreShape(g, 3, 450);
+    EXPECT_LE(s.final, s.knee + 2) << "seed " << seed;
+    EXPECT_GE(s.ratio, 0.97) << "seed " << seed;
   }
 }
 

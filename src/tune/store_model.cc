@@ -36,6 +36,12 @@ const StoreModel::Point& StoreModel::Least() const {
 
 double StoreModel::service_s() const { return points_.empty() ? 0 : Least().wait_s; }
 
+double StoreModel::UnqueuedRate() const {
+  if (points_.empty()) return 0;
+  const Point& least = Least();
+  return 1 / (least.wait_s + least.rest_s);
+}
+
 bool StoreModel::Saturated() const {
   if (points_.empty()) return false;
   const Point& least = Least();

@@ -55,6 +55,9 @@ class StoreModel {
   bool Saturated() const;
   /// The least wait per sample seen: a read's service time; 0 when no points.
   double service_s() const;
+  /// Samples/s one worker makes where its reads do not queue (the least
+  /// wait's point): the rate's slope in the pool below the store's knee.
+  double UnqueuedRate() const;
   /// Reads the store serves at once, by the queued points. REQUIRES: Saturated().
   double slots() const;
   /// The fewest workers that keep slots() reads in service, each spending

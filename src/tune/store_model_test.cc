@@ -36,6 +36,15 @@ TEST(StoreModelTest, WaitGrowingWithThePoolGivesTheSlotsAndTheKnee) {
   EXPECT_NE(m.Describe().find("at 128 workers"), std::string::npos) << m.Describe();
 }
 
+TEST(StoreModelTest, TheUnqueuedRateIsOneWorkersAtTheLeastWait) {
+  StoreModel m(1.5, 1.2, 0.15);
+  EXPECT_EQ(m.UnqueuedRate(), 0);
+  m.Add(Loop(128, 8, 0.02, 0.001));
+  m.Add(Loop(2, 8, 0.02, 0.001));
+  // One worker, its read unqueued: a sample every 20 + 1 ms.
+  EXPECT_NEAR(m.UnqueuedRate(), 1 / 0.021, 1e-9);
+}
+
 TEST(StoreModelTest, ALargerPoolThatProducedLessIsForgotten) {
   // The store gained slots: 12 workers now produce more than 128 did.
   StoreModel m(1.5, 1.2, 0.15);

@@ -528,6 +528,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
     store_seen_ = true;
     knee_.reset();
     store_top_ = workers_;
+    store_falls_.emplace_back(workers_, p.produced_rate());
     store_peaked_ = store_peaked_ || gain <= -params_.gain;
     NoteLostStepUp(trial_from_, gain);
     return Set(
@@ -671,12 +672,14 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
     store_.Clear();
     store_floor_.reset();
     store_linear_.reset();
+    store_unresolved_.reset();
     // This window too (Observe fed it): it may straddle the change, and a
     // wait averaged across it would teach the model a false service time.
   }
   const double changed_rate = reference_ ? p.produced_rate() - reference_->produced_rate() : 0;
   reference_ = p;
   store_top_.reset();
+  store_falls_.clear();
   store_climb_ = 0;
   store_falling_.reset();
   store_kept_ = 1;
@@ -698,6 +701,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
     store_seen_ = true;
     store_floor_.reset();
     store_linear_.reset();
+    store_unresolved_.reset();
     store_recheck_.reset();
     if (was_held) store_way_ = changed_rate >= 0 ? 1 : -1;
     settled_s_ = 0;
@@ -760,6 +764,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
     store_seen_ = true;
     knee_.reset();
     store_top_ = workers_;
+    store_falls_.emplace_back(workers_, p.produced_rate());
     store_peaked_ = true;
     store_prior_tried_ = true;
     const int mid = static_cast<int>(std::lround(std::sqrt(1.0 * jump->from * jump->to)));
@@ -967,6 +972,30 @@ double TunerCore::StoreUpBar(int from, int to) const {
   return std::min(back, std::max(gain / 2, params_.store_linear * size));
 }
 
+std::optional<TunerCore::LinesMeet> TunerCore::PeakOfLines(int at, double rate) const {
+  const double rise = store_.UnqueuedRate();
+  if (rise <= 0 || !store_.Saturated()) return std::nullopt;
+  // Past the peak: counts whose step up lost, above this one, and this one
+  // where it reads clearly (big_gain) under the rise: the corner of a
+  // store's knee rounds off within a few percent of it.
+  std::vector<std::pair<int, double>> past;
+  for (const auto& f : store_falls_) {
+    if (f.first > at) past.push_back(f);
+  }
+  if (rate < (1 - params_.big_gain) * rise * at) past.emplace_back(at, rate);
+  if (past.size() < 2) return std::nullopt;
+  std::sort(past.begin(), past.end());
+  const auto [a, rate_a] = past[0];
+  const auto [b, rate_b] = past[1];
+  // A fall of more than `gain`: on a flat store the lines meet at the knee
+  // itself, where a pool has no headroom to show the store gaining slots.
+  if (rate_b > (1 - params_.gain) * rate_a) return std::nullopt;
+  const double fall = (rate_b - rate_a) / (b - a);
+  // Up, as the lines meet above a rounded peak.
+  const int meet = static_cast<int>(std::ceil((rate_a - fall * a) / (rise - fall)));
+  return LinesMeet{meet, rise, fall, a, b, rate_a, rate_b};
+}
+
 int TunerCore::StoreStepOf(int workers) const {
   return std::max(1, static_cast<int>(std::lround(params_.store_step * workers)));
 }
@@ -1014,6 +1043,8 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     const bool faster = unqueued || p.produced_rate() > store_hold_rate_;
     store_way_ = faster ? 1 : -1;
     (faster ? store_top_ : store_floor_).reset();
+    store_falls_.clear();
+    store_unresolved_.reset();
     (faster ? store_falling_ : store_linear_).reset();
     if (faster) store_climb_ = 0;
     return StoreVerify(
@@ -1139,13 +1170,31 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   const bool up_open = store_way_ >= 0 && up > at && !falling && (!store_top_ || *store_top_ > up);
   // Up to a count whose step up paid in proportion to its size, the rate
   // still grew with the pool: a step down from there would lose as much.
-  const bool down_open =
-      store_way_ <= 0 && down < at && !linear && (!store_floor_ || *store_floor_ < down);
+  const bool unresolved = store_unresolved_ && at <= *store_unresolved_;
+  const bool down_open = store_way_ <= 0 && down < at && !linear && !unresolved &&
+                         (!store_floor_ || *store_floor_ < down);
   // Toward the model's knee first: above it, a step down (a knee below a
   // count where the rate still grew is the model's error: an overloaded
   // store stretches its service, and it reads too few slots).
-  const bool above_model = store_.Saturated() && at > store_.Knee() && !linear;
+  const bool above_model = store_.Saturated() && at > store_.Knee() && !linear && !unresolved;
   const std::string model = store_.Saturated() ? store_.Describe(item_) + "; " : std::string();
+  // The rate's rise below the knee and its fall past the peak meet within
+  // the bracket: that count is the next trial, not a quarter step.
+  if (const std::optional<LinesMeet> m = PeakOfLines(at, rate);
+      m && m->workers != at && m->workers >= 1 && m->workers <= cap && store_way_ == 0 &&
+      (!store_floor_ || m->workers > *store_floor_) && (!store_top_ || m->workers < *store_top_) &&
+      (m->workers > at ? !falling : !linear && !unresolved)) {
+    StartStoreTrial(at, rate, rate_t, /*down=*/m->workers < at, /*prior=*/false);
+    return Set(m->workers, b, p,
+               why +
+                   Say("the rate grows by %.1f {items}/s a worker below the store's knee and "
+                       "falls by %.1f past its peak (%.0f at %.0f workers, ",
+                       m->rise, -m->fall, m->rate_a, m->a) +
+                   Say("%.0f at %.0f): the two meet at %.0f workers, tried (%.0f {items}/s at "
+                       "%.0f)",
+                       m->rate_b, m->b, m->workers, rate, at),
+               t_s);
+  }
   if (down_open || up_open) {
     const bool step_down = down_open && (above_model || !up_open);
     const int to = step_down ? down : up;
@@ -1177,6 +1226,8 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   if (store_floor_)
     cite(Fmt("a step down to %.0f lost %.0f %% or more", *store_floor_, params_.gain * 100));
   if (linear) cite(Fmt("the rate grew in proportion to the pool up to %.0f", *store_linear_));
+  if (unresolved)
+    cite(Fmt("the model's knee, %.0f, lost within a reading's noise", *store_unresolved_));
   if (falling) cite(Fmt("the rate rose as the pool shrank down to %.0f", *store_falling_));
   if (evidence.empty()) evidence = "no step left within the budget";
   return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
@@ -1264,6 +1315,7 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
                         from, r.workers, keeps || r.up ? change * 100 : -change * 100) +
                     evidence + ")";
   if (unresolved) {
+    store_unresolved_ = r.workers;
     why +=
         Fmt(": the model's knee, kept: %.1f %% past %.0f %% is within a reading's noise (%.1f %%)",
             -(change + params_.gain) * 100, params_.gain * 100, ReadingNoise() * 100);
@@ -1311,6 +1363,7 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
   }
   if (r.up) {
     store_top_ = r.workers;
+    store_falls_.emplace_back(r.workers, r.rate);
     store_peaked_ = store_peaked_ || change <= -params_.gain;
     NoteLostStepUp(from, change);
     return StoreVerify(from, rate, rate_t, p, b, std::move(why), t_s);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "stoker/defaults.h"
 #include "stoker/tuning.h"
@@ -289,6 +290,17 @@ class TunerCore {
                                             const Pooled& p, const Budgets& b, double t_s);
   // The tuner's step around a saturated store of `workers`.
   int StoreStepOf(int workers) const;
+  // Where the rate's rise below the store's knee (UnqueuedRate a worker)
+  // meets the line of its fall past the peak (the two least counts that
+  // read under the rise, `rate` at `at` among them): the store's peak, or
+  // a flat store's knee. Empty without two such counts, or a fall.
+  struct LinesMeet {
+    int workers;            // where they meet, rounded
+    double rise, fall;      // each line's {items}/s a worker
+    int a, b;               // the fall's two counts
+    double rate_a, rate_b;  // and their rates
+  };
+  std::optional<LinesMeet> PeakOfLines(int at, double rate) const;
   // A step up from `from` workers lost `change` of the rate: past a cliff,
   // steps up start small (store_climb_).
   void NoteLostStepUp(int from, double change);
@@ -394,6 +406,12 @@ class TunerCore {
   bool store_prior_trial_ = false;
   std::optional<int> store_top_;
   std::optional<int> store_floor_;
+  // The model's knee kept where its loss lay within a reading's noise: no
+  // step down from it or below (the readings there read as a loss).
+  std::optional<int> store_unresolved_;
+  // Counts of this search whose step up lost, with their rates: past the
+  // store's peak, where the rate falls (PeakOfLines).
+  std::vector<std::pair<int, double>> store_falls_;
   // The largest count a store step up reached paying in proportion to its
   // size (store_linear): no step down from it or below.
   std::optional<int> store_linear_;

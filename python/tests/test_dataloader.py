@@ -537,7 +537,10 @@ def test_resume_in_a_new_process_with_another_worker_count():
 
 def test_ctrl_c_interrupts_a_waiting_loop_at_once():
     code = textwrap.dedent("""
-        import os, sys, time, torch, stoker
+        import os, signal, sys, time, torch, stoker
+        # A shell starts background jobs with SIGINT ignored, and Python
+        # then leaves it so: Ctrl-C's own handler, as in a terminal.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         class Slow(torch.utils.data.Dataset):
             def __len__(self): return 8
             def __getitem__(self, i):

@@ -1002,11 +1002,11 @@ int TunerCore::StoreStepOf(int workers) const {
 
 void TunerCore::NoteLostStepUp(int from, double change) {
   // The first step from below a cliff: the fewest workers whose gain, in
-  // proportion, would clear `gain` and twice the noise of two readings (one
-  // worker of 32 on a steady store; more where one worker's share would
-  // hide in the noise).
+  // proportion, would be twice `gain` (a step whose whole gain is the bar
+  // reads either way) and twice the noise of two readings (two workers of
+  // 32 on a steady store; more where their share would hide in the noise).
   if (change < -params_.change) {
-    const double size = std::max(params_.gain, 2 * ReadingNoise());
+    const double size = 2 * std::max(params_.gain, ReadingNoise());
     store_climb_ = std::max(1, static_cast<int>(std::lround(size * from)));
   }
 }

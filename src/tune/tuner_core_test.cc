@@ -893,7 +893,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // loses ground on these shapes fails here.
   EXPECT_GE(sum / shapes, 0.989);
   if (seeds.size() == 3) {  // the counts are over the three draws
-    EXPECT_LE(slow, 225);
+    EXPECT_LE(slow, 205);
     EXPECT_LE(past, 115);
   }
 }
@@ -930,6 +930,20 @@ TEST(TunerCoreTest, WhereTheRiseAndTheFallMeetIsTriedAtOnce) {
   for (const TunerDecision& d : r.decisions)
     met = met || d.reason.find("the two meet") != std::string::npos;
   EXPECT_TRUE(met);
+}
+
+TEST(TunerCoreTest, TheFirstClimbFromBelowACliffClearsTheNoise) {
+  // 32 slots of 5 ms losing 15 % per waiting read, 1 % of reads 10-50x
+  // slower, from 1 worker: 32 -> 64 loses most of the rate. A first climb
+  // of one worker from 32 (+3.1 % in proportion, the bar itself) read
+  // +1.0 % and +2.1 % and held 32 of a peak at 37 (0.865); two workers
+  // clear the bar twice over.
+  for (int seed : {0, 1, 2}) {
+    const GridShape g{32, 0.005, 0.15, 0.01, 0.001, 8, seed};
+    const GridScore s = ScoreShape(g, 1, 450);
+    EXPECT_GE(s.ratio, 0.95) << "seed " << seed;
+    EXPECT_GE(s.final, s.peak - 2) << "seed " << seed;
+  }
 }
 
 TEST(TunerCoreTest, AFirstJumpThatLosesMostOfTheRateTriesHalfwayBack) {

@@ -527,8 +527,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
     // this count.
     store_seen_ = true;
     knee_.reset();
-    store_top_ = workers_;
-    store_falls_.emplace_back(workers_, p.produced_rate());
+    NoteFall(workers_, p.produced_rate());
     store_peaked_ = store_peaked_ || gain <= -params_.gain;
     NoteLostStepUp(trial_from_, gain);
     return Set(
@@ -763,8 +762,7 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
     // this count; its steps go on from there.
     store_seen_ = true;
     knee_.reset();
-    store_top_ = workers_;
-    store_falls_.emplace_back(workers_, p.produced_rate());
+    NoteFall(workers_, p.produced_rate());
     store_peaked_ = true;
     store_prior_tried_ = true;
     const int mid = static_cast<int>(std::lround(std::sqrt(1.0 * jump->from * jump->to)));
@@ -994,6 +992,18 @@ std::optional<TunerCore::LinesMeet> TunerCore::PeakOfLines(int at, double rate) 
   // Up, as the lines meet above a rounded peak.
   const int meet = static_cast<int>(std::ceil((rate_a - fall * a) / (rise - fall)));
   return LinesMeet{meet, rise, fall, a, b, rate_a, rate_b};
+}
+
+void TunerCore::NoteFall(int workers, double rate) {
+  store_top_ = workers;
+  // One reading a count, the latest: two of one count would make no line.
+  auto same = std::find_if(store_falls_.begin(), store_falls_.end(),
+                           [workers](const auto& f) { return f.first == workers; });
+  if (same != store_falls_.end()) {
+    same->second = rate;
+  } else {
+    store_falls_.emplace_back(workers, rate);
+  }
 }
 
 int TunerCore::StoreStepOf(int workers) const {
@@ -1362,8 +1372,7 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
     return Set(r.workers, b, p, why, t_s);
   }
   if (r.up) {
-    store_top_ = r.workers;
-    store_falls_.emplace_back(r.workers, r.rate);
+    NoteFall(r.workers, r.rate);
     store_peaked_ = store_peaked_ || change <= -params_.gain;
     NoteLostStepUp(from, change);
     return StoreVerify(from, rate, rate_t, p, b, std::move(why), t_s);

@@ -301,6 +301,9 @@ class TunerCore {
     double rate_a, rate_b;  // and their rates
   };
   std::optional<LinesMeet> PeakOfLines(int at, double rate) const;
+  // A step up to `workers` lost, reading `rate` there: the top of the
+  // search, and a count past the peak (store_falls_).
+  void NoteFall(int workers, double rate);
   // A step up from `from` workers lost `change` of the rate: past a cliff,
   // steps up start small (store_climb_).
   void NoteLostStepUp(int from, double change);
@@ -409,8 +412,8 @@ class TunerCore {
   // The model's knee kept where its loss lay within a reading's noise: no
   // step down from it or below (the readings there read as a loss).
   std::optional<int> store_unresolved_;
-  // Counts of this search whose step up lost, with their rates: past the
-  // store's peak, where the rate falls (PeakOfLines).
+  // Counts of this search whose step up lost, with their latest rates: past
+  // the store's peak, where the rate falls (PeakOfLines). One entry a count.
   std::vector<std::pair<int, double>> store_falls_;
   // The largest count a store step up reached paying in proportion to its
   // size (store_linear): no step down from it or below.

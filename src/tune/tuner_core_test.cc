@@ -672,7 +672,7 @@ TEST(TunerCoreTest, DriftingStoresOfOtherPeriodsAreFollowed) {
       sum += got;
       ++runs;
     }
-  // A little below what it reads (0.974).
+  // A little below what it reads (docs/tuner.md, the eighth pass).
   EXPECT_GE(sum / runs, 0.972);
 }
 
@@ -900,11 +900,10 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
 
 TEST(TunerCoreTest, AModelKneeWithinTheNoiseOfAHeavyTailedStoreIsKept) {
   // Two flat slots of 20 ms, 1 % of reads 10-50x slower: any count from 3
-  // keeps the rate, and a second's rate scatters by a tenth. The first jump
-  // holds 48 workers; the model's knee, 5, read 3.5 % under them, which
-  // the readings cannot tell from nothing. Under three draws: held near
-  // the knee, not at 33 (halfway back, then steps down that each lost
-  // within the noise).
+  // keeps the rate, and a second's rate scatters by a tenth. The model's
+  // knee, tried from the first jump's count, may read a few percent under
+  // it, which the readings cannot tell from nothing: held near the knee,
+  // not halfway back and lower by steps that each lose within the noise.
   for (int seed : {0, 1, 2}) {
     const GridShape g{2, 0.02, 0, 0.01, 0.001, 2, seed};
     const GridScore s = ScoreShape(g, 3, 450);
@@ -915,9 +914,9 @@ TEST(TunerCoreTest, AModelKneeWithinTheNoiseOfAHeavyTailedStoreIsKept) {
 
 TEST(TunerCoreTest, WhereTheRiseAndTheFallMeetIsTriedAtOnce) {
   // 32 slots of 80 ms losing 5 % per waiting read, 4 ms of CPU: the rate
-  // grows by 11.9/s a worker up to the peak (33) and falls past it (372/s
-  // at 35, 258 at 44). The lines meet at 34: tried at once, not a quarter
-  // step down (29, 12 % lost) and steps of one back (95 % after 15.6 s).
+  // grows by 11.9/s a worker up to the peak (33) and falls past it. Once
+  // two counts read past it, the count where the lines meet is tried at
+  // once, not a quarter step down and steps of one back.
   for (int seed : {0, 1, 2}) {
     const GridShape g{32, 0.08, 0.05, 0, 0.004, 8, seed};
     const GridScore s = ScoreShape(g, 3, 450);
@@ -935,9 +934,9 @@ TEST(TunerCoreTest, WhereTheRiseAndTheFallMeetIsTriedAtOnce) {
 TEST(TunerCoreTest, TheFirstClimbFromBelowACliffClearsTheNoise) {
   // 32 slots of 5 ms losing 15 % per waiting read, 1 % of reads 10-50x
   // slower, from 1 worker: 32 -> 64 loses most of the rate. A first climb
-  // of one worker from 32 (+3.1 % in proportion, the bar itself) read
-  // +1.0 % and +2.1 % and held 32 of a peak at 37 (0.865); two workers
-  // clear the bar twice over.
+  // of one worker from 32 (+3.1 % in proportion, the bar itself) reads
+  // either way under the tails' noise and may hold 32 of a peak at 37; two
+  // workers clear the bar twice over.
   for (int seed : {0, 1, 2}) {
     const GridShape g{32, 0.005, 0.15, 0.01, 0.001, 8, seed};
     const GridScore s = ScoreShape(g, 1, 450);
@@ -1108,7 +1107,7 @@ TEST(TunerCoreTest, StepsThatPayHandsomelyGoOnWithoutASettledWindowMore) {
   // jump's count whose first window grew the rate in proportion, and a
   // step whose first half second already paid clearly, are judged on that;
   // a step up from a count that grew in proportion may pay clearly on the
-  // windows after a shorter refill (linear_refill_samples; 3.6 s without).
+  // windows after a shorter refill (linear_refill_samples).
   // The bound fails with either of the first two rules alone.
   const GridShape g{0, 0.02, 0, 0, 0.0002, 2};
   const SimWorkload w = WorkloadOf(g);

@@ -980,7 +980,7 @@ std::optional<TunerCore::LinesMeet> TunerCore::PeakOfLines(int at, double rate) 
   for (const auto& f : store_falls_) {
     if (f.first > at) past.push_back(f);
   }
-  if (rate < (1 - params_.big_gain) * rise * at) past.emplace_back(at, rate);
+  if (!OnTheRise(at, rate)) past.emplace_back(at, rate);
   if (past.size() < 2) return std::nullopt;
   std::sort(past.begin(), past.end());
   const auto [a, rate_a] = past[0];
@@ -992,6 +992,11 @@ std::optional<TunerCore::LinesMeet> TunerCore::PeakOfLines(int at, double rate) 
   // Up, as the lines meet above a rounded peak.
   const int meet = static_cast<int>(std::ceil((rate_a - fall * a) / (rise - fall)));
   return LinesMeet{meet, rise, fall, a, b, rate_a, rate_b};
+}
+
+bool TunerCore::OnTheRise(int workers, double rate) const {
+  const double rise = store_.UnqueuedRate();
+  return rise > 0 && rate >= (1 - params_.big_gain) * rise * workers;
 }
 
 void TunerCore::NoteFall(int workers, double rate) {
@@ -1361,7 +1366,9 @@ std::optional<TunerDecision> TunerCore::StoreVerdict(const Recheck& r, double ch
       store_top_ = from;  // more workers paid nothing over the trial's count
       // Fewer workers made more, in proportion to the step: the store was
       // overloaded down to the trial's count, and steps go on down.
-      if (!r.prior && InProportion(from, r.workers, change)) {
+      // Not where the trial's count still reads on the rise: the peak lies
+      // above it, below the count left.
+      if (!r.prior && InProportion(from, r.workers, change) && !OnTheRise(r.workers, r.rate)) {
         store_falling_ = r.workers;
         store_shrink_ = change > params_.big_gain;
       }

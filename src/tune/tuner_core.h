@@ -301,6 +301,9 @@ class TunerCore {
     double rate_a, rate_b;  // and their rates
   };
   std::optional<LinesMeet> PeakOfLines(int at, double rate) const;
+  // `rate` at `workers` reads within big_gain of the rise below the store's
+  // knee (UnqueuedRate each): the count is not past the store's peak.
+  bool OnTheRise(int workers, double rate) const;
   // A step up to `workers` lost, reading `rate` there: the top of the
   // search, and a count past the peak (store_falls_).
   void NoteFall(int workers, double rate);

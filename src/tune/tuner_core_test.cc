@@ -1167,6 +1167,22 @@ TEST(TunerCoreTest, BetweenACountThatGrewInProportionAndATopStepsHalve) {
   EXPECT_LE(s.final, s.peak);
 }
 
+TEST(TunerCoreTest, AStepDownThatStillReadsOnTheRiseIsBelowThePeak) {
+  // 16 slots of 20 ms losing 15 % per waiting read, heavy tails, 4 ms of
+  // CPU on 8 cores: the rate rises by one unqueued worker's rate up to a
+  // sharp peak at 18 and falls past it. A step down from 20 to 15 gains in
+  // proportion, yet 15 still reads on the rise: the peak lies between, and
+  // steps up from 15 find it (held at 15, no step up ever tried, it lost a
+  // sixth of the rate).
+  for (int seed : {0, 1, 2}) {
+    const GridShape g{16, 0.02, 0.15, 0.01, 0.004, 8, seed};
+    const GridScore s = ScoreShape(g, 3, 450);
+    EXPECT_GE(s.final, s.peak - 1) << "seed " << seed;
+    EXPECT_LE(s.final, s.peak + 1) << "seed " << seed;
+    EXPECT_GE(s.ratio, 0.92) << "seed " << seed;
+  }
+}
+
 TEST(TunerCoreTest, KeptStepsDownAddUpAgainstTheBestCountsReading) {
   // 16 slots of 20 ms losing 15 % per waiting read, heavy tails, 4 ms of
   // CPU on 2 cores: each step down judged against a reading of the count

@@ -79,6 +79,13 @@ double StoreModel::slots() const {
   return sum / n;
 }
 
+int StoreModel::SureKnee() const {
+  const Point& least = Least();
+  const double k = slots();
+  if (least.workers >= k) return 0;
+  return static_cast<int>(std::ceil(k * (least.wait_s + least.rest_s) / least.wait_s - 0.05));
+}
+
 int StoreModel::Knee() const {
   // Each worker reads for service_s of every service_s + rest_s; keeping
   // slots() reads in service takes that many times more workers, and some

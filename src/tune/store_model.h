@@ -60,6 +60,12 @@ class StoreModel {
   double UnqueuedRate() const;
   /// Reads the store serves at once, by the queued points. REQUIRES: Saturated().
   double slots() const;
+  /// The fewest workers that keep slots() reads in service, without
+  /// headroom: fewer leave slots idle. Only where the least wait's point
+  /// had fewer workers than slots(), so its reads could not queue and its
+  /// wait is the service time; 0 otherwise (a queued wait read as the
+  /// service time gives too many slots). REQUIRES: Saturated().
+  int SureKnee() const;
   /// The fewest workers that keep slots() reads in service, each spending
   /// rest_s of every sample elsewhere, with headroom. REQUIRES: Saturated().
   int Knee() const;

@@ -36,6 +36,23 @@ TEST(StoreModelTest, WaitGrowingWithThePoolGivesTheSlotsAndTheKnee) {
   EXPECT_NE(m.Describe().find("at 128 workers"), std::string::npos) << m.Describe();
 }
 
+TEST(StoreModelTest, TheKneeIsSureOnlyWhereTheLeastWaitCouldNotQueue) {
+  // The least wait at 2 workers, fewer than the 8 slots: the service time.
+  // 8 slots x (20 + 1) / 20 ms = 8.4: 9 workers keep them busy.
+  StoreModel m(1.5, 1.2, 0.15);
+  m.Add(Loop(2, 8, 0.02, 0.001));
+  m.Add(Loop(128, 8, 0.02, 0.001));
+  EXPECT_EQ(m.SureKnee(), 9);
+  // The least wait at 24 workers, already queued (60 ms for 20 of
+  // service): it reads ~24 slots, and they are not sure.
+  StoreModel q(1.5, 1.2, 0.15);
+  q.Add(Loop(24, 8, 0.02, 0.001));
+  q.Add(Loop(128, 8, 0.02, 0.001));
+  ASSERT_TRUE(q.Saturated());
+  EXPECT_GT(q.slots(), 20);
+  EXPECT_EQ(q.SureKnee(), 0);
+}
+
 TEST(StoreModelTest, TheUnqueuedRateIsOneWorkersAtTheLeastWait) {
   StoreModel m(1.5, 1.2, 0.15);
   EXPECT_EQ(m.UnqueuedRate(), 0);

@@ -1043,7 +1043,16 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
     const bool unqueued = store_held_saturated_ && !store_peaked_ &&
                           store_.outrun() > store_held_outrun_ && !store_.Saturated();
     const double moved = RelChange(p.produced_rate(), store_hold_rate_);
-    if (!unqueued && moved <= params_.store_moved) {
+    // Or, held for store_faster_s, faster at the held count by twice
+    // `gain`, beyond three of a reading's noise: a pool held at the knee
+    // itself (no queue to see empty) shows a store that gained slots only
+    // so. Not sooner: a store whose service drifts shorter would have each
+    // hold looked at again within seconds.
+    const double noise = ReadingNoise(p.window_s, StoreEvidence());
+    const bool faster_here =
+        t_s - store_held_at_ >= params_.store_faster_s &&
+        p.produced_rate() > store_hold_rate_ * (1 + std::max(2 * params_.gain, 3 * noise));
+    if (!unqueued && moved <= params_.store_moved && !faster_here) {
       store_moved_windows_ = 0;
       return std::nullopt;
     }
@@ -1178,7 +1187,11 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
         store_floor_ ? std::max(down_step, (at - *store_floor_) / 2) : std::max(step, at / 2);
   }
   const int up = std::min(at + up_step, cap);
-  const int down = std::max(1, at - down_step);
+  // Not below the fewest workers that keep the store's slots busy, where
+  // the model is sure of them: fewer leave slots idle, each losing a
+  // slot's share of the rate.
+  const int least = store_.Saturated() ? store_.SureKnee() : 0;
+  const int down = std::max({1, least, at - down_step});
   // From a count whose step down gained in proportion to its size, the
   // rate fell as the pool grew (an overloaded store): no step up from it.
   const bool falling = store_falling_ && at >= *store_falling_;
@@ -1230,6 +1243,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   store_held_saturated_ = store_.Saturated();
   store_held_outrun_ = store_.outrun();
   store_hold_rate_ = rate;
+  store_held_at_ = t_s;
   store_moved_windows_ = 0;
   reference_.reset();
   std::string evidence;
@@ -1244,6 +1258,9 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   if (unresolved)
     cite(Fmt("the model's knee, %.0f, lost within a reading's noise", *store_unresolved_));
   if (falling) cite(Fmt("the rate rose as the pool shrank down to %.0f", *store_falling_));
+  if (least >= at)
+    cite(Fmt("fewer than %.0f workers leave some of the store's ~%.1f slots idle", least,
+             store_.slots()));
   if (evidence.empty()) evidence = "no step left within the budget";
   return Set(at, b, p, why + Fmt("knee at %.0f workers (", at) + evidence + ")", t_s);
 }

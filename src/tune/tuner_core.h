@@ -437,6 +437,7 @@ class TunerCore {
   std::optional<int> store_falling_;
   bool store_shrink_ = false;  // the last store step down gained so, by more than big_gain
   double store_hold_rate_ = 0;
+  double store_held_at_ = 0;    // when the count was last held at the store's knee
   double store_last_gain_ = 0;  // of the last store step up that paid (0: none since)
   // The rate the store steps down kept since the last step up that paid
   // (or the search's start), relative to the count they started from.

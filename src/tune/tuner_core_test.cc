@@ -368,6 +368,26 @@ TEST(TunerCoreTest, SaturatingStoreSettlesAtTheKneeAndDoesNotClimb) {
   EXPECT_GE(w.Rate(p.Final()), 0.97 * BestStatic(w, 128));
 }
 
+TEST(TunerCoreTest, StepsDownStopWhereTheStoresSlotsWouldIdle) {
+  // Eight slots of 20 ms, 0.7 ms of CPU per sample: eight workers keep
+  // fewer than eight reads in service (each computes a thirtieth of its
+  // time), seven lose an eighth of the rate, whatever the store. Once the
+  // model has read the slots, no trial goes below the nine that keep them
+  // busy.
+  SimWorkload w = EightSlotStore();
+  for (int initial : {1, 2, 3}) {
+    TunerCore core(initial, 4);
+    const SimRun r = Drive(core, w, TwoCores(), 200);
+    bool known = false;
+    for (const TunerDecision& d : r.decisions) {
+      if (known) EXPECT_GE(d.workers_after, 9) << "from " << initial << ": " << d.reason;
+      known = known || d.reason.find("the store serves ~8.0 reads") != std::string::npos;
+    }
+    EXPECT_TRUE(known) << "from " << initial;
+    EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128)) << "from " << initial;
+  }
+}
+
 TEST(TunerCoreTest, StoreThatGainsSlotsIsExploredAgain) {
   SimWorkload w = EightSlotStore();
   const Budgets b = TwoCores();
@@ -891,10 +911,10 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // A little below what the grid reads now (docs/tuner.md, "Store shapes
   // outside the suite"): the simulation is deterministic, so a change that
   // loses ground on these shapes fails here.
-  EXPECT_GE(sum / shapes, 0.989);
+  EXPECT_GE(sum / shapes, 0.991);
   if (seeds.size() == 3) {  // the counts are over the three draws
     EXPECT_LE(slow, 205);
-    EXPECT_LE(past, 115);
+    EXPECT_LE(past, 100);
   }
 }
 
@@ -991,7 +1011,8 @@ TEST(TunerCoreTest, AStepUpThatWinsBackWhatAStepDownLostIsKept) {
   // knee (11), a step down to 8 lost under `gain` and was kept; the step
   // back up to 10 gained 2.6 %, under `gain`, and the pool held at 8, 2.5 %
   // under the best. Once kept steps lost over half a gain, a step up that
-  // gains half a gain pays.
+  // gains half a gain pays. From 12 workers, whose reads already queue:
+  // the model is not sure of the slots, and steps may go below them.
   SimWorkload w;
   w.io_s = 0.020;
   w.cpu_s = 0.0023;
@@ -1001,7 +1022,7 @@ TEST(TunerCoreTest, AStepUpThatWinsBackWhatAStepDownLostIsKept) {
     constexpr double kRates[] = {0, 44, 88, 132, 176, 220, 264, 330, 390};
     return n < 9 ? kRates[n] : 400.0;
   };
-  TunerCore core(1, 4);
+  TunerCore core(12, 4);
   SimRun r = Drive(core, w, TwoCores(), 300);
   bool came_down_to_8 = false, said = false;
   for (const TunerDecision& d : r.decisions) {

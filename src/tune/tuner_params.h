@@ -59,6 +59,9 @@ struct TunerParams {
   // The rate at a held store knee moving by this much (two windows running):
   // the store changed (gained slots, got slower), verify around it again.
   double store_moved = 0.3;
+  // Held this long at a store's knee, the rate there rising by twice `gain`
+  // (beyond its noise): the store may have gained slots, verify above.
+  double store_faster_s = 20;
   // A second's rate spreading (relative standard deviation, from the ticks)
   // by more than this: store steps are judged on longer windows, as the
   // spread squared, at most store_evidence x trial_window_s.

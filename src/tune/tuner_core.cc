@@ -685,6 +685,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   lost_step_ = {0, 0};
   doubted_from_ = 0;
   store_moved_windows_ = 0;
+  store_moved_s_ = 0;
   store_way_ = 0;
   const bool was_held = std::exchange(store_held_, false);
   // Reads still most of the wait: on a loaded machine a large pool's run
@@ -1054,11 +1055,19 @@ std::optional<TunerDecision> TunerCore::StoreStep(const Pooled& p, const Budgets
         p.produced_rate() > store_hold_rate_ * (1 + std::max(2 * params_.gain, 3 * noise));
     if (!unqueued && moved <= params_.store_moved && !faster_here) {
       store_moved_windows_ = 0;
+      store_moved_s_ = 0;
       return std::nullopt;
     }
-    if (!unqueued && ++store_moved_windows_ < 2) return std::nullopt;
+    // Two windows running, and a store step's evidence of them: a burst of
+    // slow reads moves a heavy-tailed store's rate by half for a second.
+    store_moved_s_ += p.window_s;
+    if (!unqueued && (++store_moved_windows_ < 2 || store_moved_s_ < StoreEvidence())) {
+      return std::nullopt;
+    }
     store_moved_windows_ = 0;
+    store_moved_s_ = 0;
     store_held_ = false;
+    store_moved_trial_ = true;
     store_kept_ = 1;
     knee_.reset();
     // A store that got faster (service shorter, or more slots) may keep
@@ -1098,7 +1107,9 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
   // trial's gain or loss, and a falling rate reads every step up as a loss and every step
   // down, judged against the count above measured again, as keeping it.
   const double span = rate_t - r.before_t;
-  const double w = span > 0 ? std::clamp((r.rate_t - r.before_t) / span, 0.0, 1.0) : 0.5;
+  const double w = r.after    ? 1.0
+                   : span > 0 ? std::clamp((r.rate_t - r.before_t) / span, 0.0, 1.0)
+                              : 0.5;
   const double baseline = r.before + (rate - r.before) * w;
   const double change = r.rate / std::max(baseline, 1e-9) - 1;
   // The store's drift: the count's rate per second, relative, between its
@@ -1106,7 +1117,7 @@ std::optional<TunerDecision> TunerCore::StoreRecheck(double rate, double rate_t,
   // (ReadingNoise): heavy-tailed reads scatter readings by 10 % and more. It
   // says how far a later trial's reading may be from its trend
   // (JudgeStoreTrial).
-  if (span >= params_.trial_window_s) {
+  if (span >= params_.trial_window_s && !r.after) {
     const double moved = (rate - r.before) / std::max((rate + r.before) / 2, 1e-9);
     store_drift_ = std::abs(moved) > 2 * ReadingNoise() ? moved / span : 0;
     store_drift_known_ = true;
@@ -1245,6 +1256,7 @@ std::optional<TunerDecision> TunerCore::StoreVerify(int at, double rate, double 
   store_hold_rate_ = rate;
   store_held_at_ = t_s;
   store_moved_windows_ = 0;
+  store_moved_s_ = 0;
   reference_.reset();
   std::string evidence;
   auto cite = [&evidence](const std::string& what) {
@@ -1276,7 +1288,8 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
                   trial_rate_before_,
                   trial_t_before_,
                   up,
-                  std::exchange(store_prior_trial_, false)};
+                  std::exchange(store_prior_trial_, false),
+                  std::exchange(store_moved_trial_, false)};
   const double gap = std::max(0.0, r.rate_t - r.before_t);
   const double drift = store_drift_known_ ? store_drift_ : 0;
   const double change = r.rate / std::max(r.before, 1e-9) - 1;
@@ -1287,14 +1300,19 @@ std::optional<TunerDecision> TunerCore::JudgeStoreTrial(const Pooled& p, const B
   // is known from two readings of one count around a trial; before that,
   // it may be as much as store_drift_bound a second, and a reading older
   // than store_fresh_s (a chain of steps judged against one reading) may
-  // have drifted any way. Any other verdict waits for the count left,
-  // measured again.
+  // have drifted any way; once it is known, one older than
+  // store_fresh_known_s (a lucky reading makes every step after it lose).
+  // Any other verdict waits for the count left, measured again.
   const double bar = up ? StoreUpBar(trial_from_, workers_) : -params_.gain;
   const double doubt =
       (store_drift_known_ ? std::abs(drift) : params_.store_drift_bound) * gap + params_.gain / 2;
-  const bool stale = !store_drift_known_ && gap > params_.store_fresh_s;
-  const bool decided =
-      (r.prior && change >= -params_.gain) || (!stale && std::abs(change - bar) > doubt);
+  const bool stale =
+      gap > (store_drift_known_ ? params_.store_fresh_known_s : params_.store_fresh_s);
+  // The first trial since the held count's rate moved is always judged
+  // against that count measured again, after it: the reading before may
+  // have been a burst of slow reads that ended during the trial.
+  const bool decided = !r.after && ((r.prior && change >= -params_.gain) ||
+                                    (!stale && std::abs(change - bar) > doubt));
   if (decided) {
     std::string evidence = Say("%.0f {items}/s against %.0f before", r.rate, r.before);
     evidence += store_drift_known_ ? Fmt(", %.1f s apart, beyond the store's drift of %+.1f %%/s",

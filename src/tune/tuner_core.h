@@ -450,8 +450,12 @@ class TunerCore {
     int workers = 0;
     double rate = 0, rate_t = 0, before = 0, before_t = 0;
     bool up = false, prior = false;
+    bool after = false;  // judged against the count's reading after the trial alone
   };
   std::optional<Recheck> store_recheck_;
+  // The next trial is the first since the held count's rate moved: the
+  // reading it starts from may be a burst of slow reads, not the store.
+  bool store_moved_trial_ = false;
   // The store's rate drift, relative per second at one count, from the
   // last count measured before and after a trial.
   double store_drift_ = 0;
@@ -482,6 +486,7 @@ class TunerCore {
   // sized the pool above it (0: it did not).
   double trial_fill_before_ = 0;
   int store_moved_windows_ = 0;
+  double store_moved_s_ = 0;           // and their time
   int store_way_ = 0;                  // steps only up (1), only down (-1), or both (0) until held
   bool store_held_ = false;            // the count holds at the store's knee
   bool store_held_saturated_ = false;  // and the model showed reads queued then

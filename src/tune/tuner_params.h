@@ -76,6 +76,9 @@ struct TunerParams {
   // store_fresh_s apart; older readings are measured again before a verdict.
   double store_drift_bound = 0.01;
   double store_fresh_s = 4;
+  // Once the drift is known, a reading older than this is measured again
+  // too: chained steps judged against one lucky reading all read as losses.
+  double store_fresh_known_s = 12;
 
   // The decision trace.
   double repeat_s = 30;  // a decision that changes nothing is recorded at most this often

@@ -465,7 +465,8 @@ std::optional<TunerDecision> TunerCore::Start(const Pooled& p, const Budgets& b,
                       "model: %.2f ms wall (%.2f ms of it queued for a CPU) and %.2f ms CPU per "
                       "{item}, %s -> %d workers",
                       t_s, p.contended ? CpuBoundCap(b) : FirstJumpCap(p));
-  if (workers_ > reference_workers_) jump_ = Jump{reference_workers_, workers_, p.produced_rate()};
+  if (workers_ > reference_workers_)
+    jump_ = Jump{reference_workers_, workers_, p.produced_rate(), p.wait_per_sample()};
   return d;
 }
 
@@ -490,6 +491,13 @@ bool TunerCore::JumpInProportion(const Pooled& p) const {
 
 bool TunerCore::JumpPaysEarly(const Pooled& p) const {
   return phase_ == Phase::kRefine && p.stall() > params_.stall_high && JumpInProportion(p);
+}
+
+bool TunerCore::JumpLostEarly(const Pooled& p) const {
+  return phase_ == Phase::kRefine && p.stall() > params_.stall_high && jump_ &&
+         jump_->to == workers_ && !CpuBound(p) && p.reads_wait() &&
+         p.produced_rate() < (1 - params_.change) * jump_->rate &&
+         p.wait_per_sample() >= params_.store_queued * jump_->wait_s;
 }
 
 std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budgets& b,
@@ -625,9 +633,10 @@ std::optional<TunerDecision> TunerCore::Refine(const Pooled& p, const Budgets& b
   if (reference_workers_ != workers_ || !reference_) {
     // The reference for workload changes: a settled window (see StepUp),
     // or the first jump's first one where it already grew the rate in
-    // proportion (start-up only reads low).
+    // proportion (start-up only reads low), or lost most of it with each
+    // read waiting longer (JumpLostEarly).
     if (windows_at_count_ < 2) {
-      early = JumpPaysEarly(p);
+      early = JumpPaysEarly(p) || JumpLostEarly(p);
       if (!early) return std::nullopt;
     }
     reference_ = p;

@@ -237,6 +237,11 @@ class TunerCore {
   // And the consumer waits: the jump's count is judged on this reading
   // (Refine), before a settled window.
   bool JumpPaysEarly(const Pooled& p) const;
+  // Or the first jump's count made less than the count it left by
+  // `change`, each read waiting store_queued x longer: an overloaded store,
+  // on its first window (start-up reads low, but does not make each read
+  // wait longer, and the lump of work in flight when it grew reads high).
+  bool JumpLostEarly(const Pooled& p) const;
   std::optional<TunerDecision> JudgeTrialUp(const Pooled& p, const Budgets& b, double t_s);
   std::optional<TunerDecision> JudgeTrialDown(const Pooled& p, const Budgets& b, double t_s);
   // Settled windows between trials: reference, workload change, steps.
@@ -496,7 +501,8 @@ class TunerCore {
   // until the first step up or down judged after it (or a new workload).
   struct Jump {
     int from = 0, to = 0;
-    double rate = 0;  // at `from`
+    double rate = 0;    // at `from`
+    double wait_s = 0;  // per sample off the CPU at `from`
   };
   std::optional<Jump> jump_;
   // The decision trace: when the last decision was returned, and whether it

@@ -43,7 +43,6 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
     MutexLock lock(mu_);
     epochs_[epoch] = {std::move(narrow), std::move(flat), std::move(offsets), seed,
                       std::move(keys),   ++clock_};
-    latest_seed_ = seed;
     if (first_set_ < 0) first_set_ = epoch;
     last_set_ = epoch;
     while (epochs_.size() > 3) {  // the current epoch, the next, one spare
@@ -84,13 +83,8 @@ Result<EpochBatches::Batch> EpochBatches::Get(int64_t epoch, int64_t batch) {
     return std::vector<int64_t>(indices.begin() + offsets[b], indices.begin() + offsets[b + 1]);
   };
   return Batch{e.flat.empty() ? copy(e.narrow) : copy(e.flat),
-               BatchSeed(static_cast<uint64_t>(e.seed), epoch, batch),
+               BatchSeed(static_cast<uint64_t>(e.seed), epoch, batch), e.seed,
                e.keys.empty() ? std::string() : e.keys[b]};
-}
-
-int64_t EpochBatches::latest_seed() const {
-  MutexLock lock(mu_);
-  return latest_seed_;
 }
 
 bool EpochBatches::Has(int64_t epoch) {

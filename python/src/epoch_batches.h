@@ -26,12 +26,10 @@ int64_t BatchSeed(uint64_t seed, int64_t epoch, int64_t batch);
 class EpochBatches {
  public:
   /// `first_batches`: the first epoch's count (the kinds' items()).
-  /// `first_seed`: what workers forked before any epoch is set are told
-  /// (torch's get_worker_info().seed, less the worker id). `item_name`: what
-  /// one of its items is, for people (the tuner's unit): "batch", or kShard
-  /// for a sharded stream's.
-  EpochBatches(int64_t first_batches, int64_t first_seed, std::string item_name = "batch")
-      : first_batches_(first_batches), item_name_(std::move(item_name)), latest_seed_(first_seed) {}
+  /// `item_name`: what one of its items is, for people (the tuner's unit):
+  /// "batch", or kShard for a sharded stream's.
+  explicit EpochBatches(int64_t first_batches, std::string item_name = "batch")
+      : first_batches_(first_batches), item_name_(std::move(item_name)) {}
   static constexpr const char* kShard = "shard";
   int64_t first_batches() const { return first_batches_; }
   const std::string& item_name() const { return item_name_; }
@@ -48,19 +46,18 @@ class EpochBatches {
   /// indices are positions in its list.
   Status Set(int64_t epoch, std::vector<int64_t> flat, std::vector<int64_t> offsets, int64_t seed,
              std::vector<std::string> keys = {}) EXCLUDES(mu_);
-  /// One batch: its dataset indices (or positions in `keys`) and the seed
-  /// its samples run under.
+  /// One batch: its dataset indices (or positions in `keys`), the seed its
+  /// samples run under, and its epoch's (torch's base seed).
   struct Batch {
     std::vector<int64_t> indices;
     int64_t seed = 0;
+    int64_t base_seed = 0;
     std::string keys;  // the pickled keys, or empty: the indices are the keys
   };
   /// Batch `batch` of `epoch`; waits until the epoch's batches are set.
   /// kCancelled after Shutdown, or when the epoch as set has no such batch
   /// (a look-ahead planned from another count, which the engine drops).
   Result<Batch> Get(int64_t epoch, int64_t batch) EXCLUDES(mu_);
-  /// The seed of the epoch set last (or the first seed): new workers' base seed.
-  int64_t latest_seed() const EXCLUDES(mu_);
   /// Whether `epoch`'s batches are here; if so, they are kept as if just set.
   bool Has(int64_t epoch) EXCLUDES(mu_);
   /// The first epoch ever set, and the one set last; -1 while none has been.
@@ -79,7 +76,6 @@ class EpochBatches {
   CondVar cv_;  // an epoch set, or shut down
   bool shutdown_ GUARDED_BY(mu_) = false;
   uint64_t generation_ GUARDED_BY(mu_) = 0;  // Restart() calls so far
-  int64_t latest_seed_ GUARDED_BY(mu_);
   int64_t first_set_ GUARDED_BY(mu_) = -1;
   int64_t last_set_ GUARDED_BY(mu_) = -1;
   struct Epoch {

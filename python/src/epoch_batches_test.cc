@@ -11,7 +11,7 @@ namespace {
 // Indices that fit in 32 bits are kept in 4 bytes each; any other epoch
 // keeps its 8-byte indices. Either way a batch comes back as it was set.
 TEST(EpochBatchesTest, BatchesComeBackAsSetWhateverTheIndicesWidth) {
-  EpochBatches batches(2, 7);
+  EpochBatches batches(2);
   const std::vector<int64_t> narrow{5, 0, INT32_MAX, 3};
   const std::vector<int64_t> wide{int64_t{1} << 40, 2, -1, INT32_MAX + int64_t{1}};
   ASSERT_TRUE(batches.Set(0, narrow, {0, 1, 4}, 11).ok());
@@ -19,6 +19,7 @@ TEST(EpochBatchesTest, BatchesComeBackAsSetWhateverTheIndicesWidth) {
   const auto b0 = batches.Get(0, 1);
   ASSERT_TRUE(b0.ok());
   EXPECT_EQ(b0->indices, (std::vector<int64_t>{0, INT32_MAX, 3}));
+  EXPECT_EQ(b0->base_seed, 11);  // the epoch's, for the worker's get_worker_info().seed
   const auto w0 = batches.Get(1, 0);
   const auto w1 = batches.Get(1, 1);
   ASSERT_TRUE(w0.ok() && w1.ok());

@@ -24,7 +24,7 @@ struct Fixture {
     o.fail_indices = {7};
     source = MakeSyntheticSource(o).value();
     transform = MakeRawTransform({{16}, DType::kUInt8}, /*mix_rng=*/true).value();
-    batches = std::make_shared<EpochBatches>(2, 0);
+    batches = std::make_shared<EpochBatches>(2);
   }
   std::shared_ptr<const Source> source;
   std::shared_ptr<const Transform> transform;

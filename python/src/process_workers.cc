@@ -135,6 +135,19 @@ WorkerCost ProcessWorker::cost() const {
                                  : 0};
 }
 
+Status ProcessWorker::Serve(int64_t base_seed) {
+  if (proc_ && proc_->base_seed && *proc_->base_seed != base_seed) Stop();
+  STOKER_RETURN_IF_ERROR(Start());
+  if (proc_->base_seed) return Status::Ok();
+  if (Status st = workers_->Init(*proc_, base_seed); !st.ok()) {
+    proc_.reset();  // Init collected it
+    proc_epoch_ = -1;
+    return st;
+  }
+  proc_->base_seed = base_seed;
+  return Status::Ok();
+}
+
 Status ProcessWorker::Start() {
   if (proc_) return Status::Ok();
   STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
@@ -147,10 +160,10 @@ Status ProcessWorker::Start() {
 }
 
 Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                              const std::string& keys, int64_t seed, const SegmentLease& lease,
-                              const ProcessWorkers::Continuation* resume, Reply* reply,
-                              ItemOutcome* outcome) {
-  STOKER_RETURN_IF_ERROR(Start());
+                              const std::string& keys, int64_t seed, int64_t base_seed,
+                              const SegmentLease& lease, const ProcessWorkers::Continuation* resume,
+                              Reply* reply, ItemOutcome* outcome) {
+  STOKER_RETURN_IF_ERROR(Serve(base_seed));
   const size_t n = indices.size();
   const size_t keys_off = (protocol::kSegmentHeaderWords + n) * sizeof(int64_t);
   const size_t data_off = resume != nullptr ? static_cast<size_t>(resume->data_end)
@@ -270,9 +283,10 @@ Result<ProcessWorkers::Continuation> ProcessWorker::ResumeAfterParts(
 }
 
 Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                                   const std::string& keys, int64_t seed, SegmentLease* lease,
-                                   size_t header, const ProcessWorkers::Continuation* resume,
-                                   Reply* reply, ItemOutcome* outcome) {
+                                   const std::string& keys, int64_t seed, int64_t base_seed,
+                                   SegmentLease* lease, size_t header,
+                                   const ProcessWorkers::Continuation* resume, Reply* reply,
+                                   ItemOutcome* outcome) {
   int deaths_outside = 0;
   // A shard's process died after new parts: the next attempt continues after
   // them (`next`), as the current one does (`current`); the parts it had then.
@@ -292,7 +306,8 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     }
     const size_t reported = outcome->failures.size();
     *reply = Reply{};
-    Status st = Attempt(epoch, batch, indices, keys, seed, *lease, resume, reply, outcome);
+    Status st =
+        Attempt(epoch, batch, indices, keys, seed, base_seed, *lease, resume, reply, outcome);
     if (st.ok() && reply->over_bytes > 0) {
       // Over its share of the memory budget: a fresh process reruns the
       // batch, unless this one was fresh (the batch alone does not fit).
@@ -369,9 +384,9 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   }
   Result<EpochBatches::Batch> listed = lists.Get(epoch, item);
   if (!listed.ok()) return unrun(listed.status());
-  if (Status st = Start(); !st.ok()) return unrun(std::move(st));
-  proc_epoch_ = epoch;
   EpochBatches::Batch& got = *listed;
+  if (Status st = Serve(got.base_seed); !st.ok()) return unrun(std::move(st));
+  proc_epoch_ = epoch;
   std::vector<int64_t> indices = std::move(got.indices);
   const size_t header = RoundUp(
       (protocol::kSegmentHeaderWords + indices.size()) * sizeof(int64_t) + got.keys.size(), kPage);
@@ -382,8 +397,8 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
     STOKER_ASSIGN_OR_RETURN(lease, workers_->Acquire(header));
   }
   Reply reply;
-  Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, &lease, header,
-                           resume ? &*resume : nullptr, &reply, outcome);
+  Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, got.base_seed,
+                           &lease, header, resume ? &*resume : nullptr, &reply, outcome);
   if (st.ok() && reply.yielded) {  // its parts stay published for the consumer
     if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
     workers_->Yielded(epoch, item, *reply.yielded);
@@ -519,7 +534,6 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
     fork[protocol::ForkWord::kNumWorkers] = running() > 0 ? running() : workers;
-    fork[protocol::ForkWord::kSeed] = batches_->latest_seed();
     Result<Message> r = AskZygote(Tag::kFork, fork, true);
     if (!r.ok()) {
       give_back_id();
@@ -544,8 +558,8 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     live_pids_.push_back(w.pid);
     if (shutdown_) kill(w.pid, SIGKILL);  // Shutdown ran while it was forked
   }
-  // A worker that never greets (its threads refused under a pids limit, a
-  // worker_init_fn that hangs) is killed after kStartLimit: never a hang.
+  // A worker that never greets (its threads refused under a pids limit) is
+  // killed after kStartLimit: never a hang.
   Result<Message> hello =
       ReceiveMessageWithin(w.conn.get(), kStartLimit, [this] { return shut_down(); });
   if (hello.ok() && hello->tag == Tag::kHello) return w;
@@ -564,21 +578,46 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   }
   if (!hello.ok())
     return Internal(named + " could not start: it exited before its greeting: " + Reap(w).how);
+  kill(w.pid, SIGKILL);
   Reap(w);
-  if (hello->tag != Tag::kInitFail) {
-    return Internal(named + " could not start: it sent " + kMessages[hello->tag].tag +
-                    " instead of HELLO");
+  return Internal(named + " could not start: it sent " + kMessages[hello->tag].tag +
+                  " instead of HELLO");
+}
+
+Status ProcessWorkers::Init(WorkerProcess& w, int64_t base_seed) {
+  const std::string named =
+      "worker " + std::to_string(w.id) + " (pid " + std::to_string(w.pid) + ")";
+  protocol::Words<protocol::InitWord> init{};
+  init[protocol::InitWord::kBaseSeed] = base_seed;
+  // A worker_init_fn that hangs is killed after kStartLimit: never a hang.
+  Result<Message> done = [&]() -> Result<Message> {
+    STOKER_RETURN_IF_ERROR(SendMessage(w.conn.get(), Tag::kInit, init));
+    return ReceiveMessageWithin(w.conn.get(), kStartLimit, [this] { return shut_down(); });
+  }();
+  if (done.ok() && done->tag == Tag::kInitDone) return Status::Ok();
+  if (done.ok() && done->tag == Tag::kInitFail) {
+    Reap(w);  // it exits after saying so
+    // Raised as worker_init_fn's own exception type, as torch re-raises it.
+    Failure failure = ReadFailure(*done);
+    auto detail = std::make_shared<SampleErrorDetail>();
+    detail->index = SampleErrorDetail::kNoSample;
+    detail->worker = w.id;
+    detail->exception = std::move(failure.exception);
+    detail->traceback = failure.trace;
+    std::string text = named + " could not start: worker_init_fn raised " + failure.reason;
+    if (!failure.trace.empty()) text += "\n\nIn the worker:\n" + failure.trace;
+    return Internal(std::move(text)).WithDetail(std::move(detail));
   }
-  // Raised as worker_init_fn's own exception type, as torch re-raises it.
-  Failure failure = ReadFailure(*hello);
-  auto detail = std::make_shared<SampleErrorDetail>();
-  detail->index = SampleErrorDetail::kNoSample;
-  detail->worker = id;
-  detail->exception = std::move(failure.exception);
-  detail->traceback = failure.trace;
-  std::string text = named + " could not start: worker_init_fn raised " + failure.reason;
-  if (!failure.trace.empty()) text += "\n\nIn the worker:\n" + failure.trace;
-  return Internal(std::move(text)).WithDetail(std::move(detail));
+  kill(w.pid, SIGKILL);
+  const Ending ending = Reap(w);
+  if (shut_down()) return Cancelled("the loader was closed");
+  if (!done.ok() && done.status().code() == StatusCode::kCancelled)
+    return Internal(named + " could not start: it exited in worker_init_fn: " + ending.how);
+  if (!done.ok()) {
+    return Unavailable(named + " did not start: in worker_init_fn, " + done.status().message());
+  }
+  return Internal(named + " could not start: it sent " + kMessages[done->tag].tag +
+                  " instead of INITDONE");
 }
 
 Result<Message> ProcessWorkers::AskZygote(protocol::Tag::Index tag, std::span<const int64_t> words,

@@ -79,7 +79,8 @@ struct WorkerProcess {
   int pid = -1;
   int id = -1;  // torch's worker id: the smallest free one when it started
   UniqueFd conn;
-  std::vector<int> known_segments;  // segment ids whose fd it has
+  std::vector<int> known_segments;   // segment ids whose fd it has
+  std::optional<int64_t> base_seed;  // what INIT gave it; none before INIT
 };
 
 /// The loader's worker processes and segments: the zygote's control socket,
@@ -97,9 +98,13 @@ class ProcessWorkers {
   EpochBatches& batches() { return *batches_; }
   bool persistent() const { return persistent_; }
 
-  /// Forks a worker through the zygote and waits for its greeting (after
-  /// worker_init_fn). Errors name the cause (the zygote died, init raised).
+  /// Forks a worker through the zygote and waits for its greeting. Errors
+  /// name the cause (the zygote died, its threads were refused).
   Result<WorkerProcess> Spawn() EXCLUDES(mu_, zygote_mu_);
+  /// Tells a greeted worker its epoch's base seed (INIT) and waits while it
+  /// runs worker_init_fn under it. An error (init raised, hung or died)
+  /// names the cause; the worker is then collected.
+  Status Init(WorkerProcess& worker, int64_t base_seed) EXCLUDES(mu_, zygote_mu_);
   /// How a worker process ended: "exited with code 1", "was killed by
   /// signal 9 (SIGKILL)…"; `killed`: by SIGKILL (the OOM killer, or a kill).
   struct Ending {
@@ -267,6 +272,10 @@ class ProcessWorker : public KindWorker {
   WorkerCost cost() const override;
   /// Forks its process if it has none. Its own thread only.
   Status Start();
+  /// Start, and worker_init_fn run under `base_seed` (the epoch's): a
+  /// process that ran it under another seed (another epoch's draw, as torch
+  /// forks anew each epoch without persistent workers) is ended first.
+  Status Serve(int64_t base_seed);
   /// Start, before the first item: a refused fork (a pids limit) keeps the
   /// engine's thread from taking work.
   Status Ready() override { return Start(); }
@@ -287,16 +296,17 @@ class ProcessWorker : public KindWorker {
   // `resume`: a yielded item's continuation, else null. When the engine
   // lets this thread leave, a sharded stream's item is asked to YIELD.
   Status Attempt(int64_t epoch, int64_t batch, const std::vector<int64_t>& indices,
-                 const std::string& keys, int64_t seed, const SegmentLease& lease,
-                 const ProcessWorkers::Continuation* resume, Reply* reply, ItemOutcome* outcome);
+                 const std::string& keys, int64_t seed, int64_t base_seed,
+                 const SegmentLease& lease, const ProcessWorkers::Continuation* resume,
+                 Reply* reply, ItemOutcome* outcome);
   // Attempts until the batch is made, blaming the sample a dead process was
   // on; `lease` is replaced (by one of `header` bytes) where an attempt's
   // parts may be held. `resume` applies to the first attempt: a later one
   // starts the item over, but for a shard whose process died after new
   // parts, which a fresh process continues after them (ResumeAfterParts).
   Status RunInSegment(int64_t epoch, int64_t batch, std::vector<int64_t> indices,
-                      const std::string& keys, int64_t seed, SegmentLease* lease, size_t header,
-                      const ProcessWorkers::Continuation* resume, Reply* reply,
+                      const std::string& keys, int64_t seed, int64_t base_seed, SegmentLease* lease,
+                      size_t header, const ProcessWorkers::Continuation* resume, Reply* reply,
                       ItemOutcome* outcome);
 
   // A continuation after `parts` (the shard's, published in `lease`): their

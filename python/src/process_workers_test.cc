@@ -179,7 +179,8 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   return done;
 }
 
-// A fake worker: greets, then answers TASKs until EXIT or end of file.
+// A fake worker: greets, takes INIT (noting its base seed), then answers
+// TASKs until EXIT or end of file.
 [[noreturn]] void FakeWorker(int sock, int notify) {
   // kDies needs SIGTERM's default action, whatever the test inherited.
   signal(SIGTERM, SIG_DFL);
@@ -188,6 +189,10 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   sigaddset(&term, SIGTERM);
   sigprocmask(SIG_UNBLOCK, &term, nullptr);
   (void)SendMessage(sock, Tag::kHello, {});
+  Result<Message> init = ReceiveMessage(sock);
+  if (!init.ok() || init->tag != Tag::kInit) _exit(0);
+  if (init->words[protocol::InitWord::kBaseSeed] != kSeed) _exit(4);
+  (void)SendMessage(sock, Tag::kInitDone, {});
   std::map<int64_t, int> segments;  // id -> descriptor, sent with its first task
   while (true) {
     Result<Message> m = ReceiveMessage(sock);
@@ -267,7 +272,7 @@ class ProcessWorkersTest : public ::testing::Test {
     }
     close(ctl[1]);
     close(notify_[1]);
-    batches_ = std::make_shared<EpochBatches>(kBatches, kSeed, item_name);
+    batches_ = std::make_shared<EpochBatches>(kBatches, item_name);
     workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, batches_, true);
     kind_ = std::make_unique<ProcessKind>(workers_);
   }

@@ -26,12 +26,16 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // are tables, one field a line.
 // clang-format off
 
-// parent -> zygote: fork a worker with this torch worker id, of this many,
-// under this base seed (get_worker_info().seed is it plus the id).
+// parent -> zygote: fork a worker with this torch worker id, of this many.
 #define STOKER_FORK_WORDS(X) \
   X(WorkerId, worker_id)     \
-  X(NumWorkers, num_workers) \
-  X(Seed, seed)
+  X(NumWorkers, num_workers)
+// parent -> worker, before its first task: the base seed torch's iterator
+// drew for the epoch it serves (get_worker_info().seed is it plus the id);
+// it runs worker_init_fn under it, then answers INITDONE or INITFAIL. A
+// worker starts before iter() draws that seed, so it cannot come with FORK.
+#define STOKER_INIT_WORDS(X) \
+  X(BaseSeed, base_seed)
 // zygote -> parent: the worker's pid; its socket rides along.
 #define STOKER_FORKED_WORDS(X) \
   X(Pid, pid)
@@ -64,7 +68,7 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(ExceptionBytes, exception_bytes)
 // worker -> parent: TASKFAIL instead of DONE, the batch failed outside its
 // samples (collate_fn raised, the batch could not be written); INITFAIL
-// instead of HELLO, worker_init_fn raised. Text as SAMPFAIL's, the pickled
+// instead of INITDONE, worker_init_fn raised. Text as SAMPFAIL's, the pickled
 // exception after it (exception_bytes, 0: none).
 #define STOKER_FAIL_WORDS(X) \
   X(ExceptionBytes, exception_bytes)
@@ -108,8 +112,9 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 #define STOKER_OVER_WORDS(X)   \
   X(Samples, samples)          \
   X(PrivateBytes, private_bytes)
-// Messages of no words: HELLO (worker -> parent: ready for tasks, after
-// worker_init_fn), EXIT, and those that carry text.
+// Messages of no words: HELLO (worker -> parent: started, waiting for INIT),
+// INITDONE (worker_init_fn ran: ready for tasks), EXIT, and those that carry
+// text.
 #define STOKER_NO_WORDS(X)
 
 // X(CppName, TAG, its words, carries text after them). EXIT (parent ->
@@ -124,6 +129,8 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Reap, REAP, STOKER_REAP_WORDS, false)                  \
   X(Reaped, REAPED, STOKER_REAPED_WORDS, false)            \
   X(Hello, HELLO, STOKER_NO_WORDS, false)                  \
+  X(Init, INIT, STOKER_INIT_WORDS, false)                  \
+  X(InitDone, INITDONE, STOKER_NO_WORDS, false)            \
   X(InitFail, INITFAIL, STOKER_FAIL_WORDS, true)           \
   X(Task, TASK, STOKER_TASK_WORDS, false)                  \
   X(SampleFail, SAMPFAIL, STOKER_SAMPLEFAIL_WORDS, true)     \
@@ -221,6 +228,9 @@ struct FailWord {
 };
 struct ForkWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORK_WORDS)
+};
+struct InitWord {
+  STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_INIT_WORDS)
 };
 struct ForkedWord {
   STOKER_PROTOCOL_WORDS_ENUM(Index, STOKER_FORKED_WORDS)

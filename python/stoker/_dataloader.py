@@ -759,12 +759,9 @@ class _Plan:
 
     def renew_table(self):
         """A new table of epochs' batches, for a new run (a closed run shut its own)."""
-        # Workers forked before any iter() get this base seed, drawn from nothing.
-        first = (self._generator or _torch().default_generator).initial_seed()
         # At least one: the engine is made with a non-empty epoch; an empty one
         # (a dataset that fills later, drop_last over too few) is set at iter().
         self.table = _stoker.EpochBatches(max(1, self._options.batches_per_epoch),
-                                          first & (2**63 - 1),
                                           "batch" if self._options.shards is None else
                                           _stoker.EpochBatches.SHARD)
         self._given_ahead = None

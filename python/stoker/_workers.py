@@ -243,7 +243,7 @@ def _zygote_main(ctl, job):
         try:
             if kind is P.FORK:
                 _fork_worker(ctl, job, words[P.FORK.worker_id], words[P.FORK.num_workers],
-                             words[P.FORK.seed], children)
+                             children)
             elif kind is P.REAP:
                 pid = words[P.REAP.pid]
                 signalled, value = _wait(pid, patience_s=2.0)
@@ -259,7 +259,7 @@ def _zygote_main(ctl, job):
             return
 
 
-def _fork_worker(ctl, job, worker_id, num_workers, seed, children):
+def _fork_worker(ctl, job, worker_id, num_workers, children):
     try:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
@@ -272,7 +272,7 @@ def _fork_worker(ctl, job, worker_id, num_workers, seed, children):
             ctl.close()
             mine.close()
             _pdeathsig()
-            _worker_main(theirs, job, worker_id, num_workers, seed)
+            _worker_main(theirs, job, worker_id, num_workers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the loader closed while this worker started: nobody to tell
         except BaseException:  # noqa: BLE001 -- the loader reports the exit; the why goes here
@@ -436,7 +436,7 @@ def batch_scheduling():
         pass
 
 
-def _worker_main(sock, job, worker_id, num_workers, seed):
+def _worker_main(sock, job, worker_id, num_workers):
     _name_self("stoker-worker")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     batch_scheduling()
@@ -445,6 +445,15 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
         # Parallelism comes from the processes (torch's workers do this too);
         # set once in the zygote, so a worker under a pids limit need not.
         torch.set_num_threads(1)
+    sock.send(_message(P.HELLO))
+    # It starts before iter() draws the epoch's base seed, which INIT brings.
+    try:
+        kind, words = _parse(sock.recv(4096))
+    except OSError:
+        return
+    if kind is not P.INIT:
+        return
+    seed = words[P.INIT.base_seed]
     _set_worker_info(job, worker_id, num_workers, seed)
     try:
         _seed_all(seed + worker_id)
@@ -453,7 +462,7 @@ def _worker_main(sock, job, worker_id, num_workers, seed):
     except BaseException as e:  # noqa: BLE001 -- said to the parent, which raises it as its type
         sock.send(_failed(P.INITFAIL, f"{type(e).__name__}: {e}", traceback.format_exc(), e))
         return
-    sock.send(_message(P.HELLO))
+    sock.send(_message(P.INITDONE))
     segments = {}
     memory = _Memory()
     while True:

@@ -192,6 +192,42 @@ def test_get_worker_info_gives_the_number_of_workers_running(kind):
     assert seen == ({2} if kind == "processes" else {-1})
 
 
+class SeedsSeen(Dataset):
+    """Sample i: the worker's id, get_worker_info().seed, and torch's
+    initial_seed() as worker_init_fn saw it (_note_init_seed)."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return torch.tensor([info.id, info.seed, self.init_seed])
+
+
+def _note_init_seed(worker_id):
+    get_worker_info().dataset.init_seed = torch.initial_seed()
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_workers_see_the_epochs_base_seed_as_torchs_do(persistent):
+    # Workers start before iter() draws the epoch's base seed (its samples,
+    # then, already made ahead of the loop); each still sees base seed + id in
+    # get_worker_info() and in worker_init_fn's torch.initial_seed(): the
+    # first epoch's for every epoch with persistent workers, each epoch's own
+    # without. Which worker runs which batch is the pool's choice.
+    seen = {}
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        torch.manual_seed(5)
+        loader = cls(SeedsSeen(), batch_size=2, num_workers=2, worker_init_fn=_note_init_seed,
+                     persistent_workers=persistent)
+        seen[cls] = [{tuple(row) for b in loader for row in b.tolist()} for _ in range(3)]
+        if cls is stoker.DataLoader:
+            loader.close()
+    for theirs, ours in zip(seen[TorchDataLoader], seen[stoker.DataLoader]):
+        assert ours <= theirs, (ours, theirs)
+    assert (seen[TorchDataLoader][0] == seen[TorchDataLoader][2]) == persistent
+
+
 _RESUME = textwrap.dedent("""
     import json, sys
     import stoker
@@ -281,7 +317,7 @@ def test_a_zygote_whose_loader_closes_while_it_forks_ends_without_a_word(capfd):
     job = _workers._Job(list(range(4)), None, None, None, True)
     fd, pid = _workers.start_zygote(job, multiprocessing.get_context("spawn"))
     ctl = socket.socket(fileno=fd)
-    ctl.send(_workers._message(_workers.P.FORK, worker_id=0, num_workers=1, seed=0))
+    ctl.send(_workers._message(_workers.P.FORK, worker_id=0, num_workers=1))
     ctl.close()
     _workers.end_zygote(pid)
     assert "Traceback" not in capfd.readouterr().err

@@ -9,6 +9,7 @@ import ctypes
 import dataclasses
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import multiprocessing
@@ -281,7 +282,7 @@ class DataLoader(torch.utils.data.DataLoader):
                                endless.rest)
         self._DataLoader__initialized = False  # torch's guard: PlainStream sets torch's attributes
         self._stream = _iterable.PlainStream(self, self.dataset, why, **self._arguments)
-        return self._stream.first_epoch_from(told)
+        return self._stream.first_epoch_from(told, endless.declared)
 
     def set_epoch(self, epoch):
         """Passes ``epoch`` to the sampler's and batch sampler's ``set_epoch``
@@ -659,6 +660,11 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
             "device": device, "device_budget": budget, "generator": generator}
 
 
+def _torch_default(name):
+    """The default of torch's DataLoader argument `name` in the installed torch."""
+    return inspect.signature(_torch().utils.data.DataLoader.__init__).parameters[name].default
+
+
 def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
                      worker_init_fn, multiprocessing_context, max_workers, memory_budget_bytes,
                      tune_interval, trace_path):
@@ -667,10 +673,13 @@ def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_ki
         workers = _stoker.AUTO_WORKERS
     else:
         workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
-    if prefetch_factor is not None:
-        if workers == 0:
+    if prefetch_factor is not None and workers == 0:
+        # As the installed torch: 1.x takes its default (2) without workers, 2.x none.
+        if prefetch_factor != _torch_default("prefetch_factor"):
             raise ValueError("prefetch_factor option could only be specified in "
                              "multiprocessing (num_workers > 0 or 'auto')")
+        prefetch_factor = None  # nothing is made ahead without workers
+    if prefetch_factor is not None:
         prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
     if persistent_workers and workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0 (or 'auto')")

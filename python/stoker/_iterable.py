@@ -175,24 +175,25 @@ class PlainStream:
         self._show(loader, num_workers, in_order, worker_kind)
         _exit.close_at_exit(loader)
 
-    def _torch_loader(self, dataset, workers, order=None):
+    def _torch_loader(self, dataset, workers, order=None, length=None):
         """torch's DataLoader with the user's arguments; with `order`, one
         that reads that iterator instead of the sampler (batches; keys when
-        batch_size is None)."""
+        batch_size is None), its len() `length` (the sampler's own)."""
         args = self._args
         if order is not None:
             which = "sampler" if args["batch_size"] is None else "batch_sampler"
             args = dict(args, sampler=None, batch_sampler=None, shuffle=None, drop_last=False)
-            args[which] = _Told(order)
+            args[which] = _Told(order, length)
             if which == "batch_sampler":
                 args["batch_size"] = 1
         return torch.utils.data.DataLoader(dataset, num_workers=workers, **args)
 
-    def first_epoch_from(self, order):
+    def first_epoch_from(self, order, length):
         """iter() whose epoch reads `order` (what an endless sampler told the
-        map path, then the rest of it) instead of a fresh pass of the sampler."""
+        map path, then the rest of it) instead of a fresh pass of the sampler,
+        whose len() (`length`) len(loader) still gives, as torch's does."""
         self._shut_inner()
-        self._inner = self._torch_loader(self._dataset, self._next[0], order)
+        self._inner = self._torch_loader(self._dataset, self._next[0], order, length)
         self._retold = "next"
         return iter(self)
 
@@ -351,13 +352,17 @@ class PlainStream:
 
 
 class _Told(torch.utils.data.Sampler):
-    """An iterator as a sampler, read once (first_epoch_from)."""
+    """An iterator as a sampler, read once (first_epoch_from), of the len()
+    the sampler it comes from says."""
 
-    def __init__(self, order):
-        self._order = order
+    def __init__(self, order, length):
+        self._order, self._length = order, length
 
     def __iter__(self):
         return self._order
+
+    def __len__(self):
+        return self._length
 
 
 def _shut(torch_iterator):

@@ -752,6 +752,14 @@ def _load(job, indices, seed, at=None, samples=None, consumer=False, keys=None):
     return samples, kept, failures
 
 
+class _Short(list):
+    """The samples of a dataset's __getitems__ that gave other than one a key."""
+
+    def __init__(self, asked):
+        super().__init__()
+        self.asked = asked
+
+
 class _BatchRaised:
     """In place of a batch's samples: the dataset's __getitems__ raised `error`."""
 
@@ -772,8 +780,8 @@ def _load_batched(job, indices, keys, at, samples, consumer):
             raise
         return _BatchRaised(e), [], []
     got = list(got)
-    if isinstance(samples, _Stream) and len(got) != samples.capacity:
-        samples = []  # not one sample a key: collated as torch collates the list
+    if len(got) != len(keys):  # collated as torch collates the list; named if that raises
+        samples = _Short(len(keys))
     for sample in got:
         samples.append(sample)
     if at is not None:
@@ -781,24 +789,27 @@ def _load_batched(job, indices, keys, at, samples, consumer):
     return samples, list(indices), []
 
 
-def _collate_or_error(job, samples, wanted, writer=None):
+def _collate_or_error(job, samples, failures, writer=None):
     """(payload, None), or (None, (what failed, traceback, the exception)) when collating
-    (or the dataset's __getitems__) raised; NO_SAMPLE when all `wanted`
-    samples failed (none wanted: collate_fn([]), as torch calls it for an
-    empty batch)."""
+    (or the dataset's __getitems__) raised; NO_SAMPLE when every sample
+    failed (`failures`). No samples and no failures (an empty batch, a
+    __getitems__ that gave none) is collate_fn([]), as torch calls it."""
     if isinstance(samples, _BatchRaised):
         e = samples.error
         return None, (f"{type(e).__name__} from the dataset's __getitems__: {e}",
                       "".join(traceback.format_exception(e)), e)
-    if not samples and wanted:
+    if not samples and failures:
         return NO_SAMPLE, None
     try:
         if isinstance(samples, _Stream):
             return samples.collate(lambda plain: _collate(job, plain, writer)), None
         return _collate(job, samples, writer), None
     except Exception as e:  # noqa: BLE001 -- the loader names the batch
-        return None, (f"collate_fn raised {type(e).__name__}: {e}",
-                      "".join(traceback.format_exception(e)), e)
+        reason = f"collate_fn raised {type(e).__name__}: {e}"
+        if isinstance(samples, _Short):
+            reason += (f" (the dataset's __getitems__ gave {len(samples)} samples for "
+                       f"{samples.asked} keys)")
+        return None, (reason, "".join(traceback.format_exception(e)), e)
 
 
 class _CollateRaised(Exception):
@@ -889,7 +900,7 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
     else:
         samples, kept, failures = _load(job, indices, seed, at, consumer=consumer,
                                         keys=keys_of(indices, keys))
-        payload, collate_error = _collate_or_error(job, samples, len(indices))
+        payload, collate_error = _collate_or_error(job, samples, failures)
     if collate_error is not None:  # the exception pickled, as a worker process sends it
         reason, trace, error = collate_error
         collate_error = (reason, trace, _pickled_exception(error, P.MAX_MESSAGE_BYTES))
@@ -1050,7 +1061,7 @@ def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: Fa
     samples, kept, failures = _load(job, indices, seed, at,
                                     _Stream(writer, len(indices)) if streamed else None,
                                     keys=keys)
-    payload, collate_error = _collate_or_error(job, samples, len(indices), writer)
+    payload, collate_error = _collate_or_error(job, samples, failures, writer)
     del samples
     return _written(writer, seg, payload, kept, failures, collate_error)
 

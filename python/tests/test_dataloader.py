@@ -484,7 +484,21 @@ def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="num_workers"):
         stoker.DataLoader(Numbers(), num_workers="many")
     with pytest.raises(ValueError, match="prefetch_factor"):
-        stoker.DataLoader(Numbers(), num_workers=0, prefetch_factor=2)
+        stoker.DataLoader(Numbers(), num_workers=0, prefetch_factor=3)
+
+
+@pytest.mark.parametrize("value", [2, 3])
+def test_prefetch_factor_without_workers_is_taken_or_refused_as_torchs(value):
+    # torch 1.x takes its default (2) with num_workers=0, 2.x takes none:
+    # code that always passes it must run as it does on the torch installed.
+    try:
+        torch.utils.data.DataLoader(Numbers(), num_workers=0, prefetch_factor=value)
+    except ValueError:
+        with pytest.raises(ValueError, match="prefetch_factor"):
+            stoker.DataLoader(Numbers(), num_workers=0, prefetch_factor=value)
+        return
+    with stoker.DataLoader(Numbers(), batch_size=4, num_workers=0, prefetch_factor=value) as dl:
+        assert sorted(indices_of(dl)) == list(range(len(Numbers())))
 
 
 RESUME = textwrap.dedent("""
@@ -1117,10 +1131,13 @@ def test_an_endless_sampler_with_a_len_is_read_as_torch_reads_it(batch_size):
     take = 3000 if batch_size else 2500  # past the point where it is found endless
     torch_dl = torch.utils.data.DataLoader(Squares(), batch_size=batch_size,
                                            sampler=EndlessSampler(), num_workers=1)
-    want = [_listed(itertools.islice(torch_dl, take)), _listed(itertools.islice(torch_dl, 7))]
+    want = [_listed(itertools.islice(torch_dl, take)), len(torch_dl),
+            _listed(itertools.islice(torch_dl, 7))]
     with stoker.DataLoader(Squares(), batch_size=batch_size, sampler=EndlessSampler(),
                            num_workers=2) as dl:
-        got = [_listed(itertools.islice(dl, take)), _listed(itertools.islice(dl, 7))]
+        # len() between and after epochs too, as an iteration-based loop reads it.
+        got = [_listed(itertools.islice(dl, take)), len(dl), _listed(itertools.islice(dl, 7))]
+        assert len(dl) == want[1]
         assert "sampler EndlessSampler gave more than twice" in dl.stats()["pipeline_reason"]
         assert len(dl.stats()["epochs"]) == 2
     assert got == want
@@ -1144,8 +1161,8 @@ class Batched(Dataset):
     """A dataset with __getitems__, as torch's fetcher calls it for a batch
     (Hugging Face datasets have one): its samples say which way they came."""
 
-    def __init__(self, fail_with=None, extra=False):
-        self.fail_with, self.extra = fail_with, extra
+    def __init__(self, fail_with=None, extra=False, short=False):
+        self.fail_with, self.extra, self.short = fail_with, extra, short
 
     def __len__(self):
         return 12
@@ -1157,7 +1174,8 @@ class Batched(Dataset):
         if self.fail_with is not None and 4 in keys:
             raise self.fail_with
         # Samples large enough to be placed as they come (_workers._Stream).
-        got = [{"way": "batch", "x": torch.full((4096,), k)} for k in keys]
+        got = [{"way": "batch", "x": torch.full((4096,), k)} for k in keys
+               if not (self.short and k >= 6)]  # the last batch: none of its 4
         return got + got[:1] if self.extra else got
 
 
@@ -1193,6 +1211,16 @@ def test_a_datasets_getitems_is_used_for_a_batch_as_torch_uses_it(kind):
     [error] = errors
     assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
     assert "batch 1 of epoch 0: KeyError from the dataset's __getitems__" in str(error)
+    # Fewer samples than keys are collated as torch collates them: a short
+    # batch, and none at all raises in collate_fn as torch's does (never a
+    # batch dropped without a word), naming the batch and the count.
+    ours, theirs = (batches(cls, Batched(short=True))
+                    for cls in (stoker.DataLoader, torch.utils.data.DataLoader))
+    assert ours[0] == theirs[0] and [len(x) for _, x in ours[0]] == [4, 2]
+    [error], [torchs] = ours[1], theirs[1]
+    assert isinstance(error, type(torchs)) and isinstance(error, stoker.DataError)
+    assert "batch 2 of epoch 0" in str(error)
+    assert "the dataset's __getitems__ gave 0 samples for 4 keys" in str(error)
 
 
 # --- a dataset changed between epochs ---

@@ -77,9 +77,9 @@ Result<std::shared_ptr<const Source>> MakePathSource(const std::vector<std::stri
 /// "<shard path>:<image member name>".
 ///
 /// Errors at open (naming the shard, and the byte offset in it): a pattern
-/// ExpandBraces refuses, a missing or unreadable shard, a garbage header (bad
-/// checksum), a truncated member, a shard list that expands to nothing,
-/// shards with no images at all. Errors at
+/// ExpandShards refuses (a shard named twice), a missing or unreadable
+/// shard, a garbage header (bad checksum), a truncated member, a shard list
+/// that expands to nothing, shards with no images at all. Errors at
 /// Read (naming the key): a sample without a .cls member, a .cls that is not
 /// an integer, a shard cut short since it was opened (DataError, "truncated"),
 /// a replaced shard (DataError), an OS read error (IoError). Blocks while it
@@ -167,5 +167,11 @@ inline constexpr uint64_t kMaxBraceBytes = uint64_t{256} << 20;
 /// more than kMaxBraceNames names, or kMaxBraceBytes bytes of names, is an
 /// InvalidArgument naming the pattern and the count.
 Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
+
+/// The shard files `paths_or_patterns` name, each entry's braces expanded,
+/// in order: what OpenTarShards and a TarStream read. InvalidArgument for
+/// none, or for a shard named twice ("a/./s.tar" is "a/s.tar"), naming it:
+/// its samples would be read twice.
+Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& paths_or_patterns);
 
 }  // namespace stoker

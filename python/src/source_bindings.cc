@@ -169,6 +169,15 @@ void BindSources(py::module_& m) {
       },
       py::arg("pattern"));
   m.def(
+      "expand_shards",
+      [](const std::vector<std::string>& patterns) {
+        py::list out;
+        for (const std::string& s : ValueOrThrow(ExpandShards(patterns))) out.append(py::bytes(s));
+        return out;
+      },
+      py::arg("patterns"),
+      "The shard paths a list of paths or brace patterns names; a shard named twice is refused.");
+  m.def(
       "open_synthetic",
       [](int64_t size, const std::vector<int64_t>& shape, const std::string& dtype,
          int64_t num_classes, uint64_t content_seed, int64_t cpu_cost_ns, int64_t read_latency_ns,

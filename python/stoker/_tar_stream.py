@@ -5,7 +5,6 @@ import os
 
 from . import _stoker
 from ._shards import ShardedIterable
-from ._sources import expand_braces
 
 
 class TarStream(ShardedIterable):
@@ -27,15 +26,14 @@ class TarStream(ShardedIterable):
         if isinstance(shards, (str, bytes, os.PathLike)):
             shards = [shards]
         self.patterns = [os.fspath(s) for s in shards]
-        if not self.patterns:
-            raise ValueError("no tar shards given")
         self.transform = transform
         self._paths = None
         self.shards()  # a pattern the brace rules refuse is an error here
 
     def shards(self):
         if self._paths is None:  # expanded again after unpickling: patterns travel, not paths
-            self._paths = [path for p in self.patterns for path in expand_braces(p)]
+            self._paths = [os.fsdecode(p) for p in
+                           _stoker.expand_shards([os.fsencode(p) for p in self.patterns])]
         return list(self._paths)
 
     def iter_shard(self, shard, start=0):

@@ -99,6 +99,12 @@ def test_construction_opens_nothing_and_pickles_as_its_patterns(tmp_path, shards
     assert again.transform is decode and again.shards() == shards
     with pytest.raises(ValueError, match="no tar shards"):
         stoker.TarStream([])
+    # A shard named twice would be read twice: refused, as TarShards refuses it.
+    for named in ([shards[1], shards[0], shards[1]],
+                  os.path.join(os.path.dirname(shards[0]), "shard-{000,001,000}.tar")):
+        for make in (stoker.TarStream, stoker.TarShards):
+            with pytest.raises(ValueError, match="shard-00[01].tar is named twice"):
+                make(named)
 
 
 def test_truncated_shard_is_an_error_naming_it(tmp_path, shards):

@@ -12,7 +12,9 @@
 #include <cctype>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -579,15 +581,26 @@ struct TarSample {
 };
 
 constexpr std::string_view kImageExtensions = ".jpg, .jpeg, .png";
+// Said where two members' names share a key that their writer meant apart.
+constexpr std::string_view kKeyRule =
+    " (a sample's key ends at the first '.' of the member's file name, as WebDataset's)";
+
+// Whether `ext` is `lower` in any case.
+bool ExtensionIs(std::string_view ext, std::string_view lower) {
+  return ext.size() == lower.size() &&
+         std::equal(ext.begin(), ext.end(), lower.begin(),
+                    [](char c, char w) { return (c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) == w; });
+}
 
 bool IsImageExtension(std::string_view ext) {
-  auto lower_equals = [&](std::string_view want) {
-    return ext.size() == want.size() &&
-           std::equal(ext.begin(), ext.end(), want.begin(), [](char c, char w) {
-             return (c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c) == w;
-           });
-  };
-  return lower_equals("jpg") || lower_equals("jpeg") || lower_equals("png");
+  return ExtensionIs(ext, "jpg") || ExtensionIs(ext, "jpeg") || ExtensionIs(ext, "png");
+}
+
+// What a member is decoded as: the last part of its extension, as
+// WebDataset's decoders read it ("seg.png" is a png, "CLS" a label).
+std::string_view MemberKind(std::string_view ext) {
+  const size_t dot = ext.rfind('.');
+  return dot == std::string_view::npos ? ext : ext.substr(dot + 1);
 }
 
 // Groups one shard's members into samples as they come, for the source and
@@ -598,7 +611,9 @@ bool IsImageExtension(std::string_view ext) {
 // belongs to which image cannot be told. A key with a label but no image
 // stoker decodes (a.cls beside a.webp, or alone) is a sample whose read
 // fails naming it, so it is reported (or skipped and recorded), never lost
-// unseen; members of a key with no label (a.json, a.txt) are not samples.
+// unseen; so is a key whose only image- or label-like members are other
+// fields (img.004.jpg, img.004.cls: key "img"). Members of a key with no
+// label (a.json, a.txt) are not samples.
 class SampleGrouper {
  public:
   // Samples get `shard_number`, and their names go into `names` (the name
@@ -610,11 +625,18 @@ class SampleGrouper {
   Status Add(TarEntry entry) {
     const auto [key, ext] = SplitSampleKey(entry.name);
     const bool image = IsImageExtension(ext);
-    const bool cls = ext == "cls";
+    const bool cls = ExtensionIs(ext, "cls");
     if (!image && !cls) {
-      if (!other_member_.contains(key)) {
+      // Named like an image or a label of another field ("img.004.jpg": key
+      // "img", field "004.jpg"): remembered, so a key left with no sample
+      // is reported, not dropped unseen.
+      const std::string_view kind = MemberKind(ext);
+      const bool stray = IsImageExtension(kind) || ExtensionIs(kind, "cls");
+      if (!other_member_.contains(key) || (stray && !stray_member_.contains(key))) {
         const std::string& kept = members_.emplace_back(std::move(entry.name));
-        other_member_.emplace(SplitSampleKey(kept).first, kept);
+        const std::string_view kept_key = SplitSampleKey(kept).first;
+        other_member_.try_emplace(kept_key, kept);
+        if (stray) stray_member_.try_emplace(kept_key, kept);
       }
       return Status::Ok();
     }
@@ -636,10 +658,13 @@ class SampleGrouper {
     const size_t i = it->second;
     TarSample& s = pending_[i];
     if ((image && has_image_[i]) || (cls && s.cls_size != TarSample::kNoCls)) {
-      const std::string first = cls ? name : names_.substr(s.name_offset, s.name_size);
+      const std::string first =
+          cls ? std::string(label_name_[i]) : names_.substr(s.name_offset, s.name_size);
       return DataError(path_ + ": duplicate sample key '" + std::string(stable_key) + "': " +
                        (first == name ? "member '" + first + "' appears twice"
-                                      : "two images, '" + first + "' and '" + name + "'"));
+                        : image       ? "two images, '" + first + "' and '" + name + "'"
+                                      : "two labels, '" + first + "' and '" + name + "'") +
+                       (first == name ? "" : std::string(kKeyRule)));
     }
     if (image) {
       has_image_[i] = true;
@@ -661,11 +686,23 @@ class SampleGrouper {
   }
 
   // After the shard's last member: names each key with a label but no image
-  // after the member it has instead, else after its label. All samples are
-  // then ready.
+  // after the member it has instead, else after its label; adds a sample
+  // (neither image nor label) for each key with only stray members, named
+  // after one. All samples are then ready.
   void Finish() {
+    for (const auto& [key, name] : stray_member_) {
+      if (by_key_.contains(key)) continue;
+      TarSample& s = pending_.emplace_back();
+      s.shard = shard_number_;
+      s.image_size = TarSample::kNoImage;
+      s.name_offset = names_.size();
+      s.name_size = static_cast<uint32_t>(name.size());
+      names_ += name;
+      has_image_.push_back(false);
+      label_name_.emplace_back();
+    }
     for (size_t i = ready_; i < pending_.size(); ++i) {
-      if (has_image_[i]) continue;
+      if (has_image_[i] || pending_[i].image_size == TarSample::kNoImage) continue;
       TarSample& s = pending_[i];
       assert(s.cls_size != TarSample::kNoCls);  // a key is pending for its image or its label
       const std::string_view key = SplitSampleKey(label_name_[i]).first;
@@ -694,6 +731,7 @@ class SampleGrouper {
   std::deque<std::string> members_;                      // names the views below point into
   std::unordered_map<std::string_view, size_t> by_key_;  // into pending_
   std::unordered_map<std::string_view, std::string_view> other_member_;  // key -> a.webp
+  std::map<std::string_view, std::string_view> stray_member_;            // key -> img.004.jpg
   std::vector<TarSample> pending_;
   std::vector<bool> has_image_;
   std::vector<std::string_view> label_name_;
@@ -725,6 +763,11 @@ constexpr uint64_t kMaxGapInOneRead = 16 << 10;
 Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view name,
                   ReadBuffer& buffer, Record* record) {
   auto key = [&] { return shard.path() + ":" + std::string(name); };
+  if (s.cls_size == TarSample::kNoCls && s.image_size == TarSample::kNoImage) {
+    return DataError(key() + ": its sample key '" + std::string(SplitSampleKey(name).first) +
+                     "' has no image (" + std::string(kImageExtensions) + ") and no .cls member" +
+                     std::string(kKeyRule));
+  }
   if (s.cls_size == TarSample::kNoCls) {
     return DataError(key() + ": sample has no .cls member (its label)");
   }
@@ -849,14 +892,30 @@ class TarShardStream final : public TarShardReader {
 
 }  // namespace
 
-Result<std::shared_ptr<const Source>> OpenTarShards(
-    const std::vector<std::string>& paths_or_patterns) {
+Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& paths_or_patterns) {
   std::vector<std::string> paths;
+  std::unordered_map<std::string, size_t> seen;  // normal form -> position in `paths`
   for (const std::string& pattern : paths_or_patterns) {
     STOKER_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(pattern));
-    for (std::string& path : expanded) paths.push_back(std::move(path));
+    for (std::string& path : expanded) {
+      auto [it, fresh] =
+          seen.try_emplace(std::filesystem::path(path).lexically_normal().string(), paths.size());
+      if (!fresh) {
+        const std::string& first = paths[it->second];
+        return InvalidArgument("tar shard " + path + " is named twice" +
+                               (first == path ? "" : " (also as " + first + ")") + " in " +
+                               pattern + ": its samples would be read twice");
+      }
+      paths.push_back(std::move(path));
+    }
   }
   if (paths.empty()) return InvalidArgument("no tar shards given");
+  return paths;
+}
+
+Result<std::shared_ptr<const Source>> OpenTarShards(
+    const std::vector<std::string>& paths_or_patterns) {
+  STOKER_ASSIGN_OR_RETURN(std::vector<std::string> paths, ExpandShards(paths_or_patterns));
   if (paths.size() >= std::numeric_limits<uint32_t>::max()) {
     return InvalidArgument("too many tar shards: " + std::to_string(paths.size()));
   }

@@ -361,6 +361,34 @@ TEST(TarSourceTest, LabelWithoutADecodableImageIsASampleWhoseReadFailsNamingIt) 
   }
 }
 
+TEST(TarSourceTest, KeyOfOnlyOtherFieldsNamedLikeImagesIsASampleWhoseReadFailsNamingIt) {
+  // img.004.jpg is field "004.jpg" of key "img" (WebDataset's split at the
+  // first '.'): a key with no image and no label of its own is reported,
+  // once, with the rule; labels are found whatever their case.
+  TempDir dir;
+  WriteShard(dir / "s.tar", {{"ok.jpg", "i"},
+                             {"ok.CLS", "1"},
+                             {"img.004.jpg", "j"},
+                             {"img.004.cls", "2"},
+                             {"img.005.jpg", "k"},
+                             {"img.005.cls", "3"},
+                             {"cap.txt", "words"}});
+  auto source = OpenTarShards({dir / "s.tar"});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ((*source)->size(), 2);
+  ReadBuffer buffer;
+  Record record;
+  ASSERT_TRUE((*source)->Read(0, buffer, &record).ok());
+  EXPECT_EQ(record.label, 1);
+  EXPECT_EQ((*source)->Key(1), dir / "s.tar:img.004.jpg");
+  Status s = (*source)->Read(1, buffer, &record);
+  EXPECT_EQ(s.code(), StatusCode::kDataError);
+  EXPECT_NE(s.message().find(dir / "s.tar:img.004.jpg: its sample key 'img' has no image"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("first '.'"), std::string::npos) << s.message();
+}
+
 TEST(TarSourceTest, NegativeLabelFailsTheReadNamingTheMember) {
   TempDir dir;
   WriteShard(dir / "s.tar", {{"a.jpg", "i"}, {"a.cls", "-1"}, {"b.jpg", "i"}, {"b.cls", "-100\n"}});
@@ -394,6 +422,9 @@ TEST(TarSourceTest, DuplicateSampleKeyIsAnOpenErrorNamingShardAndKey) {
            "duplicate sample key 'a': member 'a.cls' appears twice"},
           {{{"a.jpg", "1"}, {"a.PNG", "2"}, {"a.cls", "1"}},
            "duplicate sample key 'a': two images, 'a.jpg' and 'a.PNG'"},
+          {{{"a.jpg", "1"}, {"a.cls", "1"}, {"a.CLS", "2"}},
+           "duplicate sample key 'a': two labels, 'a.cls' and 'a.CLS' (a sample's key "
+           "ends at the first '.'"},
       };
   for (const auto& [members, said] : cases) {
     WriteShard(path, members);
@@ -560,6 +591,28 @@ TEST(TarSourceTest, MissingShardAndNoImagesAreErrors) {
   EXPECT_NE(no_images.status().message().find("no image"), std::string::npos);
 
   EXPECT_EQ(OpenTarShards({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TarSourceTest, AShardNamedTwiceIsRefusedNamingIt) {
+  // By a pattern, by two entries, or by two spellings of one path: reading
+  // it twice would deliver each of its samples twice.
+  TempDir dir;
+  WriteShard(dir / "s-0.tar", {{"a.jpg", "1"}, {"a.cls", "1"}});
+  WriteShard(dir / "s-1.tar", {{"b.jpg", "2"}, {"b.cls", "2"}});
+  const std::string spelled = dir / "./s-1.tar";
+  for (const std::vector<std::string>& given :
+       {std::vector<std::string>{dir / "s-{0,1,1}.tar"},
+        std::vector<std::string>{dir / "s-{0..1}.tar", dir / "s-1.tar"},
+        std::vector<std::string>{dir / "s-1.tar", spelled}}) {
+    auto source = OpenTarShards(given);
+    ASSERT_FALSE(source.ok()) << given.front();
+    EXPECT_EQ(source.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(source.status().message().find("s-1.tar is named twice"), std::string::npos)
+        << source.status().message();
+  }
+  auto both = ExpandShards({dir / "s-0.tar", dir / "s-1.tar"});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(*both, (std::vector<std::string>{dir / "s-0.tar", dir / "s-1.tar"}));
 }
 
 TEST(TarSourceTest, SampleKeys) {

@@ -189,6 +189,11 @@ def test_bad_options_name_the_option(tmp_path):
     assert r.returncode != 0 and "--workers" in r.stderr
     r = stoker("run", "--data", str(tmp_path / "missing"), "--seconds", "1", check=False)
     assert r.returncode != 0 and "missing" in r.stderr
+    # `--data "$DATA"` with DATA unset: a usage error, never the built-in set.
+    for command in ("run", "bench", "probe", "advise"):
+        r = stoker(command, "--data", "", "--json", check=False)
+        assert r.returncode == 2 and "--data: expected a path" in r.stderr, (command, r.stderr)
+        assert "--data" in json.loads(r.stdout)["error"]
 
 
 # --- JSON output with names that are not UTF-8 --------------------------------
@@ -491,6 +496,19 @@ def test_a_signal_mid_run_prints_the_partial_summary(command, sig, code):
     j = json.loads(out)
     assert j["interrupted"] is True and j["signal"] == signal.Signals(sig).name
     assert j["samples"] > 0 and j["seconds"] < 60
+
+
+def test_the_same_stop_sent_twice_at_once_still_prints_the_summary():
+    # `timeout`, job schedulers and container runtimes signal the process and
+    # its group: two SIGTERMs within a millisecond are one request to stop.
+    p = _start_run("run", "--synthetic", "--synthetic-size", "100000", "--size", "16",
+                   "--synthetic-cpu-us", "300", "--seconds", "120", "--step-ms", "20", "--json")
+    p.send_signal(signal.SIGTERM)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    j = json.loads(out)
+    assert j["interrupted"] is True and j["signal"] == "SIGTERM" and j["samples"] > 0
 
 
 def test_sigint_on_a_terminal_ends_the_live_line_then_prints_the_summary():

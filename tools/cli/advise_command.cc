@@ -84,8 +84,8 @@ void AddAdviseCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "advise",
       "Suggest a starting worker count and prefetch depth for this machine, with reasons.");
-  cmd->add_option("--data", opts->data_path,
-                  "path of the data set (its storage shapes the advice)");
+  cmd->add_option("--data", opts->data_path, "path of the data set (its storage shapes the advice)")
+      ->check(PathGiven());
   cmd->add_option("--batch-size", opts->batch_size, "samples per batch (default: assume 64)")
       ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--sample-bytes", opts->sample_bytes,

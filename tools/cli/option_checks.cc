@@ -52,4 +52,13 @@ CLI::Validator NumberIn(double lo, double hi) {
       "NUMBER in [" + range + "]");
 }
 
+CLI::Validator PathGiven() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.empty() ? std::string("expected a path, got an empty one (an unset variable?)")
+                            : std::string();
+      },
+      "PATH");
+}
+
 }  // namespace stoker::cli

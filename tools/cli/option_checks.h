@@ -34,4 +34,8 @@ CLI::Validator CountIn(uint64_t lo, uint64_t hi);
 /// A finite decimal number in [lo, hi].
 CLI::Validator NumberIn(double lo, double hi);
 
+/// A path that is not empty: `--data "$DATA"` with DATA unset must not run
+/// on the default data set without a word.
+CLI::Validator PathGiven();
+
 }  // namespace stoker::cli

@@ -6,6 +6,7 @@
 
 #include "command_output.h"
 #include "commands.h"
+#include "option_checks.h"
 #include "stoker/probe.h"
 
 namespace stoker::cli {
@@ -127,7 +128,8 @@ void AddProbeCommand(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<ProbeCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "probe", "Show the machine facts that bound the loader: CPUs, memory, shm, storage, GPUs.");
-  cmd->add_option("--data", opts->data_path, "describe the storage holding this path");
+  cmd->add_option("--data", opts->data_path, "describe the storage holding this path")
+      ->check(PathGiven());
   cmd->add_flag("--no-gpus", opts->no_gpus, "skip the NVML query");
   cmd->add_flag("--json", opts->json, "print JSON on stdout");
   cmd->callback([opts, &exit_code] { exit_code = RunProbe(*opts); });

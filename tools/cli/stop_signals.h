@@ -5,10 +5,12 @@ namespace stoker::cli {
 /// Turns SIGINT and SIGTERM into a request to stop, for the life of the
 /// object: the handler only stores the signal's number in a lock-free atomic
 /// (async-signal-safe), and the run loop polls received() and winds down,
-/// printing its partial summary. The handlers are installed with
-/// SA_RESETHAND, so a second SIGINT or SIGTERM while winding down ends the
-/// process as usual. A signal the process was started ignoring stays
-/// ignored. The destructor puts the previous handlers back.
+/// printing its partial summary. A second SIGINT or SIGTERM while winding
+/// down ends the process as usual, once it comes a second or more after the
+/// first: sooner, it is the same stop sent twice (`timeout`, schedulers and
+/// container runtimes signal the process and its group). A signal the
+/// process was started ignoring stays ignored. The destructor puts the
+/// previous handlers back.
 ///
 /// At most one StopSignals at a time (asserted); construct and destroy it on
 /// one thread. received() is safe from any thread.

@@ -32,6 +32,15 @@ struct WorkerCost {
   size_t trimmable_bytes = 0;
 };
 
+/// Which sample a failure is, on the Status the engine raises for it
+/// (Status::detail()): bindings name it on the exception (index, key).
+struct SampleDetail : StatusDetail {
+  /// The index of a failure that is no sample's (a user batch's collate_fn).
+  static constexpr int64_t kNoSample = -1;
+  int64_t index = 0;
+  std::string key;  // the sample's key; empty where it has none
+};
+
 /// A sample inside an item that failed while the item itself was made (a
 /// user batch one of whose samples raised): the engine's error policy
 /// reports it (raise) or records it (skip) as it does a failed item.

@@ -43,31 +43,54 @@ PyObject* ExceptionTypeFor(StatusCode code) {
 // worker (None where there is none: a batch's own failure has no index),
 // and `_sample`: (pickled exception or None, the worker's traceback, thread
 // batch ticket or None, failure).
-void SetSampleFields(py::handle exc, const SampleErrorDetail& d) {
+void SetSampleFields(py::handle exc, const SampleDetail& s) {
   exc.attr("index") =
-      d.index == SampleErrorDetail::kNoSample ? py::object(py::none()) : py::int_(d.index);
-  exc.attr("key") = d.key.empty() ? py::object(py::none()) : DecodeText(d.key);
-  exc.attr("worker") = d.worker < 0 ? py::object(py::none()) : py::int_(d.worker);
+      s.index == SampleDetail::kNoSample ? py::object(py::none()) : py::int_(s.index);
+  exc.attr("key") = s.key.empty() ? py::object(py::none()) : DecodeText(s.key);
+  const auto* d = dynamic_cast<const SampleErrorDetail*>(&s);
+  if (d == nullptr) return;
+  exc.attr("worker") = d->worker < 0 ? py::object(py::none()) : py::int_(d->worker);
   exc.attr("_sample") = py::make_tuple(
-      d.exception.empty() ? py::object(py::none()) : py::bytes(d.exception),
-      DecodeText(d.traceback),
-      d.batch_ticket == 0 ? py::object(py::none()) : py::int_(d.batch_ticket), d.failure);
+      d->exception.empty() ? py::object(py::none()) : py::bytes(d->exception),
+      DecodeText(d->traceback),
+      d->batch_ticket == 0 ? py::object(py::none()) : py::int_(d->batch_ticket), d->failure);
+}
+
+// The type a status is raised as: its code's, but a failed sample's error
+// of another code (a file missing, a read error) is a DataError too, of the
+// code's type as well (stoker._errors combines them): `except DataError`
+// catches every bad sample, `except FileNotFoundError` still catches it.
+py::object RaisedType(const Status& status, const SampleDetail* sample) {
+  PyObject* type = ExceptionTypeFor(status.code());
+  if (sample != nullptr && sample->index != SampleDetail::kNoSample && type != g_data_error &&
+      IsSampleError(status)) {
+    py::object both = py::module_::import("stoker._errors").attr("data_error_of")(py::handle(type));
+    if (!both.is_none()) return both;
+  }
+  return py::reinterpret_borrow<py::object>(type);
 }
 
 void SetPythonError(const Status& status) {
   // Paths are bytes and need not be UTF-8; keep whatever is undecodable visible.
   py::str text = DecodeText(status.message());
   if (!text) return;  // the decoder set an error already
-  PyObject* type = ExceptionTypeFor(status.code());
+  const auto* sample = dynamic_cast<const SampleDetail*>(status.detail().get());
+  py::object type_object;
+  try {
+    type_object = RaisedType(status, sample);
+  } catch (const py::error_already_set&) {  // cleared as caught: the code's own type
+    type_object = py::reinterpret_borrow<py::object>(ExceptionTypeFor(status.code()));
+  }
+  PyObject* type = type_object.ptr();
   py::object exc = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, text.ptr()));
   if (!exc) return;
   if (PyObject_SetAttrString(exc.ptr(), "code", py::str(StatusCodeName(status.code())).ptr()) !=
       0) {
     PyErr_Clear();  // the message alone still says what happened
   }
-  if (const auto* d = dynamic_cast<const SampleErrorDetail*>(status.detail().get())) {
+  if (sample != nullptr) {
     try {
-      SetSampleFields(exc, *d);
+      SetSampleFields(exc, *sample);
     } catch (const py::error_already_set&) {
       // Cleared as it was caught: the message alone still says what happened.
     }
@@ -99,11 +122,13 @@ void RegisterErrors(py::module_& m) {
       "__cause__; index, key and worker say which sample failed where (None when unknown).",
       py::dict(py::arg("index") = py::none(), py::arg("key") = py::none(),
                py::arg("worker") = py::none()));
-  g_resource_error = NewException(m, "ResourceError", PyExc_RuntimeError,
-                                  "A budget or cap was hit (an image over max_pixels), the "
-                                  "machine refused memory, file descriptors or threads, or the "
-                                  "store is gone or out of reach. Never skipped by "
-                                  "on_error='skip': it is not the sample's fault.");
+  g_resource_error = NewException(
+      m, "ResourceError", PyExc_RuntimeError,
+      "A budget or cap was hit (an image over max_pixels, a sample over its share of the memory "
+      "budget), the machine refused memory, file descriptors or threads, or the store is gone "
+      "or out of reach. on_error='skip' skips and records a sample over a cap (it is refused "
+      "unread); what the machine or the store refused is never skipped: it is not the "
+      "sample's fault.");
   g_cancelled = NewException(m, "Cancelled", PyExc_RuntimeError, "The loader was stopped.");
   // The engine's errno classes, for Python datasets' OSErrors (one list: ErrnoError's).
   m.def(

@@ -358,11 +358,7 @@ class ProcessKind : public WorkerKind {
 /// Status's detail), for the exception stoker.DataLoader raises: a
 /// stoker.DataError of the sample's own exception type, chained to it, with
 /// its index, key and worker (SetPythonError and python/stoker/_errors.py).
-struct SampleErrorDetail : StatusDetail {
-  /// The index for a batch's own failure (collate_fn raised): no sample's.
-  static constexpr int64_t kNoSample = -1;
-  int64_t index = 0;
-  std::string key;        // the sample's key; empty where it has none
+struct SampleErrorDetail : SampleDetail {
   int worker = -1;        // the worker's id; -1: the consumer's thread
   std::string traceback;  // the worker's
   /// From a worker process, or a batch's own failure from a thread: the

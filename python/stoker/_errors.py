@@ -73,13 +73,20 @@ def native_sample_error(error):
     if getattr(error, "_sample", None) is None:
         return None
     try:
-        made = _instance(OSError, error)
+        made = _instance(getattr(type(error), "_sample_type", OSError), error)
     except Exception:  # noqa: BLE001 -- as sample_error
         made = None
     if made is None:
         made = _fields(DataError(*error.args), error)
     made.__suppress_context__ = True
     return made
+
+
+def data_error_of(kind):
+    """The DataError that is also `kind` (FileNotFoundError, OSError), for a
+    sample of stoker's own source whose failure has that type's code (the
+    bindings raise it so: python/src/errors.cc); None where none can be."""
+    return _combined(kind)
 
 
 def _fields(made, error):

@@ -98,8 +98,11 @@ def test_missing_file_raises_file_not_found(fresh_tree):
     os.remove(gone)
     loader = stoker.Loader(source, batch_size=100, shuffle=False,
                            transforms=stoker.transforms.eval(16))
-    with pytest.raises(FileNotFoundError, match=gone):
+    with pytest.raises(FileNotFoundError, match=gone) as info:
         next(iter(loader))
+    # A bad sample like any other: a DataError naming it, whatever its cause.
+    assert isinstance(info.value, stoker.DataError)
+    assert (info.value.index, info.value.key) == (2, gone)
 
 
 def test_open_errors(tmp_path):
@@ -525,4 +528,4 @@ def test_the_native_loaders_data_error_keeps_its_type():
     with pytest.raises(ValueError) as info:  # as callers of stoker.Loader catch it
         list(loader)
     assert type(info.value) is stoker.DataError and info.value.__cause__ is None
-    assert (info.value.index, info.value.key, info.value.worker) == (None, None, None)
+    assert (info.value.index, info.value.worker) == (5, None)

@@ -707,20 +707,29 @@ class Loader::Impl {
   }
 
   // One error for every failed sample left in `slot`, with the code and
-  // detail of the first that is not the sample's fault (else of the first).
+  // detail of the first that is not the sample's fault (else of the first);
+  // a detail saying which sample that is where its kind gave none.
   static Status FailureError(const BatchSlot& slot) {
     const auto failures = slot.Failures();
     const std::string where =
         "batch " + std::to_string(slot.batch()) + " of epoch " + std::to_string(slot.epoch());
-    if (failures.size() == 1) return failures.front().Named().WithContext(where);
-    const Status* lead = &failures.front().status;
+    size_t lead = 0;
     std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
     for (size_t i = 0; i < failures.size(); ++i) {
       const Status& st = failures[i].status;
-      if (!IsSampleError(st) && IsSampleError(*lead)) lead = &st;
+      if (!IsSampleError(st) && IsSampleError(failures[lead].status)) lead = i;
       message += (i > 0 ? "; " : "") + failures[i].Named().ToString();
     }
-    return Status(lead->code(), message).WithDetail(lead->detail());
+    const BatchSlot::Failure& first = failures[lead];
+    std::shared_ptr<const StatusDetail> detail = first.status.detail();
+    if (detail == nullptr && first.index >= 0) {
+      auto sample = std::make_shared<SampleDetail>();
+      sample->index = first.index;
+      sample->key = first.key;
+      detail = std::move(sample);
+    }
+    if (failures.size() == 1) return first.Named().WithContext(where).WithDetail(detail);
+    return Status(first.status.code(), message).WithDetail(detail);
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {

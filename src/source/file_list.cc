@@ -99,7 +99,13 @@ Result<std::shared_ptr<const Source>> OpenFileList(const std::string& list_path)
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (Trim(line).empty()) continue;
     auto where = [&] { return list_path + ":" + std::to_string(line_number) + ": "; };
-    size_t tab = line.rfind('\t');
+    // Spaces or tabs may follow the label; the last tab before them starts it.
+    std::string_view content = line;
+    while (!content.empty() && (content.back() == ' ' || content.back() == '\t')) {
+      content.remove_suffix(1);
+    }
+    size_t tab = content.rfind('\t');
+    if (tab == std::string_view::npos) tab = line.find('\t');  // a tab, then no label
     if (tab == std::string_view::npos) {
       return InvalidArgument(where() + "expected 'path<TAB>label', found no tab in '" +
                              std::string(line) + "'");

@@ -231,7 +231,7 @@ Result<std::shared_ptr<const Source>> OpenImageFolder(const std::string& root) {
     for (std::string_view ext : kImageExtensions) extensions += std::string(ext) + " ";
     extensions.pop_back();
     return NotFound("found no valid image file (" + extensions + ") for the classes " +
-                    JoinNames(empty_classes, "") + ": empty folder(s) " +
+                    JoinNames(empty_classes, "") + ": none in " +
                     JoinNames(empty_classes, key_prefix));
   }
   return FileListSource::Make(base, std::move(samples), std::move(classes));

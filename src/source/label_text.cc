@@ -1,5 +1,7 @@
 #include "source/label_text.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -21,7 +23,18 @@ Result<int64_t> ParseLabel(std::string_view text) {
   std::string shown(1, '\'');
   shown.append(text.substr(0, kShown)).append(text.size() > kShown ? "...'" : "'");
   std::optional<int64_t> label = ParseInteger<int64_t>(text);
-  if (!label) return DataError("label " + shown + " is not an integer");
+  if (!label) {
+    const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+    const bool integer = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (integer && !text.starts_with('-')) {
+      return DataError("label " + shown + " is out of range: a class index is at most " +
+                       std::to_string(std::numeric_limits<int64_t>::max()));
+    }
+    if (!integer) return DataError("label " + shown + " is not an integer");
+  }
+  if (!label) label = -1;  // an integer below int64's range: negative all the same
   if (*label < 0) {
     return DataError("label " + shown + " is negative: a label is a class index, 0 or more");
   }

@@ -30,7 +30,17 @@ TEST(LabelTextTest, ALabelIsANonNegativeInteger) {
               std::string::npos)
         << r.status().message();
   }
-  for (const char* bad : {"", "cat", "1x", "+1", " 1", "1.0", "99999999999999999999"}) {
+  for (const char* huge : {"9223372036854775808", "99999999999999999999"}) {
+    Result<int64_t> r = ParseLabel(huge);
+    ASSERT_FALSE(r.ok()) << huge;
+    EXPECT_NE(r.status().message().find(std::string("'") + huge + "' is out of range"),
+              std::string::npos)
+        << r.status().message();
+  }
+  Result<int64_t> below = ParseLabel("-99999999999999999999");
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find("is negative"), std::string::npos);
+  for (const char* bad : {"", "cat", "1x", "+1", " 1", "1.0", "-", "--1"}) {
     Result<int64_t> r = ParseLabel(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("is not an integer"), std::string::npos)

@@ -44,7 +44,8 @@ class DataLoader(torch.utils.data.DataLoader):
 
     ``num_workers="auto"`` (the default): the tuner picks the count and the
     prefetch depth and keeps adjusting them, so the consumer does not wait, with
-    the fewest workers. An int fixes the count; 0 loads in the calling thread,
+    the fewest workers (``loader.num_workers`` reads the count running now,
+    an int as torch's). An int fixes the count; 0 loads in the calling thread,
     each batch when ``next()`` asks for it.
 
     The order is torch's: ``sampler`` and ``batch_sampler`` are torch's own
@@ -209,6 +210,27 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._options.initial_workers:  # "auto": the tuner goes on from the count it held
             self._options = dataclasses.replace(self._options, initial_workers=max(1, workers))
         self._start_run()
+
+    @property
+    def num_workers(self):
+        """An int, as torch's: the count given, or with "auto" the count
+        running now (code that reads it, e.g. ``if loader.num_workers > 0``,
+        works unchanged); stats()["workers"] says the same."""
+        given = self.__dict__.get("_num_workers", 0)
+        if given != "auto":
+            return given
+        stream = self.__dict__.get("_stream")
+        if stream is not None:
+            return stream.stats()["workers"]
+        run = self.__dict__.get("_run")
+        try:
+            return run.engine.workers
+        except (AttributeError, ValueError):  # not made yet, or closed: none run
+            return 0
+
+    @num_workers.setter
+    def num_workers(self, value):
+        self._num_workers = value
 
     @property
     def multiprocessing_context(self):

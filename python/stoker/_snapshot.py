@@ -10,9 +10,12 @@ The digest walks the dataset's object graph breadth first, at most
 by length and elements (large ones by a fixed sample of their elements),
 arrays and tensors by their memory (address, shape, dtype, strides; small
 ones by their bytes), functions by their code, defaults and closure, and
-anything else by its identity. What lies past the budget, or in an element
-of a large container that the sample skips, or in the bytes of a large array,
-is not seen."""
+anything else by its identity. The dataset's classes defined in its class's
+module are walked by their attributes too, and that module's functions by
+the module globals their code names (a curriculum level kept in a global or
+a class attribute). What lies past the budget, or in an element of a large
+container that the sample skips, or in the bytes of a large array, or in
+another module's state, is not seen."""
 
 import functools
 import hashlib
@@ -37,7 +40,8 @@ def digest(obj, budget=BUDGET):
 
 def _digest(obj, budget):
     h = hashlib.blake2b(digest_size=16)
-    queue = [obj]
+    home = getattr(type(obj), "__module__", None)  # the module whose state is followed
+    queue = [obj, *(c for c in type(obj).__mro__ if _at_home(c, home))]
     seen = set()
     at = 0
     while at < len(queue) and at < budget:
@@ -52,12 +56,31 @@ def _digest(obj, budget):
             h.update(b"@" + id(o).to_bytes(8, "little"))
             continue
         seen.add(id(o))
-        queue.extend(_parts(o, kind, h))
+        queue.extend(_parts(o, kind, h, home))
     return h.digest()
 
 
-def _parts(o, kind, h):
-    """What `o` holds, to walk next; what it is by itself goes into `h`."""
+def _at_home(o, home):
+    """Whether class or function `o` is defined in module `home`."""
+    return home is not None and getattr(o, "__module__", None) == home
+
+
+def _globals_read(function):
+    """(name, value) of each module global `function`'s code names, nested
+    code (comprehensions, lambdas) included, in the order first named."""
+    names, codes = [], [function.__code__]
+    while codes:
+        code = codes.pop()
+        names += code.co_names
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    found = function.__globals__
+    return [part for name in dict.fromkeys(names) if name in found
+            for part in (name, found[name])]
+
+
+def _parts(o, kind, h, home):
+    """What `o` holds, to walk next; what it is by itself goes into `h`.
+    Classes and functions of module `home` bring what they read there."""
     if kind in (list, tuple, set, frozenset, dict) or isinstance(o, (list, tuple, dict)):
         items = list(o.items()) if isinstance(o, dict) else o
         if isinstance(o, (set, frozenset)):
@@ -75,9 +98,16 @@ def _parts(o, kind, h):
             return [o.__func__, o.__self__]
         h.update(id(o.__code__).to_bytes(8, "little"))
         cells = [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)]
-        return [o.__defaults__, o.__kwdefaults__, *cells]
+        read = _globals_read(o) if _at_home(o, home) else []
+        return [o.__defaults__, o.__kwdefaults__, *cells, *read]
     if isinstance(o, (type, types.ModuleType, types.BuiltinFunctionType)) or _loader(o):
         h.update(id(o).to_bytes(8, "little"))
+        if isinstance(o, type) and _at_home(o, home):  # its attributes, methods included
+            return [part for name, value in sorted(vars(o).items())
+                    if not (name.startswith("__") and name.endswith("__"))
+                    for part in (name, value)] + \
+                [v for name in ("__getitem__", "__getitems__", "__iter__")
+                 if isinstance(v := vars(o).get(name), types.FunctionType)]
         return []
     fields = getattr(o, "__dict__", None)
     slots = [s for c in kind.__mro__ for s in _slot_names(c) if hasattr(o, s)]

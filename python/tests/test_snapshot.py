@@ -46,6 +46,41 @@ def test_what_a_training_loop_changes_changes_the_digest(change):
     assert _changed(change)
 
 
+LEVEL = 1  # a curriculum level kept in a module global
+
+
+def _scaled(i):
+    return [i * LEVEL for _ in range(2)]  # read inside a comprehension: nested code
+
+
+class Curriculum(torch.utils.data.Dataset):
+    offset = 0  # or on the class
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return _scaled(i)[0] + Curriculum.offset
+
+
+def test_module_state_the_datasets_code_reads_changes_the_digest():
+    # torch's workers, forked at each iter(), see a global or a class
+    # attribute changed between epochs: stoker makes its workers anew then.
+    global LEVEL
+    d = Curriculum()
+    before = _snapshot.digest(d)
+    assert _snapshot.digest(d) == before
+    try:
+        LEVEL = 10
+        assert _snapshot.digest(d) != before
+        LEVEL = 1
+        assert _snapshot.digest(d) == before
+        Curriculum.offset = 1000
+        assert _snapshot.digest(d) != before
+    finally:
+        LEVEL, Curriculum.offset = 1, 0
+
+
 def test_what_the_digest_does_not_look_at_is_said():
     # An element of a large list between the ones it looks at, bytes inside a
     # large array: docs/dataloader.md says so.

@@ -128,6 +128,12 @@ def test_the_loader_is_a_torch_dataloader_with_its_attributes_and_refusals():
             dl.multiprocessing_context = "spawn"
     with stoker.DataLoader(Indexed(), num_workers=0) as dl:
         assert type(dl.sampler) is SequentialSampler and dl.batch_sampler.batch_size == 1
+    # num_workers is an int, as code written for torch reads it (a Lightning-style
+    # `if loader.num_workers > 0`): with "auto", the count running now.
+    with stoker.DataLoader(Indexed(), batch_size=4) as dl:
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(53))
+        assert dl.num_workers == dl.stats()["workers"] and dl.num_workers > 0
+    assert dl.num_workers == 0  # closed: none run
     with stoker.DataLoader(Indexed(), batch_size=None, num_workers=0) as dl:
         assert dl.batch_sampler is None and list(dl) == list(range(53))
 

@@ -147,6 +147,20 @@ def _folder_with_a_bad_jpeg(tmp_path):
     return data, bad
 
 
+def test_a_name_with_terminal_controls_is_printed_escaped(tmp_path):
+    # A file named with ESC sequences must not recolour or retitle the user's
+    # terminal when stoker names it, in the summary or in an error.
+    data, bad = _folder_with_a_bad_jpeg(tmp_path)
+    os.rename(bad, bad.with_name("zz\x1b]0;owned\x07\x1b[31m.jpg"))
+    for policy in ("skip", "raise"):
+        r = stoker_bytes("run", "--data", str(data), "--batch-size", "2", "--epochs", "1",
+                         "--quiet", "--on-error", policy)
+        assert r.returncode == (0 if policy == "skip" else 1), r.stderr
+        shown = r.stdout + r.stderr
+        assert b"\x1b" not in shown and b"\x07" not in shown
+        assert b"zz\\x1b]0;owned\\x07\\x1b[31m.jpg" in shown
+
+
 def test_a_bad_file_under_raise_fails_naming_it(tmp_path):
     data, bad = _folder_with_a_bad_jpeg(tmp_path)
     r = stoker("run", "--data", str(data), "--batch-size", "2", "--epochs", "1", "--quiet",

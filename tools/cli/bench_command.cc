@@ -72,7 +72,7 @@ int RunBench(const BenchFlags& f) {
                                " (stoker's native pipeline, C++ worker "
                                "threads)";
   if (!f.json) {
-    std::cout << "stoker bench: " << measured << " over " << p->description << ", batch "
+    std::cout << "stoker bench: " << measured << " over " << Printable(p->description) << ", batch "
               << f.pipeline.batch_size
               << (f.step_ms > 0 ? ", step " + std::to_string(f.step_ms) + " ms" : "") << "\n";
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };

@@ -17,7 +17,7 @@ namespace stoker::cli {
 Result<RunSummary> RunJob(const RunFlags& f) {
   STOKER_ASSIGN_OR_RETURN(Pipeline p, BuildPipeline(f.pipeline, f.quiet));
   p.loader.tuner.trace_path = f.trace;
-  if (!f.quiet) std::cerr << "stoker run: " << p.description << "\n";
+  if (!f.quiet) std::cerr << "stoker run: " << Printable(p.description) << "\n";
   auto made = Loader::Make(p.loader);
   if (!made.ok()) return NameFlags(made.status(), f.pipeline);
   std::unique_ptr<Loader> loader = std::move(*made);
@@ -36,7 +36,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
     if (opened.ok()) {
       gpus = std::move(*opened);
     } else {
-      std::cerr << "stoker run: " << opened.status().message() << "\n";
+      std::cerr << "stoker run: " << Printable(opened.status().message()) << "\n";
     }
   }
   std::string gpu_columns;
@@ -113,7 +113,9 @@ void PrintRunSummary(const RunSummary& s, std::ostream& out) {
   if (s.signal != 0) out << "  interrupted by " << SignalName(s.signal) << "\n";
   if (!s.skipped.empty()) {
     out << "  skipped " << s.skipped.size() << " samples:\n";
-    for (const auto& r : s.skipped) out << "    " << r.key << ": " << r.reason << "\n";
+    for (const auto& r : s.skipped) {
+      out << "    " << Printable(r.key) << ": " << Printable(r.reason) << "\n";
+    }
   }
   if (!s.trace.empty()) {
     out << "  tuner decisions (" << s.trace.size() << "):\n";
@@ -158,7 +160,7 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
     if (f->json) {
       PrintJson(RunSummaryToJson(*s));
     } else {
-      std::cout << "stoker run: " << s->description << "\n";
+      std::cout << "stoker run: " << Printable(s->description) << "\n";
       PrintRunSummary(*s, std::cout);
     }
   });

@@ -273,6 +273,8 @@ def test_probe_and_advise_json_with_a_path_that_is_not_utf8(tmp_path):
     odd = os.path.join(os.fsencode(tmp_path), b"\xff")
     os.mkdir(odd)
     for command in ("probe", "advise"):
+        r = stoker_bytes(command, "--json", "--no-gpus", "--data", odd + b"/s-{0..3}.tar")
+        assert r.returncode == 0, r.stderr  # a pattern: its folder is the place
         r = stoker_bytes(command, "--json", "--no-gpus", "--data", odd)
         assert r.returncode == 0, r.stderr
         j = parse_json_stdout(r)
@@ -330,6 +332,9 @@ BAD_OPTIONS = [
     (["bench", "--synthetic", "--point-seconds", "0"], "--point-seconds"),
     (["advise", "--batch-size", "0"], "--batch-size"),
     (["advise", "--sample-bytes", "x"], "--sample-bytes"),
+    (["advise", "--workers-kind", "fibers"], "--workers-kind: fibers not in {threads,processes}"),
+    (["probe", "--data", "/no/such/place"], "--data: no such file or folder: '/no/such/place'"),
+    (["advise", "--data", "/no/such/{0..3}.tar"], "--data: no such file or folder: '/no/such'"),
     (["make-dataset", "--images", "0"], "--images"),
     (["make-dataset", "--classes", "-2"], "--classes"),
     (["run", "--no-such-flag"], "--no-such-flag"),

@@ -85,16 +85,19 @@ void AddAdviseCommand(CLI::App& app, int& exit_code) {
       "advise",
       "Suggest a starting worker count and prefetch depth for this machine, with reasons.");
   cmd->add_option("--data", opts->data_path, "path of the data set (its storage shapes the advice)")
-      ->check(PathGiven());
+      ->check(ExistingPlace());
   cmd->add_option("--batch-size", opts->batch_size, "samples per batch (default: assume 64)")
       ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--sample-bytes", opts->sample_bytes,
                   "bytes of one transformed sample (default: assume 3x224x224 uint8)")
       ->check(CountIn(1, kMaxSampleBytes));
+  // Checked by name first (the message names the choices), then mapped: a
+  // transform added later runs earlier.
   const std::map<std::string, WorkersKind> kinds = {{"threads", WorkersKind::kThreads},
                                                     {"processes", WorkersKind::kProcesses}};
   cmd->add_option("--workers-kind", opts->workers_kind, "threads (stoker) or processes (PyTorch)")
-      ->transform(CLI::CheckedTransformer(kinds, CLI::ignore_case));
+      ->transform(CLI::Transformer(kinds, CLI::ignore_case))
+      ->transform(CLI::IsMember({"threads", "processes"}, CLI::ignore_case));
   cmd->add_flag("--no-gpus", opts->no_gpus, "skip the NVML query");
   cmd->add_flag("--json", opts->json, "print JSON on stdout");
   cmd->callback([opts, &exit_code] { exit_code = RunAdvise(*opts); });

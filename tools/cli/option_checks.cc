@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -57,6 +58,21 @@ CLI::Validator PathGiven() {
       [](std::string& text) {
         return text.empty() ? std::string("expected a path, got an empty one (an unset variable?)")
                             : std::string();
+      },
+      "PATH");
+}
+
+CLI::Validator ExistingPlace() {
+  return CLI::Validator(
+      [](std::string& text) {
+        if (std::string error = PathGiven()(text); !error.empty()) return error;
+        std::error_code ec;
+        const std::filesystem::path path(text);
+        const bool pattern = text.find('{') != std::string::npos;
+        const std::filesystem::path place =
+            pattern && !path.parent_path().empty() ? path.parent_path() : path;
+        if (std::filesystem::exists(place, ec)) return std::string();
+        return "no such file or folder: '" + place.string() + "'";
       },
       "PATH");
 }

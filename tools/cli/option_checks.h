@@ -38,4 +38,9 @@ CLI::Validator NumberIn(double lo, double hi);
 /// on the default data set without a word.
 CLI::Validator PathGiven();
 
+/// PathGiven, and a path that exists, or a brace pattern whose folder does
+/// (for commands that look at the storage holding it: a typo must not
+/// describe some other mount).
+CLI::Validator ExistingPlace();
+
 }  // namespace stoker::cli

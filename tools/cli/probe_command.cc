@@ -129,7 +129,7 @@ void AddProbeCommand(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "probe", "Show the machine facts that bound the loader: CPUs, memory, shm, storage, GPUs.");
   cmd->add_option("--data", opts->data_path, "describe the storage holding this path")
-      ->check(PathGiven());
+      ->check(ExistingPlace());
   cmd->add_flag("--no-gpus", opts->no_gpus, "skip the NVML query");
   cmd->add_flag("--json", opts->json, "print JSON on stdout");
   cmd->callback([opts, &exit_code] { exit_code = RunProbe(*opts); });

@@ -10,6 +10,7 @@ epoch before measured (decide())."""
 
 import collections
 import dataclasses
+import gc
 import inspect
 import time
 import weakref
@@ -384,6 +385,11 @@ class _Epoch:
         self._ended_by = None
         self.finished = False
         self.over = False
+        if stream._inner.num_workers > 0:
+            # The program's garbage (a failed torch iterator in a cycle) is
+            # finalized here, not in the workers forked next, where its
+            # __del__ would run in the wrong process.
+            gc.collect()
         self._torch = iter(stream._inner)  # starts the workers (or resets persistent ones)
         self._timed(self._start)
 

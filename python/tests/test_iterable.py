@@ -127,6 +127,40 @@ def _init(worker_id):
     os.environ["STOKER_TEST_INIT"] = f"init {worker_id}"
 
 
+class _OwnProcessOnly:
+    """Says so on stderr when finalized in a process other than its maker's
+    (a torch iterator's __del__ asserts there)."""
+
+    def __init__(self):
+        self.pid, self.cycle = os.getpid(), self
+
+    def __del__(self):
+        if os.getpid() != self.pid:
+            sys.stderr.write("finalized in a forked worker\n")
+
+
+class _Collecting(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        import gc
+        gc.collect()  # what a worker's own allocations would trigger, some time
+        info = torch.utils.data.get_worker_info()
+        yield from range(info.id, 6, info.num_workers)
+
+
+def test_the_programs_garbage_is_not_finalized_in_the_workers(capfd):
+    # A torch iterator left in a cycle (its epoch raised) and collected in a
+    # worker forked after it prints "can only test a child process".
+    import gc
+    gc.disable()  # left for the workers, whatever this process allocates first
+    try:
+        _OwnProcessOnly()
+        with stoker.DataLoader(_Collecting(), batch_size=2, num_workers=2) as dl:
+            assert sorted(int(i) for b in dl for i in b) == list(range(6))
+    finally:
+        gc.enable()
+    assert "finalized in a forked worker" not in capfd.readouterr().err
+
+
 def test_worker_info_is_torchs():
     def seen(cls):
         loader = cls(Info(), batch_size=None, num_workers=3, worker_init_fn=_init,

@@ -105,7 +105,10 @@ def test_bench_json(tmp_path):
     assert d["basis"].startswith("measured on stoker's native pipeline (C++ worker threads) "
                                  "over synthetic source (4000 samples")
     assert d["num_workers"] == j["recommended"]["workers"]
-    assert j["recommended"]["samples_per_s"] * 1.03 >= j["best_static"]["samples_per_s"]
+    # The rule reads the sweep's figures; best_static is measured again
+    # after the tuned run (their mean), so noise may move it past 3 %.
+    swept = {p["workers"]: p["samples_per_s"] for p in j["sweep"]}
+    assert swept[j["recommended"]["workers"]] * 1.03 >= max(swept.values())
     assert d["line"].startswith(f"stoker.Loader(workers={d['num_workers']}, ")
     assert "the sweep's best count" in d["rules"][0]
     assert "stoker.bench(dataset)" in d["note"]

@@ -286,6 +286,8 @@ Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& re
   SweepPoint& best = report.best_static;
   best.samples_per_s = (best.samples_per_s + after->samples_per_s) / 2;
   best.stall_fraction = (best.stall_fraction + after->stall_fraction) / 2;
+  // The same count recommended shows the same figures.
+  if (report.recommended.workers == best.workers) report.recommended = best;
   return Status::Ok();
 }
 

@@ -888,8 +888,8 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
                 job, indices, seed, at, consumer=consumer, made=made,
                 start=_shards.samples_in(len(before), job.shards.batch_size),
                 first_part=len(before))
-            if before and payload is not NO_SAMPLE:
-                payload = _shards.Batches(before + payload)
+            if before:  # a continued shard: its earlier batches, even if none came after them
+                payload = _shards.Batches(before + ([] if payload is NO_SAMPLE else payload))
         except _shards.Yield:  # its batches stay in `parts`, for the worker that continues it
             ended = False
             parts.handed_over += 1

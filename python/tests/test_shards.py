@@ -575,3 +575,34 @@ def test_a_shard_that_cannot_open_or_collate_is_named(workers):
     assert any("shard-02" in e and "no such shard" in e and "after 0 samples" in e
                for e in errors)
     assert any("shard-05" in e and "collate_fn raised" in e for e in errors)
+
+
+def test_a_shard_handed_over_after_its_last_full_batch_keeps_its_batches():
+    # A shard whose length is a multiple of batch_size, handed over (the pool
+    # shrank) right after its last batch: the worker that continues it reads
+    # nothing more, and the batches made before must still be delivered.
+    rng = random.Random(3)
+    lens = [4 * rng.randrange(1, 10) for _ in range(16)]
+
+    class Multiples(stoker.ShardedIterable):
+        def shards(self):
+            return list(range(len(lens)))
+
+        def iter_shard(self, s, start=0):
+            for k in range(start, lens[s]):
+                time.sleep(0.001)
+                yield s * 1000 + k
+
+    want = collections.Counter(s * 1000 + k for s in range(len(lens)) for k in range(lens[s]))
+    for trial in range(4):
+        with stoker.DataLoader(Multiples(), batch_size=4, num_workers=2, shuffle=True,
+                               worker_kind="threads",
+                               generator=torch.Generator().manual_seed(1)) as dl:
+            r = random.Random(100 + trial)
+            for _ in range(2):
+                got = collections.Counter()
+                for ids in dl:
+                    got.update(ids.tolist())
+                    if r.random() < 0.4:
+                        dl._run.engine.resize(r.randint(1, 3))
+                assert got == want, sorted((want - got).elements())

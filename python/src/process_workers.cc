@@ -613,8 +613,9 @@ Status ProcessWorkers::Init(WorkerProcess& w, int64_t base_seed) {
   if (shut_down()) return Cancelled("the loader was closed");
   if (!done.ok() && done.status().code() == StatusCode::kCancelled)
     return Internal(named + " could not start: it exited in worker_init_fn: " + ending.how);
-  if (!done.ok()) {
-    return Unavailable(named + " did not start: in worker_init_fn, " + done.status().message());
+  if (!done.ok()) {  // not a refused resource: the user's worker_init_fn did not return
+    return Internal(named +
+                    " could not start: worker_init_fn did not return: " + done.status().message());
   }
   return Internal(named + " could not start: it sent " + kMessages[done->tag].tag +
                   " instead of INITDONE");

@@ -937,8 +937,24 @@ Result<std::shared_ptr<const Source>> OpenTarShards(
   }
   if (std::none_of(samples.begin(), samples.end(),
                    [](const TarSample& s) { return s.image_size != TarSample::kNoImage; })) {
-    return NotFound("no image members (.jpg, .jpeg, .png) in the tar shards " + paths.front() +
-                    (paths.size() > 1 ? " ... " + paths.back() : std::string()));
+    // A member named like an image of another field says why it is none.
+    const auto name_of = [&](const TarSample& s) {
+      return std::string_view(names.data() + s.name_offset, s.name_size);
+    };
+    const auto stray = std::find_if(samples.begin(), samples.end(), [&](const TarSample& s) {
+      const std::string_view ext = SplitSampleKey(name_of(s)).second;
+      const std::string_view kind = MemberKind(ext);
+      return kind.size() < ext.size() && (IsImageExtension(kind) || ExtensionIs(kind, "cls"));
+    });
+    std::string why;
+    if (stray != samples.end()) {
+      const std::string_view name = name_of(*stray);
+      why = ": '" + std::string(name) + "' is a member of sample key '" +
+            std::string(SplitSampleKey(name).first) + "'" + std::string(kKeyRule);
+    }
+    return NotFound("no image members (" + std::string(kImageExtensions) + ") in the tar shards " +
+                    paths.front() + (paths.size() > 1 ? " ... " + paths.back() : std::string()) +
+                    why);
   }
   samples.shrink_to_fit();
   names.shrink_to_fit();

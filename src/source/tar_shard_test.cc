@@ -387,6 +387,13 @@ TEST(TarSourceTest, KeyOfOnlyOtherFieldsNamedLikeImagesIsASampleWhoseReadFailsNa
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("first '.'"), std::string::npos) << s.message();
+  // A shard of such keys alone has no sample to read: refused, saying why.
+  WriteShard(dir / "only.tar", {{"img.004.jpg", "j"}, {"img.cls", "2"}});
+  auto only = OpenTarShards({dir / "only.tar"});
+  ASSERT_FALSE(only.ok());
+  EXPECT_NE(only.status().message().find("'img.004.jpg' is a member of sample key 'img'"),
+            std::string::npos)
+      << only.status().message();
 }
 
 TEST(TarSourceTest, NegativeLabelFailsTheReadNamingTheMember) {

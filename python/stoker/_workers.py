@@ -1048,7 +1048,7 @@ def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: Fa
         payload, kept, failures, collate_error = _load_shard(
             job, indices, seed, at_sample, writer, made=publish,
             start=resume.samples(job.shards.batch_size), first_part=len(resume.refs))
-        if payload is not NO_SAMPLE:  # the parts are in the segment: the item lists them
+        if payload is not NO_SAMPLE or refs:  # the parts are in the segment: the item lists them
             payload = _shards.PartRefs(refs)
         return _written(writer, seg, payload, kept, failures, collate_error)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and

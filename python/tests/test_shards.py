@@ -577,10 +577,12 @@ def test_a_shard_that_cannot_open_or_collate_is_named(workers):
     assert any("shard-05" in e and "collate_fn raised" in e for e in errors)
 
 
-def test_a_shard_handed_over_after_its_last_full_batch_keeps_its_batches():
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_a_shard_handed_over_after_its_last_full_batch_keeps_its_batches(kind):
     # A shard whose length is a multiple of batch_size, handed over (the pool
     # shrank) right after its last batch: the worker that continues it reads
-    # nothing more, and the batches made before must still be delivered.
+    # nothing more, and the batches made before must still be delivered; and
+    # the epoch ends (the worker left must not be waiting on the next one).
     rng = random.Random(3)
     lens = [4 * rng.randrange(1, 10) for _ in range(16)]
 
@@ -596,7 +598,7 @@ def test_a_shard_handed_over_after_its_last_full_batch_keeps_its_batches():
     want = collections.Counter(s * 1000 + k for s in range(len(lens)) for k in range(lens[s]))
     for trial in range(4):
         with stoker.DataLoader(Multiples(), batch_size=4, num_workers=2, shuffle=True,
-                               worker_kind="threads",
+                               worker_kind=kind,
                                generator=torch.Generator().manual_seed(1)) as dl:
             r = random.Random(100 + trial)
             for _ in range(2):

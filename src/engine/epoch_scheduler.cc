@@ -83,6 +83,7 @@ EpochRun* EpochScheduler::ClaimableRun(Claim* claim) {
     cur_->SkipDeliveredClaims();
     if (!cur_->fully_claimed()) return cur_.get();
   }
+  if (handing_over_ > 0) return nullptr;  // a worker must stay free for the item handed over
   const std::optional<int64_t> next = LookAheadEpoch();
   if (!next) return nullptr;
   if (ahead_ == nullptr) {

@@ -147,6 +147,11 @@ class EpochScheduler {
   /// wait for that epoch to start (a kind's batch list), so a position
   /// returned now might find no worker free to claim it.
   bool AheadInProgress() const;
+  /// A worker committed to leave mid-item (it may yield it): until it ends
+  /// (HandOverEnds, after Return if it yielded), no look-ahead item is
+  /// claimed, so a worker stays free to continue the item handed over.
+  void HandOverBegins() { ++handing_over_; }
+  void HandOverEnds() { --handing_over_; }
 
   /// Builds epoch `epoch`'s run. Pure; call it without any lock.
   static std::unique_ptr<EpochRun> Prepare(const PlanOptions& plan, int64_t epoch);
@@ -239,6 +244,7 @@ class EpochScheduler {
   // Workers may start next_epoch_ before the consumer asks for it (set when
   // an epoch ends, cleared when the user changes epoch or restores).
   bool look_ahead_ = false;
+  int handing_over_ = 0;  // workers committed to leave mid-item (HandOverBegins)
   std::optional<LoaderState> pending_restore_;
   std::vector<int64_t> building_;                  // epochs asked for with kBuild, not yet offered
   std::vector<std::unique_ptr<BatchSlot>> stale_;  // abandoned, still being written

@@ -12,6 +12,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/clock.h"
 #include "core/number_text.h"
@@ -80,6 +81,7 @@ struct WorkerContext {
   // has left the pool (mid-item; it returns once that item ends or yields).
   std::function<bool()> may_leave;
   bool left = false;
+  bool handing_over = false;  // said yes, and that item has not ended (EndHandOver)
 
  private:
   void Make(const WorkerKind& kind) {
@@ -476,10 +478,9 @@ class Loader::Impl {
     } else {
       for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
         if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
-        if (!Produce(ctx, *task.plan, slot, p)) {
-          Yielded(task, p);
-          break;
-        }
+        const bool made = Produce(ctx, *task.plan, slot, p);
+        if (ctx.handing_over || !made) EndHandOver(ctx, made ? nullptr : &task, p);
+        if (!made) break;
         timer.SampleDone(ctx.outcome.remote);
         if (ctx.left) break;  // what is left of the task goes to helpers
       }
@@ -508,16 +509,19 @@ class Loader::Impl {
     for (const int64_t p : positions) {
       if (stop_flag_.load(std::memory_order_relaxed)) return false;
       Produce(ctx, plan, task.slot, p);
+      if (ctx.handing_over) EndHandOver(ctx, nullptr, p);  // such a kind never yields
       timer.SampleDone(ctx.outcome.remote);
     }
     return true;
   }
 
-  // The kind's worker yielded position `p` of `task` to leave the pool (it
-  // committed to leave through may_leave): another worker continues it.
-  void Yielded(const BatchTask& task, int64_t p) EXCLUDES(mu_) {
+  // The item of a worker that committed to leave through may_leave ended:
+  // made, or, with `yielded` (that task), yielded at position `p` for another
+  // worker to continue. Look-ahead claims may go on.
+  void EndHandOver(WorkerContext& ctx, const BatchTask* yielded, int64_t p) EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    sched_.Return(task, p);
+    if (yielded != nullptr) sched_.Return(*yielded, p);
+    if (std::exchange(ctx.handing_over, false)) sched_.HandOverEnds();
     work_cv_.NotifyAll();
   }
 
@@ -752,15 +756,14 @@ class Loader::Impl {
     stats_board_.Join(&ctx.stats);
     ctx.may_leave = [this, &ctx] {
       if (stop_flag_.load(std::memory_order_relaxed) || ctx.left) return false;
-      {
-        // Workers making the next epoch's items may wait for it to start:
-        // the item handed over could then find none free, and the epoch end
-        // wait for it for ever. The item is finished here instead.
-        MutexLock lock(mu_);
-        if (sched_.AheadInProgress()) return false;
-      }
-      if (!workers_.TryLeave()) return false;
-      ctx.left = true;
+      // Workers making the next epoch's items may wait for it to start: the
+      // item handed over could then find none free, and the epoch end wait
+      // for it for ever. The item is finished here instead, and once this
+      // worker commits, none starts one until its item ends (HandOverEnds).
+      MutexLock lock(mu_);
+      if (sched_.AheadInProgress() || !workers_.TryLeave()) return false;
+      sched_.HandOverBegins();
+      ctx.left = ctx.handing_over = true;
       return true;
     };
     ctx.outcome.may_leave = &ctx.may_leave;

@@ -414,6 +414,26 @@ TEST(WorkerKindTest, AWorkerThatExpectsIsToldEachTaskWholeAndRunsItAlone) {
   }
 }
 
+// Counts a worker inside a kind's Run while it lives.
+class InRun {
+ public:
+  explicit InRun(std::atomic<int>& running) : running_(running) { running_.fetch_add(1); }
+  ~InRun() { running_.fetch_sub(1); }
+  InRun(const InRun&) = delete;
+  InRun& operator=(const InRun&) = delete;
+
+ private:
+  std::atomic<int>& running_;
+};
+
+// Item `item` made whole: its output (item, 1), labelled by it.
+Status Made(int64_t item, std::span<std::byte> out, ItemOutcome* outcome) {
+  const int64_t words[2] = {item, 1};
+  std::memcpy(out.data(), words, sizeof words);
+  outcome->label = item;
+  return Status::Ok();
+}
+
 // Item i is made in kSteps steps; at each step but the last its worker asks
 // whether it may leave the pool and, if so, yields the item, which the next
 // worker continues from that step. Counts steps made and items continued.
@@ -440,11 +460,7 @@ class YieldingKind : public WorkerKind {
     explicit Worker(const YieldingKind& kind) : kind_(kind) {}
     Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
                ItemOutcome* outcome) override {
-      kind_.running.fetch_add(1);
-      struct Out {
-        const YieldingKind& kind;
-        ~Out() { kind.running.fetch_sub(1); }
-      } out_of_run{kind_};
+      const InRun in_run(kind_.running);
       int64_t step = 0;
       {
         MutexLock lock(kind_.mu);
@@ -464,10 +480,7 @@ class YieldingKind : public WorkerKind {
           return Status::Ok();
         }
       }
-      const int64_t words[2] = {item, 1};
-      std::memcpy(out.data(), words, sizeof words);
-      outcome->label = item;
-      return Status::Ok();
+      return Made(item, out, outcome);
     }
 
    private:
@@ -508,6 +521,123 @@ TEST(WorkerKindTest, AnItemYieldedByALeavingWorkerIsContinuedByAnother) {
   EXPECT_EQ(got, want);
   EXPECT_GT(kind->yields.load(), 0);
   EXPECT_EQ(kind->steps.load(), 200 * YieldingKind::kSteps);  // none made twice
+}
+
+// Four items an epoch. Items of epoch 1 wait until the consumer starts that
+// epoch, as a kind's batch list (given at iter()) makes them wait. In epoch
+// 0, the worker of item 3 commits to leave once the pool shrinks, waits a
+// while for another worker to start an item of epoch 1, then yields item 3;
+// item 2 ends once item 3's worker has committed.
+class HandOverKind : public WorkerKind {
+ public:
+  SampleSpec spec() const override { return {{2}, DType::kInt64}; }
+  int64_t items() const override { return 4; }
+  std::string Key(int64_t item) const override { return "item " + std::to_string(item); }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace, const SampleCap&) const override {
+    return std::make_unique<Worker>(*this);
+  }
+
+  void StartEpoch(int64_t epoch) const {
+    MutexLock lock(mu);
+    started = epoch;
+    cv.NotifyAll();
+  }
+  void Shrunk() const {
+    MutexLock lock(mu);
+    shrunk = true;
+    cv.NotifyAll();
+  }
+
+  mutable Mutex mu;
+  mutable CondVar cv;
+  mutable int64_t started GUARDED_BY(mu) = 0;  // the epoch the consumer is in
+  mutable bool shrunk GUARDED_BY(mu) = false;
+  mutable bool committed GUARDED_BY(mu) = false;    // item 3's worker may leave
+  mutable bool ahead_began GUARDED_BY(mu) = false;  // an item of epoch 1 started
+  mutable bool yielded GUARDED_BY(mu) = false;
+  mutable std::atomic<int> running{0};  // workers inside Run now
+
+ private:
+  class Worker : public KindWorker {
+   public:
+    explicit Worker(const HandOverKind& kind) : kind_(kind) {}
+    Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+               ItemOutcome* outcome) override {
+      const InRun in_run(kind_.running);
+      const auto waited = [&](auto ready, std::chrono::milliseconds limit) REQUIRES(kind_.mu) {
+        const auto until = std::chrono::steady_clock::now() + limit;
+        while (!ready() && std::chrono::steady_clock::now() < until) {
+          kind_.cv.WaitUntil(kind_.mu, until);
+        }
+        return ready();
+      };
+      {
+        MutexLock lock(kind_.mu);
+        if (epoch > 0) {
+          kind_.ahead_began = true;
+          kind_.cv.NotifyAll();
+          if (!waited([&]() REQUIRES(kind_.mu) { return kind_.started >= epoch; },
+                      std::chrono::seconds(10))) {
+            return Internal("epoch " + std::to_string(epoch) + " never started");
+          }
+        } else if (item == 2) {
+          waited([&]() REQUIRES(kind_.mu) { return kind_.committed; }, std::chrono::seconds(10));
+        } else if (item == 3 && !kind_.yielded) {
+          waited([&]() REQUIRES(kind_.mu) { return kind_.shrunk; }, std::chrono::seconds(10));
+          bool leaves = false;
+          for (int tries = 0; !leaves && tries < 1000; ++tries) {
+            leaves = outcome->may_leave != nullptr && (*outcome->may_leave)();
+            if (!leaves) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          if (leaves) {
+            kind_.committed = kind_.yielded = true;
+            kind_.cv.NotifyAll();
+            waited([&]() REQUIRES(kind_.mu) { return kind_.ahead_began; },
+                   std::chrono::milliseconds(500));
+            outcome->yielded = true;
+            return Status::Ok();
+          }
+        }
+      }
+      return Made(item, out, outcome);
+    }
+
+   private:
+    const HandOverKind& kind_;
+  };
+};
+
+// A worker that commits to leave mid-item, then yields it, finds a worker
+// free to continue it: none starts the next epoch's items (which wait for
+// the consumer to start that epoch) meanwhile, or the epoch never ends.
+TEST(WorkerKindTest, AnItemHandedOverIsNotLeftBehindTheNextEpochsItems) {
+  auto kind = std::make_shared<HandOverKind>();
+  LoaderOptions o = KindOptions(kind, 2);
+  o.prefetch_batches = 8;
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  std::vector<int64_t> got;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    kind->StartEpoch(epoch);
+    while (true) {
+      if (epoch == 0 && got.size() == 2) {  // items 2 and 3 are being made
+        for (int i = 0; i < 1000 && kind->running.load() < 2; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        ASSERT_TRUE(loader->Resize(1).ok());
+        kind->Shrunk();
+      }
+      ASSERT_TRUE(loader->WaitReady(std::chrono::seconds(5))) << "epoch " << epoch << " stuck";
+      auto r = loader->Next();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if (!r->has_value()) break;
+      got.push_back((*r)->labels()[0]);
+    }
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 2, 3}));
+  kind->StartEpoch(2);  // epoch 2's items, made ahead, end before the loader does
+  MutexLock lock(kind->mu);
+  EXPECT_TRUE(kind->yielded);
 }
 
 TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {

@@ -520,6 +520,18 @@ def test_a_signal_mid_run_prints_the_partial_summary(command, sig, code):
     assert j["samples"] > 0 and j["seconds"] < 60
 
 
+def test_a_signal_ends_a_batch_made_without_workers():
+    # --workers 0: the loop makes each batch itself, 16 reads of 100 ms. The
+    # signal ends the batch being made (before, it was finished and counted).
+    p = _start_run("run", "--synthetic", "--workers", "0", "--read-latency-ms", "100",
+                   "--batch-size", "16", "--seconds", "120", "--json")
+    p.send_signal(signal.SIGINT)  # the live view came after the first batch
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    j = json.loads(out)
+    assert j["interrupted"] is True and j["samples"] == 16
+
+
 def test_the_same_stop_sent_twice_at_once_still_prints_the_summary():
     # `timeout`, job schedulers and container runtimes signal the process and
     # its group: two SIGTERMs within a millisecond are one request to stop.

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -319,6 +320,13 @@ class Loader {
   /// kSkip) ends with kDataError naming the epoch, the count skipped and the
   /// first skip, instead of nullopt: the call after it starts the next epoch.
   Result<std::optional<Batch>> Next();
+
+  /// Optional (empty: none): asked on the consumer's thread after each
+  /// sample that Next() makes itself (no workers). Once it returns true that
+  /// Next() returns kCancelled at once, and the samples of the batch left
+  /// unmade are made by the calls after it: the loader stays usable. It lets
+  /// Ctrl-C end a long batch. Consumer's thread, between calls.
+  void SetInterrupt(std::function<bool()> interrupted);
 
   /// Waits up to `timeout` until Next() would not block; true when it would.
   /// Starts the next epoch if none is running. Its time counts as consumer

@@ -54,8 +54,8 @@ struct ConsumeOptions {
   /// Optional: polled on the consumer's thread between batches, and every
   /// 50 ms while a batch is awaited or a step sleeps; once it returns true
   /// the loop ends with the stats so far (ConsumeStats::stopped), e.g. on
-  /// SIGINT. A batch being made on the consumer's thread (0 workers) is
-  /// finished first.
+  /// SIGINT. With 0 workers it is also asked after each sample of a batch
+  /// being made on the consumer's thread (Loader::SetInterrupt).
   std::function<bool()> stop;
 };
 

@@ -108,6 +108,15 @@ class PyLoader {
       return Loader::Make(std::move(options));
     }();
     loader_ = ValueOrThrow(std::move(made));
+    // A batch made on the consumer's thread (no workers) stops for Ctrl-C
+    // too: Python's handlers run between its samples, every kWaitSlice.
+    loader_->SetInterrupt([last = std::chrono::steady_clock::time_point()]() mutable {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last < kWaitSlice) return false;
+      last = now;
+      py::gil_scoped_acquire gil;
+      return PyErr_CheckSignals() != 0;  // the handler's exception stays set for Next
+    });
   }
 
   // No thread can be inside a method here: each call holds a reference.
@@ -126,6 +135,7 @@ class PyLoader {
       py::gil_scoped_release release;
       return l.Next();
     }();
+    if (!next.ok() && PyErr_Occurred() != nullptr) throw py::error_already_set();  // interrupted
     ThrowIfError(next.status());
     if (!next->has_value()) return py::none();
     Batch batch = std::move(**next);

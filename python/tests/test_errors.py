@@ -1,5 +1,6 @@
 """Failures become Python exceptions that name the sample and its file."""
 
+import contextlib
 import io
 import json
 import os
@@ -124,31 +125,58 @@ def test_synthetic_failures_name_the_index():
         list(loader)
 
 
+@contextlib.contextmanager
+def _sigint_after(seconds):
+    # Python's own Ctrl-C handler, whatever this process inherited: a shell
+    # starts background jobs with SIGINT ignored, and Python then leaves it so.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_interrupts_a_wait():
     # One worker, each read sleeping 1.5 s: the second next() waits, and a
     # SIGINT during that wait must end it with KeyboardInterrupt instead of
     # the batch. (Fixed workers: a tuned loader waits inside the engine and
     # hears Ctrl-C only when its batch arrives; see loader_bindings.cc.)
-    # Python's own Ctrl-C handler, whatever this process inherited: a shell
-    # starts background jobs with SIGINT ignored, and Python then leaves it so.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     source = stoker.Synthetic(size=4, shape=(8,), read_latency_us=1_500_000)
     loader = stoker.Loader(source, batch_size=1, workers=1, prefetch=1, shuffle=False)
     it = iter(loader)
     next(it)
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with _sigint_after(0.2), pytest.raises(KeyboardInterrupt):
             next(it)
         assert loader.stats()["metrics"]["batches_delivered"] == 1
         # Cleanly: the loader goes on where it was.
         _, labels = next(it)
         assert labels.tolist() == [1]
     finally:
-        timer.cancel()
         loader.close()
-        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_interrupts_a_batch_made_without_workers():
+    # workers=0: next() makes the batch itself, 8 reads of 0.3 s. A SIGINT
+    # ends it after the sample being read, and the next call makes the rest
+    # of that very batch (before, the whole batch was made, then dropped as
+    # KeyboardInterrupt left next()).
+    source = stoker.Synthetic(size=16, shape=(8,), read_latency_us=300_000)
+    loader = stoker.Loader(source, batch_size=8, workers=0, shuffle=False)
+    it = iter(loader)
+    try:
+        with _sigint_after(0.2), pytest.raises(KeyboardInterrupt):
+            next(it)
+        metrics = loader.stats()["metrics"]
+        assert metrics["batches_delivered"] == 0
+        assert metrics["samples_produced"] < 8
+        _, labels = next(it)
+        assert labels.tolist() == list(range(8))
+    finally:
+        loader.close()
 
 
 def test_json_keys_that_are_not_utf8_decode_like_os_fsdecode():

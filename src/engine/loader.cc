@@ -203,6 +203,8 @@ class Loader::Impl {
   // Counts as consumer wait like Next(), ticks the controller meanwhile, and
   // starts the next epoch if none is running, so that a consumer may wait in
   // slices (to handle signals) without hiding its waiting from the tuner.
+  void SetInterrupt(std::function<bool()> interrupted) { interrupt_ = std::move(interrupted); }
+
   bool WaitReady(std::chrono::nanoseconds timeout) EXCLUDES(mu_) {
     const int64_t enter = ConsumerEnters();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -483,6 +485,11 @@ class Loader::Impl {
         if (!made) break;
         timer.SampleDone(ctx.outcome.remote);
         if (ctx.left) break;  // what is left of the task goes to helpers
+        if (&ctx == &consumer_ctx_ && interrupt_ && interrupt_()) {
+          ReturnRest(task);  // claimed before any other by the next Next()
+          interrupted_ = true;
+          break;
+        }
       }
     }
     timer.Finish();
@@ -513,6 +520,13 @@ class Loader::Impl {
       timer.SampleDone(ctx.outcome.remote);
     }
     return true;
+  }
+
+  // The positions of `task` no one took yet, claimable again before any
+  // other, in order.
+  void ReturnRest(const BatchTask& task) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) sched_.Return(task, p);
   }
 
   // The item of a worker that committed to leave through may_leave ended:
@@ -640,7 +654,10 @@ class Loader::Impl {
         case EpochScheduler::Step::kWait:
           break;
       }
-      if (workers_.target() == 0 && Work(consumer_ctx_, 1)) continue;
+      if (workers_.target() == 0 && Work(consumer_ctx_, 1)) {
+        if (std::exchange(interrupted_, false)) return Cancelled("interrupted");
+        continue;
+      }
       WaitForBatch(std::chrono::steady_clock::time_point::max());
     }
   }
@@ -817,6 +834,8 @@ class Loader::Impl {
 
   WorkerStatsBoard stats_board_;
   WorkerContext consumer_ctx_;              // consumer thread only
+  std::function<bool()> interrupt_;         // consumer thread only (SetInterrupt)
+  bool interrupted_ = false;                // consumer thread only: interrupt_ said yes
   Loader* owner_ = nullptr;                 // for the controller's Tick
   std::unique_ptr<Controller> controller_;  // consumer thread only
   int64_t next_tick_ns_ = 0;                // consumer thread only
@@ -981,6 +1000,9 @@ Status Loader::CheckProcess() const { return impl_->CheckProcess(); }
 Result<std::optional<Batch>> Loader::Next() {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
   return impl_->Next();
+}
+void Loader::SetInterrupt(std::function<bool()> interrupted) {
+  impl_->SetInterrupt(std::move(interrupted));
 }
 bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
   return !impl_->CheckProcess().ok() || impl_->WaitReady(timeout);

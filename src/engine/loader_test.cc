@@ -91,6 +91,36 @@ TEST(LoaderTest, ConsumerThreadDoesTheWorkWithZeroWorkers) {
   EXPECT_EQ(m.samples_produced, 300);
 }
 
+// With no workers Next() makes the batch itself: an interrupt ends it after
+// the sample being made, and the calls after it make the rest of that batch,
+// every sample once, in order.
+TEST(LoaderTest, AnInterruptEndsABatchMadeOnTheConsumersThreadWhichGoesOnAfter) {
+  auto o = SyntheticLoaderOptions(300, 50, 8);
+  o.workers = 0;
+  auto loader = MakeUntunedLoader(o);
+  int asked = 0;
+  int interrupts = 0;
+  loader->SetInterrupt([&] { return ++asked % 17 == 0; });  // a Ctrl-C every 17 samples
+  std::vector<int64_t> seen;
+  int64_t batch = 0;
+  while (true) {
+    auto r = loader->Next();
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+      ++interrupts;
+      continue;
+    }
+    if (!r->has_value()) break;
+    EXPECT_EQ((**r).index(), batch++);
+    EXPECT_EQ((**r).size(), 50);
+    seen.insert(seen.end(), (**r).sample_indices().begin(), (**r).sample_indices().end());
+  }
+  EXPECT_EQ(std::multiset<int64_t>(seen.begin(), seen.end()), Range(300));
+  EXPECT_EQ(asked, 300);  // after each sample, none made twice
+  EXPECT_EQ(interrupts, 300 / 17);
+  EXPECT_EQ(loader->Metrics().samples_produced, 300);
+}
+
 TEST(LoaderTest, UnorderedDeliveryCoversTheEpoch) {
   auto o = SyntheticLoaderOptions(500, 10, 8);
   o.workers = 4;

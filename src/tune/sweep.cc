@@ -102,6 +102,12 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   LoaderMetrics m0 = loader.Metrics();
   LoaderMetrics last = m0;
   double last_t = 0;
+  // A stop ends a batch being made on the consumer's thread (0 workers) too.
+  loader.SetInterrupt(o.stop);
+  struct Unset {
+    Loader& loader;
+    ~Unset() { loader.SetInterrupt({}); }
+  } unset{loader};
   while (true) {
     if (o.seconds > 0 && Since(t0) >= o.seconds) break;
     // With a stop to watch, wait for the batch in slices (the wait still
@@ -113,6 +119,10 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
       break;
     }
     auto r = loader.Next();
+    if (!r.ok() && r.status().code() == StatusCode::kCancelled && Stopping(o)) {
+      s.stopped = true;
+      break;
+    }
     if (!r.ok()) return r.status();
     if (!r->has_value()) {
       ++s.epochs_completed;

@@ -338,6 +338,10 @@ BAD_OPTIONS = [
     (["advise", "--workers-kind", "fibers"], "--workers-kind: fibers not in {threads,processes}"),
     (["probe", "--data", "/no/such/place"], "--data: no such file or folder: '/no/such/place'"),
     (["advise", "--data", "/no/such/{0..3}.tar"], "--data: no such file or folder: '/no/such'"),
+    (["run", "--data", "/no/such/place"], "--data: no such file or folder: '/no/such/place'"),
+    (["bench", "--data", "/no/such/place"], "--data: no such file or folder"),
+    (["demo", "--data", "/no/such/place"], "--data: no such file or folder"),
+    (["bench", "--synthetic", "--sweep", "1,2,1"], "--sweep: worker count 1 is listed twice"),
     (["make-dataset", "--images", "0"], "--images"),
     (["make-dataset", "--classes", "-2"], "--classes"),
     (["run", "--no-such-flag"], "--no-such-flag"),
@@ -365,12 +369,13 @@ def test_a_batch_larger_than_memory_is_refused_naming_the_options():
 
 
 def test_runtime_errors_are_json_with_json(tmp_path):
-    r = stoker("run", "--data", str(tmp_path / "missing"), "--seconds", "1", "--json", "--quiet",
+    (tmp_path / "empty").mkdir()
+    r = stoker("run", "--data", str(tmp_path / "empty"), "--seconds", "1", "--json", "--quiet",
                check=False)
     assert r.returncode == 1
     j = json.loads(r.stdout)
-    assert "missing" in j["error"] and j["status"] == "not found" and j["command"] == "run"
-    assert "missing" in r.stderr
+    assert "empty" in j["error"] and j["status"] == "not found" and j["command"] == "run"
+    assert "found no class folder" in r.stderr
     r = stoker("run", "--synthetic", "--seconds", "1", "--json", "--quiet", "--trace",
                str(tmp_path / "no" / "such" / "dir" / "t.jsonl"), check=False)
     assert r.returncode != 0
@@ -398,7 +403,8 @@ QUICK_COMMANDS = [
     ["demo", *_QUICK_RUN, "--seconds", "0.3", "--step-ms", "0"],
     ["bench", *_QUICK_RUN[:-1], "--sweep", "1", "--point-seconds", "0.05", "--tuned-seconds",
      "0.2"],
-    ["run", "--data", "/nonexistent/data", "--json", "--quiet"],  # fails, and says so twice
+    # Fails (its shards are missing, /dev is there), and says so twice.
+    ["run", "--data", "/dev/no-such-{0..1}.tar", "--json", "--quiet"],
 ]
 
 
@@ -486,6 +492,14 @@ def test_make_dataset_replaces_its_earlier_data_set_and_counts_what_is_there(tmp
     assert j["shards"] == [str(tmp_path / "out-shards" / "shard-000.tar")]
     assert sorted(p.name for p in (tmp_path / "out-shards").glob("*.tar")) == ["shard-000.tar"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out-shards"]
+    # Made again without shards: the earlier shards, of another data set, go.
+    stoker("make-dataset", str(out), "--images", "2", "--classes", "2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    # A folder of other files there is not stoker's to remove.
+    (tmp_path / "out-shards").mkdir()
+    (tmp_path / "out-shards" / "mine.txt").write_text("kept")
+    stoker("make-dataset", str(out), "--images", "2", "--classes", "2")
+    assert [p.name for p in (tmp_path / "out-shards").iterdir()] == ["mine.txt"]
 
 
 # --- SIGINT / SIGTERM ---------------------------------------------------------

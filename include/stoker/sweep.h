@@ -81,7 +81,7 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& options);
 /// The seeds' table: throughput per worker count, then the tuner on the same
 /// data and pipeline.
 struct SweepOptions {
-  std::vector<int> workers;       // empty: 0, 1, 2, ... until past the knee
+  std::vector<int> workers;       // empty: 0, 1, 2, ... until past the knee; else CheckSweepCounts
   int max_workers = kMaxWorkers;  // where the automatic sequence stops at the latest
   double point_seconds = 4.0;     // measured per setting, after the warm-up
   double warmup_seconds = 0.5;
@@ -140,6 +140,11 @@ inline constexpr double kSweepSignificantGain = 0.03;
 /// listed of equal counts. Points may come in any order.
 /// REQUIRES: !points.empty().
 SweepPoint RecommendedSweepPoint(const std::vector<SweepPoint>& points);
+
+/// The rule for a listed sweep's counts, `stoker bench --sweep` and
+/// stoker.bench's alike: at least one, each from 0 to kMaxWorkers, none
+/// twice. kInvalidArgument naming the count at fault.
+Status CheckSweepCounts(const std::vector<int>& counts);
 
 /// Sweeps static worker counts over fresh loaders made from `base` (its
 /// `workers` is ignored), then runs one with workers = auto and base.tuner

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "errors.h"
 #include "stoker/advisor.h"
 #include "stoker/report.h"
 #include "stoker/sweep.h"
@@ -50,6 +51,11 @@ void BindSweepReport(py::module_& m) {
       "The count a sweep of (workers, samples/s, stall fraction) points recommends: "
       "RecommendedSweepPoint, the rule `stoker bench` answers with (the fewest workers within "
       "3 % of the highest samples/s).");
+  m.def(
+      "check_sweep_counts",
+      [](const std::vector<int>& counts) { ThrowIfError(CheckSweepCounts(counts)); },
+      py::arg("counts"),
+      "CheckSweepCounts: the rule `stoker bench --sweep` holds its counts to (ValueError).");
   m.def(
       "sweep_table",
       [](const std::vector<PointTuple>& points, int best_workers) {

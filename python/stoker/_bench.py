@@ -104,10 +104,10 @@ def _counts(num_workers):
     elif not isinstance(num_workers, (str, bytes)) and not hasattr(num_workers, "__iter__"):
         num_workers = [num_workers]
     counts = _args.integers("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
-    if not counts:
-        raise ValueError("num_workers must list at least one count")
-    if len(set(counts)) != len(counts):
-        raise ValueError(f"num_workers must not repeat a count, got {counts}")
+    try:
+        _stoker.check_sweep_counts(counts)
+    except ValueError as e:
+        raise ValueError(f"num_workers: {e}") from None
     return counts
 
 

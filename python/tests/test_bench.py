@@ -137,8 +137,10 @@ class Broken(Squares):
 def test_bad_arguments_fail_before_the_sweep(tmp_path):
     with pytest.raises(ValueError, match="kind"):
         stoker.bench(Broken(), kind="jax")
-    with pytest.raises(ValueError, match="repeat"):
+    with pytest.raises(ValueError, match="num_workers: worker count 1 is listed twice"):
         stoker.bench(Broken(), num_workers=[1, 1])
+    with pytest.raises(ValueError, match="num_workers: list at least one"):
+        stoker.bench(Broken(), num_workers=[])
     with pytest.raises(ValueError, match="seconds"):
         stoker.bench(Broken(), num_workers=[0], seconds=0)
     with pytest.raises(TypeError, match="num_workers"):

@@ -468,6 +468,15 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
   if (status.ok()) status = MoveIntoPlace(making, root);
   remove_making();
   if (!status.ok()) return status;
+  // Without shards, an earlier run's shards of stoker's would outlive the
+  // data set they were made from.
+  if (o.shards == 0 && fs::exists(fs::symlink_status(shard_root)) &&
+      CheckReplaceable(shard_root).ok()) {
+    std::error_code ec;
+    fs::remove_all(shard_root, ec);
+    if (ec)
+      return IoError("make-dataset: cannot remove the earlier " + shard_root + ": " + ec.message());
+  }
   report.root = root;
   for (std::string& path : report.shard_paths) path.replace(0, making.size(), root);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

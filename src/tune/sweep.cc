@@ -324,10 +324,28 @@ SweepPoint RecommendedSweepPoint(const std::vector<SweepPoint>& points) {
   return *chosen;
 }
 
+Status CheckSweepCounts(const std::vector<int>& counts) {
+  if (counts.empty()) return InvalidArgument("list at least one worker count");
+  std::vector<bool> seen(kMaxWorkers + 1, false);
+  for (const int count : counts) {
+    if (count < 0 || count > kMaxWorkers) {
+      return InvalidArgument("worker counts go from 0 to " + std::to_string(kMaxWorkers) +
+                             ", got " + std::to_string(count));
+    }
+    if (seen[static_cast<size_t>(count)]) {
+      return InvalidArgument("worker count " + std::to_string(count) +
+                             " is listed twice (a count is measured once)");
+    }
+    seen[static_cast<size_t>(count)] = true;
+  }
+  return Status::Ok();
+}
+
 Result<SweepReport> RunSweep(const LoaderOptions& base, const SweepOptions& o) {
   if (o.point_seconds <= 0 || o.tuned_seconds <= 0) {
     return InvalidArgument("sweep point and tuned seconds must be > 0");
   }
+  if (!o.workers.empty()) STOKER_RETURN_IF_ERROR(CheckSweepCounts(o.workers));
   SweepReport report;
   STOKER_RETURN_IF_ERROR(o.workers.empty() ? SweepUntilKnee(base, o, report)
                                            : SweepListed(base, o, report));

@@ -43,6 +43,7 @@ Result<std::vector<int>> ParseList(const std::string& text) {
     }
     out.push_back(*count);
   }
+  STOKER_RETURN_IF_ERROR(CheckSweepCounts(out));
   return out;
 }
 

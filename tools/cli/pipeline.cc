@@ -45,7 +45,7 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
   cmd->add_option("--data", f.data,
                   "image folder, file list (path<TAB>label) or tar shards (a .tar or a "
                   "shard-{000..015}.tar pattern); default: the built-in data set")
-      ->check(PathGiven());
+      ->check(ExistingPlace());
   cmd->add_option("--batch-size", f.batch_size, "samples per batch")
       ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--size", f.size, "output height and width")->check(CountIn(1, kMaxImageSide));

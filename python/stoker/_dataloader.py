@@ -261,7 +261,11 @@ class DataLoader(torch.utils.data.DataLoader):
             return iter(self._stream)
         self._run.check_usable()
         if not self._resume:
-            self._remake_if_changed()
+            shards = self._options.shards
+            if shards is not None and shards.table.refresh():  # shards added or retired
+                self._remake()
+            else:
+                self._remake_if_changed()
         prev = self._iterator
         if self._resume:
             epoch = self._run.engine.epoch

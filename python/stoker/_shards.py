@@ -79,11 +79,27 @@ class ShardTable:
     length is the epoch's item count; an item is a shard's position here)."""
 
     def __init__(self, dataset):
-        self.names = rank_shards(dataset)
-        if not self.names:
-            rank, world = _rank_split(dataset)
-            raise ValueError(f"rank {rank} of {world} has no shard: {type(dataset).__name__}."
-                             f"shards() gave {len(list(dataset.shards()))}")
+        self._dataset = dataset
+        self.names = self._read()
+
+    def _read(self):
+        names = rank_shards(self._dataset)
+        if not names:
+            rank, world = _rank_split(self._dataset)
+            raise ValueError(f"rank {rank} of {world} has no shard: "
+                             f"{type(self._dataset).__name__}.shards() gave "
+                             f"{len(list(self._dataset.shards()))}")
+        return names
+
+    def refresh(self):
+        """Reads shards() again, as torch's workers do at each epoch: True when
+        the rank's shards changed (the table, and the jobs sharing its list,
+        then name the new ones)."""
+        names = self._read()
+        if names == self.names:
+            return False
+        self.names[:] = names
+        return True
 
     def __len__(self):
         return len(self.names)

@@ -306,6 +306,42 @@ def test_the_same_dataset_runs_under_torchs_dataloader(workers):
     assert sorted(ids(batches(dl))) == ds.every()
 
 
+class Landing(stoker.ShardedIterable):
+    """Shards named by a list that changes between epochs (files landing)."""
+
+    def __init__(self):
+        self.names = ["a", "b"]
+
+    def shards(self):
+        return list(self.names)
+
+    def iter_shard(self, shard):
+        for k in range(2):
+            yield f"{shard}{k}"
+
+
+@pytest.mark.parametrize("loader,workers,kind", [
+    (torch.utils.data.DataLoader, 0, None), (stoker.DataLoader, 0, "threads"),
+    (stoker.DataLoader, 2, "threads"), (stoker.DataLoader, 2, "processes")])
+def test_shards_added_or_retired_between_epochs_are_read_by_the_next(loader, workers, kind):
+    # torch's workers call shards() at each epoch (the dataset's __iter__);
+    # stoker read it once, when the loader was made.
+    ds = Landing()
+    extra = {} if kind is None else {"worker_kind": kind}
+    dl = loader(ds, batch_size=None, num_workers=workers, **extra)
+    epochs = []
+    for e in range(3):
+        epochs.append(sorted(dl))
+        if e == 0:
+            ds.names.append("c")  # a shard lands
+        if e == 1:
+            ds.names.remove("a")  # one is retired
+    assert epochs == [["a0", "a1", "b0", "b1"], ["a0", "a1", "b0", "b1", "c0", "c1"],
+                      ["b0", "b1", "c0", "c1"]]
+    if loader is stoker.DataLoader:
+        dl.close()
+
+
 def test_batch_size_none_gives_samples_one_by_one_and_len_is_torchs():
     ds = Shards(lens=[3, 2])
     with stoker.DataLoader(ds, batch_size=None, num_workers=1) as dl:

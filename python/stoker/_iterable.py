@@ -17,7 +17,7 @@ import weakref
 
 import torch.utils.data
 
-from . import _args, _exit, _shards, _stats, _stoker
+from . import _args, _exit, _shards, _snapshot, _stats, _stoker
 
 # The consumer waits when it spent more than this part of an epoch in next().
 WAIT = 0.01
@@ -32,6 +32,73 @@ _NOT_FOR_STREAMS = ("on_error", "cluster", "cluster_security", "remote_timeout",
                     "device_prefetch_bytes", "shuffle_buffer")
 _WHY_NOT = ("its epochs run on torch's DataLoader: its failures end the epoch as torch's "
             "do, its workers are local processes, and its worker count is chosen per epoch")
+
+
+_SPLIT_BUDGET = 5_000  # objects splits_by_worker looks at, at most
+
+
+def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
+    """Whether an IterableDataset's code may split its samples among workers:
+    some function it holds or calls (its classes' methods, the functions its
+    fields hold, the module globals and module attributes their code names)
+    names get_worker_info. One that never does yields every sample in each
+    worker, so num_workers="auto" keeps it at one (torch's default is none).
+    Past `budget` objects the answer is yes: more workers are not refused on
+    a guess."""
+    import functools
+    import sys
+    import types
+    # Python's and torch's own code splits nothing: its names are not followed.
+    foreign = set(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}
+    queue, seen, at = [dataset], set(), 0
+    while at < len(queue):
+        if at >= budget:
+            return True
+        o = queue[at]
+        at += 1
+        if id(o) in seen or isinstance(o, (str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(o))
+        if isinstance(o, (type, types.FunctionType)) and \
+                (getattr(o, "__module__", None) or "").split(".")[0] in foreign:
+            continue
+        if isinstance(o, types.MethodType):
+            queue += [o.__func__, o.__self__]
+        elif isinstance(o, types.FunctionType):
+            names, codes = set(), [o.__code__]
+            while codes:
+                code = codes.pop()
+                names.update(code.co_names)
+                codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            if "get_worker_info" in names:
+                return True
+            found = o.__globals__
+            for name in names:
+                value = found.get(name)
+                if isinstance(value, types.ModuleType):  # module.function, as code names it
+                    if value.__name__.split(".")[0] not in foreign:
+                        queue += [getattr(value, n) for n in names if hasattr(value, n)]
+                elif value is not None:
+                    queue.append(value)
+            queue += [c.cell_contents for c in (o.__closure__ or ()) if _snapshot.filled(c)]
+            queue += [o.__defaults__ or (), o.__kwdefaults__ or {}]
+        elif isinstance(o, type):
+            for value in vars(o).values():
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                elif isinstance(value, property):
+                    value = value.fget
+                queue.append(value)
+        elif isinstance(o, functools.partial):
+            queue += [o.func, o.args, o.keywords]
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            queue += list(o)[:64]
+        elif isinstance(o, dict):
+            queue += list(o.values())[:64]
+        elif not isinstance(o, types.ModuleType):
+            queue += [c for c in type(o).__mro__]
+            queue += list(getattr(o, "__dict__", {}).values())
+    return False
 
 
 def is_plain(dataset):
@@ -143,6 +210,11 @@ class PlainStream:
             self.budget = _initial_workers(max_workers)
             capped = " (at most max_workers)" if max_workers else ""
             workers, reason = self.budget, f"first epoch: the CPU budget{capped}, {self.budget}"
+            if is_plain(dataset) and not splits_by_worker(dataset):
+                self.budget = workers = 1
+                reason = (f"1 worker: the code of {type(dataset).__name__} never calls "
+                          "get_worker_info(), so more workers would each yield every sample "
+                          "(a num_workers of your choosing runs as many)")
         else:
             workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
             reason = f"num_workers={workers}"

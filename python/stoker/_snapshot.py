@@ -97,7 +97,7 @@ def _parts(o, kind, h, home):
         if isinstance(o, types.MethodType):
             return [o.__func__, o.__self__]
         h.update(id(o.__code__).to_bytes(8, "little"))
-        cells = [c.cell_contents for c in (o.__closure__ or ()) if _filled(c)]
+        cells = [c.cell_contents for c in (o.__closure__ or ()) if filled(c)]
         read = _globals_read(o) if _at_home(o, home) else []
         return [o.__defaults__, o.__kwdefaults__, *cells, *read]
     if isinstance(o, (type, types.ModuleType, types.BuiltinFunctionType)) or _loader(o):
@@ -186,7 +186,8 @@ def _loader_kinds():
             torch.utils.data.DataLoader, torch.utils.data.dataloader._BaseDataLoaderIter)
 
 
-def _filled(cell):
+def filled(cell):
+    """Whether closure cell `cell` holds a value."""
     try:
         cell.cell_contents
     except ValueError:

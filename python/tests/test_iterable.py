@@ -219,6 +219,65 @@ def test_auto_decides_from_the_epoch_before():
     loader.close()
 
 
+class Naive(torch.utils.data.IterableDataset):
+    """Every sample in each worker: no get_worker_info() in its code."""
+
+    def __iter__(self):
+        return iter(range(6))
+
+
+def _mine():
+    """Worker w's (id, count), as a module function that a dataset calls."""
+    info = torch.utils.data.get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+class ByHelper(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        w, k = _mine()
+        return iter(range(w, 6, k))
+
+
+class Piped(torch.utils.data.IterableDataset):
+    """Splits by a stage it holds (as pipelines such as WebDataset's do)."""
+
+    def __init__(self, stages):
+        self.stages = stages
+
+    def __iter__(self):
+        samples = iter(range(6))
+        for stage in self.stages:
+            samples = stage(samples)
+        return samples
+
+
+def _split_stage(samples):
+    w, k = _mine()
+    return (s for i, s in enumerate(samples) if i % k == w)
+
+
+def test_which_code_may_split_by_worker():
+    assert not _iterable.splits_by_worker(Naive())
+    assert _iterable.splits_by_worker(Stream())  # in its own __iter__
+    assert _iterable.splits_by_worker(ByHelper())  # in a module function it names
+    assert _iterable.splits_by_worker(Piped([_split_stage]))  # in a function it holds
+    assert not _iterable.splits_by_worker(Piped([iter]))
+
+
+def test_auto_keeps_a_stream_that_never_splits_at_one_worker():
+    # torch's default (0 workers) yields each sample once; "auto" at the CPU
+    # budget yielded each once per worker.
+    theirs = sorted(int(x) for x in torch.utils.data.DataLoader(Naive(), batch_size=None))
+    with stoker.DataLoader(Naive(), batch_size=None, num_workers="auto") as loader:
+        for _ in range(2):
+            assert sorted(int(x) for x in loader) == theirs
+        epochs = loader.stats(gpu=False)["epochs"]
+        assert [e["workers"] for e in epochs] == [1, 1]
+        assert "never calls get_worker_info()" in epochs[0]["reason"]
+    with stoker.DataLoader(Naive(), batch_size=None, num_workers=2) as loader:  # as asked
+        assert sorted(int(x) for x in loader) == sorted(theirs * 2)
+
+
 def figures(workers, wait, rate):
     return _iterable.EpochFigures(workers, wait, rate)
 

@@ -198,6 +198,46 @@ class DataLoader(torch.utils.data.DataLoader):
             self._batch_room = largest
             self._remake()
 
+    def _take_reassigned(self):
+        """Options reassigned as attributes since the last iter() (as torch,
+        which reads them at each iter()): checked as when given, and made the
+        options of the next run. True when any was."""
+        options = self._options
+        given = {name: self.__dict__["_num_workers"] if name == "num_workers"
+                 else getattr(self, name) for name in _REASSIGNABLE}
+        changed = {name: value for name, value in given.items()
+                   if value is not getattr(options, name)}
+        if not changed:
+            return False
+        args = dict(self._arguments, **changed)
+        delivery = _resolve_delivery(args["pin_memory"], args["pin_memory_device"],
+                                     args["device"], args["device_prefetch_bytes"],
+                                     args["timeout"], args["in_order"], args["generator"],
+                                     args["on_error"])
+        workers = _resolve_workers(args["num_workers"], args["prefetch_factor"],
+                                   args["persistent_workers"], args["worker_kind"],
+                                   args["worker_init_fn"], args["multiprocessing_context"],
+                                   args["max_workers"], args["memory_budget_bytes"],
+                                   args["tune_interval"], args["trace_path"])
+        remote = _remote.resolve("num_workers", workers["workers"], args["cluster"],
+                                 args["cluster_security"], args["remote_timeout"],
+                                 args["remote_min"])
+        collate_fn = options.collate_fn
+        if "collate_fn" in changed:
+            collate_fn = changed["collate_fn"]
+            if collate_fn is None:  # the default, as when none is given
+                from torch.utils.data._utils.collate import default_convert
+                unbatched = options.unbatched if options.shards is None else \
+                    options.shards.unbatched
+                collate_fn = default_convert if unbatched else options.default_collate
+        self._options = dataclasses.replace(options, collate_fn=collate_fn, **delivery,
+                                            **workers, **remote)
+        self._arguments = args
+        self._plan.reassigned(self._options)
+        for name in changed:  # as the run now has it
+            setattr(self, name, getattr(self._options, name))
+        return True
+
     def _remake(self):
         """Closes the run and makes it anew over the dataset as it is now."""
         if self._iterator is not None:
@@ -262,8 +302,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._run.check_usable()
         if not self._resume:
             shards = self._options.shards
-            if shards is not None and shards.table.refresh():  # shards added or retired
-                self._remake()
+            if self._take_reassigned() or (shards is not None and shards.table.refresh()):
+                self._remake()  # options reassigned, or shards added or retired
             else:
                 self._remake_if_changed()
         prev = self._iterator
@@ -499,6 +539,10 @@ def _made_again(kind, dataset, arguments):
 
 
 # The options a DataLoader shows as attributes, as torch's does.
+# Options a program may reassign between epochs: torch's, num_workers and
+# stoker's own delivery and kind; the next iter() runs with them.
+_REASSIGNABLE = _iterable.TORCH_REASSIGNABLE + ("num_workers", "device", "in_order",
+                                                "on_error", "worker_kind")
 _PUBLIC_OPTIONS = ("batch_size", "drop_last", "sampler", "batch_sampler", "collate_fn",
                    "pin_memory", "pin_memory_device", "device", "timeout", "worker_init_fn",
                    "persistent_workers", "in_order", "generator", "on_error", "num_workers",
@@ -791,6 +835,13 @@ class _Plan:
         self.predictable = (not self._seed_each_epoch and
                             type(options.sampler) is SequentialSampler and
                             type(options.batch_sampler) in (BatchSampler, type(None)))
+
+    def reassigned(self, options):
+        """The loader's options after attributes were reassigned (the generator
+        its base seeds are drawn from among them)."""
+        self._options = options
+        self._generator = options.generator
+        self._seed_each_epoch = not (options.persistent_workers and options.workers != 0)
 
     def renew_table(self):
         """A new table of epochs' batches, for a new run (a closed run shut its own)."""

@@ -34,6 +34,10 @@ _WHY_NOT = ("its epochs run on torch's DataLoader: its failures end the epoch as
             "do, its workers are local processes, and its worker count is chosen per epoch")
 
 
+# torch's options that a program may reassign on a loader between epochs
+# (its guard refuses the others); the next iter() runs with them.
+TORCH_REASSIGNABLE = ("collate_fn", "pin_memory", "pin_memory_device", "timeout", "worker_init_fn",
+                 "generator", "prefetch_factor")
 _SPLIT_BUDGET = 5_000  # objects splits_by_worker looks at, at most
 
 
@@ -282,6 +286,7 @@ class PlainStream:
         loader._DataLoader__multiprocessing_context = inner.multiprocessing_context
         loader.num_workers, loader.in_order, loader.worker_kind = \
             num_workers, bool(in_order), worker_kind
+        self._given_workers = num_workers
         loader.device, loader.on_error = self._device, "raise"
         loader._iterator = None
         self._loader = weakref.ref(loader)  # the loader owns this
@@ -306,12 +311,13 @@ class PlainStream:
         prev = self._live()
         if prev is not None:
             prev.end("a newer iter()")
+        remake = self._take_reassigned()
         last = _figures(self._epochs[-1]) if self._epochs else None
         if self._auto and last is not None:
             workers, reason, self._tuner = decide(self._tuner, last, self.budget)
             self._next = workers, reason
         workers, reason = self._next
-        if workers != self._inner.num_workers or self._retold == "read":
+        if workers != self._inner.num_workers or self._retold == "read" or remake:
             self._shut_inner()
             called = self._inner._IterableDataset_len_called  # for torch's length warning
             self._inner = self._torch_loader(self._dataset, workers)
@@ -326,6 +332,29 @@ class PlainStream:
         it = _Epoch(self, record, self._loader())
         self._live = weakref.ref(it)
         return it
+
+    def _take_reassigned(self):
+        """torch's options reassigned on the loader since the last iter(), as
+        torch reads them at each iter(): True when the next epoch's torch
+        DataLoader is to be made with them."""
+        loader = self._loader()
+        changed = False
+        for name in TORCH_REASSIGNABLE:
+            if name in self._args and getattr(loader, name) is not self._args[name]:
+                self._args[name] = getattr(loader, name)
+                changed = True
+        given = loader.__dict__.get("_num_workers")
+        if given != self._given_workers:  # a count of the user's from now on, or "auto" again
+            self._given_workers = given
+            self._auto = given == "auto"
+            if self._auto and not hasattr(self, "budget"):
+                from ._dataloader import _initial_workers
+                self.budget = _initial_workers(0)
+            if not self._auto:
+                n = _args.integer("num_workers", given, 0, _stoker.MAX_WORKERS)
+                self._next = (n, f"num_workers={n}")
+            changed = True
+        return changed
 
     def set_epoch(self, epoch):
         """Ends an epoch in progress, as on the map path (a plain stream has

@@ -278,6 +278,25 @@ def test_auto_keeps_a_stream_that_never_splits_at_one_worker():
         assert sorted(int(x) for x in loader) == sorted(theirs * 2)
 
 
+def _tagged(batch):
+    return ("tagged", batch)
+
+
+def test_options_reassigned_between_epochs_are_used_as_torch_uses_them():
+    got = {}
+    for cls in (torch.utils.data.DataLoader, stoker.DataLoader):
+        dl = cls(Stream(n=6, tagged=True), batch_size=3, num_workers=1)
+        first = samples(epoch(dl))
+        dl.collate_fn = _tagged
+        dl.num_workers = 2
+        second = list(dl)
+        got[cls] = (first, [(tag, sorted(tuple(s) for s in b)) for tag, b in second])
+        if cls is stoker.DataLoader:
+            assert dl.stats(gpu=False)["epochs"][-1]["workers"] == 2
+            dl.close()
+    assert got[torch.utils.data.DataLoader] == got[stoker.DataLoader]
+
+
 def figures(workers, wait, rate):
     return _iterable.EpochFigures(workers, wait, rate)
 

@@ -138,6 +138,62 @@ def test_the_loader_is_a_torch_dataloader_with_its_attributes_and_refusals():
         assert dl.batch_sampler is None and list(dl) == list(range(53))
 
 
+def _tagged(batch):
+    return ("tagged", [int(i) for i in batch])
+
+
+_MARK = ["none"]
+
+
+def _initialized(worker_id):
+    _MARK[0] = f"init {worker_id}"  # in the worker: what its samples then carry
+
+
+class Marked(Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return _MARK[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_options_reassigned_between_epochs_are_used_as_torch_uses_them(workers):
+    # torch reads collate_fn, generator, worker_init_fn, num_workers... at each
+    # iter(); stoker ran on with the values it was made with.
+    got = {}
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        dl = cls(Indexed(12), batch_size=4, shuffle=True, num_workers=workers,
+                 generator=torch.Generator().manual_seed(0))
+        first = [b.tolist() for b in dl]
+        dl.collate_fn = _tagged
+        dl.generator = torch.Generator().manual_seed(1)  # base seeds; the sampler keeps its own
+        dl.timeout = 30 if workers == 0 else 0  # torch: a timeout needs workers
+        dl.num_workers = 2 - workers
+        second = list(dl)
+        dl.collate_fn = None if cls is stoker.DataLoader else \
+            torch.utils.data.default_collate  # stoker: None is the default again
+        third = [b.tolist() for b in dl]
+        got[cls] = (first, second, third, dl.timeout, dl.num_workers)
+        if cls is stoker.DataLoader:
+            assert dl.stats()["workers"] == 2 - workers
+            dl.close()
+    assert got[TorchDataLoader] == got[stoker.DataLoader]
+    # worker_init_fn reassigned: the workers of the next epoch run it.
+    marks = {}
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        dl = cls(Marked(), batch_size=4, num_workers=1)
+        dl.worker_init_fn = _initialized
+        marks[cls] = list(dl)
+        if cls is stoker.DataLoader:
+            dl.close()
+    assert marks[TorchDataLoader] == marks[stoker.DataLoader] == [["init 0"] * 4] * 3
+    with stoker.DataLoader(Indexed(12), num_workers=0) as dl:
+        dl.timeout = -1
+        with pytest.raises(ValueError, match="timeout"):
+            iter(dl)
+
+
 @pytest.mark.parametrize("kwargs,error,words", [
     ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),
     ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),

@@ -715,6 +715,8 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
                       in_order, generator, on_error):
     """How batches reach the consumer: pinned, on a device, in order, within a timeout."""
     torch = _torch()
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     _, device = _resolve_device(device, torch)
     if not isinstance(pin_memory_device, str) or not (
             pin_memory_device in ("", "cuda") or pin_memory_device.startswith("cuda:")):
@@ -1071,7 +1073,14 @@ def _state_tensor(text):
 
 
 def _pickled(keys):
-    return pickle.dumps(keys, protocol=pickle.HIGHEST_PROTOCOL)
+    """A batch's sampler keys as the table of epochs' batches holds them."""
+    try:
+        return pickle.dumps(keys, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 -- whatever a key's pickling raises
+        raise TypeError(f"the sampler gave a key that cannot be pickled ({type(e).__name__}: "
+                        f"{e}), in the batch {keys!r}: stoker hands a key that is not an int "
+                        "to the workers pickled, at any num_workers (0 too), so it must "
+                        "pickle") from e
 
 
 def _index_key(key):

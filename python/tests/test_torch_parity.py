@@ -199,6 +199,7 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them(workers):
     ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
     ({"multiprocessing_context": 3}, TypeError, "context object"),
     ({"pin_memory_device": "mps"}, ValueError, "pin_memory_device"),
+    ({"generator": 5}, TypeError, "generator must be a torch.Generator"),
     # torch's BatchSampler: ValueError for any batch_size that is no positive int.
     ({"batch_size": 2.5}, ValueError, "batch_size"),
     ({"batch_size": "8"}, ValueError, "batch_size"),
@@ -208,6 +209,26 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them(workers):
 def test_torchs_arguments_are_checked_as_torch_checks_them(kwargs, error, words):
     with pytest.raises(error, match=words):
         stoker.DataLoader(Indexed(), **kwargs)
+
+
+class _Unpicklable:
+    def __init__(self, i):
+        self.i, self.load = i, (lambda: i)
+
+
+class _ByKey(Dataset):
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, key):
+        return key.load()
+
+
+def test_a_sampler_key_that_cannot_be_pickled_is_named():
+    keys = [_Unpicklable(i) for i in range(3)]
+    with stoker.DataLoader(_ByKey(), batch_size=2, sampler=keys, num_workers=0) as dl:
+        with pytest.raises(TypeError, match="the sampler gave a key that cannot be pickled"):
+            iter(dl)
 
 
 def _pids_when(loader, predicate, patience_s=30.0):

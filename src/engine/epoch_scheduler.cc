@@ -392,10 +392,16 @@ Status EpochScheduler::Restore(const LoaderState& state, bool items_vary) {
     return InvalidArgument("checkpoint position " + std::to_string(state.position) +
                            " is outside [0, " + std::to_string(n) + "]");
   }
-  for (int64_t b : state.beyond) {
+  std::vector<int64_t> beyond = state.beyond;
+  std::sort(beyond.begin(), beyond.end());
+  for (size_t i = 0; i < beyond.size(); ++i) {
+    const int64_t b = beyond[i];
     if (b <= state.position || b >= n) {
       return InvalidArgument("checkpoint batch " + std::to_string(b) +
                              " in 'beyond' is outside (position, " + std::to_string(n) + ")");
+    }
+    if (i > 0 && beyond[i - 1] == b) {  // a state no loader writes: altered or corrupt
+      return InvalidArgument("checkpoint batch " + std::to_string(b) + " is in 'beyond' twice");
     }
   }
   Abandon(cur_);

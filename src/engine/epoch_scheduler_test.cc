@@ -366,8 +366,8 @@ class SchedulerSim {
       case 2:
         bad.position = batches + 1;
         break;
-      case 3:
-        bad.beyond.push_back(batches);
+      case 3:  // a batch outside the epoch, or one listed twice
+        bad.beyond.push_back(!bad.beyond.empty() && Uniform(0, 1) ? bad.beyond.front() : batches);
         break;
       case 4:
         if (vary_items_) {  // a checkpoint's num_samples is its epoch's own: any is taken

@@ -300,10 +300,16 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._stream is not None:
             return iter(self._stream)
         self._run.check_usable()
-        if not self._resume:
+        reassigned = self._take_reassigned()
+        if self._resume:
+            if reassigned:  # a new run, at the checkpoint load_state_dict restored
+                self._remake()
+                self._run.engine.restore(self._restored)
+        else:
             shards = self._options.shards
-            if self._take_reassigned() or (shards is not None and shards.table.refresh()):
-                self._remake()  # options reassigned, or shards added or retired
+            refreshed = shards is not None and shards.table.refresh()  # shards added or retired
+            if reassigned or refreshed:
+                self._remake()
             else:
                 self._remake_if_changed()
         prev = self._iterator
@@ -422,7 +428,8 @@ class DataLoader(torch.utils.data.DataLoader):
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
         record = _Plan.check_record(state.get("epoch_start"))
         skip = _shards.check_stream_state(state.get("stream"))
-        self._run.engine.restore(json.dumps(engine))
+        self._restored = json.dumps(engine)  # again, should the next iter() make a new run
+        self._run.engine.restore(self._restored)
         self._plan.restore(record, epoch)
         self._resume = True
         self._skip = skip
@@ -541,8 +548,7 @@ def _made_again(kind, dataset, arguments):
 # The options a DataLoader shows as attributes, as torch's does.
 # Options a program may reassign between epochs: torch's, num_workers and
 # stoker's own delivery and kind; the next iter() runs with them.
-_REASSIGNABLE = _iterable.TORCH_REASSIGNABLE + ("num_workers", "device", "in_order",
-                                                "on_error", "worker_kind")
+_REASSIGNABLE = _iterable.TORCH_REASSIGNABLE + _iterable.STOKER_REASSIGNABLE + ("num_workers",)
 _PUBLIC_OPTIONS = ("batch_size", "drop_last", "sampler", "batch_sampler", "collate_fn",
                    "pin_memory", "pin_memory_device", "device", "timeout", "worker_init_fn",
                    "persistent_workers", "in_order", "generator", "on_error", "num_workers",
@@ -880,6 +886,8 @@ class _Plan:
                        "batches": len(offsets) - 1, "dataset_len": dataset_len}
         if self._generator is not None:  # torch's global one is the user's between epochs
             self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
+        if isinstance(self.dataset, _shards.ShardTable):  # which shards its items are
+            self.record["shards"] = self.dataset.digest()
         self._set(epoch, flat, offsets, keys, digest)
         del flat, offsets, keys  # the table holds its own copy
         _return_freed_heap()
@@ -912,7 +920,7 @@ class _Plan:
         for field, kind, optional in (
                 ("epoch", int, False), ("rng", str, False), ("base_seed", int, False),
                 ("drew_seed", bool, False), ("digest", str, False), ("batches", int, True),
-                ("dataset_len", int, True), ("rng_after", str, True)):
+                ("dataset_len", int, True), ("rng_after", str, True), ("shards", str, True)):
             if optional and field not in record:
                 continue
             if not isinstance(record.get(field), kind):
@@ -956,6 +964,13 @@ class _Plan:
                 torch.set_rng_state(state)
                 flat, offsets, keys = self._replay(record)
         batches, dataset_len = len(offsets) - 1, len(self.dataset)
+        if "shards" in record and record["epoch"] == epoch and \
+                self.dataset.digest() != record["shards"]:
+            raise ValueError(
+                f"the state dict's epoch {record['epoch']} read {record.get('batches')} shards "
+                f"that shards() now names otherwise or orders otherwise ({batches} shards): "
+                "a resume would read other data; resume with the shards as they were then, "
+                "or start a new epoch without load_state_dict")
         if batches != record.get("batches", batches):
             raise ValueError(
                 f"the state dict's epoch {record['epoch']} had {record['batches']} batches "

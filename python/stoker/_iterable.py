@@ -38,6 +38,8 @@ _WHY_NOT = ("its epochs run on torch's DataLoader: its failures end the epoch as
 # (its guard refuses the others); the next iter() runs with them.
 TORCH_REASSIGNABLE = ("collate_fn", "pin_memory", "pin_memory_device", "timeout", "worker_init_fn",
                  "generator", "prefetch_factor")
+# stoker's own options a program may reassign between epochs.
+STOKER_REASSIGNABLE = ("device", "on_error", "worker_kind", "in_order")
 _SPLIT_BUDGET = 5_000  # objects splits_by_worker looks at, at most
 
 
@@ -207,21 +209,10 @@ class PlainStream:
         if worker_kind != "processes":
             raise ValueError(f"worker_kind={worker_kind!r} does not apply to {why}: "
                              f"{_WHY_NOT}")
-        self._auto = num_workers == "auto"
-        max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
-        if self._auto:
-            from ._dataloader import _initial_workers
-            self.budget = _initial_workers(max_workers)
-            capped = " (at most max_workers)" if max_workers else ""
-            workers, reason = self.budget, f"first epoch: the CPU budget{capped}, {self.budget}"
-            if is_plain(dataset) and not splits_by_worker(dataset):
-                self.budget = workers = 1
-                reason = (f"1 worker: the code of {type(dataset).__name__} never calls "
-                          "get_worker_info(), so more workers would each yield every sample "
-                          "(a num_workers of your choosing runs as many)")
-        else:
-            workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
-            reason = f"num_workers={workers}"
+        self._why = why
+        self._dataset = dataset
+        self._max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
+        workers, reason = self._given_count(num_workers)
         _, self._device = _resolve_device(device, torch)
         # torch's own arguments, as its DataLoader takes them; it checks them
         # here (an IterableDataset takes no sampler, shuffle or batch_sampler).
@@ -235,10 +226,8 @@ class PlainStream:
             self._args["prefetch_factor"] = prefetch_factor
         if "in_order" in inspect.signature(torch.utils.data.DataLoader).parameters:
             self._args["in_order"] = in_order  # older torch: always in order
-        self._why = why
         self._retold = None  # "next", then "read": _inner reads first_epoch_from()'s order
         self._inner = self._torch_loader(dataset, workers)
-        self._dataset = dataset
         self._next = (workers, reason)  # the next epoch's count, and why
         self._tuner = TunerState()
         self._epochs = collections.deque(maxlen=EPOCHS_KEPT)  # their records, latest last
@@ -251,6 +240,24 @@ class PlainStream:
         self._closed = False
         self._show(loader, num_workers, in_order, worker_kind)
         _exit.close_at_exit(loader)
+
+    def _given_count(self, num_workers):
+        """(workers, reason) of the first epoch after num_workers was given (at
+        construction, or reassigned); with "auto", the CPU budget, or 1 for a
+        stream that never splits its samples among workers."""
+        self._auto = num_workers == "auto"
+        if not self._auto:
+            workers = _args.integer("num_workers", num_workers, 0, _stoker.MAX_WORKERS)
+            return workers, f"num_workers={workers}"
+        from ._dataloader import _initial_workers
+        self.budget = _initial_workers(self._max_workers)
+        capped = " (at most max_workers)" if self._max_workers else ""
+        if is_plain(self._dataset) and not splits_by_worker(self._dataset):
+            self.budget = 1
+            return 1, (f"1 worker: the code of {type(self._dataset).__name__} never calls "
+                       "get_worker_info(), so more workers would each yield every sample "
+                       "(a num_workers of your choosing runs as many)")
+        return self.budget, f"first epoch: the CPU budget{capped}, {self.budget}"
 
     def _torch_loader(self, dataset, workers, order=None, length=None):
         """torch's DataLoader with the user's arguments; with `order`, one
@@ -286,8 +293,11 @@ class PlainStream:
         loader._DataLoader__multiprocessing_context = inner.multiprocessing_context
         loader.num_workers, loader.in_order, loader.worker_kind = \
             num_workers, bool(in_order), worker_kind
-        self._given_workers = num_workers
         loader.device, loader.on_error = self._device, "raise"
+        # What the loader showed at the last iter(): a value reassigned since is taken then.
+        self._shown = {name: getattr(loader, name)
+                       for name in (*TORCH_REASSIGNABLE, *STOKER_REASSIGNABLE)}
+        self._shown["num_workers"] = num_workers
         loader._iterator = None
         self._loader = weakref.ref(loader)  # the loader owns this
         loader._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
@@ -311,9 +321,11 @@ class PlainStream:
         prev = self._live()
         if prev is not None:
             prev.end("a newer iter()")
+        given = self._shown["num_workers"]
         remake = self._take_reassigned()
         last = _figures(self._epochs[-1]) if self._epochs else None
-        if self._auto and last is not None:
+        # num_workers given anew decides this epoch's count itself.
+        if self._auto and last is not None and given is self._shown["num_workers"]:
             workers, reason, self._tuner = decide(self._tuner, last, self.budget)
             self._next = workers, reason
         workers, reason = self._next
@@ -334,27 +346,43 @@ class PlainStream:
         return it
 
     def _take_reassigned(self):
-        """torch's options reassigned on the loader since the last iter(), as
-        torch reads them at each iter(): True when the next epoch's torch
-        DataLoader is to be made with them."""
+        """Options reassigned on the loader since the last iter(), as torch
+        reads them at each iter(): torch's go to the next epoch's torch
+        DataLoader, stoker's are checked as when given (device, and the
+        refusals: on_error, worker_kind). True when that DataLoader is to be
+        made anew."""
         loader = self._loader()
-        changed = False
-        for name in TORCH_REASSIGNABLE:
-            if name in self._args and getattr(loader, name) is not self._args[name]:
-                self._args[name] = getattr(loader, name)
-                changed = True
+        changed = [name for name in (*TORCH_REASSIGNABLE, *STOKER_REASSIGNABLE)
+                   if getattr(loader, name) is not self._shown[name]]
         given = loader.__dict__.get("_num_workers")
-        if given != self._given_workers:  # a count of the user's from now on, or "auto" again
-            self._given_workers = given
-            self._auto = given == "auto"
-            if self._auto and not hasattr(self, "budget"):
-                from ._dataloader import _initial_workers
-                self.budget = _initial_workers(0)
-            if not self._auto:
-                n = _args.integer("num_workers", given, 0, _stoker.MAX_WORKERS)
-                self._next = (n, f"num_workers={n}")
-            changed = True
-        return changed
+        if not changed and given is self._shown["num_workers"]:
+            return False
+        for name in changed:
+            value = getattr(loader, name)
+            if name in STOKER_REASSIGNABLE:
+                self._check_stokers(name, value)
+            elif name == "prefetch_factor" and value is None:
+                self._args.pop(name, None)  # torch's default
+            else:
+                self._args[name] = value
+        if given is not self._shown["num_workers"]:  # a count of the user's, or "auto" again
+            self._next = self._given_count(given)
+        self._shown = {name: getattr(loader, name) for name in self._shown}
+        self._shown["num_workers"] = given
+        return True
+
+    def _check_stokers(self, name, value):
+        """A stoker option reassigned: device is used; the others must stay
+        at what a plain stream can honour."""
+        if name == "device":
+            from ._loader import _resolve_device
+            _, self._device = _resolve_device(value, torch)
+        elif name == "on_error" and _args.on_error(value) != "raise":
+            raise ValueError(f"on_error={value!r} does not apply to {self._why}: {_WHY_NOT}")
+        elif name == "worker_kind" and value != "processes":
+            raise ValueError(f"worker_kind={value!r} does not apply to {self._why}: {_WHY_NOT}")
+        elif name == "in_order" and "in_order" in self._args:  # older torch: always in order
+            self._args["in_order"] = bool(value)
 
     def set_epoch(self, epoch):
         """Ends an epoch in progress, as on the map path (a plain stream has

@@ -91,6 +91,13 @@ class ShardTable:
                              f"{len(list(self._dataset.shards()))}")
         return names
 
+    def digest(self):
+        """The rank's shard names, in order, hashed: what a checkpoint's epoch
+        read, checked at its resume."""
+        import hashlib
+        import pickle
+        return hashlib.sha256(pickle.dumps(self.names, protocol=4)).hexdigest()[:32]
+
     def refresh(self):
         """Reads shards() again, as torch's workers do at each epoch: True when
         the rank's shards changed (the table, and the jobs sharing its list,

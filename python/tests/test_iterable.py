@@ -276,6 +276,8 @@ def test_auto_keeps_a_stream_that_never_splits_at_one_worker():
         assert "never calls get_worker_info()" in epochs[0]["reason"]
     with stoker.DataLoader(Naive(), batch_size=None, num_workers=2) as loader:  # as asked
         assert sorted(int(x) for x in loader) == sorted(theirs * 2)
+        loader.num_workers = "auto"  # reassigned: the same rule
+        assert sorted(int(x) for x in loader) == theirs
 
 
 def _tagged(batch):
@@ -293,6 +295,14 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them():
         got[cls] = (first, [(tag, sorted(tuple(s) for s in b)) for tag, b in second])
         if cls is stoker.DataLoader:
             assert dl.stats(gpu=False)["epochs"][-1]["workers"] == 2
+            dl.prefetch_factor = 7  # torch's, on the next epoch's torch DataLoader
+            list(dl)
+            assert dl._stream._inner.prefetch_factor == 7
+            for name, value in (("on_error", "skip"), ("worker_kind", "threads")):
+                setattr(dl, name, value)  # checked as when given: refused for a plain stream
+                with pytest.raises(ValueError, match=f"{name}='{value}' does not apply"):
+                    iter(dl)
+                setattr(dl, name, "raise" if name == "on_error" else "processes")
             dl.close()
     assert got[torch.utils.data.DataLoader] == got[stoker.DataLoader]
 

@@ -192,6 +192,18 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them(workers):
         dl.timeout = -1
         with pytest.raises(ValueError, match="timeout"):
             iter(dl)
+        dl.timeout = 0  # fixed: the loader goes on
+        assert len(list(dl)) == 12
+    # Reassigned before or after load_state_dict: the resumed epoch runs with them.
+    with stoker.DataLoader(Indexed(12), batch_size=4, num_workers=0) as dl:
+        it = iter(dl)
+        next(it)
+        state = dl.state_dict()
+        dl.collate_fn = _tagged
+        dl.load_state_dict(state)
+        dl.num_workers = 2
+        assert list(dl) == [("tagged", [4, 5, 6, 7]), ("tagged", [8, 9, 10, 11])]
+        assert dl.stats()["workers"] == 2
 
 
 @pytest.mark.parametrize("kwargs,error,words", [

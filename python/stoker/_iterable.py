@@ -81,6 +81,8 @@ def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
             found = o.__globals__
             for name in names:
                 value = found.get(name)
+                if value is torch.utils.data.get_worker_info:  # imported under another name
+                    return True
                 if isinstance(value, types.ModuleType):  # module.function, as code names it
                     if value.__name__.split(".")[0] not in foreign:
                         queue += [getattr(value, n) for n in names if hasattr(value, n)]

@@ -226,9 +226,12 @@ class Naive(torch.utils.data.IterableDataset):
         return iter(range(6))
 
 
+from torch.utils.data import get_worker_info as _whose  # noqa: E402 (another name)
+
+
 def _mine():
     """Worker w's (id, count), as a module function that a dataset calls."""
-    info = torch.utils.data.get_worker_info()
+    info = _whose()
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 

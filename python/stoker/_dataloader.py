@@ -143,6 +143,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._options = options
         self._resume = False      # load_state_dict: the next iter() continues that epoch
         self._remade = 0          # runs made anew for a changed dataset
+        self._skipped_before = []  # skipped() of the runs made before this one
         self._iterator = None     # the live iterator, if any
         self._skip = 0  # load_state_dict: batches of the resumed epoch's first shard taken
         shards = options.shards
@@ -203,10 +204,7 @@ class DataLoader(torch.utils.data.DataLoader):
         which reads them at each iter()): checked as when given, and made the
         options of the next run. True when any was."""
         options = self._options
-        given = {name: self.__dict__["_num_workers"] if name == "num_workers"
-                 else getattr(self, name) for name in _REASSIGNABLE}
-        changed = {name: value for name, value in given.items()
-                   if value is not getattr(options, name)}
+        changed = self._reassigned({name: getattr(options, name) for name in _REASSIGNABLE})
         if not changed:
             return False
         args = dict(self._arguments, **changed)
@@ -214,8 +212,10 @@ class DataLoader(torch.utils.data.DataLoader):
                                      args["device"], args["device_prefetch_bytes"],
                                      args["timeout"], args["in_order"], args["generator"],
                                      args["on_error"])
+        # As torch: persistent_workers (which cannot be reassigned) means nothing at 0 workers.
         workers = _resolve_workers(args["num_workers"], args["prefetch_factor"],
-                                   args["persistent_workers"], args["worker_kind"],
+                                   args["persistent_workers"] and args["num_workers"] != 0,
+                                   args["worker_kind"],
                                    args["worker_init_fn"], args["multiprocessing_context"],
                                    args["max_workers"], args["memory_budget_bytes"],
                                    args["tune_interval"], args["trace_path"])
@@ -244,6 +244,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self._iterator.end("a newer iter()")
             self._iterator = None
         workers = self._run.engine.workers
+        self._skipped_before += self._run.engine.skipped()  # the new run's start with none
         self._run.close()
         self._plan.renew_table()
         self._remade += 1
@@ -497,7 +498,13 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._stream is not None:
             return self._stream.skipped()
         self._run.check_usable()
-        return self._run.engine.skipped()
+        records = self._skipped_before + self._run.engine.skipped()
+        if self._options.shards is not None:  # a shard's record: its name is the key
+            names = self._options.shards.names
+            for r in records:
+                if not r["key"] and 0 <= r["index"] < len(names):
+                    r["key"] = _shards.key_of(names[r["index"]])
+        return records
 
     # -- the end ------------------------------------------------------------
 
@@ -528,13 +535,29 @@ class DataLoader(torch.utils.data.DataLoader):
     # same arguments (its own workers), as torch's copies are; no epoch in
     # progress or checkpoint goes with it.
     def __copy__(self):
-        return _made_again(self._kind(), self.dataset, self._arguments)
+        return _made_again(self._kind(), self.dataset, self._given())
 
     def __deepcopy__(self, memo):
-        return _made_again(self._kind(), *copy.deepcopy((self.dataset, self._arguments), memo))
+        return _made_again(self._kind(), *copy.deepcopy((self.dataset, self._given()), memo))
 
     def __reduce__(self):
-        return _made_again, (self._kind(), self.dataset, self._arguments)
+        return _made_again, (self._kind(), self.dataset, self._given())
+
+    def _given(self):
+        """The arguments as given, with the options reassigned since (a copy
+        has them, as torch's copy does)."""
+        if self._stream is not None:
+            applied = self._stream.shown()
+        else:
+            applied = {name: getattr(self._options, name) for name in _REASSIGNABLE}
+        return dict(self._arguments, **self._reassigned(applied))
+
+    def _reassigned(self, applied):
+        """{name: value} of the options whose attribute is no longer the
+        value `applied` (the run's) holds."""
+        given = {name: self.__dict__["_num_workers"] if name == "num_workers"
+                 else getattr(self, name) for name in _REASSIGNABLE}
+        return {name: value for name, value in given.items() if value is not applied[name]}
 
     def _kind(self):
         """The class a copy is made of: this one's, unless it takes other arguments."""
@@ -545,10 +568,10 @@ def _made_again(kind, dataset, arguments):
     return kind(dataset, **arguments)
 
 
-# The options a DataLoader shows as attributes, as torch's does.
 # Options a program may reassign between epochs: torch's, num_workers and
 # stoker's own delivery and kind; the next iter() runs with them.
 _REASSIGNABLE = _iterable.TORCH_REASSIGNABLE + _iterable.STOKER_REASSIGNABLE + ("num_workers",)
+# The options a DataLoader shows as attributes, as torch's does.
 _PUBLIC_OPTIONS = ("batch_size", "drop_last", "sampler", "batch_sampler", "collate_fn",
                    "pin_memory", "pin_memory_device", "device", "timeout", "worker_init_fn",
                    "persistent_workers", "in_order", "generator", "on_error", "num_workers",
@@ -1680,8 +1703,7 @@ class _Iterator:
             if error is None:
                 raise
             if self._sharded:  # its index is the shard's position in the rank's list
-                error.shard = None if error.index is None else \
-                    self.run.options.shards.names[error.index]
+                _shards.name_failure(error, self.run.options.shards.names)
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

@@ -45,21 +45,24 @@ _SPLIT_BUDGET = 5_000  # objects splits_by_worker looks at, at most
 
 def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
     """Whether an IterableDataset's code may split its samples among workers:
-    some function it holds or calls (its classes' methods, the functions its
+    the code it holds or calls (its classes' methods, the functions its
     fields hold, the module globals and module attributes their code names)
-    names get_worker_info. One that never does yields every sample in each
-    worker, so num_workers="auto" keeps it at one (torch's default is none).
-    Past `budget` objects the answer is yes: more workers are not refused on
-    a guess."""
+    both calls get_worker_info and reads a worker count (num_workers), as
+    a split does (a stream that asks only for its worker's seed splits
+    nothing); a torch ChainDataset when each of its datasets does. One that
+    does not yields every sample in each worker, so num_workers="auto" keeps
+    it at one (torch's default is none). Past `budget` objects the answer is
+    no: the one safe count."""
     import functools
     import sys
     import types
+    if isinstance(dataset, torch.utils.data.ChainDataset):  # each in turn, whole
+        return all(splits_by_worker(d, budget) for d in dataset.datasets)
     # Python's and torch's own code splits nothing: its names are not followed.
     foreign = set(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}
     queue, seen, at = [dataset], set(), 0
-    while at < len(queue):
-        if at >= budget:
-            return True
+    asks = counts = False  # get_worker_info called; a worker count read
+    while at < len(queue) and at < budget:
         o = queue[at]
         at += 1
         if id(o) in seen or isinstance(o, (str, bytes, int, float, bool, type(None))):
@@ -76,13 +79,14 @@ def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
                 code = codes.pop()
                 names.update(code.co_names)
                 codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-            if "get_worker_info" in names:
-                return True
             found = o.__globals__
+            asks = asks or "get_worker_info" in names or any(
+                found.get(name) is torch.utils.data.get_worker_info for name in names)
+            counts = counts or "num_workers" in names
+            if asks and counts:
+                return True
             for name in names:
                 value = found.get(name)
-                if value is torch.utils.data.get_worker_info:  # imported under another name
-                    return True
                 if isinstance(value, types.ModuleType):  # module.function, as code names it
                     if value.__name__.split(".")[0] not in foreign:
                         queue += [getattr(value, n) for n in names if hasattr(value, n)]
@@ -369,9 +373,17 @@ class PlainStream:
                 self._args[name] = value
         if given is not self._shown["num_workers"]:  # a count of the user's, or "auto" again
             self._next = self._given_count(given)
+            changed.append("num_workers")
+        # What a copy of the loader is made with (as torch's copy keeps them).
+        loader._arguments.update({name: given if name == "num_workers" else getattr(loader, name)
+                                  for name in changed})
         self._shown = {name: getattr(loader, name) for name in self._shown}
         self._shown["num_workers"] = given
         return True
+
+    def shown(self):
+        """{option: value} as the loader showed them at the last iter()."""
+        return dict(self._shown)
 
     def _check_stokers(self, name, value):
         """A stoker option reassigned: device is used; the others must stay

@@ -10,6 +10,7 @@ open one."""
 import inspect
 import os
 import random
+import re
 import struct
 import threading
 
@@ -93,10 +94,11 @@ class ShardTable:
 
     def digest(self):
         """The rank's shard names, in order, hashed: what a checkpoint's epoch
-        read, checked at its resume."""
+        read, checked at its resume. Equal names hash alike in any process
+        (a set in any order, a tuple read back from JSON as a list)."""
         import hashlib
-        import pickle
-        return hashlib.sha256(pickle.dumps(self.names, protocol=4)).hexdigest()[:32]
+        return hashlib.sha256("\n".join(map(_canonical, self.names)).encode(
+            "utf-8", "surrogatepass")).hexdigest()[:32]
 
     def refresh(self):
         """Reads shards() again, as torch's workers do at each epoch: True when
@@ -113,6 +115,22 @@ class ShardTable:
 
     def __getitem__(self, position):
         return self.names[position]
+
+
+def _canonical(name):
+    """A shard name as text that equal names share."""
+    if isinstance(name, (list, tuple)):
+        return "(" + ",".join(map(_canonical, name)) + ")"
+    if isinstance(name, (set, frozenset)):
+        return "{" + ",".join(sorted(map(_canonical, name))) + "}"
+    if isinstance(name, dict):
+        return "{" + ",".join(sorted(f"{_canonical(k)}:{_canonical(v)}"
+                                     for k, v in name.items())) + "}"
+    if isinstance(name, os.PathLike):
+        return repr(os.fspath(name))
+    if isinstance(name, float) and name.is_integer():  # 1 and 1.0 alike
+        return repr(int(name))
+    return repr(name)
 
 
 class ShardJob:
@@ -323,6 +341,30 @@ def reopen(engine, item, epoch, items):
     position = next(i for i in range(items + 1) if i not in delivered)
     return dict(engine, epoch=epoch, position=position,
                 beyond=sorted(i for i in delivered if i > position))
+
+
+def key_of(name):
+    """A shard's name as an error's or a skip record's key (a str)."""
+    return name if isinstance(name, str) else repr(name)
+
+
+_ENGINE_NAMING = re.compile(r"^batch \d+ of epoch (\d+): sample \d+: ")
+
+
+def name_failure(error, names):
+    """A failed shard's error as the user knows it: the shard (its name, the
+    key too) where the engine's words said "batch B: sample B", both the
+    shard's position among the epoch's shards."""
+    error.shard = None if error.index is None else names[error.index]
+    if error.shard is None or not error.args or not isinstance(error.args[0], str):
+        return
+    error.key = key_of(error.shard)
+    match = _ENGINE_NAMING.match(error.args[0])
+    if match is None:
+        return
+    rest = error.args[0][match.end():]
+    named = "" if rest.startswith("shard ") else f"shard {error.shard!r}: "
+    error.args = (f"epoch {match.group(1)}: {named}{rest}",) + error.args[1:]
 
 
 def check_stream_state(stream):

@@ -5,6 +5,7 @@ after close()."""
 
 import collections
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -265,6 +266,21 @@ def test_which_code_may_split_by_worker():
     assert _iterable.splits_by_worker(ByHelper())  # in a module function it names
     assert _iterable.splits_by_worker(Piped([_split_stage]))  # in a function it holds
     assert not _iterable.splits_by_worker(Piped([iter]))
+    # A chain splits only if each of its streams does.
+    chain = torch.utils.data.ChainDataset
+    assert _iterable.splits_by_worker(chain([ByHelper(), Stream()]))
+    assert not _iterable.splits_by_worker(chain([ByHelper(), Naive()]))
+    assert not _iterable.splits_by_worker(Seeded())  # asks for its seed only
+    assert not _iterable.splits_by_worker(Stream(), budget=3)  # undecided: the safe answer
+
+
+class Seeded(torch.utils.data.IterableDataset):
+    """Asks get_worker_info() for its worker's seed only: every sample in each worker."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        random.seed(0 if info is None else info.seed)
+        return iter(range(6))
 
 
 def test_auto_keeps_a_stream_that_never_splits_at_one_worker():

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -187,9 +188,12 @@ def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     with loader(ds, workers) as dl:
         got, errors = drain(dl, OSError)  # the shard's own error type, a DataError too
     assert all(isinstance(e, stoker.DataError) for e in errors)
+    assert [(e.index, e.key, e.shard) for e in errors] == [(4, "shard-04", "shard-04")]
     errors = [str(e) for e in errors]
     assert len(errors) == 1 and "shard-04" in errors[0] and "after 3 samples" in errors[0]
     assert "truncated" in errors[0]
+    # Named by its shard, not by "batch 4" and "sample 4" (its position).
+    assert errors[0].startswith("epoch 0: shard 'shard-04' raised after 3 samples")
     # What the shard gave before its error is delivered; nothing else is lost.
     assert sorted(got) == [i for i in ds.every() if not (4003 <= i < 5000)]
 
@@ -197,6 +201,7 @@ def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
         assert sorted(ids(batches(dl))) == sorted(got)
         skipped = dl.skipped()
     assert len(skipped) == 1 and "shard-04" in skipped[0]["reason"]
+    assert skipped[0]["key"] == "shard-04"
 
 
 def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
@@ -305,6 +310,27 @@ def test_a_checkpoint_is_refused_where_shards_now_names_other_shards():
     assert sorted(taken + list(same)) == sorted(f"{n}{k}" for n in "abcd" for k in range(2))
     dl.close()
     same.close()
+
+
+def test_equal_shard_names_hash_alike_in_any_process():
+    # The checkpoint's check of its shards: equal names, however they were
+    # made (a set's order differs with PYTHONHASHSEED; a manifest read back
+    # from JSON gives lists for tuples, ints for 1.0), pass; others do not.
+    def digest(names, seed):
+        code = textwrap.dedent(f"""
+            from stoker import _shards
+            class D:
+                def shards(self):
+                    return {names}
+            print(_shards.ShardTable(D()).digest())
+        """)
+        env = dict(os.environ, PYTHONHASHSEED=str(seed))
+        return subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                              capture_output=True, text=True).stdout
+    one = digest("[('a', frozenset({'x', 'y', 'z', 'w'})), ('b', 1.0)]", 1)
+    assert digest("[['a', frozenset({'w', 'z', 'y', 'x'})], ['b', 1]]", 2) == one
+    assert digest("[('a', frozenset({'x', 'y'})), ('b', 1.0)]", 1) != one
+    assert digest("[('b', 1.0), ('a', frozenset({'x', 'y', 'z', 'w'}))]", 1) != one
 
 
 def test_ranks_take_disjoint_shards_that_cover_the_set(monkeypatch):

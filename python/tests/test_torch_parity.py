@@ -3,9 +3,11 @@ arguments: the same batches (torch's samplers, run as torch runs them, after
 the same draws), the same attributes and refusals, checkpoints that resume in
 a new process with no seed of the user's."""
 
+import copy
 import functools
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -204,6 +206,42 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them(workers):
         dl.num_workers = 2
         assert list(dl) == [("tagged", [4, 5, 6, 7]), ("tagged", [8, 9, 10, 11])]
         assert dl.stats()["workers"] == 2
+    # A copy has the options reassigned, read by an iter() or not yet, as torch's copy.
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        dl = cls(Indexed(4), batch_size=2, num_workers=0)
+        dl.collate_fn = _tagged
+        for made in (copy.copy(dl), copy.deepcopy(dl), pickle.loads(pickle.dumps(dl))):
+            assert list(made)[0] == ("tagged", [0, 1])
+            if cls is stoker.DataLoader:
+                made.close()
+        if cls is stoker.DataLoader:
+            dl.close()
+    # persistent_workers means nothing at 0 workers: torch runs that epoch in-process.
+    with stoker.DataLoader(Indexed(4), batch_size=2, num_workers=2,
+                           persistent_workers=True) as dl:
+        dl.num_workers = 0
+        assert [b.tolist() for b in dl] == [[0, 1], [2, 3]]
+        assert dl.stats()["workers"] == 0
+        dl.num_workers = 2
+        assert [b.tolist() for b in dl] == [[0, 1], [2, 3]]
+
+
+class _SixFails(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 6:
+            raise ValueError("six")
+        return i
+
+
+def test_skipped_records_outlive_a_run_made_anew():
+    with stoker.DataLoader(_SixFails(), batch_size=4, num_workers=0, on_error="skip") as dl:
+        list(dl)
+        dl.collate_fn = _tagged  # reassigned: the next iter() makes a new run
+        list(dl)
+        assert [(r["epoch"], r["index"]) for r in dl.skipped()] == [(0, 6), (1, 6)]
 
 
 @pytest.mark.parametrize("kwargs,error,words", [

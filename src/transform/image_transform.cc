@@ -71,11 +71,10 @@ class ImageTransform final : public Transform {
       normalise_.scale[c] = 1.0f / (255.0f * o.std[c]);
       normalise_.bias[c] = -o.mean[c] / o.std[c];
     }
-    if (o.interpolation == ImageInterpolation::kBicubic) {
-      // Pillow clamps to uint8; the byte layouts clamp in ToByte.
-      normalise_.lo = 0.0f;
-      normalise_.hi = 255.0f;
-    }
+    // Pillow's resized pixels are bytes: bicubic's overshoot is clipped, and
+    // bilinear's float rounding must not take white past 1.0 after ToTensor.
+    normalise_.lo = 0.0f;
+    normalise_.hi = 255.0f;
   }
 
   SampleSpec spec() const override {
@@ -253,7 +252,7 @@ class ImageTransform final : public Transform {
   }
 
   ImageTransformOptions o_;
-  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias, v clamped for bicubic
+  ChannelAffine normalise_;  // (v / 255 - mean) / std as v * scale + bias, v clamped to [0, 255]
 };
 
 }  // namespace

@@ -416,6 +416,31 @@ TEST(ImageTransformTest, FlipMirrorsAndNormaliseFollowsTheFormula) {
   }
 }
 
+// ToTensor alone (mean 0, std 1): white stays 1.0 and black 0.0 through any
+// resize, as torchvision's bytes do (float rounding took white to 1.0000004).
+TEST(ImageTransformTest, ToTensorStaysWithinZeroAndOne) {
+  const int w = 301, h = 257;
+  std::vector<uint8_t> white(static_cast<size_t>(w) * h * 3, 255);
+  for (size_t i = 0; i < white.size() / 2; ++i) white[i] = 0;  // the top half black
+  const auto file = testing::Png(white, w, h, PNG_COLOR_TYPE_RGB, 8);
+  for (const auto interpolation : {ImageInterpolation::kBilinear, ImageInterpolation::kBicubic}) {
+    for (const auto mode : {ImageMode::kTrain, ImageMode::kEval}) {
+      ImageTransformOptions o;
+      o.mode = mode;
+      o.interpolation = interpolation;
+      o.mean = {0, 0, 0};
+      o.std = {1, 1, 1};
+      std::vector<uint8_t> out;
+      ASSERT_TRUE(ApplyTo(*Make(o), file, 3, &out, nullptr).ok());
+      const float* f = reinterpret_cast<const float*>(out.data());
+      for (size_t i = 0; i < out.size() / sizeof(float); ++i) {
+        ASSERT_GE(f[i], 0.0f) << i;
+        ASSERT_LE(f[i], 1.0f) << i;
+      }
+    }
+  }
+}
+
 TEST(ImageTransformTest, SameSampleSameBytesAnyScratch) {
   auto small = Jpeg(MakePicture(200, 150, 1), 200, 150);
   auto large = Jpeg(MakePicture(900, 700, 2), 900, 700);

@@ -129,7 +129,11 @@ Status PngDecoder::DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint
   // its high byte (every other 16-bit type keeps the high byte, as libpng's
   // strip does). Its rows stay 16-bit here and are clamped as they are copied.
   const bool gray16 = color_type == PNG_COLOR_TYPE_GRAY && bit_depth == 16;
-  if (color_type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color_type == PNG_COLOR_TYPE_PALETTE) {
+    png_set_palette_to_rgb(png);
+    // That expands a tRNS chunk to alpha too; PIL's convert("RGB") drops it.
+    if (png_get_valid(png, info, PNG_INFO_tRNS) != 0) png_set_strip_alpha(png);
+  }
   if (color_type == PNG_COLOR_TYPE_GRAY && bit_depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   if (bit_depth == 16 && !gray16) png_set_strip_16(png);
   if ((color_type & PNG_COLOR_MASK_ALPHA) != 0) png_set_strip_alpha(png);

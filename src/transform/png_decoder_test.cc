@@ -66,6 +66,22 @@ TEST(PngDecoderTest, GrayPaletteAlphaAnd16BitBecomeRgb) {
                   .ok());
   EXPECT_EQ(Pixel(r, 4, 4)[0], 0);
   EXPECT_EQ(Pixel(r, 4, 4)[2], 255);
+  // Palette with transparency (tRNS), 8- and 2-bit: its colours, alpha dropped
+  // as PIL's convert("RGB") drops it.
+  const std::vector<png_byte> alpha = {0, 128};
+  ASSERT_TRUE(
+      dec.DecodeFull(AsBytes(Png(indices, w, h, PNG_COLOR_TYPE_PALETTE, 8, false, palette, alpha)),
+                     &buf, &r)
+          .ok());
+  EXPECT_EQ(Pixel(r, 4, 4)[0], 0);
+  EXPECT_EQ(Pixel(r, 4, 4)[2], 255);
+  std::vector<uint8_t> packed(3 * h, 0x44);  // 2-bit indices 1, 0, 1, 0...: ceil(9 / 4) bytes a row
+  ASSERT_TRUE(
+      dec.DecodeFull(AsBytes(Png(packed, w, h, PNG_COLOR_TYPE_PALETTE, 2, false, palette, alpha)),
+                     &buf, &r)
+          .ok());
+  EXPECT_EQ(Pixel(r, 0, 0)[2], 255);  // index 1: blue
+  EXPECT_EQ(Pixel(r, 1, 0)[0], 255);  // index 0: red
   // RGBA: alpha dropped.
   std::vector<uint8_t> rgba(w * h * 4);
   for (size_t i = 0; i < rgba.size(); ++i) rgba[i] = static_cast<uint8_t>(i % 4 == 3 ? 0 : 77);

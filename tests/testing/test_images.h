@@ -94,7 +94,8 @@ inline Image ReferenceDecodeJpeg(const std::vector<uint8_t>& file, int denom = 1
 /// bits (8 or 16; 16-bit samples big-endian as PNG stores them).
 inline std::vector<uint8_t> Png(const std::vector<uint8_t>& samples, int width, int height,
                                 int color_type, int bit_depth, bool interlaced = false,
-                                const std::vector<png_color>& palette = {}) {
+                                const std::vector<png_color>& palette = {},
+                                const std::vector<png_byte>& palette_alpha = {}) {
   std::vector<uint8_t> out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png_create_info_struct(png);
@@ -110,6 +111,9 @@ inline std::vector<uint8_t> Png(const std::vector<uint8_t>& samples, int width, 
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   if (!palette.empty()) {
     png_set_PLTE(png, info, palette.data(), static_cast<int>(palette.size()));
+  }
+  if (!palette_alpha.empty()) {  // a tRNS chunk: each palette entry's alpha
+    png_set_tRNS(png, info, palette_alpha.data(), static_cast<int>(palette_alpha.size()), nullptr);
   }
   png_write_info(png, info);
   const size_t row_bytes = samples.size() / static_cast<size_t>(height);

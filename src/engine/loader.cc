@@ -200,11 +200,12 @@ class Loader::Impl {
     return result;
   }
 
+  // Loader::SetInterrupt's check, asked by RunTask on the consumer's thread.
+  void SetInterrupt(std::function<bool()> interrupted) { interrupt_ = std::move(interrupted); }
+
   // Counts as consumer wait like Next(), ticks the controller meanwhile, and
   // starts the next epoch if none is running, so that a consumer may wait in
   // slices (to handle signals) without hiding its waiting from the tuner.
-  void SetInterrupt(std::function<bool()> interrupted) { interrupt_ = std::move(interrupted); }
-
   bool WaitReady(std::chrono::nanoseconds timeout) EXCLUDES(mu_) {
     const int64_t enter = ConsumerEnters();
     const auto deadline = std::chrono::steady_clock::now() + timeout;

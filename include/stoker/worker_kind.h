@@ -48,6 +48,9 @@ struct SampleFailure {
   int64_t index = 0;  // the sample's index in the user's data set
   std::string key;    // its key (a file), or empty where unknown
   Status status;      // the cause, without index or key
+  /// What failed, for people, where it is known by a name and not as sample
+  /// `index` (a stream's shard: "shard 'a.tar'"); empty: "sample <index>".
+  std::string name;
 };
 
 /// What one Run made, besides the bytes written to `out`.

@@ -55,6 +55,14 @@ Status EpochBatches::Set(int64_t epoch, std::vector<int64_t> flat, std::vector<i
   return Status::Ok();
 }
 
+void EpochBatches::NameShardFailures(std::vector<SampleFailure>* failures) const {
+  if (!sharded()) return;
+  for (SampleFailure& f : *failures) {
+    if (f.index < 0 || f.index >= static_cast<int64_t>(shards_.size())) continue;
+    f.name = "shard " + shards_[static_cast<size_t>(f.index)];
+  }
+}
+
 int64_t EpochBatches::first_set() const {
   MutexLock lock(mu_);
   return first_set_;

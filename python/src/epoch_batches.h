@@ -13,6 +13,7 @@
 
 #include "core/thread_annotations.h"
 #include "stoker/status.h"
+#include "stoker/worker_kind.h"
 
 namespace stoker::python {
 
@@ -27,15 +28,23 @@ class EpochBatches {
  public:
   /// `first_batches`: the first epoch's count (the kinds' items()).
   /// `item_name`: what one of its items is, for people (the tuner's unit):
-  /// "batch", or kShard for a sharded stream's.
-  explicit EpochBatches(int64_t first_batches, std::string item_name = "batch")
-      : first_batches_(first_batches), item_name_(std::move(item_name)) {}
+  /// "batch", or kShard for a sharded stream's; `shards`: how errors show
+  /// its shards (Python's repr of each name), by position.
+  explicit EpochBatches(int64_t first_batches, std::string item_name = "batch",
+                        std::vector<std::string> shards = {})
+      : first_batches_(first_batches),
+        item_name_(std::move(item_name)),
+        shards_(std::move(shards)) {}
   static constexpr const char* kShard = "shard";
   int64_t first_batches() const { return first_batches_; }
   const std::string& item_name() const { return item_name_; }
   /// Whether its items are a sharded stream's shards, made in parts: a
   /// worker that leaves mid-shard may hand one over (ItemOutcome::may_leave).
   bool sharded() const { return item_name_ == kShard; }
+  /// Names a sharded stream's failures, whose index is their shard's
+  /// position, "shard <shown>" (their key, a name as Python holds it, is
+  /// the loader's). Others are left as they are.
+  void NameShardFailures(std::vector<SampleFailure>* failures) const;
 
   /// Sets the batches of `epoch` (flat indices and their offsets, one more
   /// than batches, from 0 to flat's size) and its seed (torch's base seed:
@@ -72,6 +81,7 @@ class EpochBatches {
  private:
   const int64_t first_batches_;
   const std::string item_name_;
+  const std::vector<std::string> shards_;
   mutable Mutex mu_;
   CondVar cv_;  // an epoch set, or shut down
   bool shutdown_ GUARDED_BY(mu_) = false;

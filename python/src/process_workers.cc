@@ -399,6 +399,7 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   Reply reply;
   Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, got.base_seed,
                            &lease, header, resume ? &*resume : nullptr, &reply, outcome);
+  lists.NameShardFailures(&outcome->failures);
   if (st.ok() && reply.yielded) {  // its parts stay published for the consumer
     if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
     workers_->Yielded(epoch, item, *reply.yielded);

@@ -87,8 +87,8 @@ void BindProcessWorkers(py::module_& m) {
         "In a forked child: closes the segments and sockets of every stoker loader.");
 
   py::class_<EpochBatches, std::shared_ptr<EpochBatches>>(m, "EpochBatches")
-      .def(py::init<int64_t, std::string>(), py::arg("first_batches"),
-           py::arg("item_name") = "batch")
+      .def(py::init<int64_t, std::string, std::vector<std::string>>(), py::arg("first_batches"),
+           py::arg("item_name") = "batch", py::arg("shards") = std::vector<std::string>{})
       .def_readonly_static("SHARD", &EpochBatches::kShard)
       .def(
           "set",

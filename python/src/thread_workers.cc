@@ -407,7 +407,9 @@ class ThreadWorker : public KindWorker {
   }
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
     int64_t descriptor[kThreadDescriptorWords];
-    STOKER_RETURN_IF_ERROR(workers_->Run(epoch, item, id_, descriptor, outcome));
+    Status st = workers_->Run(epoch, item, id_, descriptor, outcome);
+    workers_->batches().NameShardFailures(&outcome->failures);
+    STOKER_RETURN_IF_ERROR(st);
     std::memcpy(out.data(), descriptor, sizeof descriptor);
     outcome->label = item;
     return Status::Ok();

@@ -79,6 +79,7 @@ class ThreadWorkers : public std::enable_shared_from_this<ThreadWorkers> {
   pybind11::object Take(uint64_t ticket) EXCLUDES(mu_);
   int64_t first_batches() const { return batches_->first_batches(); }
   const std::string& item_name() const { return batches_->item_name(); }
+  const EpochBatches& batches() const { return *batches_; }
   /// What `worker`'s Python thread has cost so far (WorkerCost::thread_cpu_ns
   /// and queue_ns), as of its last batch. Any thread.
   WorkerCost Cost(int worker) const EXCLUDES(mu_);

@@ -878,9 +878,10 @@ class _Plan:
         """A new table of epochs' batches, for a new run (a closed run shut its own)."""
         # At least one: the engine is made with a non-empty epoch; an empty one
         # (a dataset that fills later, drop_last over too few) is set at iter().
+        shards = self._options.shards
         self.table = _stoker.EpochBatches(max(1, self._options.batches_per_epoch),
-                                          "batch" if self._options.shards is None else
-                                          _stoker.EpochBatches.SHARD)
+                                          "batch" if shards is None else _stoker.EpochBatches.SHARD,
+                                          [] if shards is None else [repr(n) for n in shards.names])
         self._given_ahead = None
 
     def order(self):

@@ -10,7 +10,6 @@ open one."""
 import inspect
 import os
 import random
-import re
 import struct
 import threading
 
@@ -348,23 +347,13 @@ def key_of(name):
     return name if isinstance(name, str) else repr(name)
 
 
-_ENGINE_NAMING = re.compile(r"^batch \d+ of epoch (\d+): sample \d+: ")
-
-
 def name_failure(error, names):
-    """A failed shard's error as the user knows it: the shard (its name, the
-    key too) where the engine's words said "batch B: sample B", both the
-    shard's position among the epoch's shards."""
+    """A failed shard's error as the user knows it: `shard`, its name, and
+    `key`, where the engine's index was the shard's position among the
+    rank's shards (its message names the shard already)."""
     error.shard = None if error.index is None else names[error.index]
-    if error.shard is None or not error.args or not isinstance(error.args[0], str):
-        return
-    error.key = key_of(error.shard)
-    match = _ENGINE_NAMING.match(error.args[0])
-    if match is None:
-        return
-    rest = error.args[0][match.end():]
-    named = "" if rest.startswith("shard ") else f"shard {error.shard!r}: "
-    error.args = (f"epoch {match.group(1)}: {named}{rest}",) + error.args[1:]
+    if error.shard is not None:
+        error.key = key_of(error.shard)
 
 
 def check_stream_state(stream):

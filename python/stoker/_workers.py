@@ -856,8 +856,7 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
     if failure is not None:
         offset, e = failure
         trace = "".join(traceback.format_exception(e))
-        reason = (f"shard {job.shards.names[position]!r} raised after {offset} samples: "
-                  f"{type(e).__name__}: {e}")
+        reason = f"raised after {offset} samples: {type(e).__name__}: {e}"  # the engine names it
         failures.append((position, reason, trace, not_the_samples_fault(e), e))
     return (batches if batches else NO_SAMPLE), range(count), failures, None
 

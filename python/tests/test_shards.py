@@ -182,10 +182,10 @@ def test_the_last_shard_is_not_handed_to_workers_waiting_for_the_next_epoch(kind
         assert sorted(ids(batches(dl))) == ds.every()  # and the next epoch runs
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_a_shard_that_raises_midway_is_named_then_the_rest(workers, kind):
     ds = Shards(bad=4, bad_after=3)
-    with loader(ds, workers) as dl:
+    with loader(ds, workers, worker_kind=kind) as dl:
         got, errors = drain(dl, OSError)  # the shard's own error type, a DataError too
     assert all(isinstance(e, stoker.DataError) for e in errors)
     assert [(e.index, e.key, e.shard) for e in errors] == [(4, "shard-04", "shard-04")]
@@ -193,15 +193,16 @@ def test_a_shard_that_raises_midway_is_named_then_the_rest(workers):
     assert len(errors) == 1 and "shard-04" in errors[0] and "after 3 samples" in errors[0]
     assert "truncated" in errors[0]
     # Named by its shard, not by "batch 4" and "sample 4" (its position).
-    assert errors[0].startswith("epoch 0: shard 'shard-04' raised after 3 samples")
+    assert errors[0].startswith("epoch 0: shard 'shard-04': raised after 3 samples")
     # What the shard gave before its error is delivered; nothing else is lost.
     assert sorted(got) == [i for i in ds.every() if not (4003 <= i < 5000)]
 
-    with loader(ds, workers, on_error="skip") as dl:
+    with loader(ds, workers, on_error="skip", worker_kind=kind) as dl:
         assert sorted(ids(batches(dl))) == sorted(got)
         skipped = dl.skipped()
-    assert len(skipped) == 1 and "shard-04" in skipped[0]["reason"]
-    assert skipped[0]["key"] == "shard-04"
+    # The record's key names the shard, its reason is the cause alone.
+    assert [(r["index"], r["key"]) for r in skipped] == [(4, "shard-04")]
+    assert "raised after 3 samples" in skipped[0]["reason"]
 
 
 def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
@@ -496,6 +497,7 @@ def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives(at):
         assert dl.stats()["shard_deaths"] == (1 if at == 9 else 0)  # gone on once, at 9
     [error] = errors
     assert error.shard == "shard-04" and "killed by signal" in str(error)
+    assert str(error).startswith("epoch 0: shard 'shard-04': "), str(error)
     # Of shard 4, at most the batches made before its reader died arrive
     # (taken as they were made); the rest is reported with the error.
     rest = [i for i in ds.every() if i // 1000 != 4]

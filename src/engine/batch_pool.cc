@@ -91,12 +91,13 @@ std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
   for (int64_t p = 0; p < count_; ++p) {
     const auto up = static_cast<size_t>(p);
     if (!outcomes_[up].ok()) out.push_back({indices_[up], keys_[up], outcomes_[up]});
-    for (const SampleFailure& f : notes_[up]) out.push_back({f.index, f.key, f.status});
+    for (const SampleFailure& f : notes_[up]) out.push_back({f.index, f.key, f.status, f.name});
   }
   return out;
 }
 
 Status BatchSlot::Failure::Named() const {
+  if (!name.empty()) return status.WithContext(name);
   if (index < 0) return key.empty() ? status : status.WithContext(key);
   const std::string where = "sample " + std::to_string(index);
   return status.WithContext(key.empty() ? where : where + " (" + key + ")");

@@ -69,8 +69,10 @@ class BatchSlot {
     int64_t index = 0;  // the sample's index in the source; -1: a kind's item, no sample
     std::string key;    // the source's key for it (the kind's, for an item)
     Status status;      // the cause, without index or key
+    std::string name;   // SampleFailure::name: what failed, where it is no sample
     /// The cause with the sample named: "sample <index> (<key>): <cause>"
-    /// ("sample <index>: " without a key; "<key>: " for an item).
+    /// ("sample <index>: " without a key; "<key>: " for an item; "<name>: "
+    /// for what a kind names).
     Status Named() const;
   };
   /// The failed samples among the count() kept, in order (each position's

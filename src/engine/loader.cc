@@ -733,8 +733,11 @@ class Loader::Impl {
   // a detail saying which sample that is where its kind gave none.
   static Status FailureError(const BatchSlot& slot) {
     const auto failures = slot.Failures();
-    const std::string where =
-        "batch " + std::to_string(slot.batch()) + " of epoch " + std::to_string(slot.epoch());
+    // What a kind names (a stream's shard) is known by that name, not by its
+    // place among the epoch's items.
+    const bool named = std::ranges::all_of(failures, [](const auto& f) { return !f.name.empty(); });
+    const std::string where = (named ? "" : "batch " + std::to_string(slot.batch()) + " of ") +
+                              "epoch " + std::to_string(slot.epoch());
     size_t lead = 0;
     std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
     for (size_t i = 0; i < failures.size(); ++i) {

@@ -67,6 +67,7 @@ class FakeKind : public WorkerKind {
   }
   std::atomic<int> remote_offered{0};
   std::atomic<bool> mark_remote{false};
+  std::atomic<bool> name_failures{false};  // named "part <sample>" (SampleFailure::name)
   mutable std::atomic<int> last_workers{-1}, last_remote{-1};
   mutable std::atomic<bool> split_wrong{false};
 
@@ -89,8 +90,8 @@ class FakeKind : public WorkerKind {
           continue;
         }
         outcome->failures.push_back(
-            {s, "",
-             DataError("ValueError: bad sample").WithDetail(std::make_shared<SampleMark>(s))});
+            {s, "", DataError("ValueError: bad sample").WithDetail(std::make_shared<SampleMark>(s)),
+             kind_.name_failures.load() ? "part " + std::to_string(s) : ""});
       }
       const int64_t words[2] = {item, kept + 1};  // +1: never zero once written
       std::memcpy(out.data(), words, sizeof words);
@@ -272,6 +273,25 @@ TEST(WorkerKindTest, SkipRecordsTheFailedSamplesAndKeepsTheItem) {
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_EQ(skipped[0].index, 5);
   EXPECT_EQ(skipped[0].reason, "data error: ValueError: bad sample");
+}
+
+// A stream's shard is known by name, not as sample or batch N of the epoch.
+TEST(WorkerKindTest, AFailureTheKindNamesIsNamedSoAloneAndSkippedAsASample) {
+  auto kind = std::make_shared<FakeKind>(10, std::set<int64_t>{9});
+  kind->name_failures = true;
+  auto loader = MakeUntunedLoader(KindOptions(kind, 2));
+  const Drained d = DrainEpoch(*loader);
+  ASSERT_EQ(d.errors.size(), 1u);
+  EXPECT_EQ(d.errors[0].message(), "epoch 0: part 9: ValueError: bad sample");
+  EXPECT_EQ(d.items.size(), 10u);
+
+  auto o = KindOptions(kind, 2);
+  o.on_error = ErrorPolicy::kSkip;
+  loader = MakeUntunedLoader(o);
+  EXPECT_TRUE(DrainEpoch(*loader).errors.empty());
+  const auto skipped = loader->Skipped();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].index, 9);
 }
 
 TEST(WorkerKindTest, AnItemThatFailsWholeIsNamedByItsKey) {

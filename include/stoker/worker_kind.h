@@ -70,6 +70,10 @@ struct ItemOutcome {
   /// The item is not made: the engine runs it again on another worker, where
   /// the kind continues it from where this Run stopped; this thread leaves.
   bool yielded = false;
+  /// The item is not made because the user stopped it on the consumer's
+  /// thread (Ctrl-C in their code): it is given back, whole, and Next()
+  /// returns kCancelled "interrupted"; a later Next() makes it again.
+  bool interrupted = false;
 };
 
 /// One worker of a kind: runs items one at a time, always on one thread

@@ -130,6 +130,7 @@ class PyLoader {
     ConsumerTurn turn(busy_, owner_);
     // Wait in slices first so that Ctrl-C is heard at once; the engine counts
     // this wait as the consumer's and ticks the tuner meanwhile.
+    if (pending_) return std::exchange(pending_, std::nullopt)->got;
     WaitInterruptibly(l);
     Result<std::optional<Batch>> next = [&] {
       py::gil_scoped_release release;
@@ -139,14 +140,25 @@ class PyLoader {
     ThrowIfError(next.status());
     if (!next->has_value()) return py::none();
     Batch batch = std::move(**next);
+    const int64_t epoch = batch.epoch(), index = batch.index();
     std::span<const int64_t> labels = batch.labels();
     py::array_t<int64_t> label_array(static_cast<py::ssize_t>(labels.size()));
     std::copy(labels.begin(), labels.end(), label_array.mutable_data());
+    py::object got;
     if (batch.device_data() != nullptr) {
       if (stream != 0) ThrowIfError(batch.WaitOn(reinterpret_cast<void*>(stream)));
-      return py::make_tuple(py::cast(DeviceImages(std::move(batch))), label_array);
+      got = py::make_tuple(py::cast(DeviceImages(std::move(batch))), label_array);
+    } else {
+      got = py::make_tuple(ImagesOf(std::move(batch)), label_array);
     }
-    return py::make_tuple(ImagesOf(std::move(batch)), label_array);
+    // Ctrl-C while the batch was taken: Python would raise it as this call
+    // returns, and the batch, counted delivered, would be lost. It is kept
+    // for the next call instead, and checkpoints count it undelivered.
+    if (PyErr_CheckSignals() != 0) {
+      pending_ = Pending{std::move(got), epoch, index};
+      throw py::error_already_set();
+    }
+    return got;
   }
 
   LoaderMetrics Metrics() { return loader().Metrics(); }
@@ -176,13 +188,16 @@ class PyLoader {
   void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead) {
     Loader& l = loader();
     ConsumerTurn turn(busy_, owner_);
+    pending_.reset();  // the epoch it belonged to is left
     ThrowIfError(items ? l.SetEpoch(epoch, *items, keep_ahead) : l.SetEpoch(epoch));
   }
 
   py::object State() {
     Loader& l = loader();
     ConsumerTurn turn(busy_, owner_);
-    return JsonToPython(LoaderStateToJson(ValueOrThrow(l.State())));
+    LoaderState state = ValueOrThrow(l.State());
+    if (pending_ && pending_->epoch == state.epoch) Undeliver(state, pending_->index);
+    return JsonToPython(LoaderStateToJson(state));
   }
 
   // `state_json`: LoaderStateToJson's form, as text.
@@ -192,6 +207,7 @@ class PyLoader {
     LoaderState s = ValueOrThrow(LoaderStateFromJson(parsed));
     Loader& l = loader();
     ConsumerTurn turn(busy_, owner_);
+    pending_.reset();  // the checkpoint says what is delivered
     ThrowIfError(l.Restore(s));
   }
 
@@ -240,8 +256,20 @@ class PyLoader {
         py::gil_scoped_release release;
         ready = l.WaitReady(kWaitSlice);
       }
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // before a batch is taken
       if (ready) return;
-      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+  }
+
+  // `state` with batch `index` of its epoch not delivered (a pending one).
+  static void Undeliver(LoaderState& state, int64_t index) {
+    auto& beyond = state.beyond;
+    if (const auto at = std::ranges::find(beyond, index); at != beyond.end()) {
+      beyond.erase(at);
+    } else if (index < state.position) {
+      for (int64_t b = index + 1; b < state.position; ++b) beyond.push_back(b);
+      std::ranges::sort(beyond);
+      state.position = index;
     }
   }
 
@@ -249,12 +277,19 @@ class PyLoader {
     // Taken out first, with the GIL held, so that other threads see the
     // loader closed; joining its workers (up to one sample's time each) then
     // runs without the GIL.
+    pending_.reset();  // its batch goes back to the loader's pool first
     std::unique_ptr<Loader> doomed = std::move(loader_);
     if (!doomed) return;
     py::gil_scoped_release release;
     doomed.reset();
   }
 
+  // A batch taken by a Next() that Ctrl-C stopped, for the next one.
+  struct Pending {
+    py::object got;
+    int64_t epoch = 0, index = 0;
+  };
+  std::optional<Pending> pending_;
   std::unique_ptr<Loader> loader_;
   std::atomic<bool> busy_{false};
   std::atomic<std::thread::id> owner_;  // the thread whose call holds busy_

@@ -163,6 +163,13 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
       made = Read(run_batch_(epoch, batch, py::cast(got.indices), got.seed, KeysOf(got)), ticket,
                   worker);
     } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_Exception)) {
+        // Ctrl-C (or SystemExit) in the user's code: the batch goes back to
+        // be made again, and the error stays set for next() to raise.
+        e.restore();
+        outcome->interrupted = true;
+        return Status::Ok();
+      }
       made.status = Internal(std::string("the batch failed in a worker thread: ") + e.what());
     }
     MutexLock lock(mu_);

@@ -1315,9 +1315,9 @@ _END = object()  # what _Iterator._produce gives at the end of the epoch
 
 
 class _Raised:
-    """What a batch raised that is not a sample's failure (KeyboardInterrupt
-    at num_workers=0, SystemExit): carried through the engine and raised by
-    next() on the consumer's thread, as torch raises it."""
+    """What a worker thread's batch raised that is not a sample's failure
+    (SystemExit): carried through the engine and raised by next() on the
+    consumer's thread, as torch raises it."""
 
     def __init__(self, error):
         self.error = error
@@ -1341,10 +1341,13 @@ def _run_batch_keeping_rng(job, epoch, batch, indices, seed, keys=None):
 
 def _run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts=None):
     """_workers.run_batch on this process's threads (thread workers, or the
-    consumer's at num_workers=0)."""
+    consumer's at num_workers=0, where Ctrl-C and SystemExit propagate: the
+    engine gives the batch back and next() raises them)."""
     try:
         return _workers.run_batch(job, epoch, batch, indices, seed, keys, consumer, parts)
     except BaseException as e:  # noqa: BLE001 -- raised by next(); C++ cannot carry it
+        if consumer and not isinstance(e, Exception):
+            raise
         return _Raised(e), None
 
 

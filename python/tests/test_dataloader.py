@@ -578,6 +578,72 @@ def test_ctrl_c_interrupts_a_waiting_loop_at_once():
     assert not alive(zygote)
 
 
+@pytest.mark.parametrize("mode", ["go on", "checkpoint"])
+def test_ctrl_c_loses_no_batch_when_the_loop_goes_on_or_checkpoints(tmp_path, mode):
+    # Ctrl-C in the middle of an epoch, caught by the loop, which then goes on
+    # with the same iterator, or saves a checkpoint and resumes in a new
+    # loader: every sample once. Before, the batch being made at
+    # num_workers=0 (Ctrl-C in the dataset's code), or the one a worker had
+    # ready as the signal came, was counted delivered and lost.
+    code = textwrap.dedent("""
+        import os, signal, sys, time, torch, stoker
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        MAIN, FLAG, MODE = os.getpid(), sys.argv[1], sys.argv[2]
+        def ctrl_c_once(at, here):
+            if here == at and not os.path.exists(FLAG):
+                open(FLAG, "w").close()
+                os.kill(MAIN, signal.SIGINT)  # Ctrl-C reaches the training process
+        class Map(torch.utils.data.Dataset):
+            def __len__(self): return 40
+            def __getitem__(self, i):
+                time.sleep(0.005)
+                ctrl_c_once(17, i)
+                return i
+        class Shards(stoker.ShardedIterable):
+            def shards(self): return list("abcdefgh")
+            def iter_shard(self, s):
+                for i in range(5):
+                    time.sleep(0.005)
+                    ctrl_c_once("d2", f"{s}{i}")
+                    yield f"{s}{i}"
+        for workers, sharded, kind in [(0, False, "processes"), (0, True, "processes"),
+                                       (2, False, "processes"), (2, True, "processes"),
+                                       (2, False, "threads"), (2, True, "threads")]:
+            ds = Shards() if sharded else Map()
+            every = sorted(f"{s}{i}" for s in "abcdefgh" for i in range(5)) if sharded \
+                else list(range(40))
+            make = lambda: stoker.DataLoader(ds, batch_size=2, shuffle=True, num_workers=workers,
+                                             worker_kind=kind,
+                                             generator=torch.Generator().manual_seed(1))
+            if os.path.exists(FLAG):
+                os.remove(FLAG)
+            dl = make()
+            it, got, interrupted = iter(dl), [], False
+            try:
+                for b in it:
+                    got.append(b)
+                    time.sleep(0.01)
+            except KeyboardInterrupt:
+                interrupted = True
+            if MODE == "checkpoint":
+                state = dl.state_dict()
+                dl.close()
+                dl = make()
+                dl.load_state_dict(state)
+                it = iter(dl)
+            got += list(it)
+            dl.close()
+            flat = sorted(x for b in got for x in (b.tolist() if hasattr(b, "tolist") else b))
+            print(workers, sharded, kind, interrupted, flat == every, flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "fired"), mode],
+                         capture_output=True, text=True, timeout=240)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 6, out.stdout + out.stderr
+    for line in lines:
+        assert line.endswith("True True"), line  # interrupted, and every sample once
+
+
 def test_thread_workers_deliver_the_same_batches_exactly_once():
     torch.manual_seed(3)
     with stoker.DataLoader(Plain(), batch_size=8, shuffle=True, num_workers=0) as dl:
@@ -1005,8 +1071,8 @@ class Counted(Dataset):
 
     def __getitem__(self, i):
         self.asked.append(i)
-        if i == 9:
-            raise KeyboardInterrupt
+        if i == 9 and self.asked.count(9) == 1:
+            raise KeyboardInterrupt  # Ctrl-C, once
         return i
 
 
@@ -1019,8 +1085,10 @@ def test_zero_workers_make_each_batch_when_asked_on_the_consumers_thread():
         assert next(it).tolist() == [0, 1, 2, 3] and ds.asked == [0, 1, 2, 3]
         assert next(it).tolist() == [4, 5, 6, 7] and len(ds.asked) == 8
         assert dl.stats()["workers"] == 0 and dl.stats()["worker_pids"] == []
-        with pytest.raises(KeyboardInterrupt):  # raised as torch raises it; its batch is gone
+        with pytest.raises(KeyboardInterrupt):  # raised as torch raises it
             next(it)
+        # Its batch is not lost (torch's is): made again by the next call.
+        assert next(it).tolist() == [8, 9, 10, 11] and ds.asked[8:] == [8, 9, 8, 9, 10, 11]
         assert next(it).tolist() == [12, 13, 14, 15]
         assert torch.utils.data.get_worker_info() is None
     # An iterator keeps its loader alive: `for b in DataLoader(...)` holds only the iterator.

@@ -69,6 +69,7 @@ struct WorkerContext {
     outcome.samples = 1;
     outcome.remote = false;
     outcome.yielded = false;
+    outcome.interrupted = false;
     if (!outcome.failures.empty()) outcome.failures.clear();
     return sample_worker_ != nullptr ? sample_worker_->Run(epoch, item, out, &outcome)
                                      : worker->Run(epoch, item, out, &outcome);
@@ -483,14 +484,15 @@ class Loader::Impl {
         if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
         const bool made = Produce(ctx, *task.plan, slot, p);
         if (ctx.handing_over || !made) EndHandOver(ctx, made ? nullptr : &task, p);
-        if (!made) break;
-        timer.SampleDone(ctx.outcome.remote);
-        if (ctx.left) break;  // what is left of the task goes to helpers
-        if (&ctx == &consumer_ctx_ && interrupt_ && interrupt_()) {
+        const bool consumer = &ctx == &consumer_ctx_;
+        if (made) timer.SampleDone(ctx.outcome.remote);
+        if (made && ctx.left) break;  // what is left of the task goes to helpers
+        if (consumer && (made ? interrupt_ && interrupt_() : ctx.outcome.interrupted)) {
           ReturnRest(task);  // claimed before any other by the next Next()
           interrupted_ = true;
           break;
         }
+        if (!made) break;
       }
     }
     timer.Finish();
@@ -554,7 +556,7 @@ class Loader::Impl {
     } catch (const std::exception& e) {
       st = Internal(std::string("the source or transform threw: ") + e.what());
     }
-    if (st.ok() && outcome.yielded) return false;
+    if (st.ok() && (outcome.yielded || outcome.interrupted)) return false;
     if (st.ok()) {
       slot->Put(p, index, outcome.label, outcome.samples);
       if (!outcome.failures.empty()) slot->Note(p, std::move(ctx.outcome.failures));

@@ -67,7 +67,8 @@ class FakeKind : public WorkerKind {
   }
   std::atomic<int> remote_offered{0};
   std::atomic<bool> mark_remote{false};
-  std::atomic<bool> name_failures{false};  // named "part <sample>" (SampleFailure::name)
+  std::atomic<bool> name_failures{false};           // named "part <sample>" (SampleFailure::name)
+  mutable std::atomic<int64_t> interrupt_item{-1};  // says this item was interrupted, once
   mutable std::atomic<int> last_workers{-1}, last_remote{-1};
   mutable std::atomic<bool> split_wrong{false};
 
@@ -83,6 +84,10 @@ class FakeKind : public WorkerKind {
     Status Run(int64_t /*epoch*/, int64_t item, std::span<std::byte> out,
                ItemOutcome* outcome) override {
       if (kind_.bad_items_.count(item) != 0) return Internal("collate_fn raised");
+      if (int64_t at = item; kind_.interrupt_item.compare_exchange_strong(at, -1)) {
+        outcome->interrupted = true;  // once: Ctrl-C in the user's code
+        return Status::Ok();
+      }
       int64_t kept = 0;
       for (int64_t s = item * kPer; s < (item + 1) * kPer; ++s) {
         if (kind_.bad_.count(s) == 0) {
@@ -292,6 +297,17 @@ TEST(WorkerKindTest, AFailureTheKindNamesIsNamedSoAloneAndSkippedAsASample) {
   const auto skipped = loader->Skipped();
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_EQ(skipped[0].index, 9);
+}
+
+TEST(WorkerKindTest, AnItemInterruptedOnTheConsumersThreadIsMadeAgainByTheNextCall) {
+  auto kind = std::make_shared<FakeKind>(6, std::set<int64_t>{});
+  kind->interrupt_item = 3;
+  auto loader = MakeUntunedLoader(KindOptions(kind, 0));
+  const Drained d = DrainEpoch(*loader);
+  ASSERT_EQ(d.errors.size(), 1u);
+  EXPECT_EQ(d.errors[0].code(), StatusCode::kCancelled);
+  EXPECT_EQ(d.errors[0].message(), "interrupted");
+  EXPECT_EQ(d.items, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));  // none lost, none twice
 }
 
 TEST(WorkerKindTest, AnItemThatFailsWholeIsNamedByItsKey) {

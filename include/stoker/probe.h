@@ -78,6 +78,9 @@ struct MachineFacts {
     std::optional<int> world_size;
     std::optional<int> local_world_size;
     std::string launcher = "none";  // "torchrun", "openmpi" or "none" (a single process)
+    /// Under a launcher whose rank or world size is unknown: which variable
+    /// is missing or malformed, and its value ("$RANK is not set"); else empty.
+    std::string problem;
   };
 
   Cpu cpu;

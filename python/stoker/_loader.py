@@ -12,7 +12,8 @@ def rank_facts():
     """Where this process sits in a distributed job, read by stoker's probe
     from the launcher's variables (torchrun: RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE; Open MPI's too): a dict with "rank", "world_size",
-    "local_rank", "local_world_size" (None when unknown) and "launcher"."""
+    "local_rank", "local_world_size" (None when unknown), "launcher" and
+    "problem" (why rank or world_size is unknown under a launcher, else "")."""
     return _stoker.rank_facts()
 
 
@@ -49,10 +50,14 @@ def shard_from_env():
     """``{"rank": r, "world_size": w}`` from the launcher's variables (torchrun's
     RANK and WORLD_SIZE; Open MPI's too), or rank 0 of 1 without a launcher.
     A loader shards only when told, as torch's DataLoader does with a
-    DistributedSampler: ``stoker.Loader(source, **stoker.shard_from_env())``."""
+    DistributedSampler: ``stoker.Loader(source, **stoker.shard_from_env())``.
+    A launcher's variable that is missing or malformed is a ValueError naming
+    it: every process taking rank 0 would read the same part."""
     facts = rank_facts()
-    return {"rank": facts["rank"] if facts["rank"] is not None else 0,
-            "world_size": facts["world_size"] if facts["world_size"] is not None else 1}
+    if facts["problem"]:
+        raise ValueError(f"the {facts['launcher']} launcher's rank is unknown: "
+                         f"{facts['problem']}")
+    return {"rank": facts["rank"], "world_size": facts["world_size"]}
 
 
 def _resolve_ranks(rank, world_size):

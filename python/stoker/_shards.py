@@ -57,13 +57,16 @@ def is_sharded(dataset):
 
 
 def _rank_split(dataset):
-    """(rank, world_size): the dataset's own, else torchrun's, else (0, 1)."""
-    world = dataset.world_size if getattr(dataset, "world_size", None) is not None else \
-        os.environ.get("WORLD_SIZE", 1)
-    rank = dataset.rank if getattr(dataset, "rank", None) is not None else \
-        os.environ.get("RANK", 0)
-    world = _args.integer("world_size", int(world), 1, 1 << 20)
-    rank = _args.integer("rank", int(rank), 0, world - 1)
+    """(rank, world_size): the dataset's own, else the launcher's
+    (stoker.shard_from_env: torchrun's, Open MPI's), else (0, 1)."""
+    world, rank = getattr(dataset, "world_size", None), getattr(dataset, "rank", None)
+    if world is None or rank is None:
+        from ._loader import shard_from_env
+        launched = shard_from_env()
+        world = launched["world_size"] if world is None else world
+        rank = launched["rank"] if rank is None else rank
+    world = _args.integer("world_size", world, 1, 1 << 20)
+    rank = _args.integer("rank", rank, 0, world - 1)
     return rank, world
 
 

@@ -80,3 +80,24 @@ def test_without_launcher_one_process(monkeypatch):
     assert facts["launcher"] == "none" and facts["world_size"] == 1
     with pytest.raises(ValueError):
         stoker.Loader(stoker.Synthetic(size=10, shape=(4,)), rank=2, world_size=2)
+
+
+@pytest.mark.parametrize("env, named", [({"WORLD_SIZE": "4"}, "$RANK is not set"),
+                                        ({"WORLD_SIZE": "4", "RANK": "x"}, "$RANK: 'x'"),
+                                        ({"WORLD_SIZE": "4", "RANK": "4"}, "$RANK 4 is not below"),
+                                        ({"RANK": "1"}, "$WORLD_SIZE is not set")])
+def test_a_launchers_rank_that_is_missing_or_malformed_is_named_not_taken_as_rank_0(
+        monkeypatch, env, named):
+    # Taken as rank 0, every process would read the same part of the data.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=named.replace("$", r"\$")):
+        stoker.shard_from_env()
+
+    class Lines(stoker.ShardedIterable):  # a stream splits by the same variables
+        def shards(self): return ["a", "b"]
+        def iter_shard(self, shard): yield shard
+    with pytest.raises(ValueError, match=named.replace("$", r"\$")):
+        list(stoker.DataLoader(Lines(), batch_size=1, num_workers=0))

@@ -147,7 +147,8 @@ nlohmann::json FactsToJson(const MachineFacts& f) {
                 {"local_rank", OrNull(f.ranks.local_rank)},
                 {"world_size", OrNull(f.ranks.world_size)},
                 {"local_world_size", OrNull(f.ranks.local_world_size)},
-                {"launcher", f.ranks.launcher}};
+                {"launcher", f.ranks.launcher},
+                {"problem", f.ranks.problem}};
   j["notes"] = f.notes;
   return j;
 }

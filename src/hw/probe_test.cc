@@ -166,6 +166,7 @@ TEST(ProbeTest, GarbageIsUnknownAndNoted) {
   EXPECT_TRUE(NotesMention(f, "Cpus_allowed_list 'x-y'"));
   EXPECT_TRUE(NotesMention(f, "$RANK: 'abc'"));
   EXPECT_TRUE(NotesMention(f, "$WORLD_SIZE: '0'"));
+  EXPECT_EQ(f.ranks.problem, "$RANK: 'abc' is not an integer >= 0");  // the first, for errors
 }
 
 TEST(ProbeTest, CpuTimesCountOnlyTheAllowedCpus) {
@@ -219,6 +220,13 @@ TEST(ProbeTest, TorchrunVariables) {
   EXPECT_EQ(f.ranks.local_rank, 1);
   EXPECT_EQ(f.ranks.world_size, 8);
   EXPECT_EQ(f.ranks.local_world_size, 4);
+  EXPECT_EQ(f.ranks.problem, "");
+  // A launcher's world without its rank, or a rank outside it, is a problem
+  // to name: every process taking rank 0 would read the same part.
+  m.env = {{"WORLD_SIZE", "4"}};
+  EXPECT_EQ(ProbeMachine(m.Options()).ranks.problem, "$RANK is not set");
+  m.env = {{"RANK", "4"}, {"WORLD_SIZE", "4"}};
+  EXPECT_EQ(ProbeMachine(m.Options()).ranks.problem, "$RANK 4 is not below $WORLD_SIZE 4");
 }
 
 TEST(ProbeTest, OpenMpiVariables) {

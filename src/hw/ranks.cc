@@ -20,14 +20,19 @@ constexpr RankVariables kLaunchers[] = {
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
 };
 
+// `problem`, if given, is told why a variable that is needed is unknown.
 std::optional<int> ReadIntVariable(const ProbeOptions& o, const char* name, uint64_t min,
-                                   Notes& notes) {
+                                   Notes& notes, std::string* problem = nullptr) {
   std::optional<std::string> text = o.getenv(name);
-  if (!text) return std::nullopt;
+  if (!text) {
+    if (problem != nullptr && problem->empty()) *problem = std::string("$") + name + " is not set";
+    return std::nullopt;
+  }
   std::optional<uint64_t> v = ParseUint(*text);
   if (!v || *v < min || *v > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
     notes.push_back(std::string("$") + name + ": '" + text->substr(0, 64) +
                     "' is not an integer >= " + std::to_string(min));
+    if (problem != nullptr && problem->empty()) *problem = notes.back();
     return std::nullopt;
   }
   return static_cast<int>(*v);
@@ -42,10 +47,14 @@ MachineFacts::Ranks ReadRankFacts(const ProbeOptions& options, Notes& notes) {
     // others are then read as they are, unknown when absent or malformed.
     if (!options.getenv(vars.world_size) && !options.getenv(vars.rank)) continue;
     ranks.launcher = vars.launcher;
-    ranks.rank = ReadIntVariable(options, vars.rank, 0, notes);
+    ranks.rank = ReadIntVariable(options, vars.rank, 0, notes, &ranks.problem);
     ranks.local_rank = ReadIntVariable(options, vars.local_rank, 0, notes);
-    ranks.world_size = ReadIntVariable(options, vars.world_size, 1, notes);
+    ranks.world_size = ReadIntVariable(options, vars.world_size, 1, notes, &ranks.problem);
     ranks.local_world_size = ReadIntVariable(options, vars.local_world_size, 1, notes);
+    if (ranks.problem.empty() && *ranks.rank >= *ranks.world_size) {
+      ranks.problem = std::string("$") + vars.rank + " " + std::to_string(*ranks.rank) +
+                      " is not below $" + vars.world_size + " " + std::to_string(*ranks.world_size);
+    }
     return ranks;
   }
   ranks.rank = 0;

@@ -201,6 +201,21 @@ def test_an_unwritable_plot_fails_before_the_sweep(tmp_path):
     assert "samples/s" not in r.stdout  # no point of the sweep was run
 
 
+def test_a_failed_bench_leaves_no_plot_and_fifos_never_block(tmp_path):
+    (tmp_path / "empty").mkdir()
+    plot = tmp_path / "sweep.svg"
+    r = stoker("bench", "--data", str(tmp_path / "empty"), "--plot", str(plot), check=False)
+    assert r.returncode != 0 and not plot.exists()  # was left there, empty
+    # A named pipe nobody writes (or reads) would block open() for ever.
+    os.mkfifo(tmp_path / "shard.tar")
+    os.mkfifo(tmp_path / "plot.svg")
+    for args in (("run", "--data", str(tmp_path / "shard.tar"), "--epochs", "1"),
+                 ("bench", "--synthetic", "--plot", str(tmp_path / "plot.svg")),
+                 ("run", "--synthetic", "--seconds", "1", "--trace", str(tmp_path / "plot.svg"))):
+        r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "not a regular file" in r.stderr, (args, r.stderr)
+
+
 def test_bad_options_name_the_option(tmp_path):
     r = stoker("run", "--synthetic", "--workers", "lots", "--seconds", "1", check=False)
     assert r.returncode != 0 and "--workers" in r.stderr

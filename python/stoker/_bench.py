@@ -3,7 +3,10 @@ torch.utils.data.DataLoader (or stoker.DataLoader) over num_workers, prints
 samples/s per count in `stoker bench`'s table, and ends with the line to
 paste for the loader it measured, in the advisor's words (LoaderArgs)."""
 
+import contextlib
+import errno
 import os
+import stat
 import time
 import warnings
 
@@ -20,10 +23,31 @@ def _cores():
         return os.cpu_count() or 1
 
 
+def _planned_sizes(loader):
+    """The samples in each batch of an epoch, (full batches, batch size,
+    the last's size), where the loader's plan says them: a map-style
+    dataset batched by torch's BatchSampler over a sampler with a len().
+    Else None (a stream, a batch_sampler of the user's)."""
+    import torch.utils.data as data
+    batcher = getattr(loader, "batch_sampler", None)
+    if type(batcher) is not data.BatchSampler or isinstance(
+            getattr(loader, "dataset", None), data.IterableDataset):
+        return None
+    try:
+        n = len(batcher.sampler)
+    except TypeError:
+        return None
+    size = batcher.batch_size
+    return n // size, size, 0 if batcher.drop_last else n % size
+
+
 def _batch_samples(batch, batch_size):
-    """Samples in a batch whatever the collate_fn made: the length of a
-    tensor or array, or of the first field of a tuple, list or dict; else
-    batch_size."""
+    """Samples in a batch whatever the collate_fn made, where the plan does
+    not say: a list or tuple of batch_size (a collate_fn that keeps the
+    samples), else the length of a tensor or array, or of the first field of
+    a tuple, list or dict; else batch_size."""
+    if isinstance(batch, (tuple, list)) and len(batch) == batch_size:
+        return batch_size
     first = batch
     if isinstance(first, dict) and first:
         first = next(iter(first.values()))
@@ -44,17 +68,20 @@ def _measure(loader, batch_size, batches, seconds, step_s, warm_batches=1):
     before it), then batches until `batches` or `seconds`, starting new
     epochs as needed. Returns (samples, batches, seconds, seconds waited in
     next())."""
+    planned = _planned_sizes(loader)
     it = iter(loader)
     try:
         next(it)
     except StopIteration:
         raise ValueError("stoker.bench: the DataLoader gave no batch (an empty dataset, or "
                          "drop_last with fewer samples than batch_size)") from None
+    at = 1  # the batch's place in its epoch
     for _ in range(warm_batches - 1):
         try:
             next(it)
+            at += 1
         except StopIteration:
-            it = iter(loader)
+            it, at = iter(loader), 0
     samples = taken = 0
     waited = 0.0
     start = time.perf_counter()
@@ -64,11 +91,16 @@ def _measure(loader, batch_size, batches, seconds, step_s, warm_batches=1):
         try:
             batch = next(it)
         except StopIteration:
-            it = iter(loader)  # the next epoch; its first fill counts as waiting
+            it, at = iter(loader), 0  # the next epoch; its first fill counts as waiting
             batch = _EPOCH_END
         waited += time.perf_counter() - t0
         if batch is not _EPOCH_END:
-            samples += _batch_samples(batch, batch_size)
+            if planned is None:
+                samples += _batch_samples(batch, batch_size)
+            else:
+                full, size, last = planned
+                samples += size if at < full else last
+            at += 1
             taken += 1
             if step_s > 0:
                 time.sleep(step_s)
@@ -82,8 +114,9 @@ def _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor
     # Shuffled as in training, unless a sampler of the user's says the order.
     if "batch_sampler" not in kwargs:
         kwargs["batch_size"] = batch_size
-        if "sampler" not in kwargs:
-            kwargs.setdefault("shuffle", True)
+        import torch.utils.data
+        if "sampler" not in kwargs and not isinstance(dataset, torch.utils.data.IterableDataset):
+            kwargs.setdefault("shuffle", True)  # a stream has its own order
     if collate_fn is not None:
         kwargs["collate_fn"] = collate_fn
     if kind == "stoker":
@@ -121,11 +154,21 @@ def _size(dataset):
 
 def _check_writable(plot):
     """Fails before the sweep, as `stoker bench --plot` does; appending
-    leaves a file already there untouched until the plot replaces it."""
+    leaves a file already there untouched until the plot replaces it. A fifo
+    or a folder is refused at once. True when this made the file (removed
+    again if the sweep fails)."""
+    made = not os.path.lexists(plot)
     try:
-        open(plot, "a").close()
+        fd = os.open(plot, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
     except OSError as e:
-        raise OSError(f"stoker.bench: cannot write plot {plot}: {e.strerror}") from e
+        why = "not a regular file" if e.errno == errno.ENXIO else e.strerror
+        raise OSError(f"stoker.bench: cannot write plot {plot}: {why}") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"stoker.bench: cannot write plot {plot}: not a regular file")
+    finally:
+        os.close(fd)
+    return made
 
 
 def _point(loader, workers, batch_size, batches, seconds, step_s):
@@ -185,8 +228,21 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     step_s = _args.real("step_ms", step_ms, at_least=0) / 1000
     prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, _args.INT32[1])
     plot = _args.optional_path("plot", plot)
-    if plot is not None:
-        _check_writable(plot)
+    made_plot = plot is not None and _check_writable(plot)
+    try:
+        return _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, step_s,
+                      kind, prefetch_factor, plot, gpus, quiet, loader_options)
+    except BaseException:
+        if made_plot:  # a failed sweep leaves no empty plot
+            with contextlib.suppress(OSError):
+                if os.path.getsize(plot) == 0:
+                    os.unlink(plot)
+        raise
+
+
+def _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, step_s, kind,
+           prefetch_factor, plot, gpus, quiet, loader_options):
+    """bench() once its arguments are checked."""
     if gpus is None:
         gpus = len(_stoker.probe(None, True).get("gpus") or [])
     gpus = _args.integer("gpus", gpus, 0, _args.INT32[1])
@@ -199,8 +255,11 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     points = []
     for workers in counts:
         say(f"  measuring num_workers={workers} ...")
-        loader = _make_loader(kind, dataset, batch_size, collate_fn, workers, prefetch_factor,
-                              loader_options)
+        with warnings.catch_warnings():
+            # The sweep passes the CPU count on purpose (torch warns as it is made).
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            loader = _make_loader(kind, dataset, batch_size, collate_fn, workers,
+                                  prefetch_factor, loader_options)
         try:
             points.append(_point(loader, workers, batch_size, batches, seconds, step_s))
         finally:

@@ -2,6 +2,8 @@
 shown as `stoker bench` shows its own, ending with the line to paste for the
 loader measured."""
 
+import os
+
 import pytest
 import torch
 
@@ -93,6 +95,39 @@ def test_batches_bound_each_point_and_samples_follow_the_collate_fn():
                      batches=5, seconds=60, gpus=0, quiet=True)
     for p in r["points"]:
         assert p["batches"] == 5 and p["samples"] == 20, p
+
+
+def test_samples_are_counted_by_the_plan_whatever_the_collate_fn_makes():
+    # A collate_fn that keeps the samples as a list: 16 a batch, not the
+    # first sample's first dimension (3) or its length (2). The epoch's last
+    # batch holds what is left (48 = 2 x 20 + 8).
+    r = stoker.bench(Squares(), batch_size=20, collate_fn=lambda items: items, num_workers=[0],
+                     batches=3, seconds=60, gpus=0, quiet=True, shuffle=False)
+    assert r["points"][0]["samples"] == 20 + 8 + 20  # after the first batch, left out
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(40))
+
+
+@pytest.mark.parametrize("kind", ["torch", "stoker"])
+def test_a_stream_is_swept_in_its_own_order(kind):
+    # shuffle=True was forced, which torch refuses for an IterableDataset.
+    r = stoker.bench(Stream(), batch_size=4, num_workers=[0, 1], batches=3, seconds=60, gpus=0,
+                     quiet=True, kind=kind)
+    assert [p["samples"] for p in r["points"]] == [12, 12]
+
+
+def test_a_failed_sweep_leaves_no_plot_and_a_fifo_is_refused_at_once(tmp_path):
+    plot = tmp_path / "sweep.svg"
+    with pytest.raises(ValueError, match="no batch"):
+        stoker.bench(torch.utils.data.TensorDataset(torch.zeros(3, 2)), batch_size=4,
+                     drop_last=True, num_workers=[0], gpus=0, quiet=True, plot=plot)
+    assert not plot.exists()
+    os.mkfifo(tmp_path / "fifo.svg")  # no reader: opening it to write would wait for one
+    with pytest.raises(OSError, match="not a regular file"):
+        stoker.bench(Broken(), num_workers=[0], gpus=0, plot=tmp_path / "fifo.svg")
 
 
 def test_a_sampler_of_the_users_is_passed_on():

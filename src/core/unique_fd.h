@@ -1,8 +1,12 @@
 #pragma once
 
+#include <fcntl.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <utility>
+
+#include "stoker/status.h"
 
 namespace stoker {
 
@@ -48,5 +52,13 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+/// Opens `path` (relative to `dir_fd`, or AT_FDCWD) with `flags` and keeps it
+/// only if it is a regular file. Opened with O_NONBLOCK, cleared after, so a
+/// fifo or a device named by the user never blocks the open (a fifo opened
+/// for writing with no reader fails at once). Errors name no path (callers
+/// add it): ErrnoError("open"), or kInvalidArgument "not a regular file" /
+/// "is a directory, not a file".
+Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t mode = 0644);
 
 }  // namespace stoker

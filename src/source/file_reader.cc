@@ -13,16 +13,16 @@ namespace stoker {
 
 Status ReadWholeFile(int dir_fd, const char* path, ReadBuffer& buffer,
                      std::span<const std::byte>* bytes) {
-  // O_NONBLOCK: a fifo named like an image must not block the worker in
-  // open(); for regular files it changes nothing.
-  UniqueFd file(::openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (!file.valid()) return ErrnoError("open", errno);
-  const int fd = file.get();
+  // A fifo named like an image must not block the worker in open().
+  Result<UniqueFd> file = OpenRegularFile(dir_fd, path, O_RDONLY);
+  if (!file.ok()) {
+    const Status& st = file.status();
+    return st.code() == StatusCode::kInvalidArgument ? DataError(st.message())
+                                                     : st;  // the sample's
+  }
+  const int fd = file->get();
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError("fstat", errno);
-  if (!S_ISREG(st.st_mode)) {
-    return DataError(S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
-  }
   if (!buffer.cap.Allows(static_cast<uint64_t>(st.st_size))) {
     return buffer.cap.Refuse("a file of this size", static_cast<uint64_t>(st.st_size),
                              "reading it");

@@ -498,12 +498,11 @@ class ShardFile {
   // Opens the shard at `path`, holding its descriptor (outside the budget)
   // until KeepOpenWithinBudget. Errors name the path.
   static Result<std::unique_ptr<ShardFile>> Open(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return ErrnoError(path + ": open tar shard", errno);
+    Result<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path.c_str(), O_RDONLY);
+    if (!fd.ok()) return fd.status().WithContext(path + ": tar shard");
     struct stat st;
-    if (::fstat(fd.get(), &st) != 0) return ErrnoError(path + ": stat tar shard", errno);
-    if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": tar shard is not a regular file");
-    return std::unique_ptr<ShardFile>(new ShardFile(path, st, std::move(fd)));
+    if (::fstat(fd->get(), &st) != 0) return ErrnoError(path + ": stat tar shard", errno);
+    return std::unique_ptr<ShardFile>(new ShardFile(path, st, std::move(*fd)));
   }
 
   ~ShardFile() {
@@ -537,7 +536,8 @@ class ShardFile {
   // callers add the key. Safe to call concurrently.
   Status ReadAt(uint64_t offset, std::span<std::byte> out) const {
     if (fd_.valid()) return ReadFully(fd_.get(), offset, out);
-    UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    // Not blocking on a fifo put in its place: the identity check refuses it.
+    UniqueFd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
     if (!fd.valid()) return ErrnoError("reopen tar shard", errno);
     struct stat st;
     if (::fstat(fd.get(), &st) != 0) return ErrnoError("stat tar shard", errno);

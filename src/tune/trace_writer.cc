@@ -7,20 +7,26 @@
 #include <cerrno>
 #include <utility>
 
+#include "core/unique_fd.h"
+
 namespace stoker {
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) {
   // Appended to, never followed: in a shared /tmp another user may have put
   // a link there (a symbolic one, or a hard link to a file of someone else).
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open trace file " + path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      st.st_nlink != 1) {
-    ::close(fd);
-    return InvalidArgument("trace file " + path +
-                           ": not a regular file of this user with one link; choose another path");
+  const std::string refused =
+      "trace file " + path + ": not a regular file of this user with one link; choose another path";
+  Result<UniqueFd> opened =
+      OpenRegularFile(AT_FDCWD, path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW);
+  if (!opened.ok()) {
+    if (opened.status().code() == StatusCode::kInvalidArgument) return InvalidArgument(refused);
+    return opened.status().WithContext("trace file " + path);
   }
+  struct stat st;
+  if (::fstat(opened->get(), &st) != 0 || st.st_uid != ::geteuid() || st.st_nlink != 1) {
+    return InvalidArgument(refused);
+  }
+  const int fd = opened->release();
   File file(::fdopen(fd, "a"));
   if (file == nullptr) {
     const int err = errno;

@@ -1,3 +1,7 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -8,6 +12,7 @@
 
 #include "command_output.h"
 #include "commands.h"
+#include "core/unique_fd.h"
 #include "option_checks.h"
 #include "pipeline.h"
 #include "stoker/advisor.h"
@@ -47,12 +52,35 @@ Result<std::vector<int>> ParseList(const std::string& text) {
   return out;
 }
 
+// --plot's file, checked before the sweep; one this run made is removed
+// again unless the plot was written, so that a failed run leaves no empty one.
+class PlotFile {
+ public:
+  // An error: the path cannot be written (a fifo, a folder, a read-only place).
+  Status Open(const std::string& path) {
+    path_ = path;
+    struct stat st;
+    made_ = ::stat(path.c_str(), &st) != 0;
+    // Appending leaves a file that is there untouched until the plot replaces it.
+    Result<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path.c_str(), O_WRONLY | O_CREAT | O_APPEND);
+    if (!fd.ok()) made_ = false;
+    return fd.status().WithContext("cannot write --plot " + path);
+  }
+  void Written() { made_ = false; }
+  ~PlotFile() {
+    if (made_) ::unlink(path_.c_str());
+  }
+
+ private:
+  std::string path_;
+  bool made_ = false;
+};
+
 int RunBench(const BenchFlags& f) {
-  // An unwritable --plot fails now, not after the whole sweep. Appending
-  // leaves a file that is there untouched until the plot replaces it.
-  if (!f.plot.empty() && !std::ofstream(f.plot, std::ios::app)) {
-    return ReportError("bench", "cannot write --plot " + f.plot + ": " + std::strerror(errno),
-                       f.json);
+  // An unwritable --plot fails now, not after the whole sweep.
+  PlotFile plot;
+  if (!f.plot.empty()) {
+    if (Status st = plot.Open(f.plot); !st.ok()) return ReportError("bench", st, f.json);
   }
   auto p = BuildPipeline(f.pipeline, f.json);
   if (!p.ok()) return ReportError("bench", p.status(), f.json);
@@ -89,6 +117,7 @@ int RunBench(const BenchFlags& f) {
     std::ofstream out(f.plot);
     out << SweepToSvg(*r, "stoker bench: " + p->description);
     if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
+    plot.Written();
   }
   const int signal = r->interrupted ? signals.received() : 0;
   // The answer for the loader measured, stoker's native pipeline, and no

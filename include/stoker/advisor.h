@@ -49,6 +49,10 @@ struct Advice {
   size_t memory_budget_bytes = 0;  // what workers and batches in flight may use
   size_t batch_bytes = 0;          // bytes of one batch, as assumed
   std::vector<AdviceRule> rules;   // in the order applied
+  /// False when not even 1 worker and the 2 batches a loader holds fit the
+  /// memory budget: no setting runs, the batch must shrink (the memory rule
+  /// says so).
+  bool fits = true;
   /// Says that this is a starting point that the tuner refines while training runs.
   std::string note;
 };
@@ -59,7 +63,7 @@ struct Advice {
 /// rule states. Always advises at least one worker and one batch.
 Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs = {});
 
-/// {"workers", "prefetch_batches", "prefetch_bytes", "memory_budget_bytes",
+/// {"workers", "fits", "prefetch_batches", "prefetch_bytes", "memory_budget_bytes",
 /// "batch_bytes", "workers_kind", "rules": [{"name", "input", "outcome",
 /// "value", "limited"}], "note"}.
 nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs);

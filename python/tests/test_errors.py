@@ -239,6 +239,14 @@ def test_a_batch_over_the_memory_budget_is_refused_when_the_loader_is_made(image
         stoker.Loader(image_tree, batch_size=64, transforms=stoker.transforms.eval(224),
                       workers=2, memory_budget=16 << 20)
     assert "memory budget of 16.0 MiB" in str(e.value)
+    # Exactly two batches: no room left for a worker's sample, every one of
+    # which was then refused; it is refused here instead.
+    source = stoker.Synthetic(size=40, shape=(1000,))  # 1,000-byte samples
+    with pytest.raises(ValueError, match="and a sample more"):
+        stoker.Loader(source, batch_size=4, workers=1, memory_budget=2 * 4000)
+    loader = stoker.Loader(source, batch_size=4, workers=1, memory_budget=2 * 4000 + 1000,
+                           output="numpy")
+    assert sum(len(y) for _, y in loader) == 40
 
 
 # --- a Python dataset's failed sample (stoker.DataLoader) ---------------------

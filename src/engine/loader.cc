@@ -907,12 +907,16 @@ std::optional<size_t> BatchBytes(const LoaderOptions& o) {
   return bytes;
 }
 
-// The smallest working loader holds two batch buffers: one the consumer has,
-// one being written. Past the budget, the engine's allocation fails or the
-// kernel kills the process, with no word on which option asked for too much.
+// The smallest working loader holds two batch buffers, one the consumer has,
+// one being written, and a worker's room for one sample more (its share of
+// the rest: at 0 bytes every sample would be refused). Past the budget, the
+// engine's allocation fails or the kernel kills the process, with no word on
+// which option asked for too much.
 Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
   const std::optional<size_t> batch = BatchBytes(o);
-  if (batch && *batch <= budget / 2) return Status::Ok();
+  if (batch && *batch <= budget / 2 && budget - 2 * *batch >= ItemSpec(o).bytes()) {
+    return Status::Ok();
+  }
   const std::string budget_option =
       o.tuner.memory_budget_bytes == 0
           ? std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
@@ -922,8 +926,8 @@ Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
                          " makes one batch " +
                          (batch ? FormatBytes(*batch) : std::string("too large to count")) +
                          " (of the transform's samples, " + FormatBytes(ItemSpec(o).bytes()) +
-                         " each); a loader needs room for two (one delivered, one being written), "
-                         "more than the memory budget of " +
+                         " each); a loader needs room for two (one delivered, one being written) "
+                         "and a sample more, more than the memory budget of " +
                          FormatBytes(budget) + " (" + budget_option + ")");
 }
 

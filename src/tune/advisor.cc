@@ -201,8 +201,10 @@ void MemoryRule(const MachineFacts& facts, const AdviseInputs& inputs, Draft& d)
   const uint64_t room = MemoryRoom(facts.memory, input);
   const size_t budget = static_cast<size_t>(inputs.memory_fraction * static_cast<double>(room));
   d.advice.memory_budget_bytes = budget;
+  // `p` batches in flight and the one the consumer holds (the engine's
+  // smallest loader holds two: CheckBatchFits).
   auto fits = [&](int w, int p) {
-    return static_cast<double>(w) * footprint + static_cast<double>(p) * batch_bytes <=
+    return static_cast<double>(w) * footprint + static_cast<double>(p + 1) * batch_bytes <=
            static_cast<double>(budget);
   };
   input += "; batch " + FormatBytes(batch_bytes) + " (" + std::to_string(batch_size) +
@@ -228,7 +230,10 @@ void MemoryRule(const MachineFacts& facts, const AdviseInputs& inputs, Draft& d)
   std::string outcome = budget_text + " -> " + Workers(w) + ", " + std::to_string(p) + " batches";
   if (!fits(w, p)) {
     p = 1;
-    outcome = budget_text + ": even 1 worker and 1 batch do not fit; reduce the batch size";
+    d.advice.fits = false;
+    outcome = budget_text +
+              ": even 1 worker and 2 batches (1 in flight, 1 held) do not fit; reduce the batch "
+              "size";
   }
   d.workers = w;
   d.prefetch = p;
@@ -314,6 +319,7 @@ nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs) {
                      {"limited", r.limited}});
   }
   return {{"workers", advice.workers},
+          {"fits", advice.fits},
           {"prefetch_batches", advice.prefetch_batches},
           {"prefetch_bytes", advice.prefetch_bytes},
           {"memory_budget_bytes", advice.memory_budget_bytes},

@@ -118,6 +118,17 @@ TEST(AdvisorTest, BatchLargerThanTheMemoryBudgetSaysSo) {
   EXPECT_EQ(a.workers, 1);
   EXPECT_EQ(a.prefetch_batches, 1);
   EXPECT_TRUE(Has(Rule(a, "memory").outcome, "reduce the batch size"));
+  EXPECT_FALSE(a.fits);
+  // One 0.75 GiB batch fits the budget, but not the two a loader holds
+  // (one delivered, one being written): it did say "1 batch", which a
+  // loader then refused.
+  in.sample_bytes = 12 * kMiB;
+  a = Advise(ProbeMachine(m.Options()), in);
+  EXPECT_FALSE(a.fits);
+  in.sample_bytes = 8 * kMiB;  // 2 x 0.5 GiB and a thread worker fit
+  a = Advise(ProbeMachine(m.Options()), in);
+  EXPECT_TRUE(a.fits);
+  EXPECT_EQ(a.prefetch_batches, 1);
 }
 
 TEST(AdvisorTest, PodV1QuotaAndMemoryLimit) {

@@ -22,17 +22,18 @@ TEST(LoaderFactoryTest, ABatchThatCannotFitTwiceIsRefusedAtMakeNamingTheOptions)
   for (int workers : {0, 2, kAutoWorkers}) {
     auto o = testing::SyntheticLoaderOptions(100, 10, 8);  // 80-byte batches
     o.workers = workers;
-    o.tuner.memory_budget_bytes = 159;  // one delivered and one being written need 160
+    // One delivered and one being written need 160, and a worker's sample 8 more.
+    o.tuner.memory_budget_bytes = 167;
     auto loader = Loader::Make(o);
     ASSERT_FALSE(loader.ok()) << "workers " << workers;
     const Status& st = loader.status();
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     for (const char* part :
-         {"option 'batch_size' = 10", "80 B", "samples, 8 B each", "memory budget of 159 B",
-          "tuner option 'memory_budget_bytes' = 159"}) {
+         {"option 'batch_size' = 10", "80 B", "samples, 8 B each", "memory budget of 167 B",
+          "tuner option 'memory_budget_bytes' = 167"}) {
       EXPECT_TRUE(Has(st.message(), part)) << part << " in " << st.message();
     }
-    o.tuner.memory_budget_bytes = 160;
+    o.tuner.memory_budget_bytes = 168;
     auto fits = Loader::Make(o);
     EXPECT_TRUE(fits.ok()) << fits.status().ToString();
   }

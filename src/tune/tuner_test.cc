@@ -172,7 +172,7 @@ TEST(TunerTest, MakeRejectsBadTunerOptions) {
   auto o = testing::SyntheticLoaderOptions(100, 10, 8);
   o.workers = kAutoWorkers;
   o.tuner.max_workers = kMaxWorkers;
-  o.tuner.memory_budget_bytes = 160;
+  o.tuner.memory_budget_bytes = 168;  // two 80-byte batches and an 8-byte sample
   auto loader = Loader::Make(o);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
 }

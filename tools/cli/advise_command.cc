@@ -49,18 +49,24 @@ int RunAdvise(const AdviseCommandOptions& o) {
     nlohmann::json j = AdviceToJson(advice, inputs);
     j["for"] = advised_for;
     j["basis"] = torch_args.basis;
-    j["dataloader"] = LoaderArgsToJson(torch_args);
+    j["dataloader"] = torch_advice.fits ? LoaderArgsToJson(torch_args) : nlohmann::json();
     j["facts"] = FactsToJson(facts);
     PrintJson(j);
     return 0;
   }
-  std::cout << "stoker advise: " << torch_args.basis << ".\n"
-            << "For " << advised_for << ": start with " << advice.workers
-            << (processes ? " worker process" : " worker thread")
-            << (advice.workers == 1 ? "" : "s") << " and " << advice.prefetch_batches
-            << " batches of prefetch (" << FormatBytes(advice.prefetch_bytes)
-            << "), within a memory budget of " << FormatBytes(advice.memory_budget_bytes)
-            << ".\n\n";
+  std::cout << "stoker advise: " << torch_args.basis << ".\n";
+  if (advice.fits) {
+    std::cout << "For " << advised_for << ": start with " << advice.workers
+              << (processes ? " worker process" : " worker thread")
+              << (advice.workers == 1 ? "" : "s") << " and " << advice.prefetch_batches
+              << " batches of prefetch (" << FormatBytes(advice.prefetch_bytes)
+              << "), within a memory budget of " << FormatBytes(advice.memory_budget_bytes)
+              << ".\n\n";
+  } else {
+    std::cout << "For " << advised_for << ": no setting fits: a loader holds 2 batches of "
+              << FormatBytes(advice.batch_bytes) << ", over the memory budget of "
+              << FormatBytes(advice.memory_budget_bytes) << "; reduce the batch size.\n\n";
+  }
   size_t width = 0;
   for (const AdviceRule& r : advice.rules) width = std::max(width, r.name.size());
   for (const AdviceRule& r : advice.rules) {
@@ -69,7 +75,7 @@ int RunAdvise(const AdviseCommandOptions& o) {
               << pad << (r.limited ? "=> " : "-> ") << r.outcome << "\n";
   }
   std::cout << "\n(=> marks a rule that lowered the advice.)\n" << advice.note << "\n";
-  std::cout << "\n" << torch_args.Text();
+  if (torch_advice.fits) std::cout << "\n" << torch_args.Text();
   if (!facts.notes.empty()) {
     std::cout << "\nunreadable facts (treated as unknown):\n";
     for (const std::string& note : facts.notes) std::cout << "  " << note << "\n";

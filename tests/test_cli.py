@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import tarfile
+import time
 
 import pytest
 
@@ -214,6 +215,21 @@ def test_a_failed_bench_leaves_no_plot_and_fifos_never_block(tmp_path):
                  ("run", "--synthetic", "--seconds", "1", "--trace", str(tmp_path / "plot.svg"))):
         r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "not a regular file" in r.stderr, (args, r.stderr)
+
+
+def test_make_dataset_stopped_by_a_signal_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "data"
+    p = subprocess.Popen([CLI, "make-dataset", str(out), "--images", "1000", "--shards", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_default_signals)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("data.making-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # some images written
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted by SIGINT" in err, err
+    assert list(tmp_path.iterdir()) == []  # no data.making-<pid> of 8 MB and more
 
 
 def test_bad_options_name_the_option(tmp_path):

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct MakeDatasetOptions {
   double max_aspect = 1.0;
   int min_quality = 75;
   int max_quality = 95;
+  /// Asked between images and shards: true ends the run (kCancelled
+  /// "interrupted"), leaving nothing of it behind. Empty: never.
+  std::function<bool()> stop;
 };
 
 /// What MakeDataset wrote.

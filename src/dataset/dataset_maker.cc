@@ -1,5 +1,6 @@
 #include "dataset/dataset_maker.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -400,6 +401,7 @@ Status WriteDataset(const MakeDatasetOptions& o, const std::vector<std::string>&
     STOKER_RETURN_IF_ERROR(loader.Load(photos[static_cast<size_t>(p)], &photo));
     ++report.photos_used;
     for (int64_t i = p; i < o.images; i += photo_count) {
+      if (o.stop && o.stop()) return Cancelled("interrupted");
       ImagePlan plan = PlanImage(o, i, photo.view.width, photo.view.height);
       STOKER_RETURN_IF_ERROR(cutter.Cut(photo.view, plan, &jpeg));
       STOKER_RETURN_IF_ERROR(WriteFile(path_of(i), jpeg));
@@ -421,6 +423,7 @@ Status WriteDataset(const MakeDatasetOptions& o, const std::vector<std::string>&
   std::vector<std::string> labels;
   std::vector<TarMember> members;
   for (int k = 0; k < o.shards; ++k) {
+    if (o.stop && o.stop()) return Cancelled("interrupted");
     const int64_t begin = o.images * k / o.shards, end = o.images * (k + 1) / o.shards;
     files.resize(static_cast<size_t>(end - begin));
     labels.resize(static_cast<size_t>(end - begin));
@@ -440,6 +443,27 @@ Status WriteDataset(const MakeDatasetOptions& o, const std::vector<std::string>&
 }
 
 }  // namespace
+
+void RemoveDeadMakings(const std::string& root) {
+  const fs::path target(root);
+  const std::string prefix = target.filename().string() + ".making-";
+  std::error_code ec;
+  for (fs::directory_iterator it(target.parent_path().empty() ? "." : target.parent_path(), ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    std::string digits = name.substr(prefix.size());
+    if (digits.ends_with("-shards")) digits.resize(digits.size() - 7);
+    const std::optional<pid_t> pid = ParseInteger<pid_t>(digits);
+    if (!pid || *pid <= 0 || std::to_string(*pid) != digits) continue;
+    // Gone (ESRCH); a live process, or one of another user's (EPERM), keeps its own.
+    if (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH) {
+      std::error_code removed;
+      fs::remove_all(it->path(), removed);
+    }
+  }
+}
 
 Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
   const auto start = std::chrono::steady_clock::now();
@@ -461,6 +485,7 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
     fs::remove_all(making + "-shards", ec);
   };
   remove_making();  // a dead process's of the same id
+  RemoveDeadMakings(root);
   MakeDatasetReport report;
   Status status = WriteDataset(o, photos, making, report);
   // Each folder moves in whole, its marker in it.

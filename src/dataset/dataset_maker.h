@@ -35,6 +35,11 @@ struct ImagePlan {
 ImagePlan PlanImage(const MakeDatasetOptions& options, int64_t index, int photo_width,
                     int photo_height);
 
+/// Removes the folders `<root>.making-<pid>` (and their "-shards") beside
+/// `root` whose process is gone: a run killed outside stoker's hands
+/// (SIGKILL, a crash, Ctrl-C before a handler) left them, 8 MB and more each.
+void RemoveDeadMakings(const std::string& root);
+
 /// Checks `options`; the error names the option and its value.
 Status ValidateMakeDatasetOptions(const MakeDatasetOptions& options);
 

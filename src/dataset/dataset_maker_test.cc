@@ -1,6 +1,8 @@
 #include "dataset/dataset_maker.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -248,6 +250,39 @@ TEST(DatasetMakerTest, AFailedRunLeavesNothingBehind) {
   EXPECT_NE(report.status().message().find("broken.jpg"), std::string::npos)
       << report.status().message();
   EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"photos"}));
+}
+
+// Stopped (Ctrl-C in the CLI) between images: nothing left beside the output.
+TEST(DatasetMakerTest, AStoppedRunLeavesNothingBehind) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 6, 2);
+  o.shards = 2;
+  int asked = 0;
+  o.stop = [&asked] { return ++asked > 3; };
+  auto report = MakeDataset(o);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"photos"}));
+}
+
+// What a killed run left (its process gone) goes with the next run beside
+// it; a live process's half-made folder stays.
+TEST(DatasetMakerTest, ARunRemovesTheHalfMadeFoldersOfProcessesThatAreGone) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 4, 2);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // gone, its id free
+  const std::string dead = o.output + ".making-" + std::to_string(child);
+  const std::string live = o.output + ".making-" + std::to_string(::getppid());
+  for (const std::string& dir : {dead, dead + "-shards", live}) Write(fs::path(dir) / "x.jpg", {1});
+  Write(fs::path(o.output + ".making-007") / "x.jpg", {1});  // not a process id as written
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_FALSE(fs::exists(dead + "-shards"));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(o.output + ".making-007"));
 }
 
 TEST(DatasetMakerTest, PlansStayInRangeAndInsideThePhoto) {

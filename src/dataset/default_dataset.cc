@@ -36,6 +36,7 @@ Result<std::string> EnsureDefaultDataset(bool quiet) {
   // (local ranks) never see, nor remove, one another's half-made folder.
   const std::string making = path + ".making-" + std::to_string(::getpid());
   fs::remove_all(making, ec);
+  RemoveDeadMakings(path);
   MakeDatasetOptions o;
   o.output = making;
   if (!quiet) {

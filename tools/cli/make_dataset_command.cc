@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "option_checks.h"
 #include "stoker/dataset.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 namespace {
@@ -27,7 +28,15 @@ int RunMakeDataset(const MakeDatasetFlags& flags) {
     }
     return 0;
   }
-  auto report = MakeDataset(flags.options);
+  // SIGINT and SIGTERM stop it between images, and the half-made folder goes.
+  StopSignals signals;
+  MakeDatasetOptions options = flags.options;
+  options.stop = [&signals] { return signals.received() != 0; };
+  auto report = MakeDataset(options);
+  if (const int signal = signals.received(); signal != 0 && !report.ok()) {
+    return ReportError("make-dataset", std::string("interrupted by ") + SignalName(signal),
+                       flags.json, ExitCodeFor(signal));
+  }
   if (!report.ok()) return ReportError("make-dataset", report.status(), flags.json);
   const MakeDatasetReport& r = *report;
   nlohmann::json j = {{"root", r.root},

@@ -232,6 +232,12 @@ def test_make_dataset_stopped_by_a_signal_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no data.making-<pid> of 8 MB and more
 
 
+def test_a_misspelt_command_is_named():
+    r = stoker("bnech", "--json", check=False)
+    assert r.returncode == 2 and "unknown command 'bnech'" in r.stderr
+    assert "one of demo, run, bench" in json.loads(r.stdout)["error"]
+
+
 def test_bad_options_name_the_option(tmp_path):
     r = stoker("run", "--synthetic", "--workers", "lots", "--seconds", "1", check=False)
     assert r.returncode != 0 and "--workers" in r.stderr

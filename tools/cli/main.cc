@@ -31,6 +31,20 @@ std::string CommandName(const CLI::App& app) {
 int ParseAndRun(CLI::App& app, int argc, char** argv, const int& exit_code) {
   namespace cli = stoker::cli;
   const bool json = AsksForJson(argc, argv);
+  // A misspelt command: CLI11 says only that a subcommand is required.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+      found = found || sub->check_name(argv[1]);
+    }
+    if (!found) {
+      return cli::ReportError(
+          "stoker", "unknown command '" + std::string(argv[1]) + "' (one of " + known + ")", json,
+          cli::kExitUsage);
+    }
+  }
   try {
     app.parse(argc, argv);  // runs the chosen command's callback
   } catch (const CLI::ParseError& e) {

@@ -126,6 +126,9 @@ class TarShardReader {
   /// a duplicate sample key (naming the shard and the key). Samples before
   /// such an error were delivered: OpenTarShards refuses the whole shard.
   virtual Result<bool> Next(TarStreamSample* sample) = 0;
+  /// Whether an error of the archive ended the stream (Next returns it from
+  /// now on), as opposed to one sample's error, after which it goes on.
+  virtual bool broken() const = 0;
 };
 
 /// The kind of source a data path names (see OpenDataPath).

@@ -108,6 +108,14 @@ void BindTarShardReader(py::module_& m) {
            }),
            py::arg("path"))
       .def("__iter__", [](py::object self) { return self; })
+      .def(
+          "broken",
+          [](TarShardStream& s) {
+            std::lock_guard lock(s.mutex);
+            return s.reader->broken();
+          },
+          py::call_guard<py::gil_scoped_release>(),  // the lock may be held by a __next__
+          "Whether the archive's error ended the stream (not one sample's: those go on).")
       .def("__next__", [](TarShardStream& s) {
         std::unique_lock lock(s.mutex, std::defer_lock);
         Result<bool> more = false;

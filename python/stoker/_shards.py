@@ -252,12 +252,17 @@ def _buffered(samples, size, rng):
 
 def read(shard_job, position, seed, at, collate, consumer=False, made=None, start=0,
          first_part=0):
-    """Shard `position`'s batches: (Batches, samples read, failure or None).
+    """Shard `position`'s batches: (Batches, samples read, failures).
     `at(k)` is told before sample k (-1: done); `collate(samples)` makes a
     batch; `made(k, batch, last)`, if given, is told each batch as it is
     made (the consumer may hand it out before the shard's end; `last`: no
-    batch follows). A shard that raises keeps what it gave before: the
-    failure is (offset, the exception), the samples read until then batched.
+    batch follows). A shard that raises keeps what it gave before: its
+    failure is (offset, the exception, True), the samples read until then
+    batched. A dataset with ``_iter_shard_marked`` (stoker's TarStream) is
+    read through it: a bad sample is (offset, its error, False), and the
+    shard goes on; all of them, from the shard's start, come with the run
+    that ends the shard (a continued one's too: what a reader that left
+    had seen went with it).
     On the `consumer`'s thread (num_workers=0) Ctrl-C and SystemExit
     propagate. A continued shard (Resume) skips the `start` samples its
     first `first_part` batches hold: iter_shard(shard, start=...) opens it
@@ -270,8 +275,10 @@ def read(shard_job, position, seed, at, collate, consumer=False, made=None, star
     opened, skip = 0, start
     if start and shard_job.shuffle_buffer <= 1 and shard_job.opens_at:
         opened, skip = start, 0
-    stream = _numbered(lambda: iter(shard_job.dataset.iter_shard(name, **(
-        {"start": opened} if opened else {}))), at, failed, consumer, opened)
+    dataset = shard_job.dataset
+    reader = getattr(dataset, "_iter_shard_marked", None) or dataset.iter_shard
+    stream = _numbered(lambda: iter(reader(name, **({"start": opened} if opened else {}))),
+                       at, failed, consumer, opened)
     made = made or (lambda k, batch, last: None)
     for sample in _buffered(stream, shard_job.shuffle_buffer, rng):
         count += 1
@@ -287,7 +294,7 @@ def read(shard_job, position, seed, at, collate, consumer=False, made=None, star
         batches.append(collate(chunk))
         made(first_part + len(batches) - 1, batches[-1], True)
     at(-1)
-    return batches, opened + count, failed[0] if failed else None
+    return batches, opened + count, failed
 
 
 def opens_at(dataset):
@@ -299,10 +306,22 @@ def opens_at(dataset):
         return False
 
 
+class Failed:
+    """In place of a sample, from a stream of stoker's that goes on past a
+    bad one (TarStream's ``_iter_shard_marked``): its error, reported with
+    the shard, which goes on."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
 def _numbered(open_stream, at, failed, consumer, offset=0):
     """The samples of the shard `open_stream()` opens, `at` told each one's
     offset (from `offset`); what opening or reading raises ends them, (the
-    offset, the error) put in `failed`."""
+    offset, the error, True) put in `failed`; a Failed in the stream is
+    (offset, its error, False) there, and takes no offset."""
     stream = None
     while True:
         at(offset)
@@ -310,12 +329,15 @@ def _numbered(open_stream, at, failed, consumer, offset=0):
             if stream is None:
                 stream = open_stream()
             sample = next(stream)
+            while isinstance(sample, Failed):
+                failed.append((offset, sample.error, False))
+                sample = next(stream)
         except StopIteration:
             return
         except BaseException as e:  # noqa: BLE001 -- the shard's failure, named by the loader
             if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            failed.append((offset, e))
+            failed.append((offset, e, True))
             return
         yield sample
         offset += 1

@@ -44,6 +44,29 @@ class TarStream(ShardedIterable):
                 continue
             yield (image, label) if transform is None else transform(image, label)
 
+    def _iter_shard_marked(self, shard, start=0):
+        """iter_shard as stoker.DataLoader reads it: a sample that cannot be
+        read (no label, no image stoker decodes) is a _shards.Failed in its
+        place, every one from the shard's start, and the shard goes on, as
+        TarShards fails that sample alone; an error of the archive itself
+        (cut, a bad header) ends it. `start` counts good samples."""
+        from ._shards import Failed
+        reader = _stoker.TarShardReader(os.fsencode(shard))
+        transform, good = self.transform, 0
+        while True:
+            try:
+                _, image, label = next(reader)
+            except StopIteration:
+                return
+            except _stoker.DataError as e:
+                if reader.broken():
+                    raise
+                yield Failed(e)
+                continue
+            good += 1
+            if good > start:
+                yield (image, label) if transform is None else transform(image, label)
+
     def records(self, shard):
         """Shard ``shard``'s raw samples in order, untransformed:
         ``(key, image_bytes, label)``, the key "shard.tar:member"."""

@@ -845,18 +845,19 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
             raise _CollateRaised(e) from None
 
     try:
-        batches, count, failure = _shards.read(job.shards, position, seed, at_sample, collate,
-                                               consumer, made, start, first_part)
+        batches, count, failed = _shards.read(job.shards, position, seed, at_sample, collate,
+                                              consumer, made, start, first_part)
     except _CollateRaised as raised:
         e = raised.error
         return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
                               f"{job.shards.names[position]!r})",
                               "".join(traceback.format_exception(e)), e)
     failures = []
-    if failure is not None:
-        offset, e = failure
+    for offset, e, ended in failed:  # the engine names the shard
         trace = "".join(traceback.format_exception(e))
-        reason = f"raised after {offset} samples: {type(e).__name__}: {e}"  # the engine names it
+        reason = f"{type(e).__name__}: {e}"
+        reason = (f"raised after {offset} samples: " if ended else
+                  f"a sample after {offset} samples: ") + reason
         failures.append((position, reason, trace, not_the_samples_fault(e), e))
     return (batches if batches else NO_SAMPLE), range(count), failures, None
 

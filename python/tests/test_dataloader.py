@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import stoker  # noqa: E402
+from draining import drain  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 
 
@@ -71,19 +72,6 @@ def indices_of(loader, key="index"):
     for batch in loader:
         out += (batch[key] if key else batch).tolist()
     return out
-
-
-def drain(loader, errors_of=(stoker.DataError,)):
-    """Every sample of an epoch and every error on the way, carrying on after each."""
-    got, errors = [], []
-    it = iter(loader)
-    while True:
-        try:
-            got += next(it).tolist()
-        except StopIteration:
-            return got, errors
-        except errors_of as e:
-            errors.append(str(e))
 
 
 def segments_open():
@@ -301,15 +289,7 @@ class StoreGone(Dataset):
 def test_skip_does_not_skip_what_the_machine_or_the_store_refused(kind, error):
     with stoker.DataLoader(StoreGone(error), batch_size=4, num_workers=1, worker_kind=kind,
                            on_error="skip") as dl:
-        got, refused = [], []
-        it = iter(dl)
-        while True:
-            try:
-                got += next(it).tolist()
-            except StopIteration:
-                break
-            except stoker.ResourceError as e:
-                refused.append(str(e))
+        got, refused = drain(dl, stoker.ResourceError)
         assert len(refused) == 1 and "sample 6" in refused[0] and "batch 1 of epoch 0" in refused[0]
         assert "not the sample" in refused[0]
         assert dl.skipped() == []

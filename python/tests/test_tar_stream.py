@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 import stoker  # noqa: E402
+from draining import drain  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,39 @@ def test_torch_dataloader_delivers_every_sample_once(shards):
     stream = stoker.TarStream(shards, transform=decode)
     loader = torch.utils.data.DataLoader(stream, batch_size=16, num_workers=2)
     assert delivered(loader) == every(shards)
+
+
+def _shard_with_bad_samples(path, n=12, bad=(2, 7)):
+    """A shard of `n` samples whose label is their number; those in `bad`
+    have a .cls and no image stoker decodes (a .webp)."""
+    import tarfile
+    with tarfile.open(path, "w") as t:
+        for i in range(n):
+            for name, data in ((f"s{i:02d}." + ("webp" if i in bad else "jpg"), b"pixels"),
+                               (f"s{i:02d}.cls", str(i).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return [i for i in range(n) if i not in bad]
+
+
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_a_bad_sample_fails_alone_and_the_shard_goes_on(tmp_path, workers, kind):
+    # As TarShards fails that one sample: before, the shard ended at it, and
+    # the samples after it were lost (one shard failure under "skip").
+    paths = [tmp_path / "a.tar", tmp_path / "b.tar"]
+    good = sorted(_shard_with_bad_samples(paths[0]) + _shard_with_bad_samples(paths[1]))
+    stream = stoker.TarStream([str(p) for p in paths], transform=lambda image, label: label)
+    with stoker.DataLoader(stream, batch_size=4, num_workers=workers, worker_kind=kind,
+                           on_error="skip") as dl:
+        assert sorted(v for b in dl for v in b.tolist()) == good
+        skipped = dl.skipped()
+    assert sorted((r["key"], r["reason"].split("DataError: ")[1].split(":")[1]) for r in skipped) \
+        == [(str(p), f"s{i:02d}.webp") for p in paths for i in (2, 7)]
+    with stoker.DataLoader(stream, batch_size=4, num_workers=workers, worker_kind=kind) as dl:
+        got, errors = drain(dl)
+    assert sorted(got) == good
+    assert sum(e.count(": a sample after ") for e in errors) == 4, errors
+    # Under torch's DataLoader, iter_shard raises at the bad sample, as a stream does there.
+    with pytest.raises(stoker.DataError, match="s02.webp"):
+        list(stream.iter_shard(str(paths[0])))

@@ -876,6 +876,7 @@ class TarShardStream final : public TarShardReader {
     sample->label = record_.label;
     return true;
   }
+  bool broken() const override { return !failed_.ok(); }
 
  private:
   std::unique_ptr<ShardFile> file_;

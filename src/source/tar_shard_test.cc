@@ -634,6 +634,7 @@ struct StreamItem {
   std::string key, bytes;
   int64_t label = -1;
   Status error;
+  bool broken = false;  // the reader's broken() after the call
 };
 
 std::vector<StreamItem> ReadStream(const std::string& path, size_t max_calls = 100) {
@@ -645,9 +646,10 @@ std::vector<StreamItem> ReadStream(const std::string& path, size_t max_calls = 1
     Result<bool> more = (*reader)->Next(&sample);
     if (more.ok() && !*more) break;
     if (!more.ok()) {
-      items.push_back({"", "", -1, more.status()});
+      items.push_back({"", "", -1, more.status(), (*reader)->broken()});
     } else {
-      items.push_back({sample.key, AsString(sample.image), sample.label, Status::Ok()});
+      items.push_back(
+          {sample.key, AsString(sample.image), sample.label, Status::Ok(), (*reader)->broken()});
     }
   }
   return items;
@@ -725,6 +727,7 @@ TEST(TarStreamTest, SampleErrorsNameTheKeyAndTheStreamGoesOn) {
   EXPECT_EQ(items[1].bytes, "ok");
   EXPECT_EQ(items[4].bytes, "last");
   EXPECT_EQ(items[4].label, 3);
+  for (const StreamItem& item : items) EXPECT_FALSE(item.broken);  // one sample's errors
 }
 
 // An error of the archive ends the stream after the samples before it; every
@@ -735,8 +738,9 @@ TEST(TarStreamTest, ArchiveErrorsEndTheStreamNamingTheShard) {
   auto expect_end = [&](const std::vector<StreamItem>& items, size_t samples,
                         const std::string& said) {
     ASSERT_GE(items.size(), samples + 2);
-    for (size_t i = 0; i < samples; ++i) EXPECT_TRUE(items[i].error.ok()) << i;
+    for (size_t i = 0; i < samples; ++i) EXPECT_TRUE(items[i].error.ok() && !items[i].broken);
     for (size_t i = samples; i < items.size(); ++i) {
+      EXPECT_TRUE(items[i].broken) << i;
       EXPECT_EQ(items[i].error.code(), StatusCode::kDataError);
       EXPECT_NE(items[i].error.message().find(said), std::string::npos) << items[i].error.message();
     }

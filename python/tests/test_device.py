@@ -61,6 +61,12 @@ def test_registration_refused_names_pin_memory(fake_cudart):
     fake_cudart.fake_cudart_set(b"refuse_register", 1)
     with pytest.raises(RuntimeError, match=r"option 'pin_memory'.*cudaHostRegister"):
         stoker.Loader(stoker.Synthetic(size=16, shape=(4,)), batch_size=4, pin_memory=True)
+    # A runtime without a driver says "driver version is insufficient": it
+    # says what that means too.
+    fake_cudart.fake_cudart_set(b"refuse_register", 35)
+    with pytest.raises(RuntimeError, match=r"error 35\): no NVIDIA GPU and driver"):
+        stoker.Loader(stoker.Synthetic(size=16, shape=(4,)), batch_size=4, pin_memory=True)
+    fake_cudart.fake_cudart_set(b"refuse_register", 0)
 
 
 def test_device_batches_match_the_host_batches(fake_cudart):

@@ -77,6 +77,9 @@ Status CudaRuntime::Check(int rc, const std::string& call) const {
   std::string message = call + ": " + (text != nullptr ? text : "unknown error") + " (error " +
                         std::to_string(rc) + ")";
   if (rc == kErrorMemoryAllocation) return ResourceExhausted(std::move(message));
+  if (rc == kErrorInsufficientDriver || rc == kErrorNoDevice) {
+    message += ": no NVIDIA GPU and driver that CUDA can use on this machine";  // 35 says less
+  }
   return Unavailable(std::move(message));
 }
 

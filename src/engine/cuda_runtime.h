@@ -21,6 +21,8 @@ class CudaRuntime {
   // cudaError_t values the loader tells apart.
   static constexpr int kSuccess = 0;
   static constexpr int kErrorMemoryAllocation = 2;
+  static constexpr int kErrorInsufficientDriver = 35;  // also: no driver at all
+  static constexpr int kErrorNoDevice = 100;
   static constexpr int kErrorNotReady = 600;
   // Flags.
   static constexpr unsigned kStreamNonBlocking = 1;   // cudaStreamNonBlocking

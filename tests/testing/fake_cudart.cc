@@ -38,7 +38,7 @@ constexpr int kNotPermitted = 800;
 // Settings (fake_cudart_set) and counters (fake_cudart_get), by name.
 struct Knobs {
   std::atomic<int64_t> devices{1};
-  std::atomic<int64_t> refuse_register{0};   // 1: cudaHostRegister fails
+  std::atomic<int64_t> refuse_register{0};   // 1: cudaHostRegister fails; > 1: with that code
   std::atomic<int64_t> malloc_budget{-1};    // cudaMalloc calls left; -1: no limit
   std::atomic<int64_t> copy_delay_us{0};     // each copy waits this long on its stream
   std::atomic<int64_t> free_bytes{1 << 30};  // cudaMemGetInfo's free
@@ -185,7 +185,9 @@ int cudaSetDevice(int device) {
 }
 
 int cudaHostRegister(void* p, size_t n, unsigned) {
-  if (g.refuse_register.load() != 0) return kNotPermitted;
+  if (const int64_t refuse = g.refuse_register.load(); refuse != 0) {
+    return refuse == 1 ? kNotPermitted : static_cast<int>(refuse);
+  }
   std::lock_guard lock(g_registered_mu);
   if (!g_registered.emplace(static_cast<std::byte*>(p), n).second) {
     g.double_registrations.fetch_add(1);

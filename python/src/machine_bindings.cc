@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cerrno>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -16,6 +17,13 @@ void BindMachine(py::module_& m) {
   m.def(
       "probe",
       [](std::optional<std::string> data_path, bool gpus) {
+        if (data_path) {
+          if (const std::string missing = MissingDataPlace(*data_path); !missing.empty()) {
+            PyErr_SetObject(PyExc_FileNotFoundError,
+                            py::make_tuple(ENOENT, "no such file or folder", missing).ptr());
+            throw py::error_already_set();
+          }
+        }
         ProbeOptions o;
         o.data_path = std::move(data_path);
         o.skip_gpus = !gpus;

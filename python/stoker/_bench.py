@@ -227,6 +227,12 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     seconds = _args.real("seconds", seconds, above=0)
     step_s = _args.real("step_ms", step_ms, at_least=0) / 1000
     prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, _args.INT32[1])
+    try:
+        empty = len(dataset) == 0  # torch's sampler would say num_samples=0
+    except TypeError:
+        empty = False
+    if empty:
+        raise ValueError(f"stoker.bench: the dataset ({type(dataset).__name__}) is empty")
     plot = _args.optional_path("plot", plot)
     made_plot = plot is not None and _check_writable(plot)
     try:

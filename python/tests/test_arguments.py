@@ -145,3 +145,11 @@ def test_state_dict_with_numpy_integers_loads():
 ])
 def test_bad_source_transform_and_dataset_argument_is_named(name, call, error):
     _raises(error, name, call)
+
+
+def test_probe_describes_a_data_path_that_exists_and_names_one_that_does_not(tmp_path):
+    facts = stoker.probe(tmp_path)
+    assert facts["cpu"] and facts["storage"] is not None
+    assert stoker.probe(tmp_path / "shard-{000..003}.tar")["storage"] is not None  # its folder
+    with pytest.raises(FileNotFoundError, match="missing"):  # as `stoker probe --data` refuses it
+        stoker.probe(tmp_path / "missing")

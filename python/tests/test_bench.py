@@ -185,6 +185,8 @@ def test_bad_arguments_fail_before_the_sweep(tmp_path):
 
 
 def test_a_dataset_without_batches_is_named():
+    with pytest.raises(ValueError, match=r"the dataset \(TensorDataset\) is empty"):
+        stoker.bench(torch.utils.data.TensorDataset(torch.zeros(0, 2)), num_workers=[0], gpus=0)
     with pytest.raises(ValueError, match="no batch"):
         stoker.bench(torch.utils.data.TensorDataset(torch.zeros(3, 2)), batch_size=4,
                      drop_last=True, num_workers=[0], gpus=0, quiet=True)

@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "hw/cgroup.h"
@@ -83,6 +84,15 @@ const char* DiskKindLabel(MachineFacts::DiskKind kind) {
       break;
   }
   return "unknown";
+}
+
+std::string MissingDataPlace(const std::string& data_path) {
+  std::error_code ec;
+  const std::filesystem::path path(data_path);
+  const bool pattern = data_path.find('{') != std::string::npos;
+  const std::filesystem::path place =
+      pattern && !path.parent_path().empty() ? path.parent_path() : path;
+  return std::filesystem::exists(place, ec) ? std::string() : place.string();
 }
 
 MachineFacts ProbeMachine(const ProbeOptions& options) {

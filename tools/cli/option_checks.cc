@@ -7,6 +7,8 @@
 #include <string>
 #include <system_error>
 
+#include "stoker/probe.h"
+
 namespace stoker::cli {
 namespace {
 
@@ -66,13 +68,8 @@ CLI::Validator ExistingPlace() {
   return CLI::Validator(
       [](std::string& text) {
         if (std::string error = PathGiven()(text); !error.empty()) return error;
-        std::error_code ec;
-        const std::filesystem::path path(text);
-        const bool pattern = text.find('{') != std::string::npos;
-        const std::filesystem::path place =
-            pattern && !path.parent_path().empty() ? path.parent_path() : path;
-        if (std::filesystem::exists(place, ec)) return std::string();
-        return "no such file or folder: '" + place.string() + "'";
+        const std::string missing = MissingDataPlace(text);
+        return missing.empty() ? std::string() : "no such file or folder: '" + missing + "'";
       },
       "PATH");
 }

@@ -232,6 +232,15 @@ def test_make_dataset_stopped_by_a_signal_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no data.making-<pid> of 8 MB and more
 
 
+def test_an_option_the_run_would_ignore_is_refused(tmp_path):
+    r = stoker("run", "--synthetic", "--seconds", "1", "--workers", "2", "--trace",
+               str(tmp_path / "t.jsonl"), check=False)
+    assert r.returncode == 2 and "--trace records the tuner's decisions" in r.stderr
+    assert not (tmp_path / "t.jsonl").exists()
+    r = stoker("run", "--synthetic", "--seconds", "1", "--prefetch", "4", check=False)
+    assert r.returncode == 2 and "--prefetch is for a fixed --workers count" in r.stderr
+
+
 def test_a_misspelt_command_is_named():
     r = stoker("bnech", "--json", check=False)
     assert r.returncode == 2 and "unknown command 'bnech'" in r.stderr

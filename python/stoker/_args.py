@@ -94,6 +94,18 @@ def on_error(value):
     return value
 
 
+def tuner_only(workers_name, workers, **options):
+    """Refuses tuner options (trace_path, max_workers) given with a fixed
+    worker count `workers` (None: "auto"), where no tuner runs and they
+    would be ignored."""
+    if workers is None or isinstance(workers, str):  # "auto" (other strings are refused)
+        return
+    for name, value in options.items():
+        if value:
+            raise ValueError(f"{name} is the tuner's, which runs only with {workers_name}='auto': "
+                             f"with {workers_name}={workers!r} it would be ignored")
+
+
 def optional_path(name, value):
     """None, or ``value`` (str, bytes or os.PathLike) as a str."""
     if value is None:

@@ -115,6 +115,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._stream = None
         self._arguments = dict(locals())  # this method's arguments, as given
         del self._arguments["self"], self._arguments["dataset"]
+        _args.tuner_only("num_workers", num_workers, max_workers=max_workers,
+                         trace_path=trace_path)
         why = _iterable.unplanned(dataset, sampler, batch_sampler)
         if why is not None:
             self._stream = _iterable.PlainStream(self, dataset, why, **self._arguments)

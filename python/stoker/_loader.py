@@ -222,6 +222,8 @@ class Loader:
         max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1])
         tune_interval = _args.real("tune_interval", tune_interval, above=0)
         trace_path = _args.optional_path("trace_path", trace_path)
+        _args.tuner_only("workers", None if workers == _stoker.AUTO_WORKERS else workers,
+                         max_workers=max_workers, trace_path=trace_path)
         start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)

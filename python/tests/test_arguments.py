@@ -72,13 +72,25 @@ def test_integers_of_any_kind_and_the_edges_of_each_range_are_accepted():
     loader = stoker.Loader(_source(), batch_size=np.int64(4), seed=2**64 - 1, workers=np.int32(1),
                            prefetch=np.uint8(2), prefetch_bytes=2**64 - 1, shuffle=np.bool_(True),
                            start_epoch=np.int16(3), tune_interval=1, memory_budget=2**40,
-                           max_workers=np.int64(4), output="numpy")
+                           output="numpy")
     assert loader.batch_size == 4 and loader.epoch == 3
     assert sum(len(y) for _, y in loader) == 8
     loader.set_epoch(np.int64(5))
     assert loader.epoch == 5
-    auto = stoker.Loader(_source(), batch_size=4, tune_interval=np.float32(0.5), output="numpy")
+    auto = stoker.Loader(_source(), batch_size=4, tune_interval=np.float32(0.5),
+                         max_workers=np.int64(4), output="numpy")
     assert sum(len(y) for _, y in auto) == 8
+
+
+@pytest.mark.parametrize("option", [{"max_workers": 4}, {"trace_path": "trace.jsonl"}])
+def test_a_tuner_option_with_a_fixed_worker_count_is_refused_not_ignored(tmp_path, option):
+    option = {k: (str(tmp_path / v) if k == "trace_path" else v) for k, v in option.items()}
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=f"{name} is the tuner's.*workers=2"):
+        stoker.Loader(_source(), batch_size=4, workers=2, **option)
+    with pytest.raises(ValueError, match=f"{name} is the tuner's.*num_workers=0"):
+        stoker.DataLoader(list(range(8)), batch_size=4, num_workers=0, **option)
+    stoker.DataLoader(list(range(8)), batch_size=4, num_workers="auto", **option).close()
 
 
 @pytest.mark.parametrize("epoch, error", [(-1, ValueError), ("2", TypeError), (1.5, TypeError),

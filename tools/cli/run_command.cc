@@ -16,6 +16,18 @@ namespace stoker::cli {
 
 Result<RunSummary> RunJob(const RunFlags& f) {
   STOKER_ASSIGN_OR_RETURN(Pipeline p, BuildPipeline(f.pipeline, f.quiet));
+  // An option the run would ignore is refused: each is for one of the modes.
+  const bool tuned = p.loader.workers == kAutoWorkers;
+  if (!f.trace.empty() && !tuned) {
+    return InvalidArgument(
+        "--trace records the tuner's decisions, which it makes only with "
+        "--workers auto");
+  }
+  if (f.pipeline.prefetch > 0 && tuned) {
+    return InvalidArgument(
+        "--prefetch is for a fixed --workers count: with --workers auto the "
+        "tuner sets the depth");
+  }
   p.loader.tuner.trace_path = f.trace;
   if (!f.quiet) std::cerr << "stoker run: " << Printable(p.description) << "\n";
   auto made = Loader::Make(p.loader);

@@ -210,7 +210,9 @@ def test_a_failed_bench_leaves_no_plot_and_fifos_never_block(tmp_path):
     # A named pipe nobody writes (or reads) would block open() for ever.
     os.mkfifo(tmp_path / "shard.tar")
     os.mkfifo(tmp_path / "plot.svg")
+    os.symlink("/dev/stderr", tmp_path / "link.jsonl")  # refused, not followed: named so
     for args in (("run", "--data", str(tmp_path / "shard.tar"), "--epochs", "1"),
+                 ("run", "--synthetic", "--seconds", "1", "--trace", str(tmp_path / "link.jsonl")),
                  ("bench", "--synthetic", "--plot", str(tmp_path / "plot.svg")),
                  ("run", "--synthetic", "--seconds", "1", "--trace", str(tmp_path / "plot.svg"))):
         r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60)

@@ -11,6 +11,7 @@ Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t
   if (!fd.valid()) {
     // A fifo opened for writing with no reader: refused below all the same.
     if (errno == ENXIO) return InvalidArgument("not a regular file");
+    if (errno == ELOOP && (flags & O_NOFOLLOW) != 0) return InvalidArgument("a symbolic link");
     return ErrnoError("open", errno);
   }
   struct stat st;

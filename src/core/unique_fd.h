@@ -58,7 +58,7 @@ class UniqueFd {
 /// fifo or a device named by the user never blocks the open (a fifo opened
 /// for writing with no reader fails at once). Errors name no path (callers
 /// add it): ErrnoError("open"), or kInvalidArgument "not a regular file" /
-/// "is a directory, not a file".
+/// "is a directory, not a file" / "a symbolic link" (with O_NOFOLLOW).
 Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t mode = 0644);
 
 }  // namespace stoker

@@ -294,13 +294,28 @@ class Cluster:
         self._retries = 0
         self._received = collections.deque()  # (time, bytes) of recent batches
         self._suspects = {}                   # worker address -> time it hung a task
+        self._refused = {}                    # worker address -> its other versions, for good
+        self._rescatter = False               # the job's holders hang: send it to the others
+        self._scatter_failed = None           # when sending the job again last failed
         self._lost = None
         self._warned = False
         self._known = {}                      # worker address -> threads, as last seen
         try:
             self._check_versions()
             self._jobdata = job
-            self._job = self.client.scatter(job, broadcast=True, hash=False, timeout=timeout_s)
+            try:
+                self._job = self.client.scatter(job, broadcast=True, hash=False,
+                                                timeout=timeout_s)
+            except Exception:  # noqa: BLE001 -- Dask names only its wrapper: say which part
+                part = _unpicklable(job)
+                if part is None:
+                    raise
+                name, value, error = part
+                raise ClusterError(
+                    f"the loader's {name} ({type(value).__module__}.{type(value).__qualname__}) "
+                    f"cannot be sent to the Dask workers at {self.address}: it does not pickle "
+                    f"({type(error).__name__}: {error}); keep paths in it, open files in "
+                    "__getitem__") from error
         except BaseException:
             self.close()
             raise
@@ -386,8 +401,8 @@ class Cluster:
                                    lambda: self.client.gather(future, direct=True))
                     break
                 now = time.monotonic()
-                if self._closing:
-                    future.cancel()
+                if self._closing or self._lost is not None:
+                    _cancel(future)
                     return None
                 if self.client.status != "running":
                     cut_off = now if cut_off is None else cut_off
@@ -398,13 +413,14 @@ class Cluster:
                 else:
                     cut_off = None
                 if now > deadline:
-                    self._suspect(future, avoid)
+                    self._suspect(future, job.key, avoid)
                     return None
-                if restricted and not set(workers) & set(self._usable_workers(set())[0]):
-                    future.cancel()  # every worker it may run on is gone
+                usable = set(self._usable_workers(set())[0])
+                if not (usable & set(workers) if restricted else usable):
+                    _cancel(future)  # every worker it may run on is gone
                     return None
         except _VersionMismatch as e:
-            self._lose(ClusterError(str(e)))
+            self._refuse(future.key, e)
             return None
         except (distributed.client.CancelledError, distributed.scheduler.KilledWorker,
                 distributed.comm.CommClosedError, OSError) as e:
@@ -436,38 +452,88 @@ class Cluster:
         return True
 
     def _job_on_cluster(self):
-        """The job's future; scattered again when every worker that held it
-        is gone (Dask then forgets the data)."""
+        """The job's future; scattered again, to the usable workers, when
+        every worker that held it is gone (Dask then forgets the data) or
+        hangs (Dask keeps one copy: the others would wait to fetch it)."""
+        asked = time.monotonic()
         with self._scatter_lock:
-            if self._job.status != "finished":
+            if self._job.status == "finished" and not self._rescatter:
+                return self._job
+            if self._scatter_failed is not None and self._scatter_failed > asked:
+                # Failed while this thread waited: no second wait in a row.
+                raise ClusterError("the job could not be sent to the cluster again")
+            try:
                 if not self._connected():
                     raise ClusterError(f"the connection to the scheduler is {self.client.status}")
+                # The workers now (the watch's list may be a moment old): with
+                # none, no wait (Dask's scatter would wait for one).
+                known = _within(_CUT_OFF_S, lambda: _workers_of(self.client.scheduler_info()))
+                with self._lock:
+                    self._known = known
+                workers = self._usable_workers(set())[0]
+                if not workers:
+                    raise ClusterError("no Dask worker to send the job to")
                 # Bounded: a scheduler that died unnoticed would hold the call
                 # for the client's whole reconnection time.
-                self._job = _within(_SCATTER_S, lambda: self.client.scatter(
-                    self._jobdata, broadcast=True, hash=False))
+                limit = min(_SCATTER_S, self._timeout_s)
+                self._job = _within(limit, lambda: self.client.scatter(
+                    self._jobdata, workers=workers, broadcast=True, hash=False, timeout=limit))
+                self._rescatter = False
+            except BaseException:
+                self._scatter_failed = time.monotonic()
+                raise
             return self._job
 
     def _usable_workers(self, avoid):
         """(the workers a task may go to, whether that is fewer than all): a
         task is tied to them only when some are left out."""
         with self._lock:
-            bad = avoid | set(self._suspects)
+            bad = avoid | set(self._suspects) | set(self._refused)
             return [w for w in self._known if w not in bad], bool(bad)
 
-    def _suspect(self, future, avoid):
-        """A task ran past the timeout: its worker gets no task for a while."""
+    def _suspect(self, future, job, avoid):
+        """A task ran past the timeout: its worker gets no task for a while;
+        or, when that worker still waits for the job, the workers it would
+        fetch it from (they hang, not it), and the job is sent to the others.
+        `job`: the key of the job the task was given."""
         key = future.key
         try:
-            where = _within(_CUT_OFF_S,
-                            lambda: self.client.run_on_scheduler(_processing_on, key=key))
+            where, holders = _within(_CUT_OFF_S, lambda: self.client.run_on_scheduler(
+                _blame, key=key, job=job))
         except Exception:  # noqa: BLE001 -- the scheduler cannot say: nobody is blamed
+            where, holders = None, []
+        _cancel(future)
+        if where is not None and holders and where not in holders:
+            blamed = holders  # its worker still waits for the job: they hang
+        else:
+            blamed = [where] if where else []
+        now = time.monotonic()
+        with self._lock:
+            for worker in blamed:
+                avoid.add(worker)
+                self._suspects[worker] = now
+                if worker in holders:
+                    self._rescatter = True
+
+    def _refuse(self, key, error):
+        """A task found its worker running other versions (a worker that
+        joined late): that worker gets no task from this loader, said once;
+        the others go on. The whole cluster goes when the scheduler cannot
+        say which worker it was."""
+        try:
+            where = _within(_CUT_OFF_S,
+                            lambda: self.client.run_on_scheduler(_erred_on, key=key))
+        except Exception:  # noqa: BLE001 -- the scheduler cannot say
             where = None
-        future.cancel()
-        if where:
-            avoid.add(where)
-            with self._lock:
-                self._suspects[where] = time.monotonic()
+        if where is None:
+            self._lose(ClusterError(f"{error} (the scheduler did not say which worker)"))
+            return
+        with self._lock:
+            first = where not in self._refused
+            self._refused[where] = str(error)
+        if first and not self._closing:
+            warnings.warn(f"stoker: Dask worker {where} of the cluster at {self.address} is not "
+                          f"used ({error}); the other workers are", RuntimeWarning, stacklevel=2)
 
     def _lose(self, error):
         """The cluster cannot be used any more: the remote slots go, said once."""
@@ -498,7 +564,8 @@ class Cluster:
                 if now - since > _SUSPECT_S:
                     del self._suspects[worker]
             offered = sum(threads if self._per_thread else 1
-                          for a, threads in self._known.items() if a not in self._suspects)
+                          for a, threads in self._known.items()
+                          if a not in self._suspects and a not in self._refused)
         self._slots.capacity = offered
 
     def _watch(self):
@@ -507,7 +574,13 @@ class Cluster:
         consumer's thread or an engine thread)."""
         while not self._closing and self._lost is None:
             try:
-                known = _workers_of(self.client.scheduler_info())
+                known = _within(self._timeout_s,
+                                lambda: _workers_of(self.client.scheduler_info()))
+            except _NoAnswer:
+                # Its connections open but no answer (a scheduler stopped, its
+                # machine hung): as if it had gone.
+                self._lose(ClusterError(f"the scheduler did not answer in {self._timeout_s:g} s"))
+                return
             except Exception:  # noqa: BLE001 -- cut off: none known until it answers
                 known = {}
             with self._lock:
@@ -544,9 +617,13 @@ def _workers_of(info):
             for address, w in info.get("workers", {}).items()}
 
 
+class _NoAnswer(TimeoutError):
+    pass
+
+
 def _within(seconds, call):
     """call() on a thread of its own, waited for `seconds` at most (then
-    TimeoutError; the thread ends when the call does)."""
+    _NoAnswer, a TimeoutError; the thread ends when the call does)."""
     box = {}
 
     def run():
@@ -559,13 +636,44 @@ def _within(seconds, call):
     thread.start()
     thread.join(seconds)
     if thread.is_alive():
-        raise TimeoutError(f"no answer from the cluster within {seconds:g} s")
+        raise _NoAnswer(f"no answer from the cluster within {seconds:g} s")
     if "error" in box:
         raise box["error"]
     return box["value"]
 
 
-def _processing_on(dask_scheduler, key):
-    """On the scheduler: the worker a task runs on, or None."""
+def _cancel(future):
+    """future.cancel(), not waited for: it asks the scheduler, which may not answer."""
+    def run():
+        try:
+            future.cancel()
+        except Exception:  # noqa: BLE001 -- a client closed or cut off: nothing to cancel
+            pass
+    threading.Thread(target=run, name="stoker-cluster-cancel", daemon=True).start()
+
+
+def _unpicklable(job):
+    """(attribute, value, error) of the first part of `job` that Dask cannot
+    pickle, or None."""
+    from distributed.protocol import pickle as dask_pickle
+    for name, value in vars(job).items():
+        try:
+            dask_pickle.dumps(value)
+        except Exception as e:  # noqa: BLE001 -- whatever pickling raises
+            return name, value, e
+    return None
+
+
+def _blame(dask_scheduler, key, job):
+    """On the scheduler: (the worker a task runs on or None, the workers
+    holding the job)."""
     ts = dask_scheduler.tasks.get(key)
-    return None if ts is None or ts.processing_on is None else ts.processing_on.address
+    where = None if ts is None or ts.processing_on is None else ts.processing_on.address
+    jts = dask_scheduler.tasks.get(job)
+    return where, [] if jts is None else sorted(ws.address for ws in jts.who_has)
+
+
+def _erred_on(dask_scheduler, key):
+    """On the scheduler: a worker a task failed on, or None."""
+    ts = dask_scheduler.tasks.get(key)
+    return None if ts is None or not ts.erred_on else sorted(ts.erred_on)[0]

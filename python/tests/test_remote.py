@@ -369,6 +369,191 @@ def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_clus
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["DataLoader", "Loader"])
+def test_a_scheduler_that_stops_answering_is_given_up_after_remote_timeout(
+        dask_cluster_factory, image_tree, kind):
+    # SIGSTOP: its connections stay open, nothing answers (a hung machine).
+    # The epoch completes locally, within remote_timeout and the local time
+    # (before: batches were sent to it again and again, for minutes).
+    cluster = dask_cluster_factory(workers=2)
+    address, timeout_s = cluster.address, 3.0
+    scheduler = cluster.pid("scheduler")
+    if kind == "DataLoader":
+        n = 240
+        want = reference(n, epochs=2)
+        loader = remote_loader(Seeded(n, delay_s=0.01), address, remote_min=2,
+                               remote_timeout=timeout_s)
+    else:
+        loader = stoker.Loader(image_tree, batch_size=4, seed=SEED, output="numpy",
+                               transforms=stoker.transforms.train(32, layout="uint8_chw"),
+                               workers="auto", max_workers=1, remote_min=2, cluster=address,
+                               tune_interval=0.05, remote_timeout=timeout_s)
+    stopped, after = None, 2 if kind == "DataLoader" else 5  # epochs read after the stop
+    try:
+        with loader, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            epochs = []
+            while stopped is None or len(epochs) < after:
+                assert len(epochs) < 50, f"no remote batch: {loader.stats()['remote']}"
+                got = []
+                for batch in loader:
+                    got.append(batch if kind == "DataLoader" else batch[1].copy())
+                    if stopped is None and loader.stats()["remote"]["batches"] >= 3:
+                        os.kill(scheduler, signal.SIGSTOP)
+                        stopped = time.monotonic()
+                if stopped is not None:
+                    epochs.append(got)
+            took = time.monotonic() - stopped
+            remote = loader.stats()["remote"]
+        assert took < timeout_s + 20, f"{took:.1f} s after the scheduler stopped"
+    finally:
+        os.kill(scheduler, signal.SIGCONT)
+    if kind == "DataLoader":
+        assert_same_epoch(epochs[0], want[0])
+        assert_same_epoch(epochs[1], want[1])
+    assert isinstance(remote["lost"], str) and "answer" in remote["lost"]
+    assert remote["capacity"] == 0
+    named = [w for w in caught
+             if issubclass(w.category, RuntimeWarning) and address in str(w.message)]
+    assert named, [str(w.message) for w in caught]
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_whose_workers_all_die_hands_its_batches_to_local_workers_at_once(
+        dask_cluster_factory):
+    # Every worker SIGKILLed mid-epoch, the scheduler up: the slots go at
+    # once (before: 10 s per slot, one after another, sending the job again).
+    cluster = dask_cluster_factory(workers=3)
+    n = 240
+    want = reference(n, epochs=3)
+    with remote_loader(Seeded(n, delay_s=0.01), cluster.address, remote_min=3) as dl:
+        got, killed, longest, last = [], None, 0.0, None
+        for batch in dl:
+            got.append(batch)
+            now = time.monotonic()
+            if killed is not None:
+                longest, last = max(longest, now - last), now
+            elif dl.stats()["remote"]["batches"] >= 3:
+                for name in cluster.worker_names:
+                    cluster.kill_worker(name)
+                killed = last = time.monotonic()
+        rest = time.monotonic() - killed
+        again = list(dl)
+        remote = dl.stats()["remote"]
+        cluster.add_worker()  # a worker that joins is used: the job is sent to it
+        third = list(dl)
+        rejoined = dl.stats()["remote"]
+    assert killed is not None, "no remote batch before the epoch ended"
+    assert longest < 5 and rest < 15, (longest, rest)
+    assert_same_epoch(got, want[0])
+    assert_same_epoch(again, want[1])
+    assert remote["lost"] is None and remote["capacity"] == 0 and remote["workers"] == 0
+    assert_same_epoch(third, want[2])
+    assert rejoined["capacity"] == 1 and rejoined["batches"] > remote["batches"]
+
+
+def job_holders(dl):
+    """The Dask workers that hold a DataLoader's job now."""
+    cluster = dl._run.cluster
+    return cluster.client.who_has(cluster._job)[cluster._job.key]
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_worker_is_left_out_and_the_healthy_one_kept(dask_cluster_factory):
+    # The worker that holds the job (Dask keeps one copy of it once the
+    # tasks that wanted it are done) is stopped (SIGSTOP): a task for the
+    # other one waits to fetch the job from it. Only the stopped worker is
+    # suspected, and the job is sent to the other (before: both were, and
+    # no slot was offered for a minute).
+    cluster = dask_cluster_factory(workers=2)
+    n = 240
+    want = reference(n, epochs=2)
+    with remote_loader(Seeded(n, delay_s=0.01), cluster.address, remote_min=2,
+                       remote_timeout=3.0) as dl:
+        deadline = time.monotonic() + WAIT_S
+        while len(job_holders(dl)) != 1:
+            assert time.monotonic() < deadline, job_holders(dl)
+            time.sleep(0.1)
+        frozen, = job_holders(dl)
+        name, = [w for w in cluster.worker_names if cluster.worker_address(w) == frozen]
+        healthy, = [cluster.worker_address(w) for w in cluster.worker_names if w != name]
+        pid, stopped = cluster.pid(name), False
+        try:
+            got = []
+            for batch in dl:
+                got.append(batch)
+                if not stopped and dl.stats()["remote"]["batches"] >= 3:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped = True
+            made = dl.stats()["remote"]["batches"]
+            second = list(dl)
+            time.sleep(1.0)  # the watch re-reads the workers every 0.5 s
+            remote = dl.stats()["remote"]
+            suspects = set(dl._run.cluster._suspects)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert stopped, "no remote batch before the epoch ended"
+    assert_same_epoch(got, want[0])
+    assert_same_epoch(second, want[1])
+    assert suspects == {frozen} and healthy not in suspects
+    assert remote["capacity"] == 1 and remote["lost"] is None
+    assert remote["batches"] > made  # the healthy worker went on making batches
+
+
+class Locked(Seeded):
+    """A dataset that holds a lock: it does not pickle."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        self.lock = threading.Lock()
+
+
+@pytest.mark.timeout(60)
+def test_a_dataset_that_does_not_pickle_is_named_with_the_reason(shared_dask_cluster):
+    # Before: TypeError('Could not serialize object of type _Job'), stoker's internals only.
+    with pytest.raises(stoker.ClusterError) as refused:
+        remote_loader(Locked(16), shared_dask_cluster.address).close()
+    message = str(refused.value)
+    assert "dataset" in message and "Locked" in message, message
+    assert "cannot pickle '_thread.lock' object" in message, message
+    assert isinstance(refused.value.__cause__, TypeError)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_of_another_stoker_version_that_joins_late_is_named_and_left_out(
+        dask_cluster_factory):
+    # Before: the whole cluster was dropped, and no worker named.
+    cluster = dask_cluster_factory(workers=1)
+    n = 400
+    want = reference(n, epochs=3)
+    good = cluster.worker_address("worker-0")
+    with remote_loader(Seeded(n, delay_s=0.01), cluster.address, remote_min=2) as dl:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            epochs, odd = [], None
+            for epoch in range(3):
+                got, it = [], iter(dl)
+                for batch in it:
+                    got.append(batch)
+                    if odd is None and len(got) == 5:
+                        odd = cluster.worker_address(cluster.add_worker(
+                            "odd", env={"STOKER_VERSION_OVERRIDE": "0.0.0-test"}))
+                epochs.append(got)
+                if any("0.0.0-test" in str(w.message) for w in caught):
+                    break  # the odd worker was given a task
+            made = dl.stats()["remote"]["batches"]
+            epochs.append(list(dl))  # the good worker goes on
+            remote = dl.stats()["remote"]
+    for got, w in zip(epochs, want + reference(n, epochs=len(epochs))[len(want):]):
+        assert_same_epoch(got, w)
+    named = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any(odd in m and "0.0.0-test" in m for m in named), named
+    assert not any(good in m for m in named), named
+    assert remote["lost"] is None and remote["capacity"] == 1
+    assert remote["batches"] > made
+
+
+@pytest.mark.timeout(120)
 def test_a_sharded_stream_on_remote_slots_and_resized_local_workers(shared_dask_cluster):
     # Shards go to remote slots and local worker processes alike, the pool
     # resized as it goes. Every sample once, the same batches as without a

@@ -247,12 +247,17 @@ class DataLoader(torch.utils.data.DataLoader):
             self._iterator = None
         workers = self._run.engine.workers
         self._skipped_before += self._run.engine.skipped()  # the new run's start with none
+        trial = self._run.trial
+        if trial is not None:
+            trial.suspend()
         self._run.close()
         self._plan.renew_table()
         self._remade += 1
         if self._options.initial_workers:  # "auto": the tuner goes on from the count it held
             self._options = dataclasses.replace(self._options, initial_workers=max(1, workers))
         self._start_run()
+        if trial is not None and self._run.trial is not None:
+            trial.carry_to(self._run.trial)  # the trial goes on, not over
 
     @property
     def num_workers(self):
@@ -1374,6 +1379,9 @@ class _KindTrial:
         self.figures = {}
         self._phase_start = None
         self._window = None       # (start time, metrics at start, batches, loop seconds)
+        # The phase's measured sums from runs before (a dataset changed between
+        # epochs makes the run anew): batches, loop s, elapsed s, CPU s, wait s.
+        self._sums = [0, 0.0, 0.0, 0.0, 0.0]
         if fixed_reason is not None:
             self.phase, self.reason = "done", f"processes: {fixed_reason}"
 
@@ -1395,25 +1403,56 @@ class _KindTrial:
         start, metrics, batches, loop_s = self._window
         batches, loop_s = batches + 1, loop_s + interval
         self._window = (start, metrics, batches, loop_s)
-        if now - start >= self.WINDOW_S and batches >= self.MIN_BATCHES:
+        if now - start + self._sums[2] >= self.WINDOW_S and \
+                batches + self._sums[0] >= self.MIN_BATCHES:
             self._close_window(now)
 
-    def _close_window(self, now):
+    def _measured(self, now):
+        """The phase's sums with the open window's, read from the engine now."""
         start, before, batches, loop_s = self._window
         after = self._engine.metrics()
-        elapsed = now - start
 
         def delta(key):
             return (after[key] - before[key]) / 1e9
 
-        cpu = delta("cpu_ns")  # worker threads' CPU, their processes' included
+        got = (batches, loop_s, now - start, delta("cpu_ns"), delta("consumer_wait_ns"))
+        return [a + b for a, b in zip(self._sums, got)]
+
+    def suspend(self):
+        """Its run is about to close: the open window's figures are read
+        from the engine while it lives (kept for carry_to)."""
+        if self._window is not None:
+            self._sums = self._measured(time.perf_counter())
+            self._window = None
+
+    def carry_to(self, trial):
+        """A run made anew (the dataset changed): `trial`, the new run's, goes
+        on from this one's phase, figures and measured sums (suspend()); the
+        start-up of each run is then part of what the kind costs, so no
+        warm-up again."""
+        if trial.phase == "done":
+            return  # fixed: worker_init_fn needs processes
+        trial.phase, trial.reason, trial.figures = self.phase, self.reason, dict(self.figures)
+        trial._sums = list(self._sums)
+        if self.phase == "done":
+            trial._kinds.set(self._kinds.kind, True)
+            return
+        if self.phase == "threads":
+            trial._kinds.set("threads", False)
+        # Measured from the new run's start: its first batch counts.
+        trial._phase_start = float("-inf")
+        trial._window = (time.perf_counter(), trial._engine.metrics(), 0, 0.0)
+
+    def _close_window(self, now):
+        batches, loop_s, elapsed, cpu, wait = self._measured(now)
         self.figures[self.phase] = {
             "batches_per_s": batches / loop_s,
-            "stall_fraction": _stoker.stall_fraction(delta("consumer_wait_ns"), elapsed),
-            "worker_cpu_s_per_batch": cpu / batches,
+            "stall_fraction": _stoker.stall_fraction(wait, elapsed),
+            "worker_cpu_s_per_batch": cpu / batches,  # worker threads', their processes' included
             "workers": self._engine.workers,
         }
         self._window = None
+        self._sums = [0, 0.0, 0.0, 0.0, 0.0]
         self._phase_start = now
         if self.phase == "processes":
             self.phase, self.reason = "threads", "measuring threads"
@@ -1557,7 +1596,9 @@ class _Iterator:
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
         self._ahead = None     # device=...: batches copied ahead
-        self._last = None      # when the last batch was handed out (the kind trial times the loop)
+        # When the last batch was handed out, from iter() on: the kind trial
+        # times the loop, an epoch's first batch too (the epoch's start is the kind's cost).
+        self._last = time.perf_counter()
         # What each batch reads, looked up once.
         options = run.options
         self._engine, self._threads, self._workers = run.engine, run.threads, run.workers
@@ -1742,7 +1783,6 @@ class _Iterator:
                                           int(descriptor[_PROCESS.meta_length]))
         if self._trial is not None:
             now = time.perf_counter()
-            if self._last is not None:
-                self._trial.observe("threads" if threads else "processes", now - self._last, now)
+            self._trial.observe("threads" if threads else "processes", now - self._last, now)
             self._last = now
         return payload

@@ -798,6 +798,49 @@ def test_auto_kind_measures_both_keeps_one_and_loses_nothing(quick_trial, monkey
         assert (pids == []) == (winner == "threads")
 
 
+class Level(Dataset):
+    """Samples that read an attribute a training loop changes between epochs."""
+
+    def __init__(self, n=12):
+        self.n, self.level = n, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return {"index": i, "level": self.level}
+
+
+@pytest.mark.parametrize("batch_size", [12, 6])  # epochs of one and of two batches
+@pytest.mark.parametrize("changes", [False, True])
+def test_the_kind_trial_ends_over_short_epochs_even_when_the_dataset_changes(
+        quick_trial, monkeypatch, batch_size, changes):
+    # Before: an epoch's first batch was never timed, so one-batch epochs never
+    # ended the trial (two-batch ones timed only the prefetched second: rates
+    # of thousands a second); a dataset changed between epochs made the run
+    # anew, and the trial started over with it.
+    monkeypatch.setattr(quick_trial, "WINDOW_S", 0.3)
+    monkeypatch.setattr(quick_trial, "WARMUP_S", 0.2)  # longer than one epoch
+    ds = Level()
+    loop_s, batches, start = 0.0, 0, time.perf_counter()
+    with stoker.DataLoader(ds, batch_size=batch_size, num_workers=1, worker_kind="auto") as dl:
+        for epoch in range(200):
+            ds.level = epoch if changes else 0
+            got = [b for b in dl]
+            batches += len(got)
+            assert sorted(i for b in got for i in b["index"].tolist()) == list(range(12))
+            assert {v for b in got for v in b["level"].tolist()} == {ds.level}
+            if dl.stats()["kind_trial"]["chosen"] is not None:
+                break
+        loop_s = time.perf_counter() - start
+        trial = dl.stats()["kind_trial"]
+        assert trial["chosen"] is not None, (epoch, trial)
+        # Each kind's rate is that of this loop, not of batches already waiting.
+        for figures in trial["figures"].values():
+            assert figures["batches_per_s"] < 20 * batches / loop_s, (trial, batches / loop_s)
+
+
 def test_auto_kind_keeps_processes_when_worker_init_fn_needs_them():
     with stoker.DataLoader(Plain(40), batch_size=4, num_workers=2, worker_kind="auto",
                            worker_init_fn=lambda worker_id: None, persistent_workers=True) as dl:

@@ -128,7 +128,7 @@ Status PrivateFolder(const std::string& dir) {
 
 }  // namespace
 
-Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault() {
+Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault(bool* busy) {
   const std::vector<std::string> paths = DefaultPaths();
   if (paths.empty()) {
     return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
@@ -142,15 +142,20 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault() {
         continue;
       }
     }
-    Result<std::unique_ptr<NodeRegistry>> r = Open(path);
+    bool locked = false;
+    Result<std::unique_ptr<NodeRegistry>> r = Open(path, {}, &locked);
     if (r.ok()) return r;
     why += (why.empty() ? "" : "; ") + r.status().message();
+    if (locked) {
+      if (busy != nullptr) *busy = true;
+      break;
+    }
   }
   return Unavailable("no node registry: " + why);
 }
 
 Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path,
-                                                         NodeRegistryOptions options) {
+                                                         NodeRegistryOptions options, bool* busy) {
   // O_NOFOLLOW and the owner check: in a shared /tmp another user could
   // have put a link or a file of theirs there.
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
@@ -162,8 +167,12 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
   // together must not both write the header.
   int tries = 0;
   while (::fcntl(fd.get(), F_OFD_SETLK, &lock) != 0) {
-    if ((errno != EAGAIN && errno != EACCES) || ++tries > 200) {
+    if (errno != EAGAIN && errno != EACCES) {
       return ErrnoError("node registry " + path + ": cannot lock", errno);
+    }
+    if (++tries > 200) {
+      if (busy != nullptr) *busy = true;
+      return Unavailable("node registry " + path + ": lock busy while opening");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -228,6 +237,15 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
   unlock();
   return std::unique_ptr<NodeRegistry>(
       new NodeRegistry(path, std::move(fd), std::move(table), options));
+}
+
+bool NodeRegistry::Detached() const {
+  struct stat held, there;
+  if (::fstat(fd_.get(), &held) != 0) return false;
+  if (held.st_nlink == 0) return true;
+  return ::stat(path_.c_str(), &there) != 0
+             ? errno == ENOENT
+             : there.st_dev != held.st_dev || there.st_ino != held.st_ino;
 }
 
 bool NodeRegistry::HeaderFits(const Table& table) {

@@ -65,8 +65,11 @@ class NodeRegistry {
 
   /// Opens (creating if needed, mode 0600) the table at `path`. Errors name
   /// the path: it cannot be created or mapped, or holds something else.
+  /// A lock that stays busy while it opens is kUnavailable with `*busy`
+  /// set (a passing holder: worth trying the same path again later).
   static Result<std::unique_ptr<NodeRegistry>> Open(const std::string& path,
-                                                    NodeRegistryOptions options = {});
+                                                    NodeRegistryOptions options = {},
+                                                    bool* busy = nullptr);
 
   /// Where the default table lives, in the order tried: $STOKER_NODE_REGISTRY
   /// when set ("off": none), else node-v<layout version> in a folder
@@ -75,8 +78,10 @@ class NodeRegistry {
   /// stoker-<uid> of /tmp. Per user: loaders of other users do not see it.
   static std::vector<std::string> DefaultPaths();
   /// Opens the first default path that works; the error (none is usable, or
-  /// the registry is turned off) names each path and why.
-  static Result<std::unique_ptr<NodeRegistry>> OpenDefault();
+  /// the registry is turned off) names each path and why. A path whose lock
+  /// is busy ends the search (the loaders there must not be split from by
+  /// a later path): `*busy` is set, and it is worth trying again later.
+  static Result<std::unique_ptr<NodeRegistry>> OpenDefault(bool* busy = nullptr);
 
   /// Frees this loader's entry (if it still holds it).
   ~NodeRegistry();
@@ -91,6 +96,9 @@ class NodeRegistry {
   Result<std::vector<NodeLoader>> Publish(const NodeLoaderRecord& record);
 
   const std::string& path() const { return path_; }
+  /// Whether the file it holds is no longer the one at path() (removed, or
+  /// replaced): new loaders would register apart from this one.
+  bool Detached() const;
   uint64_t loader_id() const { return loader_id_; }
 
  private:

@@ -70,8 +70,13 @@ uint64_t CpuDomain() {
 }
 
 NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_none,
-                     std::optional<int> local_rank, std::optional<int> local_world_size)
+                     std::optional<int> local_rank, std::optional<int> local_world_size,
+                     Opener reopen)
     : registry_(std::move(registry)),
+      reopen_(std::move(reopen)),
+      next_open_(std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                     std::chrono::duration<double>(kReopenS))),
       local_rank_(local_rank),
       local_world_size_(std::max(1, local_world_size.value_or(1))),
       domain_(CpuDomain()) {
@@ -82,8 +87,32 @@ NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_non
   }
 }
 
+void NodeShare::Rejoin() {
+  if (!reopen_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (registry_ && registry_->Detached()) {
+    // Removed (a clean-up of /dev/shm) or replaced: loaders made since are
+    // in the file at the path, and each would count the whole budget.
+    registry_.reset();
+    next_open_ = now;
+  }
+  if (registry_ || now < next_open_) return;
+  next_open_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(kReopenS));
+  bool busy = false;
+  Result<std::unique_ptr<NodeRegistry>> opened = reopen_(&busy);
+  if (!opened.ok()) {
+    view_.note = opened.status().message();
+    return;
+  }
+  registry_ = std::move(*opened);
+  view_.registry = registry_->path();
+  view_.note.clear();
+}
+
 double NodeShare::Update(double window_s, double wait_s, double cpu_s, int workers,
                          double node_budget_cores) {
+  Rejoin();
   if (window_s > 0) {
     recent_.push_back({window_s, std::clamp(wait_s, 0.0, window_s), std::max(0.0, cpu_s)});
   }

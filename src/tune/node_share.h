@@ -1,7 +1,9 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,9 +51,17 @@ uint64_t CpuDomain();
 /// tuner's tick only.
 class NodeShare {
  public:
-  /// `registry` may be null, with `why_none` saying why.
+  /// Opens the registry again (NodeRegistry::OpenDefault), `*busy` set when
+  /// its lock was busy.
+  using Opener = std::function<Result<std::unique_ptr<NodeRegistry>>(bool* busy)>;
+
+  /// `registry` may be null, with `why_none` saying why. With `reopen`, a
+  /// registry that could not be opened (a lock busy a moment) is tried again
+  /// every kReopenS, and one whose file was removed or replaced under it
+  /// (Detached) is left for the file at its path.
   NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_none,
-            std::optional<int> local_rank, std::optional<int> local_world_size);
+            std::optional<int> local_rank, std::optional<int> local_world_size, Opener reopen = {});
+  static constexpr double kReopenS = 1.0;
 
   /// Feeds one tick's window (its length, the consumer's wait, the workers'
   /// CPU seconds, the worker count) and returns this loader's share of
@@ -64,7 +74,12 @@ class NodeShare {
   const NodeView& view() const { return view_; }
 
  private:
+  // Joins the registry again where it can (see the constructor).
+  void Rejoin();
+
   std::unique_ptr<NodeRegistry> registry_;
+  const Opener reopen_;
+  std::chrono::steady_clock::time_point next_open_;
   const std::optional<int> local_rank_;
   const int local_world_size_;
   const uint64_t domain_;

@@ -4,10 +4,13 @@
 #include "tune/node_share.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "testing/source_test_util.h"
@@ -143,6 +146,31 @@ TEST(NodeShareTest, SharesFollowNeedsThroughTheRegistry) {
   fed.reset();
   EXPECT_DOUBLE_EQ(data_bound.Update(0.2, 0.2, 0.36, 3, 2), 2);
   EXPECT_EQ(data_bound.view().loaders, 1);
+}
+
+// A registry file removed under running loaders (a clean-up of /dev/shm):
+// a loader made since registers in a new file at the path, and the running
+// one joins it there, so that neither counts the whole budget as its own.
+// One that could not open it (its lock busy a moment) joins a tick later.
+TEST(NodeShareTest, ALoaderRejoinsARegistryRemovedUnderItOrBusyWhenItOpened) {
+  testing::TempDir dir;
+  const std::string path = dir / "reg";
+  auto reopen = [path](bool* busy) { return NodeRegistry::Open(path, {}, busy); };
+  auto first = reopen(nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  NodeShare old(std::move(*first), "", 0, 2, reopen);
+  old.Update(0.2, 0.2, 0.3, 2, 2);
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  NodeShare late(nullptr, "node registry " + path + ": lock busy while opening", 1, 2, reopen);
+  std::this_thread::sleep_for(std::chrono::duration<double>(NodeShare::kReopenS + 0.1));
+  late.Update(0.2, 0.2, 0.3, 2, 2);  // opens the new file: alone there
+  old.Update(0.2, 0.2, 0.3, 2, 2);   // sees its file gone and joins the new one
+  late.Update(0.2, 0.2, 0.3, 2, 2);
+  EXPECT_EQ(late.view().registry, path);
+  EXPECT_EQ(old.view().loaders, 2);
+  EXPECT_EQ(late.view().loaders, 2);
+  EXPECT_DOUBLE_EQ(old.view().share_cores + late.view().share_cores, 2);
+  EXPECT_EQ(late.view().note, "");
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ NodeShare MakeNodeShare(const MachineFacts& f) {
   Result<std::unique_ptr<NodeRegistry>> registry = NodeRegistry::OpenDefault();
   return NodeShare(registry.ok() ? std::move(*registry) : nullptr,
                    registry.ok() ? "" : registry.status().message(), f.ranks.local_rank,
-                   f.ranks.local_world_size);
+                   f.ranks.local_world_size,
+                   [](bool* busy) { return NodeRegistry::OpenDefault(busy); });
 }
 
 }  // namespace

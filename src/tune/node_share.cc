@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include "stoker/defaults.h"
 #include "tune/tuner_params.h"
 
 namespace stoker {
@@ -162,8 +163,14 @@ double NodeShare::Update(double window_s, double wait_s, double cpu_s, int worke
   size_t self = 0;
   int node_workers = 0;
   double node_cpu = 0;
+  // Another's record as no loader writes it (a forged or damaged entry): left out.
+  const auto plausible = [](const NodeLoaderRecord& r) {
+    return r.workers >= 0 && r.workers <= kMaxWorkers && std::isfinite(r.cpu_cores) &&
+           r.cpu_cores >= 0 && !std::isnan(r.want_cores) && r.want_cores >= 0;
+  };
   for (const NodeLoader& l : *live) {
     if (!l.self && l.record.domain != domain_) continue;  // other CPUs: not our budget
+    if (!l.self && !plausible(l.record)) continue;
     if (l.self) self = wants.size();
     wants.push_back(l.self ? mine.want_cores : l.record.want_cores);
     node_workers += l.self ? workers : l.record.workers;

@@ -173,5 +173,32 @@ TEST(NodeShareTest, ALoaderRejoinsARegistryRemovedUnderItOrBusyWhenItOpened) {
   EXPECT_EQ(late.view().note, "");
 }
 
+// An entry no loader writes (forged, damaged) is left out of the split and
+// the node's figures: not NaN cores, nor a worker count that wraps the sum.
+TEST(NodeShareTest, AnImplausibleEntryIsLeftOut) {
+  testing::TempDir dir;
+  auto forged = NodeRegistry::Open(dir / "reg");
+  auto mine = NodeRegistry::Open(dir / "reg");
+  ASSERT_TRUE(forged.ok() && mine.ok());
+  NodeLoaderRecord bad;
+  bad.workers = 1 << 30;
+  bad.cpu_cores = std::numeric_limits<double>::quiet_NaN();
+  bad.want_cores = std::numeric_limits<double>::quiet_NaN();
+  NodeShare share(std::move(*mine), "", 0, 1);
+  share.Update(0.2, 0.2, 0.3, 2, 2);
+  // In this loader's CPU domain (read from its entry), where it would count.
+  auto live = (*forged)->Publish(bad);
+  ASSERT_TRUE(live.ok());
+  for (const NodeLoader& l : *live) {
+    if (!l.self) bad.domain = l.record.domain;
+  }
+  ASSERT_TRUE((*forged)->Publish(bad).ok());
+  const double got = share.Update(0.2, 0.2, 0.3, 2, 2);
+  EXPECT_EQ(share.view().loaders, 1);
+  EXPECT_EQ(share.view().workers, 2);
+  EXPECT_TRUE(std::isfinite(share.view().cpu_cores));
+  EXPECT_DOUBLE_EQ(got, 2);
+}
+
 }  // namespace
 }  // namespace stoker

@@ -492,11 +492,15 @@ class DataLoader(torch.utils.data.DataLoader):
             **(_stats.gpu(pcie) if gpu else {}),
         }
 
-    def tuner_trace(self):
+    def decisions(self):
+        """Every decision the tuner made so far, with its reason and figures
+        (a plain stream's: each epoch's count and why), as stoker.Loader's."""
         if self._stream is not None:
             return self._stream.tuner_trace()
         self._run.check_usable()
         return self._run.engine.tuner_trace()
+
+    tuner_trace = decisions  # its first name
 
     def skipped(self):
         """Samples left out under on_error="skip": dicts with epoch, index

@@ -361,6 +361,8 @@ class Loader:
         """Every decision the tuner made so far, with its reason and figures."""
         return self._impl.tuner_trace()
 
+    tuner_trace = decisions  # stoker.DataLoader's first name for it
+
     def skipped(self):
         """Every sample left out under on_error="skip": dicts with "epoch",
         "index", "key" (its file) and "reason"."""

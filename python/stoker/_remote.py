@@ -300,6 +300,7 @@ class Cluster:
         self._lost = None
         self._warned = False
         self._known = {}                      # worker address -> threads, as last seen
+        self._cut_off = False                 # the last look at the workers had no answer
         try:
             self._check_versions()
             self._jobdata = job
@@ -416,7 +417,9 @@ class Cluster:
                     self._suspect(future, job.key, avoid)
                     return None
                 usable = set(self._usable_workers(set())[0])
-                if not (usable & set(workers) if restricted else usable):
+                # A list the scheduler gave: cut off, it is empty until it
+                # answers (that case is the status check's, above).
+                if not (usable & set(workers) if restricted else usable or self._cut_off):
                     _cancel(future)  # every worker it may run on is gone
                     return None
         except _VersionMismatch as e:
@@ -582,9 +585,10 @@ class Cluster:
                 self._lose(ClusterError(f"the scheduler did not answer in {self._timeout_s:g} s"))
                 return
             except Exception:  # noqa: BLE001 -- cut off: none known until it answers
-                known = {}
+                known = None
             with self._lock:
-                self._known = known
+                self._cut_off = known is None
+                self._known = known or {}
             self.refresh()
             time.sleep(_REFRESH_S)
 

@@ -39,10 +39,16 @@ seeded generator, each sample with its index.
    last batch for each, the ratio (issue 24 asks >= 1.5x; the median over
    --rounds pairs, alternating the order), and whether each epoch held every
    sample exactly once.
+5. A slow remote worker: the worker runs --slow-share of the time (stopped
+   and continued every 100 ms: a node whose CPU quota or neighbours leave it
+   that share), and stoker.DataLoader as in section 1 with cluster=ADDRESS
+   against without: the ratio (asked: >= 0.95x, a slow worker costs the
+   consumer nothing), its lagged batches (made locally instead), and
+   whether every sample came exactly once.
 
-Usage: /usr/bin/python3 bench/compare_remote.py [--data DIR] [--sections 1,2,3,4]
+Usage: /usr/bin/python3 bench/compare_remote.py [--data DIR] [--sections 1,2,3,4,5]
        [--rounds 3] [--step-batches 20] [--repeat 4] [--kill-after-s 4]
-       [--native-epochs 3] [--json]
+       [--native-epochs 3] [--slow-share 0.1] [--json]
 stoker must be importable (build/release/python on PYTHONPATH); default data:
 the built-in data set (stoker.default_dataset(), made on first use).
 """
@@ -50,6 +56,7 @@ the built-in data set (stoker.default_dataset(), made on first use).
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -143,7 +150,7 @@ def rate_between(run, t0, t1):
 def remote_stats(loader):
     remote = loader.stats().get("remote") or {}
     return {k: remote.get(k) for k in ("workers", "peak", "batches", "bytes_per_s", "capacity",
-                                       "retries", "lost")}
+                                       "retries", "lagged", "lost")}
 
 
 # --- the sections --------------------------------------------------------------------
@@ -245,6 +252,30 @@ def kill_mid_epoch(a, dataset, cluster):
     return out
 
 
+def slow_worker(a, dataset, cluster):
+    """Section 5: section 1's pairs while the remote worker runs --slow-share
+    of the time."""
+    pid = cluster.pid(cluster.worker_names[-1])
+    done = threading.Event()
+
+    def throttle():
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            done.wait(0.1 * (1 - a.slow_share))
+            os.kill(pid, signal.SIGCONT)
+            done.wait(0.1 * a.slow_share)
+
+    throttler = threading.Thread(target=throttle, daemon=True)
+    throttler.start()
+    try:
+        out = throughput(a, dataset, cluster.address)
+    finally:
+        done.set()
+        throttler.join()
+        os.kill(pid, signal.SIGCONT)
+    return {"slow_share": a.slow_share, **out}
+
+
 # --- output -------------------------------------------------------------------------------
 
 
@@ -290,7 +321,7 @@ def print_rounds(section, asked):
             print(f"  {kind:<8} {r['samples_per_s']:8.1f} samples/s  {first}local workers "
                   f"{r['workers']}  exactly once: {r['exactly_once']}{extra}")
     ratios = [round(x, 2) for x in section["ratios"]]
-    print(f"  cluster / local: {section['ratio']:.2f}x (median of {ratios}; issue 24 asks "
+    print(f"  cluster / local: {section['ratio']:.2f}x (median of {ratios}; asked: "
           f">= {asked}x)")
 
 
@@ -333,13 +364,18 @@ def print_report(out, a):
         print(f"\n4. stoker.Loader (native, train 224 uint8): {four['epochs']} epoch(s) of "
               f"{four['samples']} JPEGs, {a.rounds} round(s)")
         print_rounds(four, 1.5)
+    five = out["sections"].get("5")
+    if five:
+        print(f"\n5. section 1 with the remote worker running {100 * five['slow_share']:.0f} % "
+              f"of the time (stopped and continued every 100 ms), {a.rounds} round(s)")
+        print_rounds(five, 0.95)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, help="ImageFolder tree (default: the built-in one)")
-    p.add_argument("--sections", default="1,2,3,4")
+    p.add_argument("--sections", default="1,2,3,4,5")
     p.add_argument("--rounds", type=int, default=3,
                    help="section 1: local/cluster pairs (the ratio is their median)")
     p.add_argument("--step-batches", type=int, default=20, help="section 2's batches")
@@ -349,6 +385,8 @@ def main():
     p.add_argument("--window", type=float, default=2.0,
                    help="section 3: seconds before the kill the rate is measured over")
     p.add_argument("--native-epochs", type=int, default=3, help="section 4's epochs per run")
+    p.add_argument("--slow-share", type=float, default=0.1,
+                   help="section 5: the share of the time the remote worker runs")
     p.add_argument("--train-cpu", type=int, default=0)
     p.add_argument("--worker-cpu", default="1",
                    help="the CPUs of the Dask workers, one worker each (e.g. 2,3,4)")
@@ -357,8 +395,10 @@ def main():
     p.add_argument("--json", action="store_true", help="machine-readable results on stdout")
     a = p.parse_args()
     sections = {s.strip() for s in a.sections.split(",") if s.strip()}
-    if not sections <= {"1", "2", "3", "4"}:
-        p.error(f"--sections takes 1, 2, 3, 4; got {a.sections!r}")
+    if not sections <= {"1", "2", "3", "4", "5"}:
+        p.error(f"--sections takes 1, 2, 3, 4, 5; got {a.sections!r}")
+    if not 0 < a.slow_share < 1:
+        p.error(f"--slow-share takes a share of the time between 0 and 1; got {a.slow_share}")
     try:
         a.worker_cpus = [int(c) for c in a.worker_cpu.split(",")]
     except ValueError:
@@ -400,6 +440,8 @@ def main():
                 out["sections"]["3"] = kill_mid_epoch(a, IndexedImages(data, a.repeat), cluster)
             if "4" in sections:
                 out["sections"]["4"] = native(a, data, cluster.address)
+            if "5" in sections:
+                out["sections"]["5"] = slow_worker(a, IndexedImages(data, a.repeat), cluster)
         finally:
             cluster.close()
     if a.json:

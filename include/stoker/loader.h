@@ -214,6 +214,16 @@ struct ConsumerCounters {
   int64_t consumer_step_ns = 0;        // between a Next() return and the next call
 };
 
+/// The batch the consumer is waiting for inside Next() (or WaitReady), in
+/// order: a worker making one of its items may hand it over (a remote slot
+/// whose task lags makes it locally instead).
+struct AwaitedBatch {
+  int64_t epoch = 0;
+  int64_t batch = 0;           // its index in the epoch's plan
+  std::vector<int64_t> items;  // the items it holds
+  int64_t waited_ns = 0;       // how long the consumer has waited for it so far
+};
+
 struct LoaderMetrics {
   int64_t time_ns = 0;           // steady clock when taken
   int workers_target = 0;        // local workers (Resize), remote slots aside
@@ -272,7 +282,7 @@ struct LoaderMetrics {
 /// workers into recycled buffers, delivered to one consumer.
 ///
 /// Thread contract: Next, WaitReady, SetEpoch, State and Restore belong to
-/// one consumer thread at a time. Resize, SetPrefetch, Metrics, Skipped,
+/// one consumer thread at a time. Resize, SetPrefetch, Metrics, Awaited, Skipped,
 /// workers, tuner_view, tuner_trace and Stop are safe from any thread,
 /// concurrently with the consumer.
 ///
@@ -385,6 +395,9 @@ class Loader {
   Status SetPrefetch(int batches, size_t bytes);
 
   LoaderMetrics Metrics() const;
+  /// The batch the consumer waits for now; nullopt while it does not wait
+  /// (or takes batches out of order).
+  std::optional<AwaitedBatch> Awaited() const;
   /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
   std::vector<SkipRecord> Skipped() const;
 

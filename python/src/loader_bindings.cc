@@ -453,6 +453,20 @@ void BindLoader(py::module_& m) {
           },
           py::arg("workers"))
       .def("metrics", [](PyLoader& l) { return JsonToPython(LoaderMetricsToJson(l.Metrics())); })
+      .def(
+          "awaited",
+          [](PyLoader& l) -> py::object {
+            std::optional<AwaitedBatch> head = l.loader().Awaited();
+            if (!head) return py::none();
+            py::dict d;
+            d["epoch"] = head->epoch;
+            d["batch"] = head->batch;
+            d["items"] = head->items;
+            d["waited_s"] = static_cast<double>(head->waited_ns) / 1e9;
+            return d;
+          },
+          "The batch the consumer waits for inside next() now (epoch, batch, its items, "
+          "waited_s), or None.")
       .def("tuner_view",
            [](PyLoader& l) {
              std::optional<TunerView> view = l.loader().tuner_view();

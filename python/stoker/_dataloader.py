@@ -1247,6 +1247,8 @@ class _Run:
             kind=kind, batch_size=1, shuffle=False, workers=options.workers,
             prefetch_batches=options.prefetch_batches, on_error=_error_policy(options.on_error),
             ordered=options.in_order, tuner=tuner))
+        if self.cluster is not None:
+            self.cluster.follow(self.engine)
         if self.kinds is not None:
             self.trial = _KindTrial(self.engine, self.kinds,
                                     "worker_init_fn needs worker processes"

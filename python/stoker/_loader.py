@@ -249,6 +249,8 @@ class Loader:
             on_error=_error_policy(on_error), ordered=ordered, start_epoch=start_epoch,
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
+        if self._cluster is not None:
+            self._cluster.follow(self._impl)
         _exit.close_at_exit(self)  # its threads must not outlive the interpreter
         self.batch_size = batch_size
 

@@ -22,6 +22,7 @@ import time
 import traceback
 import uuid
 import warnings
+import weakref
 
 
 class ClusterError(RuntimeError):
@@ -33,12 +34,18 @@ class ClusterError(RuntimeError):
 # suspected of hanging), by default; DataLoader(remote_timeout=...).
 DEFAULT_TIMEOUT_S = 60.0
 _ATTEMPTS = 3            # sends of one batch before it is made locally
-_POLL_S = 0.25           # a wait for a task looks at the cluster this often
+_POLL_S = 0.05           # a wait for a task looks at the cluster and the consumer this often
 _SUSPECT_S = 60.0        # a worker that hung a task gets none for this long
+_LAG_MEMORY_S = 600.0    # a worker whose task lagged this recently is left out at its next lag
 _RATE_WINDOW_S = 5.0     # bytes_per_s is over this many recent seconds
 _REFRESH_S = 0.5         # the cluster's workers are re-read this often
 _CUT_OFF_S = 2.0         # a client cut off from its scheduler this long: the cluster is lost
 _SCATTER_S = 10.0        # at most this long to send the job to the cluster again
+# A task lags (made locally instead) once it has run twice, and the consumer
+# has waited on it once, what a local worker takes to make it, and never
+# sooner than this: the round trip a healthy remote task takes.
+_LAG_FLOOR_S = 0.1
+_LOCAL_UNKNOWN_S = 1.0   # a task's local time before any local worker made an item
 
 
 def versions():
@@ -300,6 +307,10 @@ class Cluster:
         self._lost = None
         self._warned = False
         self._known = {}                      # worker address -> threads, as last seen
+        self._lagged = {}                     # worker address -> when a task of it lagged
+        self._hedged = 0                      # tasks that lagged, made locally instead
+        self._engine = None                   # weakref to the loader's engine (follow)
+        self._local = (0.0, None)             # (when read, a local item's seconds)
         self._cut_off = False                 # the last look at the workers had no answer
         try:
             self._check_versions()
@@ -337,13 +348,18 @@ class Cluster:
                     "cluster's workers must run the Python, torch and stoker of the loader's "
                     "process")
 
+    def follow(self, engine):
+        """The loader's engine (_stoker.Loader), once made: a task whose batch
+        its consumer waits for too long is made locally (_lags)."""
+        self._engine = weakref.ref(engine)
+
     # -- the engine's threads -------------------------------------------------
 
     def run(self, epoch, batch, indices, seed, keys=None):
         """Makes a DataLoader's batch on the cluster: (payload, info), or None
         when it could not (the batch is then made locally by the calling thread)."""
         made = self._run(_remote_batch, (epoch, batch, list(indices), seed, keys),
-                         f"{epoch}-{batch}")
+                         f"{epoch}-{batch}", (epoch, [batch]))
         return None if made is None else _unpack(made.header, made.buffers)
 
     def run_samples(self, epoch, items, cap_bytes):
@@ -351,17 +367,21 @@ class Cluster:
         failures) as _stoker.make_samples gives them, or None when it could
         not (they are then made locally by the calling thread)."""
         items = list(items)
-        made = self._run(_remote_samples, (epoch, items, cap_bytes), f"{epoch}-s{items[0]}")
+        made = self._run(_remote_samples, (epoch, items, cap_bytes), f"{epoch}-s{items[0]}",
+                         (epoch, items))
         return None if made is None else _unpack(made.header, made.buffers)
 
-    def _run(self, task, args, name):
+    def _run(self, task, args, name, made_of):
         """task(job, *args, versions) on the cluster, re-sent to another
-        worker when one fails: its _Batch, or None."""
+        worker when one fails: its _Batch, or None. `made_of`: (epoch, the
+        engine's items it makes)."""
         if self._lost is not None or self._closing:
             return None
         avoid = set()
         for attempt in range(_ATTEMPTS):
-            made = self._attempt(task, args, f"{name}-{attempt}", avoid)
+            made = self._attempt(task, args, f"{name}-{attempt}", avoid, made_of)
+            if made is _LAGGED:
+                return None  # the consumer waits for it: made here at once
             if made is not None:
                 return made
             if self._lost is not None or self._closing:
@@ -370,7 +390,7 @@ class Cluster:
                 self._retries += 1
         return None
 
-    def _attempt(self, task, args, name, avoid):
+    def _attempt(self, task, args, name, avoid, made_of):
         distributed = self._distributed
         if not self._connected():
             self._lose(ClusterError(f"the connection to the scheduler is {self.client.status}"))
@@ -391,7 +411,8 @@ class Cluster:
             return None
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        deadline = time.monotonic() + self._timeout_s
+        sent = time.monotonic()
+        deadline = sent + self._timeout_s
         cut_off = None  # since when the client has not been connected
         try:
             while True:
@@ -416,6 +437,9 @@ class Cluster:
                 if now > deadline:
                     self._suspect(future, job.key, avoid)
                     return None
+                if self._lags(made_of, now - sent):
+                    self._hand_back(future, job.key)
+                    return _LAGGED
                 usable = set(self._usable_workers(set())[0])
                 # A list the scheduler gave: cut off, it is empty until it
                 # answers (that case is the status check's, above).
@@ -499,6 +523,18 @@ class Cluster:
         or, when that worker still waits for the job, the workers it would
         fetch it from (they hang, not it), and the job is sent to the others.
         `job`: the key of the job the task was given."""
+        blamed, holders = self._culprits(future, job)
+        now = time.monotonic()
+        with self._lock:
+            for worker in blamed:
+                avoid.add(worker)
+                self._leave_out(worker, holders, now)
+
+    def _culprits(self, future, job):
+        """Cancels a task that takes too long: (the workers to blame, the
+        workers holding the job). Its own worker; or, when that one still
+        waits for the job, the holders it would fetch it from (they hang,
+        not it). None when the scheduler cannot say."""
         key = future.key
         try:
             where, holders = _within(_CUT_OFF_S, lambda: self.client.run_on_scheduler(
@@ -507,16 +543,66 @@ class Cluster:
             where, holders = None, []
         _cancel(future)
         if where is not None and holders and where not in holders:
-            blamed = holders  # its worker still waits for the job: they hang
-        else:
-            blamed = [where] if where else []
+            return holders, holders
+        return [where] if where else [], holders
+
+    def _leave_out(self, worker, holders, now):
+        """`worker` gets no task for _SUSPECT_S; the job is sent to the
+        others when it held it. The caller holds self._lock."""
+        self._suspects[worker] = now
+        if worker in holders:
+            self._rescatter = True
+
+    def _lags(self, made_of, running_s):
+        """Whether the consumer waits for this task's batch, and has for as
+        long as a local worker takes to make the task, which has run twice
+        that (a slow worker, a straggler): it is then made locally."""
+        ref = self._engine
+        engine = None if ref is None else ref()
+        if engine is None:
+            return False
+        epoch, items = made_of
+        try:
+            local_s = max(_LAG_FLOOR_S, self._local_seconds(engine, len(items)))
+            if running_s < 2 * local_s:
+                return False  # checked before asking the engine, which takes its lock
+            head = engine.awaited()
+        except ValueError:  # the loader closed meanwhile: nothing waits
+            return False
+        return head is not None and head["epoch"] == epoch and head["waited_s"] >= local_s \
+            and not set(items).isdisjoint(head["items"])
+
+    def _local_seconds(self, engine, items):
+        """What a local worker takes to make `items` of the engine's items,
+        from its figures (read once a second at most)."""
         now = time.monotonic()
         with self._lock:
+            read, per_item = self._local
+        if now - read > 1.0:
+            m = engine.metrics()
+            per_item = m["busy_ns"] / 1e9 / m["samples_produced"] \
+                if m["samples_produced"] else None
+            with self._lock:
+                self._local = (now, per_item)
+        return _LOCAL_UNKNOWN_S if per_item is None else per_item * items
+
+    def _hand_back(self, future, job):
+        """A lagging task is cancelled (its batch is made locally). The
+        workers to blame (_culprits) get no task for a while when one of
+        their tasks lagged in the last _LAG_MEMORY_S (a first task may lag
+        on a cold start: the job to fetch, imports); a worker still slow
+        after that lags once more."""
+        blamed, holders = self._culprits(future, job)
+        now = time.monotonic()
+        with self._lock:
+            self._hedged += 1
+            for worker, since in list(self._lagged.items()):
+                if now - since > _LAG_MEMORY_S:
+                    del self._lagged[worker]
             for worker in blamed:
-                avoid.add(worker)
-                self._suspects[worker] = now
-                if worker in holders:
-                    self._rescatter = True
+                if worker in self._lagged:
+                    self._leave_out(worker, holders, now)
+                self._lagged[worker] = now
 
     def _refuse(self, key, error):
         """A task found its worker running other versions (a worker that
@@ -600,7 +686,8 @@ class Cluster:
             recent = sum(b for _, b in self._received)
             return {"workers": target, "peak": self._slots.peak, "batches": self._batches,
                     "bytes_per_s": recent / _RATE_WINDOW_S, "capacity": self._slots.capacity,
-                    "retries": self._retries, "lost": self._lost, "address": self.address}
+                    "retries": self._retries, "lagged": self._hedged, "lost": self._lost,
+                    "address": self.address}
 
     def cancel(self):
         """The loader is closing: waits for tasks end, their batches unmade."""
@@ -619,6 +706,9 @@ def _workers_of(info):
     """{worker address: its threads} from the scheduler's info."""
     return {address: max(1, int(w.get("nthreads", 1)))
             for address, w in info.get("workers", {}).items()}
+
+
+_LAGGED = object()  # _attempt's answer for a task that lagged (_lags)
 
 
 class _NoAnswer(TimeoutError):

@@ -15,6 +15,7 @@ from dask_cluster import WORKER_NAME_ENV
 # Set in a worker's environment: it makes samples there log or hang.
 STARTED_DIR_ENV = "STOKER_TEST_STARTED_DIR"
 HANG_ENV = "STOKER_TEST_HANG"
+SLOW_ENV = "STOKER_TEST_SLOW"  # seconds each sample takes more there: a slow worker
 
 
 class Seeded(Dataset):
@@ -26,7 +27,8 @@ class Seeded(Dataset):
     sample appends its index to the file named after the worker
     ($STOKER_TEST_WORKER) in that folder before it sleeps: a test sees a
     remote task under way. With hang_where_marked, a sample sleeps forever
-    where $STOKER_TEST_HANG is set: a worker that hangs.
+    where $STOKER_TEST_HANG is set: a worker that hangs. Where
+    $STOKER_TEST_SLOW is set, each sample sleeps that many seconds more.
     """
 
     def __init__(self, n, delay_s=0.0, hang_where_marked=False):
@@ -45,6 +47,8 @@ class Seeded(Dataset):
                 time.sleep(3600)
         if self.delay_s:
             time.sleep(self.delay_s)
+        if os.environ.get(SLOW_ENV):
+            time.sleep(float(os.environ[SLOW_ENV]))
         return {"index": i, "x": torch.full((4,), float(i)) + torch.rand(4)}
 
 

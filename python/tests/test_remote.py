@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("distributed")
 import stoker  # noqa: E402
 from dask_cluster import DaskCluster, make_tls_files, port_open  # noqa: E402
-from remote_datasets import HANG_ENV, STARTED_DIR_ENV, Seeded, SeededShards  # noqa: E402
+from remote_datasets import HANG_ENV, SLOW_ENV, STARTED_DIR_ENV, Seeded, SeededShards  # noqa: E402
 
 BATCH = 8
 SEED = 1234
@@ -206,7 +206,7 @@ def test_remote_batches_are_the_local_ones_exactly_once(shared_dask_cluster):
     for g, w in zip(got, want):
         assert_same_epoch(g, w)
     assert set(remote) == {"workers", "peak", "batches", "bytes_per_s", "capacity", "retries",
-                           "lost", "address"}
+                           "lagged", "lost", "address"}
     assert remote["batches"] > 0 and remote["peak"] >= 1 and remote["bytes_per_s"] >= 0
     assert remote["capacity"] == 2  # two workers of one thread
     assert remote["address"] == shared_dask_cluster.address
@@ -348,24 +348,30 @@ def test_a_worker_of_another_stoker_version_is_refused(shared_dask_cluster):
 
 
 @pytest.mark.timeout(60)
-def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_cluster):
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_remote_task_that_hangs_is_rerun_after_remote_timeout(shared_dask_cluster, in_order):
     # On "stuck" every sample sleeps forever (HANG_ENV); the others answer.
-    # Three slots in use: one is stuck's.
+    # Three slots in use: one is stuck's. In order, the consumer waits for
+    # its batch, which lags and is made locally before remote_timeout; out
+    # of order, nothing waits for it: remote_timeout ends it.
     cluster = shared_dask_cluster
-    cluster.add_worker("stuck", env={HANG_ENV: "1"})
+    stuck = cluster.add_worker(f"stuck-{in_order}", env={HANG_ENV: "1"})
     try:
         # Enough batches that Dask gives "stuck" one: with few, an epoch may end on the others.
         n = 384
         want, = reference(n)
         with remote_loader(Seeded(n, delay_s=0.005, hang_where_marked=True), cluster.address,
-                           remote_min=3, remote_timeout=2.0) as dl:
+                           remote_min=3, remote_timeout=2.0, in_order=in_order) as dl:
             got = list(dl)
             remote = dl.stats()["remote"]
+        if not in_order:
+            got.sort(key=lambda b: b["index"][0].item())
+            want.sort(key=lambda b: b["index"][0].item())
         assert_same_epoch(got, want)
         # The stuck worker is suspected: it offers no slot for a while.
-        assert remote["retries"] >= 1 and remote["capacity"] == 2
+        assert remote["retries" if not in_order else "lagged"] >= 1 and remote["capacity"] == 2
     finally:
-        cluster.kill_worker("stuck")  # the only way to end its sleep, and the cluster as it was
+        cluster.kill_worker(stuck)  # the only way to end its sleep, and the cluster as it was
 
 
 @pytest.mark.timeout(120)
@@ -498,6 +504,38 @@ def test_a_frozen_worker_is_left_out_and_the_healthy_one_kept(dask_cluster_facto
     assert suspects == {frozen} and healthy not in suspects
     assert remote["capacity"] == 1 and remote["lost"] is None
     assert remote["batches"] > made  # the healthy worker went on making batches
+
+
+def started_on(folder, worker):
+    """The samples a worker started, as its log in `folder` says."""
+    path = os.path.join(folder, worker)
+    return [] if not os.path.exists(path) else open(path).read().split()
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_worker_lags_its_batches_are_made_locally_and_it_is_left_out(
+        dask_cluster_factory, tmp_path):
+    # The one remote worker takes 0.25 s more a sample (2 s a batch, against
+    # 40 ms on the local worker). A batch of it that the consumer waits for
+    # is made locally (before: each epoch waited for its batches); after a
+    # second one lagged it gets no task.
+    started = tmp_path / "started"
+    started.mkdir()
+    cluster = dask_cluster_factory(
+        workers={"slow": {SLOW_ENV: "0.25", STARTED_DIR_ENV: str(started)}})
+    n = 240
+    want = reference(n, epochs=2)
+    with remote_loader(Seeded(n, delay_s=0.005), cluster.address, remote_min=1) as dl:
+        got = [list(dl) for _ in range(2)]
+        time.sleep(1.0)  # the watch re-reads the workers every 0.5 s
+        remote = dl.stats()["remote"]
+        suspects = set(dl._run.cluster._suspects)
+    for epoch, w in zip(got, want):
+        assert_same_epoch(epoch, w)
+    assert remote["lagged"] >= 2 and remote["lost"] is None
+    assert suspects == {cluster.worker_address("slow")} and remote["capacity"] == 0
+    # Two tasks (their first samples), perhaps one more sent as the second lagged.
+    assert len(started_on(started, "slow")) <= 3 * BATCH, started_on(started, "slow")
 
 
 class Locked(Seeded):

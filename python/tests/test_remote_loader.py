@@ -175,3 +175,29 @@ def test_a_cluster_needs_workers_auto(shared_dask_cluster, image_tree):
         stoker.Loader(image_tree, workers=2, cluster=shared_dask_cluster.address)
     with pytest.raises(ValueError, match="remote_min=1 needs a cluster"):
         stoker.Loader(image_tree, remote_min=1)
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_worker_lags_and_its_samples_are_made_locally(dask_cluster_factory,
+                                                                image_tree):
+    # The one worker is stopped (SIGSTOP) once it has made some batches: the
+    # batch the consumer then waits for lags and is made locally (before: it
+    # waited remote_timeout, 60 s, for each), and the worker gets no task
+    # after a second one lagged.
+    cluster = dask_cluster_factory(workers=1)
+    name, = cluster.worker_names
+    with remote(image_tree, cluster.address) as loader:
+        epochs_until_remote(loader, image_tree, more=0)
+        os.kill(cluster.pid(name), signal.SIGSTOP)
+        try:
+            for _ in epochs_within():  # each whole, until a second task lagged
+                epoch = loader.epoch
+                assert_same_epoch(epoch_of(loader), reference(image_tree, epoch))
+                stats = loader.stats()["remote"]
+                if stats["lagged"] >= 2:
+                    break
+            suspects = set(loader._cluster._suspects)
+        finally:
+            os.kill(cluster.pid(name), signal.SIGCONT)
+    assert stats["lagged"] >= 2 and stats["lost"] is None
+    assert suspects == {cluster.worker_address(name)}

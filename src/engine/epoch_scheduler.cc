@@ -326,6 +326,16 @@ void EpochScheduler::SetItems(int64_t items) {
   Abandon(ahead_);  // built from the old count
 }
 
+std::optional<AwaitedBatch> EpochScheduler::Head(bool with_items) const {
+  if (!ordered_ || cur_ == nullptr || cur_->finished()) return std::nullopt;
+  const EpochPlan& plan = *cur_->plan_;
+  AwaitedBatch head{cur_->epoch(), cur_->prefix_, {}, 0};
+  const int64_t begin = plan.batch_begin(head.batch);
+  for (int64_t p = begin; with_items && p < begin + plan.batch_length(head.batch); ++p)
+    head.items.push_back(plan.sample(p));
+  return head;
+}
+
 int64_t EpochScheduler::epoch() const { return cur_ != nullptr ? cur_->epoch() : next_epoch_; }
 
 LoaderState EpochScheduler::State() const {

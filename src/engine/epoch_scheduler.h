@@ -189,6 +189,10 @@ class EpochScheduler {
   BatchSlot* Peek() { return Deliverable()->slot.get(); }
   /// The next batch to hand out. REQUIRES: Advance() just returned kDeliver.
   std::unique_ptr<BatchSlot> Deliver();
+  /// In order, the batch delivery waits for next (the epoch in progress's
+  /// first undelivered one), with its items; nullopt out of order or
+  /// between epochs. Its items only `with_items`.
+  std::optional<AwaitedBatch> Head(bool with_items) const;
   /// Ends the epoch; the next Advance() starts the following one, which
   /// workers may now prefetch. REQUIRES: Advance() just returned kEndOfEpoch.
   void EndEpoch();

@@ -226,7 +226,7 @@ class Loader::Impl {
         }
         ready = next.step != EpochScheduler::Step::kWait || workers_.target() == 0;
         if (ready || std::chrono::steady_clock::now() >= deadline) break;
-        WaitForBatch(deadline);
+        AwaitBatch(deadline);
       }
     }
     ConsumerLeaves(enter);
@@ -345,6 +345,16 @@ class Loader::Impl {
     }
     stats_board_.AddTo(consumer_ctx_.stats, &m);
     return m;
+  }
+
+  std::optional<AwaitedBatch> Awaited() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (!consumer_asleep_) return std::nullopt;
+    std::optional<AwaitedBatch> head = sched_.Head(/*with_items=*/true);
+    if (!head || head->epoch != awaited_.epoch || head->batch != awaited_.batch)
+      return std::nullopt;
+    head->waited_ns = SteadyNanos() - awaited_.since_ns;
+    return head;
   }
 
   std::vector<SkipRecord> Skipped() const EXCLUDES(mu_) {
@@ -632,6 +642,18 @@ class Loader::Impl {
     ready_cv_.WaitUntil(mu_, deadline);
   }
 
+  // The consumer sleeps until its batch is ready (WaitForBatch), named
+  // meanwhile by Awaited(); its wait counts from the first sleep on that batch.
+  void AwaitBatch(std::chrono::steady_clock::time_point deadline) REQUIRES(mu_) {
+    if (std::optional<AwaitedBatch> head = sched_.Head(/*with_items=*/false)) {
+      if (head->epoch != awaited_.epoch || head->batch != awaited_.batch || awaited_.since_ns == 0)
+        awaited_ = {head->epoch, head->batch, SteadyNanos()};
+      consumer_asleep_ = true;
+    }
+    WaitForBatch(deadline);
+    consumer_asleep_ = false;
+  }
+
   Result<std::optional<Batch>> NextImpl() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     while (true) {
@@ -661,7 +683,7 @@ class Loader::Impl {
         if (std::exchange(interrupted_, false)) return Cancelled("interrupted");
         continue;
       }
-      WaitForBatch(std::chrono::steady_clock::time_point::max());
+      AwaitBatch(std::chrono::steady_clock::time_point::max());
     }
   }
 
@@ -846,6 +868,11 @@ class Loader::Impl {
   std::unique_ptr<Controller> controller_;  // consumer thread only
   int64_t next_tick_ns_ = 0;                // consumer thread only
   int64_t last_return_ns_ = 0;              // consumer thread only
+  // The batch the consumer last slept on (AwaitBatch) and since when.
+  struct {
+    int64_t epoch = -1, batch = -1, since_ns = 0;
+  } awaited_ GUARDED_BY(mu_);
+  bool consumer_asleep_ GUARDED_BY(mu_) = false;
   std::atomic<int64_t> consumer_wait_ns_{0};
   std::atomic<int64_t> consumer_step_ns_{0};
   std::atomic<int64_t> next_calls_{0};
@@ -1063,6 +1090,7 @@ Status Loader::SetPrefetch(int batches, size_t bytes) {
   return Status::Ok();
 }
 LoaderMetrics Loader::Metrics() const { return impl_->Metrics(); }
+std::optional<AwaitedBatch> Loader::Awaited() const { return impl_->Awaited(); }
 std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
 void Loader::Stop() {
   if (impl_->CheckProcess().ok()) impl_->Stop();

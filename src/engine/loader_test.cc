@@ -455,6 +455,42 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   }
 }
 
+TEST(LoaderTest, AwaitedNamesTheBatchTheConsumerSleepsOnWithItsItems) {
+  constexpr int64_t kBatch = 4;
+  // Every read blocks until opened: the consumer sleeps on batch 0.
+  auto source = std::make_shared<GatedSource>(64, 8, 0);
+  auto o = SyntheticLoaderOptions(64, kBatch, 8);
+  o.source = source;
+  o.shuffle = true;
+  o.workers = 2;
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  struct OpenOnExit {
+    GatedSource* source;
+    ~OpenOnExit() { source->Open(); }
+  } open_on_exit{source.get()};
+  EXPECT_FALSE(loader->Awaited().has_value());  // the consumer is not inside Next()
+
+  std::optional<BatchCopy> first;
+  std::thread consumer([&] {
+    auto b = loader->Next();
+    if (b.ok() && b->has_value()) first = testing::Copy(**b);
+  });
+  std::optional<AwaitedBatch> head;
+  EXPECT_TRUE(WaitUntil([&] {
+    head = loader->Awaited();
+    return head.has_value() && head->waited_ns > 0;
+  }));
+  source->Open();
+  consumer.join();
+  ASSERT_TRUE(head.has_value() && first.has_value());
+  EXPECT_EQ(head->epoch, 0);
+  EXPECT_EQ(head->batch, 0);
+  // The items of the batch it then got, in plan order (shuffled).
+  EXPECT_EQ(head->items, first->samples);
+  EXPECT_FALSE(loader->Awaited().has_value());  // it left Next() with its batch
+}
+
 TEST(LoaderTest, StopWakesAWaitingConsumer) {
   SyntheticOptions so;
   so.read_latency = std::chrono::milliseconds(50);

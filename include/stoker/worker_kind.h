@@ -59,8 +59,9 @@ struct ItemOutcome {
   int64_t samples = 1;  // user samples the item holds (0: all failed, or none planned)
   /// Failed samples of the item; the item is still delivered.
   std::vector<SampleFailure> failures;
-  /// Made on another machine (a remote slot): its time is no local worker's,
-  /// so the tuner's local figures leave it out (LoaderMetrics::remote_*).
+  /// Made by a remote slot (on another machine, or on the slot's thread when
+  /// the cluster gave it back): its time is no local worker's, so the
+  /// tuner's local figures leave it out (LoaderMetrics::remote_*).
   bool remote = false;
   /// Set by the engine on a worker thread: asks whether the thread may leave
   /// now (the pool is over its target). True commits it to leave: the kind

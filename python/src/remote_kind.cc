@@ -53,11 +53,15 @@ class LocalFirstWorker : public KindWorker {
       outcome->remote = st.ok();
       return st;
     }
-    // The cluster could not make it: made here, as if never sent.
+    // The cluster could not make it, or it lagged: made here, as if never
+    // sent. A slot's thread is none of the tuner's local workers: its time
+    // stays out of their figures (it would read as a local worker waiting).
     was_remote_ = false;
     outcome->failures.clear();
     outcome->samples = 1;
-    return local_->Run(epoch, item, out, outcome);
+    st = local_->Run(epoch, item, out, outcome);
+    outcome->remote = true;
+    return st;
   }
 
   WorkerCost cost() const override { return local_->cost(); }

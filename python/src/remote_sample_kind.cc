@@ -64,17 +64,25 @@ class LocalFirstSampleWorker : public KindWorker {
     Settle();
     was_remote_ = slots_->Take(was_remote_);
     taken_ = true;
+    given_back_ = false;
     if (!was_remote_) return;  // made here; Done when the next task comes
     task_ = Send(epoch, items);
     slots_->Done(true);
     taken_ = false;
-    if (!task_) was_remote_ = false;  // given back: made here, as if never sent
+    if (!task_) {  // given back: made here, as if never sent
+      was_remote_ = false;
+      given_back_ = true;
+    }
   }
 
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
     if (!task_ || task_->epoch != epoch || task_->next >= task_->items.size() ||
         task_->items[task_->next] != item) {
-      return local_->Run(epoch, item, out, outcome);
+      Status st = local_->Run(epoch, item, out, outcome);
+      // A slot's thread is none of the tuner's local workers: the time it
+      // makes a given-back task in stays out of their figures.
+      outcome->remote = given_back_;
+      return st;
     }
     const size_t k = task_->next++;
     outcome->remote = true;
@@ -141,7 +149,8 @@ class LocalFirstSampleWorker : public KindWorker {
   const size_t sample_bytes_;
   const SampleCap cap_;
   bool was_remote_ = false;
-  bool taken_ = false;  // a place taken for the current task, not yet Done
+  bool taken_ = false;       // a place taken for the current task, not yet Done
+  bool given_back_ = false;  // the current task came back from the cluster unmade
   std::optional<RemoteTask> task_;
 };
 

@@ -144,6 +144,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._IterableDataset_len_called = None
         self._options = options
         self._resume = False      # load_state_dict: the next iter() continues that epoch
+        self._refused = False     # that iter() refused the checkpoint: the next starts anew
         self._remade = 0          # runs made anew for a changed dataset
         self._skipped_before = []  # skipped() of the runs made before this one
         self._iterator = None     # the live iterator, if any
@@ -323,7 +324,13 @@ class DataLoader(torch.utils.data.DataLoader):
         prev = self._iterator
         if self._resume:
             epoch = self._run.engine.epoch
-            anew = self._plan.resume(epoch)
+            try:
+                anew = self._plan.resume(epoch)
+            except BaseException:
+                # load_state_dict is undone: the next iter() starts a new epoch,
+                # whole (not at the checkpoint's place the engine was restored to).
+                self._resume, self._skip, self._refused = False, 0, True
+                raise
         else:
             # Each iter() is an engine epoch of its own: the number the workers
             # may already be running ahead into, never one used before.
@@ -334,15 +341,15 @@ class DataLoader(torch.utils.data.DataLoader):
                 return self._to_torch(endless)
             anew = True
         run, plan = self._run, self._plan
-        if anew and (run.engine.epoch != epoch or run.engine.batches_per_epoch != plan.batches
-                     or not plan.ahead_holds):
+        if anew and (self._refused or run.engine.epoch != epoch or
+                     run.engine.batches_per_epoch != plan.batches or not plan.ahead_holds):
             # Abandons what is left of the last epoch, and what the workers
             # made ahead for this one from another count or other lists.
             run.engine.set_epoch(epoch, items=plan.batches, keep_ahead=plan.ahead_holds)
         it = _Iterator(run, epoch, self, plan.batches, 0 if anew else self._skip)
         if prev is not None:
             prev.end("a newer iter()")
-        self._resume = False
+        self._resume = self._refused = False
         self._skip = 0
         self._iterator = it
         return it
@@ -439,7 +446,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._restored = json.dumps(engine)  # again, should the next iter() make a new run
         self._run.engine.restore(self._restored)
         self._plan.restore(record, epoch)
-        self._resume = True
+        self._resume, self._refused = True, False
         self._skip = skip
         if self._iterator is not None:
             self._iterator.end("load_state_dict()")
@@ -1013,6 +1020,12 @@ class _Plan:
                 f"{batches} (a dataset of {dataset_len}): resume with the dataset as it was "
                 "then, or start a new epoch without load_state_dict")
         if _digest(flat, offsets, keys) != record["digest"]:
+            if record.get("dataset_len", dataset_len) != dataset_len:
+                raise ValueError(
+                    f"the state dict's epoch {record['epoch']} read a dataset of "
+                    f"{record['dataset_len']} samples; it has {dataset_len} now, and the sampler "
+                    "gives that epoch other batches: resume with the dataset as it was then, or "
+                    "start a new epoch without load_state_dict")
             raise ValueError(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
                 f"dict was taken ({type(self._options.sampler).__name__}, "

@@ -681,6 +681,25 @@ def test_a_checkpoint_resumed_with_the_dataset_at_another_length_is_refused_nami
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_after_a_refused_resume_the_next_iter_is_a_whole_new_epoch(workers):
+    # 50 samples then, 49 now: the same 13 batches, other ones. The refusal
+    # names both lengths (before: the sampler, as if it kept state), and the
+    # epoch the user then starts holds every sample (before: it began where
+    # the refused checkpoint left off, 3 batches short).
+    _, state, _ = _checkpoint_in_grown_epoch(2)
+    with stoker.DataLoader(Indexed(49), batch_size=4, shuffle=True, generator=torch.Generator(),
+                           num_workers=workers) as dl:
+        dl.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(dl)
+        epochs = [[i for b in dl for i in b.tolist()] for _ in range(2)]
+    said = str(e.value)
+    assert "50 samples" in said and "49 now" in said and "Sampler" not in said
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(49))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_checkpoint_at_an_epochs_end_resumes_into_a_dataset_grown_since(workers):
     # Uninterrupted: an epoch of 40, a checkpoint, the data set grows, an epoch of 50.
     dataset = Indexed(40)

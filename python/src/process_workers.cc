@@ -512,7 +512,7 @@ ProcessWorkers::~ProcessWorkers() {
   }
   Close();
   MutexLock lock(mu_);
-  for (auto& s : segments_) UnregisterFd(s->fd.get());
+  for (auto& s : segments_) DropLocked(*s);
 }
 
 Result<WorkerProcess> ProcessWorkers::Spawn() {
@@ -816,6 +816,15 @@ void ProcessWorkers::FreeLocked(Segment& s) {
     s.size = 0;
     s.map.reset();
   }
+  if (shutdown_) DropLocked(s);
+}
+
+void ProcessWorkers::DropLocked(Segment& s) {
+  s.map.reset();
+  s.size = 0;
+  if (!s.fd.valid()) return;
+  UnregisterFd(s.fd.get());
+  s.fd.reset();
 }
 
 Result<SegmentView> ProcessWorkers::View(int segment_id, uint64_t ticket) {
@@ -876,6 +885,14 @@ void ProcessWorkers::Shutdown() {
 void ProcessWorkers::Close() {
   if (ForeignProcess()) return;
   Shutdown();
+  {
+    // A closed loader may stay referenced (`with ... as dl`): its free
+    // segments' memory goes now; the held ones' as the consumer lets go.
+    MutexLock lock(mu_);
+    for (auto& s : segments_) {
+      if (!s->busy) DropLocked(*s);
+    }
+  }
   MutexLock lock(zygote_mu_);
   if (!zygote_.valid()) return;
   // Said, not only closed: a process forked by the user after the loader may

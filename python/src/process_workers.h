@@ -208,8 +208,11 @@ class ProcessWorkers {
     bool released = false;         // Release came while held: it takes effect at the last Unhold
     std::shared_ptr<Mapping> map;  // the parent's mapping, of map->size bytes
   };
-  /// Gives `s` back to the pool (its current use ends).
+  /// Gives `s` back to the pool (its current use ends); after Close, its
+  /// memory and descriptor go.
   void FreeLocked(Segment& s) REQUIRES(mu_);
+  /// Lets go of `s`'s memory and descriptor (the loader is closed).
+  void DropLocked(Segment& s) REQUIRES(mu_);
 
   /// The segment `id`, or nullptr for an id never handed out.
   Segment* FindLocked(int id) REQUIRES(mu_);

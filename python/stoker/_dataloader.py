@@ -1026,12 +1026,17 @@ class _Plan:
                     f"{record['dataset_len']} samples; it has {dataset_len} now, and the sampler "
                     "gives that epoch other batches: resume with the dataset as it was then, or "
                     "start a new epoch without load_state_dict")
+            shared = self._generator is None and self._options.workers != 0 and \
+                self._options.worker_kind != "processes"
             raise ValueError(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
                 f"dict was taken ({type(self._options.sampler).__name__}, "
                 f"{type(self._options.batch_sampler).__name__}): it keeps state of its own that "
                 "the loader cannot restore (restore it before iter(), e.g. its set_epoch(), or "
-                "use a sampler whose order comes from the loader's generator)")
+                "use a sampler whose order comes from the loader's generator)" + (
+                    "; or its order comes from torch's global generator, which thread workers "
+                    "reseed and draw from meanwhile: give the loader a generator= (a "
+                    "torch.Generator) for checkpoints with thread workers" if shared else ""))
         self.record = dict(record, epoch=epoch)
         if record["epoch"] == epoch:
             self._last = epoch

@@ -1214,8 +1214,12 @@ class _Pickler(pickle.Pickler):
     def __init__(self, file, arrays):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.arrays = arrays
+        self._listed = {}  # id -> its place in arrays: one object twice comes back as one
 
     def persistent_id(self, obj):
+        listed = self._listed.get(id(obj))
+        if listed is not None:
+            return listed
         torch = sys.modules.get("torch")
         if torch is not None and type(obj) is torch.Tensor:
             if obj.device.type != "cpu":
@@ -1223,17 +1227,29 @@ class _Pickler(pickle.Pickler):
                                 f"{obj.device}")
             if obj.is_sparse or obj.is_quantized or obj.is_nested:
                 return None  # pickled whole, as torch pickles it
-            self.arrays.append(obj)
-            return ("t", len(self.arrays) - 1)
-        np = sys.modules.get("numpy")
-        if np is not None and type(obj) is np.ndarray and obj.dtype.hasobject is False:
-            self.arrays.append(obj)
-            return ("a", len(self.arrays) - 1)
-        return None
+            kind = "t"
+        else:
+            np = sys.modules.get("numpy")
+            if np is None or type(obj) is not np.ndarray or obj.dtype.hasobject:
+                return None
+            kind = "a"
+        self.arrays.append(obj)  # which also keeps obj, and so its id, alive
+        self._listed[id(obj)] = (kind, len(self.arrays) - 1)
+        return self._listed[id(obj)]
 
 
 def _nbytes(a):
     return a.numel() * a.element_size() if hasattr(a, "numel") else a.nbytes
+
+
+def _layout(t):
+    """The order of `t`'s dimensions in memory when it is dense but not
+    contiguous (channels_last, a transpose): t.permute(order) is contiguous.
+    None otherwise (contiguous, or a strided view: copied contiguous)."""
+    if t.dim() < 2 or t.is_contiguous():
+        return None
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d))))
+    return order if t.permute(order).is_contiguous() else None
 
 
 def _write(writer, payload):
@@ -1245,8 +1261,10 @@ def _write(writer, payload):
         if hasattr(a, "numel"):
             # What a tensor is beyond its bytes comes back with it.
             names = a.names if any(n is not None for n in a.names) else None
-            entry = ["t", str(a.dtype).removeprefix("torch."), tuple(a.shape), None,
-                     (a.requires_grad, names)]
+            order = _layout(a)  # its memory layout comes back too
+            shape = tuple(a.shape) if order is None else tuple(a.shape[d] for d in order)
+            entry = ["t", str(a.dtype).removeprefix("torch."), shape, None,
+                     (a.requires_grad, names, order)]
             placed = writer.placed.get(id(a))
             if placed is not None and placed[0] is a:
                 entry[3] = placed[1]  # already in the segment
@@ -1269,7 +1287,10 @@ def _write(writer, payload):
             src = a.detach()
             if any(n is not None for n in src.names):  # rename() warns even when names are none
                 src = src.rename(None)
-            dst.view(a.dtype).view(a.shape).copy_(src)
+            order = _layout(src)
+            if order is not None:
+                src = src.permute(order)
+            dst.view(a.dtype).view(src.shape).copy_(src)
             del dst
         else:
             import numpy as np
@@ -1318,7 +1339,9 @@ def _rebuild(view, entry):
             itemsize = torch.empty((), dtype=dt).element_size()
             t = torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
                                  offset=off).view(dt).view(shape)
-        requires_grad, names = entry[4]
+        requires_grad, names, order = entry[4]
+        if order is not None:  # back to its dimensions' order, in its memory layout
+            t = t.permute(sorted(range(len(order)), key=order.__getitem__))
         if names is not None:
             t = t.refine_names(*names)
         return t.requires_grad_() if requires_grad else t

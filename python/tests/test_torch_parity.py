@@ -793,3 +793,32 @@ def test_a_failing_samplers_key_is_named_in_the_error(workers):
     want = list(torch.utils.data.DataLoader(_Echo(), batch_size=None, sampler=_Keys()))
     assert got == [s for s in want if s != "str:'1'"]
     assert len(errors) == 1 and "key '1'" in errors[0], errors
+
+
+class _Layouts(torch.utils.data.Dataset):
+    """Samples holding one tensor twice, a channels_last image, a transpose
+    and a strided view."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        t = torch.arange(24.0) + i
+        image = torch.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5) + i
+        return {"a": t, "b": t, "image": image.contiguous(memory_format=torch.channels_last),
+                "transposed": t.reshape(4, 6).t(), "every_other": t[::2]}
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_a_samples_tensors_keep_their_identity_and_memory_layout_from_workers(kind):
+    # As torch's workers give them (before, from worker processes: `a` and
+    # `b` two tensors, the image contiguous NCHW, the transpose contiguous).
+    with stoker.DataLoader(_Layouts(), batch_size=None, num_workers=2, worker_kind=kind) as dl:
+        got = list(dl)
+    want = list(torch.utils.data.DataLoader(_Layouts(), batch_size=None, num_workers=0))
+    for g, w in zip(got, want, strict=True):
+        for key in w:
+            assert torch.equal(g[key], w[key]), key
+        assert g["a"] is g["b"]
+        assert g["image"].is_contiguous(memory_format=torch.channels_last)
+        assert g["transposed"].stride() == w["transposed"].stride()

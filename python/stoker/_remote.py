@@ -308,7 +308,7 @@ class Cluster:
         self._warned = False
         self._known = {}                      # worker address -> threads, as last seen
         self._lagged = {}                     # worker address -> when a task of it lagged
-        self._hedged = 0                      # tasks that lagged, made locally instead
+        self._lagged_tasks = 0                      # tasks that lagged, made locally instead
         self._engine = None                   # weakref to the loader's engine (follow)
         self._local = (0.0, None)             # (when read, a local item's seconds)
         self._cut_off = False                 # the last look at the workers had no answer
@@ -534,7 +534,7 @@ class Cluster:
         """Cancels a task that takes too long: (the workers to blame, the
         workers holding the job). Its own worker; or, when that one still
         waits for the job, the holders it would fetch it from (they hang,
-        not it). None when the scheduler cannot say."""
+        not it). Nobody is blamed when the scheduler cannot say."""
         key = future.key
         try:
             where, holders = _within(_CUT_OFF_S, lambda: self.client.run_on_scheduler(
@@ -595,7 +595,7 @@ class Cluster:
         blamed, holders = self._culprits(future, job)
         now = time.monotonic()
         with self._lock:
-            self._hedged += 1
+            self._lagged_tasks += 1
             for worker, since in list(self._lagged.items()):
                 if now - since > _LAG_MEMORY_S:
                     del self._lagged[worker]
@@ -686,7 +686,7 @@ class Cluster:
             recent = sum(b for _, b in self._received)
             return {"workers": target, "peak": self._slots.peak, "batches": self._batches,
                     "bytes_per_s": recent / _RATE_WINDOW_S, "capacity": self._slots.capacity,
-                    "retries": self._retries, "lagged": self._hedged, "lost": self._lost,
+                    "retries": self._retries, "lagged": self._lagged_tasks, "lost": self._lost,
                     "address": self.address}
 
     def cancel(self):

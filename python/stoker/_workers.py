@@ -1272,12 +1272,12 @@ def _write(writer, payload):
             entry = ["a", a.dtype, a.shape, None]  # the dtype itself: a structured one keeps its fields
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
-            copies.append((a, entry[3]))
+            copies.append((a, entry[3], entry[4][2] if entry[0] == "t" else None))
         table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
     m = writer.seg.map
-    for a, off in copies:
+    for a, off, order in copies:
         n = _nbytes(a)
         if n == 0:
             continue
@@ -1287,8 +1287,7 @@ def _write(writer, payload):
             src = a.detach()
             if any(n is not None for n in src.names):  # rename() warns even when names are none
                 src = src.rename(None)
-            order = _layout(src)
-            if order is not None:
+            if order is not None:  # written in its memory order (_layout)
                 src = src.permute(order)
             dst.view(a.dtype).view(src.shape).copy_(src)
             del dst

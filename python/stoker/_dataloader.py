@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import math
 import multiprocessing
 import numbers
 import operator
@@ -346,7 +347,9 @@ class DataLoader(torch.utils.data.DataLoader):
             # Abandons what is left of the last epoch, and what the workers
             # made ahead for this one from another count or other lists.
             run.engine.set_epoch(epoch, items=plan.batches, keep_ahead=plan.ahead_holds)
-        it = _Iterator(run, epoch, self, plan.batches, 0 if anew else self._skip)
+        resumed_at = 0 if anew else run.engine.state()["position"]
+        it = _Iterator(run, epoch, self, plan.batches, 0 if anew else self._skip,
+                       plan.draws(epoch, resumed_at))
         if prev is not None:
             prev.end("a newer iter()")
         self._resume = self._refused = False
@@ -878,6 +881,9 @@ class _Plan:
         self.record = None   # the current epoch's start, for state_dict
         self._pending = None  # from load_state_dict: the epoch start to replay
         self._last = -1       # the engine epoch of the last iter()
+        # (epoch, [(pulls, state)]): the user's generator after each pull of
+        # that epoch's order where it changed, the last once read whole (rewind).
+        self._drawn = None
         self.renew_table()
         # Only an order that draws nothing may be handed to the workers early.
         from torch.utils.data import BatchSampler, SequentialSampler
@@ -921,7 +927,7 @@ class _Plan:
         if drew:
             self._base_seed = self._draw_seed()
         dataset_len = len(self.dataset)
-        flat, offsets, keys = self._read()
+        flat, offsets, keys = self._read(epoch)
         digest = _digest(flat, offsets, keys)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
                        "base_seed": self._base_seed, "drew_seed": drew, "digest": digest,
@@ -975,6 +981,7 @@ class _Plan:
         continues engine epoch `epoch`; other epochs' lists are dropped."""
         self.table.restart()
         self._given_ahead = None
+        self._drawn = None
         self._last = epoch - 1
         self._pending = self.record = record
 
@@ -1000,11 +1007,11 @@ class _Plan:
         state = _state_tensor(record["rng"])
         if self._generator is not None:
             self._generator.set_state(state)
-            flat, offsets, keys = self._replay(record)
+            flat, offsets, keys = self._replay(record, epoch)
         else:  # torch's global generator: the user's own state is left as it is
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
-                flat, offsets, keys = self._replay(record)
+                flat, offsets, keys = self._replay(record, epoch)
         batches, dataset_len = len(offsets) - 1, len(self.dataset)
         if "shards" in record and record["epoch"] == epoch and \
                 self.dataset.digest() != record["shards"]:
@@ -1046,11 +1053,25 @@ class _Plan:
         self.start(epoch)
         return True
 
-    def _replay(self, record):
+    def _replay(self, record, epoch):
         if record["drew_seed"]:
             self._draw_seed()
         self._base_seed = record["base_seed"]
-        return self._read()
+        return self._read(epoch)
+
+    def draws(self, epoch, taken):
+        """The iter() of `epoch`, `taken` of its batches taken before (a
+        resume): its _Draws, or None where the order drew nothing from the
+        user's generator after its first pull."""
+        drawn, self._drawn = self._drawn, None
+        if drawn is None or drawn[0] != epoch or len(drawn[1]) < 2:
+            return None
+        options = self._options
+        ahead = 0  # batches torch's iterator asks for beyond those taken
+        if isinstance(options.num_workers, int) and options.workers > 0:
+            ahead = (options.prefetch_factor or _torch_default("prefetch_factor") or 2) * \
+                options.workers
+        return _Draws(self._generator, drawn[1], ahead, taken, self._rng_state)
 
     def _rng_state(self):
         torch = _torch()
@@ -1062,20 +1083,23 @@ class _Plan:
         torch = _torch()  # torch's own draw, as its iterator makes it
         return int(torch.empty((), dtype=torch.int64).random_(generator=self._generator).item())
 
-    def _read(self):
+    def _read(self, epoch=None):
         """The epoch's batches: (flat, where each starts (one more than
         batches), keys), flat and offsets as arrays of int64 (a list would
         hold an int object per sample: 100 MiB at 3 million, whose freed heap
         stays with the process). The sampler's keys go to dataset[...] as it
         gave them: when all are ints, `flat` holds them and `keys` is empty;
         else (tuples, strings, floats, numpy ints) `flat` holds each key's
-        position in its batch and `keys` each batch's keys, pickled."""
+        position in its batch and `keys` each batch's keys, pickled. With
+        `epoch`, the user's generator's changes on the way (_drawn)."""
         options = self._options
         order = options.sampler if options.unbatched else options.batch_sampler
         bound = 2 * len(order) + _ORDER_SLACK
         source = iter(order)
         batches = ([i] for i in source) if options.unbatched else source
         flat, offsets, keys = array.array("q"), array.array("q", [0]), None
+        track = epoch is not None and self._generator is not None and options.shards is None
+        drawn = [(0, self._rng_state())] if track else None
         for b in batches:
             if len(offsets) > bound:  # an endless order: the rest of it goes to torch's loader
                 told = [pickle.loads(keys[i]) if keys else list(flat[offsets[i]:offsets[i + 1]])
@@ -1095,7 +1119,45 @@ class _Plan:
                 keys.append(_pickled(b))
                 flat.extend(range(len(b)))
             offsets.append(len(flat))
+            if track and (state := self._rng_state()) != drawn[-1][1]:
+                drawn.append((len(offsets) - 1, state))
+        if track:  # the pull that found the order's end may draw too
+            if (state := self._rng_state()) != drawn[-1][1]:
+                drawn.append((len(offsets), state))
+            self._drawn = (epoch, drawn)
         return flat, offsets, keys or []
+
+
+class _Draws:
+    """The user's generator where torch's would be as an epoch goes on.
+    torch's iterator asks its sampler for batches as it goes (those taken,
+    and with workers prefetch_factor x num_workers ahead), and a sampler may
+    draw late: RandomSampler's trailing permutation comes only at the pull
+    that finds the order's end. The loader reads the order whole at iter();
+    this sets the generator back to its state after as many pulls as torch's
+    would have made, and forward as batches are taken -- never over the
+    user's own draws from it since (then it is left as it is)."""
+
+    def __init__(self, generator, changes, ahead, taken, state_of):
+        self._generator, self._ahead, self._state_of = generator, ahead, state_of
+        self._changes = collections.deque(changes)  # [(pulls, state)], the last its state now
+        self._set = changes[-1][1]  # the state last left in it
+        self._before = taken  # batches taken before this iterator (a resume's)
+        self.follow(0)
+
+    def follow(self, taken):
+        """`taken` batches taken by the iterator (math.inf: the epoch's end reached)."""
+        pulls, changes, state = self._before + taken + self._ahead, self._changes, None
+        while changes and changes[0][0] <= pulls:
+            state = changes.popleft()[1]
+        if state is None or state == self._set:
+            return
+        if self._state_of() != self._set:  # drawn from since: the user's now
+            changes.clear()
+            return
+        torch = _torch()
+        self._generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        self._set = state
 
 
 # Items an order may give past twice its len() before it is taken for endless.
@@ -1600,7 +1662,7 @@ class _Iterator:
     policy reports failed samples (a DataError or ResourceError naming each,
     then the rest of their batch) or skips them."""
 
-    def __init__(self, run, epoch, owner, batches, skip=0):
+    def __init__(self, run, epoch, owner, batches, skip=0, draws=None):
         self.run = run
         self._batches = batches  # its epoch's, as the sampler gave them
         # A sharded stream's item is a shard's batches, handed out one by one.
@@ -1619,6 +1681,7 @@ class _Iterator:
         self._ended_by = None  # what ended it before its epoch's end
         self.finished = False  # reached the end of its epoch
         self.position = 0      # batches taken
+        self._draws = draws    # the user's generator kept where torch's would be
         self._ahead = None     # device=...: batches copied ahead
         # When the last batch was handed out, from iter() on: the kind trial
         # times the loop, an epoch's first batch too (the epoch's start is the kind's cost).
@@ -1683,6 +1746,8 @@ class _Iterator:
             payload = self._produce()
             if payload is _END:
                 self.finished = self.done = True
+                if self._draws is not None:
+                    self._draws.follow(math.inf)
                 raise StopIteration
             if isinstance(payload, _shards.Batches):
                 self._open(payload)
@@ -1782,6 +1847,8 @@ class _Iterator:
         if self._sharded:
             self._got_item = int(got[1][0])  # a kind's label is its item
         self.position += 1
+        if self._draws is not None:
+            self._draws.follow(self.position)
         if self.position == 1:
             self.run.plan.give_ahead(self.epoch + 1)  # the workers may start on it early
         if self._native is not None:

@@ -78,6 +78,42 @@ def test_shuffle_with_a_generator_gives_torchs_batches(workers, persistent):
     assert ours == theirs
 
 
+@pytest.mark.parametrize("workers,prefetch,persistent,drop_last,replacement", [
+    (0, None, False, False, False), (1, 3, False, True, False), (2, None, True, False, False),
+    (0, None, False, False, True)])
+def test_an_epoch_left_early_leaves_the_generator_where_torchs_does(workers, prefetch, persistent,
+                                                                    drop_last, replacement):
+    # torch's RandomSampler draws its trailing permutation (with replacement:
+    # 32 keys at a time) only when its iterator asks for the batches they
+    # are in; an epoch left by a break leaves the generator where the
+    # batches asked for by then (prefetch_factor x num_workers ahead) do.
+    def run(cls):
+        g = torch.Generator()
+        g.manual_seed(5)
+        kwargs = dict(batch_size=4, generator=g, num_workers=workers, drop_last=drop_last,
+                      persistent_workers=persistent)
+        if prefetch is not None:
+            kwargs["prefetch_factor"] = prefetch
+        if replacement:
+            kwargs["sampler"] = torch.utils.data.RandomSampler(
+                Indexed(42), replacement=True, num_samples=70, generator=g)
+        else:
+            kwargs["shuffle"] = True
+        loader = cls(Indexed(42), **kwargs)
+        seen = []
+        for stop in (1, 100, 9, 3, 11, 6):
+            got = []
+            for i, b in enumerate(loader):
+                got.append(b.tolist())
+                if i + 1 == stop:
+                    break
+            seen.append((got, torch.rand(2, generator=g).tolist()))
+        if cls is stoker.DataLoader:
+            loader.close()
+        return seen
+    assert run(stoker.DataLoader) == run(TorchDataLoader)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shuffle_with_torchs_global_seed_gives_torchs_batches_and_leaves_its_generator(workers):
     after = []

@@ -135,7 +135,15 @@ def _remote_batch(job, epoch, batch, indices, seed, keys, expected):
                 finally:
                     _workers._clear_worker_info()
         payload, info = _workers.run_batch(job, epoch, batch, indices, seed, keys)
-        made = _Batch(*_pack((payload, _portable(info))))
+        info = _portable(info)
+        try:
+            made = _Batch(*_pack((payload, info)))
+        except Exception as e:  # noqa: BLE001 -- the user's batch does not pickle
+            # It fails whole, as it does in a worker process (its shared-memory write).
+            failed = (f"the batch failed outside its samples: {type(e).__name__}: {e}",
+                      traceback.format_exc(),
+                      _workers._pickled_exception(e, _workers.P.MAX_MESSAGE_BYTES))
+            made = _Batch(*_pack((None, (info[0], info[1], failed, epoch, batch))))
         _register_serializers()
         return made
 
@@ -232,13 +240,14 @@ def _unpack(header, buffers):
 
 
 def _portable(info):
-    """The failures' exceptions that would not pickle become None (the loader
-    then raises the worker's traceback in their stead)."""
+    """The failures' exceptions that would not survive pickle (a field that
+    does not pickle, a constructor its args do not fit) become None (the
+    loader then raises the worker's traceback in their stead)."""
     kept, failures, collate_error, epoch, batch = info
     out = []
     for index, reason, trace, fatal, error in failures:
         try:
-            pickle.dumps(error)
+            pickle.loads(pickle.dumps(error))
         except Exception:  # noqa: BLE001 -- whatever pickling raises
             error = None
         out.append((index, reason, trace, fatal, error))
@@ -315,13 +324,21 @@ class Cluster:
         try:
             self._check_versions()
             self._jobdata = job
+            self._job, part = None, None
             try:
-                self._job = self.client.scatter(job, broadcast=True, hash=False,
-                                                timeout=timeout_s)
+                if self.client.scheduler_info().get("workers"):
+                    self._job = self.client.scatter(job, broadcast=True, hash=False,
+                                                    timeout=timeout_s)
+                else:
+                    # No worker yet (a job script starting them beside the
+                    # training): the job goes to the first to join, once a
+                    # task needs it; Dask's scatter would wait for one here.
+                    part = _unpicklable(job)
             except Exception:  # noqa: BLE001 -- Dask names only its wrapper: say which part
                 part = _unpicklable(job)
                 if part is None:
                     raise
+            if part is not None:
                 name, value, error = part
                 raise ClusterError(
                     f"the loader's {name} ({type(value).__module__}.{type(value).__qualname__}) "
@@ -380,35 +397,35 @@ class Cluster:
         avoid = set()
         for attempt in range(_ATTEMPTS):
             made = self._attempt(task, args, f"{name}-{attempt}", avoid, made_of)
-            if made is _LAGGED:
-                return None  # the consumer waits for it: made here at once
+            if made is _LAGGED or made is _NOT_SENT:
+                return None  # the consumer waits for it, or no worker takes it: made here
             if made is not None:
                 return made
             if self._lost is not None or self._closing:
                 return None
             with self._lock:
-                self._retries += 1
+                self._retries += 1  # sent and failed: made again, elsewhere or here
         return None
 
     def _attempt(self, task, args, name, avoid, made_of):
         distributed = self._distributed
         if not self._connected():
             self._lose(ClusterError(f"the connection to the scheduler is {self.client.status}"))
-            return None
+            return _NOT_SENT
         workers, restricted = self._usable_workers(avoid)
         if not workers:
-            return None
+            return _NOT_SENT
         try:
             job = self._job_on_cluster()
-        except Exception:  # noqa: BLE001 -- not sent; the next attempt looks again
-            return None
+        except Exception:  # noqa: BLE001 -- not sent; the next batch looks again
+            return _NOT_SENT
         try:
             future = self.client.submit(
                 task, job, *args, self._expected, key=f"stoker-{self._token}-{name}", pure=False,
                 workers=workers if restricted else None, allow_other_workers=False)
         except Exception as e:  # noqa: BLE001 -- the client is closed or cut off
             self._lose(e)
-            return None
+            return _NOT_SENT
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
         sent = time.monotonic()
@@ -453,7 +470,9 @@ class Cluster:
                 distributed.comm.CommClosedError, OSError) as e:
             # The worker died (Dask re-ran it until it gave up) or the connection broke.
             if self.client.status != "running":
-                self._lose(e)
+                self._lose(ClusterError(f"the connection to the scheduler was lost (the client "
+                                        f"is {self.client.status}; the task: "
+                                        f"{type(e).__name__}: {e})"))
             return None
         except Exception:  # noqa: BLE001 -- the task itself raised: stoker's bug, said plainly
             self._lose(ClusterError("a remote task failed outside its samples:\n" +
@@ -484,7 +503,8 @@ class Cluster:
         hangs (Dask keeps one copy: the others would wait to fetch it)."""
         asked = time.monotonic()
         with self._scatter_lock:
-            if self._job.status == "finished" and not self._rescatter:
+            if self._job is not None and self._job.status == "finished" and \
+                    not self._rescatter:
                 return self._job
             if self._scatter_failed is not None and self._scatter_failed > asked:
                 # Failed while this thread waited: no second wait in a row.
@@ -709,6 +729,7 @@ def _workers_of(info):
 
 
 _LAGGED = object()  # _attempt's answer for a task that lagged (_lags)
+_NOT_SENT = object()  # _attempt's answer where no worker could take the task
 
 
 class _NoAnswer(TimeoutError):

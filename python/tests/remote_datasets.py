@@ -4,6 +4,7 @@ reference, and import it first (--preload), so that a worker has torch and
 stoker loaded before its first task."""
 
 import os
+import threading
 import time
 
 import torch
@@ -74,3 +75,33 @@ class SeededShards(stoker.ShardedIterable):
             if self.delay_s:
                 time.sleep(self.delay_s)
             yield torch.tensor([i * 1000 + k]), torch.rand(1)
+
+
+class TwoArgError(Exception):
+    """An exception whose constructor its args do not fit: it pickles, and
+    does not load back."""
+
+    def __init__(self, path, code):
+        super().__init__(f"cannot read {path}: code {code}")
+
+
+class FailsAt(Seeded):
+    """Seeded, whose sample `bad` raises TwoArgError."""
+
+    def __init__(self, n, bad):
+        super().__init__(n, delay_s=0.005)
+        self.bad = bad
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise TwoArgError(f"/data/{i}.jpg", 5)
+        return super().__getitem__(i)
+
+
+def collate_unpicklable_where_made(batch):
+    """torch's default_collate, with a lock added where a Dask worker makes
+    the batch: a batch that cannot be sent back."""
+    made = torch.utils.data.default_collate(batch)
+    if os.environ.get(WORKER_NAME_ENV):
+        made["lock"] = threading.Lock()
+    return made

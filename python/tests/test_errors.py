@@ -500,6 +500,52 @@ def test_a_collate_error_made_on_a_remote_worker_is_of_its_own_type(shared_dask_
     assert any("made on worker-" in str(e) for e in errors)  # some came from the cluster
 
 
+def _remote_errors(dl, epochs=1):
+    """Every epoch through, the DataErrors raised on the way, and the batches."""
+    errors, got = [], []
+    for _ in range(epochs):
+        it = iter(dl)
+        while True:
+            try:
+                got.append(next(it))
+            except StopIteration:
+                break
+            except stoker.DataError as e:
+                errors.append(e)
+    return errors, got
+
+
+@pytest.mark.timeout(120)
+def test_a_remote_failure_that_does_not_travel_back_still_names_its_sample_and_keeps_the_cluster(
+        shared_dask_cluster):
+    # An exception that pickles but does not load back (its constructor's
+    # args), and a batch that does not pickle at all: each fails that sample
+    # or batch, as in a worker process, never the remote slots.
+    pytest.importorskip("distributed")
+    from remote_datasets import FailsAt, Seeded, collate_unpicklable_where_made
+    with stoker.DataLoader(FailsAt(64, bad=37), batch_size=8, num_workers="auto",
+                           max_workers=1, cluster=shared_dask_cluster.address,
+                           remote_min=1) as dl:
+        errors, got = _remote_errors(dl, epochs=2)
+        remote = dl.stats()["remote"]
+    assert len(errors) == 2 and all(e.index == 37 for e in errors)
+    assert all("sample 37: TwoArgError: cannot read /data/37.jpg: code 5" in str(e)
+               for e in errors)
+    assert sorted(i for b in got for i in b["index"].tolist()) == sorted(
+        [i for i in range(64) if i != 37] * 2)
+    assert remote["lost"] is None and remote["batches"] > 0
+
+    with stoker.DataLoader(Seeded(64, delay_s=0.005), batch_size=8, num_workers="auto",
+                           max_workers=1, cluster=shared_dask_cluster.address, remote_min=1,
+                           collate_fn=collate_unpicklable_where_made) as dl:
+        errors, got = _remote_errors(dl, epochs=2)
+        remote = dl.stats()["remote"]
+    assert errors and all("the batch failed outside its samples: TypeError: cannot pickle" in
+                          str(e) and isinstance(e, TypeError) for e in errors)
+    assert len(errors) + len(got) == 16 and "lock" not in got[0]
+    assert remote["lost"] is None and remote["batches"] == len(errors)
+
+
 def _init_raising(worker_id):
     raise KeyError(f"no shard for worker {worker_id}")
 

@@ -252,9 +252,31 @@ def test_a_worker_killed_mid_task_has_its_batch_rerun_and_a_new_one_is_used(
         remote = dl.stats()["remote"]
     assert_same_epoch(first, want[0])
     assert_same_epoch(second, want[1])
-    assert after_kill["retries"] >= 1  # the killed worker's batch, re-run
+    assert after_kill["retries"] == 1  # the killed worker's batch, re-run (once: one slot)
     assert remote["lost"] is None and remote["capacity"] == 1
     assert remote["batches"] > after_kill["batches"]  # made by worker-1
+
+
+@pytest.mark.timeout(60)
+def test_a_cluster_with_no_worker_yet_is_used_once_one_joins(dask_cluster_factory):
+    # A job script starting the scheduler, its workers and the training at
+    # once: the loader is made at once, its first epoch local, and the job
+    # goes to the worker that joins.
+    cluster = dask_cluster_factory(workers=0)
+    n = 80
+    want = reference(n, epochs=2)
+    # Before, making it waited remote_timeout for a worker, then raised Dask's TimeoutError.
+    with remote_loader(Seeded(n, delay_s=0.01), cluster.address, remote_min=1,
+                       remote_timeout=20) as dl:
+        first = list(dl)
+        before = dl.stats()["remote"]
+        cluster.add_worker()
+        second = list(dl)
+        remote = dl.stats()["remote"]
+    assert_same_epoch(first, want[0])
+    assert_same_epoch(second, want[1])
+    assert before["batches"] == 0 and before["lost"] is None
+    assert remote["batches"] > 0 and remote["lost"] is None and remote["retries"] == 0
 
 
 @pytest.mark.timeout(60)
@@ -454,6 +476,8 @@ def test_a_cluster_whose_workers_all_die_hands_its_batches_to_local_workers_at_o
     assert_same_epoch(got, want[0])
     assert_same_epoch(again, want[1])
     assert remote["lost"] is None and remote["capacity"] == 0 and remote["workers"] == 0
+    # A batch made again counts once; tries that found no worker to send it to do not.
+    assert 1 <= remote["retries"] <= 3
     assert_same_epoch(third, want[2])
     assert rejoined["capacity"] == 1 and rejoined["batches"] > remote["batches"]
 

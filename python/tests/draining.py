@@ -16,3 +16,17 @@ def drain(loader, errors_of=(stoker.DataError,)):
             return got, errors
         except errors_of as e:
             errors.append(str(e))
+
+
+def take_all(loader):
+    """Every batch of an epoch as it came, and every DataError on the way
+    (the exceptions), carrying on after each."""
+    got, errors = [], []
+    it = iter(loader)
+    while True:
+        try:
+            got.append(next(it))
+        except StopIteration:
+            return got, errors
+        except stoker.DataError as e:
+            errors.append(e)

@@ -14,6 +14,7 @@ import threading
 import pytest
 
 import stoker
+from draining import take_all
 
 
 def _corrupt(tree):
@@ -482,36 +483,23 @@ def test_a_collate_error_in_a_sharded_stream_is_of_its_own_type():
 def test_a_collate_error_made_on_a_remote_worker_is_of_its_own_type(shared_dask_cluster):
     pytest.importorskip("distributed")
     from remote_datasets import Seeded, collate_raising_where_made
-    errors = []
     with stoker.DataLoader(Seeded(64, delay_s=0.005), batch_size=8, num_workers="auto",
                            max_workers=1, cluster=shared_dask_cluster.address, remote_min=1,
                            collate_fn=collate_raising_where_made) as dl:
-        it = iter(dl)
-        while True:
-            try:
-                next(it)
-            except StopIteration:
-                break
-            except stoker.DataError as e:
-                errors.append(e)
+        errors = take_all(dl)[1]
     assert len(errors) == 8  # every batch, each once
     assert all(isinstance(e, RuntimeError) and type(e.__cause__) is RuntimeError
                for e in errors)
     assert any("made on worker-" in str(e) for e in errors)  # some came from the cluster
 
 
-def _remote_errors(dl, epochs=1):
-    """Every epoch through, the DataErrors raised on the way, and the batches."""
+def _remote_errors(dl, epochs):
+    """`epochs` epochs through: the DataErrors raised on the way, and the batches."""
     errors, got = [], []
     for _ in range(epochs):
-        it = iter(dl)
-        while True:
-            try:
-                got.append(next(it))
-            except StopIteration:
-                break
-            except stoker.DataError as e:
-                errors.append(e)
+        batches, raised = take_all(dl)
+        got += batches
+        errors += raised
     return errors, got
 
 

@@ -423,6 +423,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 "drop_last": options.drop_last,
                 "sampler": type(options.sampler).__name__,
                 "batch_sampler": type(options.batch_sampler).__name__,
+                # How a sharded stream's shards are mixed: a resume skips what
+                # that mix delivered.
+                "shuffle_buffer": 0 if options.shards is None else options.shards.shuffle_buffer,
                 "epoch_start": self._plan.record, "engine": engine, "stream": stream}
 
     def load_state_dict(self, state):
@@ -436,8 +439,9 @@ class DataLoader(torch.utils.data.DataLoader):
         if not isinstance(state, dict) or state.get("format") != _FORMAT:
             raise ValueError(f"not a {_FORMAT} state dict")
         mine = self.state_dict()
-        for field in ("batch_size", "drop_last", "sampler", "batch_sampler"):
-            if state.get(field) != mine[field]:
+        older = {"shuffle_buffer": mine["shuffle_buffer"]}  # what states of older versions lack
+        for field in ("batch_size", "drop_last", "sampler", "batch_sampler", "shuffle_buffer"):
+            if state.get(field, older.get(field)) != mine[field]:
                 raise ValueError(f"state dict's {field} {state.get(field)!r} differs from this "
                                  f"loader's {mine[field]!r}")
         engine = state.get("engine")

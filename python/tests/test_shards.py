@@ -313,6 +313,27 @@ def test_a_checkpoint_is_refused_where_shards_now_names_other_shards():
     same.close()
 
 
+def test_a_checkpoint_is_refused_by_a_loader_that_mixes_shards_otherwise():
+    # A resume skips the batches the checkpoint's shuffle_buffer mixed; with
+    # another buffer they are other samples: some lost, some repeated.
+    def make(buffer):
+        return loader(Shards(), 0, batch_size=3, shuffle_buffer=buffer)
+    dl = make(4)
+    it = iter(dl)
+    taken = [next(it) for _ in range(3)]
+    state = dl.state_dict()
+    dl.close()
+    for buffer in (0, 8):
+        with make(buffer) as other, \
+                pytest.raises(ValueError, match="shuffle_buffer 4 differs from this loader's"):
+            other.load_state_dict(state)
+    older = {k: v for k, v in state.items() if k != "shuffle_buffer"}  # a state of an older version
+    with make(4) as same:
+        same.load_state_dict(older)
+        got = ids(batches_of(iter(same)))
+    assert sorted(ids(batches_of(taken)) + got) == Shards().every()
+
+
 def test_equal_shard_names_hash_alike_in_any_process():
     # The checkpoint's check of its shards: equal names, however they were
     # made (a set's order differs with PYTHONHASHSEED; a manifest read back

@@ -216,9 +216,11 @@ class DataLoader(torch.utils.data.DataLoader):
                                      args["device"], args["device_prefetch_bytes"],
                                      args["timeout"], args["in_order"], args["generator"],
                                      args["on_error"])
-        # As torch: persistent_workers (which cannot be reassigned) means nothing at 0 workers.
-        workers = _resolve_workers(args["num_workers"], args["prefetch_factor"],
-                                   args["persistent_workers"] and args["num_workers"] != 0,
+        # As torch: persistent_workers (which cannot be reassigned) and
+        # prefetch_factor mean nothing at 0 workers (checked when made only).
+        some = args["num_workers"] != 0
+        workers = _resolve_workers(args["num_workers"], args["prefetch_factor"] if some else None,
+                                   args["persistent_workers"] and some,
                                    args["worker_kind"],
                                    args["worker_init_fn"], args["multiprocessing_context"],
                                    args["max_workers"], args["memory_budget_bytes"],

@@ -233,6 +233,7 @@ class PlainStream:
         if "in_order" in inspect.signature(torch.utils.data.DataLoader).parameters:
             self._args["in_order"] = in_order  # older torch: always in order
         self._retold = None  # "next", then "read": _inner reads first_epoch_from()'s order
+        self._made = False  # a torch DataLoader was made: its options were checked
         self._inner = self._torch_loader(dataset, workers)
         self._next = (workers, reason)  # the next epoch's count, and why
         self._tuner = TunerState()
@@ -270,6 +271,12 @@ class PlainStream:
         that reads that iterator instead of the sampler (batches; keys when
         batch_size is None), its len() `length` (the sampler's own)."""
         args = self._args
+        if workers == 0 and self._made:
+            # A count reassigned to 0: torch checks its workers' options when
+            # made only, and runs the epoch in the main process with them.
+            args = dict(args, persistent_workers=False, multiprocessing_context=None)
+            args.pop("prefetch_factor", None)
+        self._made = True
         if order is not None:
             which = "sampler" if args["batch_size"] is None else "batch_sampler"
             args = dict(args, sampler=None, batch_sampler=None, shuffle=None, drop_last=False)

@@ -326,6 +326,21 @@ def test_options_reassigned_between_epochs_are_used_as_torch_uses_them():
     assert got[torch.utils.data.DataLoader] == got[stoker.DataLoader]
 
 
+def test_a_streams_workers_reassigned_to_none_run_its_epoch_here_whatever_their_options():
+    # torch checks persistent_workers, prefetch_factor and the context when
+    # made only: with num_workers reassigned to 0 its next epoch runs here.
+    got = {}
+    for cls in (torch.utils.data.DataLoader, stoker.DataLoader):
+        dl = cls(Stream(n=6), batch_size=3, num_workers=2, persistent_workers=True,
+                 prefetch_factor=3, multiprocessing_context="fork")
+        first = sorted(int(i) for b in dl for i in b[0])
+        dl.num_workers = 0
+        got[cls] = (first, sorted(int(i) for b in dl for i in b[0]))
+        if cls is stoker.DataLoader:
+            dl.close()
+    assert got[stoker.DataLoader] == got[torch.utils.data.DataLoader]
+
+
 def figures(workers, wait, rate):
     return _iterable.EpochFigures(workers, wait, rate)
 

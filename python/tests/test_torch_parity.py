@@ -272,6 +272,25 @@ class _SixFails(Dataset):
         return i
 
 
+def test_workers_reassigned_to_none_run_the_epoch_here_whatever_their_options():
+    # torch checks persistent_workers, prefetch_factor and the context when
+    # made only: with num_workers reassigned to 0 its next epoch runs here.
+    def make(cls):
+        loader = cls(Indexed(), batch_size=4, num_workers=2, persistent_workers=True,
+                     prefetch_factor=3, multiprocessing_context="fork")
+        got = [[b.tolist() for b in loader]]
+        loader.num_workers = 0
+        got.append([b.tolist() for b in loader])
+        loader.num_workers = 1  # and back: its options again
+        got.append([b.tolist() for b in loader])
+        return got, loader
+    theirs, _ = make(TorchDataLoader)
+    ours, loader = make(stoker.DataLoader)
+    with loader:
+        assert ours == theirs
+        assert loader.stats(gpu=False)["prefetch_batches"] == 3
+
+
 def test_skipped_records_outlive_a_run_made_anew():
     with stoker.DataLoader(_SixFails(), batch_size=4, num_workers=0, on_error="skip") as dl:
         list(dl)

@@ -1686,7 +1686,8 @@ class _Iterator:
         self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
         self._ended_by = None  # what ended it before its epoch's end
         self.finished = False  # reached the end of its epoch
-        self.position = 0      # batches taken
+        self.position = 0      # engine items taken (a sharded stream's: shards)
+        self.handed = 0        # batches handed out
         self._draws = draws    # the user's generator kept where torch's would be
         self._ahead = None     # device=...: batches copied ahead
         # When the last batch was handed out, from iter() on: the kind trial
@@ -1739,10 +1740,14 @@ class _Iterator:
         if self.done:
             if self._ended_by is None:
                 raise StopIteration
+            try:
+                of = f" of its {len(self)}"
+            except TypeError:  # a sharded stream without __len__
+                of = ""
             raise RuntimeError(
                 f"this iterator's epoch {self.epoch} was ended by {self._ended_by} on the same "
-                f"stoker.DataLoader after {self.position} of its {len(self)} batches: a loader "
-                "runs one epoch at a time (drop or finish an iterator before starting another)")
+                f"stoker.DataLoader after {self.handed}{of} batches: a loader runs one epoch at "
+                "a time (drop or finish an iterator before starting another)")
         while True:
             if self._pending:
                 self._taken += 1
@@ -1820,6 +1825,7 @@ class _Iterator:
         return self._head[1]
 
     def _finish(self, payload):
+        self.handed += 1
         if self._pin:
             torch = _torch()
             if torch.cuda.is_available():

@@ -353,6 +353,34 @@ def test_a_second_iterator_never_ends_the_first_silently(workers):
         assert sorted(indices_of(dl, key=None)) == list(range(100))  # epoch 7, whole
 
 
+class _SevenEach(stoker.ShardedIterable):
+    def shards(self):
+        return list(range(5))
+
+    def iter_shard(self, shard):
+        return iter(range(shard * 100, shard * 100 + 7))
+
+
+class _SevenEachSized(_SevenEach):
+    def __len__(self):
+        return 35
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_streams_iterator_ended_by_another_says_so_with_the_batches_it_gave(workers):
+    # The batches handed out, not the shards they came from; a stream
+    # without __len__ has no count of its own to name.
+    for dataset, of in ((_SevenEach(), ""), (_SevenEachSized(), " of its 18")):
+        with stoker.DataLoader(dataset, batch_size=2, num_workers=workers) as dl:
+            it = iter(dl)
+            for _ in range(3):
+                next(it)
+            iter(dl)
+            with pytest.raises(RuntimeError, match=f"ended by a newer iter\\(\\) on the same "
+                               f"stoker.DataLoader after 3{of} batches: a loader runs"):
+                next(it)
+
+
 def test_timeout():
     class Slow(Dataset):
         def __len__(self):

@@ -124,6 +124,9 @@ def unplanned(dataset, sampler, batch_sampler):
     or None where it can: a plain IterableDataset, or an order without len()
     (stoker reads an epoch's whole order at iter(); torch reads it lazily)."""
     if is_plain(dataset):
+        if _shards.overrides_iter(dataset):
+            return (f"a ShardedIterable whose {type(dataset).__name__}.__iter__ is its own (what "
+                    "torch reads; its shards would bypass it)")
         return "a plain IterableDataset"
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return None

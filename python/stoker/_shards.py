@@ -50,10 +50,19 @@ class ShardedIterable(torch.utils.data.IterableDataset):
 
 def is_sharded(dataset):
     """Whether stoker splits `dataset` by shard: an IterableDataset with both
-    shards() and iter_shard()."""
+    shards() and iter_shard(), unless a ShardedIterable's own __iter__ says
+    what its stream is (overrides_iter)."""
     return (isinstance(dataset, torch.utils.data.IterableDataset) and
             callable(getattr(dataset, "shards", None)) and
-            callable(getattr(dataset, "iter_shard", None)))
+            callable(getattr(dataset, "iter_shard", None)) and not overrides_iter(dataset))
+
+
+def overrides_iter(dataset):
+    """A ShardedIterable whose class defines __iter__ anew (filtering,
+    mapping its shards' samples): torch's DataLoader reads that, so stoker
+    does too, as a plain stream, rather than its shards."""
+    return isinstance(dataset, ShardedIterable) and \
+        type(dataset).__iter__ is not ShardedIterable.__iter__
 
 
 def _rank_split(dataset):

@@ -341,6 +341,31 @@ def test_a_streams_workers_reassigned_to_none_run_its_epoch_here_whatever_their_
     assert got[stoker.DataLoader] == got[torch.utils.data.DataLoader]
 
 
+class _EveryThird(stoker.ShardedIterable):
+    """Shards of 10; its own __iter__ keeps every third sample, times ten."""
+
+    def shards(self):
+        return list(range(4))
+
+    def iter_shard(self, shard):
+        return iter(range(shard * 10, shard * 10 + 10))
+
+    def __iter__(self):
+        for i, sample in enumerate(super().__iter__()):
+            if i % 3 == 0:
+                yield sample * 10
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sharded_stream_with_an_iter_of_its_own_is_read_through_it_as_torch_reads_it(workers):
+    theirs = sorted(int(x) for b in torch.utils.data.DataLoader(
+        _EveryThird(), batch_size=2, num_workers=workers) for x in b)
+    with stoker.DataLoader(_EveryThird(), batch_size=2, num_workers=workers) as dl:
+        ours = sorted(int(x) for b in dl for x in b)
+        reason = dl.stats(gpu=False)["pipeline_reason"]
+    assert ours == theirs and "_EveryThird.__iter__ is its own" in reason
+
+
 def figures(workers, wait, rate):
     return _iterable.EpochFigures(workers, wait, rate)
 

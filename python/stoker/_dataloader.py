@@ -19,6 +19,7 @@ import operator
 import os
 import pickle
 import time
+import warnings
 
 import torch.utils.data
 
@@ -302,7 +303,9 @@ class DataLoader(torch.utils.data.DataLoader):
             return len(self._stream)
         options = self._options
         if options.shards is not None:  # as torch's len() of an IterableDataset
-            return _shards.approximate_len(self.dataset, options.batch_size, options.drop_last)
+            length = _shards.approximate_len(self.dataset, options.batch_size, options.drop_last)
+            self._IterableDataset_len_called = len(self.dataset)  # what its warning holds to
+            return length
         return len(self._plan.order())
 
     def __iter__(self):
@@ -1681,6 +1684,7 @@ class _Iterator:
         self._head = None      # (items delivered, the item the engine delivers next)
         self._got_item = None  # the engine item of the last payload
         self._sharded = run.options.shards is not None
+        self._shape = (run.options.batch_size, run.options.drop_last)
         self._owner = owner    # the loader lives while its iterator does (its close ends the run)
         self.epoch = epoch
         self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
@@ -1740,8 +1744,9 @@ class _Iterator:
         if self.done:
             if self._ended_by is None:
                 raise StopIteration
-            try:
-                of = f" of its {len(self)}"
+            try:  # len(self) would count as the user's len() (_warn_past_len)
+                of = f" of its {self._batches}" if not self._sharded else \
+                    f" of its {_shards.approximate_len(self._owner.dataset, *self._shape)}"
             except TypeError:  # a sharded stream without __len__
                 of = ""
             raise RuntimeError(
@@ -1826,12 +1831,26 @@ class _Iterator:
 
     def _finish(self, payload):
         self.handed += 1
+        if self._sharded:
+            self._warn_past_len()
         if self._pin:
             torch = _torch()
             if torch.cuda.is_available():
                 from torch.utils.data._utils.pin_memory import pin_memory
                 payload = pin_memory(payload)
         return payload
+
+    def _warn_past_len(self):
+        """As torch's iterator over an IterableDataset once len(loader) was
+        asked: a warning at each batch past the dataset's len()."""
+        told = self._owner._IterableDataset_len_called
+        if told is not None and self.handed > told:
+            warnings.warn(
+                f"Length of IterableDataset {self._owner.dataset} was reported to be {told} "
+                f"(when accessing len(dataloader)), but {self.handed} samples have been fetched. "
+                + ("For multiprocessing data-loading, this could be caused by not properly "
+                   "configuring the IterableDataset replica at each worker."
+                   if self.run.options.workers != 0 else ""))
 
     def _produce(self):
         engine = self._engine

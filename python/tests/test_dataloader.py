@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -379,6 +380,30 @@ def test_a_streams_iterator_ended_by_another_says_so_with_the_batches_it_gave(wo
             with pytest.raises(RuntimeError, match=f"ended by a newer iter\\(\\) on the same "
                                f"stoker.DataLoader after 3{of} batches: a loader runs"):
                 next(it)
+
+
+class _SevenEachTooFew(_SevenEach):
+    def __len__(self):
+        return 10  # of 35
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sharded_stream_past_its_len_warns_as_torchs_loader_does(workers):
+    # Once len(loader) was asked, each batch past the dataset's len().
+    def warned(cls, ask):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dl = cls(_SevenEachTooFew(), batch_size=None, num_workers=workers)
+            if ask:
+                assert len(dl) == 10
+            assert sum(1 for _ in dl) == 35
+            if cls is stoker.DataLoader:
+                dl.close()
+        return [str(w.message).split(" was reported")[1].split(" have been fetched")[0]
+                for w in caught if "Length of IterableDataset" in str(w.message)]
+    theirs = warned(torch.utils.data.DataLoader, True)
+    assert len(theirs) == 25 and warned(stoker.DataLoader, True) == theirs
+    assert warned(stoker.DataLoader, False) == []
 
 
 def test_timeout():

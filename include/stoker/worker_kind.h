@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -75,6 +76,22 @@ struct ItemOutcome {
   /// thread (Ctrl-C in their code): it is given back, whole, and Next()
   /// returns kCancelled "interrupted"; a later Next() makes it again.
   bool interrupted = false;
+  /// Set by the engine for every Run: true once the item's epoch was
+  /// abandoned (Loader::SetEpoch, Restore), so that nobody will take it. A
+  /// kind that can stop an item midway (a sharded stream's shard, which may
+  /// never end) stops it at its next boundary, lets go of what it holds for
+  /// it (a continuation of a yielded item, its segment) and says so with
+  /// `dropped`; a kind that cannot just makes it. Any thread may set it; the
+  /// kind only reads it, while Run runs.
+  const std::atomic<bool>* abandoned = nullptr;
+  /// The item is not made, and never will be: its epoch was abandoned
+  /// (`abandoned` said so). The engine counts its position done, unmade
+  /// (its output never written, so zero bytes), and runs it nowhere again.
+  bool dropped = false;
+  /// Whether `abandoned` says the item's epoch was abandoned, now.
+  bool Abandoned() const {
+    return abandoned != nullptr && abandoned->load(std::memory_order_relaxed);
+  }
 };
 
 /// One worker of a kind: runs items one at a time, always on one thread

@@ -195,18 +195,30 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
   // A sharded stream's item may stop at a part (YIELD) once this thread may
-  // leave the pool: asked before each message, and every kYieldPoll.
-  bool may_yield = outcome->may_leave != nullptr && workers_->batches().sharded();
+  // leave the pool, and at its next sample (DROP) once its epoch is
+  // abandoned: asked before each message, and every kYieldPoll.
+  const bool sharded = workers_->batches().sharded();
+  bool may_yield = outcome->may_leave != nullptr && sharded;
+  bool may_drop = outcome->abandoned != nullptr && sharded;
   while (true) {
     if (may_yield && (*outcome->may_leave)()) {
       STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kYield, {}));
       may_yield = false;
     }
+    if (may_drop && outcome->Abandoned()) {
+      STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kDrop, {}));
+      may_drop = false;
+    }
+    const bool poll = may_yield || may_drop;
     Result<Message> got =
-        may_yield ? ReceiveMessageWithin(proc_->conn.get(), kYieldPoll, [] { return false; })
-                  : ReceiveMessage(proc_->conn.get());
-    if (may_yield && got.status().code() == StatusCode::kUnavailable) continue;  // none yet
+        poll ? ReceiveMessageWithin(proc_->conn.get(), kYieldPoll, [] { return false; })
+             : ReceiveMessage(proc_->conn.get());
+    if (poll && got.status().code() == StatusCode::kUnavailable) continue;  // none yet
     STOKER_ASSIGN_OR_RETURN(Message m, std::move(got));
+    if (m.tag == Tag::kDropped) {
+      reply->dropped = true;
+      return Status::Ok();
+    }
     if (m.tag == Tag::kPart) {
       using W = protocol::PartWord;
       workers_->Publish(epoch, batch, m.words[W::kPart], lease,
@@ -296,6 +308,11 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     if (again) {
       current = std::exchange(next, std::nullopt);
       resume = current ? &*current : nullptr;
+      if (workers_->batches().sharded() && outcome->Abandoned()) {  // nobody wants the rest
+        *reply = Reply{};
+        reply->dropped = true;
+        return Status::Ok();
+      }
     }
     if (workers_->shut_down()) return Cancelled("the loader was closed");
     // Any other attempt after one that published parts writes a fresh segment:
@@ -369,13 +386,19 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
     if (resume) workers_->LetGo(epoch, item, *resume);
     return st;
   };
+  // A shard of an abandoned epoch (one handed over just as its epoch was
+  // abandoned) is read no further: whatever it holds goes back.
+  EpochBatches& lists = workers_->batches();
+  if (lists.sharded() && outcome->Abandoned()) {
+    outcome->dropped = true;
+    return unrun(Status::Ok());
+  }
   // The process starts while the batch list may still be on its way (a loader
   // claims its first tasks when made, the list comes with iter()).
   if (workers_->shut_down()) return unrun(Cancelled("the loader was closed"));
   // Without persistent workers, a process ends with its epoch: one waiting
   // for the next epoch's list (made at the next iter()) lets its memory go,
   // whether or not it ran a batch of the epoch it was started in.
-  EpochBatches& lists = workers_->batches();
   const int64_t serves = proc_epoch_ >= 0 ? proc_epoch_ : lists.first_set();
   if (!workers_->persistent() && proc_ && serves >= 0 && serves != epoch && !lists.Has(epoch)) {
     Stop();
@@ -400,6 +423,15 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   Status st = RunInSegment(epoch, item, std::move(indices), got.keys, got.seed, got.base_seed,
                            &lease, header, resume ? &*resume : nullptr, &reply, outcome);
   lists.NameShardFailures(&outcome->failures);
+  // Its epoch was abandoned: stopped (DROPPED), or yielded just then. Its
+  // parts and segment go back (the segment at the consumer's last Unhold).
+  if (st.ok() && (reply.dropped || (reply.yielded && outcome->Abandoned()))) {
+    workers_->Unpublish(epoch, item);
+    workers_->Release(lease.segment_id, lease.ticket);
+    outcome->failures.clear();
+    outcome->dropped = true;
+    return Status::Ok();
+  }
   if (st.ok() && reply.yielded) {  // its parts stay published for the consumer
     if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
     workers_->Yielded(epoch, item, *reply.yielded);

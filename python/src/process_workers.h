@@ -290,6 +290,7 @@ class ProcessWorker : public KindWorker {
     int64_t samples = 0, size = 0, meta_off = 0, meta_len = 0;
     int64_t over_samples = 0, over_bytes = 0;             // OVER: the batch was left there
     std::optional<ProcessWorkers::Continuation> yielded;  // YIELDED: where it stopped
+    bool dropped = false;  // DROPPED: stopped, its epoch abandoned (or it need not go on)
   };
   // The unique memory this process may reach (TASK's memory_limit); 0: no budget.
   size_t MemoryShare() const;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -64,23 +65,29 @@ constexpr int64_t kShardDies = 50, kShardAlwaysDies = 60, kDiesAt = 3;
 // resume is a shard's (worker_protocol.h). DONE's meta lists every part's offset.
 constexpr int64_t kShard = 3'000'000;
 constexpr int64_t kParts = 8;
+// Shard kShardEndless has kEndlessParts parts: as far as a test goes, it
+// never ends. After DROP a shard stops at its next part (DROPPED).
+constexpr int64_t kShardEndless = 20, kEndlessParts = 20'000;
 
-// Whether the parent sent YIELD (taken off the socket).
-bool YieldAsked(int sock) {
-  char tag[protocol::kMaxMessageBytes];
-  const ssize_t n = recv(sock, tag, sizeof tag, MSG_DONTWAIT | MSG_PEEK);
+// Whether the parent sent `tag` (YIELD or DROP): then taken off the socket.
+bool Asked(int sock, Tag::Index tag) {
+  char got[protocol::kMaxMessageBytes];
+  const ssize_t n = recv(sock, got, sizeof got, MSG_DONTWAIT | MSG_PEEK);
   if (n < static_cast<ssize_t>(protocol::kTagBytes)) return false;
-  if (std::string_view(tag, std::strlen(protocol::kMessages[Tag::kYield].tag)) !=
-      protocol::kMessages[Tag::kYield].tag) {
+  if (std::string_view(got, std::strlen(protocol::kMessages[tag].tag)) !=
+      protocol::kMessages[tag].tag) {
     return false;
   }
-  (void)!recv(sock, tag, sizeof tag, 0);
+  (void)!recv(sock, got, sizeof got, 0);
   return true;
 }
+bool YieldAsked(int sock) { return Asked(sock, Tag::kYield); }
 
-// Runs shard `shard` of the TASK in `words`; false when it yielded.
+// Runs shard `shard` of the TASK in `words`; false when it yielded or was
+// dropped.
 bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
                protocol::Words<protocol::DoneWord>* done) {
+  const int64_t parts = shard == kShardEndless ? kEndlessParts : kParts;
   using H = protocol::SegmentWord;
   std::vector<int64_t> offsets;  // of the parts made, a continued shard's first
   if (words[H::kResumeLength] > 0) {
@@ -90,12 +97,17 @@ bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
   int64_t at = words[H::kDataOffset];
   words[H::kPosition] = 0;
   bool leave = false;
-  for (auto k = static_cast<int64_t>(offsets.size()); k < kParts; ++k) {
+  for (auto k = static_cast<int64_t>(offsets.size()); k < parts; ++k) {
     if (k == kDiesAt &&
         (shard >= kShardAlwaysDies || (shard >= kShardDies && words[H::kResumeLength] == 0))) {
       kill(getpid(), SIGTERM);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (Asked(sock, Tag::kDrop)) {
+      words[H::kPosition] = -1;
+      (void)SendMessage(sock, Tag::kDropped, {});
+      return false;
+    }
     leave = leave || YieldAsked(sock);
     words[at / 8] = Payload(shard * 100 + k, words[H::kSeed]);
     offsets.push_back(at);
@@ -107,7 +119,7 @@ bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
     part[P::kMetaOffset] = offsets.back();
     part[P::kMetaLength] = 8;
     (void)SendMessage(sock, Tag::kPart, part);
-    if (k + 1 < kParts && (leave || YieldAsked(sock))) {
+    if (k + 1 < parts && (leave || YieldAsked(sock))) {
       words[at / 8] = static_cast<int64_t>(offsets.size());
       for (size_t i = 0; i < offsets.size(); ++i) {
         words[at / 8 + 1 + 2 * i] = offsets[i];
@@ -127,10 +139,10 @@ bool FakeShard(int sock, int64_t* words, int64_t size, int64_t shard,
   std::copy(offsets.begin(), offsets.end(), words + at / 8);
   words[H::kPosition] = -1;
   using W = protocol::DoneWord;
-  (*done)[W::kSamples] = kParts;
+  (*done)[W::kSamples] = parts;
   (*done)[W::kSegmentSize] = size;
   (*done)[W::kMetaOffset] = at;
-  (*done)[W::kMetaLength] = kParts * 8;
+  (*done)[W::kMetaLength] = parts * 8;
   return true;
 }
 
@@ -196,7 +208,7 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   std::map<int64_t, int> segments;  // id -> descriptor, sent with its first task
   while (true) {
     Result<Message> m = ReceiveMessage(sock);
-    if (m.ok() && m->tag == Tag::kYield) continue;  // its shard had ended
+    if (m.ok() && (m->tag == Tag::kYield || m->tag == Tag::kDrop)) continue;  // its shard ended
     if (!m.ok() || m->tag != Tag::kTask) _exit(0);
     using T = protocol::TaskWord;
     const int64_t id = m->words[T::kSegment], size = m->words[T::kSegmentSize];
@@ -508,6 +520,63 @@ TEST_F(ProcessShardsTest, AYieldedShardMadeElsewhereLetsItsSegmentGoAtTheLastHol
   EXPECT_EQ(workers_->segment_bytes().second, 0u);  // back in the pool, not leased until close
 }
 
+// A shard whose epoch is abandoned while it is read (an endless one) stops
+// at its next sample (DROP, DROPPED), unmade: its parts are let go, its
+// segment goes back, and the same process makes the next shard whole.
+TEST_F(ProcessShardsTest, AShardOfAnAbandonedEpochStopsAtItsNextSampleAndLetsItsSegmentGo) {
+  std::vector<int64_t> flat{kShard + kShardEndless, kShard + 4}, offsets{0, 1, 2};
+  ASSERT_TRUE(batches_->Set(0, std::move(flat), std::move(offsets), kSeed).ok());
+  std::unique_ptr<KindWorker> worker = NewWorker();
+  std::atomic<bool> abandoned{false};
+  std::thread abandon([&] {  // once two parts are made
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!workers_->PartOf(0, 0, 1).has_value() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    abandoned.store(true);
+  });
+  Descriptor d{};
+  ItemOutcome outcome;
+  outcome.abandoned = &abandoned;
+  const Status st = Run(worker.get(), 0, 0, &d, &outcome);
+  abandon.join();
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(outcome.dropped);
+  EXPECT_FALSE(outcome.yielded);
+  EXPECT_TRUE(outcome.failures.empty());
+  EXPECT_EQ(d, Descriptor{});  // nothing to deliver
+  EXPECT_FALSE(workers_->PartOf(0, 0, 0).has_value());
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
+  const std::vector<int> pids = workers_->pids();
+  ASSERT_EQ(pids.size(), 1u);
+
+  ItemOutcome next;
+  ASSERT_TRUE(Run(worker.get(), 0, 1, &d, &next).ok());
+  EXPECT_FALSE(next.dropped);
+  EXPECT_EQ(next.samples, kParts);
+  EXPECT_EQ(workers_->pids(), pids);  // in sync with its parent: not replaced
+  kind_->Recycle(std::as_writable_bytes(std::span(d)));
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
+}
+
+// A shard handed over just as its epoch is abandoned is continued by nobody:
+// the worker that claims it lets its continuation, parts and segment go.
+TEST_F(ProcessShardsTest, AShardHandedOverInAnAbandonedEpochIsDroppedByTheNextWorker) {
+  std::unique_ptr<KindWorker> staying = NewWorker();
+  ASSERT_TRUE(RunAndLeave());
+  ASSERT_TRUE(workers_->PartOf(0, 0, 0).has_value());
+  const std::atomic<bool> abandoned{true};
+  Descriptor d{};
+  ItemOutcome outcome;
+  outcome.abandoned = &abandoned;
+  ASSERT_TRUE(Run(staying.get(), 0, 0, &d, &outcome).ok());
+  EXPECT_TRUE(outcome.dropped);
+  EXPECT_EQ(d, Descriptor{});
+  EXPECT_FALSE(workers_->Continue(0, 0).has_value());
+  EXPECT_FALSE(workers_->PartOf(0, 0, 0).has_value());
+  EXPECT_EQ(workers_->segment_bytes().second, 0u);
+}
+
 TEST_F(ProcessWorkersTest, AHeldSegmentGoesBackToThePoolAtItsLastUnhold) {
   Result<SegmentLease> lease = workers_->Acquire(4096);
   ASSERT_TRUE(lease.ok()) << lease.status().message();
@@ -636,6 +705,20 @@ TEST_F(ProcessWorkersTest, CloseMakesTheZygoteExit) {
   zygote_pid_ = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_TRUE(workers_->shut_down());
+}
+
+// A peer that closes with our message unread (a worker that died after a
+// YIELD or DROP was sent) resets the connection: read as the socket closed
+// (a death, which the worker's rules handle), not as an error of its own.
+TEST(WorkerMessageTest, APeerGoneWithAMessageUnreadIsASocketClosed) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair), 0);
+  ASSERT_TRUE(SendMessage(pair[0], Tag::kDrop, {}).ok());
+  ::close(pair[1]);  // gone, the DROP unread
+  Result<Message> got = ReceiveMessage(pair[0]);
+  ::close(pair[0]);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kCancelled) << got.status().message();
 }
 
 }  // namespace

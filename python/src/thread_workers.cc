@@ -71,8 +71,10 @@ namespace {
 // epoch, batch), each failure (index, reason, traceback, not the sample's
 // fault, the exception), the collate error (reason, traceback, the
 // pickled exception); None when the batch raised what next() re-raises; a
-// str (_shards.YIELDED) when a shard stopped at a part, its payload None.
+// str when a shard stopped, its payload None: at a part (_shards.YIELDED),
+// or at a sample, its epoch abandoned (kDropped, _workers.DROPPED).
 constexpr int kInfo = 1, kFailures = 1, kCollateError = 2, kException = 4, kCollateException = 2;
+constexpr const char* kDropped = "dropped";
 
 // The failures in the batch `made` (ThreadWorkers ticket `ticket`) by `worker`.
 Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutcome* outcome) {
@@ -117,7 +119,7 @@ ThreadWorkers::Made ThreadWorkers::Read(py::object result, uint64_t ticket, int 
     // A sharded stream's item stopped at a part: its batches so far stay in
     // the loader's table of parts, for the worker that continues it.
     if (py::isinstance<py::str>(made_tuple[kInfo])) {
-      made.yielded = true;
+      (made_tuple[kInfo].cast<std::string>() == kDropped ? made.dropped : made.yielded) = true;
       return made;
     }
     made.status = ReadOutcome(made_tuple, ticket, worker, &made.outcome);
@@ -134,8 +136,8 @@ Status ThreadWorkers::Deliver(Made made, uint64_t ticket, int64_t epoch, int64_t
                               int64_t out[kThreadDescriptorWords], ItemOutcome* outcome,
                               bool* gave_back) {
   if (made.gave_back && gave_back != nullptr) *gave_back = true;
-  if (made.yielded) {
-    outcome->yielded = true;
+  if (made.yielded || made.dropped) {
+    (made.dropped ? outcome->dropped : outcome->yielded) = true;
     return Status::Ok();
   }
   outcome->samples = made.outcome.samples;
@@ -181,16 +183,22 @@ Status ThreadWorkers::Run(int64_t epoch, int64_t batch, int worker,
   STOKER_ASSIGN_OR_RETURN(const uint64_t sent, Send(worker, ticket, epoch, batch, got));
   MutexLock lock(mu_);
   Lane& lane = *lanes_[static_cast<size_t>(worker)];
-  // A shard's item may stop at a part once this thread may leave the pool:
-  // asked every kYieldPoll while it runs.
+  // A shard's item may stop at a part once this thread may leave the pool,
+  // and at its next sample once its epoch is abandoned (at its first, for
+  // one handed over just as that happened): asked every kYieldPoll.
   bool may_yield = outcome->may_leave != nullptr && batches_->sharded();
+  bool may_drop = outcome->abandoned != nullptr && batches_->sharded();
   while (lane.done != sent && !cancelled_) {
-    if (!may_yield) {
+    if (may_drop && outcome->Abandoned()) {
+      lane.drop = sent;
+      may_drop = false;
+    }
+    if (!may_yield && !may_drop) {
       answered_.Wait(mu_);
       continue;
     }
     answered_.WaitUntil(mu_, std::chrono::steady_clock::now() + kYieldPoll);
-    if (lane.done == sent) break;
+    if (lane.done == sent || !may_yield) continue;
     bool leave;
     {
       MutexUnlock unlock(mu_);  // may_leave takes the engine's lock
@@ -255,6 +263,10 @@ py::object ThreadWorkers::Inbox(int worker) {
     const auto self = weak.lock();
     return self != nullptr && self->yield_asked(worker, sent);
   });
+  const py::cpp_function drop_asked([weak = weak_from_this(), worker](uint64_t sent) {
+    const auto self = weak.lock();
+    return self != nullptr && self->drop_asked(worker, sent);
+  });
   // A daemon thread, never joined: a batch that hangs holds up neither
   // close() nor the interpreter's exit (stoker._workers.wait_for_thread_batches).
   const char* what = magic_ == protocol::kRemoteMagic ? "remote-slot" : "thread-worker";
@@ -262,7 +274,7 @@ py::object ThreadWorkers::Inbox(int worker) {
       .attr("Thread")(
           py::arg("target") = py::module_::import("stoker._workers").attr("serve_thread_worker"),
           py::arg("args") =
-              py::make_tuple(inbox, finish, cancelled, run_batch_, worker, yield_asked),
+              py::make_tuple(inbox, finish, cancelled, run_batch_, worker, yield_asked, drop_asked),
           py::arg("name") = "stoker-" + std::string(what) + "-" + std::to_string(worker),
           py::arg("daemon") = true)
       .attr("start")();
@@ -275,6 +287,12 @@ bool ThreadWorkers::yield_asked(int worker, uint64_t sent) const {
   MutexLock lock(mu_);
   const auto at = static_cast<size_t>(worker);
   return at < lanes_.size() && lanes_[at] && lanes_[at]->yield == sent;
+}
+
+bool ThreadWorkers::drop_asked(int worker, uint64_t sent) const {
+  MutexLock lock(mu_);
+  const auto at = static_cast<size_t>(worker);
+  return at < lanes_.size() && lanes_[at] && lanes_[at]->drop == sent;
 }
 
 void ThreadWorkers::Finish(int worker, uint64_t sent, py::object result, py::object error) {

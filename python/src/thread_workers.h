@@ -58,6 +58,11 @@ class ThreadWorkers : public std::enable_shared_from_this<ThreadWorkers> {
   /// leaves the pool: a sharded stream's item then stops at its next part
   /// (run_batch gives YIELDED) for another worker to continue. Any thread.
   bool yield_asked(int worker, uint64_t sent) const EXCLUDES(mu_);
+  /// Whether the batch `worker` was handed as number `sent` is of an
+  /// abandoned epoch (ItemOutcome::abandoned): a sharded stream's item then
+  /// stops at its next sample and keeps nothing (run_batch gives DROPPED).
+  /// Any thread.
+  bool drop_asked(int worker, uint64_t sent) const EXCLUDES(mu_);
   /// A Python thread's answer to the batch it was handed as number `sent`:
   /// run_batch's `result`, or the text of what it raised as `error` (else
   /// None). Dropped when its engine thread left (Cancel). REQUIRES: the GIL.
@@ -100,6 +105,7 @@ class ThreadWorkers : public std::enable_shared_from_this<ThreadWorkers> {
     ItemOutcome outcome;      // its samples and failures
     bool gave_back = false;   // run_batch gave None
     bool yielded = false;     // run_batch gave YIELDED: the item stopped at a part
+    bool dropped = false;     // run_batch gave DROPPED: its epoch abandoned, nothing kept
     pybind11::object result;  // what the consumer takes, when `status` is ok
   };
   // An engine worker id's Python thread and the last batch handed to it.
@@ -109,6 +115,7 @@ class ThreadWorkers : public std::enable_shared_from_this<ThreadWorkers> {
     uint64_t done = 0;       // of them, answered; `made` holds the last until taken
     uint64_t ticket = 0;     // the last one's
     uint64_t yield = 0;      // the batch (by `sent`) asked to stop at its next part
+    uint64_t drop = 0;       // the batch (by `sent`) asked to stop at its next sample
     Made made;
     // The thread's CPU and run-queue time, as of its last answer.
     int64_t cpu_ns = 0;

@@ -57,6 +57,9 @@ Result<Message> ReceiveMessage(int sock) {
   msg.msg_controllen = sizeof control;
   ssize_t n;
   while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0) {
+    // A process that died with our last message unread resets the
+    // connection: gone, as one that closed its socket.
+    if (errno == ECONNRESET) return Cancelled("the process closed its socket");
     if (errno != EINTR) return ErrnoError("receiving from a worker process", errno);
   }
   if (n == 0) return Cancelled("the process closed its socket");

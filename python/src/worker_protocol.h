@@ -106,6 +106,10 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(ResumeOffset, resume_offset) \
   X(ResumeLength, resume_length) \
   X(DataEnd, data_end)
+// DROP (parent -> worker, no words: the item's epoch was abandoned) stops a
+// sharded stream's item at its next sample; the worker answers DROPPED (no
+// words) instead of DONE, and nothing of the item is kept: its parts and
+// segment go back (a DROP that comes after its item ended is ignored).
 // worker -> parent, instead of DONE: its unique memory passed the task's
 // memory_limit after `samples` of the batch; it left the batch unfinished
 // and exits (the parent reruns the batch in a fresh process).
@@ -138,6 +142,8 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
   X(Part, PART, STOKER_PART_WORDS, false)                  \
   X(Yield, YIELD, STOKER_NO_WORDS, false)                  \
   X(Yielded, YIELDED, STOKER_YIELDED_WORDS, false)         \
+  X(Drop, DROP, STOKER_NO_WORDS, false)                    \
+  X(Dropped, DROPPED, STOKER_NO_WORDS, false)              \
   X(Done, DONE, STOKER_DONE_WORDS, false)                  \
   X(Over, OVER, STOKER_OVER_WORDS, false)                  \
   X(Exit, EXIT, STOKER_NO_WORDS, false)

@@ -471,7 +471,7 @@ def _worker_main(sock, job, worker_id, num_workers):
         except OSError:
             return
         kind, words = _parse(data)
-        if kind is P.YIELD:  # came after the item it was for ended: nothing to stop
+        if kind is P.YIELD or kind is P.DROP:  # came after its item ended: nothing to stop
             continue
         if kind is not P.TASK:
             return
@@ -488,7 +488,12 @@ def _worker_main(sock, job, worker_id, num_workers):
             seg.ensure(seg_size)
             meta_off, meta_len, kept, failures, collate_error = _run_task(
                 job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]),
-                sock.send, functools.partial(_yield_asked, sock))
+                sock.send, functools.partial(_asked, sock))
+        except _Dropped as d:  # its epoch was abandoned: nothing of it is wanted
+            del d  # its frames hold the shard's batches, which view the segment
+            seg.end_task()
+            sock.send(_message(P.DROPPED))
+            continue
         except _Yielded as y:
             words = dict(resume_offset=y.offset, resume_length=y.length, data_end=y.data_end)
             del y  # its frames hold the shard's batches, which view the segment
@@ -867,13 +872,21 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
     num_workers=0): (payload, (kept, failures, collate error, epoch, batch)).
     On a thread worker's thread it stops at the next sample once its loader
     closed (_Abandoned). A shard's batches go to `parts` (a _shards.Parts)
-    as they are made, when given."""
+    as they are made, when given; a shard whose epoch the engine abandoned
+    stops at its next sample, its batches dropped, and gives DROPPED."""
     cancelled = getattr(_thread_worker, "cancelled", None)
     at = None if cancelled is None else lambda position: _stop_if(cancelled)
     if job.shards is not None:
         from . import _shards
         key = (epoch, batch)
         made, before = None, ()
+        drop_asked = getattr(_thread_worker, "drop_asked", None)
+        if drop_asked is not None:
+            def at(position, stop=at):
+                if stop is not None:
+                    stop(position)
+                if position >= 0 and drop_asked():
+                    raise _Dropped
         if parts is not None:
             yield_asked = getattr(_thread_worker, "yield_asked", lambda: False)
             before = parts.made(key)  # a continued shard's batches so far
@@ -894,6 +907,8 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
             ended = False
             parts.handed_over += 1
             return None, _shards.YIELDED
+        except _Dropped:  # its batches go with it (`parts` ends it)
+            return None, DROPPED
         finally:
             if parts is not None and ended:
                 parts.end(key)
@@ -911,6 +926,11 @@ class _Abandoned(Exception):
     """A thread worker's batch whose loader closed: nobody waits for it."""
 
 
+# run_batch's info for a shard that stopped because its epoch was abandoned
+# (ThreadWorkers reads this str as that; _shards.YIELDED is the other one).
+DROPPED = "dropped"
+
+
 def _stop_if(cancelled):
     if cancelled():
         raise _Abandoned
@@ -924,12 +944,15 @@ _thread_worker = threading.local()
 _threads_in_a_batch = set()
 
 
-def serve_thread_worker(inbox, finish, cancelled, run_batch, worker, yield_asked):
+def serve_thread_worker(inbox, finish, cancelled, run_batch, worker, yield_asked,
+                        drop_asked=None):
     """The Python thread of thread worker `worker` (ThreadWorkers starts it):
     runs each (sent, arguments) its engine thread puts in `inbox` through
     run_batch, and answers finish(worker, sent, result, None), or
     finish(worker, sent, None, text) when run_batch raised; ends at None.
-    The user's code runs here, not on the engine's thread, so that close()
+    `yield_asked(sent)`, `drop_asked(sent)`: whether a shard's batch `sent`
+    is to stop at its next part (handed over), or at its next sample (its
+    epoch abandoned). The user's code runs here, not on the engine's thread, so that close()
     need not wait for it."""
     me = threading.current_thread()
     _thread_worker.cancelled = cancelled
@@ -939,6 +962,8 @@ def serve_thread_worker(inbox, finish, cancelled, run_batch, worker, yield_asked
             sent, args = request
             del request
             _thread_worker.yield_asked = functools.partial(yield_asked, sent)
+            if drop_asked is not None:
+                _thread_worker.drop_asked = functools.partial(drop_asked, sent)
             try:
                 result, error = run_batch(*args), None
             except BaseException as e:  # noqa: BLE001 -- the batch's failure, for the engine
@@ -982,17 +1007,24 @@ def _cpu_ns(thread):
         return 0
 
 
-def _yield_asked(sock):
-    """Whether the parent sent YIELD (taken off the socket); other messages
-    are left for the worker's loop."""
+def _asked(sock):
+    """P.YIELD or P.DROP when the parent sent it (taken off the socket), else
+    None; other messages are left for the worker's loop."""
     try:  # the tag alone: asked before every sample of a shard
         data = sock.recv(P.TAG_BYTES, socket.MSG_DONTWAIT | socket.MSG_PEEK)
     except OSError:  # nothing waiting (BlockingIOError), or the parent is gone
-        return False
-    if data.rstrip(b"\0") != P.YIELD.tag:
-        return False
-    sock.recv(P.MAX_MESSAGE_BYTES)
-    return True
+        return None
+    tag = data.rstrip(b"\0")
+    asked = P.YIELD if tag == P.YIELD.tag else P.DROP if tag == P.DROP.tag else None
+    if asked is not None:
+        sock.recv(P.MAX_MESSAGE_BYTES)
+    return asked
+
+
+class _Dropped(Exception):
+    """A sharded stream's item whose epoch was abandoned (DROP from a worker
+    process's parent; a thread worker's engine thread said so): it stops at
+    its next sample, and nothing of it is kept."""
 
 
 class _Yielded(Exception):
@@ -1005,13 +1037,14 @@ class _Yielded(Exception):
         self.offset, self.length, self.data_end = offset, length, data_end
 
 
-def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: False):
+def _run_task(job, seg, epoch, batch, check_memory, send, asked=lambda: None):
     """Loads and collates the task's samples into `seg`: (meta offset, meta
     length, the indices kept, the failures, the collate error or None).
     `check_memory(samples made)` runs before each sample and after the last
     (raising _OverLimit leaves the batch there). A sharded stream's batches
     are written as each is made and announced with `send` (PART); once
-    `yield_asked()`, it stops at the next one (_Yielded)."""
+    `asked()` gives P.YIELD, it stops at the next one (_Yielded); once it
+    gives P.DROP, at the next sample (_Dropped)."""
     m = seg.map
     header = struct.unpack_from(f"={_HEADER.words}q", m, 0)
     n, data_off, seed = header[_HEADER.samples], header[_HEADER.data_offset], header[_HEADER.seed]
@@ -1029,18 +1062,26 @@ def _run_task(job, seg, epoch, batch, check_memory, send, yield_asked=lambda: Fa
             resume = _shards.Resume.unpack(m[at_resume:at_resume + header[_HEADER.resume_length]])
         refs, leave = list(resume.refs), [False]
 
+        def leaving():  # whether to stop at the next part; the parent's DROP stops it now
+            what = asked()
+            if what is P.DROP:
+                raise _Dropped
+            leave[0] = leave[0] or what is P.YIELD
+            return leave[0]
+
         def at_sample(offset):  # the shard's offset, -1 once read; a death blames its one index
             if offset >= 0:
                 made[0] = offset
             check_memory(made[0])
             _WORD.pack_into(m, _HEADER.position * _WORD.size, 0 if offset >= 0 else -1)
-            leave[0] = leave[0] or yield_asked()
+            if offset >= 0:
+                leaving()
 
         def publish(part, batch, last):  # in the segment now, for the consumer to take early
             refs.append(_write(writer, batch))
             send(_message(P.PART, part=part, segment_size=seg.size, meta_offset=refs[-1][0],
                           meta_length=refs[-1][1]))
-            if not last and (leave[0] or yield_asked()):
+            if not last and leaving():
                 blob = _shards.Resume(refs).pack()
                 at_blob = writer.reserve(len(blob))
                 seg.map[at_blob:at_blob + len(blob)] = blob

@@ -4,6 +4,7 @@ mid-shard, ranks by shard; and the same dataset under torch's DataLoader."""
 
 import collections
 import gc
+import itertools
 import json
 import os
 import random
@@ -721,3 +722,54 @@ def test_a_shard_handed_over_after_its_last_full_batch_keeps_its_batches(kind):
                     if r.random() < 0.4:
                         dl._run.engine.resize(r.randint(1, 3))
                 assert got == want, sorted((want - got).elements())
+
+
+class Endless(Shards):
+    """Shards 0 and 1 never end while the file `long` is there when they are
+    opened (a stream read with `break`): past their length, sample k of
+    shard i is -(i * 1000 + k) - 1, 1 ms each."""
+
+    def __init__(self, long):
+        super().__init__(lens=(6, 9, 5, 7))
+        self.long = str(long)
+
+    def iter_shard(self, shard):
+        i = int(shard.split("-")[1])
+        endless = i < 2 and os.path.exists(self.long)
+        yield from super().iter_shard(shard)
+        for k in itertools.count(self.lens[i]) if endless else ():
+            time.sleep(0.001)
+            yield torch.tensor([-(i * 1000 + k) - 1]), torch.rand(1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_an_epoch_left_mid_shard_stops_its_shards_and_the_next_starts_at_once(tmp_path, kind):
+    # Breaking out of an epoch, then iter() again (as torch's DataLoader
+    # allows): the workers still reading the abandoned epoch's shards, which
+    # never end, stop them; the next epoch's first batch comes, and again.
+    ds = Endless(tmp_path / "long")
+    open(ds.long, "w").close()
+    with loader(ds, 2, shuffle=False, worker_kind=kind) as dl:
+        for _ in range(3):
+            for i, _ in enumerate(dl):
+                if i == 4:  # both workers are in an endless shard
+                    break
+        first = next(iter(dl))[0].flatten().tolist()
+        assert first == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_the_epoch_after_one_left_mid_shard_delivers_each_sample_once(tmp_path, kind):
+    ds = Endless(tmp_path / "long")
+    open(ds.long, "w").close()
+    with loader(ds, 2, shuffle=False, worker_kind=kind) as dl:
+        for i, _ in enumerate(dl):
+            if i == 2:
+                break
+        os.remove(ds.long)  # the shards opened from now on end
+        for _ in range(2):
+            got = ids(batches(dl))
+            assert sorted(got) == ds.every(), got
+        assert dl.stats()["handovers"] == 0  # dropped, not handed over

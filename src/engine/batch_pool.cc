@@ -51,6 +51,7 @@ void BatchSlot::Open(int64_t epoch, int64_t batch, int64_t length) {
   skips_.clear();
   failures_reported_ = false;
   remaining_.store(length, std::memory_order_relaxed);
+  abandoned_.store(false, std::memory_order_relaxed);
   extra_samples_.store(0, std::memory_order_relaxed);
   if (failed_.load(std::memory_order_relaxed)) {
     for (auto& o : outcomes_) o = Status::Ok();

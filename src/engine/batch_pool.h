@@ -43,6 +43,12 @@ class BatchSlot {
   int64_t epoch() const { return epoch_; }
   int64_t batch() const { return batch_; }
   int64_t length() const { return length_; }
+  /// Its epoch was abandoned while it was being written (the scheduler says
+  /// so, under the loader's lock): nobody will take it, and workers may stop
+  /// its items (ItemOutcome::abandoned points here). Cleared by Open.
+  void Abandon() { abandoned_.store(true, std::memory_order_relaxed); }
+  bool abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>* abandoned_flag() const { return &abandoned_; }
 
   // -- Filled: the worker that claimed `position` writes its sample bytes,
   // then records its outcome once.
@@ -140,6 +146,7 @@ class BatchSlot {
   // workers share no more cache lines than labels and indices do.
   std::atomic<int64_t> extra_samples_{0};
   std::atomic<bool> failed_{false};
+  std::atomic<bool> abandoned_{false};
   const SampleSpec* spec_;
   size_t sample_bytes_;
   size_t buffer_bytes_;

@@ -304,6 +304,7 @@ void EpochScheduler::Abandon(std::unique_ptr<EpochRun>& run) {
       pool_->Release(std::move(o.slot));
       --open_count_;
     } else {
+      o.slot->Abandon();  // its workers may stop its items (ItemOutcome::abandoned)
       stale_.push_back(std::move(o.slot));
     }
   }

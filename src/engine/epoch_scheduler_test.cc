@@ -200,6 +200,15 @@ class SchedulerSim {
         break;
       }
       EXPECT_GE(p, task.offset);
+      if (slot->abandoned() && Coin()) {
+        // Its epoch was abandoned: the worker stops the item unmade
+        // (ItemOutcome::dropped), and the loader counts it and the rest of
+        // the task done, never handing them on.
+        ++produced;
+        while (task.cursor->Take() < task.cursor->end()) ++produced;
+        exhausted = true;
+        break;
+      }
       if (!draining_ && task.cursor->left() == 0 && Uniform(0, 9) == 0) {
         // Its worker leaves mid-item (ItemOutcome::yielded): the position
         // goes back, to be claimed again before anything else.
@@ -262,6 +271,7 @@ class SchedulerSim {
 
   void CheckDelivered(std::unique_ptr<BatchSlot> slot) {
     const int64_t b = slot->batch();
+    EXPECT_FALSE(slot->abandoned()) << "batch " << b << " of epoch " << epoch_;
     EXPECT_EQ(slot->epoch(), epoch_);
     EXPECT_EQ(sched_->epoch(), epoch_);
     EXPECT_TRUE(delivered_.insert(b).second) << "batch " << b << " of epoch " << epoch_ << " twice";
@@ -672,6 +682,43 @@ int64_t DeliverEpoch(EpochScheduler& s, BatchPool& pool) {
       if (task.slot->Done(task.length)) s.Complete(task.slot);
     }
   }
+}
+
+// SetEpoch marks the batches of the epoch it abandons that workers still
+// write (their items may stop: ItemOutcome::abandoned), never those of the
+// look-ahead epoch it keeps; a marked batch whose positions are dropped
+// unmade goes back to the pool, and the kept epoch comes whole.
+TEST(EpochSchedulerTest, SetEpochMarksTheAbandonedEpochsBatchesAndNotTheKeptLookAhead) {
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
+  s.Advance();
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 0));
+  ASSERT_EQ(s.Advance().step, Step::kWait);
+  std::vector<BatchTask> old(3);
+  for (BatchTask& task : old) ASSERT_EQ(s.ClaimTask(1, &task).work, Work::kTask);
+  BatchTask ahead;
+  ASSERT_EQ(s.ClaimTask(1, &ahead).work, Work::kBuild);
+  s.Offer(EpochScheduler::Prepare(SmallPlan(), 1));
+  ASSERT_EQ(s.ClaimTask(1, &ahead).work, Work::kTask);
+  ASSERT_EQ(ahead.slot->epoch(), 1);
+  for (const BatchTask& task : old) EXPECT_FALSE(task.slot->abandoned());
+
+  s.SetEpoch(1);  // epoch 0 abandoned, its look-ahead kept
+  for (const BatchTask& task : old) EXPECT_TRUE(task.slot->abandoned());
+  EXPECT_FALSE(ahead.slot->abandoned());
+  for (BatchTask& task : old) {  // their workers drop them unmade
+    while (task.cursor->Take() < task.cursor->end()) {
+    }
+    ASSERT_TRUE(task.slot->Done(task.length));
+    EXPECT_EQ(s.Complete(task.slot), EpochScheduler::Completed::kReleased);
+  }
+  EXPECT_EQ(s.open_batches(), 1);  // the kept one
+  while (ahead.cursor->Take() < ahead.cursor->end()) {
+  }
+  ASSERT_TRUE(ahead.slot->Done(ahead.length));
+  EXPECT_EQ(s.Complete(ahead.slot), EpochScheduler::Completed::kAhead);
+  EXPECT_EQ(DeliverEpoch(s, pool), 3);
+  EXPECT_EQ(s.open_batches(), 0);
 }
 
 TEST(EpochSchedulerTest, TheItemCountChangesBetweenEpochsAndALookAheadOfTheOldOneIsDropped) {

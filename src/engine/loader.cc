@@ -64,12 +64,16 @@ struct WorkerContext {
   // Makes item `item` of `epoch` into `out`: the engine's own samples are
   // called directly (final, inline: no indirect call per sample), other
   // kinds' items through the interface.
-  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out) {
+  // `abandoned`: the flag that says the item's epoch was abandoned.
+  Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+             const std::atomic<bool>* abandoned) {
     outcome.label = 0;
     outcome.samples = 1;
     outcome.remote = false;
     outcome.yielded = false;
     outcome.interrupted = false;
+    outcome.abandoned = abandoned;
+    outcome.dropped = false;
     if (!outcome.failures.empty()) outcome.failures.clear();
     return sample_worker_ != nullptr ? sample_worker_->Run(epoch, item, out, &outcome)
                                      : worker->Run(epoch, item, out, &outcome);
@@ -483,16 +487,25 @@ class Loader::Impl {
   }
 
   // Produces the task's positions as its cursor hands them out (helpers
-  // may take some), then counts those it produced.
+  // may take some), then counts those it produced, and those dropped.
   void RunTask(WorkerContext& ctx, const BatchTask& task) {
     BatchSlot* slot = task.slot;
     TaskTimer timer(ctx.stats, task.length, ctx.worker.get());
+    int64_t dropped = 0;  // positions of an abandoned epoch left unmade
     if (ctx.worker->expects()) {
       if (!RunExpected(ctx, task, timer)) return;
     } else {
       for (int64_t p; (p = task.cursor->Take()) < task.cursor->end();) {
         if (stop_flag_.load(std::memory_order_relaxed)) return;  // nobody waits for it any more
         const bool made = Produce(ctx, *task.plan, slot, p);
+        if (!made && ctx.outcome.dropped) {
+          // Its epoch was abandoned: the item, and the rest of the task, are
+          // of no use to anyone. Counted done unmade, never handed on.
+          if (ctx.handing_over) EndHandOver(ctx, nullptr, p);
+          dropped = 1;
+          while (task.cursor->Take() < task.cursor->end()) ++dropped;
+          break;
+        }
         if (ctx.handing_over || !made) EndHandOver(ctx, made ? nullptr : &task, p);
         const bool consumer = &ctx == &consumer_ctx_;
         if (made) timer.SampleDone(ctx.outcome.remote);
@@ -507,10 +520,10 @@ class Loader::Impl {
     }
     timer.Finish();
     const int64_t produced = timer.samples();
-    if (produced == 0) return;  // helpers took them all: the slot may be gone already
+    if (produced + dropped == 0) return;  // helpers took them all: the slot may be gone already
     ctx.Trim(*kind_);
     ctx.stats.set_footprint(ctx.footprint());
-    if (slot->Done(produced)) FinishBatch(slot);
+    if (slot->Done(produced + dropped)) FinishBatch(slot);
   }
 
   // A worker that expects its items: takes every position the task has left,
@@ -554,19 +567,20 @@ class Loader::Impl {
 
   // Makes the item at position `p` of `slot`; a failure, or an exception
   // from the kind's worker, becomes its outcome. False when the kind's
-  // worker yielded it instead (ItemOutcome::yielded): the position is unmade.
+  // worker yielded it instead (ItemOutcome::yielded), or dropped it, its epoch
+  // abandoned (ItemOutcome::dropped): the position is unmade.
   bool Produce(WorkerContext& ctx, const EpochPlan& plan, BatchSlot* slot, int64_t p) {
     const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
     const ItemOutcome& outcome = ctx.outcome;
     Status st;
     try {
-      st = ctx.Run(plan.epoch(), index, slot->sample(p));
+      st = ctx.Run(plan.epoch(), index, slot->sample(p), slot->abandoned_flag());
     } catch (const std::bad_alloc&) {
       st = Unavailable("out of memory");
     } catch (const std::exception& e) {
       st = Internal(std::string("the source or transform threw: ") + e.what());
     }
-    if (st.ok() && (outcome.yielded || outcome.interrupted)) return false;
+    if (st.ok() && (outcome.yielded || outcome.interrupted || outcome.dropped)) return false;
     if (st.ok()) {
       slot->Put(p, index, outcome.label, outcome.samples);
       if (!outcome.failures.empty()) slot->Note(p, std::move(ctx.outcome.failures));
@@ -596,7 +610,9 @@ class Loader::Impl {
     }
     // The copy starts now, ahead of delivery, so that the consumer finds it
     // done; a batch with failures left changes before delivery, so it waits.
-    if (device_ != nullptr && !slot->failed() && slot->count() > 0) device_->Prefetch(*slot);
+    if (device_ != nullptr && !slot->failed() && !slot->abandoned() && slot->count() > 0) {
+      device_->Prefetch(*slot);
+    }
     MutexLock lock(mu_);
     switch (sched_.Complete(slot)) {
       case EpochScheduler::Completed::kDeliverable:

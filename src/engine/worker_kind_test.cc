@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -674,6 +675,114 @@ TEST(WorkerKindTest, AnItemHandedOverIsNotLeftBehindTheNextEpochsItems) {
   kind->StartEpoch(2);  // epoch 2's items, made ahead, end before the loader does
   MutexLock lock(kind->mu);
   EXPECT_TRUE(kind->yielded);
+}
+
+// Four items an epoch. In epoch 0 items 1.. never end on their own (a
+// sharded stream's endless shard); items of later epochs take kSlow. Each
+// stops unmade (ItemOutcome::dropped) once its epoch is abandoned
+// (ItemOutcome::abandoned); an endless one still going after kLimit counts
+// as overrun and is made.
+class EndlessKind : public WorkerKind {
+ public:
+  static constexpr auto kLimit = std::chrono::seconds(60);
+  static constexpr auto kSlow = std::chrono::milliseconds(20);
+  static constexpr int64_t kEpochs = 8;
+  SampleSpec spec() const override { return {{2}, DType::kInt64}; }
+  int64_t items() const override { return 4; }
+  std::string Key(int64_t item) const override { return "item " + std::to_string(item); }
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace, const SampleCap&) const override {
+    return std::make_unique<Worker>(*this);
+  }
+
+  mutable std::atomic<int> endless{0};  // workers inside an endless item now
+  mutable std::atomic<int> overran{0};  // endless items that ran to kLimit
+  // By epoch: items begun, and items dropped.
+  mutable std::array<std::atomic<int>, kEpochs> began{}, dropped{};
+
+ private:
+  class Worker : public KindWorker {
+   public:
+    explicit Worker(const EndlessKind& kind) : kind_(kind) {}
+    Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+               ItemOutcome* outcome) override {
+      const bool endless = epoch == 0 && item > 0;
+      const auto e = static_cast<size_t>(std::min(epoch, kEpochs - 1));
+      kind_.began[e].fetch_add(1);
+      const auto until = std::chrono::steady_clock::now() + (endless ? kLimit : kSlow);
+      std::atomic<int> none{0};
+      const InRun in_run(endless ? kind_.endless : none);
+      while (std::chrono::steady_clock::now() < until) {
+        if (outcome->Abandoned()) {
+          kind_.dropped[e].fetch_add(1);
+          outcome->dropped = true;
+          return Status::Ok();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (endless) kind_.overran.fetch_add(1);
+      return Made(item, out, outcome);
+    }
+
+   private:
+    const EndlessKind& kind_;
+  };
+};
+
+// The consumer leaves epoch 0 after its first item (a `break`) and starts
+// epoch 1: the workers in epoch 0's endless items stop them at once, unmade,
+// and epoch 1 comes whole, each item once, and epoch 2 after it.
+TEST(WorkerKindTest, ItemsOfAnAbandonedEpochStopAndTheNextEpochComesWhole) {
+  auto kind = std::make_shared<EndlessKind>();
+  LoaderOptions o = KindOptions(kind, 2);
+  o.prefetch_batches = 4;
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  {
+    auto first = loader->Next();
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_TRUE(first->has_value());
+    EXPECT_EQ((*first)->labels()[0], 0);
+  }
+  for (int i = 0; i < 5000 && kind->endless.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(kind->endless.load(), 2);  // both workers are in endless items
+  ASSERT_TRUE(loader->SetEpoch(1).ok());
+  for (int64_t epoch = 1; epoch < 3; ++epoch) {
+    const Drained d = DrainEpoch(*loader);
+    EXPECT_TRUE(d.errors.empty()) << d.errors[0].ToString();
+    EXPECT_EQ(d.items, (std::vector<int64_t>{0, 1, 2, 3})) << "epoch " << epoch;
+  }
+  EXPECT_EQ(kind->overran.load(), 0);
+  EXPECT_EQ(kind->dropped[0].load(), 2);
+  EXPECT_EQ(kind->dropped[1].load() + kind->dropped[2].load(), 0);
+}
+
+// SetEpoch keeps the look-ahead epoch when it is the one asked for: its
+// items, in progress as the epoch before is abandoned, are made, not
+// dropped, and it comes whole.
+TEST(WorkerKindTest, ALookAheadEpochThatSetEpochKeepsIsNotDropped) {
+  auto kind = std::make_shared<EndlessKind>();
+  LoaderOptions o = KindOptions(kind, 2);
+  o.prefetch_batches = 8;
+  o.start_epoch = 1;  // no endless items
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  EXPECT_EQ(DrainEpoch(*loader).items, (std::vector<int64_t>{0, 1, 2, 3}));
+  {
+    auto r = loader->Next();  // epoch 2's first item
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->has_value());
+  }
+  for (int i = 0; i < 5000 && kind->began[3].load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(kind->began[3].load(), 0);    // epoch 3 is made ahead
+  ASSERT_TRUE(loader->SetEpoch(3).ok());  // epoch 2 abandoned, epoch 3 kept
+  const Drained d = DrainEpoch(*loader);
+  EXPECT_TRUE(d.errors.empty()) << d.errors[0].ToString();
+  EXPECT_EQ(d.items, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(kind->dropped[3].load(), 0);
 }
 
 TEST(WorkerKindTest, MakeRefusesAKindBesideASource) {

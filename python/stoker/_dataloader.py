@@ -1761,14 +1761,18 @@ class _Iterator:
                 return self._finish(early)
             payload = self._produce()
             if payload is _END:
-                self.finished = self.done = True
-                if self._draws is not None:
-                    self._draws.follow(math.inf)
+                self._reached_end()
                 raise StopIteration
             if isinstance(payload, _shards.Batches):
                 self._open(payload)
             elif payload is not _workers.NO_SAMPLE:  # every sample of the batch failed
                 return self._finish(payload)
+
+    def _reached_end(self):
+        """Its epoch ended: the next call raises StopIteration."""
+        self.finished = self.done = True
+        if self._draws is not None:
+            self._draws.follow(math.inf)
 
     def _open(self, batches):
         """A shard's batches, less those a resumed checkpoint had taken."""
@@ -1861,6 +1865,10 @@ class _Iterator:
         try:
             got = engine.next()  # raises the failures of the next batch, once
         except (_stoker.DataError, RuntimeError) as e:
+            if isinstance(e, _stoker.DataError) and engine.epoch != self.epoch:
+                # It ended the epoch (every sample skipped: "delivered
+                # nothing"); the call after it ends the loop, as torch's would.
+                self._reached_end()
             if not isinstance(e, _stoker.DataError) and (
                     type(e) is not RuntimeError or getattr(e, "_sample", None) is None):
                 raise  # a ResourceError, a Cancelled, or a RuntimeError of no worker's exception

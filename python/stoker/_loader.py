@@ -199,6 +199,9 @@ class Loader:
                  remote_min=0):
         self._impl = None
         self._cluster = None
+        # The last pass ended with an error (every sample skipped): its
+        # StopIteration is still due.
+        self._ended = False
         # Every argument is checked here, before the source is opened: a
         # wrong one is a TypeError or ValueError that names it.
         batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
@@ -272,8 +275,19 @@ class Loader:
         stream = 0
         if self.device is not None:  # torch's stream waits for stoker's copy
             stream = self._torch.cuda.current_stream(self.device).cuda_stream
+        if self._ended:
+            self._ended = False
+            raise StopIteration
         while True:
-            batch = self._impl.next(stream)
+            epoch = self._impl.epoch
+            try:
+                batch = self._impl.next(stream)
+            except _stoker.DataError:
+                # An epoch that delivered nothing (every sample skipped) ends
+                # with its error: the pass ends there, as after any other
+                # end; the call after it is not the next epoch's first.
+                self._ended = self._impl.epoch != epoch
+                raise
             if batch is None:
                 raise StopIteration
             images, labels = batch
@@ -297,6 +311,7 @@ class Loader:
         """Makes ``epoch`` the one the next pass yields (its order and
         augmentations depend on it); abandons an epoch in progress."""
         self._impl.set_epoch(_args.integer("epoch", epoch, 0, _args.INT64[1]))
+        self._ended = False
 
     @property
     def epoch(self):
@@ -321,6 +336,7 @@ class Loader:
         # side (LoaderStateFromJson, Loader::Restore) names a missing field
         # and a position outside the epoch.
         self._impl.restore(json.dumps(_args.loader_state(state)))
+        self._ended = False
 
     # Observing ---------------------------------------------------------------
 

@@ -579,6 +579,50 @@ def test_skip_and_what_is_not_the_samples_fault_are_unchanged(kind):
         assert record["reason"].startswith("data error: OSError: truncated")
 
 
+def _loop_going_on_after_errors(it, most=8):
+    """What a loop that catches DataError and goes on sees, up to `most` calls."""
+    seen = []
+    for _ in range(most):
+        try:
+            seen.append(len(next(it)))
+        except StopIteration:
+            return seen + ["end"]
+        except stoker.DataError as e:
+            seen.append(str(e).split(":")[0])
+    return seen
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_epoch_whose_every_sample_is_skipped_ends_after_its_error(kind):
+    # Its error ends the epoch, and the call after it ends the loop; before,
+    # that call waited for ever for the next epoch's batches (the
+    # DataLoader sets them at iter()).
+    ds = Raising(6, {i: (lambda i=i: OSError(f"bad {i}")) for i in range(6)})
+    with _data_loader(ds, kind, batch_size=2, on_error="skip") as dl:
+        for epoch in range(2):
+            assert _loop_going_on_after_errors(iter(dl)) == [
+                f"epoch {epoch} delivered nothing", "end"]
+        assert len(dl.skipped()) == 12
+
+
+def test_a_loaders_pass_whose_every_sample_is_skipped_ends_after_its_error(tmp_path):
+    # stoker.Loader, its own iterator: the call after the error ended no
+    # pass, it started the next epoch (and a loop going on ran for ever).
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("not an image\n")
+    (tmp_path / "list.txt").write_text(f"{bad}\t0\n")
+    loader = stoker.Loader(str(tmp_path / "list.txt"), batch_size=4, shuffle=False, workers=1,
+                           output="numpy", on_error="skip",
+                           transforms=stoker.transforms.eval(8))
+    for epoch in range(2):
+        assert _loop_going_on_after_errors(iter(loader)) == [
+            f"epoch {epoch} delivered nothing", "end"]
+    loader.set_epoch(5)
+    assert _loop_going_on_after_errors(iter(loader)) == ["epoch 5 delivered nothing", "end"]
+    loader.close()
+
+
 def test_an_exception_that_does_not_unpickle_here_gives_a_plain_data_error():
     from stoker import _errors
     engine = stoker.DataError("batch 0 of epoch 0: sample 3: Gone: away\n\nIn the worker:\nTb")

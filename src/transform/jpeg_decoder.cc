@@ -72,19 +72,13 @@ void OnMessage(j_common_ptr cinfo, int level) {
 }
 
 // CMYK as libjpeg hands it over to RGB with the multiplicative formula
-// Pillow and TurboJPEG use. Adobe applications store CMYK inverted and mark
-// the file with an APP14 marker; Pillow takes that marker as the sign of
-// inversion, and so do we.
-void CmykToRgb(const uint8_t* in, int width, bool inverted, uint8_t* out) {
+// Pillow and TurboJPEG use. Adobe applications store CMYK inverted (each
+// value 255 - ink); Pillow reads every CMYK JPEG so, with an Adobe APP14
+// marker or without, and so do we: torchvision's pixels are Pillow's.
+void CmykToRgb(const uint8_t* in, int width, uint8_t* out) {
   for (int x = 0; x < width; ++x) {
-    int c = in[0], m = in[1], y = in[2], k = in[3];
-    if (!inverted) {
-      c = 255 - c;
-      m = 255 - m;
-      y = 255 - y;
-      k = 255 - k;
-    }
-    // Now each value is 255 - ink; multiply the two "not ink" amounts.
+    const int c = in[0], m = in[1], y = in[2], k = in[3];
+    // Each value is 255 - ink; multiply the two "not ink" amounts.
     out[0] = static_cast<uint8_t>((c * k + 127) / 255);
     out[1] = static_cast<uint8_t>((m * k + 127) / 255);
     out[2] = static_cast<uint8_t>((y * k + 127) / 255);
@@ -250,7 +244,7 @@ Status JpegDecoder::DecodeRegion(int denom, int x0, int y0, int x1, int y1,
     }
     if (cmyk) {
       for (int i = 0; i < got; ++i) {
-        CmykToRgb(pointers[i], static_cast<int>(crop_width), cinfo.saw_Adobe_marker,
+        CmykToRgb(pointers[i], static_cast<int>(crop_width),
                   out + static_cast<size_t>(done + i) * stride);
       }
     }

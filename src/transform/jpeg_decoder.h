@@ -18,8 +18,8 @@ bool LooksLikeJpeg(std::span<const std::byte> data);
 /// the columns through jpeg_crop_scanline, the rows below the first through
 /// jpeg_skip_scanlines, stopping after the last, optionally at a DCT scale of
 /// 1/2, 1/4 or 1/8. Output is always 8-bit RGB: grayscale is expanded, CMYK
-/// and YCCK are converted (Adobe-inverted CMYK, as Photoshop writes it, is
-/// handled the way Pillow handles it).
+/// and YCCK are converted, read as stored inverted (as Photoshop writes it)
+/// with an Adobe marker or without, as Pillow reads them.
 ///
 /// libjpeg errors become Status values, and so do the warnings that mean the
 /// pixels were invented (premature end of data, bad Huffman or arithmetic

@@ -147,6 +147,36 @@ TEST(JpegDecoderTest, AdobeCmykAndYcckBecomeRgb) {
   EXPECT_NEAR(p[0], 127, 3);
 }
 
+// Pillow reads every CMYK JPEG as Adobe applications store it, inverted,
+// whether or not the file has Adobe's APP14 marker; so does stoker (before,
+// a file without the marker came back with every pixel inverted).
+TEST(JpegDecoderTest, ACmykJpegWithoutAnAdobeMarkerIsReadAsPillowReadsIt) {
+  const int w = 32, h = 32;
+  // Stored inverted: 255 - ink; cyan ink alone, so red is 0 and green, blue 255.
+  std::vector<uint8_t> cmyk(w * h * 4, 255);
+  for (int i = 0; i < w * h; ++i) cmyk[i * 4] = 0;
+  JpegEncodeOptions eo;
+  eo.quality = 98;
+  std::vector<uint8_t> file = Jpeg(cmyk, w, h, 4, eo);
+  // Cut the APP14 segment (FF EE, its length) out.
+  size_t at = 2;
+  while (at + 4 <= file.size() && !(file[at] == 0xFF && file[at + 1] == 0xEE)) {
+    at += 2 + (static_cast<size_t>(file[at + 2]) << 8 | file[at + 3]);
+  }
+  ASSERT_LT(at + 4, file.size()) << "the encoder wrote no Adobe marker";
+  const size_t length = static_cast<size_t>(file[at + 2]) << 8 | file[at + 3];
+  file.erase(file.begin() + static_cast<std::ptrdiff_t>(at),
+             file.begin() + static_cast<std::ptrdiff_t>(at + 2 + length));
+  JpegDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(file), 1, &buf, &r).ok());
+  const uint8_t* p = r.pixels + 16 * r.stride + 16 * 3;
+  EXPECT_NEAR(p[0], 0, 3);
+  EXPECT_NEAR(p[1], 255, 3);
+  EXPECT_NEAR(p[2], 255, 3);
+}
+
 TEST(JpegDecoderTest, ArithmeticCodingDecodesLikeHuffman) {
   auto pic = MakePicture(96, 80);
   JpegEncodeOptions arith;

@@ -95,13 +95,17 @@ Failure ReadFailure(const Message& m) {
 // How a worker process (worker id `worker`) that died mid-sample is
 // reported: SIGKILL is the kernel's answer to memory (the OOM killer) or
 // someone's kill, not the sample's fault; a crash or an exit in the
-// sample's code is (no exception to raise as its type).
-SampleFailure DeathCause(const std::string& what, int64_t index, int worker, bool killed) {
+// sample's code is (no exception to raise as its type). `shard`: the index
+// is a sharded stream's shard (named as such by NameShardFailures), no sample.
+SampleFailure DeathCause(const std::string& what, int64_t index, int worker, bool killed,
+                         bool shard) {
   auto detail = std::make_shared<SampleErrorDetail>();
   detail->index = index;
   detail->worker = worker;
-  return FailedSample(std::move(detail), what + " while loading sample " + std::to_string(index),
-                      killed);
+  return FailedSample(
+      std::move(detail),
+      what + (shard ? " while reading it" : " while loading sample " + std::to_string(index)),
+      killed);
 }
 
 }  // namespace
@@ -365,7 +369,8 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
     }
     if (position >= 0 && position < static_cast<int64_t>(indices.size())) {
       const int64_t index = indices[static_cast<size_t>(position)];
-      outcome->failures.push_back(DeathCause(what, index, id, ending.killed));
+      outcome->failures.push_back(
+          DeathCause(what, index, id, ending.killed, workers_->batches().sharded()));
       indices.erase(indices.begin() + position);
       if (indices.empty()) return Status::Ok();  // every sample went down with a worker
       continue;

@@ -520,6 +520,8 @@ def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives(at):
     [error] = errors
     assert error.shard == "shard-04" and "killed by signal" in str(error)
     assert str(error).startswith("epoch 0: shard 'shard-04': "), str(error)
+    # The shard's reader died (not "sample 4", the shard's position).
+    assert "while reading it" in str(error) and "sample" not in str(error)
     # Of shard 4, at most the batches made before its reader died arrive
     # (taken as they were made); the rest is reported with the error.
     rest = [i for i in ds.every() if i // 1000 != 4]

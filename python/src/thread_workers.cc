@@ -72,9 +72,8 @@ namespace {
 // fault, the exception), the collate error (reason, traceback, the
 // pickled exception); None when the batch raised what next() re-raises; a
 // str when a shard stopped, its payload None: at a part (_shards.YIELDED),
-// or at a sample, its epoch abandoned (kDropped, _workers.DROPPED).
+// or at a sample, its epoch abandoned (_workers.DROPPED, read by name).
 constexpr int kInfo = 1, kFailures = 1, kCollateError = 2, kException = 4, kCollateException = 2;
-constexpr const char* kDropped = "dropped";
 
 // The failures in the batch `made` (ThreadWorkers ticket `ticket`) by `worker`.
 Status ReadOutcome(const py::tuple& made, uint64_t ticket, int worker, ItemOutcome* outcome) {
@@ -119,7 +118,10 @@ ThreadWorkers::Made ThreadWorkers::Read(py::object result, uint64_t ticket, int 
     // A sharded stream's item stopped at a part: its batches so far stay in
     // the loader's table of parts, for the worker that continues it.
     if (py::isinstance<py::str>(made_tuple[kInfo])) {
-      (made_tuple[kInfo].cast<std::string>() == kDropped ? made.dropped : made.yielded) = true;
+      const bool dropped =
+          py::object(made_tuple[kInfo])
+              .equal(py::object(py::module_::import("stoker._workers").attr("DROPPED")));
+      (dropped ? made.dropped : made.yielded) = true;
       return made;
     }
     made.status = ReadOutcome(made_tuple, ticket, worker, &made.outcome);

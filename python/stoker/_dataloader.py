@@ -146,7 +146,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._IterableDataset_len_called = None
         self._options = options
         self._resume = False      # load_state_dict: the next iter() continues that epoch
-        self._refused = False     # that iter() refused the checkpoint: the next starts anew
+        self._refused = False     # that iter() dropped the checkpoint it refused: the next starts anew
         self._remade = 0          # runs made anew for a changed dataset
         self._skipped_before = []  # skipped() of the runs made before this one
         self._iterator = None     # the live iterator, if any
@@ -332,10 +332,11 @@ class DataLoader(torch.utils.data.DataLoader):
             epoch = self._run.engine.epoch
             try:
                 anew = self._plan.resume(epoch)
-            except BaseException:
-                # load_state_dict is undone: the next iter() starts a new epoch,
-                # whole (not at the checkpoint's place the engine was restored to).
-                self._resume, self._skip, self._refused = False, 0, True
+            except _Refused as refused:
+                if not refused.kept:
+                    # The next iter() starts a new epoch, whole (not at the
+                    # checkpoint's place the engine was restored to).
+                    self._resume, self._skip, self._refused = False, 0, True
                 raise
         else:
             # Each iter() is an engine epoch of its own: the number the workers
@@ -998,11 +999,27 @@ class _Plan:
         """The iter() after load_state_dict: the generator as it was at the
         checkpoint's epoch start, its draws replayed, the same batches checked.
         True when `epoch` starts anew (the checkpoint's had ended, or none had
-        started): its batches are the sampler's now, however many."""
-        record, self._pending = self._pending, None
+        started): its batches are the sampler's now, however many. A refusal
+        leaves the generator and the plan as they were, the checkpoint loaded."""
+        record = self._pending
         if record is None:  # taken before any iter(): the first epoch, as new
             self.start(epoch)
             return True
+        before = (None if self._generator is None else self._generator.get_state(),
+                  self._base_seed, self._drawn, self._last, self.record)
+        try:
+            anew = self._resume(record, epoch)
+        except BaseException as e:
+            if before[0] is not None:
+                self._generator.set_state(before[0])
+            self._base_seed, self._drawn, self._last, self.record = before[1:]
+            if isinstance(e, _Refused) and not e.kept:
+                self._pending = None
+            raise
+        self._pending = None
+        return anew
+
+    def _resume(self, record, epoch):
         torch = _torch()
         if record["epoch"] != epoch and ("rng_after" in record or self._generator is None):
             # The checkpoint's epoch had ended: the generator as it left it,
@@ -1024,35 +1041,38 @@ class _Plan:
         batches, dataset_len = len(offsets) - 1, len(self.dataset)
         if "shards" in record and record["epoch"] == epoch and \
                 self.dataset.digest() != record["shards"]:
-            raise ValueError(
+            raise _Refused(
                 f"the state dict's epoch {record['epoch']} read {record.get('batches')} shards "
                 f"that shards() now names otherwise or orders otherwise ({batches} shards): "
-                "a resume would read other data; resume with the shards as they were then, "
-                "or start a new epoch without load_state_dict")
+                "a resume would read other data; resume with the shards as they were then",
+                kept=False)
         if batches != record.get("batches", batches):
-            raise ValueError(
+            raise _Refused(
                 f"the state dict's epoch {record['epoch']} had {record['batches']} batches "
                 f"(a dataset of {record.get('dataset_len')} samples); the sampler now gives it "
                 f"{batches} (a dataset of {dataset_len}): resume with the dataset as it was "
-                "then, or start a new epoch without load_state_dict")
+                "then", kept=False)
         if _digest(flat, offsets, keys) != record["digest"]:
             if record.get("dataset_len", dataset_len) != dataset_len:
-                raise ValueError(
+                raise _Refused(
                     f"the state dict's epoch {record['epoch']} read a dataset of "
                     f"{record['dataset_len']} samples; it has {dataset_len} now, and the sampler "
-                    "gives that epoch other batches: resume with the dataset as it was then, or "
-                    "start a new epoch without load_state_dict")
+                    "gives that epoch other batches: resume with the dataset as it was then",
+                    kept=False)
+            # The sampler a user's batch_sampler draws from, not torch's placeholder.
+            sampler = getattr(self._options.batch_sampler, "sampler", self._options.sampler)
             shared = self._generator is None and self._options.workers != 0 and \
                 self._options.worker_kind != "processes"
-            raise ValueError(
+            raise _Refused(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
-                f"dict was taken ({type(self._options.sampler).__name__}, "
+                f"dict was taken ({type(sampler).__name__}, "
                 f"{type(self._options.batch_sampler).__name__}): it keeps state of its own that "
                 "the loader cannot restore (restore it before iter(), e.g. its set_epoch(), or "
                 "use a sampler whose order comes from the loader's generator)" + (
                     "; or its order comes from torch's global generator, which thread workers "
                     "reseed and draw from meanwhile: give the loader a generator= (a "
-                    "torch.Generator) for checkpoints with thread workers" if shared else ""))
+                    "torch.Generator) for checkpoints with thread workers" if shared else ""),
+                kept=True)
         self.record = dict(record, epoch=epoch)
         if record["epoch"] == epoch:
             self._last = epoch
@@ -1203,6 +1223,18 @@ def _return_freed_heap():
 
 
 _malloc_trim = None  # libc's malloc_trim once looked up; False where there is none
+
+
+class _Refused(ValueError):
+    """A checkpoint that iter() cannot resume. One the user can mend in place
+    (a sampler's set_epoch) stays loaded for the next iter(); one of a dataset
+    since changed is dropped, and the next iter() starts a new epoch."""
+
+    def __init__(self, why, kept):
+        super().__init__(why + (" (the checkpoint stays loaded: the next iter() tries it again)"
+                                if kept else
+                                " (the checkpoint is dropped: the next iter() starts a new epoch)"))
+        self.kept = kept
 
 
 def _state_tensor(text):

@@ -750,8 +750,66 @@ def test_after_a_refused_resume_the_next_iter_is_a_whole_new_epoch(workers):
         epochs = [[i for b in dl for i in b.tolist()] for _ in range(2)]
     said = str(e.value)
     assert "50 samples" in said and "49 now" in said and "Sampler" not in said
+    assert "checkpoint is dropped" in said
     for epoch in epochs:
         assert sorted(epoch) == list(range(49))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_refused_for_a_sampler_not_yet_restored_stays_loaded_for_the_next_iter(workers):
+    # A DistributedSampler left at epoch 0 where the checkpoint's was at 2:
+    # the refusal tells the user to call its set_epoch(); done, the next
+    # iter() gives the rest of epoch 2 (before: the checkpoint was dropped and
+    # the whole epoch came again), and the refused try left the loader's
+    # generator as the user seeded it (before: the checkpoint's run's).
+    from torch.utils.data.distributed import DistributedSampler
+
+    def make(loader_class, seed):
+        sampler = DistributedSampler(Indexed(37), num_replicas=2, rank=0, seed=3)
+        g = torch.Generator()
+        g.manual_seed(seed)
+        return loader_class(Indexed(37), batch_size=3, sampler=sampler, generator=g,
+                            num_workers=workers), sampler, g
+
+    torch_dl, torch_sampler, _ = make(torch.utils.data.DataLoader, 1)
+    torch_sampler.set_epoch(2)
+    expected = [b.tolist() for b in torch_dl]
+    with make(stoker.DataLoader, 1)[0] as dl:
+        dl.sampler.set_epoch(2)
+        it = iter(dl)
+        head = [next(it).tolist() for _ in range(2)]
+        state = dl.state_dict()
+    assert head == expected[:2]
+    resumed, sampler, g = make(stoker.DataLoader, 7)
+    with resumed:
+        before = g.get_state().clone()
+        resumed.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(resumed)
+        assert "set_epoch" in str(e.value) and "stays loaded" in str(e.value)
+        assert torch.equal(g.get_state(), before)
+        sampler.set_epoch(2)
+        assert [b.tolist() for b in resumed] == expected[2:]
+
+
+def test_a_refusal_names_the_sampler_a_batch_sampler_draws_from():
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    def make(seed):
+        g = torch.Generator()
+        g.manual_seed(seed)
+        order = BatchSampler(RandomSampler(Indexed(23), generator=g), 4, False)
+        return stoker.DataLoader(Indexed(23), batch_sampler=order, num_workers=0)
+
+    with make(3) as dl:
+        it = iter(dl)
+        next(it)
+        state = dl.state_dict()
+    with make(50) as dl:
+        dl.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(dl)
+    assert "(RandomSampler, BatchSampler)" in str(e.value)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

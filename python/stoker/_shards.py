@@ -26,8 +26,8 @@ class ShardedIterable(torch.utils.data.IterableDataset):
     ``stoker.DataLoader`` splits it by shard itself and resizes its workers
     live; under torch's DataLoader, ``__iter__`` splits the rank's shards by
     ``get_worker_info()`` (worker i reads every num_workers-th shard), so the
-    same dataset runs unchanged there. Ranks: ``rank`` and ``world_size``
-    (default: torchrun's RANK and WORLD_SIZE, else 0 and 1) take every
+    same dataset runs unchanged there. Ranks: ``rank`` and ``world_size``,
+    both or neither (default: torchrun's RANK and WORLD_SIZE, else 0 and 1), take every
     world_size-th shard from ``rank`` on."""
 
     rank = None
@@ -69,7 +69,12 @@ def _rank_split(dataset):
     """(rank, world_size): the dataset's own, else the launcher's
     (stoker.shard_from_env: torchrun's, Open MPI's), else (0, 1)."""
     world, rank = getattr(dataset, "world_size", None), getattr(dataset, "rank", None)
-    if world is None or rank is None:
+    if (world is None) != (rank is None):  # as stoker.Loader: one alone names no rank
+        given, missing = ("world_size", "rank") if rank is None else ("rank", "world_size")
+        raise ValueError(f"{type(dataset).__name__} has a {given} ({getattr(dataset, given)!r}) "
+                         f"but no {missing}: give both rank and world_size, or neither (then "
+                         "torchrun's RANK and WORLD_SIZE are read)")
+    if world is None:
         from ._loader import shard_from_env
         launched = shard_from_env()
         world = launched["world_size"] if world is None else world

@@ -375,6 +375,17 @@ def test_ranks_take_disjoint_shards_that_cover_the_set(monkeypatch):
         loader(Shards(), 1)
 
 
+@pytest.mark.parametrize("given", [{"world_size": 2}, {"rank": 1}])
+def test_a_rank_or_world_size_alone_is_refused_naming_the_other(monkeypatch, given):
+    # Before: world_size=2 alone was read as rank 0 of 2 (each process the
+    # same shards), rank=1 alone as rank 1 of torchrun's 1 (an error on range).
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    missing = "rank" if "world_size" in given else "world_size"
+    with pytest.raises(ValueError, match=f"but no {missing}: give both"):
+        loader(Shards(**given), 1)
+
+
 @pytest.mark.parametrize("workers", [0, 3])
 def test_the_same_dataset_runs_under_torchs_dataloader(workers):
     ds = Shards()

@@ -18,6 +18,7 @@ import numbers
 import operator
 import os
 import pickle
+import re
 import time
 import warnings
 
@@ -779,7 +780,7 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
         raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     _, device = _resolve_device(device, torch)
     if not isinstance(pin_memory_device, str) or not (
-            pin_memory_device in ("", "cuda") or pin_memory_device.startswith("cuda:")):
+            pin_memory_device == "" or re.fullmatch(r"cuda(:[0-9]+)?", pin_memory_device)):
         raise ValueError("pin_memory_device must be '' or a CUDA device ('cuda', 'cuda:N'), "
                          f"got {pin_memory_device!r}: stoker pins memory for CUDA only")
     budget = _args.optional_integer("device_prefetch_bytes", device_prefetch_bytes, 1,

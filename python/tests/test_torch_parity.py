@@ -304,6 +304,11 @@ def test_skipped_records_outlive_a_run_made_anew():
     ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
     ({"multiprocessing_context": 3}, TypeError, "context object"),
     ({"pin_memory_device": "mps"}, ValueError, "pin_memory_device"),
+    # Device strings torch refuses ("Invalid device string"); stoker took them.
+    ({"pin_memory_device": "cuda:abc"}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:"}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:-1"}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:0:1"}, ValueError, "pin_memory_device"),
     ({"generator": 5}, TypeError, "generator must be a torch.Generator"),
     # torch's BatchSampler: ValueError for any batch_size that is no positive int.
     ({"batch_size": 2.5}, ValueError, "batch_size"),

@@ -315,7 +315,12 @@ class Cluster:
         self._scatter_failed = None           # when sending the job again last failed
         self._lost = None
         self._warned = False
-        self._known = {}                      # worker address -> threads, as last seen
+        self._known = {}                      # worker address -> threads, as last seen (warm)
+        self._warm = set()                    # workers whose versions were checked: usable
+        self._warming = {}                    # worker that joined later -> its check's future
+        self._checks = 0                      # checks sent, for their keys
+        self._check_errors = {}               # worker -> its checks that raised
+        self._looked = threading.Event()      # a check ended: the watch looks again now
         self._lagged = {}                     # worker address -> when a task of it lagged
         self._lagged_tasks = 0                      # tasks that lagged, made locally instead
         self._engine = None                   # weakref to the loader's engine (follow)
@@ -348,7 +353,7 @@ class Cluster:
         except BaseException:
             self.close()
             raise
-        self._known = _workers_of(self.client.scheduler_info())
+        self._note_workers(_workers_of(self.client.scheduler_info()))
         self.refresh()
         threading.Thread(target=self._watch, name="stoker-cluster-watch", daemon=True).start()
 
@@ -364,6 +369,58 @@ class Cluster:
                     f"Dask worker {worker} runs {_differences(self._expected, theirs)}: a "
                     "cluster's workers must run the Python, torch and stoker of the loader's "
                     "process")
+        self._warm = set(found)
+
+    def _note_workers(self, known):
+        """The scheduler's workers ({address: threads}) now: those checked are usable."""
+        with self._lock:
+            self._known = {w: t for w, t in known.items() if w in self._warm}
+
+    def _warm_up(self, known):
+        """Workers that joined since: each gets tasks once a check of its
+        versions has run there (stoker and torch imported, the job fetched and
+        loaded by then), so that a cold start is not read as a straggler
+        (_lags) and left out. Called by the watch; never waits."""
+        for worker, future in list(self._warming.items()):
+            if future.status == "pending":  # (its done() may say False after it ended)
+                if worker not in known:  # gone before its check ran
+                    _cancel(future)
+                    del self._warming[worker]
+                continue
+            del self._warming[worker]
+            if future.status == "error":  # it raised there: another stoker, or the job lost
+                error = future.exception()
+                self._check_errors[worker] = self._check_errors.get(worker, 0) + 1
+                if self._check_errors[worker] >= _ATTEMPTS:
+                    self._refuse_worker(worker, ClusterError(
+                        f"this Dask worker cannot run the loader's tasks: "
+                        f"{type(error).__name__}: {error}"))
+                continue
+            if future.status != "finished":  # cancelled or lost (it left): checked again later
+                _cancel(future)
+                continue
+            theirs = future.result()  # no wait: it ended (timeout=0 would time out)
+            if theirs == self._expected:
+                with self._lock:
+                    self._warm.add(worker)
+            else:
+                self._refuse_worker(worker, _VersionMismatch(
+                    f"this Dask worker runs {_differences(self._expected, theirs)}; the "
+                    f"loader's process runs {self._expected}"))
+        for worker in known:
+            if worker in self._warm or worker in self._warming or worker in self._refused:
+                continue
+            self._checks += 1
+            job = self._job
+            # Fetched and loaded there too, unless its holders are gone (sent again later).
+            held = (job,) if job is not None and job.status == "finished" else ()
+            try:
+                self._warming[worker] = self.client.submit(
+                    _checked, *held, pure=False, workers=[worker], allow_other_workers=False,
+                    key=f"stoker-{self._token}-check-{self._checks}")
+            except Exception:  # noqa: BLE001 -- cut off: the next look sends it
+                return
+            self._warming[worker].add_done_callback(lambda _: self._looked.set())
 
     def follow(self, engine):
         """The loader's engine (_stoker.Loader), once made: a task whose batch
@@ -514,9 +571,8 @@ class Cluster:
                     raise ClusterError(f"the connection to the scheduler is {self.client.status}")
                 # The workers now (the watch's list may be a moment old): with
                 # none, no wait (Dask's scatter would wait for one).
-                known = _within(_CUT_OFF_S, lambda: _workers_of(self.client.scheduler_info()))
-                with self._lock:
-                    self._known = known
+                self._note_workers(
+                    _within(_CUT_OFF_S, lambda: _workers_of(self.client.scheduler_info())))
                 workers = self._usable_workers(set())[0]
                 if not workers:
                     raise ClusterError("no Dask worker to send the job to")
@@ -637,6 +693,10 @@ class Cluster:
         if where is None:
             self._lose(ClusterError(f"{error} (the scheduler did not say which worker)"))
             return
+        self._refuse_worker(where, error)
+
+    def _refuse_worker(self, where, error):
+        """Worker `where` runs other versions: no task of this loader, said once."""
         with self._lock:
             first = where not in self._refused
             self._refused[where] = str(error)
@@ -692,11 +752,12 @@ class Cluster:
                 return
             except Exception:  # noqa: BLE001 -- cut off: none known until it answers
                 known = None
-            with self._lock:
-                self._cut_off = known is None
-                self._known = known or {}
+            self._cut_off = known is None
+            self._warm_up(known or {})
+            self._note_workers(known or {})
             self.refresh()
-            time.sleep(_REFRESH_S)
+            self._looked.wait(_REFRESH_S)  # or sooner, when a check ended
+            self._looked.clear()
 
     def stats(self, target):
         now = time.monotonic()
@@ -777,6 +838,12 @@ def _unpicklable(job):
         except Exception as e:  # noqa: BLE001 -- whatever pickling raises
             return name, value, e
     return None
+
+
+def _checked(*held):
+    """A Dask task on a worker that joined late: its versions(), once `held`
+    (the job, when it was sent) is there."""
+    return versions()
 
 
 def _blame(dask_scheduler, key, job):

@@ -271,7 +271,7 @@ class DaskCluster:
             time.sleep(POLL_S)
         self._scheduler.record_sockets()
 
-    def _launch_worker(self, name, env, cpus):
+    def _launch_worker(self, name, env, cpus, cold=False):
         # A name is never reused: its log and folder stay the first one's.
         used = set(self._workers) | {p.name for p in self._gone}
         if name is None:
@@ -280,7 +280,7 @@ class DaskCluster:
             name = f"worker-{self._next_worker}"
         if name in used:
             raise ValueError(f"a worker named {name!r} was started already")
-        preload = [a for module in self._preload for a in ("--preload", module)]
+        preload = [] if cold else [a for module in self._preload for a in ("--preload", module)]
         tls = self._tls_args()
         self._workers[name] = self._popen(
             name, "distributed.cli.dask_worker",
@@ -307,13 +307,15 @@ class DaskCluster:
         process.address = started and started.group(1)
         process.record_sockets()
 
-    def add_worker(self, name=None, *, env=None, cpus=None):
+    def add_worker(self, name=None, *, env=None, cpus=None, cold=False):
         """Starts one more worker (named `name`, else the next worker-N), with
         `env` added to its environment and on `cpus` if given, and waits until
-        it is registered. Returns its name."""
-        return self.add_workers({name: env}, cpus=cpus)[0]
+        it is registered; `cold`: without the preloads (its first task
+        imports stoker and torch, as a worker started beside a job's). Returns
+        its name."""
+        return self.add_workers({name: env}, cpus=cpus, cold=cold)[0]
 
-    def add_workers(self, workers, *, cpus=None):
+    def add_workers(self, workers, *, cpus=None, cold=False):
         """Starts workers side by side and waits until all are registered:
         `workers` is a count (named worker-N) or {name: env or None}. Returns
         their names."""
@@ -321,7 +323,7 @@ class DaskCluster:
         names = []
         try:
             for name, env in specs:
-                names.append(self._launch_worker(name, dict(env or {}), cpus))
+                names.append(self._launch_worker(name, dict(env or {}), cpus, cold))
             for name in names:
                 self._wait_registered(self._workers[name])
         except BaseException:

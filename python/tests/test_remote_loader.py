@@ -170,6 +170,21 @@ def test_a_scheduler_that_goes_away_leaves_the_samples_to_local_workers(dask_clu
                if issubclass(w.category, RuntimeWarning)), [str(w.message) for w in caught]
 
 
+@pytest.mark.timeout(120)
+def test_a_worker_that_joins_late_is_used_after_its_cold_start(dask_cluster_factory, image_tree):
+    # A worker starting beside the training: its first tasks would run while
+    # it imports torch and stoker. Before, two of them lagged against the
+    # local workers' milliseconds and the worker was left out for a minute,
+    # making nothing; now it gets tasks once a check has run there.
+    cluster = dask_cluster_factory(workers=0)
+    with remote(image_tree, cluster.address) as loader:
+        assert_same_epoch(epoch_of(loader), reference(image_tree, 0))  # local: no worker yet
+        cluster.add_worker(cold=True)
+        loader.set_epoch(0)  # epochs_until_remote reads from epoch 0
+        stats = epochs_until_remote(loader, image_tree)
+    assert stats["lost"] is None and stats["retries"] == 0
+
+
 def test_a_cluster_needs_workers_auto(shared_dask_cluster, image_tree):
     with pytest.raises(ValueError, match="workers='auto'"):
         stoker.Loader(image_tree, workers=2, cluster=shared_dask_cluster.address)

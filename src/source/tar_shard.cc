@@ -205,6 +205,29 @@ bool IsZeroBlock(const std::byte* block, size_t size) {
   return std::all_of(block, block + size, [](std::byte b) { return b == std::byte{0}; });
 }
 
+// The compressor whose magic number `head` starts with, or nullptr: a shard
+// compressed whole (shard.tar.gz) is not a tar stoker can index.
+const char* CompressedKind(std::span<const std::byte> head) {
+  struct Magic {
+    const char* kind;
+    std::string_view bytes;
+  };
+  static constexpr Magic kMagics[] = {{"gzip", std::string_view("\x1f\x8b", 2)},
+                                      {"bzip2", "BZh"},
+                                      {"xz", std::string_view("\xfd"
+                                                              "7zXZ\0",
+                                                              6)},
+                                      {"zstd", std::string_view("\x28\xb5\x2f\xfd", 4)},
+                                      {"zip", std::string_view("PK\x03\x04", 4)}};
+  for (const Magic& m : kMagics) {
+    if (head.size() >= m.bytes.size() &&
+        std::memcmp(head.data(), m.bytes.data(), m.bytes.size()) == 0) {
+      return m.kind;
+    }
+  }
+  return nullptr;
+}
+
 bool ChecksumMatches(const std::byte* header) {
   std::optional<uint64_t> stored = ParseNumber(header, kChksumOff, kChksumLen);
   if (!stored) return false;
@@ -344,6 +367,13 @@ class TarScanner {
       }
       if (IsZeroBlock(header, kBlock)) return std::optional<TarEntry>();  // end of archive
       if (!ChecksumMatches(header)) {
+        if (here == 0) {
+          if (const char* kind = CompressedKind(std::span(block, kBlock))) {
+            return DataError(what_ + ": a " + kind +
+                             "-compressed file, not a tar: stoker reads uncompressed tar shards "
+                             "(decompress it first)");
+          }
+        }
         return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
       }
       std::optional<uint64_t> header_size = ParseNumber(header, kSizeOff, kSizeLen);

@@ -144,6 +144,35 @@ TEST(TarShardTest, GarbageHeaderIsADataErrorNamingTheArchive) {
       << entries.status().message();
 }
 
+TEST(TarShardTest, AShardCompressedWholeIsNamedByItsCompressor) {
+  // A gzip member header (magic, deflate, no flags) and deflate bytes: what
+  // `tar czf shard.tar.gz` begins with. Before, "bad tar header checksum".
+  std::string gz("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10);
+  gz += std::string(2000, '\x5a');
+  auto entries = IndexTarBytes(Bytes(gz), "/data/shard-000.tar");
+  ASSERT_FALSE(entries.ok());
+  EXPECT_EQ(entries.status().code(), StatusCode::kDataError);
+  EXPECT_EQ(entries.status().message(),
+            "/data/shard-000.tar: a gzip-compressed file, not a tar: stoker reads uncompressed "
+            "tar shards (decompress it first)");
+  for (const auto& [head, kind] :
+       std::vector<std::pair<std::string, std::string>>{{"BZh91AY&SY", "bzip2"},
+                                                        {std::string("\xfd"
+                                                                     "7zXZ\0\0\x04",
+                                                                     8),
+                                                         "xz"},
+                                                        {"\x28\xb5\x2f\xfd\x04", "zstd"}}) {
+    auto other = IndexTarBytes(Bytes(head + std::string(1024, 'q')), "s.tar");
+    ASSERT_FALSE(other.ok());
+    EXPECT_NE(other.status().message().find("a " + kind + "-compressed file"), std::string::npos)
+        << other.status().message();
+  }
+  // Garbage that no compressor begins with is still a bad header.
+  auto garbage = IndexTarBytes(Bytes(std::string(1024, 'G')), "g.tar");
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_NE(garbage.status().message().find("checksum"), std::string::npos);
+}
+
 TEST(TarShardTest, TruncatedMemberIsADataError) {
   std::string tar = RawHeader("a.jpg", 5000, '0') + std::string(100, 'j');
   auto entries = IndexTarBytes(Bytes(tar), "cut.tar");

@@ -149,6 +149,12 @@ enum class DataPathKind { kImageFolder, kTarShards, kFileList };
 Result<std::shared_ptr<const Source>> OpenDataPath(const std::string& path,
                                                    DataPathKind* kind = nullptr);
 
+/// What a data path names when nothing of it exists, else empty: the path;
+/// for a brace pattern (its shards need not all be there), the pattern when
+/// none of its names exists (a pattern ExpandBraces refuses is left to the
+/// opener to name). What the CLI's --data and Python's probe() refuse.
+std::string MissingDataPlace(const std::string& data_path);
+
 /// The most names one brace pattern may expand to: far past any real shard
 /// list (each shard is a mapping, and Linux allows 65530 per process by
 /// default), small enough that the names fit in memory.

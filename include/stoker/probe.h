@@ -136,11 +136,6 @@ struct ProbeOptions {
   bool skip_gpus = false;
 };
 
-/// The place a data path names when it does not exist (a brace pattern's
-/// folder: its shards need not all be there), else empty: what the CLI's
-/// --data and Python's probe() refuse, naming it.
-std::string MissingDataPlace(const std::string& data_path);
-
 /// Reads the machine facts. Never fails: unreadable facts are left unknown.
 /// Cheap without GPUs (a few dozen small file reads); safe to call at any
 /// time and from any thread, concurrently with other calls.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "stoker/image_sources.h"
 #include "stoker/probe.h"
 
 namespace stoker::python {

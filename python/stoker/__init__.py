@@ -76,7 +76,9 @@ def __getattr__(name):
 
 def probe(data_path=None, gpus=False):
     """The machine facts the tuner starts from (CPU budget, memory, shm, ranks,
-    storage of ``data_path``; GPUs through NVML when ``gpus``), as a dict."""
+    storage of ``data_path``; GPUs through NVML when ``gpus``), as a dict.
+    A ``data_path`` that names nothing (a brace pattern none of whose shards
+    exists) is a FileNotFoundError naming it."""
     import os
 
     path = None if data_path is None else os.fsdecode(data_path)

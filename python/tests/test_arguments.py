@@ -162,6 +162,12 @@ def test_bad_source_transform_and_dataset_argument_is_named(name, call, error):
 def test_probe_describes_a_data_path_that_exists_and_names_one_that_does_not(tmp_path):
     facts = stoker.probe(tmp_path)
     assert facts["cpu"] and facts["storage"] is not None
-    assert stoker.probe(tmp_path / "shard-{000..003}.tar")["storage"] is not None  # its folder
+    # A pattern: its storage is its shards' once one exists (before: a pattern
+    # naming nothing was described as if it were there).
+    pattern = tmp_path / "shard-{000..003}.tar"
+    with pytest.raises(FileNotFoundError, match="shard-"):
+        stoker.probe(pattern)
+    (tmp_path / "shard-002.tar").write_bytes(b"")
+    assert stoker.probe(pattern)["storage"] is not None
     with pytest.raises(FileNotFoundError, match="missing"):  # as `stoker probe --data` refuses it
         stoker.probe(tmp_path / "missing")

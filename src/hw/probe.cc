@@ -86,15 +86,6 @@ const char* DiskKindLabel(MachineFacts::DiskKind kind) {
   return "unknown";
 }
 
-std::string MissingDataPlace(const std::string& data_path) {
-  std::error_code ec;
-  const std::filesystem::path path(data_path);
-  const bool pattern = data_path.find('{') != std::string::npos;
-  const std::filesystem::path place =
-      pattern && !path.parent_path().empty() ? path.parent_path() : path;
-  return std::filesystem::exists(place, ec) ? std::string() : place.string();
-}
-
 MachineFacts ProbeMachine(const ProbeOptions& options) {
   ProbeOptions o = options;
   if (!o.getenv) o.getenv = ProcessEnv;

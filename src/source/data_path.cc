@@ -12,7 +12,22 @@ bool NamesTarShards(const std::string& path) {
   return path.ends_with(kTar) || path.find('{') != std::string::npos;
 }
 
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 || errno != ENOENT;  // unreadable is not missing
+}
+
 }  // namespace
+
+std::string MissingDataPlace(const std::string& data_path) {
+  if (data_path.find('{') == std::string::npos) return Exists(data_path) ? "" : data_path;
+  Result<std::vector<std::string>> names = ExpandBraces(data_path);
+  if (!names.ok()) return "";
+  for (const std::string& name : *names) {
+    if (Exists(name)) return "";
+  }
+  return data_path;
+}
 
 Result<std::shared_ptr<const Source>> OpenDataPath(const std::string& path, DataPathKind* kind) {
   struct stat st {};

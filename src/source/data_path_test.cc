@@ -79,6 +79,21 @@ TEST(DataPathTest, AMissingPathIsNotFoundNamingIt) {
       << shard.status().message();
 }
 
+TEST(DataPathTest, MissingDataPlaceNamesAPathOrAPatternThatNamesNothing) {
+  TempDir dir;
+  EXPECT_EQ(MissingDataPlace(dir / "nowhere"), dir / "nowhere");
+  EXPECT_EQ(MissingDataPlace(dir.path()), "");
+  // A pattern is there when one of its names is, in any folder of it.
+  const std::string pattern = dir / "part{0..2}/s-{00..01}.tar";
+  EXPECT_EQ(MissingDataPlace(pattern), pattern);
+  ASSERT_TRUE(std::filesystem::create_directory(dir / "part2"));
+  EXPECT_EQ(MissingDataPlace(pattern), pattern);  // its folder alone names no shard
+  WriteOneSampleShard(dir / "part2/s-01.tar");
+  EXPECT_EQ(MissingDataPlace(pattern), "");
+  // One ExpandBraces refuses is the opener's to name.
+  EXPECT_EQ(MissingDataPlace(dir / "s-{0..99999999}.tar"), "");
+}
+
 TEST(DataPathTest, NeitherFolderNorFileIsAnErrorNamingIt) {
   auto source = OpenDataPath("/dev/null");
   ASSERT_FALSE(source.ok());

@@ -7,7 +7,7 @@
 #include <string>
 #include <system_error>
 
-#include "stoker/probe.h"
+#include "stoker/image_sources.h"
 
 namespace stoker::cli {
 namespace {
@@ -69,7 +69,10 @@ CLI::Validator ExistingPlace() {
       [](std::string& text) {
         if (std::string error = PathGiven()(text); !error.empty()) return error;
         const std::string missing = MissingDataPlace(text);
-        return missing.empty() ? std::string() : "no such file or folder: '" + missing + "'";
+        if (missing.empty()) return std::string();
+        return missing.find('{') == std::string::npos
+                   ? "no such file or folder: '" + missing + "'"
+                   : "no file that the pattern '" + missing + "' names exists";
       },
       "PATH");
 }

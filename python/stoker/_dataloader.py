@@ -985,6 +985,17 @@ class _Plan:
             if not isinstance(record.get(field), kind):
                 raise ValueError(f"state dict's epoch_start[{field!r}] is missing or not "
                                  f"{kind.__name__}: {record.get(field)!r}")
+        size = _torch().get_rng_state().numel()  # a CPU generator's state, in bytes
+        for field in ("rng", "rng_after"):
+            if field not in record:
+                continue
+            try:
+                state = base64.b64decode(record[field], validate=True)
+            except ValueError as e:  # binascii.Error
+                raise ValueError(f"state dict's epoch_start[{field!r}] is not base64: {e}") from None
+            if len(state) != size:
+                raise ValueError(f"state dict's epoch_start[{field!r}] holds {len(state)} bytes, "
+                                 f"not a generator's state ({size} bytes)")
         return record
 
     def restore(self, record, epoch):

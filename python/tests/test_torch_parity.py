@@ -797,6 +797,21 @@ def test_a_resume_refused_for_a_sampler_not_yet_restored_stays_loaded_for_the_ne
         assert [b.tolist() for b in resumed] == expected[2:]
 
 
+def test_a_checkpoint_whose_generator_state_is_damaged_is_refused_naming_the_field():
+    # Before: binascii.Error "Incorrect padding" at iter(), naming nothing.
+    with stoker.DataLoader(Indexed(20), batch_size=4, shuffle=True, num_workers=0) as dl:
+        it = iter(dl)
+        next(it)
+        state = dl.state_dict()
+    for damaged, words in ((state["epoch_start"]["rng"][:-3], "not base64"),
+                           ("AAAA", "holds 3 bytes, not a generator's state")):
+        bad = copy.deepcopy(state)
+        bad["epoch_start"]["rng"] = damaged
+        with stoker.DataLoader(Indexed(20), batch_size=4, shuffle=True, num_workers=0) as dl:
+            with pytest.raises(ValueError, match=r"epoch_start\['rng'\].*" + words):
+                dl.load_state_dict(bad)
+
+
 def test_a_refusal_names_the_sampler_a_batch_sampler_draws_from():
     from torch.utils.data import BatchSampler, RandomSampler
 

@@ -41,11 +41,14 @@ class NativeBatchWorker : public KindWorker {
     std::byte* images = out.data() + images_offset_;
     const uint64_t seed = static_cast<uint64_t>(batch.seed);
     int64_t made = 0;
-    for (int64_t index : batch.indices) {
+    for (int64_t key : batch.indices) {
+      // As a Python list (ImageFolder.samples) is indexed: -1 is the last.
+      const int64_t index = key < 0 ? key + source_.size() : key;
       if (index < 0 || index >= source_.size()) {
         outcome->failures.push_back(
-            Failed(index, DataError("index " + std::to_string(index) + " is out of range [0, " +
-                                    std::to_string(source_.size()) + ")")));
+            Failed(key, DataError("index " + std::to_string(key) + " is out of range [-" +
+                                  std::to_string(source_.size()) + ", " +
+                                  std::to_string(source_.size()) + ")")));
         continue;
       }
       ItemOutcome one;

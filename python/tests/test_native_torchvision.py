@@ -462,6 +462,23 @@ def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):
         assert loader.stats()["pipeline"] == "native" and loader._remade == 1
 
 
+def test_negative_sampler_keys_index_from_the_end_natively_as_torch_does(folder):
+    # ImageFolder.samples is a list: torch reads key -1 as its last sample.
+    # Before, the native path failed those samples ("index -1 is out of range").
+    dataset = ImageFolder(folder, transform=T.Compose([T.CenterCrop(24), T.PILToTensor()]))
+    sampler = [-1, -2, 0, -len(dataset)]
+    want = _torch_batches(dataset, batch_size=2, sampler=sampler)
+    with stoker.DataLoader(dataset, batch_size=2, sampler=sampler, num_workers=1) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "native"
+    assert len(got) == len(want)
+    assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
+    with stoker.DataLoader(dataset, batch_size=2, sampler=[0, -len(dataset) - 1],
+                           num_workers=0) as loader:
+        with pytest.raises(stoker.DataError, match=r"index -\d+ is out of range"):
+            list(loader)
+
+
 def test_subsets_of_an_image_folder_run_natively(folder):
     # random_split's Subsets (and a Subset of one) are seen through: the same
     # samples, in the Subset's order, as torch's loader gives them.

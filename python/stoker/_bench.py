@@ -27,11 +27,14 @@ def _planned_sizes(loader):
     """The samples in each batch of an epoch, (full batches, batch size,
     the last's size), where the loader's plan says them: a map-style
     dataset batched by torch's BatchSampler over a sampler with a len().
-    Else None (a stream, a batch_sampler of the user's)."""
+    Else None (a stream, a batch_sampler of the user's, a stoker loader that
+    skips bad samples: its batches hold fewer)."""
     import torch.utils.data as data
     batcher = getattr(loader, "batch_sampler", None)
     if type(batcher) is not data.BatchSampler or isinstance(
             getattr(loader, "dataset", None), data.IterableDataset):
+        return None
+    if getattr(getattr(loader, "_options", None), "on_error", None) == "skip":
         return None
     try:
         n = len(batcher.sampler)
@@ -269,6 +272,9 @@ def _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, s
         try:
             points.append(_point(loader, workers, batch_size, batches, seconds, step_s))
         finally:
+            # Its processes end now, not beside the next count's (torch's
+            # loader has no close(): its iterator, gone, ended them).
+            getattr(loader, "close", lambda: None)()
             del loader
     rows = [(p["num_workers"], p["samples_per_s"], p["stall_fraction"]) for p in points]
     # `stoker bench`'s rule, not one of our own: the fewest workers within

@@ -21,6 +21,7 @@ import pickle
 import re
 import time
 import warnings
+import weakref
 
 import torch.utils.data
 
@@ -157,7 +158,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._native_wanted = native
         self._batch_room = 0  # the largest batch an epoch gave the native path so far
         self._start_run()
-        self._plan.on_set = self._fit_batches
+        # Weakly: the run holds the plan, and the loader must not outlive its last use.
+        self._plan.on_set = weakref.WeakMethod(self._fit_batches)
         _exit.close_at_exit(self)
         self._DataLoader__initialized = True  # torch's guard: batch_size, sampler... are fixed
 
@@ -558,6 +560,11 @@ class DataLoader(torch.utils.data.DataLoader):
         self.close()
 
     def __del__(self):
+        # An iterator still in use keeps the run (its own reference); the run
+        # closes itself once the last of them goes.
+        it = getattr(self, "_iterator", None)
+        if it is not None and not it.done:
+            return
         try:
             self.close()
         except Exception:  # noqa: BLE001 -- nothing to tell at collection
@@ -883,7 +890,8 @@ class _Plan:
         self.ahead_holds = True
         self._given_ahead = None  # (epoch, digest) of the lists handed over early
         self.index_keys = False  # the native path's: keys must be ints
-        self.on_set = None  # told each epoch's batch offsets before the workers get them
+        # A weakref.WeakMethod told each epoch's batch offsets before the workers get them.
+        self.on_set = None
         self._generator = options.generator
         # torch draws a base seed at each iter(), but once only with
         # persistent workers (its iterator, and its seed, is then reused).
@@ -953,8 +961,9 @@ class _Plan:
 
     def _set(self, epoch, flat, offsets, keys, digest):
         """Hands `epoch`'s batches to the workers, as the epoch started."""
-        if self.on_set is not None:
-            self.on_set(offsets)  # the loader's look at them first (it may renew the table)
+        look = None if self.on_set is None else self.on_set()
+        if look is not None:
+            look(offsets)  # the loader's look at them first (it may renew the table)
         given, self._given_ahead = self._given_ahead, None
         self.ahead_holds = given is None or given == (epoch, digest)
         self.batches = len(offsets) - 1
@@ -1308,6 +1317,8 @@ class _Run:
         self.trial = None
         self.cluster = None         # cluster=...: the remote slots' _remote.Cluster
         self.remote_threads = None  # and their ThreadWorkers (REMOTE_MAGIC batches)
+        # Closed at the exit too when only an iterator holds it (its loader gone).
+        _exit.close_at_exit(self)
 
     @classmethod
     def start(cls, options, plan, job, native=None):
@@ -1650,11 +1661,13 @@ class _DeviceAhead:
     makes the consumer's current stream wait for its copy's event (no host
     sync); the host batch is let go only once its copy's event has completed,
     since its shared memory is then reused. A failure met while copying ahead
-    is raised after the batches before it, so the order is the loader's."""
+    is raised after the batches before it, so the order is the loader's.
+    `produce` (the next host batch) and `ready_now` (whether one can be had
+    without waiting) are its iterator's, given at each call (held, they would
+    make a cycle that only the garbage collector frees)."""
 
-    def __init__(self, produce, ready_now, device, budget):
+    def __init__(self, device, budget):
         torch = _torch()
-        self._produce, self._ready_now = produce, ready_now
         self._device, self._budget = device, budget
         cuda = device.type == "cuda"
         self._stream = torch.cuda.Stream(device) if cuda else None
@@ -1663,18 +1676,18 @@ class _DeviceAhead:
         self._copying = []                 # (event, host batch) handed over, copy maybe running
         self._pending = None               # raised once the batches before it are handed over
 
-    def next(self):
+    def next(self, produce, ready_now):
         torch = _torch()
         self._let_go()
         if not self._queue:
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 raise pending
-            self._send(self._produce())
+            self._send(produce())
         while self._pending is None and (len(self._queue) < 2 or self._bytes < self._budget) \
-                and self._ready_now():
+                and ready_now():
             try:
-                self._send(self._produce())
+                self._send(produce())
             except Exception as e:  # noqa: BLE001 -- StopIteration and DataError included
                 self._pending = e
         batch, event, size, host = self._queue.popleft()
@@ -1729,7 +1742,11 @@ class _Iterator:
         self._got_item = None  # the engine item of the last payload
         self._sharded = run.options.shards is not None
         self._shape = (run.options.batch_size, run.options.drop_last)
-        self._owner = owner    # the loader lives while its iterator does (its close ends the run)
+        # Weakly: the run, not the loader, lives while its iterator does (as
+        # `for b in DataLoader(...)` needs), and a loader dropped with its
+        # iterator frees its workers at once, not at the next garbage collection.
+        self._owner = weakref.ref(owner)
+        self._dataset = owner.dataset
         self.epoch = epoch
         self.done = False      # finished, or ended by a newer iterator, set_epoch, a resume
         self._ended_by = None  # what ended it before its epoch's end
@@ -1760,7 +1777,9 @@ class _Iterator:
 
     def __len__(self):
         if self._sharded:  # the loader's, as torch's len() of an IterableDataset (not the shards)
-            return len(self._owner)
+            owner = self._owner()
+            return len(owner) if owner is not None else \
+                _shards.approximate_len(self._dataset, *self._shape)
         return self._batches
 
     def end(self, by):
@@ -1776,9 +1795,8 @@ class _Iterator:
         if self._device is None:
             return self._next_host()
         if self._ahead is None:
-            self._ahead = _DeviceAhead(self._next_host, self._ready_now, self._device,
-                                       self.run.options.device_budget)
-        return self._ahead.next()
+            self._ahead = _DeviceAhead(self._device, self.run.options.device_budget)
+        return self._ahead.next(self._next_host, self._ready_now)
 
     def _ready_now(self):
         """A batch can be had without waiting (device look-ahead only takes those)."""
@@ -1790,7 +1808,7 @@ class _Iterator:
                 raise StopIteration
             try:  # len(self) would count as the user's len() (_warn_past_len)
                 of = f" of its {self._batches}" if not self._sharded else \
-                    f" of its {_shards.approximate_len(self._owner.dataset, *self._shape)}"
+                    f" of its {_shards.approximate_len(self._dataset, *self._shape)}"
             except TypeError:  # a sharded stream without __len__
                 of = ""
             raise RuntimeError(
@@ -1891,10 +1909,11 @@ class _Iterator:
     def _warn_past_len(self):
         """As torch's iterator over an IterableDataset once len(loader) was
         asked: a warning at each batch past the dataset's len()."""
-        told = self._owner._IterableDataset_len_called
+        owner = self._owner()
+        told = None if owner is None else owner._IterableDataset_len_called
         if told is not None and self.handed > told:
             warnings.warn(
-                f"Length of IterableDataset {self._owner.dataset} was reported to be {told} "
+                f"Length of IterableDataset {self._dataset} was reported to be {told} "
                 f"(when accessing len(dataloader)), but {self.handed} samples have been fetched. "
                 + ("For multiprocessing data-loading, this could be caused by not properly "
                    "configuring the IterableDataset replica at each worker."

@@ -202,3 +202,45 @@ def test_a_count_is_measured_after_its_first_round_of_batches():
     # An epoch shorter than the warm-up: the measurement starts the next one.
     samples, taken, _, _ = stoker._bench._measure(batches[:2], 1, 1, 10.0, 0.0, warm_batches=3)
     assert (samples, taken) == (1, 1)
+
+
+class _HalfBad(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        if i % 2:
+            raise ValueError(f"bad sample {i}")
+        return torch.tensor([i])
+
+
+def test_skipped_samples_are_not_counted_as_measured():
+    # Each batch of 2 holds one sample that arrives; before, bench counted 2.
+    r = stoker.bench(_HalfBad(), batch_size=2, num_workers=[0], batches=10, kind="stoker",
+                     on_error="skip", shuffle=False, quiet=True, gpus=0)
+    point = r["points"][0]
+    assert point["samples"] == point["batches"] > 0
+
+
+def test_a_sweep_leaves_no_process_behind_without_a_garbage_collection():
+    # With the garbage collector off, as it may not run for long: before, each
+    # count's loader kept its zygote and workers until bench returned and a
+    # collection ran (14 processes after a sweep of 1 to 4 workers).
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import gc, psutil, torch, stoker
+        gc.disable()
+        class Squares(torch.utils.data.Dataset):
+            def __len__(self): return 48
+            def __getitem__(self, i): return torch.full((3, 8, 8), float(i)), i
+        stoker.bench(Squares(), batch_size=4, num_workers=[1, 2, 3], batches=6,
+                     kind="stoker", quiet=True, gpus=0)
+        print(len([p for p in psutil.Process().children(recursive=True) if p.is_running()
+                   and p.status() != psutil.STATUS_ZOMBIE]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0", out.stdout

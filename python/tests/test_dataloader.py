@@ -1035,11 +1035,11 @@ def test_device_look_ahead_keeps_the_order_errors_included_within_its_budget():
 
     def taken(budget):
         made.clear()
-        ahead = _DeviceAhead(produce, lambda: True, torch.device("cpu"), budget)
+        ahead = _DeviceAhead(torch.device("cpu"), budget)
         out, ahead_most = [], 0
         while True:
             try:
-                batch = ahead.next()
+                batch = ahead.next(produce, lambda: True)
                 out.append(int(batch["x"][0]))
                 assert batch["name"] == [f"b{out[-1]}"]
             except stoker.DataError:

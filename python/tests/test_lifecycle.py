@@ -505,3 +505,72 @@ def test_close_lets_go_of_the_shared_memory_of_a_loader_still_referenced():
     del kept
     assert segments_open() == before
     assert dl is not None  # referenced to the end
+
+
+@pytest.mark.parametrize("use", ["none", "epoch", "break", "iterator_only"])
+def test_a_loader_let_go_ends_its_processes_without_a_garbage_collection(use):
+    # As torch's DataLoader frees its workers when dropped. Before, the loader
+    # sat in reference cycles (its iterator, its plan's callback), and its
+    # zygote and workers lived until the cycle collector ran (disabled here:
+    # in a training loop it may not run for a long time).
+    body = textwrap.dedent(f"""
+        import gc
+        gc.disable()
+        use = {use!r}
+        dl = stoker.DataLoader(Numbers(), batch_size=4, num_workers=2)
+        procs = pids(dl)
+        if use == "iterator_only":  # the loader goes first, its iterator reads on
+            it = iter(dl)
+            del dl
+            assert sum(len(b) for b in it) == 64
+            del it
+        else:
+            if use == "epoch":
+                assert sum(len(b) for b in dl) == 64
+            elif use == "break":
+                for i, b in enumerate(dl):
+                    if i == 2:
+                        break
+                del b
+            del dl
+        print(" ".join(map(str, procs)), flush=True)
+        time.sleep(60)  # the processes go while this one lives on
+    """)
+    p = subprocess.Popen([sys.executable, "-c", PRELUDE + body], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        procs = [int(pid) for pid in p.stdout.readline().split()]
+        assert procs, p.stderr.read()  # the zygote, and the workers once started
+        assert wait_gone(procs, 20) == []
+        assert p.poll() is None  # the script still runs: they went with the loader
+    finally:
+        p.kill()
+        p.communicate()
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_the_process_exits_cleanly_with_only_an_iterator_left_of_its_loader(kind):
+    # The loader is gone, its iterator read by a daemon thread: its run is
+    # closed at the exit as the loader would have been (without: "terminate
+    # called without an active exception", the engine's thread at finalisation).
+    p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(f"""
+        import threading
+        class Slow(torch.utils.data.Dataset):
+            def __len__(self): return 100000
+            def __getitem__(self, i):
+                time.sleep(0.001)
+                return torch.tensor(i)
+        it = iter(stoker.DataLoader(Slow(), batch_size=4, num_workers=2, worker_kind={kind!r}))
+        next(it)
+        def read():
+            try:
+                for _ in it:
+                    pass
+            except stoker.Cancelled:
+                pass
+        threading.Thread(target=read, daemon=True).start()
+        time.sleep(0.5)
+        print("done", flush=True)
+    """)], capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0 and p.stdout.split() == ["done"], p.stderr
+    assert "terminate" not in p.stderr, p.stderr

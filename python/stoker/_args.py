@@ -94,8 +94,17 @@ def on_error(value):
     return value
 
 
+def tune_interval(value):
+    """The tuner's interval in seconds: ``value`` (> 0), or the engine's
+    default (TunerOptions) for None."""
+    if value is None:
+        from . import _stoker
+        return _stoker.TunerOptions().interval_s
+    return real("tune_interval", value, above=0)
+
+
 def tuner_only(workers_name, workers, **options):
-    """Refuses tuner options (trace_path, max_workers) given with a fixed
+    """Refuses tuner options (trace_path, max_workers, tune_interval) given with a fixed
     worker count `workers` (None: "auto"), where no tuner runs and they
     would be ignored."""
     if workers is None or isinstance(workers, str):  # "auto" (other strings are refused)

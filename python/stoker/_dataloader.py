@@ -110,7 +110,7 @@ class DataLoader(torch.utils.data.DataLoader):
                  *, prefetch_factor=None, persistent_workers=False, pin_memory_device="",
                  in_order=True, worker_kind="processes", on_error="raise",
                  max_workers=0, device=None, device_prefetch_bytes=None,
-                 memory_budget_bytes=0, tune_interval=0.2, trace_path=None, cluster=None,
+                 memory_budget_bytes=0, tune_interval=None, trace_path=None, cluster=None,
                  cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S, remote_min=0,
                  native=True, shuffle_buffer=0):
         self._run = None  # until every option is checked
@@ -120,7 +120,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._arguments = dict(locals())  # this method's arguments, as given
         del self._arguments["self"], self._arguments["dataset"]
         _args.tuner_only("num_workers", num_workers, max_workers=max_workers,
-                         trace_path=trace_path)
+                         trace_path=trace_path, tune_interval=tune_interval)
         why = _iterable.unplanned(dataset, sampler, batch_sampler)
         if why is not None:
             self._stream = _iterable.PlainStream(self, dataset, why, **self._arguments)
@@ -842,7 +842,7 @@ def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_ki
         "multiprocessing_context": _start_method(multiprocessing_context),
         "memory_budget_bytes": _args.integer("memory_budget_bytes", memory_budget_bytes, 0,
                                              2**63 - 1),
-        "tune_interval": _args.real("tune_interval", tune_interval, above=0),
+        "tune_interval": _args.tune_interval(tune_interval),
         "trace_path": _args.optional_path("trace_path", trace_path) or "",
     }
 

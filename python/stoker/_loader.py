@@ -193,7 +193,7 @@ class Loader:
     def __init__(self, source, batch_size=64, shuffle=True, seed=0, drop_last=False,
                  transforms=None, workers="auto", prefetch=None, on_error="raise", rank=None,
                  world_size=None, *, output="auto", ordered=True, prefetch_bytes=None,
-                 memory_budget=None, max_workers=None, tune_interval=0.2, trace_path=None,
+                 memory_budget=None, max_workers=None, tune_interval=None, trace_path=None,
                  start_epoch=0, pin_memory=False, device=None, device_prefetch_bytes=None,
                  cluster=None, cluster_security=None, remote_timeout=_remote.DEFAULT_TIMEOUT_S,
                  remote_min=0):
@@ -223,10 +223,11 @@ class Loader:
         memory_budget = _args.optional_integer("memory_budget", memory_budget, 1,
                                                _args.UINT64_MAX)
         max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1])
-        tune_interval = _args.real("tune_interval", tune_interval, above=0)
         trace_path = _args.optional_path("trace_path", trace_path)
         _args.tuner_only("workers", None if workers == _stoker.AUTO_WORKERS else workers,
-                         max_workers=max_workers, trace_path=trace_path)
+                         max_workers=max_workers, trace_path=trace_path,
+                         tune_interval=tune_interval)
+        tune_interval = _args.tune_interval(tune_interval)
         start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)

@@ -71,7 +71,7 @@ def test_bad_loader_argument_is_named(name, value, error):
 def test_integers_of_any_kind_and_the_edges_of_each_range_are_accepted():
     loader = stoker.Loader(_source(), batch_size=np.int64(4), seed=2**64 - 1, workers=np.int32(1),
                            prefetch=np.uint8(2), prefetch_bytes=2**64 - 1, shuffle=np.bool_(True),
-                           start_epoch=np.int16(3), tune_interval=1, memory_budget=2**40,
+                           start_epoch=np.int16(3), memory_budget=2**40,
                            output="numpy")
     assert loader.batch_size == 4 and loader.epoch == 3
     assert sum(len(y) for _, y in loader) == 8
@@ -82,7 +82,8 @@ def test_integers_of_any_kind_and_the_edges_of_each_range_are_accepted():
     assert sum(len(y) for _, y in auto) == 8
 
 
-@pytest.mark.parametrize("option", [{"max_workers": 4}, {"trace_path": "trace.jsonl"}])
+@pytest.mark.parametrize("option", [{"max_workers": 4}, {"trace_path": "trace.jsonl"},
+                                    {"tune_interval": 5.0}])
 def test_a_tuner_option_with_a_fixed_worker_count_is_refused_not_ignored(tmp_path, option):
     option = {k: (str(tmp_path / v) if k == "trace_path" else v) for k, v in option.items()}
     name = next(iter(option))

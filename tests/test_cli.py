@@ -234,6 +234,24 @@ def test_make_dataset_stopped_by_a_signal_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no data.making-<pid> of 8 MB and more
 
 
+def test_a_trace_that_cannot_be_written_fails_naming_it(tmp_path):
+    # A file size limit refuses the writes as a full disk would (EFBIG, not
+    # the signal). Before, the run exited 0 with a short trace and no word.
+    trace = tmp_path / "t.jsonl"
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    r = subprocess.run([CLI, "run", "--synthetic", "--synthetic-size", "4000", "--size", "16",
+                        "--seconds", "2", "--json", "--quiet", "--trace", str(trace)],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
+    assert r.returncode == 1, r.stderr
+    assert f"write trace file {trace}: File too large" in json.loads(r.stdout)["error"]
+    assert f"write trace file {trace}: File too large" in r.stderr
+
+
 def test_an_option_the_run_would_ignore_is_refused(tmp_path):
     r = stoker("run", "--synthetic", "--seconds", "1", "--workers", "2", "--trace",
                str(tmp_path / "t.jsonl"), check=False)

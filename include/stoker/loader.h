@@ -283,7 +283,7 @@ struct LoaderMetrics {
 ///
 /// Thread contract: Next, WaitReady, SetEpoch, State and Restore belong to
 /// one consumer thread at a time. Resize, SetPrefetch, Metrics, Awaited, Skipped,
-/// workers, tuner_view, tuner_trace and Stop are safe from any thread,
+/// workers, tuner_view, tuner_trace, FlushTrace and Stop are safe from any thread,
 /// concurrently with the consumer.
 ///
 /// Fork: a loader belongs to the process that made it; its workers are
@@ -291,10 +291,10 @@ struct LoaderMetrics {
 /// State, Restore, Resize and SetPrefetch return the kFailedPrecondition
 /// error of CheckProcess() without touching the loader (whose locks a parent
 /// thread may have held at the fork), WaitReady returns true at once (so that
-/// Next reports it), Stop does nothing, and the destructor joins nothing: it
-/// leaks the loader's memory instead, which belongs to the parent. Metrics,
-/// Skipped, epoch, workers, tuner_view and tuner_trace may block there:
-/// REQUIRES CheckProcess().ok(). Make a new loader in the child.
+/// Next reports it), FlushTrace returns that error too, Stop does nothing, and the destructor joins
+/// nothing: it leaks the loader's memory instead, which belongs to the parent. Metrics, Skipped,
+/// epoch, workers, tuner_view and tuner_trace may block there: REQUIRES CheckProcess().ok(). Make a
+/// new loader in the child.
 class Loader {
  public:
   /// The one way to make a loader. Checks every option (the tuner's too) and
@@ -409,6 +409,13 @@ class Loader {
   /// Every decision the tuner made so far, oldest first; empty without a
   /// tuner. Safe from any thread, like tuner_view().
   std::vector<TunerDecision> tuner_trace() const;
+  /// Blocks until every decision so far is written to tuner.trace_path and
+  /// returns the first error writing it (kIoError or kUnavailable, naming
+  /// the path and the OS's reason: a full disk, a file size limit; the
+  /// decisions after it were not written), or Ok (no tuner, no trace file).
+  /// Safe from any thread, like tuner_trace(); in a forked child it returns
+  /// the error of CheckProcess().
+  Status FlushTrace() const;
 
   /// Stops the loader: waiting calls return kCancelled, workers leave after
   /// at most the sample they are on. Idempotent.

@@ -24,6 +24,9 @@ class Controller {
   virtual std::optional<TunerView> View() const { return std::nullopt; }
   /// Every decision so far, oldest first.
   virtual std::vector<TunerDecision> Trace() const { return {}; }
+  /// Blocks until every decision so far is in the trace file, if any; the
+  /// first error writing it, or Ok. Called from any thread.
+  virtual Status FlushTrace() { return Status::Ok(); }
 };
 
 }  // namespace stoker

@@ -1119,6 +1119,12 @@ std::vector<TunerDecision> Loader::tuner_trace() const {
   const Controller* c = impl_->controller();
   return c != nullptr ? c->Trace() : std::vector<TunerDecision>{};
 }
+Status Loader::FlushTrace() const {
+  // In a forked child the writer thread is not there to wait for.
+  if (Status st = impl_->CheckProcess(); !st.ok()) return st;
+  Controller* c = impl_->controller();
+  return c != nullptr ? c->FlushTrace() : Status::Ok();
+}
 
 // Batch
 

@@ -33,13 +33,14 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::Open(const std::string& path) 
     ::close(fd);
     return ErrnoError("open trace file " + path, err);
   }
-  std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(file)));
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(file), path));
   Status started = writer->pool_.Resize(1);
   if (!started.ok()) return started.WithContext("trace file " + path + ": its writer thread");
   return writer;
 }
 
-TraceWriter::TraceWriter(File file) : file_(std::move(file)), pool_([this](int) { Run(); }) {}
+TraceWriter::TraceWriter(File file, std::string path)
+    : file_(std::move(file)), path_(std::move(path)), pool_([this](int) { Run(); }) {}
 
 TraceWriter::~TraceWriter() {
   {
@@ -55,13 +56,33 @@ void TraceWriter::Append(std::string line) {
   {
     MutexLock lock(mu_);
     queue_.push_back(std::move(line));
+    ++appended_lines_;
   }
   wake_.NotifyOne();
+}
+
+Status TraceWriter::Flush() {
+  MutexLock lock(mu_);
+  const int64_t appended = appended_lines_;
+  while (written_lines_ < appended) written_.Wait(mu_);
+  return error_;
+}
+
+Status TraceWriter::Write(const std::vector<std::string>& lines) {
+  for (const std::string& line : lines) {
+    if (std::fwrite(line.data(), 1, line.size(), file_.get()) != line.size() ||
+        std::fputc('\n', file_.get()) == EOF) {
+      return ErrnoError("write trace file " + path_, errno);
+    }
+  }
+  if (std::fflush(file_.get()) != 0) return ErrnoError("write trace file " + path_, errno);
+  return Status::Ok();
 }
 
 void TraceWriter::Run() {
   std::vector<std::string> lines;
   bool closing = false;
+  bool failed = false;
   while (!closing) {
     {
       MutexLock lock(mu_);
@@ -69,11 +90,16 @@ void TraceWriter::Run() {
       lines.swap(queue_);
       closing = closing_;  // lines appended before closing are all in `lines` now
     }
-    for (const std::string& line : lines) {
-      std::fwrite(line.data(), 1, line.size(), file_.get());
-      std::fputc('\n', file_.get());
+    Status written = failed ? Status::Ok() : Write(lines);
+    {
+      MutexLock lock(mu_);
+      if (!written.ok()) {
+        error_ = std::move(written);
+        failed = true;
+      }
+      written_lines_ += static_cast<int64_t>(lines.size());
     }
-    std::fflush(file_.get());
+    written_.NotifyAll();
     lines.clear();
   }
 }

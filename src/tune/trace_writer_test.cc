@@ -1,8 +1,10 @@
 #include "tune/trace_writer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -57,6 +59,44 @@ TEST(TraceWriterTest, UnwritablePathIsAnErrorNamingIt) {
     EXPECT_NE(writer.status().message().find(path), std::string::npos)
         << writer.status().ToString();
   }
+}
+
+TEST(TraceWriterTest, FlushWaitsForTheLinesAppended) {
+  const std::string path = TempPath("flush.jsonl");
+  std::remove(path.c_str());
+  auto writer = TraceWriter::Open(path);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  (*writer)->Append("one");
+  (*writer)->Append("two");
+  ASSERT_TRUE((*writer)->Flush().ok());
+  EXPECT_EQ(ReadLines(path), (std::vector<std::string>{"one", "two"}));  // writer still open
+  std::remove(path.c_str());
+}
+
+// A write the OS refuses (here a file size limit, as a full disk would) is
+// kept for Flush, naming the file; before, the trace was silently short.
+TEST(TraceWriterTest, AFailedWriteIsReturnedByFlushNamingTheFile) {
+  const std::string path = TempPath("too_large.jsonl");
+  std::remove(path.c_str());
+  struct rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto writer = TraceWriter::Open(path);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  void (*saved_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead
+  struct rlimit tiny = saved;
+  tiny.rlim_cur = 8;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tiny), 0);
+  (*writer)->Append("a line longer than the eight bytes the file may hold");
+  (*writer)->Append("and the next");
+  const Status flushed = (*writer)->Flush();
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, saved_handler);
+  ASSERT_FALSE(flushed.ok());
+  EXPECT_NE(flushed.message().find(path), std::string::npos) << flushed.ToString();
+  EXPECT_NE(flushed.message().find("File too large"), std::string::npos) << flushed.ToString();
+  EXPECT_EQ((*writer)->Flush().ToString(), flushed.ToString()) << "kept, the first error";
+  writer->reset();
+  std::remove(path.c_str());
 }
 
 // A link planted where the trace goes (another user's, in a shared /tmp) is

@@ -156,6 +156,9 @@ class Tuner final : public Controller {
     MutexLock lock(mu_);
     return trace_;
   }
+  Status FlushTrace() override {
+    return trace_writer_ != nullptr ? trace_writer_->Flush() : Status::Ok();
+  }
 
  private:
   // What the counters said at one tick.

@@ -77,6 +77,9 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   auto stats = Consume(*loader, co);
   if (!f.quiet) view.Finish();
   if (!stats.ok()) return stats.status();
+  // --trace asked for the decisions on disk: a run that could not write them
+  // (a full disk) failed, though its loop ran.
+  if (Status traced = loader->FlushTrace(); !traced.ok()) return traced;
   RunSummary s;
   s.description = p.description;
   s.stats = *stats;

@@ -743,3 +743,27 @@ def test_the_built_in_data_set_is_made_once_in_place_by_two_processes_at_once(tm
     assert (root / ".stoker-complete-v2").exists()
     assert not (root / "n003" / "n003_000033.jpg").exists()
     assert len(list(root.glob("n*/*.jpg"))) == 2000
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/wallpapers"), reason="no wallpapers installed")
+@pytest.mark.parametrize("args,sig", [(["make-dataset"], signal.SIGINT),
+                                      (["run", "--seconds", "1"], signal.SIGTERM)])
+def test_a_signal_while_the_built_in_data_set_is_made_leaves_nothing_behind(tmp_path, args, sig):
+    # It was killed outright, leaving imagenet-like.making-P.making-P, which
+    # no later start removed.
+    env = dict(os.environ, STOKER_DATA_HOME=str(tmp_path))
+    p = subprocess.Popen([CLI, *args, "--json"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("imagenet-like.making-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # some images written
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    code = 128 + sig
+    assert p.returncode == code, err
+    j = json.loads(out)
+    assert j["error"].endswith("interrupted by " + signal.Signals(sig).name)
+    assert j["exit_code"] == code and j["command"] == args[0]
+    assert list(tmp_path.iterdir()) == []
+

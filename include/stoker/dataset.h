@@ -82,6 +82,8 @@ std::string DefaultDatasetPath();
 /// DefaultDatasetPath() unless a complete one is there, and returns its path.
 /// Progress goes to stderr unless `quiet`. Blocks (tens of seconds the first
 /// time). The CLI and the Python module share it, so either makes it once.
-Result<std::string> EnsureDefaultDataset(bool quiet);
+/// `stop` (empty: never) is MakeDatasetOptions::stop: true ends the making
+/// (kCancelled "interrupted"), leaving nothing of it behind.
+Result<std::string> EnsureDefaultDataset(bool quiet, std::function<bool()> stop = {});
 
 }  // namespace stoker

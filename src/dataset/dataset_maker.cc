@@ -251,10 +251,16 @@ Status CheckReplaceable(const std::string& dir) {
                             "folder");
 }
 
-// Moves the complete folder `made` to `target`, replacing what CheckReplaceable allows there.
-Status MoveIntoPlace(const std::string& made, const std::string& target) {
-  STOKER_RETURN_IF_ERROR(CheckReplaceable(target));
+// Moves the complete folder `made` to `target`, replacing what `placement`
+// allows there; under kKeepComplete a complete data set there stays and
+// `made` is left for the caller to remove.
+Status MoveIntoPlace(const std::string& made, const std::string& target, Placement placement) {
   std::error_code ec;
+  if (placement == Placement::kKeepComplete) {
+    if (fs::exists(target + "/" + kDatasetCompleteMarker, ec)) return Status::Ok();
+  } else {
+    STOKER_RETURN_IF_ERROR(CheckReplaceable(target));
+  }
   std::string old;
   if (fs::exists(fs::symlink_status(target, ec)) && !fs::is_empty(target, ec)) {
     old = target + ".old-" + std::to_string(::getpid());
@@ -455,6 +461,11 @@ void RemoveDeadMakings(const std::string& root) {
     if (!name.starts_with(prefix)) continue;
     std::string digits = name.substr(prefix.size());
     if (digits.ends_with("-shards")) digits.resize(digits.size() - 7);
+    // An older stoker made the built-in data set in `<root>.making-P.making-P`.
+    if (const size_t inner = digits.find(".making-");
+        inner != std::string::npos && digits.substr(inner + 8) == digits.substr(0, inner)) {
+      digits.resize(inner);
+    }
     const std::optional<pid_t> pid = ParseInteger<pid_t>(digits);
     if (!pid || *pid <= 0 || std::to_string(*pid) != digits) continue;
     // Gone (ESRCH); a live process, or one of another user's (EPERM), keeps its own.
@@ -466,13 +477,19 @@ void RemoveDeadMakings(const std::string& root) {
 }
 
 Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
+  return MakeDatasetAt(o, Placement::kReplaceComplete);
+}
+
+Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& o, Placement placement) {
   const auto start = std::chrono::steady_clock::now();
   STOKER_RETURN_IF_ERROR(ValidateMakeDatasetOptions(o));
   STOKER_ASSIGN_OR_RETURN(const std::string root, ResolveOutput(o.output));
   const std::string shard_root = root + "-shards";
   // Refused before the minutes of work, and checked again when moving in.
-  STOKER_RETURN_IF_ERROR(CheckReplaceable(root));
-  if (o.shards > 0) STOKER_RETURN_IF_ERROR(CheckReplaceable(shard_root));
+  if (placement == Placement::kReplaceComplete) {
+    STOKER_RETURN_IF_ERROR(CheckReplaceable(root));
+    if (o.shards > 0) STOKER_RETURN_IF_ERROR(CheckReplaceable(shard_root));
+  }
   STOKER_ASSIGN_OR_RETURN(std::vector<std::string> photos, FindPhotos(o.photos));
 
   // Made in a fresh folder beside the target and moved into place complete:
@@ -489,8 +506,10 @@ Result<MakeDatasetReport> MakeDataset(const MakeDatasetOptions& o) {
   MakeDatasetReport report;
   Status status = WriteDataset(o, photos, making, report);
   // Each folder moves in whole, its marker in it.
-  if (status.ok() && o.shards > 0) status = MoveIntoPlace(making + "-shards", shard_root);
-  if (status.ok()) status = MoveIntoPlace(making, root);
+  if (status.ok() && o.shards > 0) {
+    status = MoveIntoPlace(making + "-shards", shard_root, placement);
+  }
+  if (status.ok()) status = MoveIntoPlace(making, root, placement);
   remove_making();
   if (!status.ok()) return status;
   // Without shards, an earlier run's shards of stoker's would outlive the

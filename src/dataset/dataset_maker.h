@@ -38,7 +38,24 @@ ImagePlan PlanImage(const MakeDatasetOptions& options, int64_t index, int photo_
 /// Removes the folders `<root>.making-<pid>` (and their "-shards") beside
 /// `root` whose process is gone: a run killed outside stoker's hands
 /// (SIGKILL, a crash, Ctrl-C before a handler) left them, 8 MB and more each.
+/// An older stoker's `<root>.making-<pid>.making-<pid>` (the built-in data
+/// set's) go too.
 void RemoveDeadMakings(const std::string& root);
+
+/// What MakeDatasetAt does with what it finds at the output folder.
+enum class Placement {
+  /// MakeDataset's: replaces an empty folder or a complete data set, and
+  /// refuses anything else before any work.
+  kReplaceComplete,
+  /// The built-in data set's (stoker's own cache): keeps a complete data set
+  /// found there when done (another process's, made meanwhile) and drops the
+  /// one made; replaces anything else (an older layout, an interrupted run).
+  kKeepComplete,
+};
+
+/// MakeDataset with the output folder handled as `placement` says. Made in
+/// `<output>.making-<pid>` either way, removed on error or stop.
+Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& options, Placement placement);
 
 /// Checks `options`; the error names the option and its value.
 Status ValidateMakeDatasetOptions(const MakeDatasetOptions& options);

@@ -265,15 +265,21 @@ TEST(DatasetMakerTest, AStoppedRunLeavesNothingBehind) {
   EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"photos"}));
 }
 
+// The id of a process that has just ended (its id free), or -1.
+pid_t GoneProcessId() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  if (child < 0 || ::waitpid(child, nullptr, 0) != child) return -1;
+  return child;
+}
+
 // What a killed run left (its process gone) goes with the next run beside
 // it; a live process's half-made folder stays.
 TEST(DatasetMakerTest, ARunRemovesTheHalfMadeFoldersOfProcessesThatAreGone) {
   TempDir tmp;
   MakeDatasetOptions o = SmallDataset(tmp, "out", 4, 2);
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
+  const pid_t child = GoneProcessId();
   ASSERT_GT(child, 0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // gone, its id free
   const std::string dead = o.output + ".making-" + std::to_string(child);
   const std::string live = o.output + ".making-" + std::to_string(::getppid());
   for (const std::string& dir : {dead, dead + "-shards", live}) Write(fs::path(dir) / "x.jpg", {1});
@@ -283,6 +289,48 @@ TEST(DatasetMakerTest, ARunRemovesTheHalfMadeFoldersOfProcessesThatAreGone) {
   EXPECT_FALSE(fs::exists(dead + "-shards"));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(o.output + ".making-007"));
+}
+
+// The built-in data set's placement: made in one `out.making-<pid>` beside
+// the output (it was `out.making-<pid>.making-<pid>`, which no later run
+// removed), an older layout there replaced; a complete data set found when
+// done (another process's) kept, the one made dropped.
+TEST(DatasetMakerTest, KeepCompletePlacementMakesBesideAndKeepsAComplete) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 4, 2);
+  Write(fs::path(o.output) / "n003" / "old-layout.jpg", {1});
+  std::vector<std::string> seen;
+  o.stop = [&] {
+    if (seen.empty()) seen = Names(tmp.path());
+    return false;
+  };
+  ASSERT_TRUE(MakeDatasetAt(o, Placement::kKeepComplete).ok());
+  const std::string making = "out.making-" + std::to_string(::getpid());
+  EXPECT_EQ(seen, (std::vector<std::string>{"out", making, "photos"}));
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "photos"}));
+  EXPECT_EQ(ReadTree(o.output).size(), 4u);  // no old-layout.jpg
+
+  Write(fs::path(o.output) / "theirs.jpg", {2});  // another process's, complete
+  o.images = 2;
+  ASSERT_TRUE(MakeDatasetAt(o, Placement::kKeepComplete).ok());
+  EXPECT_EQ(ReadTree(o.output).size(), 5u);
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "photos"}));
+}
+
+// An older stoker made the built-in data set in `<root>.making-P.making-P`:
+// gone with its process too.
+TEST(DatasetMakerTest, TheDoubleSuffixedFoldersOfAnOlderStokerGoToo) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 2, 1);
+  const pid_t child = GoneProcessId();
+  ASSERT_GT(child, 0);
+  const std::string pid = std::to_string(child);
+  const std::string dead = o.output + ".making-" + pid + ".making-" + pid;
+  const std::string other = o.output + ".making-" + pid + ".making-1";  // not that form
+  for (const std::string& dir : {dead, other}) Write(fs::path(dir) / "x.jpg", {1});
+  RemoveDeadMakings(o.output);
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST(DatasetMakerTest, PlansStayInRangeAndInsideThePhoto) {

@@ -1,7 +1,6 @@
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "dataset/dataset_maker.h"
@@ -24,44 +23,24 @@ std::string DefaultDatasetPath() {
   return base + "/stoker/imagenet-like";
 }
 
-Result<std::string> EnsureDefaultDataset(bool quiet) {
-  namespace fs = std::filesystem;
+Result<std::string> EnsureDefaultDataset(bool quiet, std::function<bool()> stop) {
   const std::string path = DefaultDatasetPath();
   // Without the marker (an interrupted run, or an older layout) it is made
   // again rather than used.
-  const std::string marker = path + "/" + kDatasetCompleteMarker;
   std::error_code ec;
-  if (fs::exists(marker, ec)) return path;
-  // Made beside it and renamed into place, so that loaders starting together
-  // (local ranks) never see, nor remove, one another's half-made folder.
-  const std::string making = path + ".making-" + std::to_string(::getpid());
-  fs::remove_all(making, ec);
-  RemoveDeadMakings(path);
+  if (std::filesystem::exists(path + "/" + kDatasetCompleteMarker, ec)) return path;
   MakeDatasetOptions o;
-  o.output = making;
+  o.output = path;
+  o.stop = std::move(stop);
   if (!quiet) {
     std::cerr << "stoker: making the built-in data set (" << o.images << " images, " << o.classes
               << " classes) in " << path << " ...\n";
   }
-  Result<MakeDatasetReport> r = MakeDataset(o);  // its marker written last
-  if (!r.ok()) {
-    fs::remove_all(making, ec);
-    return r.status();
-  }
-  // What is there now is an older layout or an interrupted run (stoker's own
-  // cache: its files would stay beside the new ones), or another process's
-  // finished one, which is kept.
-  if (!fs::exists(marker, ec)) {
-    const std::string old = path + ".old-" + std::to_string(::getpid());
-    fs::rename(path, old, ec);  // fails harmlessly when there is none
-    fs::remove_all(old, ec);
-    fs::rename(making, path, ec);
-  }
-  fs::remove_all(making, ec);  // another process's came first
-  if (!fs::exists(marker, ec)) {
-    return IoError("cannot put the built-in data set in place at " + path +
-                   (ec ? ": " + ec.message() : std::string()));
-  }
+  // Made beside it and renamed into place, so that loaders starting together
+  // (local ranks) never see, nor remove, one another's half-made folder; the
+  // first one complete stays.
+  Result<MakeDatasetReport> r = MakeDatasetAt(o, Placement::kKeepComplete);
+  if (!r.ok()) return r.status();
   if (!quiet) {
     std::cerr << "stoker: wrote " << r->images << " images (" << (r->bytes >> 20) << " MiB) in "
               << r->seconds << " s\n";

@@ -12,6 +12,7 @@
 #include <streambuf>
 
 #include "stoker/json_text.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 namespace {
@@ -119,9 +120,9 @@ int ReportError(const std::string& command, const std::string& message, bool jso
 }
 
 int ReportError(const std::string& command, const Status& status, bool json) {
-  return Report(command, status.ToString(), json,
-                status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailed,
-                StatusCodeName(status.code()));
+  int exit_code = status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
+  if (const int signal = InterruptedBy(status); signal != 0) exit_code = ExitCodeFor(signal);
+  return Report(command, status.ToString(), json, exit_code, StatusCodeName(status.code()));
 }
 
 }  // namespace stoker::cli

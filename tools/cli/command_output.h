@@ -54,7 +54,8 @@ int ReportError(const std::string& command, const std::string& message, bool jso
                 int exit_code = kExitFailed);
 
 /// The same for a Status: its text as the message, "status" its code's name;
-/// an InvalidArgument (a flag's value at fault) exits kExitUsage, others
+/// an InvalidArgument (a flag's value at fault) exits kExitUsage, an
+/// Interrupted one (stop_signals.h) ExitCodeFor its signal, others
 /// kExitFailed.
 int ReportError(const std::string& command, const Status& status, bool json);
 

@@ -1,6 +1,8 @@
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "command_output.h"
 #include "commands.h"
@@ -17,9 +19,11 @@ struct MakeDatasetFlags {
 };
 
 int RunMakeDataset(const MakeDatasetFlags& flags) {
+  // SIGINT and SIGTERM stop it between images, and the half-made folder goes.
   if (flags.options.output.empty()) {
     // No OUT: the built-in data set, made once where demo and run look for it.
-    auto path = EnsureDefaultDataset(flags.json);
+    auto path = StoppedBySignals(
+        [&](std::function<bool()> stop) { return EnsureDefaultDataset(flags.json, stop); });
     if (!path.ok()) return ReportError("make-dataset", path.status(), flags.json);
     if (flags.json) {
       PrintJson({{"root", *path}});
@@ -28,15 +32,11 @@ int RunMakeDataset(const MakeDatasetFlags& flags) {
     }
     return 0;
   }
-  // SIGINT and SIGTERM stop it between images, and the half-made folder goes.
-  StopSignals signals;
-  MakeDatasetOptions options = flags.options;
-  options.stop = [&signals] { return signals.received() != 0; };
-  auto report = MakeDataset(options);
-  if (const int signal = signals.received(); signal != 0 && !report.ok()) {
-    return ReportError("make-dataset", std::string("interrupted by ") + SignalName(signal),
-                       flags.json, ExitCodeFor(signal));
-  }
+  auto report = StoppedBySignals([&](std::function<bool()> stop) {
+    MakeDatasetOptions options = flags.options;
+    options.stop = std::move(stop);
+    return MakeDataset(options);
+  });
   if (!report.ok()) return ReportError("make-dataset", report.status(), flags.json);
   const MakeDatasetReport& r = *report;
   nlohmann::json j = {{"root", r.root},

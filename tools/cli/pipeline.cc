@@ -1,14 +1,17 @@
 #include "pipeline.h"
 
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <stdexcept>
+#include <utility>
 
 #include "option_checks.h"
 #include "stoker/dataset.h"
 #include "stoker/defaults.h"
 #include "stoker/image.h"
 #include "stoker/image_sources.h"
+#include "stop_signals.h"
 
 namespace stoker::cli {
 
@@ -129,7 +132,11 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   } else {
     std::string data = f.data;
     if (data.empty()) {
-      STOKER_ASSIGN_OR_RETURN(data, EnsureDefaultDataset(quiet));
+      // A stop signal ends the making as it ends make-dataset's: nothing
+      // half-made is left, and the command exits 130 or 143.
+      STOKER_ASSIGN_OR_RETURN(data, StoppedBySignals([quiet](std::function<bool()> stop) {
+                                return EnsureDefaultDataset(quiet, std::move(stop));
+                              }));
     }
     auto opened = OpenDataPath(data);
     if (!opened.ok()) return opened.status().WithContext("--data " + data);

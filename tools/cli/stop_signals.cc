@@ -7,6 +7,8 @@
 #include <cassert>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 
 namespace stoker::cli {
 namespace {
@@ -78,6 +80,26 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::received() const { return g_received.load(std::memory_order_relaxed); }
+
+namespace {
+
+// What Interrupted attaches: the signal, for the exit code.
+struct SignalDetail final : StatusDetail {
+  explicit SignalDetail(int s) : signal(s) {}
+  const int signal;
+};
+
+}  // namespace
+
+Status Interrupted(int signal) {
+  return Cancelled(std::string("interrupted by ") + SignalName(signal))
+      .WithDetail(std::make_shared<const SignalDetail>(signal));
+}
+
+int InterruptedBy(const Status& status) {
+  const auto* detail = dynamic_cast<const SignalDetail*>(status.detail().get());
+  return detail != nullptr ? detail->signal : 0;
+}
 
 int ExitCodeFor(int signal) { return 128 + signal; }
 

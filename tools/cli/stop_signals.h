@@ -1,5 +1,10 @@
 #pragma once
 
+#include <functional>
+#include <utility>
+
+#include "stoker/status.h"
+
 namespace stoker::cli {
 
 /// Turns SIGINT and SIGTERM into a request to stop, for the life of the
@@ -31,5 +36,25 @@ int ExitCodeFor(int signal);
 
 /// "SIGINT" or "SIGTERM" (any other: "signal").
 const char* SignalName(int signal);
+
+/// kCancelled "interrupted by SIGINT" carrying `signal`: a step that a stop
+/// signal ended with nothing to summarise (the making of a data set).
+/// ReportError exits with ExitCodeFor(signal) on it.
+Status Interrupted(int signal);
+
+/// The signal an Interrupted status carries (context added since too), else 0.
+int InterruptedBy(const Status& status);
+
+/// Runs `work(stop)`, a step that asks `stop` between its pieces and fails
+/// when it says true, with SIGINT and SIGTERM turned into that stop (see
+/// StopSignals): its error after a signal is Interrupted(signal).
+template <typename Work>
+auto StoppedBySignals(Work&& work) -> decltype(work(std::function<bool()>())) {
+  StopSignals signals;
+  auto result = std::forward<Work>(work)(
+      std::function<bool()>([&signals] { return signals.received() != 0; }));
+  if (!result.ok() && signals.received() != 0) return Interrupted(signals.received());
+  return result;
+}
 
 }  // namespace stoker::cli

@@ -444,6 +444,16 @@ def test_a_bad_option_value_is_a_usage_error_naming_it(args, option):
     assert option in r.stderr
 
 
+def test_json_given_a_value_makes_errors_json_as_it_makes_output_json():
+    # CLI11 reads --json=1 as --json: the error was plain text on stdout.
+    for value in ("1", "true", "yes", "maybe"):
+        r = stoker("run", f"--json={value}", "--batch-size", "0", check=False)
+        assert r.returncode == 2, r.stderr
+        assert "--batch-size" in json.loads(r.stdout)["error"], value
+    r = stoker("run", "--json", "--json=0", "--batch-size", "0", check=False)
+    assert r.returncode == 2 and r.stdout == "" and "--batch-size" in r.stderr
+
+
 def test_a_batch_larger_than_memory_is_refused_naming_the_options():
     r = stoker("run", "--synthetic", "--batch-size", "1000000", "--size", "4096", "--epochs", "1",
                "--json", "--quiet", check=False)

@@ -1,8 +1,8 @@
 #include <CLI/CLI.hpp>
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "command_output.h"
 #include "commands.h"
@@ -11,13 +11,23 @@
 namespace {
 
 // Whether the command line asks for JSON. Read from argv itself, since a
-// line that fails to parse never sets the --json flag.
+// line that fails to parse never sets the --json flag. `--json=VALUE` is
+// read as CLI11 reads it (1, true, yes, on: JSON; 0, false, no, off: not),
+// the last one deciding; a VALUE it cannot read still asks for JSON, whose
+// error then names it.
 bool AsksForJson(int argc, char** argv) {
+  bool json = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--") == 0) return false;
-    if (std::strcmp(argv[i], "--json") == 0) return true;
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--json") {
+      json = true;
+    } else if (arg.starts_with("--json=")) {
+      bool value = true;
+      json = CLI::detail::lexical_cast(std::string(arg.substr(7)), value) ? value : true;
+    }
   }
-  return false;
+  return json;
 }
 
 // The subcommand the line named, as far as it was parsed.

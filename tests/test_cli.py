@@ -277,6 +277,11 @@ def test_bad_options_name_the_option(tmp_path):
         r = stoker(command, "--data", "", "--json", check=False)
         assert r.returncode == 2 and "--data: expected a path" in r.stderr, (command, r.stderr)
         assert "--data" in json.loads(r.stdout)["error"]
+    # Nor an output file: the run went on and wrote nothing.
+    for args in (("run", "--trace", ""), ("bench", "--plot", "")):
+        r = stoker(*args, "--synthetic", "--json", check=False)
+        assert r.returncode == 2 and f"{args[1]}: expected a path" in r.stderr, (args, r.stderr)
+        assert args[1] in json.loads(r.stdout)["error"]
 
 
 # --- JSON output with names that are not UTF-8 --------------------------------

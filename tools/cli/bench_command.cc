@@ -181,7 +181,8 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
             return list.ok() ? std::string() : list.status().message();
           },
           "LIST"));
-  cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run");
+  cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run")
+      ->check(PathGiven());
   cmd->add_flag("--no-gpus", f->no_gpus, "skip the NVML probe (pin_memory is then False)");
   cmd->add_flag("--json", f->json, "print JSON on stdout");
   cmd->callback([f, &exit_code] { exit_code = RunBench(*f); });

@@ -153,7 +153,8 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--epochs", f.epochs,
                   "run this many epochs (default: 1 without --seconds, as many as fit with it)")
       ->check(CountIn(1, kMaxEpochs));
-  cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines");
+  cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines")
+      ->check(PathGiven());
   cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
   cmd->add_flag("--quiet", f.quiet, "no live view");
   cmd->add_flag("--gpu-util", f.gpu_util,

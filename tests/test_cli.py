@@ -261,6 +261,21 @@ def test_an_option_the_run_would_ignore_is_refused(tmp_path):
     assert r.returncode == 2 and "--prefetch is for a fixed --workers count" in r.stderr
 
 
+@pytest.mark.parametrize("args,option", [
+    (["--sweep", "0,1", "--workers", "3"], "--workers"),
+    (["--sweep", "0,1", "--prefetch", "5"], "--prefetch"),
+    (["--sweep", "0,4", "--max-workers", "1"], "--sweep 4 is more than --max-workers 1")])
+def test_an_option_bench_would_ignore_or_contradict_is_refused(tmp_path, args, option):
+    # They were accepted and ignored: the sweep sets workers and prefetch
+    # itself, and measured 4 workers under --max-workers 1.
+    plot = tmp_path / "sweep.svg"
+    r = stoker("bench", "--synthetic", "--synthetic-size", "50", "--point-seconds", "0.1",
+               "--tuned-seconds", "0.1", *args, "--json", "--plot", str(plot),
+               check=False)
+    assert r.returncode == 2 and option in json.loads(r.stdout)["error"], r.stderr
+    assert option in r.stderr and not plot.exists()
+
+
 def test_a_misspelt_command_is_named():
     r = stoker("bnech", "--json", check=False)
     assert r.returncode == 2 and "unknown command 'bnech'" in r.stderr

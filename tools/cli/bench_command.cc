@@ -76,7 +76,40 @@ class PlotFile {
   bool made_ = false;
 };
 
+// The options bench would ignore or contradict, refused as `stoker run`
+// refuses those it would ignore: the sweep sets the worker count and its
+// prefetch itself, and --max-workers bounds what it tries.
+Status CheckBenchOptions(const BenchFlags& f, const std::vector<int>& sweep) {
+  if (f.pipeline.workers != "auto") {
+    return InvalidArgument(
+        "--workers: bench measures worker counts itself; choose them with "
+        "--sweep (e.g. --sweep " +
+        f.pipeline.workers + ")");
+  }
+  if (f.pipeline.prefetch > 0) {
+    return InvalidArgument(
+        "--prefetch: bench runs each worker count with its default prefetch, and the tuner "
+        "sets its own; measure a fixed prefetch with stoker run --workers N --prefetch P");
+  }
+  for (int w : sweep) {
+    if (w > f.max_workers) {
+      return InvalidArgument("--sweep " + std::to_string(w) + " is more than --max-workers " +
+                             std::to_string(f.max_workers) + ", the largest count to try");
+    }
+  }
+  return Status::Ok();
+}
+
 int RunBench(const BenchFlags& f) {
+  SweepOptions so;
+  if (!f.workers_list.empty()) {
+    auto list = ParseList(f.workers_list);
+    if (!list.ok()) return ReportError("bench", list.status().WithContext("--sweep"), f.json);
+    so.workers = *list;
+  }
+  if (Status st = CheckBenchOptions(f, so.workers); !st.ok()) {
+    return ReportError("bench", st, f.json);
+  }
   // An unwritable --plot fails now, not after the whole sweep.
   PlotFile plot;
   if (!f.plot.empty()) {
@@ -84,17 +117,11 @@ int RunBench(const BenchFlags& f) {
   }
   auto p = BuildPipeline(f.pipeline, f.json);
   if (!p.ok()) return ReportError("bench", p.status(), f.json);
-  SweepOptions so;
   so.point_seconds = f.point_seconds;
   so.tuned_seconds = f.tuned_seconds;
   so.step_ms = f.step_ms;
   // I/O-bound data may want many times the core count; CPU-bound stops at the knee.
   so.max_workers = f.max_workers;
-  if (!f.workers_list.empty()) {
-    auto list = ParseList(f.workers_list);
-    if (!list.ok()) return ReportError("bench", list.status().WithContext("--sweep"), f.json);
-    so.workers = *list;
-  }
   // What is measured, named as the answer names it: stoker's own pipeline,
   // never a DataLoader over the user's Dataset.
   const std::string measured = std::string(LoaderKindName(LoaderKind::kNative)) +

@@ -578,6 +578,20 @@ def test_bench_stops_its_sweep_when_stdout_is_gone():
 
 # --- make-dataset into a folder already there ---------------------------------
 
+def test_make_dataset_refuses_what_the_built_in_data_set_would_ignore(tmp_path):
+    # Without OUT these were ignored (the built-in set made or printed), and
+    # an empty OUT (an unset variable) was taken as none.
+    env = dict(os.environ, STOKER_DATA_HOME=str(tmp_path))
+    for args, named in ((["--images", "3"], "--images"), (["--classes", "1", "--seed", "9"],
+                                                          "--classes"),
+                        (["--shards", "2"], "--shards"), (["--seed", "9"], "--seed"),
+                        ([""], "OUT: expected a path")):
+        r = subprocess.run([CLI, "make-dataset", *args, "--json"], capture_output=True,
+                           text=True, timeout=300, env=env)
+        assert r.returncode == 2 and named in json.loads(r.stdout)["error"], (args, r.stderr)
+    assert list(tmp_path.iterdir()) == []  # nothing made
+
+
 def test_make_dataset_refuses_a_folder_of_other_files(tmp_path):
     # An interrupted run of an older stoker left images here: a new run once
     # mixed them in (662 images reported as 100).

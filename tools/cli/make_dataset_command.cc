@@ -2,7 +2,9 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "command_output.h"
 #include "commands.h"
@@ -15,13 +17,27 @@ namespace {
 
 struct MakeDatasetFlags {
   MakeDatasetOptions options;
+  std::vector<std::string> given;  // of kShapeOptions, those on the line
   bool json = false;
 };
+
+// What the data set is made of: OUT's, never the built-in one's (which has
+// its own settings, shared by every command that uses it).
+constexpr const char* kShapeOptions[] = {"--images", "--classes", "--seed", "--shards", "--photos"};
 
 int RunMakeDataset(const MakeDatasetFlags& flags) {
   // SIGINT and SIGTERM stop it between images, and the half-made folder goes.
   if (flags.options.output.empty()) {
     // No OUT: the built-in data set, made once where demo and run look for it.
+    if (!flags.given.empty()) {
+      const std::string& option = flags.given.front();
+      return ReportError("make-dataset",
+                         InvalidArgument(option +
+                                         " is for a data set made in OUT: the built-in one "
+                                         "(no OUT) has its own settings; name OUT to use " +
+                                         option),
+                         flags.json);
+    }
     auto path = StoppedBySignals(
         [&](std::function<bool()> stop) { return EnsureDefaultDataset(flags.json, stop); });
     if (!path.ok()) return ReportError("make-dataset", path.status(), flags.json);
@@ -81,7 +97,8 @@ void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
       "wallpaper photographs; the demo's and benchmarks' default data.");
   cmd->add_option("OUT", o.output,
                   "folder to write; without it, the built-in data set (made if missing) and its "
-                  "path printed");
+                  "path printed")
+      ->check(PathGiven());
   cmd->add_option("--images", o.images, "number of images")
       ->capture_default_str()
       ->check(CountIn(1, kMaxImages));
@@ -98,7 +115,12 @@ void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--photos", o.photos, "folder of */contents/images*/ photographs")
       ->capture_default_str();
   cmd->add_flag("--json", flags->json, "print JSON on stdout");
-  cmd->callback([flags, &exit_code] { exit_code = RunMakeDataset(*flags); });
+  cmd->callback([cmd, flags, &exit_code] {
+    for (const char* name : kShapeOptions) {
+      if (cmd->get_option(name)->count() > 0) flags->given.push_back(name);
+    }
+    exit_code = RunMakeDataset(*flags);
+  });
 }
 
 }  // namespace stoker::cli

@@ -662,6 +662,17 @@ def test_a_signal_mid_run_prints_the_partial_summary(command, sig, code):
     assert j["samples"] > 0 and j["seconds"] < 60
 
 
+@pytest.mark.parametrize("args,samples", [
+    (["--step-ms", "20000"], 64),  # the step after the first batch
+    (["--read-latency-ms", "20000", "--batch-size", "1", "--workers", "1"], 0)])  # the first read
+def test_seconds_ends_the_run_mid_step_and_mid_wait(args, samples):
+    # --seconds 0.5 ran a whole 20 s step, or waited out a 20 s read.
+    j = json.loads(stoker("run", "--synthetic", "--synthetic-size", "100", "--size", "8",
+                          "--synthetic-cpu-us", "0", "--seconds", "0.5", *args, "--json",
+                          "--quiet").stdout)
+    assert j["samples"] == samples and j["seconds"] < 10 and j["interrupted"] is False
+
+
 def test_a_signal_ends_a_batch_made_without_workers():
     # --workers 0: the loop makes each batch itself, 16 reads of 100 ms. The
     # signal ends the batch being made (before, it was finished and counted).

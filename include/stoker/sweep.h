@@ -41,6 +41,12 @@ double WindowRate(const std::vector<TimelinePoint>& timeline, double from_s, dou
 /// How the stand-in training loop consumes batches.
 struct ConsumeOptions {
   double seconds = 0;  // stop after this long (0: no time limit)
+  /// With `seconds`: true ends the loop at the limit itself, cutting short
+  /// the wait for a batch, a batch being made on the consumer's thread and
+  /// the step (a run told to last that long: `stoker run`); false lets the
+  /// batch awaited at the limit and its step end first, so that a rate
+  /// counts whole batches with their steps (the sweep's points).
+  bool cut_at_limit = false;
   int64_t epochs = 0;  // stop after this many epochs (0: no epoch limit)
   double step_ms = 0;  // simulated accelerator step per batch (0: as fast as possible)
   /// Optional: the step as a function of time (overrides step_ms), for runs

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/thread_annotations.h"
 #include "source/service_slots.h"
 
 namespace stoker {
@@ -74,11 +75,18 @@ std::string SyntheticSource::Key(int64_t index) const {
   return "synthetic:" + std::to_string(index);
 }
 
+struct SlowSource::Waits {
+  Mutex mu;
+  CondVar cancelled_cv;
+  bool cancelled GUARDED_BY(mu) = false;
+};
+
 SlowSource::SlowSource(std::shared_ptr<const Source> inner, std::chrono::nanoseconds latency,
                        int slots)
     : inner_(std::move(inner)),
       latency_ns_(latency.count()),
-      slots_(std::make_unique<ServiceSlots>(slots)) {}
+      slots_(std::make_unique<ServiceSlots>(slots)),
+      waits_(std::make_unique<Waits>()) {}
 
 SlowSource::~SlowSource() = default;
 
@@ -86,13 +94,28 @@ void SlowSource::set_slots(int slots) { slots_->Resize(slots); }
 
 void SlowSource::set_shape(const StoreShape& shape) { slots_->SetShape(shape); }
 
+void SlowSource::Cancel() {
+  {
+    MutexLock lock(waits_->mu);
+    waits_->cancelled = true;
+  }
+  waits_->cancelled_cv.NotifyAll();
+}
+
 Status SlowSource::Read(int64_t index, ReadBuffer& buffer, Record* record) const {
   const int64_t ns = latency_ns_.load(std::memory_order_relaxed);
   if (ns > 0) {
     // An absolute end (SteadyNanos is steady_clock's): a thread preempted
     // after booking still ends when its read does, not later.
-    std::this_thread::sleep_until(
-        std::chrono::steady_clock::time_point(std::chrono::nanoseconds(slots_->ReserveNow(ns))));
+    const std::chrono::steady_clock::time_point end(
+        std::chrono::nanoseconds(slots_->ReserveNow(ns)));
+    MutexLock lock(waits_->mu);
+    while (!waits_->cancelled && std::chrono::steady_clock::now() < end) {
+      waits_->cancelled_cv.WaitUntil(waits_->mu, end);
+    }
+    if (waits_->cancelled) {
+      return Cancelled("slow-storage read of " + inner_->Key(index) + " cancelled");
+    }
   }
   return inner_->Read(index, buffer, record);
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 namespace stoker {
 namespace {
 
@@ -22,6 +25,30 @@ TEST(SyntheticSourceTest, RecordsArePureFunctionsOfIndex) {
   EXPECT_TRUE(std::equal(first.begin(), first.end(), r2.bytes.begin()));
   EXPECT_EQ(r2.label, 42 % 7);
   EXPECT_EQ((*src)->Key(42), "synthetic:42");
+}
+
+// A read waiting out an hour's latency ends at Cancel, as do the reads
+// after it: a stopped run need not wait for them.
+TEST(SyntheticSourceTest, CancelEndsTheSlowReadsWaitingAndTheOnesAfter) {
+  SyntheticOptions o;
+  o.size = 10;
+  auto inner = MakeSyntheticSource(o);
+  ASSERT_TRUE(inner.ok());
+  SlowSource slow(*inner, std::chrono::hours(1));
+  Status waiting;
+  std::thread reader([&] {
+    ReadBuffer b;
+    Record r;
+    waiting = slow.Read(3, b, &r);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // most likely waiting by now
+  slow.Cancel();
+  reader.join();
+  EXPECT_EQ(waiting.code(), StatusCode::kCancelled) << waiting.ToString();
+  EXPECT_NE(waiting.message().find("synthetic:3"), std::string::npos) << waiting.ToString();
+  ReadBuffer b;
+  Record r;
+  EXPECT_EQ(slow.Read(4, b, &r).code(), StatusCode::kCancelled);
 }
 
 TEST(SyntheticSourceTest, InjectedFailureNamesTheKey) {

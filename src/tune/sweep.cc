@@ -37,16 +37,27 @@ constexpr std::chrono::milliseconds kStopPoll{50};  // ConsumeOptions::stop's po
 
 bool Stopping(const ConsumeOptions& o) { return o.stop && o.stop(); }
 
-// The simulated accelerator step after a batch taken at `t_s`.
-void Step(const ConsumeOptions& o, double t_s) {
+// The simulated accelerator step after a batch taken at `t_s`; it ends at
+// `deadline` (the time limit) too.
+void Step(const ConsumeOptions& o, double t_s, Clock::time_point deadline) {
   const double ms = o.step_ms_at ? o.step_ms_at(t_s) : o.step_ms;
   if (ms <= 0) return;
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double, std::milli>(ms));
+  const auto until =
+      std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                            std::chrono::duration<double, std::milli>(ms)));
   while (Clock::now() < until && !Stopping(o)) {
     std::this_thread::sleep_until(
         o.stop ? std::min<Clock::time_point>(until, Clock::now() + kStopPoll) : until);
   }
+}
+
+// How long to wait for a batch before looking at the stop and the time
+// limit again. REQUIRES: o.stop or a finite `deadline`.
+std::chrono::nanoseconds WaitSlice(const ConsumeOptions& o, Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return kStopPoll;
+  const auto left = std::max(Clock::duration::zero(), deadline - Clock::now());
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      o.stop ? std::min<Clock::duration>(left, kStopPoll) : left);
 }
 
 // The timeline point at `t_s` for the `dt_s` since the metrics `last`.
@@ -102,26 +113,43 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   LoaderMetrics m0 = loader.Metrics();
   LoaderMetrics last = m0;
   double last_t = 0;
-  // A stop ends a batch being made on the consumer's thread (0 workers) too.
-  loader.SetInterrupt(o.stop);
+  // The time limit, where cut_at_limit ends the loop mid-wait, mid-batch
+  // and mid-step too; the loop's own check between batches is below.
+  const bool limited = o.seconds > 0 && o.cut_at_limit;
+  const auto deadline = limited ? t0 + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(o.seconds))
+                                : Clock::time_point::max();
+  const auto past_deadline = [limited, deadline] { return limited && Clock::now() >= deadline; };
+  // A stop, or the time limit, ends a batch being made on the consumer's
+  // thread (0 workers) too.
+  if (o.stop || limited) {
+    loader.SetInterrupt([&o, past_deadline] { return Stopping(o) || past_deadline(); });
+  }
   struct Unset {
     Loader& loader;
     ~Unset() { loader.SetInterrupt({}); }
   } unset{loader};
   while (true) {
     if (o.seconds > 0 && Since(t0) >= o.seconds) break;
-    // With a stop to watch, wait for the batch in slices (the wait still
-    // counts as the consumer's), so that a stop ends a long wait too.
-    while (o.stop && !loader.WaitReady(kStopPoll) && !o.stop()) {
+    // With a stop or a time limit to watch, wait for the batch in slices
+    // (the wait still counts as the consumer's), so that either ends a long
+    // wait too.
+    if (o.stop || limited) {
+      while (!loader.WaitReady(WaitSlice(o, deadline)) && !Stopping(o) && !past_deadline()) {
+      }
     }
     if (Stopping(o)) {
       s.stopped = true;
       break;
     }
+    if (past_deadline()) break;
     auto r = loader.Next();
-    if (!r.ok() && r.status().code() == StatusCode::kCancelled && Stopping(o)) {
-      s.stopped = true;
-      break;
+    if (!r.ok() && r.status().code() == StatusCode::kCancelled) {
+      if (Stopping(o)) {
+        s.stopped = true;
+        break;
+      }
+      if (past_deadline()) break;
     }
     if (!r.ok()) return r.status();
     if (!r->has_value()) {
@@ -132,7 +160,7 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
     s.samples += (**r).size();
     ++s.batches;
     r->reset();  // hand the buffer back before the "step", as a trainer would after its copy
-    Step(o, Since(t0));
+    Step(o, Since(t0), deadline);
     if (o.on_batch) o.on_batch(Since(t0));
     if (Clock::now() >= next_point) {
       LoaderMetrics m = loader.Metrics();

@@ -36,6 +36,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   LiveView view(stderr);
   ConsumeOptions co;
   co.seconds = f.seconds;
+  co.cut_at_limit = true;  // --seconds S: the run lasts S, not S and a batch or a step
   co.epochs = f.seconds > 0 ? f.epochs : std::max<int64_t>(f.epochs, 1);
   co.step_ms = f.step_ms;
   const int64_t per_epoch = loader->batches_per_epoch();
@@ -75,6 +76,9 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   StopSignals signals;
   co.stop = [&signals] { return signals.received() != 0; };
   auto stats = Consume(*loader, co);
+  // The loop is over: the workers' simulated reads need not be waited out
+  // (a summary ten seconds late after Ctrl-C, with --read-latency-ms 10000).
+  if (p.slow != nullptr) p.slow->Cancel();
   if (!f.quiet) view.Finish();
   if (!stats.ok()) return stats.status();
   // --trace asked for the decisions on disk: a run that could not write them

@@ -276,6 +276,22 @@ def test_an_option_bench_would_ignore_or_contradict_is_refused(tmp_path, args, o
     assert option in r.stderr and not plot.exists()
 
 
+@pytest.mark.parametrize("args,named", [
+    (["--synthetic", "--data", "."], "--data"),
+    (["--synthetic", "--layout", "uint8-hwc"], "--layout"),
+    (["--synthetic", "--eval"], "--eval"),
+    (["--synthetic", "--dct-scaling"], "--dct-scaling"),
+    (["--data", ".", "--synthetic-cpu-us", "5"], "--synthetic-cpu-us"),
+    (["--data", ".", "--synthetic-size", "50"], "--synthetic-size"),
+    (["--synthetic", "--read-latency-ms", "0", "--read-slots", "3"], "--read-slots 3")])
+def test_an_option_the_source_would_ignore_is_refused(args, named):
+    # Each was accepted and ignored: a synthetic run over --data read no data.
+    for command in ("run", "bench"):
+        r = stoker(command, *args, "--seconds" if command == "run" else "--point-seconds", "0.5",
+                   "--json", check=False)
+        assert r.returncode == 2 and named in json.loads(r.stdout)["error"], (command, r.stderr)
+
+
 def test_a_misspelt_command_is_named():
     r = stoker("bnech", "--json", check=False)
     assert r.returncode == 2 and "unknown command 'bnech'" in r.stderr

@@ -45,19 +45,23 @@ Status NameFlags(const Status& status, const PipelineFlags& f) {
 }
 
 void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
-  cmd->add_option("--data", f.data,
-                  "image folder, file list (path<TAB>label) or tar shards (a .tar or a "
-                  "shard-{000..015}.tar pattern); default: the built-in data set")
-      ->check(ExistingPlace());
+  CLI::Option* data =
+      cmd->add_option("--data", f.data,
+                      "image folder, file list (path<TAB>label) or tar shards (a .tar or a "
+                      "shard-{000..015}.tar pattern); default: the built-in data set")
+          ->check(ExistingPlace());
   cmd->add_option("--batch-size", f.batch_size, "samples per batch")
       ->check(CountIn(1, kMaxBatchSize));
   cmd->add_option("--size", f.size, "output height and width")->check(CountIn(1, kMaxImageSide));
-  cmd->add_flag("--eval", f.eval, "Resize(size*8/7)+CenterCrop instead of RandomResizedCrop+flip");
-  cmd->add_flag("--dct-scaling", f.dct_scaling,
-                "decode JPEGs at 1/2, 1/4 or 1/8 scale where that covers the output: faster, "
-                "but not torchvision's pixels (default: exact)");
-  cmd->add_option("--layout", f.layout, "output: float32-chw (normalised), uint8-hwc, uint8-chw")
-      ->check(CLI::IsMember({"float32-chw", "uint8-hwc", "uint8-chw"}));
+  CLI::Option* eval = cmd->add_flag(
+      "--eval", f.eval, "Resize(size*8/7)+CenterCrop instead of RandomResizedCrop+flip");
+  CLI::Option* dct_scaling =
+      cmd->add_flag("--dct-scaling", f.dct_scaling,
+                    "decode JPEGs at 1/2, 1/4 or 1/8 scale where that covers the output: faster, "
+                    "but not torchvision's pixels (default: exact)");
+  CLI::Option* layout = cmd->add_option("--layout", f.layout,
+                                        "output: float32-chw (normalised), uint8-hwc, uint8-chw")
+                            ->check(CLI::IsMember({"float32-chw", "uint8-hwc", "uint8-chw"}));
   cmd->add_option("--seed", f.seed, "shuffle and augmentation seed")->check(CountIn(0, UINT64_MAX));
   cmd->add_flag("--no-shuffle", f.no_shuffle, "sequential order");
   cmd->add_option("--on-error", f.on_error, "a bad sample: raise (stop) or skip (record it)")
@@ -92,14 +96,27 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
                       std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
                       " % of available)")
       ->check(NumberIn(1, kMaxMemoryBudgetMib));  // 0 would mean the default: refused
-  cmd->add_flag("--synthetic", f.synthetic, "a synthetic source instead of images");
+  // The image options and the synthetic ones never go together: the run
+  // would ignore the ones it was not made of (refused, as run refuses
+  // --trace with a fixed --workers).
+  CLI::Option* synthetic = cmd->add_flag("--synthetic", f.synthetic,
+                                         "a synthetic source instead of images (no --data, "
+                                         "--eval, --dct-scaling or --layout)");
+  for (CLI::Option* image_only : {data, eval, dct_scaling, layout}) synthetic->excludes(image_only);
   cmd->add_option("--synthetic-cpu-us", f.synthetic_cpu_us, "synthetic: CPU per sample, us")
-      ->check(NumberIn(0, kMaxSyntheticCpuUs));
+      ->check(NumberIn(0, kMaxSyntheticCpuUs))
+      ->needs(synthetic);
   cmd->add_option("--synthetic-size", f.synthetic_size, "synthetic: samples per epoch")
-      ->check(CountIn(1, kMaxSyntheticSize));
+      ->check(CountIn(1, kMaxSyntheticSize))
+      ->needs(synthetic);
 }
 
 Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
+  if (f.read_slots > 0 && f.read_latency_ms <= 0) {
+    return InvalidArgument("--read-slots " + std::to_string(f.read_slots) +
+                           " limits the reads that --read-latency-ms slows; with no latency "
+                           "there is no store to limit");
+  }
   Pipeline p;
   LoaderOptions& lo = p.loader;
   lo.batch_size = f.batch_size;

@@ -503,6 +503,14 @@ Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& o, Placement p
   };
   remove_making();  // a dead process's of the same id
   RemoveDeadMakings(root);
+  // The folders above the output that this run makes, deepest first: a
+  // failed or stopped run removes them again (those still empty).
+  std::vector<fs::path> made_parents;
+  std::error_code parent_ec;
+  for (fs::path p = fs::path(root).parent_path(); !p.empty() && !fs::exists(p, parent_ec);
+       p = p.parent_path()) {
+    made_parents.push_back(p);
+  }
   MakeDatasetReport report;
   Status status = WriteDataset(o, photos, making, report);
   // Each folder moves in whole, its marker in it.
@@ -511,7 +519,10 @@ Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& o, Placement p
   }
   if (status.ok()) status = MoveIntoPlace(making, root, placement);
   remove_making();
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    for (const fs::path& p : made_parents) fs::remove(p, parent_ec);  // fails when not empty
+    return status;
+  }
   // Without shards, an earlier run's shards of stoker's would outlive the
   // data set they were made from.
   if (o.shards == 0 && fs::exists(fs::symlink_status(shard_root)) &&

@@ -273,6 +273,21 @@ pid_t GoneProcessId() {
   return child;
 }
 
+// The folders it made above the output go too (they stayed, empty).
+TEST(DatasetMakerTest, AStoppedRunRemovesTheFoldersItMadeAboveTheOutput) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "new/a/out", 6, 2);
+  fs::create_directory(tmp.path() + "/kept");
+  int asked = 0;
+  o.stop = [&asked] { return ++asked > 3; };
+  ASSERT_EQ(MakeDataset(o).status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"kept", "photos"}));
+  o.output = tmp.path() + "/kept/b/out";
+  asked = 0;
+  ASSERT_EQ(MakeDataset(o).status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(Names(tmp.path() + "/kept"), std::vector<std::string>{});
+}
+
 // What a killed run left (its process gone) goes with the next run beside
 // it; a live process's half-made folder stays.
 TEST(DatasetMakerTest, ARunRemovesTheHalfMadeFoldersOfProcessesThatAreGone) {

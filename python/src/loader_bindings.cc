@@ -480,6 +480,18 @@ void BindLoader(py::module_& m) {
              }
              return JsonToPython(trace);
            })
+      .def(
+          "flush_trace",
+          [](PyLoader& l) {
+            Status written;
+            {
+              py::gil_scoped_release release;  // it waits for the disk
+              written = l.loader().FlushTrace();
+            }
+            ThrowIfError(written);
+          },
+          "Waits until the tuner's decisions so far are in trace_path; raises the first "
+          "error writing it (OSError naming the file).")
       .def("skipped",
            [](PyLoader& l) {
              nlohmann::json skipped = nlohmann::json::array();

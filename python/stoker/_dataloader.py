@@ -1427,6 +1427,8 @@ class _Run:
         self.closed = True
         if self.in_forked_child():
             return  # everything here is the parent's
+        if self.engine is not None and self.options.trace_path:
+            _stats.flush_trace(self.engine, self.options.trace_path)
         try:
             self._stop()
         finally:

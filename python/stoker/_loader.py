@@ -223,7 +223,7 @@ class Loader:
         memory_budget = _args.optional_integer("memory_budget", memory_budget, 1,
                                                _args.UINT64_MAX)
         max_workers = _args.optional_integer("max_workers", max_workers, 1, _args.INT32[1])
-        trace_path = _args.optional_path("trace_path", trace_path)
+        trace_path = self._trace_path = _args.optional_path("trace_path", trace_path)
         _args.tuner_only("workers", None if workers == _stoker.AUTO_WORKERS else workers,
                          max_workers=max_workers, trace_path=trace_path,
                          tune_interval=tune_interval)
@@ -401,6 +401,8 @@ class Loader:
         if self._cluster is not None:
             self._cluster.cancel()  # remote slots waiting on a task return
         if self._impl is not None:
+            if self._trace_path and not self._impl.closed:
+                _stats.flush_trace(self._impl, self._trace_path)
             self._impl.close()
         if self._cluster is not None:
             self._cluster.close()

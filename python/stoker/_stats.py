@@ -2,9 +2,21 @@
 stoker.DataLoader, stoker.bench and worker_kind="auto"'s trial."""
 
 import time
+import warnings
 import weakref
 
 from . import _stoker
+
+
+def flush_trace(engine, path):
+    """At close: the tuner's decisions written to `path` (trace_path), or a
+    RuntimeWarning naming it and why when they could not all be (a full
+    disk): a record lost is said, never silent, and never fails the close."""
+    try:
+        engine.flush_trace()
+    except (OSError, RuntimeError) as e:
+        warnings.warn(f"stoker: the tuner's trace {path} is incomplete: {e}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def rates(samples, wait_s, elapsed_s):

@@ -296,3 +296,32 @@ def test_a_daemon_thread_iterating_at_the_interpreters_exit_does_not_abort_it(wo
                              capture_output=True, text=True, timeout=120, env=dict(os.environ))
         assert out.returncode == 0, out.stderr
         assert "terminate called" not in out.stderr
+
+
+def test_a_trace_that_could_not_all_be_written_is_said_at_close(tmp_path):
+    # A file size limit refuses the trace's writes as a full disk would. Before,
+    # the decisions were lost without a word.
+    import textwrap
+    trace = tmp_path / "t.jsonl"
+    script = textwrap.dedent(f"""
+        import resource, signal, warnings, stoker
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        loader = stoker.Loader(stoker.Synthetic(size=64, shape=(8,)), batch_size=4,
+                               tune_interval=0.01, trace_path={str(trace)!r}, output="numpy")
+        for _ in range(2000):
+            for _ in loader:
+                pass
+            if loader.decisions():
+                break
+        assert loader.decisions()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader.close()
+        print([str(w.message) for w in caught if w.category is RuntimeWarning])
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert f"the tuner's trace {trace} is incomplete" in r.stdout, r.stdout
+    assert "File too large" in r.stdout, r.stdout

@@ -465,7 +465,11 @@ def _worker_main(sock, job, worker_id, num_workers):
     sock.send(_message(P.INITDONE))
     segments = {}
     memory = _Memory()
+    # Run-queue delay while waking for a task and running it, summed: what the
+    # consumer's wall time for its batches holds (never the start-up's).
+    queued = 0
     while True:
+        waiting_since = _run_delay_ns()
         try:
             data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
         except OSError:
@@ -514,9 +518,10 @@ def _worker_main(sock, job, worker_id, num_workers):
             sock.send(_task_failed(*collate_error))
             continue
         cpu = time.process_time_ns()
+        queued += _run_delay_ns() - waiting_since
         memory.ended()
         sock.send(_message(P.DONE, samples=len(kept), segment_size=seg.size, meta_offset=meta_off,
-                           meta_length=meta_len, cpu_ns=cpu, run_delay_ns=_run_delay_ns(),
+                           meta_length=meta_len, cpu_ns=cpu, run_delay_ns=queued,
                            private_bytes=memory.estimate()))
         memory.refresh()
 

@@ -3,6 +3,7 @@ processes, with torch's DataLoader semantics."""
 
 import collections
 import errno
+import functools
 import gc
 import os
 import random
@@ -723,6 +724,47 @@ def test_thread_workers_cpu_counts_as_the_workers_and_this_processs():
         m = dl._run.engine.metrics()
     assert m["cpu_ns"] >= 64 * 0.002e9
     assert m["cpu_elsewhere_ns"] == 0
+
+
+def _run_delay_s():
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
+def _queue_for_a_cpu(said, worker_id):
+    """worker_init_fn: the worker waits for its CPU a while, beside a process
+    spinning on the same CPU, and writes how long to `said`."""
+    before = _run_delay_s()
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    pid = os.fork()
+    if pid == 0:
+        end = time.monotonic() + 0.4
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        pass
+    os.waitpid(pid, 0)
+    os.sched_setaffinity(0, allowed)
+    with open(said, "w") as f:
+        f.write(str(_run_delay_s() - before))
+
+
+def test_a_worker_processs_time_queued_for_a_cpu_is_its_batches(tmp_path):
+    # The run-queue delay a worker reports is its batches' (waking for them,
+    # making them), never its start-up's: a new worker's start on busy CPUs
+    # read as "175 ms wall, 177 ms of it queued" in the tuner's first model.
+    said = tmp_path / "init_queued_s"
+    with stoker.DataLoader(list(range(8)), batch_size=4, num_workers=1,
+                           worker_init_fn=functools.partial(_queue_for_a_cpu, str(said))) as dl:
+        assert sorted(indices_of(dl, key=None)) == list(range(8))
+        workers = dl._run.engine.metrics()["workers"]
+    init_queued_s = float(said.read_text())
+    assert init_queued_s > 0.05  # the spinning neighbour did keep it waiting
+    assert [w["samples"] for w in workers] == [2]  # items: two batches
+    assert workers[0]["queue_ns"] / 1e9 < init_queued_s / 2, (workers, init_queued_s)
 
 
 def test_segments_of_batches_held_then_dropped_give_their_memory_back():

@@ -21,6 +21,7 @@ enum class StatusCode {
   kUnavailable,         // the machine refused a resource (memory, file descriptors, threads)
   kCancelled,           // the loader was stopped
   kFailedPrecondition,  // the object cannot serve this call here (a loader in a forked child)
+  kOutOfRange,          // a sampler's index past the data set's end (Python's IndexError)
   kInternal,            // a bug
 };
 
@@ -106,6 +107,7 @@ inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::mo
 inline Status FailedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
+inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 /// Builds an error from errno: "<what>: <strerror(err)>". Missing paths are
@@ -115,9 +117,9 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 Status ErrnoError(const std::string& what, int err);
 
 /// True when `status` is about the sample itself (missing, unreadable,
-/// corrupt, unsupported or over a per-sample cap): what the skip policy may
-/// leave out. A refused machine resource, a stop or a bug is never the
-/// sample's fault, and never skipped.
+/// corrupt, unsupported, over a per-sample cap or past the data set's end): what the skip policy
+/// may leave out. A refused machine resource, a stop or a bug is never the sample's fault, and
+/// never skipped.
 bool IsSampleError(const Status& status);
 
 /// A value of type T, or the Status that explains why there is none.

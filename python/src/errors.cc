@@ -33,6 +33,8 @@ PyObject* ExceptionTypeFor(StatusCode code) {
       return g_resource_error;
     case StatusCode::kCancelled:
       return g_cancelled;
+    case StatusCode::kOutOfRange:
+      return PyExc_IndexError;
     default:
       return PyExc_RuntimeError;
   }

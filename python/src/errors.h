@@ -44,6 +44,7 @@ T ValueOrThrow(Result<T> result) {
 ///   kResourceExhausted        -> stoker.ResourceError (a RuntimeError)
 ///   kCancelled                -> stoker.Cancelled (a RuntimeError)
 ///   kFailedPrecondition       -> RuntimeError (a loader used in a forked child)
+///   kOutOfRange               -> IndexError (a sampler's index past the data set)
 ///   kInternal and the rest    -> RuntimeError
 /// Each exception gets a `code` attribute holding StatusCodeName(code); one
 /// whose status carries a SampleErrorDetail (a Python dataset's failed

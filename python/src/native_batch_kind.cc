@@ -46,9 +46,9 @@ class NativeBatchWorker : public KindWorker {
       const int64_t index = key < 0 ? key + source_.size() : key;
       if (index < 0 || index >= source_.size()) {
         outcome->failures.push_back(
-            Failed(key, DataError("index " + std::to_string(key) + " is out of range [-" +
-                                  std::to_string(source_.size()) + ", " +
-                                  std::to_string(source_.size()) + ")")));
+            Failed(key, OutOfRange("index " + std::to_string(key) + " is out of range [-" +
+                                   std::to_string(source_.size()) + ", " +
+                                   std::to_string(source_.size()) + ")")));
         continue;
       }
       ItemOutcome one;

@@ -473,10 +473,20 @@ def test_negative_sampler_keys_index_from_the_end_natively_as_torch_does(folder)
         assert loader.stats()["pipeline"] == "native"
     assert len(got) == len(want)
     assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
-    with stoker.DataLoader(dataset, batch_size=2, sampler=[0, -len(dataset) - 1],
-                           num_workers=0) as loader:
-        with pytest.raises(stoker.DataError, match=r"index -\d+ is out of range"):
-            list(loader)
+    # A key past either end is torch's IndexError on both paths (the native
+    # one raised DataError[OSError], which `except IndexError` missed).
+    for key in (len(dataset), -len(dataset) - 1):
+        for native in (True, False):
+            with stoker.DataLoader(dataset, batch_size=2, sampler=[0, key], num_workers=0,
+                                   native=native) as loader:
+                with pytest.raises(IndexError) as raised:
+                    list(loader)
+                assert loader.stats()["pipeline"] == ("native" if native else "python")
+            assert isinstance(raised.value, stoker.DataError) and raised.value.index == key
+    with stoker.DataLoader(dataset, batch_size=2, sampler=[0, len(dataset), 1], num_workers=0,
+                           on_error="skip") as loader:
+        labels = torch.cat([labels for _, labels in loader]).tolist()
+    assert labels == [dataset.targets[0], dataset.targets[1]]  # the one past the end skipped
 
 
 def test_subsets_of_an_image_folder_run_natively(folder):

@@ -28,6 +28,8 @@ const char* StatusCodeName(StatusCode code) {
       return "cancelled";
     case StatusCode::kFailedPrecondition:
       return "failed precondition";
+    case StatusCode::kOutOfRange:
+      return "out of range";
     case StatusCode::kInternal:
       return "internal error";
   }
@@ -114,6 +116,7 @@ bool IsSampleError(const Status& status) {
     case StatusCode::kDataError:
     case StatusCode::kUnsupported:
     case StatusCode::kResourceExhausted:
+    case StatusCode::kOutOfRange:
       return true;
     default:
       return false;

@@ -70,6 +70,7 @@ TEST(StatusTest, RefusedResourcesAreNotTheSamplesFault) {
   EXPECT_TRUE(IsSampleError(DataError("bad")));
   EXPECT_TRUE(IsSampleError(ErrnoError("read a", EIO)));
   EXPECT_TRUE(IsSampleError(ResourceExhausted("over max_pixels")));
+  EXPECT_TRUE(IsSampleError(OutOfRange("index 9 of 9")));  // skippable, as a bad file
 }
 
 TEST(StatusTest, ErrnoNamesTheFile) {

@@ -195,6 +195,21 @@ def test_an_epoch_whose_every_file_is_bad_fails_under_skip(tmp_path):
     assert f"epoch 0 delivered nothing: all {len(files)} samples were skipped" in r.stderr, r.stderr
 
 
+def test_the_plot_is_xml_whatever_the_datas_name(tmp_path):
+    # The title names the data: its path went into the SVG raw, and a
+    # folder named "R&D" made a file no XML reader takes.
+    import xml.etree.ElementTree as ET
+    data = tmp_path / "R&D <photos>"
+    stoker("make-dataset", str(data), "--images", "4", "--classes", "1")
+    plot = tmp_path / "sweep.svg"
+    j = json.loads(stoker("bench", "--data", str(data), "--sweep", "0,1", "--point-seconds",
+                          "0.2", "--tuned-seconds", "0.5", "--json", "--plot", str(plot)).stdout)
+    assert j["plot"] == str(plot)
+    title = ET.parse(plot).getroot().find("{http://www.w3.org/2000/svg}text").text
+    assert str(data) in title
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 def test_an_unwritable_plot_fails_before_the_sweep(tmp_path):
     r = stoker("bench", "--synthetic", "--plot", str(tmp_path / "missing" / "sweep.svg"),
                check=False)
@@ -765,10 +780,12 @@ def test_a_signal_mid_bench_prints_the_counts_measured_so_far():
     assert "interrupted by SIGINT" in out
 
 
-def test_a_signal_mid_bench_with_json_says_interrupted():
+def test_a_signal_mid_bench_with_json_says_interrupted(tmp_path):
+    plot = tmp_path / "sweep.svg"
+    plot.write_text("an earlier plot")
     p = subprocess.Popen([CLI, "bench", "--synthetic", "--synthetic-size", "100000", "--size", "16",
                           "--synthetic-cpu-us", "100", "--sweep", "0,1,2,3,4",
-                          "--point-seconds", "30", "--json"],
+                          "--point-seconds", "30", "--json", "--plot", str(plot)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=_default_signals)
     # --json prints nothing before the end; the handlers are up once the
@@ -784,6 +801,10 @@ def test_a_signal_mid_bench_with_json_says_interrupted():
     j = json.loads(out)
     assert j["interrupted"] is True and j["signal"] == "SIGTERM"
     assert isinstance(j["sweep"], list) and j["tuned"] is None
+    # Stopped inside its first count (30 s): nothing measured, no plot of
+    # nothing (it rang a "best" at 0 workers), and the earlier one stays.
+    assert j["sweep"] == [] and j["plot"] is None
+    assert plot.read_text() == "an earlier plot"
 
 
 def test_run_gpu_util_without_nvml_says_so_once():

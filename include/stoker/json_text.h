@@ -2,6 +2,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 
 namespace stoker {
 
@@ -27,5 +28,11 @@ namespace stoker {
 /// spaces per level, as dump(indent). Never throws except std::bad_alloc.
 /// Thread-safe (a pure function).
 std::string DumpJson(const nlohmann::json& value, int indent = -1);
+
+/// `text` as XML character data (an SVG plot's title): & < > ' " escaped,
+/// well-formed UTF-8 as it is, and control bytes and bytes outside UTF-8
+/// (a path's) as the visible text \xNN, which XML cannot otherwise hold.
+/// Thread-safe (a pure function).
+std::string XmlText(std::string_view text);
 
 }  // namespace stoker

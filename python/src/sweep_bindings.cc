@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/unique_fd.h"
 #include "errors.h"
 #include "stoker/advisor.h"
 #include "stoker/report.h"
@@ -64,12 +65,16 @@ void BindSweepReport(py::module_& m) {
       py::arg("points"), py::arg("best_workers"),
       "The table `stoker bench` prints, for a static sweep (no tuned run).");
   m.def(
-      "sweep_svg",
-      [](const std::vector<PointTuple>& points, int best_workers, const std::string& title) {
-        return SweepToSvg(StaticSweep(points, best_workers), title);
+      "write_sweep_svg",
+      [](const std::vector<PointTuple>& points, int best_workers, const std::string& title,
+         const std::string& path) {
+        const std::string svg = SweepToSvg(StaticSweep(points, best_workers), title);
+        py::gil_scoped_release unlocked;
+        ThrowIfError(ReplaceFile(path, svg).WithContext("cannot write plot " + path));
       },
-      py::arg("points"), py::arg("best_workers"), py::arg("title"),
-      "The SVG plot `stoker bench --plot` writes, for a static sweep.");
+      py::arg("points"), py::arg("best_workers"), py::arg("title"), py::arg("path"),
+      "Writes the SVG plot `stoker bench --plot` writes, for a static sweep, to `path` as it "
+      "does: whole, renamed over the file there (OSError naming it).");
   m.def(
       "loader_args_from_sweep",
       [](const std::string& kind, const std::string& data, int64_t batch_size, int best_workers,

@@ -291,10 +291,8 @@ def _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, s
         kind, data, batch_size, best["num_workers"], best["samples_per_s"],
         best["stall_fraction"], in_flight, gpus)
     if plot is not None:
-        svg = _stoker.sweep_svg(rows, best["num_workers"],
-                                f"stoker.bench: {what}, {type(dataset).__name__}")
-        with open(plot, "w") as f:
-            f.write(svg)
+        _stoker.write_sweep_svg(rows, best["num_workers"],
+                                f"stoker.bench: {what}, {type(dataset).__name__}", plot)
     say("\n" + table.rstrip("\n"))
     if plot is not None:
         say(f"plot written to {plot}")

@@ -140,4 +140,48 @@ std::string DumpJson(const nlohmann::json& value, int indent) {
   return out;
 }
 
+std::string XmlText(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t n = Utf8Length(text, i);
+    // U+FFFE and U+FFFF are no XML characters either: their bytes as \xNN.
+    if (n == 3 && text.substr(i, 2) == "\xEF\xBF" &&
+        static_cast<unsigned char>(text[i + 2]) >= 0xBE)
+      n = 0;
+    if (n > 1) {
+      out.append(text.substr(i, n));
+      i += n;
+      continue;
+    }
+    ++i;
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        if (n == 0 || c < 0x20 || c == 0x7F) {
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xF];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
 }  // namespace stoker

@@ -68,5 +68,14 @@ TEST(DumpJsonTest, OutputIsAlwaysValidUtf8) {
   EXPECT_NO_THROW(json(text).dump());
 }
 
+TEST(XmlTextTest, MarkupIsEscapedAndBytesXmlCannotHoldAreShown) {
+  EXPECT_EQ(XmlText("R&D <a> 'b' \"c\""), "R&amp;D &lt;a&gt; &apos;b&apos; &quot;c&quot;");
+  EXPECT_EQ(XmlText("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // UTF-8 as it is
+  EXPECT_EQ(XmlText("a\x01\x1b[0m\x7f"), "a\\x01\\x1b[0m\\x7f");
+  EXPECT_EQ(XmlText("\xff\xc3"), "\\xff\\xc3");           // not UTF-8
+  EXPECT_EQ(XmlText("\xef\xbf\xbe"), "\\xef\\xbf\\xbe");  // U+FFFE: no XML character
+  EXPECT_EQ(XmlText("tab\tand\nline"), "tab\\x09and\\x0aline");
+}
+
 }  // namespace
 }  // namespace stoker

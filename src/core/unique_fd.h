@@ -4,6 +4,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "stoker/status.h"
@@ -60,5 +62,12 @@ class UniqueFd {
 /// add it): ErrnoError("open"), or kInvalidArgument "not a regular file" /
 /// "is a directory, not a file" / "a symbolic link" (with O_NOFOLLOW).
 Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t mode = 0644);
+
+/// Writes `contents` to a new file beside `path` (the file a symbolic link
+/// names, for a link) and renames it over `path`: a full disk, an error or a
+/// kill mid-write leaves the file that was there whole, never a cut one. The
+/// new file's mode is 0666 less the umask, as a plain create's. Errors name
+/// no path (callers add it).
+Status ReplaceFile(const std::string& path, std::string_view contents);
 
 }  // namespace stoker

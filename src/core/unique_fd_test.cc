@@ -2,8 +2,14 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <utility>
 
 namespace stoker {
@@ -80,6 +86,36 @@ TEST(UniqueFdTest, CloseReportsAndEmpties) {
   EXPECT_EQ(owner.Close(), 0);
   EXPECT_FALSE(owner.valid());
   EXPECT_FALSE(IsOpen(fd));
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ReplaceFileTest, WritesWholeThroughALinkAndLeavesNothingElse) {
+  std::string dir = "/tmp/stoker-replace-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string plot = dir + "/plot.svg", link = dir + "/latest.svg";
+  ASSERT_TRUE(ReplaceFile(plot, "first").ok());
+  EXPECT_EQ(Read(plot), "first");
+  ASSERT_EQ(::symlink("plot.svg", link.c_str()), 0);
+  ASSERT_TRUE(ReplaceFile(link, "second").ok());
+  EXPECT_EQ(Read(plot), "second");  // the file the link names; the link stays
+  struct stat st;
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            2);  // no file of the writing left beside them
+  // A folder it cannot be renamed over: an error, the folder untouched.
+  ASSERT_EQ(::mkdir((dir + "/taken").c_str(), 0755), 0);
+  EXPECT_FALSE(ReplaceFile(dir + "/taken", "x").ok());
+  EXPECT_FALSE(ReplaceFile(dir + "/missing/plot.svg", "x").ok());
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            3);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

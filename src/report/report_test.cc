@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "stoker/tuner.h"
 
@@ -109,6 +111,35 @@ TEST(ReportTest, SvgIsAWholeDocumentWithBothPanels) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("static sweep"), std::string::npos);
   EXPECT_NE(svg.find("tuned:"), std::string::npos);
+}
+
+// The y of every circle drawn, in document order.
+std::vector<double> CircleYs(const std::string& svg) {
+  std::vector<double> ys;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) {
+    ys.push_back(std::stod(svg.substr(svg.find("cy='", at) + 4)));
+  }
+  return ys;
+}
+
+TEST(ReportTest, SvgDrawsEveryPointInsideItsFrameAndRingsTheTablesBest) {
+  // The reference measured again after the tuned run read lower than the
+  // sweep's rows: the axis was sized from it, and the rows fell above the
+  // frame (y < 45), some of them off the canvas.
+  SweepReport r = Example();
+  r.recommended = r.sweep[2];  // 350, within 3 % of 352: the fewest workers
+  r.best_static = {3, 180, 1};
+  const std::string svg = SweepToSvg(r, "low reference");
+  const std::vector<double> ys = CircleYs(svg);
+  ASSERT_EQ(ys.size(), r.sweep.size() + 1);  // the points, then the ring
+  for (double y : ys) EXPECT_GE(y, 45) << svg;
+  EXPECT_EQ(ys.back(), ys[2]);  // on the recommended count's own point
+}
+
+TEST(ReportTest, SvgTitleIsXmlTextWhateverItsBytes) {
+  const std::string svg = SweepToSvg(Example(), "data/R&D <new> 'a\"\x01\xff");
+  EXPECT_NE(svg.find(">data/R&amp;D &lt;new&gt; &apos;a&quot;\\x01\\xff</text>"), std::string::npos)
+      << svg;
 }
 
 TEST(ReportTest, SvgOfAStaticSweepAloneHasNoTunedPanel) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "stoker/json_text.h"
 #include "stoker/report.h"
 
 namespace stoker {
@@ -82,10 +83,12 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
   std::ostringstream s;
   s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
     << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n";
-  s << "<text x='" << width / 2 << "' y='22' text-anchor='middle' font-size='15'>" << title
+  s << "<text x='" << width / 2 << "' y='22' text-anchor='middle' font-size='15'>" << XmlText(title)
     << "</text>\n";
 
+  // Every point drawn lies inside the frame.
   double top = r.best_static.samples_per_s;
+  for (auto& p : r.sweep) top = std::max(top, p.samples_per_s);
   for (auto& p : r.tuned_timeline) top = std::max(top, p.samples_per_s);
   top = std::max(top * 1.1, 1.0);
 
@@ -97,8 +100,12 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
   std::vector<std::pair<double, double>> sweep;
   for (auto& p : r.sweep) sweep.emplace_back(p.workers, p.samples_per_s);
   Polyline(s, sweep, left, "#1f77b4", true);
-  s << "<circle cx='" << left.X(r.best_static.workers) << "' cy='"
-    << left.Y(r.best_static.samples_per_s) << "' r='6' fill='none' stroke='#d62728'/>\n";
+  // The count the table marks best, ringed on its own point.
+  for (auto& p : r.sweep) {
+    if (p.workers != r.recommended.workers) continue;
+    s << "<circle cx='" << left.X(p.workers) << "' cy='" << left.Y(p.samples_per_s)
+      << "' r='6' fill='none' stroke='#d62728'/>\n";
+  }
   s << "<text x='" << left.x0 + 8 << "' y='" << left.y0 + 16
     << "' font-size='12'>static sweep (best circled)</text>\n";
 

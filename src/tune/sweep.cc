@@ -324,8 +324,12 @@ Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& re
   SweepPoint& best = report.best_static;
   best.samples_per_s = (best.samples_per_s + after->samples_per_s) / 2;
   best.stall_fraction = (best.stall_fraction + after->stall_fraction) / 2;
-  // The same count recommended shows the same figures.
-  if (report.recommended.workers == best.workers) report.recommended = best;
+  // One figure per count: its row in the table and plot, and the count
+  // recommended from the rows, read the same as the reference.
+  for (SweepPoint& p : report.sweep) {
+    if (p.workers == best.workers) p = best;
+  }
+  report.recommended = RecommendedSweepPoint(report.sweep);
   return Status::Ok();
 }
 

@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -140,10 +139,13 @@ int RunBench(const BenchFlags& f) {
   so.stop = [&signals] { return signals.received() != 0 || StdoutWriteError() != 0; };
   auto r = RunSweep(p->loader, so);
   if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
-  if (!f.plot.empty()) {
-    std::ofstream out(f.plot);
-    out << SweepToSvg(*r, "stoker bench: " + p->description);
-    if (!out) return ReportError("bench", "cannot write --plot " + f.plot, f.json);
+  // Nothing measured (stopped before the first count): no plot, and an
+  // earlier one stays.
+  const bool plotted = !f.plot.empty() && !r->sweep.empty();
+  if (plotted) {
+    Status st = ReplaceFile(f.plot, SweepToSvg(*r, "stoker bench: " + p->description));
+    if (!st.ok())
+      return ReportError("bench", st.WithContext("cannot write --plot " + f.plot), f.json);
     plot.Written();
   }
   const int signal = r->interrupted ? signals.received() : 0;
@@ -157,10 +159,7 @@ int RunBench(const BenchFlags& f) {
     probe.skip_gpus = f.no_gpus;
     const int gpus = static_cast<int>(ProbeMachine(probe).gpus.size());
     // The figures of the recommended count's row in the table.
-    SweepPoint best = r->recommended;
-    for (const SweepPoint& p : r->sweep) {
-      if (p.workers == best.workers) best = p;
-    }
+    const SweepPoint& best = r->recommended;
     const SweepSubject subject{LoaderKind::kNative, p->description, f.pipeline.batch_size};
     answer = LoaderArgsFromSweep(subject, best.workers, best.samples_per_s, best.stall_fraction,
                                  DefaultPrefetch(best.workers), gpus);
@@ -171,10 +170,12 @@ int RunBench(const BenchFlags& f) {
     j["data"] = p->description;
     j["recommendation"] = answer ? LoaderArgsToJson(*answer) : nlohmann::json();
     j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
+    j["plot"] = plotted ? nlohmann::json(f.plot) : nlohmann::json();
     PrintJson(j);
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
-    if (!f.plot.empty()) std::cout << "plot written to " << f.plot << "\n";
+    if (plotted) std::cout << "plot written to " << f.plot << "\n";
+    if (!f.plot.empty() && !plotted) std::cout << "no plot written: no count was measured\n";
     if (answer) std::cout << "\n" << answer->Text();
   }
   if (signal == 0) return 0;

@@ -581,16 +581,15 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
     }
     forked = std::move(*r);
   }
-  if (forked.tag != Tag::kForked || forked.fd < 0) {
+  if (forked.tag != Tag::kForked || !forked.fd.valid()) {
     give_back_id();
-    if (forked.fd >= 0) ::close(forked.fd);
     return Unavailable("the worker fork server could not start a worker: " + forked.text);
   }
   WorkerProcess w;
   w.pid = static_cast<int>(forked.words[protocol::ForkedWord::kPid]);
   w.id = id;
-  w.conn.reset(forked.fd);
-  RegisterFd(forked.fd);
+  w.conn = std::move(forked.fd);
+  RegisterFd(w.conn.get());
   {
     MutexLock lock(mu_);
     live_pids_.push_back(w.pid);
@@ -662,10 +661,26 @@ Status ProcessWorkers::Init(WorkerProcess& w, int64_t base_seed) {
 Result<Message> ProcessWorkers::AskZygote(protocol::Tag::Index tag, std::span<const int64_t> words,
                                           bool cancellable) {
   MutexLock lock(zygote_mu_);
+  // The replies to requests whose wait close() cut short come first: each
+  // read and dropped (a worker forked for nobody killed, its socket closed),
+  // so that this request gets its own reply, not one of theirs.
+  for (; unanswered_ > 0; --unanswered_) {
+    Result<Message> late = ReceiveMessageWithin(zygote_.get(), kStartLimit, [] { return false; });
+    if (!late.ok()) {
+      kill(zygote_pid_, SIGKILL);
+      zygote_.reset();
+      unanswered_ = 0;
+      return late.status();
+    }
+    if (late->tag == Tag::kForked)
+      kill(static_cast<pid_t>(late->words[protocol::ForkedWord::kPid]), SIGKILL);
+  }
   STOKER_RETURN_IF_ERROR(SendMessage(zygote_.get(), tag, words));
   Result<Message> r = ReceiveMessageWithin(
       zygote_.get(), kStartLimit, [this, cancellable] { return cancellable && shut_down(); });
-  if (!r.ok() && r.status().code() != StatusCode::kCancelled) {
+  if (!r.ok() && r.status().code() == StatusCode::kCancelled && zygote_.valid() && shut_down()) {
+    ++unanswered_;  // its reply is still to come
+  } else if (!r.ok()) {
     // Stuck, or out of step: its replies can no longer be matched to requests.
     kill(zygote_pid_, SIGKILL);
     zygote_.reset();

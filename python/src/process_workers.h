@@ -237,6 +237,7 @@ class ProcessWorkers {
 
   Mutex zygote_mu_;  // one request to the zygote at a time
   UniqueFd zygote_ GUARDED_BY(zygote_mu_);
+  int unanswered_ GUARDED_BY(zygote_mu_) = 0;  // requests whose wait close() cut short
 
   std::atomic<int64_t> pinned_{0};
   std::atomic<int64_t> handed_over_{0};

@@ -212,7 +212,7 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
     if (!m.ok() || m->tag != Tag::kTask) _exit(0);
     using T = protocol::TaskWord;
     const int64_t id = m->words[T::kSegment], size = m->words[T::kSegmentSize];
-    if (m->fd >= 0) segments[id] = m->fd;
+    if (m->fd.valid()) segments[id] = m->fd.release();
     void* addr = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED,
                       segments.at(id), 0);
     if (addr == MAP_FAILED) _exit(2);

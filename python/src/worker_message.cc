@@ -66,7 +66,9 @@ Result<Message> ReceiveMessage(int sock) {
   Message m;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      std::memcpy(&m.fd, CMSG_DATA(c), sizeof(int));
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+      m.fd.reset(fd);
     }
   }
   const auto size = static_cast<size_t>(n);
@@ -74,14 +76,12 @@ Result<Message> ReceiveMessage(int sock) {
   m.tag = Tag::Index{};
   while (m.tag < Tag::kCount && tag != kMessages[m.tag].tag) m.tag = Tag::Index(m.tag + 1);
   if (m.tag == Tag::kCount || size < protocol::kTagBytes) {
-    if (m.fd >= 0) ::close(m.fd);
     return Internal("a worker process sent an unknown message '" + tag + "'");
   }
   const protocol::MessageKind& kind = kMessages[m.tag];
   const size_t at = protocol::kTagBytes;
   const size_t words = static_cast<size_t>(kind.words) * sizeof(int64_t);
   if (size - at < words) {
-    if (m.fd >= 0) ::close(m.fd);
     return Internal("a worker process sent a short " + tag + " message");
   }
   m.words.resize(static_cast<size_t>(kind.words));

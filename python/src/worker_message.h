@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/unique_fd.h"
 #include "stoker/status.h"
 #include "worker_protocol.h"
 
@@ -22,7 +23,7 @@ struct Message {
   protocol::Tag::Index tag = protocol::Tag::kCount;
   std::vector<int64_t> words;  // as many as the tag has
   std::string text;            // the messages that carry text
-  int fd = -1;                 // received with it, now owned by the receiver
+  UniqueFd fd;                 // received with it: closed with the message unless taken
 };
 
 /// Sends `tag` with `words` (in the order of the tag's list, indexed by its

@@ -452,6 +452,29 @@ def test_no_process_outlives_close_error_or_collection():
         assert segments_open() == 0  # the last batch let go of the loader's shared memory
 
 
+def sockets_open():
+    """This process's socket descriptors."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_loaders_closed_before_their_first_batch_leave_no_socket():
+    # close() while a worker was being forked left the zygote's late FORKED
+    # reply queued: the next request read it as its own answer, and the new
+    # worker's socket it carried was never closed (5 leaked per 100 loaders).
+    before = sockets_open()
+    for _ in range(60):
+        stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2).close()
+    gc.collect()
+    assert sockets_open() == before
+
+
 def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
     dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=1)
     next(iter(dl))

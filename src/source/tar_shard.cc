@@ -788,6 +788,16 @@ Status Scan(TarScanner& scanner, SampleGrouper& grouper, std::optional<size_t> w
 // A label and an image at most this far apart are fetched in one read.
 constexpr uint64_t kMaxGapInOneRead = 16 << 10;
 
+// Whether `header`, the block before a member's data, is still a tar header
+// of a member of `size` bytes: a tar written over the shard in place (the
+// same file, other bytes) moved its members, and the bytes where one lay at
+// open are another's, or none.
+bool StillItsHeader(const std::byte* header, uint32_t size) {
+  if (!ChecksumMatches(header)) return false;
+  const std::optional<uint64_t> field = ParseNumber(header, kSizeOff, kSizeLen);
+  return field && *field == size;
+}
+
 // Reads sample `s` of `shard`, whose key names member `name`: its image
 // bytes (in `buffer`) and label into `*record`. Errors name the key.
 Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view name,
@@ -805,7 +815,9 @@ Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view n
     return DataError(key() + ": sample has a label but no image stoker decodes (" +
                      std::string(kImageExtensions) + ")");
   }
-  const uint64_t first = std::min(s.image_offset, s.cls_offset);
+  // Each member is read with its header (the block before it), to check it
+  // is still there.
+  const uint64_t first = std::min(s.image_offset, s.cls_offset) - kBlock;
   const uint64_t last = std::max(s.image_offset + s.image_size, s.cls_offset + s.cls_size);
   const uint64_t apart = uint64_t{s.image_size} + s.cls_size;
   if (!buffer.cap.Allows(apart)) {
@@ -813,21 +825,36 @@ Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view n
   }
   std::byte* image;
   std::byte* label;
+  const std::byte* image_header;
+  const std::byte* label_header;
+  std::byte headers[2][kBlock];  // where the members are read apart
   Status status;
-  if (last - first <= apart + kMaxGapInOneRead && buffer.cap.Allows(last - first)) {
+  if (last - first <= apart + 2 * kBlock + kMaxGapInOneRead && buffer.cap.Allows(last - first)) {
     // WebDataset writes a sample's members together: the label and the
     // image lie a block or two apart, and one read (a system call costs
-    // more than copying those blocks) fetches both.
+    // more than copying those blocks) fetches both, with their headers.
     if (buffer.bytes.size() < last - first) buffer.bytes.resize(last - first);
     image = buffer.bytes.data() + (s.image_offset - first);
     label = buffer.bytes.data() + (s.cls_offset - first);
+    image_header = image - kBlock;
+    label_header = label - kBlock;
     status = shard.ReadAt(first, {buffer.bytes.data(), static_cast<size_t>(last - first)});
   } else {
     if (buffer.bytes.size() < apart) buffer.bytes.resize(apart);
     image = buffer.bytes.data();
     label = image + s.image_size;
-    status = shard.ReadAt(s.image_offset, {image, s.image_size});
+    image_header = headers[0];
+    label_header = headers[1];
+    status = shard.ReadAt(s.image_offset - kBlock, headers[0]);
+    if (status.ok()) status = shard.ReadAt(s.image_offset, {image, s.image_size});
+    if (status.ok()) status = shard.ReadAt(s.cls_offset - kBlock, headers[1]);
     if (status.ok()) status = shard.ReadAt(s.cls_offset, {label, s.cls_size});
+  }
+  if (status.ok() &&
+      !(StillItsHeader(image_header, s.image_size) && StillItsHeader(label_header, s.cls_size))) {
+    return DataError(key() + ": the tar shard changed since it was opened: its members are no " +
+                     "longer where they were (a tar written over it in place?); make the " +
+                     "loader again to read it anew");
   }
   if (!status.ok()) return status.WithContext(key());
   std::string_view cls =

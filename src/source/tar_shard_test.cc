@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <tuple>
 
 #include "testing/source_test_util.h"
@@ -543,6 +544,50 @@ TEST(TarSourceTest, ShardTruncatedAfterOpeningFailsTheReadNamingTheMember) {
     EXPECT_EQ(s.code(), StatusCode::kDataError) << s.ToString();
     EXPECT_NE(s.message().find((*source)->Key(i)), std::string::npos) << s.message();
   }
+}
+
+// A tar written over the shard in place (cp onto it: the same file, other
+// bytes, another layout) fails the reads of members no longer where they
+// were, saying so; it read the new bytes at the old offsets and blamed the
+// data ("label 'E' is not an integer"). A shard appended to reads as before.
+TEST(TarSourceTest, AShardWrittenOverInPlaceFailsItsMovedMembersSayingSo) {
+  TempDir dir;
+  const std::string path = dir / "shard.tar", other = dir / "other.tar";
+  const std::string a(3000, 'a'), b(9000, 'b');
+  WriteShard(path, {{"a.cls", "1"}, {"a.jpg", a}, {"b.cls", "2"}, {"b.jpg", b}});
+  auto source = OpenTarShards({path});
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  WriteShard(other, {{"longer-name-x.cls", "7"},
+                     {"longer-name-x.jpg", std::string(700, 'x')},
+                     {"y.cls", "8"},
+                     {"y.jpg", std::string(20000, 'y')}});
+  {
+    // Rewritten through its descriptor as cp does: the inode stays.
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << ReadFile(other);
+  }
+  ReadBuffer buffer;
+  Record record;
+  for (int64_t i = 0; i < 2; ++i) {
+    Status st = (*source)->Read(i, buffer, &record);
+    ASSERT_FALSE(st.ok()) << "read sample " << i << " at its old place: label " << record.label;
+    EXPECT_EQ(st.code(), StatusCode::kDataError) << st.ToString();
+    EXPECT_NE(st.message().find((*source)->Key(i)), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("changed since it was opened"), std::string::npos) << st.message();
+  }
+
+  // Appended to (members after the old end): every member is where it was.
+  WriteShard(path, {{"a.cls", "1"}, {"a.jpg", a}, {"b.cls", "2"}, {"b.jpg", b}});
+  auto fresh = OpenTarShards({path});
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  {
+    std::string grown = ReadFile(path) + ReadFile(other);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << grown;
+  }
+  ASSERT_TRUE((*fresh)->Read(1, buffer, &record).ok());
+  EXPECT_EQ(AsString(record.bytes), b);
+  EXPECT_EQ(record.label, 2);
 }
 
 // Tar sources keep at most half the soft RLIMIT_NOFILE of shard files open

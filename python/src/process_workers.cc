@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "core/number_text.h"
+#include "stoker/probe.h"
 #include "stoker/rng.h"
 #include "worker_message.h"
 
@@ -688,6 +690,26 @@ Result<Message> ProcessWorkers::AskZygote(protocol::Tag::Index tag, std::span<co
   return r;
 }
 
+namespace {
+
+// Said of a worker SIGBUS killed: a page of a shared mapping had no room.
+// The segments have theirs from the start, so it is most likely a tensor
+// torch placed in /dev/shm (every tensor default_collate makes in a worker).
+std::string ShmHint() {
+  const std::string shm = ProbeOptions().shm_path;
+  std::string room;
+  struct statvfs st;
+  if (::statvfs(shm.c_str(), &st) == 0) {
+    room = ", " + FormatBytes(uint64_t{st.f_bavail} * st.f_frsize) + " free of " +
+           FormatBytes(uint64_t{st.f_blocks} * st.f_frsize);
+  }
+  return " (perhaps for want of room in " + shm + room +
+         ": torch places there the tensors a worker makes for sharing, default_collate's "
+         "among them, also called from a collate_fn; docker run --shm-size enlarges it)";
+}
+
+}  // namespace
+
 ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
   {
     MutexLock lock(mu_);
@@ -707,6 +729,7 @@ ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
   }
   std::string how = "was killed by signal " + SignalName(static_cast<int>(value));
   if (value == SIGKILL) how += ", perhaps by the kernel for lack of memory";
+  if (value == SIGBUS) how += ShmHint();
   return {how, value == SIGKILL};
 }
 

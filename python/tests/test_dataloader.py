@@ -314,6 +314,19 @@ def test_a_worker_that_dies_is_reported_and_its_batch_rerun(sig):
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
 
 
+def test_a_worker_killed_by_sigbus_points_at_dev_shm():
+    # torch's tensors made in a worker (default_collate's, also from a user's
+    # collate_fn) live in /dev/shm: a full one kills the worker with SIGBUS,
+    # said with no hint, where torch's loader names shared memory.
+    with stoker.DataLoader(Failing(24, crash={5}, sig=signal.SIGBUS), batch_size=8,
+                           num_workers=1) as dl:
+        got, errors = drain(dl, errors_of=stoker.DataError)
+    assert sorted(got) == [i for i in range(24) if i != 5]
+    [error] = errors
+    assert "sample 5" in error and "SIGBUS" in error
+    assert "for want of room in /dev/shm" in error and "--shm-size" in error
+
+
 @pytest.mark.parametrize("kind", ["processes", "threads", "zero"])
 def test_an_epoch_whose_every_sample_was_skipped_is_an_error(kind):
     # The engine's policy, as stoker.Loader's: an epoch of skips only would

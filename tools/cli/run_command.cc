@@ -99,13 +99,16 @@ Result<RunSummary> RunJob(const RunFlags& f) {
 nlohmann::json RunSummaryToJson(const RunSummary& s) {
   nlohmann::json skipped = nlohmann::json::array();
   for (const auto& r : s.skipped) skipped.push_back(SkipRecordToJson(r));
+  // Each with its reason, as the human view and bench --json give them.
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const auto& d : s.trace) decisions.push_back(TunerDecisionToJson(d));
   return {{"samples", s.stats.samples},
           {"seconds", s.stats.seconds},
           {"samples_per_s", s.stats.seconds > 0 ? s.stats.samples / s.stats.seconds : 0},
           {"stall_fraction", s.stats.stall_fraction},
           {"workers_final", s.workers_final},
           {"workers_max", std::max(s.stats.workers_max, s.workers_final)},
-          {"decisions", s.trace.size()},
+          {"decisions", decisions},
           {"peak_rss_bytes", s.peak_rss_bytes},
           {"skipped", s.skipped.size()},
           {"skipped_samples", skipped},

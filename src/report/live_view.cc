@@ -1,6 +1,8 @@
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/clock.h"
@@ -11,6 +13,15 @@ namespace stoker {
 namespace {
 
 constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
+
+// The terminal's columns now (it may be resized), else $COLUMNS, else 80.
+size_t TerminalColumns(std::FILE* out) {
+  struct winsize size {};
+  if (::ioctl(fileno(out), TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  const char* columns = std::getenv("COLUMNS");
+  const long n = columns != nullptr ? std::strtol(columns, nullptr, 10) : 0;
+  return n > 0 ? static_cast<size_t>(n) : 80;
+}
 
 }  // namespace
 
@@ -70,7 +81,10 @@ void LiveView::Update(const TimelinePoint& p, const std::string& progress,
   if (!gpu.empty()) text += "  " + gpu;
   if (!decision.empty()) text += "  | " + decision;
   if (tty_) {
-    if (text.size() > 200) text.resize(200);
+    // One row, short of the last column (where a terminal wraps), or each
+    // redraw would leave the rows it wrapped onto behind.
+    const size_t width = TerminalColumns(out_);
+    if (text.size() >= width) text.resize(width > 1 ? width - 1 : 1);
     std::fprintf(out_, "\r\033[K%s", text.c_str());
   } else {
     std::fprintf(out_, "%s\n", text.c_str());

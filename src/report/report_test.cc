@@ -1,6 +1,10 @@
 #include "stoker/report.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -275,6 +279,43 @@ TEST(LoaderJsonTest, TunerViewCarriesTheNodeShare) {
   d.node_loaders = 2;
   EXPECT_EQ(TunerDecisionToJson(d)["cpu_budget_cores"], 1.25);
   EXPECT_EQ(TunerDecisionToJson(d)["node_loaders"], 2);
+}
+
+// On a terminal the view redraws one row in place: a line wider than the
+// terminal wrapped, and every redraw left its wrapped rows behind (an
+// 80-column terminal got two rows an update, COLUMNS=20 about ten).
+TEST(LiveViewTest, OnATerminalTheLineFitsItsWidth) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0) GTEST_SKIP() << "no pseudo-terminal here";
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
+  ASSERT_GE(slave, 0);
+  struct winsize size {};
+  size.ws_col = 40;
+  size.ws_row = 24;
+  ASSERT_EQ(::ioctl(slave, TIOCSWINSZ, &size), 0);
+  std::FILE* out = ::fdopen(slave, "w");
+  ASSERT_NE(out, nullptr);
+  {
+    LiveView view(out);
+    TimelinePoint p{.t_s = 1.0, .samples_per_s = 1234, .stall_fraction = 0.1, .workers = 3};
+    view.Update(p, "epoch 1 37 %", "model: 3 workers because of a long reason text");
+    view.Finish();
+  }
+  std::fclose(out);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(master, buf, sizeof buf)) > 0;) {
+    got.append(buf, static_cast<size_t>(n));
+    if (got.find('\n') != std::string::npos) break;
+  }
+  ::close(master);
+  const size_t start = got.find("\033[K");
+  ASSERT_NE(start, std::string::npos) << got;
+  const std::string row = got.substr(start + 3, got.find_first_of("\r\n", start + 3) - start - 3);
+  EXPECT_EQ(row.size(), 39u) << row;  // one short of the last column
+  EXPECT_EQ(row.rfind("   1.0s epoch 1 37 %", 0), 0u) << row;
 }
 
 TEST(LiveViewTest, NodeTextShowsTheShareAndTheNodesTotals) {

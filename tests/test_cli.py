@@ -65,6 +65,16 @@ def test_advise_json():
     assert "pin_memory=False: no GPU found" in text
 
 
+def test_demo_says_the_wait_at_the_count_it_ended_with():
+    # "N workers kept it waiting X %" paired the final count with the whole
+    # run's wait, start-up and other counts included.
+    out = stoker("demo", "--synthetic", "--synthetic-size", "4000", "--synthetic-cpu-us", "200",
+                 "--size", "16", "--seconds", "2", "--step-ms", "20").stdout
+    line = next(x for x in out.splitlines() if x.startswith("What the tuner found"))
+    assert "the count it ended with, kept it waiting" in line or "it ended at" in line, line
+    assert "over the whole run" in line, line
+
+
 def test_run_json_summary(tmp_path):
     trace = tmp_path / "trace.jsonl"
     j = json.loads(stoker("run", "--synthetic", "--synthetic-size", "4000", "--synthetic-cpu-us",

@@ -41,12 +41,31 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
     PrintRunSummary(*s, std::cout);
     if (s->signal != 0) return;  // asked to stop: the summary is enough
     const double demand = f->step_ms > 0 ? 1000.0 / f->step_ms * f->pipeline.batch_size : 0;
-    char stall[32];
-    std::snprintf(stall, sizeof stall, "%.2f", s->stats.stall_fraction * 100);
+    // The wait at the count the run ended with: the trailing stretch of the
+    // timeline at that count, not the whole run's (start-up, other counts).
+    const auto& timeline = s->stats.timeline;
+    size_t from = timeline.size();
+    while (from > 0 && timeline[from - 1].workers == s->workers_final) --from;
+    double waited = 0;
+    for (size_t i = from; i < timeline.size(); ++i) waited += timeline[i].stall_fraction;
+    const size_t held = timeline.size() - from;
+    const double held_s =
+        held == 0 ? 0 : timeline.back().t_s - (from > 0 ? timeline[from - 1].t_s : 0);
+    char line[256];
+    if (held > 0) {
+      std::snprintf(line, sizeof line,
+                    "%d worker%s, the count it ended with, kept it waiting %.2f %% of the time "
+                    "over the last %.1f s (%.2f %% over the whole run, start-up included)",
+                    s->workers_final, s->workers_final == 1 ? "" : "s", waited / held * 100, held_s,
+                    s->stats.stall_fraction * 100);
+    } else {
+      std::snprintf(line, sizeof line,
+                    "it ended at %d worker%s; the consumer waited %.2f %% of the whole run",
+                    s->workers_final, s->workers_final == 1 ? "" : "s",
+                    s->stats.stall_fraction * 100);
+    }
     std::cout << "\nWhat the tuner found: the consumer takes about " << static_cast<int>(demand)
-              << " samples/s; " << s->workers_final << " worker"
-              << (s->workers_final == 1 ? "" : "s") << " kept it waiting " << stall
-              << " % of the time (the decisions above say why).\n"
+              << " samples/s; " << line << ". The decisions above say why.\n"
               << "Try --step-ms 0 (a consumer as fast as possible), --read-latency-ms 5 (slow "
                  "storage), or `stoker bench` for the samples/s per worker table.\n";
   });

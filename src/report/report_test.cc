@@ -140,6 +140,24 @@ TEST(ReportTest, SvgDrawsEveryPointInsideItsFrameAndRingsTheTablesBest) {
   EXPECT_EQ(ys.back(), ys[2]);  // on the recommended count's own point
 }
 
+TEST(ReportTest, SvgRateTicksAreRoundAndTellTheirValuesApart) {
+  // A loader under one sample a second: its points sat at the bottom of a
+  // 0..1 axis, and the quarter lines read "0.2" and "0.8".
+  SweepReport r;
+  r.sweep = {{0, 0.05, 1}, {1, 0.09, 1}, {2, 0.11, 1}};
+  r.best_static = r.recommended = r.sweep[2];
+  const std::string slow = SweepToSvg(r, "slow");
+  for (const char* tick : {">0.05<", ">0.10<", ">0.15<", ">0.20<"}) {
+    EXPECT_NE(slow.find(tick), std::string::npos) << tick << "\n" << slow;
+  }
+  r.sweep = {{0, 100, 1}, {1, 180, 1}, {2, 350, 1}};
+  r.best_static = r.recommended = r.sweep[2];
+  const std::string fast = SweepToSvg(r, "fast");
+  for (const char* tick : {">0<", ">100<", ">200<", ">300<", ">400<"}) {
+    EXPECT_NE(fast.find(tick), std::string::npos) << tick << "\n" << fast;
+  }
+}
+
 TEST(ReportTest, SvgTitleIsXmlTextWhateverItsBytes) {
   const std::string svg = SweepToSvg(Example(), "data/R&D <new> 'a\"\x01\xff");
   EXPECT_NE(svg.find(">data/R&amp;D &lt;new&gt; &apos;a&quot;\\x01\\xff</text>"), std::string::npos)

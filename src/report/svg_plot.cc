@@ -19,6 +19,35 @@ struct Frame {
   double Y(double y) const { return y0 + h - (y - ymin) / std::max(ymax - ymin, 1e-12) * h; }
 };
 
+// A tick step for about four ticks up to `top` that reads well: 1, 2, 2.5
+// or 5 times a power of ten.
+double NiceStep(double top) {
+  const double raw = top / 4;
+  const double power = std::pow(10, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0}) {
+    if (m * power >= raw * (1 - 1e-9)) return m * power;
+  }
+  return 10 * power;
+}
+
+// `v`, a multiple of `step`, with the decimals that tell such ticks apart
+// (0.25 reads "0.25", not "0.2"); thousands as "k" from 10000.
+std::string Tick(double v, double step) {
+  const bool k = v >= 10000;
+  if (k) {
+    v /= 1000;
+    step /= 1000;
+  }
+  int decimals = 0;
+  while (decimals < 6 && std::abs(step * std::pow(10, decimals) -
+                                  std::round(step * std::pow(10, decimals))) > 1e-6) {
+    ++decimals;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f%s", decimals, v, k ? "k" : "");
+  return buf;
+}
+
 std::string Num(double v) {
   char buf[32];
   if (v >= 10000) {
@@ -43,12 +72,14 @@ void Axes(std::ostringstream& s, const Frame& f, const std::string& xlabel,
   } else {
     for (int i = 0; i <= 4; ++i) xticks.push_back(f.xmin + (f.xmax - f.xmin) * i / 4);
   }
+  const double ystep = (f.ymax - f.ymin) / 4;
   for (int i = 0; i <= 4; ++i) {
-    double yv = f.ymin + (f.ymax - f.ymin) * i / 4;
+    double yv = f.ymin + ystep * i;
     s << "<line x1='" << f.x0 << "' x2='" << f.x0 + f.w << "' y1='" << f.Y(yv) << "' y2='"
       << f.Y(yv) << "' stroke='#eee'/>\n";
     s << "<text x='" << f.x0 - 6 << "' y='" << f.Y(yv) + 4
-      << "' text-anchor='end' font-size='11' fill='" << color << "'>" << Num(yv) << "</text>\n";
+      << "' text-anchor='end' font-size='11' fill='" << color << "'>" << Tick(yv, ystep)
+      << "</text>\n";
   }
   for (double xv : xticks) {
     s << "<text x='" << f.X(xv) << "' y='" << f.y0 + f.h + 16
@@ -90,7 +121,8 @@ std::string SweepToSvg(const SweepReport& r, const std::string& title) {
   double top = r.best_static.samples_per_s;
   for (auto& p : r.sweep) top = std::max(top, p.samples_per_s);
   for (auto& p : r.tuned_timeline) top = std::max(top, p.samples_per_s);
-  top = std::max(top * 1.1, 1.0);
+  // Up to four round ticks (a rate under one sample a second keeps its own scale).
+  top = top > 0 ? 4 * NiceStep(top * 1.1) : 1.0;
 
   // Left: the sweep.
   int wmax = 1;

@@ -21,6 +21,9 @@ struct TunerOptions {
   /// Loader::Make splits it into batch buffers and each worker's per-sample
   /// cap (docs/engine.md, "Memory budget").
   size_t memory_budget_bytes = 0;
+  /// How errors about the budget name memory_budget_bytes: as the caller's
+  /// API spells the option (stoker.Loader's "option 'memory_budget'").
+  std::string memory_budget_name = "tuner option 'memory_budget_bytes'";
   /// Most workers it may use, at most kMaxWorkers; 0 = from the machine (CPU
   /// budget, or many times more for I/O-bound work), up to kMaxWorkers.
   int max_workers = 0;

@@ -323,6 +323,7 @@ void BindOptions(py::module_& m) {
         return FromKeywords<TunerOptions>("TunerOptions", fields);
       }))
       .def_readwrite("memory_budget_bytes", &TunerOptions::memory_budget_bytes)
+      .def_readwrite("memory_budget_name", &TunerOptions::memory_budget_name)
       .def_readwrite("max_workers", &TunerOptions::max_workers)
       .def_readwrite("initial_workers", &TunerOptions::initial_workers)
       .def_readwrite("interval_s", &TunerOptions::interval_s)

@@ -1383,7 +1383,8 @@ class _Run:
         """The engine over the user's batches: they are its items, made by `kind`."""
         options = self.options
         tuner = _stoker.TunerOptions(
-            memory_budget_bytes=options.memory_budget_bytes, max_workers=options.max_workers,
+            memory_budget_bytes=options.memory_budget_bytes,
+            memory_budget_name="option 'memory_budget_bytes'", max_workers=options.max_workers,
             interval_s=options.tune_interval, trace_path=options.trace_path,
             initial_workers=options.initial_workers, remote_min=options.remote_min)
         # The user's batches are the engine's items, one to an engine batch, in

@@ -239,7 +239,9 @@ class Loader:
                                  remote_min)
         self.source = _open_source(source)
         self.transform = _make_transform(transforms, self.source)
-        tuner = _stoker.TunerOptions(memory_budget_bytes=memory_budget, max_workers=max_workers,
+        tuner = _stoker.TunerOptions(memory_budget_bytes=memory_budget,
+                                     memory_budget_name="option 'memory_budget'",
+                                     max_workers=max_workers,
                                      interval_s=tune_interval, trace_path=trace_path,
                                      remote_min=remote["remote_min"])
         samples = {"source": self.source._impl, "transform": self.transform._impl}

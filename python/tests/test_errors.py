@@ -250,6 +250,18 @@ def test_a_batch_over_the_memory_budget_is_refused_when_the_loader_is_made(image
     assert sum(len(y) for _, y in loader) == 40
 
 
+def test_a_batch_over_the_memory_budget_names_the_option_as_each_api_spells_it():
+    source = stoker.Synthetic(size=40, shape=(1000,))
+    with pytest.raises(ValueError) as e:
+        stoker.Loader(source, batch_size=4, workers=1, memory_budget=8000)
+    assert "option 'memory_budget' = 8000" in str(e.value)
+    assert "memory_budget_bytes" not in str(e.value)
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="option 'memory_budget_bytes' = 50"):
+        with stoker.DataLoader(list(range(8)), batch_size=4, memory_budget_bytes=50) as loader:
+            next(iter(loader))
+
+
 # --- a Python dataset's failed sample (stoker.DataLoader) ---------------------
 #
 # Raised as torch raises it, of the sample's own exception type (`except

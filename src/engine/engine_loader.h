@@ -28,8 +28,8 @@ std::optional<size_t> BatchBytes(const LoaderOptions& options);
 Status ValidateEngineOptions(const LoaderOptions& options);
 
 /// kInvalidArgument, naming batch_size, the sample's bytes, the budget and
-/// tuner option 'memory_budget_bytes', unless two batch buffers (one
-/// delivered, one being written) fit in `budget_bytes`.
+/// the budget's option (tuner.memory_budget_name), unless two batch buffers
+/// (one delivered, one being written) fit in `budget_bytes`.
 Status CheckBatchFits(const LoaderOptions& options, size_t budget_bytes);
 
 /// The loader of `options` within `budget_bytes`, ticking `controller`

@@ -960,11 +960,12 @@ Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
   if (batch && *batch <= budget / 2 && budget - 2 * *batch >= ItemSpec(o).bytes()) {
     return Status::Ok();
   }
+  const std::string& name = o.tuner.memory_budget_name;
   const std::string budget_option =
       o.tuner.memory_budget_bytes == 0
           ? std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
-                " % of available memory, the default of tuner option 'memory_budget_bytes'"
-          : "tuner option 'memory_budget_bytes' = " + std::to_string(o.tuner.memory_budget_bytes);
+                " % of available memory, the default of " + name
+          : name + " = " + std::to_string(o.tuner.memory_budget_bytes);
   return InvalidArgument("option 'batch_size' = " + std::to_string(o.batch_size) +
                          " makes one batch " +
                          (batch ? FormatBytes(*batch) : std::string("too large to count")) +

@@ -440,7 +440,10 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
     return Status::Ok();
   }
   if (st.ok() && reply.yielded) {  // its parts stay published for the consumer
-    if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
+    if (reply.size > 0) {
+      workers_->SetSize(lease, static_cast<size_t>(reply.size),
+                        static_cast<size_t>(reply.yielded->data_end));
+    }
     workers_->Yielded(epoch, item, *reply.yielded);
     outcome->yielded = true;
     return Status::Ok();
@@ -450,7 +453,10 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
     workers_->Release(lease.segment_id, lease.ticket);
     return st;
   }
-  if (reply.size > 0) workers_->SetSize(lease, static_cast<size_t>(reply.size));
+  if (reply.size > 0) {
+    workers_->SetSize(lease, static_cast<size_t>(reply.size),
+                      static_cast<size_t>(reply.meta_off + reply.meta_len));
+  }
   const auto d = DescriptorOf(lease, reply.size, reply.meta_off, reply.meta_len, epoch, item);
   std::memcpy(out.data(), d.data(), sizeof d);
   outcome->label = item;
@@ -783,13 +789,15 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
   }
   STOKER_RETURN_IF_ERROR(MapLocked(*pick, bytes).status());
   pick->busy = true;
+  pick->used = 0;
   pick->ticket += 1;
   return SegmentLease{pick->id, pick->fd.get(), pick->ticket};
 }
 
 void ProcessWorkers::Publish(int64_t epoch, int64_t item, int64_t part, const SegmentLease& lease,
                              size_t size, int64_t meta_off, int64_t meta_len) {
-  SetSize(lease, size);  // the consumer's view maps what the worker grew
+  // The consumer's view maps what the worker grew; each part's meta follows its arrays.
+  SetSize(lease, size, static_cast<size_t>(meta_off + meta_len));
   MutexLock lock(parts_mu_);
   std::vector<Descriptor>& parts = parts_[{epoch, item}];
   // Parts come in order; a number out of it (a confused worker) publishes nothing.
@@ -862,9 +870,12 @@ void ProcessWorkers::Unhold(int segment_id, uint64_t ticket) {
   if (--s->holds == 0 && s->released) FreeLocked(*s);
 }
 
-void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size) {
+void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size, size_t used) {
   MutexLock lock(mu_);
-  if (Segment* s = LeasedLocked(lease)) s->size = std::max(s->size, size);
+  if (Segment* s = LeasedLocked(lease)) {
+    s->size = std::max(s->size, size);
+    s->used = std::max(s->used, std::min(used, s->size));
+  }
 }
 
 void ProcessWorkers::Release(int segment_id, uint64_t ticket) {
@@ -889,6 +900,17 @@ void ProcessWorkers::FreeLocked(Segment& s) {
                                               [](auto& t) { return !t->busy && t->size > 0; });
   if (free_with_memory > kFreeKept && ftruncate(s.fd.get(), 0) == 0) {
     s.size = 0;
+    s.map.reset();
+  }
+  // Acquire hands out the largest free segment, so a large batch's segment
+  // goes to the next batch and a later large one grows another: kept at
+  // their largest, the segments would grow epoch after epoch on the same
+  // data and eat the workers' share of the budget. One much larger than
+  // the batch it held keeps only what that batch took (as a worker grows it).
+  const size_t keep =
+      std::max(RoundUp(s.used + s.used / 16, protocol::kSegmentGrain), protocol::kSegmentGrain);
+  if (s.used > 0 && s.size > 2 * keep && ftruncate(s.fd.get(), static_cast<off_t>(keep)) == 0) {
+    s.size = keep;
     s.map.reset();
   }
   if (shutdown_) DropLocked(s);

@@ -117,8 +117,9 @@ class ProcessWorkers {
   /// A free segment of at least `bytes`, grown (and its pages reserved) as
   /// needed, with a new ticket. kUnavailable when memory is refused.
   Result<SegmentLease> Acquire(size_t bytes) EXCLUDES(mu_);
-  /// Notes the segment's size after a worker grew it.
-  void SetSize(const SegmentLease& lease, size_t size) EXCLUDES(mu_);
+  /// Notes the segment's size after a worker grew it, and that its batch
+  /// takes `used` bytes of it (the most noted for this use counts).
+  void SetSize(const SegmentLease& lease, size_t size, size_t used) EXCLUDES(mu_);
   /// Gives the segment back if `ticket` is its current use; else nothing.
   void Release(int segment_id, uint64_t ticket) EXCLUDES(mu_);
   /// The parent's mapping of a leased segment (mapped or remapped to its
@@ -202,6 +203,7 @@ class ProcessWorkers {
     int id = 0;
     UniqueFd fd;
     size_t size = 0;      // the file's size as last known
+    size_t used = 0;      // bytes the current use's batch takes (0: unknown)
     uint64_t ticket = 0;  // which use of the segment a descriptor names
     bool busy = false;
     int holds = 0;                 // parts of it the consumer holds (Hold)

@@ -14,6 +14,7 @@ then the collate function, then writes the result into the task's segment:
 tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
+import ctypes
 import functools
 import gc
 import io
@@ -366,16 +367,25 @@ class _Segment:
         self.fd = fd
         self.map = None
         self.size = 0
-        self.retired = []
+        self.address = 0  # of self.map
+        self.retired = []  # (map, address, size)
 
     def ensure(self, size):
         if self.map is not None and self.size == size:
             return
         if self.map is not None:
-            self.retired.append(self.map)
+            self.retired.append((self.map, self.address, self.size))
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # no fault per page later
         self.map = mmap.mmap(self.fd, size, flags=flags)
         self.size = size
+        view = ctypes.c_char.from_buffer(self.map)
+        self.address = ctypes.addressof(view)
+        del view  # its export would keep the map from closing
+
+    def mappings(self):
+        """(address, size) of each mapping this process holds of the segment."""
+        held = [(a, n) for m, a, n in self.retired if not m.closed]
+        return held + ([(self.address, self.size)] if self.map is not None else [])
 
     def grow(self, needed):
         size = max(needed + needed // 16, _GROW)  # batches of one shape need no more
@@ -385,7 +395,7 @@ class _Segment:
         self.ensure(size)
 
     def end_task(self):
-        for old in self.retired:
+        for old, _, _ in self.retired:
             try:
                 old.close()
             except BufferError:  # a tensor still views it: it goes with the tensor
@@ -464,7 +474,7 @@ def _worker_main(sock, job, worker_id, num_workers):
         return
     sock.send(_message(P.INITDONE))
     segments = {}
-    memory = _Memory()
+    memory = _Memory(segments)
     # Run-queue delay while waking for a task and running it, summed: what the
     # consumer's wall time for its batches holds (never the start-up's).
     queued = 0
@@ -541,7 +551,8 @@ class _Memory:
     grew since that measure -- new allocations show at once; copy-on-write
     of inherited pages shows at the next exact measure."""
 
-    def __init__(self):
+    def __init__(self, segments):
+        self.segments = segments  # id -> _Segment: the loader's memory, not this worker's
         self.exact, self.anon, self.measured_at = 0, 0, 0.0
         self.start, self.grew = 0, 0  # at the batch's start; over the last batch
         try:
@@ -559,8 +570,12 @@ class _Memory:
             return 0
 
     def measure(self):
-        self.exact, self.anon, self.measured_at = (_own_private_bytes(), self._anon(),
-                                                   time.monotonic())
+        # A segment's pages that only this worker maps show as private in
+        # smaps, yet the parent counts every segment against the budget
+        # already: counted here too, they would count twice.
+        own = _own_private_bytes() - _exclusive_bytes(
+            m for seg in self.segments.values() for m in seg.mappings())
+        self.exact, self.anon, self.measured_at = max(0, own), self._anon(), time.monotonic()
         return self.exact
 
     def estimate(self):
@@ -669,6 +684,32 @@ def _own_private_bytes():
                     total += int(line.split()[1]) * 1024
     except OSError:
         pass
+    return total
+
+
+# The last byte of a pagemap entry with bit 63 (present) and bit 56 (mapped by
+# this process alone) set: a page smaps counts as private.
+_EXCLUSIVE_TOPS = [bytes([v]) for v in range(256) if v & 0x81 == 0x81]
+
+
+def _exclusive_bytes(mappings):
+    """Bytes of the (address, size) mappings whose pages no other process
+    maps, from /proc/self/pagemap (its flags need no privilege); 0 where it
+    cannot be read."""
+    total = 0
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        for address, size in mappings:
+            entries = os.pread(fd, size // _PAGE * 8, address // _PAGE * 8)
+            tops = entries[7::8]
+            total += sum(tops.count(v) for v in _EXCLUSIVE_TOPS) * _PAGE
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return total
 
 

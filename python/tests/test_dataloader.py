@@ -1087,6 +1087,49 @@ def test_the_memory_budget_holds_at_every_moment_while_workers_grow(num_workers)
     assert peak[0] <= 1.1 * budget, f"peak {peak[0] >> 20} MiB of a {budget >> 20} MiB budget"
 
 
+def test_a_workers_unique_memory_leaves_out_the_segments_it_maps():
+    # The loader counts every segment against the budget already; a worker
+    # that alone maps a segment's pages (MAP_POPULATE) sees them as private.
+    from stoker import _workers
+    fd = os.memfd_create("stoker-batch")
+    segments = {}
+    memory = _workers._Memory(segments)
+    before = memory.measure()
+    seg = segments[0] = _workers._Segment(fd)
+    try:
+        seg.grow(40 << 20)
+        assert memory.measure() - before < 8 << 20
+    finally:
+        seg.end_task()
+        seg.map.close()
+        os.close(fd)
+
+
+class OneLarge(Dataset):
+    """64 samples of 1 KiB, but sample 10: 40 MiB."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return i, torch.ones(40 << 18 if i == 10 else 256)
+
+
+def test_a_budget_that_fits_an_epoch_fits_every_later_one():
+    # The large batch lands in another segment each epoch: the segments must
+    # not keep every one at its largest, eating the workers' share.
+    def collate(b):
+        return [i for i, _ in b], [x for _, x in b]
+
+    with stoker.DataLoader(OneLarge(), batch_size=4, collate_fn=collate, num_workers=2,
+                           memory_budget_bytes=300_000_000) as dl:
+        sizes = []
+        for _ in range(4):
+            assert sorted(i for idx, _ in dl for i in idx) == list(range(64))
+            sizes.append(dl.stats(gpu=False)["segment_bytes"])
+    assert max(sizes[1:]) <= sizes[0] + (4 << 20), [n >> 20 for n in sizes]
+
+
 def test_a_batch_that_alone_outgrows_a_workers_share_of_the_budget_is_a_resource_error():
     # 16 samples of 8 MiB each: one batch grows a fresh worker past the whole
     # 64 MiB budget. Named as the budget's, never skipped, never a hang.

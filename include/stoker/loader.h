@@ -275,6 +275,10 @@ struct LoaderMetrics {
   // Why the system refused a worker (a pids limit, memory): the pool grows
   // no further than it was then. Empty: never refused.
   std::string workers_refused;
+  // Workers that left a tuned pool because one did not fit its share of the
+  // memory budget (ItemOutcome::may_shed), and the last one's reason.
+  int64_t workers_shed = 0;
+  std::string workers_shed_reason;
   std::vector<WorkerMetrics> workers;  // threads running now
 };
 

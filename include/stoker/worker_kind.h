@@ -69,6 +69,14 @@ struct ItemOutcome {
   /// then stops the item where another worker can continue it, and says so
   /// with `yielded`. A kind that cannot continue an item never asks.
   const std::function<bool()>* may_leave = nullptr;
+  /// Set by the engine on a worker thread of a tuned loader (workers =
+  /// auto): asks whether this worker may give up an item it cannot make
+  /// within its share of the memory budget at the current worker count, for
+  /// a pool of one worker fewer. True commits the thread to leave (the
+  /// tuner records `why`): the kind then says so with `yielded`, having
+  /// kept nothing of the item, which the engine runs again whole on another
+  /// worker. False (the last local worker): the kind reports its error.
+  const std::function<bool(const std::string& why)>* may_shed = nullptr;
   /// The item is not made: the engine runs it again on another worker, where
   /// the kind continues it from where this Run stopped; this thread leaves.
   bool yielded = false;

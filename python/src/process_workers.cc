@@ -196,7 +196,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kBatch] = batch;
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
-  task[T::kNumWorkers] = workers_->running();
+  task[T::kNumWorkers] = reply->workers = workers_->running();
   task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
@@ -335,7 +335,24 @@ Status ProcessWorker::RunInSegment(int64_t epoch, int64_t batch, std::vector<int
       // Over its share of the memory budget: a fresh process reruns the
       // batch, unless this one was fresh (the batch alone does not fit).
       outcome->failures.resize(reported);
-      if (proc_batches_ == 0) return OverShare(epoch, batch, indices.size(), *reply);
+      if (proc_batches_ == 0) {
+        // Fewer workers give each a larger share: where the tuner sizes the
+        // pool, this one leaves and another reruns the batch whole (a
+        // shard's parts may be delivered already: it cannot start over).
+        const bool tuned = outcome->may_shed != nullptr;
+        if (tuned && !workers_->batches().sharded() &&
+            (*outcome->may_shed)(OverShareReason(epoch, batch, indices.size(), *reply))) {
+          Stop();
+          reply->shed = true;
+          return Status::Ok();
+        }
+        if (tuned && workers_->running() < reply->workers) {  // another left: a larger share
+          Stop();
+          STOKER_RETURN_IF_ERROR(Start());
+          continue;
+        }
+        return OverShare(epoch, batch, indices.size(), *reply, tuned);
+      }
       Stop();
       STOKER_RETURN_IF_ERROR(Start());
       continue;
@@ -448,6 +465,13 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
     outcome->yielded = true;
     return Status::Ok();
   }
+  if (st.ok() && reply.shed) {  // run again, whole, by another worker
+    workers_->Unpublish(epoch, item);
+    workers_->Release(lease.segment_id, lease.ticket);
+    outcome->failures.clear();
+    outcome->yielded = true;
+    return Status::Ok();
+  }
   workers_->Unpublish(epoch, item);  // the item itself holds them now, or failed
   if (!st.ok()) {
     workers_->Release(lease.segment_id, lease.ticket);
@@ -464,17 +488,24 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
   return Status::Ok();
 }
 
-Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples,
-                                const Reply& reply) const {
-  return ResourceExhausted(
-      "batch " + std::to_string(batch) + " of epoch " + std::to_string(epoch) +
-      " grew a fresh worker process to " + FormatBytes(static_cast<uint64_t>(reply.over_bytes)) +
-      " of unique memory after " + std::to_string(reply.over_samples) + " of its " +
-      std::to_string(samples) + " samples, past its share of the memory budget (" +
-      FormatBytes(MemoryShare()) + ": memory_budget_bytes " + FormatBytes(budget_bytes_) +
-      ", less the batch segments, up to half of it, over " +
-      std::to_string(std::max<int64_t>(1, workers_->running())) +
-      " workers); raise memory_budget_bytes, or lower batch_size or num_workers");
+std::string ProcessWorker::OverShareReason(int64_t epoch, int64_t batch, size_t samples,
+                                           const Reply& reply) const {
+  return "batch " + std::to_string(batch) + " of epoch " + std::to_string(epoch) +
+         " grew a fresh worker process to " + FormatBytes(static_cast<uint64_t>(reply.over_bytes)) +
+         " of unique memory after " + std::to_string(reply.over_samples) + " of its " +
+         std::to_string(samples) + " samples, past its share of the memory budget (" +
+         FormatBytes(MemoryShare()) + ": memory_budget_bytes " + FormatBytes(budget_bytes_) +
+         ", less the batch segments, up to half of it, over " +
+         std::to_string(std::max<int64_t>(1, workers_->running())) + " workers)";
+}
+
+Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply,
+                                bool tuned) const {
+  return ResourceExhausted(OverShareReason(epoch, batch, samples, reply) +
+                           (tuned ? "; one worker alone does not fit: raise memory_budget_bytes, "
+                                    "or lower batch_size"
+                                  : "; raise memory_budget_bytes, or lower batch_size or "
+                                    "num_workers"));
 }
 
 void ProcessWorker::Stop() {

@@ -294,11 +294,18 @@ class ProcessWorker : public KindWorker {
     int64_t over_samples = 0, over_bytes = 0;             // OVER: the batch was left there
     std::optional<ProcessWorkers::Continuation> yielded;  // YIELDED: where it stopped
     bool dropped = false;  // DROPPED: stopped, its epoch abandoned (or it need not go on)
+    bool shed = false;     // over its share, it left the pool (ItemOutcome::may_shed)
+    int64_t workers = 0;   // the pool's size its share was of (TASK's num_workers)
   };
   // The unique memory this process may reach (TASK's memory_limit); 0: no budget.
   size_t MemoryShare() const;
+  // How a batch took a fresh process past its share, for people.
+  std::string OverShareReason(int64_t epoch, int64_t batch, size_t samples,
+                              const Reply& reply) const;
   // A batch that took a fresh process past its share: kResourceExhausted.
-  Status OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply) const;
+  // `tuned`: the worker count is the tuner's, not the user's to lower.
+  Status OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply,
+                   bool tuned) const;
   // One attempt; kCancelled when the process died (the caller asks the zygote how).
   // `resume`: a yielded item's continuation, else null. When the engine
   // lets this thread leave, a sharded stream's item is asked to YIELD.

@@ -1130,6 +1130,33 @@ def test_a_budget_that_fits_an_epoch_fits_every_later_one():
     assert max(sizes[1:]) <= sizes[0] + (4 << 20), [n >> 20 for n in sizes]
 
 
+class TableHolding(Dataset):
+    """Sample i: i; each worker loads a 46 MiB table at its first sample."""
+
+    table = []
+
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        if not TableHolding.table:
+            TableHolding.table.append(torch.ones(46 << 18))
+        return i
+
+
+def test_auto_workers_drop_to_what_fits_the_memory_budget():
+    # One worker fits 100 MB, two do not: "auto" starts at the CPU budget, a
+    # fresh worker over its share leaves, and its batch runs again elsewhere.
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("auto starts at one worker here")
+    with stoker.DataLoader(TableHolding(), batch_size=4, num_workers="auto",
+                           max_workers=2, memory_budget_bytes=100_000_000) as dl:
+        for _ in range(2):
+            assert sorted(int(i) for b in dl for i in b) == list(range(32))
+        reasons = [d["reason"] for d in dl.decisions()]
+    assert any(r.startswith("memory: ") and "1 worker from now on" in r for r in reasons), reasons
+
+
 def test_a_batch_that_alone_outgrows_a_workers_share_of_the_budget_is_a_resource_error():
     # 16 samples of 8 MiB each: one batch grows a fresh worker past the whole
     # 64 MiB budget. Named as the budget's, never skipped, never a hang.
@@ -1138,6 +1165,12 @@ def test_a_batch_that_alone_outgrows_a_workers_share_of_the_budget_is_a_resource
         with pytest.raises(stoker.ResourceError, match="memory_budget_bytes") as e:
             next(iter(dl))
     assert "fresh worker process" in str(e.value) and "batch 0 of epoch 0" in str(e.value)
+    # Left to the tuner, the error does not ask the user to lower num_workers.
+    with stoker.DataLoader(Caching(64, 8 << 20), batch_size=16, num_workers="auto",
+                           memory_budget_bytes=64 << 20) as dl:
+        with pytest.raises(stoker.ResourceError, match="one worker alone does not fit") as e:
+            next(iter(dl))
+    assert "num_workers" not in str(e.value)
 
 
 def test_device_look_ahead_keeps_the_order_errors_included_within_its_budget():

@@ -85,6 +85,7 @@ struct WorkerContext {
   // A worker thread's outcome.may_leave, and whether it said yes: the thread
   // has left the pool (mid-item; it returns once that item ends or yields).
   std::function<bool()> may_leave;
+  std::function<bool(const std::string&)> may_shed;  // outcome.may_shed, tuned loaders only
   bool left = false;
   bool handing_over = false;  // said yes, and that item has not ended (EndHandOver)
 
@@ -191,6 +192,7 @@ class Loader::Impl {
   // Called once, by MakeEngineLoader before the loader is handed out; the
   // pointer never changes after, so controller() may be read from any thread.
   void SetController(std::unique_ptr<Controller> c) {
+    tuned_.store(c != nullptr, std::memory_order_relaxed);
     controller_ = std::move(c);
     next_tick_ns_ = 0;
   }
@@ -337,6 +339,8 @@ class Loader::Impl {
       m.ready_batches = sched_.ready_batches();
       m.open_batches = sched_.open_batches();
       if (!refusal_.ok()) m.workers_refused = refusal_.message();
+      m.workers_shed = workers_shed_;
+      m.workers_shed_reason = workers_shed_reason_;
     }
     m.bytes_in_flight = static_cast<size_t>(m.open_batches) * pool_->batch_bytes();
     if (options_.pin_memory || device_ != nullptr) m.pinned_buffers = pool_->slots_made();
@@ -828,6 +832,25 @@ class Loader::Impl {
       return true;
     };
     ctx.outcome.may_leave = &ctx.may_leave;
+    // A worker over its share of the memory budget: with the tuner sizing
+    // the pool, one worker fewer gives each a larger share, so it leaves and
+    // its item runs again elsewhere (the last local worker cannot).
+    ctx.may_shed = [this, &ctx](const std::string& why) {
+      if (!tuned_.load(std::memory_order_relaxed) || stop_flag_.load(std::memory_order_relaxed) ||
+          ctx.left) {
+        return false;
+      }
+      MutexLock lock(mu_);
+      if (sched_.AheadInProgress() || workers_.running() - remote_ <= 1) return false;
+      sched_.HandOverBegins();
+      local_ = std::max(1, workers_.Retire() - remote_);
+      kind_->Resized(workers_.target(), remote());
+      ++workers_shed_;
+      workers_shed_reason_ = why;
+      ctx.left = ctx.handing_over = true;
+      return true;
+    };
+    ctx.outcome.may_shed = &ctx.may_shed;
     {
       MutexLock lock(mu_);
       while (!stopped_ && !ctx.left && !workers_.TryLeave()) {
@@ -864,6 +887,9 @@ class Loader::Impl {
   int remote_ GUARDED_BY(mu_) = 0;     // remote slots asked for (SetRemote)
   std::atomic<int> remote_target_{0};  // remote_, for readers without the lock
   Status refusal_ GUARDED_BY(mu_);
+  std::atomic<bool> tuned_{false};  // a controller sizes the pool
+  int64_t workers_shed_ GUARDED_BY(mu_) = 0;
+  std::string workers_shed_reason_ GUARDED_BY(mu_);
   std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
   // What the epoch being delivered has delivered and skipped so far.
   struct EpochTally {

@@ -121,6 +121,7 @@ class Tuner final : public Controller {
 
   void Tick(Loader& loader) override {
     Snapshot now = Take(loader);
+    if (now.metrics.workers_shed > shed_seen_) UpdateView(Shed(now, loader));
     if (!last_) {
       last_ = std::move(now);
       return;
@@ -330,6 +331,31 @@ class Tuner final : public Controller {
     prefetch_set_ = prefetch;
   }
 
+  // Workers that left because one did not fit its share of the memory
+  // budget (ItemOutcome::may_shed): the pool is smaller already; the
+  // decision says why, and the tuner grows it no more past that.
+  TunerDecision Shed(const Snapshot& now, Loader& loader) {
+    const LoaderMetrics& m = now.metrics;
+    const int64_t shed = m.workers_shed - shed_seen_;
+    shed_seen_ = m.workers_shed;
+    const int after = std::max(1, m.workers_target);
+    budgets_.max_workers = std::min(budgets_.max_workers, after);
+    TunerDecision d;
+    d.t_s = now.t_s;
+    d.workers_before = after + static_cast<int>(shed);
+    d.workers_after = after;
+    d.prefetch_before = d.prefetch_after = core_.prefetch();
+    d.remote_before = d.remote_after = loader.remote();
+    d.unit = core_.item();
+    d.reason = "memory: " + m.workers_shed_reason + "; " + std::to_string(after) +
+               (after == 1 ? " worker" : " workers") + " from now on";
+    d.samples_per_s = core_.samples_per_s();
+    Apply(d, loader);
+    MutexLock lock(mu_);
+    view_.max_workers = budgets_.max_workers;
+    return d;
+  }
+
   // Sets the loader's knobs to the decision and queues it for the trace file.
   void Apply(TunerDecision& d, Loader& loader) {
     d.cpu_budget_cores = budgets_.cpu_cores;
@@ -376,6 +402,7 @@ class Tuner final : public Controller {
   double last_probe_s_ = 0;
   RemotePolicy remote_policy_;    // consumer thread only
   int prefetch_set_ = 0;          // the prefetch bound last set on the loader
+  int64_t shed_seen_ = 0;         // LoaderMetrics::workers_shed already decided on
   int64_t remote_made_ = 0;       // remote items produced at the last tick
   int64_t remote_busy_seen_ = 0;  // and the remote slots' busy time then
   double remote_lag_ = 0;         // local batches made during a remote round trip (smoothed)

@@ -472,7 +472,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def stats(self, gpu=True, pcie=False):
         """Figures: workers (the pool's count; without persistent_workers its
         processes end between epochs, as torch's, and "worker_pids" lists
-        those alive), their memory (their unique memory and the batch segments), batches delivered, samples per second
+        those alive), their memory (their unique memory and the batch
+        segments), batches delivered, samples per second
         and the consumer's stall over its last 5 seconds ("window_s") and
         since its first batch ("..._since_start"), the tuner's view (its
         figures count batches: "unit"), worker_kind="auto"'s trial, and

@@ -687,9 +687,9 @@ def _own_private_bytes():
     return total
 
 
-# The last byte of a pagemap entry with bit 63 (present) and bit 56 (mapped by
-# this process alone) set: a page smaps counts as private.
-_EXCLUSIVE_TOPS = [bytes([v]) for v in range(256) if v & 0x81 == 0x81]
+# The last byte of a pagemap entry, read as 1 where bit 63 (present) and bit
+# 56 (mapped by this process alone) are set: a page smaps counts as private.
+_EXCLUSIVE = bytes(int(v & 0x81 == 0x81) for v in range(256))
 
 
 def _exclusive_bytes(mappings):
@@ -704,8 +704,7 @@ def _exclusive_bytes(mappings):
     try:
         for address, size in mappings:
             entries = os.pread(fd, size // _PAGE * 8, address // _PAGE * 8)
-            tops = entries[7::8]
-            total += sum(tops.count(v) for v in _EXCLUSIVE_TOPS) * _PAGE
+            total += entries[7::8].translate(_EXCLUSIVE).count(1) * _PAGE
     except OSError:
         pass
     finally:

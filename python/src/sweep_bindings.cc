@@ -76,6 +76,22 @@ void BindSweepReport(py::module_& m) {
       "Writes the SVG plot `stoker bench --plot` writes, for a static sweep, to `path` as it "
       "does: whole, renamed over the file there (OSError naming it).");
   m.def(
+      "check_replaceable",
+      [](const std::string& path, const std::string& what) {
+        Result<bool> made = CheckReplaceable(path);
+        if (!made.ok()) {
+          // OSError whatever the cause, as an open() of the path would raise.
+          const std::string text = made.status().WithContext(what + " " + path).message();
+          PyErr_SetString(PyExc_OSError, text.c_str());
+          throw py::error_already_set();
+        }
+        return *made;
+      },
+      py::arg("path"), py::arg("what"),
+      "CheckReplaceable: whether write_sweep_svg will be able to write `path`, checked before "
+      "the sweep as `stoker bench --plot` checks it; True when this made `path` (empty). "
+      "OSError starting with `what` and the path otherwise.");
+  m.def(
       "loader_args_from_sweep",
       [](const std::string& kind, const std::string& data, int64_t batch_size, int best_workers,
          double samples_per_s, double stall_fraction, int prefetch_batches, int gpus) {

@@ -4,9 +4,7 @@ samples/s per count in `stoker bench`'s table, and ends with the line to
 paste for the loader it measured, in the advisor's words (LoaderArgs)."""
 
 import contextlib
-import errno
 import os
-import stat
 import time
 import warnings
 
@@ -156,22 +154,9 @@ def _size(dataset):
 
 
 def _check_writable(plot):
-    """Fails before the sweep, as `stoker bench --plot` does; appending
-    leaves a file already there untouched until the plot replaces it. A fifo
-    or a folder is refused at once. True when this made the file (removed
-    again if the sweep fails)."""
-    made = not os.path.lexists(plot)
-    try:
-        fd = os.open(plot, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644)
-    except OSError as e:
-        why = "not a regular file" if e.errno == errno.ENXIO else e.strerror
-        raise OSError(f"stoker.bench: cannot write plot {plot}: {why}") from e
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"stoker.bench: cannot write plot {plot}: not a regular file")
-    finally:
-        os.close(fd)
-    return made
+    """Fails before the sweep, as `stoker bench --plot` does (one rule, the
+    engine's). True when this made the file (removed again if the sweep fails)."""
+    return _stoker.check_replaceable(os.fspath(plot), "stoker.bench: cannot write plot")
 
 
 def _point(loader, workers, batch_size, batches, seconds, step_s):

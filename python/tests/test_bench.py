@@ -3,6 +3,8 @@ shown as `stoker bench` shows its own, ending with the line to paste for the
 loader measured."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -182,6 +184,42 @@ def test_bad_arguments_fail_before_the_sweep(tmp_path):
         stoker.bench(Broken(), num_workers=["two"])
     with pytest.raises(OSError, match="missing"):
         stoker.bench(Broken(), num_workers=[0], plot=tmp_path / "missing" / "sweep.svg", gpus=0)
+
+
+def test_a_plot_whose_folder_takes_no_new_file_is_refused_before_the_sweep():
+    # The plot is written beside and renamed over the file: a file the user may
+    # write in a folder that takes no new file passed the check, then failed
+    # after the whole sweep. Root writes anywhere: the check runs as nobody.
+    folder = tempfile.mkdtemp(prefix="stoker-plot-")
+    plot = os.path.join(folder, "sweep.svg")
+    try:
+        with open(plot, "w") as f:
+            f.write("old")
+        os.chmod(plot, 0o666)
+        os.chmod(folder, 0o555)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                stoker.bench(Broken(), num_workers=[0], gpus=0, quiet=True, plot=plot)
+                code = 1
+            except OSError as e:
+                code = 0 if f"cannot write plot {plot}: create a file beside it" in str(e) else 2
+            except BaseException:
+                code = 4  # the sweep started (Broken), or something else failed
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "1: accepted, 2: other error, 4: swept"
+        with open(plot) as f:
+            assert f.read() == "old"
+    finally:
+        os.chmod(folder, 0o755)
+        shutil.rmtree(folder)
 
 
 def test_a_dataset_without_batches_is_named():

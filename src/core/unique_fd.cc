@@ -32,25 +32,60 @@ Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t
   return fd;
 }
 
-Status ReplaceFile(const std::string& path, std::string_view contents) {
-  std::string target = path;
+namespace {
+
+// A new file of its own (O_EXCL) beside `path`, or beside the file a symbolic
+// link there names, created 0666 less the umask as any create.
+struct Beside {
+  UniqueFd fd;
+  std::string temp;    // the new file
+  std::string target;  // what a rename over it replaces
+};
+
+Result<Beside> CreateBeside(const std::string& path) {
+  Beside out;
+  out.target = path;
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     char real[PATH_MAX];
     if (::realpath(path.c_str(), real) == nullptr) return ErrnoError("resolve the link", errno);
-    target = real;
+    out.target = real;
   }
-  const size_t slash = target.rfind('/');
-  const std::string dir = slash == std::string::npos ? std::string() : target.substr(0, slash + 1);
-  // A name of its own (O_EXCL), created 0666 less the umask as any create.
+  const size_t slash = out.target.rfind('/');
+  const std::string dir =
+      slash == std::string::npos ? std::string() : out.target.substr(0, slash + 1);
   static std::atomic<uint64_t> made{0};
-  std::string temp;
-  UniqueFd fd;
-  while (!fd.valid()) {
-    temp = dir + ".stoker-write-" + std::to_string(::getpid()) + "-" + std::to_string(made++);
-    fd.reset(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-    if (!fd.valid() && errno != EEXIST) return ErrnoError("create a file beside it", errno);
+  while (!out.fd.valid()) {
+    out.temp = dir + ".stoker-write-" + std::to_string(::getpid()) + "-" + std::to_string(made++);
+    out.fd.reset(::open(out.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+    if (!out.fd.valid() && errno != EEXIST) return ErrnoError("create a file beside it", errno);
   }
+  return out;
+}
+
+}  // namespace
+
+Result<bool> CheckReplaceable(const std::string& path) {
+  struct stat st;
+  const bool made = ::stat(path.c_str(), &st) != 0;
+  // Appending leaves a file that is there untouched until it is replaced.
+  Result<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path.c_str(), O_WRONLY | O_CREAT | O_APPEND);
+  if (!fd.ok()) return fd.status();
+  Result<Beside> beside = CreateBeside(path);
+  if (!beside.ok()) {
+    if (made) ::unlink(path.c_str());
+    return beside.status();
+  }
+  ::unlink(beside->temp.c_str());
+  return made;
+}
+
+Status ReplaceFile(const std::string& path, std::string_view contents) {
+  Result<Beside> beside = CreateBeside(path);
+  if (!beside.ok()) return beside.status();
+  UniqueFd& fd = beside->fd;
+  const std::string& temp = beside->temp;
+  const std::string& target = beside->target;
   auto fail = [&](const char* what) {
     const int err = errno;
     ::unlink(temp.c_str());

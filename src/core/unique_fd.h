@@ -70,4 +70,10 @@ Result<UniqueFd> OpenRegularFile(int dir_fd, const char* path, int flags, mode_t
 /// no path (callers add it).
 Status ReplaceFile(const std::string& path, std::string_view contents);
 
+/// What ReplaceFile(path) needs, checked before long work: `path` opens as a
+/// regular file (created if missing; a file there is left untouched) and its
+/// folder takes a new file beside it. True when `path` was created here: an
+/// empty file the caller removes if the work fails. Errors name no path.
+Result<bool> CheckReplaceable(const std::string& path);
+
 }  // namespace stoker

@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "testing/source_test_util.h"
+
 namespace stoker {
 namespace {
 
@@ -116,6 +118,46 @@ TEST(ReplaceFileTest, WritesWholeThroughALinkAndLeavesNothingElse) {
                           std::filesystem::directory_iterator()),
             3);
   std::filesystem::remove_all(dir);
+}
+
+TEST(CheckReplaceableTest, SaysBeforehandWhetherReplaceFileCanWrite) {
+  std::string dir = "/tmp/stoker-replaceable-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string fresh = dir + "/fresh.svg", kept = dir + "/kept.svg";
+  Result<bool> made = CheckReplaceable(fresh);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_TRUE(*made);  // an empty file the caller removes if the work fails
+  EXPECT_EQ(Read(fresh), "");
+  ASSERT_TRUE(ReplaceFile(kept, "old").ok());
+  made = CheckReplaceable(kept);
+  ASSERT_TRUE(made.ok());
+  EXPECT_FALSE(*made);
+  EXPECT_EQ(Read(kept), "old");  // untouched until replaced
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  EXPECT_EQ(CheckReplaceable(dir + "/fifo").status().message(), "not a regular file");
+  EXPECT_FALSE(CheckReplaceable(dir).ok());
+  EXPECT_FALSE(CheckReplaceable(dir + "/missing/plot.svg").ok());
+  // A file it may write in a folder that takes no new file: the rename
+  // ReplaceFile needs would fail, so the check does, and leaves all as it was.
+  ASSERT_EQ(::chmod(kept.c_str(), 0666), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0555), 0);
+  auto attempt = [&] {
+    Result<bool> r = CheckReplaceable(kept);
+    if (r.ok()) return 1;
+    if (r.status().message().find("create a file beside it") == std::string::npos) return 2;
+    if (!CheckReplaceable(dir + "/new.svg").ok())
+      return ::access((dir + "/new.svg").c_str(), F_OK) == 0 ? 4 : 0;
+    return 3;
+  };
+  const int code = ::geteuid() != 0 ? attempt() : testing::RunAsNobody(attempt);
+  ::chmod(dir.c_str(), 0755);
+  EXPECT_EQ(Read(kept), "old");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            3);  // fresh, kept, fifo: nothing of the checks left
+  std::filesystem::remove_all(dir);
+  if (code == -1) GTEST_SKIP() << "running as root and could not drop to user nobody (65534)";
+  EXPECT_EQ(code, 0) << "1: passed, 2: reason missing, 3: a new file passed, 4: it was left";
 }
 
 }  // namespace

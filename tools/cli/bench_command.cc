@@ -55,15 +55,13 @@ Result<std::vector<int>> ParseList(const std::string& text) {
 // again unless the plot was written, so that a failed run leaves no empty one.
 class PlotFile {
  public:
-  // An error: the path cannot be written (a fifo, a folder, a read-only place).
+  // An error: the path cannot be written (a fifo, a folder, a read-only place,
+  // a folder that takes no new file beside it).
   Status Open(const std::string& path) {
     path_ = path;
-    struct stat st;
-    made_ = ::stat(path.c_str(), &st) != 0;
-    // Appending leaves a file that is there untouched until the plot replaces it.
-    Result<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path.c_str(), O_WRONLY | O_CREAT | O_APPEND);
-    if (!fd.ok()) made_ = false;
-    return fd.status().WithContext("cannot write --plot " + path);
+    Result<bool> made = CheckReplaceable(path);
+    made_ = made.ok() && *made;
+    return made.status().WithContext("cannot write --plot " + path);
   }
   void Written() { made_ = false; }
   ~PlotFile() {

@@ -99,9 +99,15 @@ std::vector<BatchSlot::Failure> BatchSlot::Failures() const {
 
 Status BatchSlot::Failure::Named() const {
   if (!name.empty()) return status.WithContext(name);
-  if (index < 0) return key.empty() ? status : status.WithContext(key);
+  // A source's own error names its key already ("<key>: open: ..."): the key
+  // is said once, in the sample's name.
+  const bool says_key = !key.empty() && status.message().starts_with(key + ": ");
+  if (index < 0) return key.empty() || says_key ? status : status.WithContext(key);
   const std::string where = "sample " + std::to_string(index);
-  return status.WithContext(key.empty() ? where : where + " (" + key + ")");
+  if (key.empty()) return status.WithContext(where);
+  if (!says_key) return status.WithContext(where + " (" + key + ")");
+  return Status(status.code(), where + " (" + key + "): " + status.message().substr(key.size() + 2))
+      .WithDetail(status.detail());
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle,

@@ -78,7 +78,8 @@ class BatchSlot {
     std::string name;   // SampleFailure::name: what failed, where it is no sample
     /// The cause with the sample named: "sample <index> (<key>): <cause>"
     /// ("sample <index>: " without a key; "<key>: " for an item; "<name>: "
-    /// for what a kind names).
+    /// for what a kind names). A cause that starts with "<key>: " (a
+    /// source's own error) has the key said once, in the sample's name.
     Status Named() const;
   };
   /// The failed samples among the count() kept, in order (each position's

@@ -53,6 +53,22 @@ TEST(BatchPoolTest, KeepsAtMostMaxFree) {
   EXPECT_EQ(pool.slots_made(), 3);
 }
 
+TEST(BatchPoolTest, AKeyTheCauseSaysAlreadyIsNamedOnce) {
+  struct Marked : StatusDetail {};
+  const auto detail = std::make_shared<Marked>();
+  const Status cause = NotFound("/d/a.jpg: open: No such file or directory").WithDetail(detail);
+  const BatchSlot::Failure failure{5, "/d/a.jpg", cause, ""};
+  const Status named = failure.Named();
+  EXPECT_EQ(named.message(), "sample 5 (/d/a.jpg): open: No such file or directory");
+  EXPECT_EQ(named.code(), StatusCode::kNotFound);
+  EXPECT_EQ(named.detail(), detail);
+  // A key that only begins another name is no repeat.
+  const BatchSlot::Failure other{5, "/d/a", cause, ""};
+  EXPECT_EQ(other.Named().message(), "sample 5 (/d/a): " + cause.message());
+  const BatchSlot::Failure item{-1, "/d/a.jpg", cause, ""};
+  EXPECT_EQ(item.Named().message(), cause.message());
+}
+
 TEST(BatchPoolTest, DropFailuresKeepsOrderOfSurvivors) {
   BatchPool pool({{4}, DType::kUInt8}, 5);
   auto s = pool.Acquire();

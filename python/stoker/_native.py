@@ -111,14 +111,21 @@ def _name(thing):
 
 
 def _max_batch(options):
-    """The most samples a batch holds: the batch size, or a batch sampler's."""
-    if options.batch_size is not None:
-        return options.batch_size
-    size = getattr(options.batch_sampler, "batch_size", None)
-    if isinstance(size, numbers.Integral) and not isinstance(size, bool) and size >= 1:
+    """The most samples a batch holds: the batch size, or a batch sampler's,
+    and no more than the sampler yields in an epoch (a batch_size past a small
+    data set's end). A later epoch's larger batch makes the run anew with room
+    for it (DataLoader._fit_batches)."""
+    size = options.batch_size
+    if size is None:
+        size = getattr(options.batch_sampler, "batch_size", None)
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size < 1:
+            raise _Off(f"batch_sampler {_name(options.batch_sampler)} has no batch_size (the "
+                       "most samples a batch holds)")
+    try:
+        yields = len(getattr(options.batch_sampler, "sampler", None))
+    except Exception:  # no len(), or one that fails: batch_size is the bound
         return int(size)
-    raise _Off(f"batch_sampler {_name(options.batch_sampler)} has no batch_size (the most "
-               "samples a batch holds)")
+    return int(min(size, yields)) if isinstance(yields, int) and yields >= 1 else int(size)
 
 
 def _source(dataset, indices=None):

@@ -462,6 +462,22 @@ def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):
         assert loader.stats()["pipeline"] == "native" and loader._remade == 1
 
 
+def test_a_batch_size_past_the_data_sets_end_holds_room_for_what_the_sampler_gives(folder):
+    # 100,000 samples of 224x224 would be 60 GB of room; an epoch gives 21.
+    dataset = ImageFolder(folder, transform=T.Compose([T.Resize((224, 224)), T.ToTensor()]))
+    want = _torch_batches(dataset, batch_size=100_000)
+    with stoker.DataLoader(dataset, batch_size=100_000, num_workers=1,
+                           memory_budget_bytes=1 << 30) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "native"
+    assert len(got) == 1 and torch.equal(got[0][1], want[0][1])
+    assert (got[0][0] - want[0][0]).abs().max() <= 1 / 255 + 1e-6
+    # A batch over the budget is named as a batch, not as batch_size 1 of the engine's items.
+    with pytest.raises(ValueError, match=r"^one batch takes 6\.9 MiB; a loader needs room for "
+                                         r"three .* memory budget of 9\.5 MiB"):
+        stoker.DataLoader(dataset, batch_size=12, num_workers=1, memory_budget_bytes=10_000_000)
+
+
 def test_negative_sampler_keys_index_from_the_end_natively_as_torch_does(folder):
     # ImageFolder.samples is a list: torch reads key -1 as its last sample.
     # Before, the native path failed those samples ("index -1 is out of range").

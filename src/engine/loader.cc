@@ -992,6 +992,15 @@ Status CheckBatchFits(const LoaderOptions& o, size_t budget) {
           ? std::to_string(static_cast<int>(kMemoryBudgetShare * 100 + 0.5)) +
                 " % of available memory, the default of " + name
           : name + " = " + std::to_string(o.tuner.memory_budget_bytes);
+  if (o.kind != nullptr && o.batch_size == 1) {
+    // The kind's item is what a worker makes whole (a batch of the native
+    // path): its size is the kind's, not batch_size's.
+    const std::string item = o.kind->item_name();
+    return InvalidArgument("one " + item + " takes " + FormatBytes(ItemSpec(o).bytes()) +
+                           "; a loader needs room for three (one delivered, one being written, " +
+                           "one a worker makes), more than the memory budget of " +
+                           FormatBytes(budget) + " (" + budget_option + ")");
+  }
   return InvalidArgument("option 'batch_size' = " + std::to_string(o.batch_size) +
                          " makes one batch " +
                          (batch ? FormatBytes(*batch) : std::string("too large to count")) +

@@ -145,8 +145,11 @@ def _source(dataset, indices=None):
         if not name.lower().endswith(_NATIVE_EXTENSIONS):
             raise _Off(f"file {os.fsdecode(name)!r} is not .jpg, .jpeg or .png (stoker decodes "
                        "JPEG and PNG; PIL reads the rest)")
-        if not isinstance(label, numbers.Integral) or isinstance(label, bool):
-            raise _Off(f"label {label!r} of {os.fsdecode(name)!r} is not an int")
+        # default_collate keeps a numpy scalar's dtype; stoker's labels are int64.
+        if isinstance(label, bool) or not (isinstance(label, int) or
+                                           str(getattr(label, "dtype", "")) == "int64"):
+            raise _Off(f"label {label!r} of {os.fsdecode(name)!r} is not an int or int64 "
+                       f"(a {type(label).__name__}: torch's default_collate keeps its type)")
         paths.append(name)
         labels.append(int(label))
     classes = [os.fsencode(c) for c in getattr(dataset, "classes", [])]

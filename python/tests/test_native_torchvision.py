@@ -362,6 +362,18 @@ def test_datasets_stoker_cannot_see_through_run_python(folder, make, reason):
         assert images.shape == (2, 3, 32, 32)
 
 
+@pytest.mark.parametrize("kind, native", [(np.int32, False), (np.int64, True), (int, True)])
+def test_labels_keep_the_type_default_collate_gives_them(folder, kind, native):
+    dataset = ImageFolder(folder, transform=T.Compose([T.Resize((16, 16)), T.PILToTensor()]))
+    dataset.samples = [(path, kind(label)) for path, label in dataset.samples]
+    want = _torch_batches(dataset, batch_size=4)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=0) as loader:
+        got = list(loader)
+        assert (loader.stats()["pipeline"] == "native") == native
+    assert [g[1].dtype for g in got] == [w[1].dtype for w in want]
+    assert all(torch.equal(g[1], w[1]) for g, w in zip(got, want))
+
+
 def test_other_image_formats_run_python(tmp_path):
     root = _write_folder(str(tmp_path / "bmp"), per_class=2)
     Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(os.path.join(root, "ant", "z.bmp"))

@@ -854,7 +854,15 @@ class Loader::Impl {
     {
       MutexLock lock(mu_);
       while (!stopped_ && !ctx.left && !workers_.TryLeave()) {
-        if (Work(ctx, workers_.running())) continue;
+        bool worked = false;
+        try {
+          worked = Work(ctx, workers_.running());
+        } catch (const std::bad_alloc&) {
+          // An allocation outside a kind's Run (naming a failure, noting it):
+          // the loader stops with an error instead of the process aborting.
+          Fail(std::exchange(out_of_memory_, Status()));
+        }
+        if (worked) continue;
         ++idle_workers_;
         work_cv_.Wait(mu_);
         --idle_workers_;
@@ -875,7 +883,10 @@ class Loader::Impl {
   CondVar ready_cv_;  // consumer: a batch, a plan, resize or stop
   EpochScheduler sched_ GUARDED_BY(mu_);
   bool stopped_ GUARDED_BY(mu_) = false;
-  Status fatal_ GUARDED_BY(mu_);        // what stops the loader from going on
+  Status fatal_ GUARDED_BY(mu_);  // what stops the loader from going on
+  // Made ahead: when an allocation failed, making the error could fail too.
+  Status out_of_memory_ GUARDED_BY(mu_) =
+      Unavailable("out of memory on a worker thread (the system refused an allocation)");
   std::atomic<bool> stop_flag_{false};  // read per sample without the lock
   int idle_workers_ GUARDED_BY(mu_) = 0;
   // The worker count at which the system refused a kind's worker (the pool

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <set>
 #include <string>
@@ -45,7 +46,10 @@ class FakeKind : public WorkerKind {
 
   SampleSpec spec() const override { return {{2}, DType::kInt64}; }
   int64_t items() const override { return items_; }
-  std::string Key(int64_t item) const override { return "item " + std::to_string(item); }
+  std::string Key(int64_t item) const override {
+    if (key_out_of_memory.load() && bad_items_.count(item) != 0) throw std::bad_alloc();
+    return "item " + std::to_string(item);
+  }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap&) const override {
     workers_made.fetch_add(1);
     if (place == WorkerPlace::kConsumer) consumer_workers.fetch_add(1);
@@ -69,6 +73,7 @@ class FakeKind : public WorkerKind {
   std::atomic<int> remote_offered{0};
   std::atomic<bool> mark_remote{false};
   std::atomic<bool> name_failures{false};           // named "part <sample>" (SampleFailure::name)
+  std::atomic<bool> key_out_of_memory{false};       // naming a bad item runs out of memory
   mutable std::atomic<int64_t> interrupt_item{-1};  // says this item was interrupted, once
   mutable std::atomic<int> last_workers{-1}, last_remote{-1};
   mutable std::atomic<bool> split_wrong{false};
@@ -319,6 +324,19 @@ TEST(WorkerKindTest, AnItemThatFailsWholeIsNamedByItsKey) {
   // The item is no sample: its error is named by the kind's key alone.
   EXPECT_EQ(d.errors[0].message(), "batch 3 of epoch 0: item 3: collate_fn raised");
   EXPECT_EQ(d.items, (std::vector<int64_t>{0, 1, 2, 4, 5}));
+}
+
+TEST(WorkerKindTest, MemoryRefusedOnAWorkerThreadOutsideRunStopsTheLoaderWithAnError) {
+  // Naming a failed item allocates outside the kind's Run: under an address
+  // space limit (ulimit -v) that threw past the thread and aborted.
+  auto kind = std::make_shared<FakeKind>(6, std::set<int64_t>{}, std::set<int64_t>{3});
+  kind->key_out_of_memory = true;
+  auto loader = MakeUntunedLoader(KindOptions(kind, 2));
+  Status last;
+  for (int i = 0; i < 7 && last.ok(); ++i) last = loader->Next().status();
+  EXPECT_EQ(last.code(), StatusCode::kUnavailable);
+  EXPECT_NE(last.message().find("out of memory on a worker thread"), std::string::npos)
+      << last.message();
 }
 
 TEST(WorkerKindTest, AnEpochWhoseEverySampleWasSkippedIsAnError) {

@@ -1825,7 +1825,7 @@ class _Iterator:
                 self._taken += 1
                 return self._finish(self._pending.popleft())
             if self._early and (early := self._early_part()) is not None:
-                return self._finish(early)
+                return self._finish(early[0])
             payload = self._produce()
             if payload is _END:
                 self._reached_end()
@@ -1855,10 +1855,11 @@ class _Iterator:
         return (self._item, self._taken) if self._pending else (self._skip or None)
 
     def _early_part(self):
-        """While the engine has no item ready: the next batch of the shard it
-        delivers next, once that shard's worker has made it (_part); None
-        once an item (or the epoch's end) is ready. Its wait is the
-        engine's, so the tuner counts it as the consumer's."""
+        """While the engine has no item ready: (the next batch,) of the shard
+        it delivers next, once that shard's worker has made it (_part; a
+        batch may be None, as a collate_fn's); None once an item (or the
+        epoch's end) is ready. Its wait is the engine's, so the tuner counts
+        it as the consumer's."""
         engine = self._engine
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         wait = 0.0
@@ -1869,7 +1870,7 @@ class _Iterator:
             batch = None if item is None else self._part(item, taken)
             if batch is not None:
                 self._skip = (item, taken + 1)
-                return batch[0]
+                return batch
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         return None

@@ -680,6 +680,27 @@ def test_a_worker_that_leaves_mid_shard_hands_it_over_at_its_offset(tmp_path, ki
         assert max(counts.values()) == 2
 
 
+def _none_for_every_third(samples):
+    """A collate_fn that filters batches out as None (each whose first id is a multiple of 3)."""
+    ids = torch.cat([ids for ids, _ in samples])
+    return None if int(ids[0]) % 3 == 0 else ids
+
+
+@pytest.mark.parametrize("kind", ["processes", "threads"])
+def test_a_batch_that_is_none_is_delivered_like_any_other(kind):
+    # Taken early (while its shard's worker still read the shard), a None
+    # batch read as "no batch ready yet" and was lost.
+    ds = SlowShards(lens=[9, 7, 12, 5, 10, 8])
+    want = [None if b is None else b.tolist()
+            for b in loader(ds, 0, batch_size=2, collate_fn=_none_for_every_third)]
+    assert None in want
+    for _ in range(2):
+        with loader(ds, 2, batch_size=2, collate_fn=_none_for_every_third,
+                    worker_kind=kind) as dl:
+            got = [None if b is None else b.tolist() for b in dl]
+        assert got == want
+
+
 class Misbehaving(Shards):
     """Shard 2 cannot be opened; shard 5's samples cannot be collated."""
 

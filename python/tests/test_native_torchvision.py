@@ -3,8 +3,11 @@ stoker knows runs in the C++ engine with torchvision's samples, order, labels
 and (within 1/255) pixels; random steps draw from torchvision's
 distributions; anything else runs the Python path and says why."""
 
+import io
 import math
 import os
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -451,6 +454,75 @@ def test_pils_pixel_limit_is_the_native_paths(tmp_path, monkeypatch):
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)
     with stoker.DataLoader(dataset, batch_size=1, num_workers=0) as loader:
         assert torch.equal(list(loader)[0][0], want[0][0])
+
+
+def _png_chunk(kind, data, crc_flip=0):
+    crc = zlib.crc32(kind + data) ^ crc_flip
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
+def _damaged_files_pil_reads(root):
+    """Files with damage PIL decodes anyway, in root/a: JPEGs whose scan data
+    is cut short and closed by EOI or holds a bad Huffman code (libjpeg only
+    warns), a PNG whose image data has bad CRCs (never checked by Pillow) and
+    a palette PNG with indices past its PLTE (the grey of their value)."""
+    rng = np.random.default_rng(5)
+    os.makedirs(os.path.join(root, "a"))
+    for name, progressive in (("base", False), ("prog", True)):
+        buf = io.BytesIO()
+        Image.fromarray(_picture(rng, 64, 80)).save(buf, "JPEG", quality=90,
+                                                    progressive=progressive)
+        data = buf.getvalue()
+        mid = (data.find(b"\xff\xda") + len(data)) // 2
+        with open(os.path.join(root, "a", f"{name}_cut.jpg"), "wb") as f:
+            f.write(data[:mid] + b"\xff\xd9")
+        with open(os.path.join(root, "a", f"{name}_huffman.jpg"), "wb") as f:
+            f.write(data[:mid] + b"\xff\x00" * 20 + data[mid + 40:])
+    buf = io.BytesIO()
+    Image.fromarray(_picture(rng, 40, 50)).save(buf, "PNG")
+    data = buf.getvalue()
+    idat = data.find(b"IDAT") - 4
+    end = idat + 12 + struct.unpack(">I", data[idat:idat + 4])[0]
+    with open(os.path.join(root, "a", "idat_crc.png"), "wb") as f:
+        f.write(data[:end - 1] + bytes([data[end - 1] ^ 0xFF]) + data[end:])
+    raw = b"".join(b"\x00" + bytes(range(y * 16, y * 16 + 16)) for y in range(16))
+    with open(os.path.join(root, "a", "short_palette.png"), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n"
+                + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 16, 8, 3, 0, 0, 0))
+                + _png_chunk(b"PLTE", bytes([255, 0, 0, 0, 255, 0]))
+                + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
+
+
+def test_damaged_files_pil_decodes_give_torchvisions_samples_natively(tmp_path):
+    # torchvision's sample is what PIL makes of such a file: the native path
+    # gives the same pixels, not an error nor black for the palette's grey.
+    root = str(tmp_path / "damaged")
+    _damaged_files_pil_reads(root)
+    dataset = ImageFolder(root, transform=T.Compose([T.CenterCrop(40), T.PILToTensor()]))
+    want = _torch_batches(dataset, batch_size=1)
+    with stoker.DataLoader(dataset, batch_size=1, num_workers=1) as loader:
+        assert loader.stats()["pipeline"] == "native"
+        got = list(loader)
+    assert len(got) == len(want) == 6
+    for (path, _), g, w in zip(dataset.samples, got, want):
+        assert torch.equal(g[0], w[0]), os.path.basename(path)
+
+
+def test_a_bad_crc_before_the_png_image_data_fails_natively_as_in_pil(tmp_path):
+    root = tmp_path / "crc"
+    (root / "a").mkdir(parents=True)
+    buf = io.BytesIO()
+    Image.fromarray(np.full((20, 20, 3), 90, np.uint8)).save(buf, "PNG")
+    data = buf.getvalue()
+    gama = _png_chunk(b"gAMA", struct.pack(">I", 45455), crc_flip=1)
+    (root / "a" / "gama.png").write_bytes(data[:33] + gama + data[33:])  # after IHDR
+    dataset = ImageFolder(str(root), transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]))
+    with pytest.raises(OSError):  # PIL: UnidentifiedImageError
+        _torch_batches(dataset, batch_size=1)
+    with stoker.DataLoader(dataset, batch_size=1, num_workers=0) as loader:
+        assert loader.stats()["pipeline"] == "native"
+        with pytest.raises(stoker.DataError, match="gAMA: CRC error"):
+            list(loader)
 
 
 def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):

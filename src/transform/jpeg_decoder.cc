@@ -16,23 +16,12 @@
 namespace stoker {
 namespace {
 
-// The warnings after which libjpeg invents pixels (grey fill, zeroed
-// coefficients) and carries on: for a data loader those are corrupt samples.
-// Other warnings (unknown JFIF revision, bad ICC marker, extraneous bytes
-// before a marker that the decoder then finds) leave the pixels intact.
-bool IsFatalWarning(int code) {
-  switch (code) {
-    case JWRN_JPEG_EOF:
-    case JWRN_HIT_MARKER:
-    case JWRN_HUFF_BAD_CODE:
-    case JWRN_ARITH_BAD_CODE:
-    case JWRN_MUST_RESYNC:
-    case JWRN_BOGUS_PROGRESSION:
-      return true;
-    default:
-      return false;
-  }
-}
+// libjpeg warns and carries on where the entropy-coded data is damaged (a
+// marker inside the scan, a bad Huffman or arithmetic code, a lost resync, a
+// bogus progression), filling what it cannot read; Pillow ignores warnings
+// and returns those pixels, so we do too. Only running out of data is fatal,
+// as PIL's "image file is truncated" is (CheckReachesEoi sees it first).
+bool IsFatalWarning(int code) { return code == JWRN_JPEG_EOF; }
 
 StatusCode CodeFor(int msg_code) {
   switch (msg_code) {
@@ -88,6 +77,21 @@ void CmykToRgb(const uint8_t* in, int width, uint8_t* out) {
 }
 
 constexpr int kRowsPerRead = 16;
+
+// Whether libjpeg may smooth blocks from their neighbours (jdcoefct.c's
+// smoothing_ok, widened): a progressive image whose AC coefficients are
+// incomplete once all its scans are read, as when damage cut its later scans.
+bool MaySmoothBlocks(const jpeg_decompress_struct& cinfo) {
+  if (!cinfo.progressive_mode || !cinfo.do_block_smoothing || cinfo.coef_bits == nullptr) {
+    return false;
+  }
+  for (int ci = 0; ci < cinfo.num_components; ++ci) {
+    for (int k = 1; k < 10; ++k) {
+      if (cinfo.coef_bits[ci][k] != 0) return true;
+    }
+  }
+  return false;
+}
 
 // Whether the file holds its image whole: its markers, walked from SOI,
 // reach EOI. A region decode reads the entropy-coded data only as far as the
@@ -215,6 +219,12 @@ Status JpegDecoder::DecodeRegion(int denom, int x0, int y0, int x1, int y1,
       std::min<JDIMENSION>(static_cast<JDIMENSION>(x1) + 2, cinfo.output_width);
   JDIMENSION crop_x = static_cast<JDIMENSION>(x0 > 0 ? x0 - 1 : 0);
   JDIMENSION crop_width = crop_end - crop_x;
+  // Smoothing reads the blocks beside a block, which a crop cuts off at its
+  // edges: those images are decoded at full width, as Pillow decodes them.
+  if (MaySmoothBlocks(cinfo)) {
+    crop_x = 0;
+    crop_width = cinfo.output_width;
+  }
   if (crop_x > 0 || crop_width < cinfo.output_width) {
     jpeg_crop_scanline(&cinfo, &crop_x, &crop_width);
   }

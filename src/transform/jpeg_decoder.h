@@ -21,13 +21,15 @@ bool LooksLikeJpeg(std::span<const std::byte> data);
 /// and YCCK are converted, read as stored inverted (as Photoshop writes it)
 /// with an Adobe marker or without, as Pillow reads them.
 ///
-/// libjpeg errors become Status values, and so do the warnings that mean the
-/// pixels were invented (premature end of data, bad Huffman or arithmetic
-/// codes, lost resync): a truncated file is an error, never grey pixels.
-/// A file cut short is an error whatever region is decoded: ReadHeader checks
-/// from the bytes that the markers reach EOI, so the verdict does not depend
-/// on the crop (corrupt entropy-coded data below a region is still only seen
-/// by a decode that reaches it).
+/// libjpeg errors become Status values. Damaged entropy-coded data in a file
+/// that reaches its EOI (a marker inside the scan, bad Huffman or arithmetic
+/// codes, lost resync) only makes libjpeg warn and fill what it cannot read;
+/// its pixels are returned as Pillow returns them, so every path gives
+/// torchvision's sample (a progressive image that lost scans, whose blocks
+/// libjpeg smooths from their neighbours, is decoded at full width for it).
+/// A file cut short is an error, never grey pixels, whatever region is
+/// decoded: ReadHeader checks from the bytes that the markers reach EOI, so
+/// the verdict does not depend on the crop.
 ///
 /// One decoder belongs to one thread; it keeps its libjpeg state and buffers
 /// between images. Usage per image: ReadHeader, then at most one
@@ -60,7 +62,8 @@ class JpegDecoder {
   /// (libjpeg crops at iMCU boundaries).
   /// REQUIRES: the last ReadHeader succeeded; 0 <= x0 < x1 <= scaled width,
   /// 0 <= y0 < y1 <= scaled height.
-  /// Errors: DataError for corrupt data within the rows read.
+  /// Errors: DataError where libjpeg gives up (an error, not a warning) within
+  /// the rows read.
   Status DecodeRegion(int denom, int x0, int y0, int x1, int y1, std::vector<uint8_t>* buffer,
                       DecodedRegion* region);
 

@@ -58,6 +58,24 @@ Status CheckReachesIend(std::span<const std::byte> data) {
                    " bytes, and no IEND chunk closes the image)");
 }
 
+// Pillow gives an index past the PLTE's entries (invalid, but some tools
+// write it) the grey of its value, where libpng gives black: the palette is
+// padded with that grey ramp to every index the bit depth allows.
+void PadPalette(png_structp png, png_infop info, int bit_depth) {
+  png_colorp stored = nullptr;
+  int stored_entries = 0;
+  if (png_get_PLTE(png, info, &stored, &stored_entries) == 0) return;
+  const int entries = 1 << bit_depth;
+  if (stored_entries >= entries) return;
+  png_color padded[PNG_MAX_PALETTE_LENGTH];
+  std::memcpy(padded, stored, sizeof(png_color) * static_cast<size_t>(stored_entries));
+  for (int i = stored_entries; i < entries; ++i) {
+    const auto grey = static_cast<png_byte>(i);
+    padded[i] = {grey, grey, grey};
+  }
+  png_set_PLTE(png, info, padded, entries);
+}
+
 }  // namespace
 
 struct PngDecoder::State {
@@ -108,7 +126,12 @@ Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
   if (s.info == nullptr) return Unavailable("PNG: cannot create the libpng reader");
   if (setjmp(png_jmpbuf(s.png))) return s.ErrorStatus();
   png_set_read_fn(s.png, &s.input, ReadFromMemory);
+  // Pillow checks the CRC of every chunk before the image data and refuses a
+  // bad one, ancillary or not (libpng would drop a bad ancillary chunk), but
+  // never the image data's: libpng does the same from here.
+  png_set_crc_action(s.png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
   png_read_info(s.png, s.info);
+  png_set_crc_action(s.png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
   s.header_ok = true;
   return Status::Ok();
 }
@@ -130,6 +153,7 @@ Status PngDecoder::DecodeRegion(int x0, int y0, int x1, int y1, std::vector<uint
   // strip does). Its rows stay 16-bit here and are clamped as they are copied.
   const bool gray16 = color_type == PNG_COLOR_TYPE_GRAY && bit_depth == 16;
   if (color_type == PNG_COLOR_TYPE_PALETTE) {
+    PadPalette(png, info, bit_depth);
     png_set_palette_to_rgb(png);
     // That expands a tRNS chunk to alpha too; PIL's convert("RGB") drops it.
     if (png_get_valid(png, info, PNG_INFO_tRNS) != 0) png_set_strip_alpha(png);

@@ -16,7 +16,10 @@ bool LooksLikePng(std::span<const std::byte> data);
 
 /// Decodes PNG images with libpng to 8-bit RGB: palette and grayscale are
 /// expanded, 16-bit samples keep their high byte, alpha is dropped (as
-/// Pillow's convert("RGB") does). Rows below the region are never decoded
+/// Pillow's convert("RGB") does; palette indices past the PLTE are the grey
+/// of their value, as Pillow pads its palette). Damage gets Pillow's verdict:
+/// a bad CRC in any chunk before the image data is an error, the image
+/// data's CRCs go unchecked. Rows below the region are never decoded
 /// (for interlaced images the whole image must be); a file cut short is
 /// still an error whatever the region, since ReadHeader checks from the bytes
 /// that its chunks reach IEND.
@@ -33,8 +36,8 @@ class PngDecoder {
   /// Parses the chunks before the image data and checks that the chunks
   /// reach IEND (bytes after it are ignored). `data` must stay alive and
   /// unchanged until DecodeRegion returns.
-  /// Errors: DataError (bad signature, corrupt chunks, truncated anywhere:
-  /// "premature end of PNG data").
+  /// Errors: DataError (bad signature, corrupt chunks or their CRCs,
+  /// truncated anywhere: "premature end of PNG data").
   Status ReadHeader(std::span<const std::byte> data);
 
   /// REQUIRES: the last ReadHeader succeeded.

@@ -1,7 +1,9 @@
 #include "transform/png_decoder.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -16,6 +18,51 @@ using testing::Png;
 
 const uint8_t* Pixel(const DecodedRegion& r, int x, int y) {
   return r.pixels + static_cast<size_t>(y - r.y0) * r.stride + static_cast<size_t>(x - r.x0) * 3;
+}
+
+// A chunk: length, type, data, and the CRC of type and data.
+std::vector<uint8_t> Chunk(const char* type, const std::vector<uint8_t>& data) {
+  const auto n = static_cast<uint32_t>(data.size());
+  std::vector<uint8_t> chunk(12 + data.size());
+  const auto put32 = [&](size_t at, uLong v) {
+    for (size_t i = 0; i < 4; ++i) chunk[at + i] = static_cast<uint8_t>(v >> (24 - 8 * i));
+  };
+  put32(0, n);
+  std::memcpy(&chunk[4], type, 4);
+  std::copy(data.begin(), data.end(), chunk.begin() + 8);
+  put32(8 + n, crc32(0, &chunk[4], n + 4));
+  return chunk;
+}
+
+// The data length of the chunk at `at` (its length field) in `file`.
+size_t ChunkLength(const std::vector<uint8_t>& file, size_t at) {
+  return size_t{file[at]} << 24 | size_t{file[at + 1]} << 16 | size_t{file[at + 2]} << 8 |
+         file[at + 3];
+}
+
+// Where each chunk of `type` starts in `file`.
+std::vector<size_t> FindChunks(const std::vector<uint8_t>& file, const char* type) {
+  std::vector<size_t> found;
+  for (size_t i = 8; i + 12 <= file.size(); i += 12 + ChunkLength(file, i)) {
+    if (std::memcmp(&file[i + 4], type, 4) == 0) found.push_back(i);
+  }
+  return found;
+}
+
+// `samples` written as gray of `bit_depth` bits, then made a palette image
+// of `palette` (RGB triples): a writer that does not check its indices.
+std::vector<uint8_t> PaletteWithoutChecks(const std::vector<uint8_t>& samples, int width,
+                                          int height, int bit_depth,
+                                          const std::vector<uint8_t>& palette) {
+  auto file = Png(samples, width, height, PNG_COLOR_TYPE_GRAY, bit_depth);
+  std::vector<uint8_t> ihdr(file.begin() + 16, file.begin() + 29);
+  ihdr[9] = PNG_COLOR_TYPE_PALETTE;
+  auto head = Chunk("IHDR", ihdr);
+  auto plte = Chunk("PLTE", palette);
+  head.insert(head.end(), plte.begin(), plte.end());
+  file.erase(file.begin() + 8, file.begin() + 33);
+  file.insert(file.begin() + 8, head.begin(), head.end());
+  return file;
 }
 
 TEST(PngDecoderTest, RgbFullAndRegion) {
@@ -161,6 +208,68 @@ TEST(PngDecoderTest, TruncatedFileFailsWhateverTheRegion) {
   std::vector<uint8_t> buf;
   DecodedRegion r;
   EXPECT_TRUE(dec.DecodeFull(AsBytes(trailing), &buf, &r).ok());
+}
+
+// Pillow never checks the image data's CRCs (libpng would refuse the file):
+// the pixels are returned, whatever the region.
+TEST(PngDecoderTest, ABadImageDataCrcIsIgnoredAsPillowIgnoresIt) {
+  const auto pic = MakePicture(64, 64);
+  for (bool interlaced : {false, true}) {
+    auto file = Png(pic, 64, 64, PNG_COLOR_TYPE_RGB, 8, interlaced);
+    const auto idats = FindChunks(file, "IDAT");
+    ASSERT_FALSE(idats.empty());
+    for (size_t at : idats) file[at + 8 + ChunkLength(file, at) + 3] ^= 0xFF;  // its CRC
+    PngDecoder dec;
+    std::vector<uint8_t> buf;
+    DecodedRegion r;
+    Status s = dec.DecodeFull(AsBytes(file), &buf, &r);
+    ASSERT_TRUE(s.ok()) << interlaced << ": " << s.ToString();
+    EXPECT_EQ(0, std::memcmp(r.pixels, pic.data(), pic.size())) << interlaced;
+  }
+}
+
+// Pillow refuses a bad CRC in any chunk before the image data, an ancillary
+// one too (libpng alone would drop that chunk and go on).
+TEST(PngDecoderTest, ABadCrcBeforeTheImageDataIsAnErrorAsInPillow) {
+  const auto file = Png(MakePicture(16, 16), 16, 16, PNG_COLOR_TYPE_RGB, 8);
+  for (const char* type : {"gAMA", "tEXt"}) {
+    auto chunk = Chunk(type, {0x00, 0x00, 0xB1, 0x8F});
+    chunk.back() ^= 0xFF;
+    std::vector<uint8_t> bad = file;
+    bad.insert(bad.begin() + 33, chunk.begin(), chunk.end());  // after IHDR
+    PngDecoder dec;
+    Status s = dec.ReadHeader(AsBytes(bad));
+    EXPECT_EQ(s.code(), StatusCode::kDataError) << type << ": " << s.ToString();
+    EXPECT_NE(s.message().find("CRC error"), std::string::npos) << s.message();
+  }
+}
+
+// An index past the PLTE's entries (invalid; some tools write it) is the grey
+// of its value in Pillow (its palette padded with a grey ramp); libpng alone
+// gives black.
+TEST(PngDecoderTest, IndicesPastThePaletteAreTheGreyPillowGives) {
+  PngDecoder dec;
+  std::vector<uint8_t> buf;
+  DecodedRegion r;
+  std::vector<uint8_t> indices(16 * 16);
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<uint8_t>(i);
+  auto file = PaletteWithoutChecks(indices, 16, 16, 8, {255, 0, 0, 0, 255, 0});
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok());
+  EXPECT_EQ(std::vector<uint8_t>(Pixel(r, 0, 0), Pixel(r, 0, 0) + 6),
+            (std::vector<uint8_t>{255, 0, 0, 0, 255, 0}));
+  for (int i = 2; i < 256; ++i) {
+    const uint8_t* p = Pixel(r, i % 16, i / 16);
+    ASSERT_TRUE(p[0] == i && p[1] == i && p[2] == i) << "index " << i << ": " << int{p[0]};
+  }
+  // 2-bit indices 3, 2, 1, 0 over a one-entry palette.
+  file = PaletteWithoutChecks(std::vector<uint8_t>(2 * 2, 0xE4), 8, 2, 2, {255, 0, 0});
+  ASSERT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok());
+  for (int x = 0; x < 4; ++x) {
+    const uint8_t* p = Pixel(r, x, 1);
+    const int want = 3 - x;
+    EXPECT_TRUE(want == 0 ? p[0] == 255 && p[1] == 0 : p[0] == want && p[1] == want && p[2] == want)
+        << "index " << want << ": " << int{p[0]} << " " << int{p[1]} << " " << int{p[2]};
+  }
 }
 
 TEST(PngDecoderTest, BadDataIsAnError) {

@@ -526,6 +526,10 @@ def test_a_worker_that_dies_in_a_shard_names_it_and_the_rest_arrives(at):
     ds = Dying(at)
     with loader(ds, 2, persistent_workers=True) as dl:
         got, errors = drain(dl)
+        deadline = time.monotonic() + 30  # the last death's replacement may still be starting
+        while len(dl.stats()["worker_pids"]) != dl.stats()["workers"] and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         assert len(dl.stats()["worker_pids"]) == dl.stats()["workers"]  # replaced
         assert dl.stats()["shard_deaths"] == (1 if at == 9 else 0)  # gone on once, at 9
     [error] = errors

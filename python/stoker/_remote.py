@@ -299,6 +299,9 @@ class Cluster:
                 raise ClusterError(f"cannot reach the Dask scheduler at {cluster}: "
                                    f"{type(e).__name__}: {e}") from e
         else:
+            if cluster.status != "running":  # closed (a `with` block ended), or not yet connected
+                raise ClusterError(f"the Dask client given as cluster= is {cluster.status}, not "
+                                   "running: pass it while it is open, or the scheduler's address")
             self.client = cluster
         self.address = self.client.scheduler.address
         self._expected = versions()
@@ -339,10 +342,20 @@ class Cluster:
                     # training): the job goes to the first to join, once a
                     # task needs it; Dask's scatter would wait for one here.
                     part = _unpicklable(job)
-            except Exception:  # noqa: BLE001 -- Dask names only its wrapper: say which part
+            except Exception as e:  # noqa: BLE001 -- Dask names only its wrapper: say which part
                 part = _unpicklable(job)
                 if part is None:
-                    raise
+                    # It pickles here: the workers could not take it, most often
+                    # for a module of the dataset's they cannot import.
+                    dataset = getattr(job, "dataset", None)
+                    hint = ("; its classes must be importable there (their modules on the "
+                            "workers' PYTHONPATH)"
+                            if "No module named" in str(e) or "Can't get attribute" in str(e)
+                            else "")
+                    raise ClusterError(
+                        f"the Dask workers at {self.address} cannot load the loader's job "
+                        f"(dataset {type(dataset).__module__}.{type(dataset).__qualname__}): "
+                        f"{e}{hint}") from e
             if part is not None:
                 name, value, error = part
                 raise ClusterError(
@@ -776,6 +789,9 @@ class Cluster:
 
     def close(self):
         self._closing = True
+        # A client the user keeps would hold the job's data on the workers.
+        if not self._own_client and getattr(self, "_job", None) is not None:
+            _cancel(self._job)
         if self._own_client:
             try:
                 self.client.close(timeout=2)

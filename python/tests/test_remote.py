@@ -223,8 +223,31 @@ def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
             remote = dl.stats()["remote"]
         assert_same_epoch(got, want)
         assert remote["batches"] > 0 and remote["address"] == shared_dask_cluster.address
-        # The user's client: the loader does not close it.
+        # The user's client: the loader does not close it, and holds nothing on it
+        # once closed (its job, the pickled dataset, was kept on the workers).
         assert client.submit(lambda: 1).result(timeout=10) == 1
+        deadline = time.monotonic() + 10
+        while (held := [k for k in client.who_has() if str(k).startswith("_Job")]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert held == []
+    with pytest.raises(stoker.ClusterError, match="the Dask client given as cluster= is closed"):
+        remote_loader(Seeded(n), client)
+
+
+@pytest.mark.timeout(60)
+def test_a_dataset_the_workers_cannot_import_is_a_cluster_error_naming_it(shared_dask_cluster,
+                                                                          tmp_path, monkeypatch):
+    (tmp_path / "only_here.py").write_text(
+        "import torch\n"
+        "class OnlyHere(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 8\n"
+        "    def __getitem__(self, i): return torch.tensor([i])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here
+    with pytest.raises(stoker.ClusterError, match=r"cannot load the loader's job \(dataset "
+                       r"only_here\.OnlyHere\): .*No module named 'only_here'.*importable"):
+        remote_loader(only_here.OnlyHere(), shared_dask_cluster.address)
 
 
 @pytest.mark.timeout(60)

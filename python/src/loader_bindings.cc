@@ -84,7 +84,10 @@ class ConsumerTurn {
   ConsumerTurn(std::atomic<bool>& busy, std::atomic<std::thread::id>& owner)
       : busy_(busy), owner_(owner) {
     if (busy_.exchange(true)) {
-      throw py::value_error("this stoker.Loader is being iterated by another thread");
+      // The binding serves stoker.Loader and stoker.DataLoader alike: named so.
+      throw py::value_error(
+          "this stoker loader is being iterated by another thread: one thread at a time takes "
+          "its batches (make a loader per thread)");
     }
     owner_.store(std::this_thread::get_id());
   }

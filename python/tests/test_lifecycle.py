@@ -407,6 +407,42 @@ def test_close_from_another_thread_stops_the_iteration_and_frees_everything(make
     assert wait_gone(started, 30) == [], "a worker process or the zygote outlived close()"
 
 
+class _Gated(Dataset):
+    """Sample 0 waits for `release`, on the thread that iterates (num_workers=0)."""
+
+    def __init__(self):
+        import threading
+        self.inside, self.release = threading.Event(), threading.Event()
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 0:
+            self.inside.set()
+            self.release.wait(30)
+        return i
+
+
+def test_a_second_thread_is_refused_naming_no_other_api():
+    # The refusal said "this stoker.Loader" to users of stoker.DataLoader.
+    import threading
+    ds = _Gated()
+    with stoker.DataLoader(ds, batch_size=4, num_workers=0) as loader:
+        got = []
+        first = threading.Thread(target=lambda: got.extend(loader), daemon=True)
+        first.start()
+        assert ds.inside.wait(30), "the first thread did not start its epoch"
+        try:
+            with pytest.raises(ValueError) as refused:
+                next(iter(loader))
+        finally:
+            ds.release.set()
+        first.join(30)
+    assert str(refused.value).startswith("this stoker loader is being iterated by another thread")
+    assert [b.tolist() for b in got] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the first epoch is whole
+
+
 class _ClosesItsLoader(Dataset):
     loader = None
 

@@ -44,6 +44,9 @@ struct AdviceRule {
 /// The starting point for a loader on this machine.
 struct Advice {
   int workers = 1;
+  /// The most workers the machine's limits allow (RLIMIT_NOFILE): the tuner
+  /// never goes past it.
+  int max_workers = kMaxWorkers;
   int prefetch_batches = 2;
   size_t prefetch_bytes = 0;       // prefetch_batches * bytes of one batch
   size_t memory_budget_bytes = 0;  // what workers and batches in flight may use
@@ -64,7 +67,7 @@ struct Advice {
 Advice Advise(const MachineFacts& facts, const AdviseInputs& inputs = {});
 
 /// {"workers", "fits", "prefetch_batches", "prefetch_bytes", "memory_budget_bytes",
-/// "batch_bytes", "workers_kind", "rules": [{"name", "input", "outcome",
+/// "batch_bytes", "max_workers", "workers_kind", "rules": [{"name", "input", "outcome",
 /// "value", "limited"}], "note"}.
 nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs);
 

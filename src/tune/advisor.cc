@@ -28,6 +28,9 @@ constexpr int kLatencyMaxWorkers = 64;
 // When memory is short, a worker keeps at most this many batches in flight.
 constexpr int kPrefetchPerWorker = 2;
 constexpr double kShmFraction = 0.8;
+// Open files a worker may hold: the one it reads, a process worker's socket
+// and shared-memory segments; the rest of RLIMIT_NOFILE is the process's.
+constexpr int kFilesPerWorker = 4;
 
 std::string Num(double value) { return FormatNumber(value, 3); }
 
@@ -158,6 +161,24 @@ void ProcessLimitRule(const MachineFacts& facts, const AdviseInputs&, Draft& d) 
          "at most half of it -> " + Workers(d.workers), d.workers, limited);
 }
 
+// Past RLIMIT_NOFILE a worker's open() fails (EMFILE) and the run ends: a
+// hard cap, which the tuner never goes past either (Advice::max_workers).
+void OpenFilesRule(const MachineFacts& facts, const AdviseInputs&, Draft& d) {
+  if (!facts.limits.nofile) {
+    d.Rule("open files", "RLIMIT_NOFILE unlimited or unknown", "not capped", std::nullopt);
+    return;
+  }
+  const uint64_t nofile = *facts.limits.nofile;
+  const int cap = static_cast<int>(std::clamp<uint64_t>(nofile / kFilesPerWorker, 1, kMaxWorkers));
+  d.advice.max_workers = cap;
+  const bool limited = d.workers > cap;
+  d.workers = std::min(d.workers, cap);
+  d.Rule("open files", "RLIMIT_NOFILE " + std::to_string(nofile),
+         std::to_string(kFilesPerWorker) + " a worker -> at most " + Workers(cap) +
+             (cap < kMaxWorkers ? ", the tuner's cap too" : "") + " -> " + Workers(d.workers),
+         d.workers, limited);
+}
+
 void PrefetchRule(const MachineFacts&, const AdviseInputs&, Draft& d) {
   d.prefetch = DefaultPrefetch(d.workers);
   d.Rule(
@@ -286,8 +307,8 @@ void SharedMemoryRule(const MachineFacts& facts, const AdviseInputs& inputs, Dra
 // The rules, in the order they apply: each sees what the ones before decided.
 using AdviceRuleFn = void (*)(const MachineFacts&, const AdviseInputs&, Draft&);
 constexpr AdviceRuleFn kRules[] = {CpuBudgetRule, LocalRanksRule,   TrainerShareRule,
-                                   StorageRule,   ProcessLimitRule, PrefetchRule,
-                                   MemoryRule,    SharedMemoryRule};
+                                   StorageRule,   ProcessLimitRule, OpenFilesRule,
+                                   PrefetchRule,  MemoryRule,       SharedMemoryRule};
 
 }  // namespace
 
@@ -324,6 +345,7 @@ nlohmann::json AdviceToJson(const Advice& advice, const AdviseInputs& inputs) {
           {"prefetch_bytes", advice.prefetch_bytes},
           {"memory_budget_bytes", advice.memory_budget_bytes},
           {"batch_bytes", advice.batch_bytes},
+          {"max_workers", advice.max_workers},
           {"workers_kind", WorkersKindName(inputs.workers_kind)},
           {"rules", rules},
           {"note", advice.note}};

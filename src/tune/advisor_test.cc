@@ -250,6 +250,21 @@ TEST(AdvisorTest, ProcessLimitCapsWorkers) {
   EXPECT_TRUE(Rule(a, "process limit").limited);
 }
 
+TEST(AdvisorTest, OpenFileLimitCapsWorkersAndTheTuner) {
+  FakeMachine m;
+  hw::BuildPinnedHost(m);
+  m.rlimits[RLIMIT_NOFILE] = 8;
+  Advice a = Advise(ProbeMachine(m.Options()));
+  EXPECT_EQ(a.max_workers, 2);  // 4 files a worker
+  EXPECT_LE(a.workers, 2);
+  EXPECT_TRUE(Has(Rule(a, "open files").outcome, "the tuner's cap too"))
+      << Rule(a, "open files").outcome;
+  m.rlimits[RLIMIT_NOFILE] = 1 << 20;
+  a = Advise(ProbeMachine(m.Options()));
+  EXPECT_EQ(a.max_workers, kMaxWorkers);
+  EXPECT_FALSE(Rule(a, "open files").limited);
+}
+
 TEST(AdvisorTest, UnknownFactsFallBackAndSaySo) {
   for (bool garbage : {false, true}) {
     FakeMachine m;

@@ -100,7 +100,8 @@ class Tuner final : public Controller {
         gpus_(std::move(gpus)) {
     prefetch_set_ = advice.prefetch_batches;
     budgets_.cpu_cores = cpu_budget;
-    budgets_.max_workers = options_.max_workers > 0 ? options_.max_workers : kMaxWorkers;
+    budgets_.max_workers =
+        std::min(options_.max_workers > 0 ? options_.max_workers : kMaxWorkers, advice.max_workers);
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                              : advice.memory_budget_bytes;
     budgets_.batch_bytes = batch_bytes;

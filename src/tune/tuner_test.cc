@@ -3,9 +3,12 @@
 // budgets hold; the tuner's options are checked.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -188,6 +191,35 @@ TEST(TunerTest, StartsFromInitialWorkersWhenGiven) {
   loader = Loader::Make(o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   EXPECT_EQ((*loader)->workers(), 2);
+}
+
+TEST(TunerTest, NeverGrowsPastWhatTheOpenFileLimitAllows) {
+  // I/O-bound work asks for many workers; past RLIMIT_NOFILE their opens
+  // failed with EMFILE and the run ended. 64 files: 16 workers at most.
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit low = before;
+  low.rlim_cur = std::min<rlim_t>(64, before.rlim_max);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  SyntheticOptions so;
+  so.read_latency = std::chrono::microseconds(2000);
+  auto o = testing::SyntheticLoaderOptions(12000, 8, 64, so);
+  o.workers = kAutoWorkers;
+  o.tuner.interval_s = 0.02;
+  auto loader = Loader::Make(o);
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  const int cap = static_cast<int>(low.rlim_cur / 4);
+  int most = 0;
+  while (true) {
+    auto r = (*loader)->Next();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (!r->has_value()) break;
+    most = std::max(most, (*loader)->workers());
+  }
+  EXPECT_LE(most, cap);
+  EXPECT_GT(most, 2);  // it did grow, up to the cap
+  EXPECT_EQ((*loader)->tuner_view()->max_workers, cap);
 }
 
 TEST(TunerTest, MemoryBudgetBoundsBuffersInFlight) {

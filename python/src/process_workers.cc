@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/clock.h"
 #include "core/number_text.h"
 #include "stoker/probe.h"
 #include "stoker/rng.h"
@@ -135,6 +136,7 @@ WorkerCost ProcessWorker::cost() const {
   const size_t own = private_.load(std::memory_order_relaxed);
   return {.cpu_ns = cpu_ns_.load(std::memory_order_relaxed),
           .queue_ns = queue_ns_.load(std::memory_order_relaxed),
+          .setup_ns = setup_ns_.load(std::memory_order_relaxed),
           .bytes = own == 0 ? 0 : own + workers_->segment_share(),
           .trimmable_bytes = own > baseline_.load(std::memory_order_relaxed)
                                  ? own - baseline_.load(std::memory_order_relaxed)
@@ -145,7 +147,10 @@ Status ProcessWorker::Serve(int64_t base_seed) {
   if (proc_ && proc_->base_seed && *proc_->base_seed != base_seed) Stop();
   STOKER_RETURN_IF_ERROR(Start());
   if (proc_->base_seed) return Status::Ok();
-  if (Status st = workers_->Init(*proc_, base_seed); !st.ok()) {
+  const int64_t began = SteadyNanos();
+  Status st = workers_->Init(*proc_, base_seed);
+  setup_ns_.fetch_add(SteadyNanos() - began, std::memory_order_relaxed);
+  if (!st.ok()) {
     proc_.reset();  // Init collected it
     proc_epoch_ = -1;
     return st;
@@ -156,7 +161,10 @@ Status ProcessWorker::Serve(int64_t base_seed) {
 
 Status ProcessWorker::Start() {
   if (proc_) return Status::Ok();
-  STOKER_ASSIGN_OR_RETURN(WorkerProcess started, workers_->Spawn());
+  const int64_t began = SteadyNanos();
+  Result<WorkerProcess> spawned = workers_->Spawn();
+  setup_ns_.fetch_add(SteadyNanos() - began, std::memory_order_relaxed);
+  STOKER_ASSIGN_OR_RETURN(WorkerProcess started, std::move(spawned));
   proc_ = std::move(started);
   proc_epoch_ = workers_->batches().last_set();
   proc_batches_ = 0;

@@ -472,6 +472,8 @@ def _worker_main(sock, job, worker_id, num_workers):
     except BaseException as e:  # noqa: BLE001 -- said to the parent, which raises it as its type
         sock.send(_failed(P.INITFAIL, f"{type(e).__name__}: {e}", traceback.format_exc(), e))
         return
+    # CPU time from here, as the run-queue delay below: its tasks', never the start-up's.
+    started_cpu = time.process_time_ns()
     sock.send(_message(P.INITDONE))
     segments = {}
     memory = _Memory(segments)
@@ -527,7 +529,7 @@ def _worker_main(sock, job, worker_id, num_workers):
         if collate_error is not None:
             sock.send(_task_failed(*collate_error))
             continue
-        cpu = time.process_time_ns()
+        cpu = time.process_time_ns() - started_cpu
         queued += _run_delay_ns() - waiting_since
         memory.ended()
         sock.send(_message(P.DONE, samples=len(kept), segment_size=seg.size, meta_offset=meta_off,

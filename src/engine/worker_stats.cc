@@ -40,7 +40,8 @@ TaskTimer::TaskTimer(WorkerStats& stats, int64_t samples, const KindWorker* work
       wall0_(start_ns_),
       cpu0_(CpuNow()),
       queue0_(worker != nullptr ? worker->cost().queue_ns : 0),
-      elsewhere0_(worker != nullptr ? worker->cost().cpu_ns : 0) {
+      elsewhere0_(worker != nullptr ? worker->cost().cpu_ns : 0),
+      setup0_(worker != nullptr ? worker->cost().setup_ns : 0) {
   if (timed_) {
     // From here: a wait for a CPU between tasks is no sample's.
     const int64_t d = stats_.run_delay_->ReadNanos();
@@ -71,8 +72,13 @@ void TaskTimer::Publish() {
     pending_ = 0;
     return;
   }
+  // A worker started meanwhile (a process forked and set up): that wait is
+  // no item's, and more workers would not shorten it.
+  const int64_t setup1 = worker_ != nullptr ? worker_->cost().setup_ns : 0;
   stats_.samples_.fetch_add(pending_, std::memory_order_relaxed);
-  stats_.busy_ns_.fetch_add(wall1 - wall0_, std::memory_order_relaxed);
+  stats_.busy_ns_.fetch_add(std::max<int64_t>(0, wall1 - wall0_ - (setup1 - setup0_)),
+                            std::memory_order_relaxed);
+  setup0_ = setup1;
   stats_.cpu_ns_.fetch_add(cpu1 - cpu0_, std::memory_order_relaxed);
   if (timed_ && delay >= stats_.run_delay_ns_) {
     stats_.queue_ns_.fetch_add(delay - stats_.run_delay_ns_, std::memory_order_relaxed);

@@ -87,6 +87,7 @@ class TaskTimer {
   int64_t cpu0_;
   int64_t queue0_;       // the worker's queue time elsewhere at the last publication
   int64_t elsewhere0_;   // and its CPU time elsewhere
+  int64_t setup0_;       // and its time starting (left out of the wall time)
   int64_t pending_ = 0;  // samples not yet published
   int64_t done_ = 0;     // samples done in this task
   bool remote_ = false;  // the pending samples were made remotely

@@ -56,6 +56,31 @@ TEST(WorkerStatsTest, WorkElsewhereOrOnAnotherThreadCountsAsTheTasks) {
   }
 }
 
+// A worker process started within a task: the wait for it is no sample's.
+class StartingWorker : public KindWorker {
+ public:
+  Status Run(int64_t, int64_t, std::span<std::byte>, ItemOutcome*) override { return Status::Ok(); }
+  WorkerCost cost() const override { return {.setup_ns = setup}; }
+  int64_t setup = 3'000'000'000;  // earlier starts count for nothing
+};
+
+TEST(WorkerStatsTest, TheTimeAWorkerTakesToStartIsLeftOutOfTheTasksWallTime) {
+  WorkerStats stats(0, /*sample_run_delay=*/false);
+  StartingWorker starting;
+  const auto t0 = std::chrono::steady_clock::now();
+  TaskTimer timer(stats, 2, &starting);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the process starting
+  starting.setup += 30'000'000;
+  timer.SampleDone();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sample itself
+  timer.SampleDone();
+  timer.Finish();
+  const int64_t wall = std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count();
+  const WorkerMetrics m = stats.Snapshot();
+  EXPECT_GE(m.busy_ns, 20'000'000);
+  EXPECT_LE(m.busy_ns, wall - 30'000'000);  // the start left out
+}
+
 TEST(WorkerStatsTest, SlowSamplesShowProgressWithinATask) {
   WorkerStats stats(0, /*sample_run_delay=*/true);
   {  // a first task of slow samples sets the cadence to one sample

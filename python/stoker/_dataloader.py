@@ -1823,9 +1823,9 @@ class _Iterator:
         while True:
             if self._pending:
                 self._taken += 1
-                return self._finish(self._pending.popleft())
+                return self._hand(self._pending.popleft(), self._taken - 1)
             if self._early and (early := self._early_part()) is not None:
-                return self._finish(early[0])
+                return self._hand(*early)
             payload = self._produce()
             if payload is _END:
                 self._reached_end()
@@ -1855,11 +1855,11 @@ class _Iterator:
         return (self._item, self._taken) if self._pending else (self._skip or None)
 
     def _early_part(self):
-        """While the engine has no item ready: (the next batch,) of the shard
-        it delivers next, once that shard's worker has made it (_part; a
-        batch may be None, as a collate_fn's); None once an item (or the
-        epoch's end) is ready. Its wait is the engine's, so the tuner counts
-        it as the consumer's."""
+        """While the engine has no item ready: (the next batch, its number in
+        its shard) of the shard it delivers next, once that shard's worker
+        has made it (_part; a batch may be None, as a collate_fn's); None
+        once an item (or the epoch's end) is ready. Its wait is the
+        engine's, so the tuner counts it as the consumer's."""
         engine = self._engine
         deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
         wait = 0.0
@@ -1870,7 +1870,7 @@ class _Iterator:
             batch = None if item is None else self._part(item, taken)
             if batch is not None:
                 self._skip = (item, taken + 1)
-                return batch
+                return batch[0], taken
             if deadline is not None and time.monotonic() >= deadline:
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
         return None
@@ -1900,6 +1900,18 @@ class _Iterator:
             item = state["position"] if state["epoch"] == self.epoch else None
             self._head = (self.position, item)
         return self._head[1]
+
+    def _hand(self, batch, number):
+        """A shard's batch `number`, taken: one whose collate_fn raised (a
+        FailedBatch, counted as taken all the same) raises its error here."""
+        if type(batch) is _shards.FailedBatch:
+            name = self.run.options.shards.names[batch.position]
+            error = _errors.failed_batch_error(
+                f"epoch {self.epoch}: shard {name!r}: batch {number} of the shard: "
+                f"{batch.reason}", batch)
+            error.shard, error.key = name, _shards.key_of(name)
+            raise error
+        return self._finish(batch)
 
     def _finish(self, payload):
         self.handed += 1

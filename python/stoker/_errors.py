@@ -46,6 +46,30 @@ def sample_error(error, threads):
             kind, cause = pickle.loads(pickled)
     except Exception:  # noqa: BLE001 -- a type that does not import here: the stand-in
         kind, cause = None, None
+    return _raised_as(error, kind, cause, trace)
+
+
+def failed_batch_error(message, failed):
+    """The exception to raise for a sharded stream's batch whose collate_fn
+    raised (`failed`, a _shards.FailedBatch): a DataError saying `message`
+    and the worker's traceback, of the exception's own type and chained to
+    it, as sample_error makes one for a map-style batch. Never raises."""
+    kind, cause = type(failed.error), failed.error
+    if cause is None:  # made in another process: pickled, if it could be
+        try:
+            kind, cause = pickle.loads(failed.pickled) if failed.pickled else (None, None)
+        except Exception:  # noqa: BLE001 -- as sample_error
+            kind, cause = None, None
+    if failed.trace:
+        message += "\n\nIn the worker:\n" + failed.trace
+    error = DataError(message)
+    error.code = "data error"  # the engine's code for a failed batch
+    return _raised_as(error, kind, cause, failed.trace)
+
+
+def _raised_as(error, kind, cause, trace):
+    """`error` (the engine's, or one like it) as the instance of `kind` to
+    raise, chained to `cause` (a stand-in holding `trace` where that is None)."""
     if cause is None and trace:
         cause = WorkerTraceback(trace)
     try:

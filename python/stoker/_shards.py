@@ -169,6 +169,25 @@ class Batches(list):
     them out one by one."""
 
 
+class FailedBatch:
+    """In place of a shard's batch whose collate_fn raised: the batch keeps
+    its number in the shard (handed out, it counts as taken, so a resume
+    skips its samples), and the consumer raises its error there, the
+    shard's other batches delivered. `position`: the shard's among the
+    rank's; `reason` and `trace` say what failed; `error`, the exception,
+    leaves the process pickled as (type, exception) (`pickled`,
+    _workers._pickled_exception's)."""
+
+    __slots__ = ("position", "reason", "trace", "error", "pickled")
+
+    def __init__(self, position, reason, trace, error, pickled):
+        self.position, self.reason, self.trace = position, reason, trace
+        self.error, self.pickled = error, pickled
+
+    def __reduce__(self):
+        return FailedBatch, (self.position, self.reason, self.trace, None, self.pickled)
+
+
 class PartRefs(list):
     """A shard's batches as a worker process's item lists them: each part's
     (meta offset, meta length) in the segment, as PART announced it
@@ -268,9 +287,10 @@ def read(shard_job, position, seed, at, collate, consumer=False, made=None, star
          first_part=0):
     """Shard `position`'s batches: (Batches, samples read, failures).
     `at(k)` is told before sample k (-1: done); `collate(samples)` makes a
-    batch; `made(k, batch, last)`, if given, is told each batch as it is
-    made (the consumer may hand it out before the shard's end; `last`: no
-    batch follows). A shard that raises keeps what it gave before: its
+    batch (a FailedBatch where collate_fn raised: it keeps its place);
+    `made(k, batch, last)`, if given, is told each batch as it is made (the
+    consumer may hand it out before the shard's end; `last`: no batch
+    follows). A shard that raises keeps what it gave before: its
     failure is (offset, the exception, True), the samples read until then
     batched. A dataset with ``_iter_shard_marked`` (stoker's TarStream) is
     read through it: a bad sample is (offset, its error, False), and the

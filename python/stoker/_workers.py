@@ -857,25 +857,26 @@ def _collate_or_error(job, samples, failures, writer=None):
             return samples.collate(lambda plain: _collate(job, plain, writer)), None
         return _collate(job, samples, writer), None
     except Exception as e:  # noqa: BLE001 -- the loader names the batch
-        reason = f"collate_fn raised {type(e).__name__}: {e}"
+        reason, trace, e = _collate_failure(e)
         if isinstance(samples, _Short):
             reason += (f" (the dataset's __getitems__ gave {len(samples)} samples for "
                        f"{samples.asked} keys)")
-        return None, (reason, "".join(traceback.format_exception(e)), e)
+        return None, (reason, trace, e)
 
 
-class _CollateRaised(Exception):
-    def __init__(self, error):
-        super().__init__(error)
-        self.error = error
+def _collate_failure(e):
+    """(what failed, traceback, the exception) of a collate_fn that raised `e`."""
+    return f"collate_fn raised {type(e).__name__}: {e}", "".join(traceback.format_exception(e)), e
 
 
 def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=None, start=0,
                 first_part=0):
     """A sharded stream's item, the shard at position indices[0], as
     (payload: its _shards.Batches, or NO_SAMPLE when it gave none; the
-    samples kept; failures; the collate error or None). A shard that raised
-    midway is one failure naming it and the offset, its earlier samples kept.
+    samples kept; failures). A shard that raised midway is one failure
+    naming it and the offset, its earlier samples kept; a batch whose
+    collate_fn raised is a _shards.FailedBatch in its place, the shard's
+    other batches made as ever.
     `made(k, batch, last)`: told each batch as it is made (_shards.read);
     `start`, `first_part`: a continued item's (_shards.read)."""
     from . import _shards
@@ -893,17 +894,13 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
     def collate(chunk):
         try:
             return _collate(job, chunk, writer)
-        except Exception as e:  # noqa: BLE001 -- the loader names the shard's item
-            raise _CollateRaised(e) from None
+        except Exception as e:  # noqa: BLE001 -- fails this batch alone; the consumer names it
+            reason, trace, e = _collate_failure(e)
+            return _shards.FailedBatch(position, reason, trace, e,
+                                       _pickled_exception(e, P.MAX_MESSAGE_BYTES))
 
-    try:
-        batches, count, failed = _shards.read(job.shards, position, seed, at_sample, collate,
-                                              consumer, made, start, first_part)
-    except _CollateRaised as raised:
-        e = raised.error
-        return None, [], [], (f"collate_fn raised {type(e).__name__}: {e} (shard "
-                              f"{job.shards.names[position]!r})",
-                              "".join(traceback.format_exception(e)), e)
+    batches, count, failed = _shards.read(job.shards, position, seed, at_sample, collate,
+                                          consumer, made, start, first_part)
     failures = []
     for offset, e, ended in failed:  # the engine names the shard
         trace = "".join(traceback.format_exception(e))
@@ -911,7 +908,7 @@ def _load_shard(job, indices, seed, at=None, writer=None, consumer=False, made=N
         reason = (f"raised after {offset} samples: " if ended else
                   f"a sample after {offset} samples: ") + reason
         failures.append((position, reason, trace, not_the_samples_fault(e), e))
-    return (batches if batches else NO_SAMPLE), range(count), failures, None
+    return (batches if batches else NO_SAMPLE), range(count), failures
 
 
 def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts=None):
@@ -943,8 +940,9 @@ def run_batch(job, epoch, batch, indices, seed, keys=None, consumer=False, parts
                 if not last and yield_asked():
                     raise _shards.Yield
         ended = True
+        collate_error = None  # a batch's is a FailedBatch among the shard's batches
         try:
-            payload, kept, failures, collate_error = _load_shard(
+            payload, kept, failures = _load_shard(
                 job, indices, seed, at, consumer=consumer, made=made,
                 start=_shards.samples_in(len(before), job.shards.batch_size),
                 first_part=len(before))
@@ -1133,12 +1131,12 @@ def _run_task(job, seg, epoch, batch, check_memory, send, asked=lambda: None):
                 at_blob = writer.reserve(len(blob))
                 seg.map[at_blob:at_blob + len(blob)] = blob
                 raise _Yielded(at_blob, len(blob), writer.cursor)
-        payload, kept, failures, collate_error = _load_shard(
+        payload, kept, failures = _load_shard(
             job, indices, seed, at_sample, writer, made=publish,
             start=resume.samples(job.shards.batch_size), first_part=len(resume.refs))
         if payload is not NO_SAMPLE or refs:  # the parts are in the segment: the item lists them
             payload = _shards.PartRefs(refs)
-        return _written(writer, seg, payload, kept, failures, collate_error)
+        return _written(writer, seg, payload, kept, failures, None)
     streamed = (job.collate_fn is job.default_collate and not job.unbatched and
                 "torch" in sys.modules)
     # Whom to blame if this process dies: the position it is on.

@@ -486,8 +486,9 @@ def test_a_collate_error_in_a_sharded_stream_is_of_its_own_type():
         it = iter(dl)
         error = _next_error(it)
         assert isinstance(error, KeyError) and isinstance(error, stoker.DataError)
-        assert "collate_fn raised KeyError" in str(error) and "'a'" in str(error)
-        assert error.index is None and error.shard is None  # the shard is named in the message
+        assert str(error).startswith("epoch 0: shard 'a': batch 0 of the shard: "
+                                     "collate_fn raised KeyError")
+        assert (error.index, error.shard, error.key) == (None, "a", "a")
         assert next(it) == [6, 7, 8]
 
 

@@ -722,11 +722,84 @@ def test_a_shard_that_cannot_open_or_collate_is_named(workers):
     with loader(ds, workers) as dl:
         got, errors = drain(dl, (stoker.DataError, FileNotFoundError))
     errors = [str(e) for e in errors]
+    # Shard 5's samples are its one batch, which fails alone.
     assert sorted(got) == [i for i in ds.every() if i // 1000 not in (2, 5)]
     assert len(errors) == 2, errors
     assert any("shard-02" in e and "no such shard" in e and "after 0 samples" in e
                for e in errors)
-    assert any("shard-05" in e and "collate_fn raised" in e for e in errors)
+    assert any(e.startswith("epoch 0: shard 'shard-05': batch 0 of the shard: collate_fn raised")
+               for e in errors)
+
+
+class Uncollatable(SlowShards):
+    """Sample 1005 has two ids: batch 1 of shard 1 (batch_size 4) cannot be stacked.
+    Slow, so that its batches are taken as its workers make them."""
+
+    def iter_shard(self, shard):
+        for ids_, draw in super().iter_shard(shard):
+            yield (torch.tensor([1005, 1005]) if ids_.item() == 1005 else ids_), draw
+
+
+def outcomes(it, upto=None):
+    """Each batch's ids, or "error" for one that raised, until the epoch's end
+    (or `upto` of them); the errors."""
+    got, errors = [], []
+    while upto is None or len(got) < upto:
+        try:
+            got.append(next(it)[0].flatten().tolist())
+        except StopIteration:
+            break
+        except RuntimeError as e:  # torch's own, or stoker's DataError that is one too
+            got.append("error")
+            errors.append(e)
+    return got, errors
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_a_batch_that_cannot_be_collated_fails_alone_and_keeps_its_place(workers, kind,
+                                                                         on_error):
+    # A collate_fn that raised on one batch of a shard failed the whole shard
+    # item: the batches after it were lost, and at num_workers=0 those before too.
+    ds = Uncollatable(lens=[8, 12, 4, 8, 4])  # whole batches: torch's match stoker's
+    want, _ = outcomes(iter(torch.utils.data.DataLoader(ds, batch_size=4)))
+    assert want[3] == "error" and want.count("error") == 1
+    options = dict(shuffle=False, worker_kind=kind, on_error=on_error)
+    with loader(ds, workers, **options) as dl:
+        got, errors = outcomes(iter(dl))
+        # Not a sample's failure: raised under "skip" too, as a map-style batch's.
+        assert dl.skipped() == []
+    assert got == want
+    (error,) = errors
+    assert isinstance(error, stoker.DataError) and isinstance(error.__cause__, RuntimeError)
+    assert (error.shard, error.key, error.index) == ("shard-01", "shard-01", None)
+    assert str(error).startswith("epoch 0: shard 'shard-01': batch 1 of the shard: "
+                                 "collate_fn raised RuntimeError: stack expects")
+
+    def runs(got):  # each shard's batches and error, in order (an error is its shard's)
+        shard_of = [None]
+        for b in got:
+            shard_of.append(shard_of[-1] if b == "error" else b[0] // 1000)
+        return sorted((s, [b for b, t in zip(got, shard_of[1:]) if t == s])
+                      for s in set(shard_of[1:]))
+
+    # Shuffled, the shard is named as itself, not as its place in the epoch (4).
+    with loader(ds, workers, worker_kind=kind, on_error=on_error) as dl:
+        shuffled, errors = outcomes(iter(dl))
+    assert shuffled != want and runs(shuffled) == runs(want)
+    assert [e.shard for e in errors] == ["shard-01"]
+
+    # A checkpoint just before or after the failed batch, resumed at another
+    # count: the failed batch counts as taken, so exactly the rest comes.
+    for cut in (3, 4):
+        with loader(ds, workers, **options) as dl:
+            head, _ = outcomes(iter(dl), upto=cut)
+            state = dl.state_dict()
+        assert state["stream"] == {"item": 1, "batches_taken": cut - 2}
+        with loader(ds, 3 if workers == 0 else 0, shuffle=False, on_error=on_error) as dl:
+            dl.load_state_dict(state)
+            rest, _ = outcomes(iter(dl))
+        assert head + rest == want, cut
 
 
 @pytest.mark.parametrize("kind", ["threads", "processes"])

@@ -34,6 +34,7 @@ class ClusterError(RuntimeError):
 # suspected of hanging), by default; DataLoader(remote_timeout=...).
 DEFAULT_TIMEOUT_S = 60.0
 _ATTEMPTS = 3            # sends of one batch before it is made locally
+_CLOSED = ("closing", "closed")  # a client's status once closed: it never answers again
 _POLL_S = 0.05           # a wait for a task looks at the cluster and the consumer this often
 _SUSPECT_S = 60.0        # a worker that hung a task gets none for this long
 _LAG_MEMORY_S = 600.0    # a worker whose task lagged this recently is left out at its next lag
@@ -506,8 +507,10 @@ class Cluster:
                 if done.wait(_POLL_S):
                     # Straight from the worker that made it: through the
                     # scheduler, every batch would cross the network twice.
+                    # A client closed meanwhile (the user's) never answers: given up at once.
                     made = _within(self._timeout_s,
-                                   lambda: self.client.gather(future, direct=True))
+                                   lambda: self.client.gather(future, direct=True),
+                                   lambda: self.client.status in _CLOSED)
                     break
                 now = time.monotonic()
                 if self._closing or self._lost is not None:
@@ -545,6 +548,10 @@ class Cluster:
                                         f"{type(e).__name__}: {e})"))
             return None
         except Exception:  # noqa: BLE001 -- the task itself raised: stoker's bug, said plainly
+            if self.client.status in _CLOSED:  # its loop closed under it: no task's fault
+                self._lose(ClusterError(f"the connection to the scheduler was lost (the client "
+                                        f"is {self.client.status})"))
+                return None
             self._lose(ClusterError("a remote task failed outside its samples:\n" +
                                     traceback.format_exc()))
             return None
@@ -813,9 +820,10 @@ class _NoAnswer(TimeoutError):
     pass
 
 
-def _within(seconds, call):
-    """call() on a thread of its own, waited for `seconds` at most (then
-    _NoAnswer, a TimeoutError; the thread ends when the call does)."""
+def _within(seconds, call, gave_up=None):
+    """call() on a thread of its own, waited for `seconds` at most, or until
+    `gave_up()` says no answer will come (then _NoAnswer, a TimeoutError;
+    the thread ends when the call does)."""
     box = {}
 
     def run():
@@ -826,8 +834,14 @@ def _within(seconds, call):
 
     thread = threading.Thread(target=run, name="stoker-cluster-call", daemon=True)
     thread.start()
-    thread.join(seconds)
+    deadline = time.monotonic() + seconds
+    while thread.is_alive() and (left := deadline - time.monotonic()) > 0:
+        thread.join(left if gave_up is None else min(left, _POLL_S))
+        if gave_up is not None and thread.is_alive() and gave_up():
+            break
     if thread.is_alive():
+        if time.monotonic() < deadline:
+            raise _NoAnswer("no answer will come: given up waiting")
         raise _NoAnswer(f"no answer from the cluster within {seconds:g} s")
     if "error" in box:
         raise box["error"]

@@ -235,6 +235,19 @@ def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
         remote_loader(Seeded(n), client)
 
 
+def test_a_wait_for_the_cluster_ends_once_no_answer_can_come():
+    # A client the user closed mid-epoch: the batch in flight waited all of
+    # remote_timeout (60 s) for a gather that could never answer.
+    from stoker import _remote
+    began = time.monotonic()
+    with pytest.raises(TimeoutError, match="given up"):
+        _remote._within(30, lambda: time.sleep(3), lambda: time.monotonic() - began > 0.2)
+    assert time.monotonic() - began < 2
+    with pytest.raises(TimeoutError, match="within 0.2 s"):
+        _remote._within(0.2, lambda: time.sleep(3), lambda: False)
+    assert _remote._within(5, lambda: 7, lambda: False) == 7
+
+
 @pytest.mark.timeout(60)
 def test_a_dataset_the_workers_cannot_import_is_a_cluster_error_naming_it(shared_dask_cluster,
                                                                           tmp_path, monkeypatch):

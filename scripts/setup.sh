@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libfuse3-dev fuse3
-  libjpeg62-turbo-dev libpng-dev
+  libjpeg62-turbo-dev libpng-dev zlib1g-dev
   clang libclang-rt-14-dev clang-format
   pybind11-dev python3-dev python3-numpy python3-pytest python3-pytest-timeout
   python3-torch python3-torchvision python3-pil

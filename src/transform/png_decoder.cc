@@ -1,11 +1,15 @@
 #include "transform/png_decoder.h"
 
 #include <png.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace stoker {
 
@@ -15,12 +19,17 @@ struct PngInput {
   const std::byte* data = nullptr;
   size_t size = 0;
   size_t offset = 0;
+  size_t zeros = 0;  // read as zeros past the end: the rest of a last IDAT chunk cut short
 };
 
 void ReadFromMemory(png_structp png, png_bytep out, size_t n) {
   auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
-  if (in->size - in->offset < n) png_error(png, "premature end of PNG data (truncated file)");
-  std::memcpy(out, in->data + in->offset, n);
+  if (in->size + in->zeros - in->offset < n) {
+    png_error(png, "premature end of PNG data (truncated file)");
+  }
+  const size_t here = in->offset < in->size ? std::min(n, in->size - in->offset) : 0;
+  std::memcpy(out, in->data + in->offset, here);
+  std::memset(out + here, 0, n - here);
   in->offset += n;
 }
 
@@ -32,30 +41,110 @@ void ReadFromMemory(png_structp png, png_bytep out, size_t n) {
 
 void OnWarning(png_structp, png_const_charp) {}
 
-// Whether the file holds its image whole: its chunks, walked by their
-// lengths from the signature, reach IEND. A region decode stops reading
-// image data after the region's last row, so libpng's own "premature end"
-// would catch a file cut short for some crops and not others; this check
-// gives every crop the same verdict. Bytes after IEND are not part of the
-// image. REQUIRES: LooksLikePng(data).
-Status CheckReachesIend(std::span<const std::byte> data) {
+uint32_t BigEndian32(const uint8_t* p) {
+  return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
+}
+
+// The bytes of filtered rows a PNG's image data inflates to, from its IHDR
+// (the first chunk: width, height, bit depth, colour type, interlace); 0 when
+// there is none to read.
+uint64_t ImageDataBytes(const uint8_t* p, size_t n) {
+  if (n < 8 + 8 + 13 || std::memcmp(p + 12, "IHDR", 4) != 0) return 0;
+  const uint64_t width = BigEndian32(p + 16), height = BigEndian32(p + 20);
+  const int depth = p[24], color = p[25], interlace = p[28];
+  const int channels = color == 2 ? 3 : color == 4 ? 2 : color == 6 ? 4 : 1;
+  const uint64_t bits = static_cast<uint64_t>(channels) * static_cast<uint64_t>(depth);
+  auto rows = [bits](uint64_t w, uint64_t h) { return w == 0 ? 0 : h * (1 + (w * bits + 7) / 8); };
+  if (interlace == 0) return rows(width, height);
+  uint64_t total = 0;  // Adam7: each pass's columns and rows, from its start and step
+  constexpr int kStart[7][2] = {{0, 0}, {4, 0}, {0, 4}, {2, 0}, {0, 2}, {1, 0}, {0, 1}};
+  constexpr int kStep[7][2] = {{8, 8}, {8, 8}, {4, 8}, {4, 4}, {2, 4}, {2, 2}, {1, 2}};
+  for (int pass = 0; pass < 7; ++pass) {
+    auto count = [](uint64_t size, int start, int step) {
+      return size > static_cast<uint64_t>(start) ? (size - start + step - 1) / step : 0;
+    };
+    total += rows(count(width, kStart[pass][0], kStep[pass][0]),
+                  count(height, kStart[pass][1], kStep[pass][1]));
+  }
+  return total;
+}
+
+// Whether `idat` (the image data's pieces, in order) inflates to at least
+// `wanted` bytes: every row is there.
+bool InflatesTo(const std::vector<std::span<const uint8_t>>& idat, uint64_t wanted) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return false;
+  std::vector<uint8_t> scratch(64 * 1024);
+  uint64_t got = 0;
+  int rc = Z_OK;
+  for (const auto& piece : idat) {
+    z.next_in = const_cast<uint8_t*>(piece.data());
+    z.avail_in = static_cast<uInt>(piece.size());
+    while (z.avail_in > 0 && rc == Z_OK && got < wanted) {
+      z.next_out = scratch.data();
+      z.avail_out = static_cast<uInt>(scratch.size());
+      rc = inflate(&z, Z_NO_FLUSH);
+      got += scratch.size() - z.avail_out;
+    }
+    if (rc != Z_OK) break;
+  }
+  inflateEnd(&z);
+  return got >= wanted;
+}
+
+// Whether the file holds its image whole, as Pillow judges it: the image
+// data gives every row (inflated, when the file ends within or right after
+// it), and no chunk after it whose header is there is cut short. IEND may be
+// missing. A region decode stops reading image data after the region's last
+// row, so libpng's own "premature end" would catch a file cut short for
+// some crops and not others; this check gives every crop the same verdict.
+// Bytes after IEND are not part of the image. `missing`: what the last IDAT
+// chunk lacks of its data and CRC when the file ends in it, its rows all there
+// (libpng reads it to the end). REQUIRES: LooksLikePng(data).
+Status CheckImageWhole(std::span<const std::byte> data, size_t* missing) {
+  *missing = 0;
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   const size_t n = data.size();
-  size_t i = 8;  // after the signature
+  std::vector<std::span<const uint8_t>> idat;
+  bool after_idat = false;  // a whole chunk follows the image data
+  size_t i = 8;             // after the signature
   // A chunk: 4 bytes of length, 4 of type, the data, 4 of CRC.
-  while (n - i >= 12) {
-    const uint32_t length = uint32_t{p[i]} << 24 | uint32_t{p[i + 1]} << 16 |
-                            uint32_t{p[i + 2]} << 8 | uint32_t{p[i + 3]};
+  while (n - i >= 8) {
+    const uint32_t length = BigEndian32(p + i);
     if (length > 0x7FFFFFFFu) {
       return DataError("PNG: chunk at byte " + std::to_string(i) + " has length " +
                        std::to_string(length) + ", more than PNG allows (corrupt)");
     }
-    if (length > n - i - 12) break;
-    if (std::memcmp(p + i + 4, "IEND", 4) == 0) return Status::Ok();
-    i += 12 + length;
+    if (std::memcmp(p + i + 4, "IEND", 4) == 0) {
+      if (!idat.empty()) return Status::Ok();
+      break;
+    }
+    const bool is_idat = std::memcmp(p + i + 4, "IDAT", 4) == 0;
+    const size_t here = n - i - 8;  // of its data and CRC
+    if (is_idat && !after_idat) {
+      idat.emplace_back(p + i + 8, std::min<size_t>(length, here));
+      *missing = size_t{length} + 4 - std::min<size_t>(size_t{length} + 4, here);
+    } else if (!idat.empty()) {
+      after_idat = true;
+    }
+    if (length > here) {
+      if (after_idat) {
+        return DataError("PNG: premature end of PNG data (truncated file: " + std::to_string(n) +
+                         " bytes; the " + std::string(reinterpret_cast<const char*>(p + i + 4), 4) +
+                         " chunk after the image data is cut short)");
+      }
+      break;
+    }
+    i += std::min<size_t>(n - i, 12 + size_t{length});
   }
+  if (after_idat) {  // the image data's chunks are whole
+    *missing = 0;
+    return Status::Ok();
+  }
+  const uint64_t wanted = ImageDataBytes(p, n);
+  if (!idat.empty() && wanted > 0 && InflatesTo(idat, wanted)) return Status::Ok();
   return DataError("PNG: premature end of PNG data (truncated file: " + std::to_string(n) +
-                   " bytes, and no IEND chunk closes the image)");
+                   " bytes, and its image data does not hold every row)");
 }
 
 // Pillow gives an index past the PLTE's entries (invalid, but some tools
@@ -118,8 +207,9 @@ Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
   s.Release();
   if (data.empty()) return DataError("PNG: empty record (0 bytes)");
   if (!LooksLikePng(data)) return DataError("PNG: bad signature");
-  STOKER_RETURN_IF_ERROR(CheckReachesIend(data));
-  s.input = {data.data(), data.size(), 0};
+  size_t missing = 0;
+  STOKER_RETURN_IF_ERROR(CheckImageWhole(data, &missing));
+  s.input = {data.data(), data.size(), 0, missing};
   s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, s.message, OnError, OnWarning);
   if (s.png == nullptr) return Unavailable("PNG: cannot create the libpng reader");
   s.info = png_create_info_struct(s.png);
@@ -132,6 +222,9 @@ Status PngDecoder::ReadHeader(std::span<const std::byte> data) {
   png_set_crc_action(s.png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
   png_read_info(s.png, s.info);
   png_set_crc_action(s.png, PNG_CRC_QUIET_USE, PNG_CRC_QUIET_USE);
+  // The zlib checksum of image data cut short is read as zeros: Pillow stops
+  // once it has every row, never reading it.
+  if (missing > 0) png_set_option(s.png, PNG_IGNORE_ADLER32, PNG_OPTION_ON);
   s.header_ok = true;
   return Status::Ok();
 }

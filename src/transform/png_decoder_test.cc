@@ -185,24 +185,58 @@ TEST(PngDecoderTest, SixteenBitGrayClampsAsPilDoes) {
 
 // As for JPEG: a file cut short fails whatever rows the region needs, not
 // only when the decoder reads as far as the damage.
-TEST(PngDecoderTest, TruncatedFileFailsWhateverTheRegion) {
-  auto file = Png(MakePicture(64, 64), 64, 64, PNG_COLOR_TYPE_RGB, 8);
-  // The last 100 bytes gone (into the image data); only the IEND chunk gone.
-  for (size_t lost : {size_t{100}, size_t{12}}) {
-    std::vector<uint8_t> cut(file.begin(), file.end() - static_cast<ptrdiff_t>(lost));
+// Pillow's verdict on a file cut short (checked with Pillow 9.4): every row's
+// image data must be there (IEND, the last IDAT's CRC and even its zlib
+// checksum may be gone), and a chunk after the image data whose header is
+// there must be whole. The same whatever the region decoded.
+TEST(PngDecoderTest, AFileCutShortGetsPillowsVerdictWhateverTheRegion) {
+  const auto pic = MakePicture(64, 64);
+  const std::vector<std::tuple<int, int, int, int>> regions = {{0, 0, 64, 4}, {10, 20, 30, 30}};
+  auto verdicts = [&](const std::vector<uint8_t>& file, bool whole, const std::string& what) {
+    for (auto [x0, y0, x1, y1] : regions) {
+      PngDecoder dec;
+      std::vector<uint8_t> buf;
+      DecodedRegion r;
+      Status s = dec.ReadHeader(AsBytes(file));
+      if (s.ok()) s = dec.DecodeRegion(x0, y0, x1, y1, &buf, &r);
+      if (whole) {
+        EXPECT_TRUE(s.ok()) << what << ", rows [" << y0 << ", " << y1 << "): " << s.ToString();
+      } else {
+        EXPECT_EQ(s.code(), StatusCode::kDataError)
+            << what << ", rows [" << y0 << ", " << y1 << "): " << s.ToString();
+        EXPECT_NE(s.message().find("premature end"), std::string::npos) << s.message();
+      }
+    }
+    if (!whole) return;
     PngDecoder dec;
     std::vector<uint8_t> buf;
-    for (auto [x0, y0, x1, y1] : {std::tuple{0, 0, 64, 4}, std::tuple{10, 20, 30, 30}}) {
-      Status s = dec.ReadHeader(AsBytes(cut));
-      DecodedRegion r;
-      if (s.ok()) s = dec.DecodeRegion(x0, y0, x1, y1, &buf, &r);
-      EXPECT_EQ(s.code(), StatusCode::kDataError)
-          << lost << " bytes lost, rows [" << y0 << ", " << y1 << "): " << s.ToString();
-      EXPECT_NE(s.message().find("premature end"), std::string::npos) << s.message();
+    DecodedRegion r;
+    ASSERT_TRUE(dec.DecodeFull(AsBytes(file), &buf, &r).ok()) << what;
+    EXPECT_EQ(0, std::memcmp(r.pixels, pic.data(), pic.size())) << what;  // as Pillow's
+  };
+  for (bool interlaced : {false, true}) {
+    const auto file = Png(pic, 64, 64, PNG_COLOR_TYPE_RGB, 8, interlaced);
+    // IEND (12 bytes), part of it, the last IDAT's CRC, its zlib checksum: read
+    // as Pillow reads them. 100 bytes: rows are gone.
+    for (size_t lost : {4, 8, 12, 13, 16, 20, 100}) {
+      std::vector<uint8_t> cut(file.begin(), file.end() - static_cast<ptrdiff_t>(lost));
+      verdicts(cut, lost != 100,
+               std::to_string(lost) + " bytes lost, interlaced " + std::to_string(interlaced));
+    }
+    // A tEXt chunk after the image data: cut in its header, fine; in its data, not.
+    std::vector<uint8_t> text = {0, 0, 0, 40, 't', 'E', 'X', 't', 'a', 0};
+    text.resize(8 + 40 + 4, 'x');
+    std::vector<uint8_t> with(file.begin(), file.end() - 12);
+    with.insert(with.end(), text.begin(), text.end());
+    with.insert(with.end(), file.end() - 12, file.end());
+    for (size_t lost : {12, 16, 12 + 52 - 6, 20, 12 + 52 - 8}) {
+      std::vector<uint8_t> cut(with.begin(), with.end() - static_cast<ptrdiff_t>(lost));
+      verdicts(cut, lost == 12 || lost == 16 || lost == 12 + 52 - 6,
+               "tEXt after the data, " + std::to_string(lost) + " bytes lost");
     }
   }
   // Bytes after IEND are not part of the image.
-  std::vector<uint8_t> trailing = file;
+  std::vector<uint8_t> trailing = Png(pic, 64, 64, PNG_COLOR_TYPE_RGB, 8);
   trailing.insert(trailing.end(), 40, 0x55);
   PngDecoder dec;
   std::vector<uint8_t> buf;

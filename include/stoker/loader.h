@@ -87,6 +87,13 @@ struct LoaderOptions {
   TunerOptions tuner;
 };
 
+/// An item a worker is making now.
+struct ItemInProgress {
+  int worker = 0;
+  int64_t item = 0;
+  std::string name;  // "sample 13 (<its key>)", or the kind's item_name() and number
+};
+
 /// One sample left out under ErrorPolicy::kSkip.
 struct SkipRecord {
   int64_t epoch = 0;
@@ -424,6 +431,12 @@ class Loader {
   /// Stops the loader: waiting calls return kCancelled, workers leave after
   /// at most the sample they are on. Idempotent.
   void Stop();
+  /// Stop(), waiting at most `patience` for the workers: true once every one
+  /// has left. Those still on an item (a read that does not return) leave
+  /// when it ends; a later call, Stop or the destructor, waits for them.
+  bool StopWithin(std::chrono::nanoseconds patience);
+  /// The items workers are making now.
+  std::vector<ItemInProgress> InProgress() const;
 
   /// Ok in the process that made the loader. In a child forked since, where
   /// the workers do not exist, kFailedPrecondition: "this stoker loader was

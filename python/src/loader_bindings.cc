@@ -33,6 +33,33 @@ namespace py = pybind11;
 // handlers (Ctrl-C): short enough to feel instant, long enough to cost nothing.
 constexpr std::chrono::milliseconds kWaitSlice{50};
 
+// How long close() waits for workers still on an item (a read of a store
+// that hangs) before it names their items; at the interpreter's exit it then
+// leaves them behind, as nothing can use the loader any more.
+constexpr std::chrono::seconds kCloseNamesAfter{10};
+
+// Set once the interpreter's exit closes the loaders left open (_exit.py).
+std::atomic<bool> closing_at_exit{false};
+
+// What `held` says of the items that kept the workers from leaving: those
+// the same workers were on when the wait began (`first`) and still are.
+std::string HeldUp(const std::vector<ItemInProgress>& first,
+                   const std::vector<ItemInProgress>& now) {
+  std::string names;
+  int held = 0;
+  for (const ItemInProgress& n : now) {
+    if (std::ranges::none_of(first, [&](const ItemInProgress& f) {
+          return f.worker == n.worker && f.item == n.item;
+        })) {
+      continue;
+    }
+    names += (held++ == 0 ? "" : ", ") + n.name;
+  }
+  if (held == 0) return "for its workers to leave";
+  return "for " + std::to_string(held) + (held == 1 ? " worker" : " workers") + " still on " +
+         names + " (a read or transform that has not returned: a store that hangs?)";
+}
+
 // The images of a batch as a numpy array over the batch's own buffer. The
 // array's base is a capsule that owns the Batch, so the buffer goes back to
 // the loader's pool exactly when the last array (or torch tensor made with
@@ -234,7 +261,7 @@ class PyLoader {
       ~Leave() { busy.store(false); }
     } leave{busy_};
     py::gil_scoped_acquire gil;
-    Destroy();
+    Destroy(/*interruptible=*/true);
   }
 
   bool closed() const { return !loader_; }
@@ -276,16 +303,56 @@ class PyLoader {
     }
   }
 
-  void Destroy() {
+  // `interruptible` (close(), not the destructor): the wait for the workers
+  // runs in slices between which Python handles its signals; Ctrl-C then
+  // leaves the workers still on an item behind, as does the exit once it
+  // named them.
+  void Destroy(bool interruptible = false) {
     // Taken out first, with the GIL held, so that other threads see the
     // loader closed; joining its workers (up to one sample's time each) then
     // runs without the GIL.
     pending_.reset();  // its batch goes back to the loader's pool first
     std::unique_ptr<Loader> doomed = std::move(loader_);
     if (!doomed) return;
+    if (interruptible) {
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<ItemInProgress> first;
+      bool named = false;
+      for (int slice = 0;; ++slice) {
+        bool left;
+        {
+          py::gil_scoped_release release;
+          left = doomed->StopWithin(kWaitSlice);
+        }
+        if (left) break;
+        if (slice == 0) first = doomed->InProgress();
+        if (!named && std::chrono::steady_clock::now() - start >= kCloseNamesAfter) {
+          named = true;
+          const bool at_exit = closing_at_exit.load();
+          const std::string message = "stoker: close() has waited " +
+                                      std::to_string(kCloseNamesAfter.count()) + " s " +
+                                      HeldUp(first, doomed->InProgress()) +
+                                      (at_exit ? "; the interpreter exits without them"
+                                               : "; Ctrl-C stops waiting and leaves them behind");
+          if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) {
+            LeaveBehind(std::move(doomed));
+            throw py::error_already_set();  // the warning, made an error
+          }
+          if (at_exit) return LeaveBehind(std::move(doomed));
+        }
+        if (PyErr_CheckSignals() != 0) {
+          LeaveBehind(std::move(doomed));
+          throw py::error_already_set();
+        }
+      }
+    }
     py::gil_scoped_release release;
     doomed.reset();
   }
+
+  // A stopped loader whose workers are still on an item is never destroyed:
+  // they use it until their item returns, then leave (or end with the process).
+  static void LeaveBehind(std::unique_ptr<Loader> stopped) { static_cast<void>(stopped.release()); }
 
   // A batch taken by a Next() that Ctrl-C stopped, for the next one.
   struct Pending {
@@ -416,6 +483,10 @@ void BindLoader(py::module_& m) {
   m.attr("MAX_WORKERS") = kMaxWorkers;
   m.attr("MEMORY_BUDGET_SHARE") = kMemoryBudgetShare;
   m.attr("RECENT_WINDOW_S") = kRecentWindowS;
+  m.def(
+      "closing_at_exit", [] { closing_at_exit.store(true); },
+      "From now on, close() leaves behind the workers still on an item once it named them "
+      "(the interpreter is exiting).");
   m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"),
         "The prefetch depth, in batches, for a fixed worker count when none is given.");
   m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),
@@ -438,7 +509,9 @@ void BindLoader(py::module_& m) {
            "epochs'), and keep_ahead=False drops what was made ahead for it.")
       .def("state", &PyLoader::State)
       .def("restore", &PyLoader::Restore, py::arg("state"))
-      .def("close", &PyLoader::Close)
+      .def("close", &PyLoader::Close,
+           "Stops the loader and waits for its workers; after 10 s a RuntimeWarning names the "
+           "items they are still on, and Ctrl-C leaves those behind.")
       .def_property_readonly("closed", &PyLoader::closed)
       .def_property_readonly("epoch", [](PyLoader& l) { return l.loader().epoch(); })
       .def_property_readonly("batches_per_epoch",

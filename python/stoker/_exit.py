@@ -15,7 +15,7 @@ import atexit
 import os
 import weakref
 
-from . import _workers
+from . import _stoker, _workers
 
 _open = weakref.WeakSet()
 
@@ -39,6 +39,9 @@ os.register_at_fork(after_in_child=_open.clear)
 
 @atexit.register
 def _close_open_loaders():
+    # A worker still on an item after a while (a read of a store that hangs)
+    # is named and left behind: the process ends without it.
+    _stoker.closing_at_exit()
     for loader in list(_open):
         try:
             loader.close()

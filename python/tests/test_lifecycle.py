@@ -1,7 +1,9 @@
 """stoker.DataLoader's processes beside processes the user forks: close()
 never waits on them, and the zygote and workers never outlive the loader's
 process because another process holds a copy of its socket. close() and the
-interpreter's exit never wait for a thread worker's sample that hangs."""
+interpreter's exit never wait for a thread worker's sample that hangs; for a
+read of stoker's own workers that hangs, close() names its samples, and Ctrl-C
+or the exit leaves it behind."""
 
 import inspect
 import os
@@ -610,3 +612,55 @@ def test_the_process_exits_cleanly_with_only_an_iterator_left_of_its_loader(kind
     """)], capture_output=True, text=True, timeout=90)
     assert p.returncode == 0 and p.stdout.split() == ["done"], p.stderr
     assert "terminate" not in p.stderr, p.stderr
+
+
+# A store that hangs, for stoker's own workers: every read sleeps 10 minutes,
+# in C++, where no signal or stop reaches it. The first next() is cut short
+# by a timer signal, with both workers inside a read.
+_HUNG_STORE = textwrap.dedent("""
+    import signal, sys, stoker
+    class Cut(Exception): pass
+    def cut(*_): raise Cut()
+    signal.signal(signal.SIGALRM, cut)
+    source = stoker.Synthetic(size=64, shape=(4,), read_latency_us=600e6)
+    loader = stoker.Loader(source, batch_size=4, workers=2, shuffle=False)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        next(iter(loader))
+    except Cut:
+        pass
+    print("reading", flush=True)
+""")
+
+
+@pytest.mark.parametrize("how", ["close", "exit"])
+def test_close_names_the_samples_a_hung_read_holds_and_does_not_wait_for_ever(how):
+    # close(): after 10 s a warning names the samples the workers are still on,
+    # and Ctrl-C leaves them behind; at the interpreter's exit they are left
+    # behind once named. torch's DataLoader ends its workers after 5 s.
+    body = _HUNG_STORE + ("loader.close()\nprint('closed', flush=True)\n" if how == "close" else "")
+    import threading
+    p = subprocess.Popen([sys.executable, "-c", body], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(90, p.kill)  # a close that waits for ever ends the reads below
+    watchdog.start()
+    try:
+        assert p.stdout.readline() == "reading\n"
+        named = ""
+        while "close() has waited" not in named:
+            line = p.stderr.readline()
+            assert line, f"ended without naming what it waited for: {p.stderr.read()}"
+            named += line
+        if how == "close":
+            p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+        p.kill()
+        p.wait()
+    assert "2 workers still on sample " in named and "(synthetic:" in named, named
+    if how == "close":
+        assert "Ctrl-C stops waiting and leaves them behind" in named
+        assert "KeyboardInterrupt" in err and "closed" not in out, (out, err)
+    else:
+        assert "the interpreter exits without them" in named and p.returncode == 0, err

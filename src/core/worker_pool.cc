@@ -5,6 +5,11 @@
 #include <string>
 
 namespace stoker {
+namespace {
+
+constexpr std::chrono::milliseconds kJoinPoll{1};  // JoinFor's look at the threads left
+
+}  // namespace
 
 WorkerPool::WorkerPool(Body body) : body_(std::move(body)) {}
 
@@ -76,6 +81,20 @@ void WorkerPool::Join() {
   }
   for (auto& t : threads) {
     if (t->thread.joinable()) t->thread.join();
+  }
+}
+
+bool WorkerPool::JoinFor(std::chrono::nanoseconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ReapLocked();
+      if (threads_.empty()) return true;
+    }
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds::zero()) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(left, kJoinPoll));
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,10 @@ class WorkerPool {
   void Stop();
   /// Joins every thread. REQUIRES: Stop() was called and bodies were woken.
   void Join();
+  /// Joins the threads that leave within `patience`; true once none is left.
+  /// REQUIRES: as Join's. A thread left (its body still running) is joined
+  /// by a later call, Join or the destructor.
+  bool JoinFor(std::chrono::nanoseconds patience);
 
   int target() const { return target_.load(std::memory_order_acquire); }
   /// Threads that have not yet decided to leave.

@@ -103,11 +103,16 @@ Status BatchSlot::Failure::Named() const {
   // is said once, in the sample's name.
   const bool says_key = !key.empty() && status.message().starts_with(key + ": ");
   if (index < 0) return key.empty() || says_key ? status : status.WithContext(key);
-  const std::string where = "sample " + std::to_string(index);
-  if (key.empty()) return status.WithContext(where);
-  if (!says_key) return status.WithContext(where + " (" + key + ")");
-  return Status(status.code(), where + " (" + key + "): " + status.message().substr(key.size() + 2))
+  const std::string where = SampleName(index, says_key ? "" : key);
+  if (!says_key) return status.WithContext(where);
+  return Status(status.code(),
+                SampleName(index, key) + ": " + status.message().substr(key.size() + 2))
       .WithDetail(status.detail());
+}
+
+std::string SampleName(int64_t index, const std::string& key) {
+  std::string name = "sample " + std::to_string(index);
+  return key.empty() ? name : name + " (" + key + ")";
 }
 
 BatchPool::BatchPool(SampleSpec spec, int64_t batch_size, Recycle recycle,

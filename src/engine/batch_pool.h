@@ -21,6 +21,9 @@
 
 namespace stoker {
 
+/// "sample 13 (<key>)", or "sample 13" without a key: how errors name a sample.
+std::string SampleName(int64_t index, const std::string& key);
+
 /// One batch's storage, recycled through a BatchPool: a 4096-aligned data
 /// buffer for batch_size samples plus per-sample labels, source indices and
 /// outcomes, all allocated once when the slot is made.

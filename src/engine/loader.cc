@@ -371,6 +371,29 @@ class Loader::Impl {
   }
 
   void Stop() EXCLUDES(mu_) {
+    Halt();
+    workers_.Join();
+  }
+
+  bool StopWithin(std::chrono::nanoseconds patience) EXCLUDES(mu_) {
+    Halt();
+    return workers_.JoinFor(patience);
+  }
+
+  std::vector<ItemInProgress> InProgress() const {
+    std::vector<ItemInProgress> out;
+    for (const auto& [worker, item] : stats_board_.Items()) {
+      std::string name = kind_->items_are_samples()
+                             ? SampleName(item, kind_->Key(item))
+                             : kind_->item_name() + " " + std::to_string(item);
+      out.push_back({worker, item, std::move(name)});
+    }
+    return out;
+  }
+
+ private:
+  // Stops the loader without waiting: waiting calls return, workers leave.
+  void Halt() EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
       stopped_ = true;
@@ -380,10 +403,8 @@ class Loader::Impl {
       ready_cv_.NotifyAll();
     }
     kind_->Cancel();  // a worker may wait on the kind (a process starting) rather than on us
-    workers_.Join();
   }
 
- private:
   int64_t ConsumerEnters() {
     const int64_t enter = SteadyNanos();
     if (last_return_ns_ != 0) {
@@ -577,6 +598,7 @@ class Loader::Impl {
     const int64_t index = plan.sample(plan.batch_begin(slot->batch()) + p);
     const ItemOutcome& outcome = ctx.outcome;
     Status st;
+    ctx.stats.set_item(index);
     try {
       st = ctx.Run(plan.epoch(), index, slot->sample(p), slot->abandoned_flag());
     } catch (const std::bad_alloc&) {
@@ -584,6 +606,7 @@ class Loader::Impl {
     } catch (const std::exception& e) {
       st = Internal(std::string("the source or transform threw: ") + e.what());
     }
+    ctx.stats.set_item(-1);
     if (st.ok() && (outcome.yielded || outcome.interrupted || outcome.dropped)) return false;
     if (st.ok()) {
       slot->Put(p, index, outcome.label, outcome.samples);
@@ -1158,6 +1181,10 @@ std::vector<SkipRecord> Loader::Skipped() const { return impl_->Skipped(); }
 void Loader::Stop() {
   if (impl_->CheckProcess().ok()) impl_->Stop();
 }
+bool Loader::StopWithin(std::chrono::nanoseconds patience) {
+  return !impl_->CheckProcess().ok() || impl_->StopWithin(patience);
+}
+std::vector<ItemInProgress> Loader::InProgress() const { return impl_->InProgress(); }
 std::optional<TunerView> Loader::tuner_view() const {
   const Controller* c = impl_->controller();
   return c != nullptr ? c->View() : std::nullopt;

@@ -399,6 +399,13 @@ bool WaitUntil(F done) {
   return true;
 }
 
+// Opens a GatedSource when the test leaves, however it leaves: an early
+// return must not leave the loader's workers blocked.
+struct OpenOnExit {
+  GatedSource* source;
+  ~OpenOnExit() { source->Open(); }
+};
+
 // Whether thread `tid` of this process still exists.
 bool ThreadExists(pid_t tid) {
   std::error_code ec;
@@ -416,10 +423,7 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   o.prefetch_batches = 2;  // two workers block in Read, four on the full window
   auto loader = MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
-  struct OpenOnExit {  // an early return must not leave the loader blocked
-    GatedSource* source;
-    ~OpenOnExit() { source->Open(); }
-  } open_on_exit{source.get()};
+  OpenOnExit open_on_exit{source.get()};
 
   auto first = loader->Next();
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
@@ -455,6 +459,35 @@ TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   }
 }
 
+TEST(LoaderTest, StopWithinGivesUpOnAReadThatDoesNotReturnAndNamesItsSample) {
+  // Every read blocks until opened: both workers hold a sample.
+  auto source = std::make_shared<GatedSource>(64, 8, 0);
+  auto o = SyntheticLoaderOptions(64, 4, 8);
+  o.source = source;
+  o.workers = 2;
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  OpenOnExit open_on_exit{source.get()};
+  std::optional<StatusCode> got;
+  std::thread consumer([&] { got = loader->Next().status().code(); });  // starts the epoch
+  ASSERT_TRUE(WaitUntil([&] { return source->blocked() >= 2; }));
+
+  EXPECT_FALSE(loader->StopWithin(std::chrono::milliseconds(50)));
+  consumer.join();  // woken, though its batch's reads still hang
+  EXPECT_EQ(got, StatusCode::kCancelled);
+  const std::vector<ItemInProgress> held = loader->InProgress();
+  ASSERT_EQ(held.size(), 2u);
+  for (const ItemInProgress& h : held) {
+    EXPECT_EQ(h.name,
+              "sample " + std::to_string(h.item) + " (gated:" + std::to_string(h.item) + ")");
+  }
+  EXPECT_NE(held[0].worker, held[1].worker);
+
+  source->Open();  // the reads return: the workers leave
+  EXPECT_TRUE(loader->StopWithin(std::chrono::seconds(60)));
+  EXPECT_TRUE(loader->InProgress().empty());
+}
+
 TEST(LoaderTest, AwaitedNamesTheBatchTheConsumerSleepsOnWithItsItems) {
   constexpr int64_t kBatch = 4;
   // Every read blocks until opened: the consumer sleeps on batch 0.
@@ -465,10 +498,7 @@ TEST(LoaderTest, AwaitedNamesTheBatchTheConsumerSleepsOnWithItsItems) {
   o.workers = 2;
   auto loader = MakeUntunedLoader(o);
   ASSERT_NE(loader, nullptr);
-  struct OpenOnExit {
-    GatedSource* source;
-    ~OpenOnExit() { source->Open(); }
-  } open_on_exit{source.get()};
+  OpenOnExit open_on_exit{source.get()};
   EXPECT_FALSE(loader->Awaited().has_value());  // the consumer is not inside Next()
 
   std::optional<BatchCopy> first;

@@ -145,4 +145,13 @@ void WorkerStatsBoard::AddTo(const WorkerStats& consumer, LoaderMetrics* m) cons
   add(consumer.Snapshot());
 }
 
+std::vector<std::pair<int, int64_t>> WorkerStatsBoard::Items() const {
+  std::vector<std::pair<int, int64_t>> items;
+  MutexLock lock(mu_);
+  for (const WorkerStats* s : live_) {
+    if (const int64_t item = s->item(); item >= 0) items.emplace_back(s->id(), item);
+  }
+  return items;
+}
+
 }  // namespace stoker

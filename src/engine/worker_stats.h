@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/thread_annotations.h"
@@ -31,6 +32,9 @@ class WorkerStats {
   /// Bytes of the thread's read buffer and transform scratch.
   void set_footprint(size_t bytes) { footprint_.store(bytes, std::memory_order_relaxed); }
   size_t footprint() const { return footprint_.load(std::memory_order_relaxed); }
+  /// The item the thread is making now (-1: none): who holds up close().
+  void set_item(int64_t item) { item_.store(item, std::memory_order_relaxed); }
+  int64_t item() const { return item_.load(std::memory_order_relaxed); }
 
  private:
   friend class TaskTimer;
@@ -43,6 +47,7 @@ class WorkerStats {
   std::atomic<int64_t> remote_samples_{0};
   std::atomic<int64_t> remote_busy_ns_{0};
   std::atomic<size_t> footprint_{0};
+  std::atomic<int64_t> item_{-1};
   // Owner thread only:
   std::unique_ptr<RunDelayClock> run_delay_;  // null where the kernel keeps none
   int64_t run_delay_ns_ = 0;                  // its last reading
@@ -102,6 +107,8 @@ class WorkerStatsBoard {
   void Leave(const WorkerStats* stats) EXCLUDES(mu_);
   /// Adds every worker's counters (and `consumer`'s) into `m`.
   void AddTo(const WorkerStats& consumer, LoaderMetrics* m) const EXCLUDES(mu_);
+  /// (worker id, item) of each worker making an item now.
+  std::vector<std::pair<int, int64_t>> Items() const EXCLUDES(mu_);
 
  private:
   mutable Mutex mu_;

@@ -528,17 +528,24 @@ class _Megabytes(Dataset):
         return torch.full((256 * 1024,), float(i))  # 1 MiB a sample
 
 
-def test_close_lets_go_of_the_shared_memory_of_a_loader_still_referenced():
+@pytest.mark.parametrize("persistent", [False, True])
+def test_close_lets_go_of_the_shared_memory_of_a_loader_still_referenced(persistent):
     # `with ... as dl` keeps dl referenced after the block: its segments went
-    # only with the object (before: about 36 MiB a closed loader). A batch
-    # kept past close() keeps its own segment only, until it is let go.
+    # only with the object (before: about 36 MiB a closed loader; with
+    # persistent workers, the next epoch's batches made ahead). A batch kept
+    # past close() keeps its own segment only, until it is let go.
     before = segments_open()
-    with stoker.DataLoader(_Megabytes(), batch_size=8, num_workers=2) as dl:
+    with stoker.DataLoader(_Megabytes(), batch_size=8, num_workers=2,
+                           persistent_workers=persistent) as dl:
         kept = None
         for batch in dl:
             kept = batch if kept is None else kept
         del batch
         assert segments_open() > before
+        if persistent:  # the next epoch's first batches, made ahead
+            deadline = time.monotonic() + 60
+            while dl.stats()["segment_bytes_in_use"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
     assert segments_open() - before == 1 and kept[1, 0].item() == 1.0  # still readable
     del kept
     assert segments_open() == before

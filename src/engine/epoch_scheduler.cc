@@ -32,7 +32,17 @@ EpochScheduler::EpochScheduler(const Options& options, BatchPool* pool)
       prefetch_bytes_(std::max<size_t>(options.prefetch_bytes, 1)),
       next_epoch_(options.start_epoch) {}
 
-EpochScheduler::~EpochScheduler() = default;
+EpochScheduler::~EpochScheduler() {
+  // Through the pool, which hands the kind every output made (a worker
+  // process's segment is leased until then), never dropped with the slot.
+  for (EpochRun* run : {cur_.get(), ahead_.get()}) {
+    if (run == nullptr) continue;
+    for (EpochRun::OpenBatch& o : run->open_) {
+      if (o.slot != nullptr) pool_->Release(std::move(o.slot));
+    }
+  }
+  for (std::unique_ptr<BatchSlot>& slot : stale_) pool_->Release(std::move(slot));
+}
 
 int EpochScheduler::depth() const {
   const size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);

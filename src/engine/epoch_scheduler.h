@@ -105,6 +105,8 @@ class EpochScheduler {
   };
   /// `pool` supplies and takes back batch slots; it must outlive the scheduler.
   EpochScheduler(const Options& options, BatchPool* pool);
+  /// Gives every slot it still holds back to the pool. REQUIRES: no worker
+  /// writes to one any more.
   ~EpochScheduler();
   EpochScheduler(const EpochScheduler&) = delete;
   EpochScheduler& operator=(const EpochScheduler&) = delete;

@@ -81,6 +81,7 @@ class FakeKind : public WorkerKind {
   mutable std::atomic<int> workers_made{0};
   mutable std::atomic<int> consumer_workers{0};
   mutable std::atomic<int> recycled{0};
+  mutable std::atomic<int> made{0};    // outputs written
   std::atomic<int64_t> grow_bytes{0};  // each item adds this to its worker's trimmable memory
 
  private:
@@ -106,6 +107,7 @@ class FakeKind : public WorkerKind {
       }
       const int64_t words[2] = {item, kept + 1};  // +1: never zero once written
       std::memcpy(out.data(), words, sizeof words);
+      kind_.made.fetch_add(1);
       outcome->label = item;
       outcome->samples = kept;
       outcome->remote = kind_.mark_remote.load() && item % 2 == 1;
@@ -377,6 +379,28 @@ TEST(WorkerKindTest, CostElsewhereCountsAsTheWorkersAndEveryOutputIsRecycled) {
     EXPECT_GE(loader->Metrics().cpu_elsewhere_ns, 12 * 1'000'000);
   }
   EXPECT_EQ(kind->recycled.load(), 12);  // delivered, released, handed back
+}
+
+TEST(WorkerKindTest, OutputsMadeAheadAndNeverDeliveredAreRecycledWhenTheLoaderGoes) {
+  // A worker process's segment stays leased until its output is recycled: a
+  // loader closed with batches made ahead (this epoch's and the next's)
+  // must hand them back, not drop them.
+  auto kind = std::make_shared<FakeKind>(12, std::set<int64_t>{});
+  {
+    auto o = KindOptions(kind, 2);
+    o.prefetch_batches = 4;
+    auto loader = MakeUntunedLoader(o);
+    {
+      auto first = loader->Next();
+      ASSERT_TRUE(first.ok() && first->has_value());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (kind->made.load() < 5 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GE(kind->made.load(), 5);  // the prefetch bound's batches, made ahead
+  }
+  EXPECT_EQ(kind->recycled.load(), kind->made.load());
 }
 
 TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {

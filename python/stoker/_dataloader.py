@@ -66,8 +66,9 @@ class DataLoader(torch.utils.data.DataLoader):
     work); the randomness of each batch's samples (``random``, numpy, torch)
     is seeded from (base seed, epoch, batch), so batches are the same for any
     worker count and across resizes. ``state_dict`` keeps the generator's
-    state at the epoch's start, so ``load_state_dict`` resumes in a new
-    process with no seed of yours. A sample whose ``__getitem__``
+    state at the epoch's start (and a sampler's ``state_dict()``, where it
+    has one), so ``load_state_dict`` resumes in a new process with no seed
+    of yours. A sample whose ``__getitem__``
     raises (or whose worker dies) is reported by a ``stoker.DataError`` naming
     it that is also of the exception's own type (``except OSError`` works, as
     with torch), with the original as ``__cause__`` and the sample's
@@ -405,11 +406,13 @@ class DataLoader(torch.utils.data.DataLoader):
         """Where the current epoch stands, with the generator's state at its
         start; ``load_state_dict`` in a new process (same arguments, any
         ``num_workers``, 0 included, no seed of yours) resumes with exactly
-        the remaining batches. A sampler that gives that epoch another order
-        then (state of its own that it does not restore) is refused, and so
-        is a dataset whose length differs from that epoch's (naming both); a
-        state taken once its epoch ended starts the next one with the dataset
-        as it is then."""
+        the remaining batches; a sampler's (or batch sampler's) own
+        ``state_dict()``, where it has ``load_state_dict()`` too, is kept as
+        it was before the epoch's ``iter()``. A sampler that gives that epoch
+        another order then (state of its own it has no such methods for) is
+        refused, and so is a dataset whose length differs from that epoch's
+        (naming both); a state taken once its epoch ended starts the next one
+        with the dataset as it is then."""
         if self._stream is not None:
             return self._stream.state_dict()
         self._run.check_usable()
@@ -458,6 +461,7 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError("state dict has no 'engine' entry")
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
         record = _Plan.check_record(state.get("epoch_start"))
+        self._plan.check_order_states(record)
         skip = _shards.check_stream_state(state.get("stream"))
         self._restored = json.dumps(engine)  # again, should the next iter() make a new run
         self._run.engine.restore(self._restored)
@@ -881,7 +885,8 @@ class _Plan:
     workers through the table of epochs' batches. A checkpoint keeps the
     generator's state from before those draws (``record``), so a resume
     replays them, and from after them, so a resume past that epoch need not
-    (its dataset may have changed length since)."""
+    (its dataset may have changed length since); so too the state_dict() of
+    a sampler that has one (_stateful_orders)."""
 
     def __init__(self, options, dataset):
         self._options = options
@@ -944,6 +949,7 @@ class _Plan:
         """iter(): draws as torch's iterator does and hands the batches over."""
         self._last = epoch
         state = self._rng_state()
+        orders = self._order_states()  # with the generator's: a sampler may hold it
         drew = self._seed_each_epoch or self._base_seed is None
         if drew:
             self._base_seed = self._draw_seed()
@@ -955,6 +961,9 @@ class _Plan:
                        "batches": len(offsets) - 1, "dataset_len": dataset_len}
         if self._generator is not None:  # torch's global one is the user's between epochs
             self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
+        if orders:  # a resume loads these, so that __iter__ gives that epoch's order again
+            self.record["sampler_states"] = orders
+            self.record["sampler_states_after"] = self._order_states()
         if isinstance(self.dataset, _shards.ShardTable):  # which shards its items are
             self.record["shards"] = self.dataset.digest()
         self._set(epoch, flat, offsets, keys, digest)
@@ -990,7 +999,8 @@ class _Plan:
         for field, kind, optional in (
                 ("epoch", int, False), ("rng", str, False), ("base_seed", int, False),
                 ("drew_seed", bool, False), ("digest", str, False), ("batches", int, True),
-                ("dataset_len", int, True), ("rng_after", str, True), ("shards", str, True)):
+                ("dataset_len", int, True), ("rng_after", str, True), ("shards", str, True),
+                ("sampler_states", dict, True), ("sampler_states_after", dict, True)):
             if optional and field not in record:
                 continue
             if not isinstance(record.get(field), kind):
@@ -1008,6 +1018,28 @@ class _Plan:
                 raise ValueError(f"state dict's epoch_start[{field!r}] holds {len(state)} bytes, "
                                  f"not a generator's state ({size} bytes)")
         return record
+
+    def check_order_states(self, record):
+        """A checkpoint's sampler states (None: none), each one this loader's
+        sampler of that name can load."""
+        mine = dict(_stateful_orders(self._options))
+        for field in ("sampler_states", "sampler_states_after"):
+            for name in (record or {}).get(field, {}):
+                if name not in mine:
+                    raise ValueError(
+                        f"state dict's epoch_start[{field!r}] holds a state of the {name}, "
+                        "which this loader's has no state_dict() and load_state_dict() for")
+
+    def _order_states(self):
+        """The state_dict() of each of _stateful_orders, by name; copies, as a
+        sampler may go on changing what it returned."""
+        return {name: copy.deepcopy(s.state_dict()) for name, s in _stateful_orders(self._options)}
+
+    def _load_order_states(self, states):
+        """Loads _order_states' `states` (copies: a sampler may keep what it is given)."""
+        orders = dict(_stateful_orders(self._options))
+        for name, state in states.items():
+            orders[name].load_state_dict(copy.deepcopy(state))
 
     def restore(self, record, epoch):
         """load_state_dict: the next iter() replays `record`'s draws and
@@ -1030,11 +1062,13 @@ class _Plan:
             return True
         before = (None if self._generator is None else self._generator.get_state(),
                   self._base_seed, self._drawn, self._last, self.record)
+        orders = self._order_states()  # a stateful sampler too, where it can be
         try:
             anew = self._resume(record, epoch)
         except BaseException as e:
             if before[0] is not None:
                 self._generator.set_state(before[0])
+            self._load_order_states(orders)
             self._base_seed, self._drawn, self._last, self.record = before[1:]
             if isinstance(e, _Refused) and not e.kept:
                 self._pending = None
@@ -1051,15 +1085,18 @@ class _Plan:
             self._base_seed = record["base_seed"]
             if self._generator is not None:
                 self._generator.set_state(_state_tensor(record["rng_after"]))
+            self._load_order_states(record.get("sampler_states_after", {}))
             self.start(epoch)
             return True
         state = _state_tensor(record["rng"])
         if self._generator is not None:
             self._generator.set_state(state)
+            self._load_order_states(record.get("sampler_states", {}))
             flat, offsets, keys = self._replay(record, epoch)
         else:  # torch's global generator: the user's own state is left as it is
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
+                self._load_order_states(record.get("sampler_states", {}))
                 flat, offsets, keys = self._replay(record, epoch)
         batches, dataset_len = len(offsets) - 1, len(self.dataset)
         if "shards" in record and record["epoch"] == epoch and \
@@ -1086,12 +1123,24 @@ class _Plan:
             sampler = getattr(self._options.batch_sampler, "sampler", self._options.sampler)
             shared = self._generator is None and self._options.workers != 0 and \
                 self._options.worker_kind != "processes"
+            restored = record.get("sampler_states", {})
+            yourself = ("restore it yourself, after load_state_dict(), to its state before that "
+                        "epoch's iter(), e.g. its set_epoch()")
+            if restored:
+                why = (f"the state_dict() of its {', '.join(restored)}, restored as it was "
+                       "before that epoch's iter(), misses state its order depends on")
+            elif _stateful_orders(self._options):
+                why = ("it keeps state of its own, and the state dict holds none of its "
+                       f"state_dict() (an older stoker's): {yourself}")
+            else:
+                why = ("it keeps state of its own that the loader cannot restore (give it "
+                       "state_dict() and load_state_dict(), which the checkpoint then keeps; "
+                       f"or {yourself}; or use a sampler whose order comes from the loader's "
+                       "generator)")
             raise _Refused(
                 f"the sampler gave epoch {record['epoch']} other batches than when the state "
                 f"dict was taken ({type(sampler).__name__}, "
-                f"{type(self._options.batch_sampler).__name__}): it keeps state of its own that "
-                "the loader cannot restore (restore it before iter(), e.g. its set_epoch(), or "
-                "use a sampler whose order comes from the loader's generator)" + (
+                f"{type(self._options.batch_sampler).__name__}): " + why + (
                     "; or its order comes from torch's global generator, which thread workers "
                     "reseed and draw from meanwhile: give the loader a generator= (a "
                     "torch.Generator) for checkpoints with thread workers" if shared else ""),
@@ -1226,6 +1275,27 @@ class _EndlessOrder(ValueError):
                          "says: an endless order, which stoker runs on torch's DataLoader, "
                          "without checkpoints")
         self.declared, self.told, self.then, self.rest = declared, told, then, rest
+
+
+def _stateful_orders(options):
+    """[(name, order)] whose state a checkpoint keeps, torchdata's way: the
+    sampler and the batch sampler that have state_dict() and load_state_dict(),
+    and the sampler a batch sampler without them draws from (a user's
+    BatchSampler over a sampler of theirs)."""
+    def stateful(s):
+        return callable(getattr(s, "state_dict", None)) and \
+            callable(getattr(s, "load_state_dict", None))
+
+    batch_sampler = options.batch_sampler
+    found = [("sampler", options.sampler), ("batch_sampler", batch_sampler)]
+    if not stateful(batch_sampler):
+        found.append(("batch_sampler.sampler", getattr(batch_sampler, "sampler", None)))
+    seen, orders = set(), []
+    for name, s in found:
+        if stateful(s) and id(s) not in seen:
+            seen.add(id(s))
+            orders.append((name, s))
+    return orders
 
 
 def _return_freed_heap():

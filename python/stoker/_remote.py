@@ -41,7 +41,7 @@ _LAG_MEMORY_S = 600.0    # a worker whose task lagged this recently is left out 
 _RATE_WINDOW_S = 5.0     # bytes_per_s is over this many recent seconds
 _REFRESH_S = 0.5         # the cluster's workers are re-read this often
 _CUT_OFF_S = 2.0         # a client cut off from its scheduler this long: the cluster is lost
-_SCATTER_S = 10.0        # at most this long to send the job to the cluster again
+_RESEND_S = 5.0          # a send of the job that failed is tried again after this long
 # A task lags (made locally instead) once it has run twice, and the consumer
 # has waited on it once, what a local worker takes to make it, and never
 # sooner than this: the round trip a healthy remote task takes.
@@ -308,7 +308,6 @@ class Cluster:
         self._expected = versions()
         self._token = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
-        self._scatter_lock = threading.Lock()
         self._closing = False
         self._batches = 0
         self._retries = 0
@@ -316,7 +315,8 @@ class Cluster:
         self._suspects = {}                   # worker address -> time it hung a task
         self._refused = {}                    # worker address -> its other versions, for good
         self._rescatter = False               # the job's holders hang: send it to the others
-        self._scatter_failed = None           # when sending the job again last failed
+        self._sending = None                  # the thread sending the job now (_send_job)
+        self._send_failed = float("-inf")     # when a send of the job last failed
         self._lost = None
         self._warned = False
         self._known = {}                      # worker address -> threads, as last seen (warm)
@@ -486,9 +486,8 @@ class Cluster:
         workers, restricted = self._usable_workers(avoid)
         if not workers:
             return _NOT_SENT
-        try:
-            job = self._job_on_cluster()
-        except Exception:  # noqa: BLE001 -- not sent; the next batch looks again
+        job = self._job_ready()
+        if job is None:  # being sent (_send_job): made here, not waited for
             return _NOT_SENT
         try:
             future = self.client.submit(
@@ -574,38 +573,51 @@ class Cluster:
             time.sleep(_POLL_S / 5)
         return True
 
-    def _job_on_cluster(self):
-        """The job's future; scattered again, to the usable workers, when
-        every worker that held it is gone (Dask then forgets the data) or
-        hangs (Dask keeps one copy: the others would wait to fetch it)."""
-        asked = time.monotonic()
-        with self._scatter_lock:
-            if self._job is not None and self._job.status == "finished" and \
-                    not self._rescatter:
-                return self._job
-            if self._scatter_failed is not None and self._scatter_failed > asked:
-                # Failed while this thread waited: no second wait in a row.
-                raise ClusterError("the job could not be sent to the cluster again")
-            try:
-                if not self._connected():
-                    raise ClusterError(f"the connection to the scheduler is {self.client.status}")
-                # The workers now (the watch's list may be a moment old): with
-                # none, no wait (Dask's scatter would wait for one).
-                self._note_workers(
-                    _within(_CUT_OFF_S, lambda: _workers_of(self.client.scheduler_info())))
-                workers = self._usable_workers(set())[0]
-                if not workers:
-                    raise ClusterError("no Dask worker to send the job to")
-                # Bounded: a scheduler that died unnoticed would hold the call
-                # for the client's whole reconnection time.
-                limit = min(_SCATTER_S, self._timeout_s)
-                self._job = _within(limit, lambda: self.client.scatter(
-                    self._jobdata, workers=workers, broadcast=True, hash=False, timeout=limit))
-                self._rescatter = False
-            except BaseException:
-                self._scatter_failed = time.monotonic()
-                raise
-            return self._job
+    def _job_ready(self):
+        """The job's future while it is on the cluster, else None: not sent
+        yet (no worker when the loader was made), or its holders are gone
+        (Dask then forgets the data) or hang (Dask keeps one copy: the others
+        would wait to fetch it). The watch sends it then (_send_job)."""
+        job = self._job
+        if job is None or job.status != "finished" or self._rescatter:
+            return None
+        return job
+
+    def _send_job(self):
+        """Starts sending the job to the usable workers when it is not on the
+        cluster, on a thread of its own: a big dataset takes seconds to send,
+        and no batch waits for it (no slot is offered until the job is
+        there, refresh; a batch a slot holds meanwhile is made locally).
+        One send at a time; one that failed is tried again after _RESEND_S.
+        Called by the watch; never waits."""
+        if self._closing or self._job_ready() is not None or \
+                time.monotonic() - self._send_failed < _RESEND_S:
+            return
+        if self._sending is not None and self._sending.is_alive():
+            return
+        workers = self._usable_workers(set())[0]
+        if not workers:
+            return  # none checked yet: Dask's scatter would wait for one
+        self._sending = threading.Thread(target=self._send, args=(workers,),
+                                         name="stoker-cluster-send", daemon=True)
+        self._sending.start()
+
+    def _send(self, workers):
+        """The sending thread: the job to `workers`. Unbounded (the next send
+        waits for it to end): a scheduler that stops answering is the
+        watch's to give up on."""
+        try:
+            job = self.client.scatter(self._jobdata, workers=workers, broadcast=True,
+                                      hash=False, timeout=self._timeout_s)
+        except Exception:  # noqa: BLE001 -- a worker gone, the connection lost: tried again
+            self._send_failed = time.monotonic()
+            return
+        if self._closing:
+            _cancel(job)  # a client the user keeps would hold it on the workers
+            return
+        with self._lock:
+            self._job, self._rescatter = job, False
+        self._looked.set()  # the watch offers the slots now
 
     def _usable_workers(self, avoid):
         """(the workers a task may go to, whether that is fewer than all): a
@@ -743,7 +755,7 @@ class Cluster:
         """Tells the tuner how many slots the cluster offers now, as the watch
         last saw it: one a worker process (it makes one DataLoader batch at a
         time) or, per_thread, one a worker thread; less those suspected of
-        hanging. Never waits."""
+        hanging; none until the job is on the cluster. Never waits."""
         if self._lost is not None:
             self._slots.capacity = 0
             return
@@ -755,7 +767,12 @@ class Cluster:
             offered = sum(threads if self._per_thread else 1
                           for a, threads in self._known.items()
                           if a not in self._suspects and a not in self._refused)
-        self._slots.capacity = offered
+        # None until the job is on the cluster (sent to the first workers, or
+        # again once its holders left): a slot's batch would wait for the send.
+        # Sent again for holders that hang, it is still there: a slot's batch
+        # is made locally meanwhile (_attempt).
+        job = self._job
+        self._slots.capacity = offered if job is not None and job.status == "finished" else 0
 
     def _watch(self):
         """The watch's thread: the scheduler's list of workers, re-read every
@@ -775,6 +792,7 @@ class Cluster:
             self._cut_off = known is None
             self._warm_up(known or {})
             self._note_workers(known or {})
+            self._send_job()
             self.refresh()
             self._looked.wait(_REFRESH_S)  # or sooner, when a check ended
             self._looked.clear()

@@ -17,6 +17,7 @@ from dask_cluster import WORKER_NAME_ENV
 STARTED_DIR_ENV = "STOKER_TEST_STARTED_DIR"
 HANG_ENV = "STOKER_TEST_HANG"
 SLOW_ENV = "STOKER_TEST_SLOW"  # seconds each sample takes more there: a slow worker
+GATE_ENV = "STOKER_TEST_GATE"  # a file: a dataset loads there once it exists (LoadsAtGate)
 
 
 class Seeded(Dataset):
@@ -51,6 +52,19 @@ class Seeded(Dataset):
         if os.environ.get(SLOW_ENV):
             time.sleep(float(os.environ[SLOW_ENV]))
         return {"index": i, "x": torch.full((4,), float(i)) + torch.rand(4)}
+
+
+class LoadsAtGate(Seeded):
+    """Seeded, which takes as long to load where $STOKER_TEST_GATE is set (a
+    Dask worker's environment) as the file it names takes to appear, 60 s at
+    most: a big dataset whose send to a worker the test holds."""
+
+    def __setstate__(self, state):
+        gate = os.environ.get(GATE_ENV)
+        deadline = time.monotonic() + 60.0
+        while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.__dict__.update(state)
 
 
 def collate_raising_where_made(batch):

@@ -29,7 +29,8 @@ torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("distributed")
 import stoker  # noqa: E402
 from dask_cluster import DaskCluster, make_tls_files, port_open  # noqa: E402
-from remote_datasets import HANG_ENV, SLOW_ENV, STARTED_DIR_ENV, Seeded, SeededShards  # noqa: E402
+from remote_datasets import (GATE_ENV, HANG_ENV, SLOW_ENV, STARTED_DIR_ENV, LoadsAtGate,  # noqa: E402
+                             Seeded, SeededShards)
 
 BATCH = 8
 SEED = 1234
@@ -316,6 +317,43 @@ def test_a_cluster_with_no_worker_yet_is_used_once_one_joins(dask_cluster_factor
     for got, w in zip([first] + later, want):
         assert_same_epoch(got, w)
     assert before["batches"] == 0 and before["lost"] is None
+    assert remote["batches"] > 0 and remote["lost"] is None and remote["retries"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_the_job_sent_to_a_worker_that_joined_late_holds_up_no_batch(dask_cluster_factory,
+                                                                     tmp_path):
+    # A big dataset takes seconds to reach a worker that joins late; here its
+    # send lasts until the test opens a gate. Before, the slot that claimed
+    # the next batch sent it, and the consumer waited for that batch up to
+    # 10 s a claim (the epoch outlasted the gate's WAIT_S); now it is sent in
+    # the background and no slot is offered until it is there.
+    gate = tmp_path / "gate"
+    cluster = dask_cluster_factory(workers=0)
+    n = 240
+    want = reference(n, epochs=1)[0]
+    with remote_loader(LoadsAtGate(n, delay_s=0.005), cluster.address, remote_min=1) as dl:
+        cluster.add_worker(env={GATE_ENV: str(gate)})
+        deadline = time.monotonic() + WAIT_S
+        while not dl._run.cluster._usable_workers(set())[0]:  # its check ran: usable
+            assert time.monotonic() < deadline, "the worker that joined was never checked"
+            time.sleep(0.05)
+        opener = threading.Timer(WAIT_S, gate.touch)  # only a consumer held this long waits
+        opener.start()
+        try:
+            got = list(dl)
+            held = not gate.exists()
+        finally:
+            opener.cancel()
+            gate.touch()
+        # The job lands once the gate opens, and the worker makes batches.
+        for _ in range(50):
+            list(dl)
+            remote = dl.stats()["remote"]
+            if remote["batches"] > 0:
+                break
+    assert_same_epoch(got, want)
+    assert held, "the consumer waited for the job's send"
     assert remote["batches"] > 0 and remote["lost"] is None and remote["retries"] == 0
 
 

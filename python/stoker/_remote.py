@@ -434,7 +434,7 @@ class Cluster:
                     key=f"stoker-{self._token}-check-{self._checks}")
             except Exception:  # noqa: BLE001 -- cut off: the next look sends it
                 return
-            self._warming[worker].add_done_callback(lambda _: self._looked.set())
+            _when_done(self._warming[worker], self._looked.set)
 
     def follow(self, engine):
         """The loader's engine (_stoker.Loader), once made: a task whose batch
@@ -497,7 +497,7 @@ class Cluster:
             self._lose(e)
             return _NOT_SENT
         done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
+        _when_done(future, done.set)
         sent = time.monotonic()
         deadline = sent + self._timeout_s
         cut_off = None  # since when the client has not been connected
@@ -864,6 +864,20 @@ def _within(seconds, call, gave_up=None):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _when_done(future, signal):
+    """signal() on the client's IO loop once `future` ends (finished, erred,
+    cancelled, lost); it must not block. Not future.add_done_callback: Dask
+    runs those on an executor that the interpreter's exit shuts down (a
+    threading exit hook) before stoker's atexit closes the loader, and each
+    task that ended then logged 'cannot schedule new futures after shutdown'."""
+    try:
+        from distributed.client import done_callback  # what add_done_callback schedules
+    except ImportError:  # a Dask without it: its own way, noisy at exit only
+        future.add_done_callback(lambda _: signal())
+        return
+    future.client.loop.add_callback(done_callback, future, lambda _: signal())
 
 
 def _cancel(future):

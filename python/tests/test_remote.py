@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -558,6 +559,36 @@ def test_a_cluster_whose_workers_all_die_hands_its_batches_to_local_workers_at_o
     assert 1 <= remote["retries"] <= 3
     assert_same_epoch(third, want[2])
     assert rejoined["capacity"] == 1 and rejoined["batches"] > remote["batches"]
+
+
+EXIT_OPEN = """
+import sys
+import stoker
+from remote_datasets import Seeded
+dl = stoker.DataLoader(Seeded(100000, delay_s=0.01), batch_size=4, num_workers="auto",
+                       cluster=sys.argv[1], max_workers=1, remote_min=2)
+it = iter(dl)
+while dl.stats()["remote"]["batches"] < 5:
+    next(it)
+# The script ends here, its loader open and its remote slots' tasks in flight.
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_script_that_ends_with_a_remote_loader_open_exits_quietly(shared_dask_cluster):
+    # Before, each task that ended while the exit closed the loader logged
+    # tornado's "ERROR - Exception in callback ... done_callback ...
+    # RuntimeError: cannot schedule new futures after shutdown": its done
+    # callback went to Dask's executor, which the exit had shut down first.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__))), tests,
+         env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", EXIT_OPEN, shared_dask_cluster.address],
+                         capture_output=True, text=True, timeout=100, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
 
 
 def job_holders(dl):

@@ -792,10 +792,17 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {generator!r}")
     _, device = _resolve_device(device, torch)
-    if not isinstance(pin_memory_device, str) or not (
+    if not isinstance(pin_memory_device, str):
+        raise TypeError(f"pin_memory_device must be a str, got {pin_memory_device!r}")
+    if pin_memory and not (
             pin_memory_device == "" or re.fullmatch(r"cuda(:[0-9]+)?", pin_memory_device)):
-        raise ValueError("pin_memory_device must be '' or a CUDA device ('cuda', 'cuda:N'), "
-                         f"got {pin_memory_device!r}: stoker pins memory for CUDA only")
+        raise ValueError("pin_memory_device must be '' or a CUDA device ('cuda', 'cuda:N') with "
+                         f"pin_memory=True, got {pin_memory_device!r}: stoker pins memory for "
+                         "CUDA only")
+    if pin_memory_device and not pin_memory:  # unused, as torch warns (a CPU run's str(device))
+        warnings.warn("pin memory device is set and pin_memory flag is not used then device "
+                      "pinned memory won't be used please set pin_memory to true, if you need "
+                      "to use the device pin memory")
     budget = _args.optional_integer("device_prefetch_bytes", device_prefetch_bytes, 1,
                                     2**63 - 1)
     if device is not None and budget is None:
@@ -1207,16 +1214,25 @@ class _Plan:
                         for i in range(len(offsets) - 1)]
                 raise _EndlessOrder(len(order), told, b, source)
             b = [_index_key(k) for k in b] if self.index_keys else list(b)
-            if keys is None and not all(type(k) is int for k in b):
-                # The first key that is not an int: the batches so far become
-                # pickled lists of their ints, and `flat` positions.
-                keys = [_pickled(list(flat[offsets[i]:offsets[i + 1]]))
-                        for i in range(len(offsets) - 1)]
-                flat = array.array("q", (p for i in range(len(offsets) - 1)
-                                         for p in range(offsets[i + 1] - offsets[i])))
-            if keys is None:
-                flat.extend(b)
-            else:
+            plain = keys is None and all(type(k) is int for k in b)
+            if plain:
+                try:
+                    flat.extend(b)
+                except OverflowError:  # an int past int64's range: a key like any other
+                    del flat[offsets[-1]:]
+                    plain = False
+                    if self.index_keys:  # the native path reads by index
+                        raise IndexError(
+                            f"the sampler gave index {next(k for k in b if not -2**63 <= k < 2**63)}, "
+                            f"outside the data set's {len(self.dataset)} samples") from None
+            if not plain:
+                if keys is None:
+                    # The first key that is not an int64: the batches so far
+                    # become pickled lists of their ints, and `flat` positions.
+                    keys = [_pickled(list(flat[offsets[i]:offsets[i + 1]]))
+                            for i in range(len(offsets) - 1)]
+                    flat = array.array("q", (p for i in range(len(offsets) - 1)
+                                             for p in range(offsets[i + 1] - offsets[i])))
                 keys.append(_pickled(b))
                 flat.extend(range(len(b)))
             offsets.append(len(flat))

@@ -1311,8 +1311,8 @@ class _Pickler(pickle.Pickler):
             if obj.device.type != "cpu":
                 raise TypeError("worker processes must return CPU tensors, got one on "
                                 f"{obj.device}")
-            if obj.is_sparse or obj.is_quantized or obj.is_nested:
-                return None  # pickled whole, as torch pickles it
+            if obj.layout != torch.strided or obj.is_quantized or obj.is_nested:
+                return None  # sparse (COO, CSR, ...) and the like: pickled whole, as torch does
             kind = "t"
         else:
             np = sys.modules.get("numpy")

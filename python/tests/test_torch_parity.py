@@ -303,12 +303,13 @@ def test_skipped_records_outlive_a_run_made_anew():
     ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),
     ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
     ({"multiprocessing_context": 3}, TypeError, "context object"),
-    ({"pin_memory_device": "mps"}, ValueError, "pin_memory_device"),
-    # Device strings torch refuses ("Invalid device string"); stoker took them.
-    ({"pin_memory_device": "cuda:abc"}, ValueError, "pin_memory_device"),
-    ({"pin_memory_device": "cuda:"}, ValueError, "pin_memory_device"),
-    ({"pin_memory_device": "cuda:-1"}, ValueError, "pin_memory_device"),
-    ({"pin_memory_device": "cuda:0:1"}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "mps", "pin_memory": True}, ValueError, "pin_memory_device"),
+    # Device strings torch refuses ("Invalid device string") when it pins; stoker took them.
+    ({"pin_memory_device": "cuda:abc", "pin_memory": True}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:", "pin_memory": True}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:-1", "pin_memory": True}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": "cuda:0:1", "pin_memory": True}, ValueError, "pin_memory_device"),
+    ({"pin_memory_device": 0}, TypeError, "pin_memory_device"),
     ({"generator": 5}, TypeError, "generator must be a torch.Generator"),
     # torch's BatchSampler: ValueError for any batch_size that is no positive int.
     ({"batch_size": 2.5}, ValueError, "batch_size"),
@@ -319,6 +320,34 @@ def test_skipped_records_outlive_a_run_made_anew():
 def test_torchs_arguments_are_checked_as_torch_checks_them(kwargs, error, words):
     with pytest.raises(error, match=words):
         stoker.DataLoader(Indexed(), **kwargs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "mps", "cuda:abc"])
+def test_a_pin_memory_device_without_pin_memory_is_unused_as_in_torch(device):
+    # A script's pin_memory_device=str(device), pin_memory=device.type == "cuda",
+    # run on a CPU: torch warns and loads.
+    with pytest.warns(UserWarning, match="pin memory device is set"):
+        dl = stoker.DataLoader(Indexed(), batch_size=4, pin_memory_device=device)
+    with dl:
+        assert [b.tolist() for b in dl] == [list(range(i, min(i + 4, len(Indexed()))))
+                                            for i in range(0, len(Indexed()), 4)]
+
+
+class _BigKeys(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, key):
+        return key % 1000
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sampler_key_past_int64_reaches_the_dataset_as_in_torch(workers):
+    # A dict-backed data set keyed by 64-bit unsigned ids: torch hands any key over.
+    keys = [2**63 + 5, 7, -2**63 - 1, 2**64 - 1]
+    with stoker.DataLoader(_BigKeys(), batch_size=2, sampler=keys, num_workers=workers) as dl:
+        assert [b.tolist() for b in dl] == [[(2**63 + 5) % 1000, 7],
+                                            [(-2**63 - 1) % 1000, (2**64 - 1) % 1000]]
 
 
 class _Unpicklable:
@@ -520,7 +549,7 @@ def test_a_zygote_whose_loader_closes_while_it_forks_ends_without_a_word(capfd):
 
 class Valued(Dataset):
     """Values torch hands over as they are: a structured array, a tensor that
-    requires grad, a named tensor."""
+    requires grad, a named tensor, sparse tensors (COO and CSR)."""
 
     def __len__(self):
         return 6
@@ -529,8 +558,10 @@ class Valued(Dataset):
         import numpy as np
         record = np.zeros(2, dtype=[("x", "<i4"), ("y", "<f8")])
         record["x"] = i
+        dense = torch.eye(3) * i
         return {"record": record, "grad": torch.full((2,), float(i), requires_grad=True),
-                "named": torch.zeros(2, 3).refine_names("row", "col") + i}
+                "named": torch.zeros(2, 3).refine_names("row", "col") + i,
+                "coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}
 
 
 @pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
@@ -548,6 +579,9 @@ def test_values_come_back_as_the_dataset_gave_them(workers, kind):
         assert ours["grad"].requires_grad and torch.equal(ours["grad"].detach(),
                                                           want["grad"].detach())
         assert ours["named"].names == ("row", "col")
+        for layout in ("coo", "csr"):
+            assert ours[layout].layout == want[layout].layout
+            assert torch.equal(ours[layout].to_dense(), want[layout].to_dense())
 
 
 @pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])

@@ -556,7 +556,8 @@ def test_a_cluster_whose_workers_all_die_hands_its_batches_to_local_workers_at_o
     assert_same_epoch(again, want[1])
     assert remote["lost"] is None and remote["capacity"] == 0 and remote["workers"] == 0
     # A batch made again counts once; tries that found no worker to send it to do not.
-    assert 1 <= remote["retries"] <= 3
+    # (None at all when the batches in flight were taken over as lagging first.)
+    assert remote["retries"] <= 3
     assert_same_epoch(third, want[2])
     assert rejoined["capacity"] == 1 and rejoined["batches"] > remote["batches"]
 

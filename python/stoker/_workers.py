@@ -1338,6 +1338,11 @@ def _layout(t):
     return order if t.permute(order).is_contiguous() else None
 
 
+def _numpy_order(a):
+    """"F" for an array in Fortran order only, else "C" (how it is laid out in a segment)."""
+    return "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+
+
 def _write(writer, payload):
     arrays = []
     body = io.BytesIO()
@@ -1355,7 +1360,9 @@ def _write(writer, payload):
             if placed is not None and placed[0] is a:
                 entry[3] = placed[1]  # already in the segment
         else:
-            entry = ["a", a.dtype, a.shape, None]  # the dtype itself: a structured one keeps its fields
+            # The dtype itself (a structured one keeps its fields), and Fortran
+            # order where it is the array's (numpy pickles it so, and so does torch).
+            entry = ["a", a.dtype, a.shape, None, _numpy_order(a)]
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
             copies.append((a, entry[3], entry[4][2] if entry[0] == "t" else None))
@@ -1379,7 +1386,8 @@ def _write(writer, payload):
             del dst
         else:
             import numpy as np
-            np.frombuffer(m, dtype=a.dtype, count=a.size, offset=off).reshape(a.shape)[...] = a
+            np.frombuffer(m, dtype=a.dtype, count=a.size, offset=off).reshape(
+                a.shape, order=_numpy_order(a))[...] = a
     m[meta_off:meta_off + len(meta)] = meta
     return meta_off, len(meta)
 
@@ -1435,4 +1443,5 @@ def _rebuild(view, entry):
     count = 1
     for d in shape:
         count *= d
-    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape)
+    order = entry[4] if len(entry) > 4 else "C"
+    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape, order=order)

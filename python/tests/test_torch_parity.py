@@ -549,7 +549,8 @@ def test_a_zygote_whose_loader_closes_while_it_forks_ends_without_a_word(capfd):
 
 class Valued(Dataset):
     """Values torch hands over as they are: a structured array, a tensor that
-    requires grad, a named tensor, sparse tensors (COO and CSR)."""
+    requires grad, a named tensor, sparse tensors (COO and CSR), an array in
+    Fortran order."""
 
     def __len__(self):
         return 6
@@ -561,7 +562,8 @@ class Valued(Dataset):
         dense = torch.eye(3) * i
         return {"record": record, "grad": torch.full((2,), float(i), requires_grad=True),
                 "named": torch.zeros(2, 3).refine_names("row", "col") + i,
-                "coo": dense.to_sparse(), "csr": dense.to_sparse_csr()}
+                "coo": dense.to_sparse(), "csr": dense.to_sparse_csr(),
+                "fortran": np.asfortranarray(np.arange(24.0).reshape(2, 3, 4) + i)}
 
 
 @pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
@@ -579,6 +581,8 @@ def test_values_come_back_as_the_dataset_gave_them(workers, kind):
         assert ours["grad"].requires_grad and torch.equal(ours["grad"].detach(),
                                                           want["grad"].detach())
         assert ours["named"].names == ("row", "col")
+        assert ours["fortran"].strides == want["fortran"].strides  # as numpy pickles it
+        assert (ours["fortran"] == want["fortran"]).all()
         for layout in ("coo", "csr"):
             assert ours[layout].layout == want[layout].layout
             assert torch.equal(ours[layout].to_dense(), want[layout].to_dense())

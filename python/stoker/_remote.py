@@ -102,6 +102,12 @@ def resolve(option, workers, cluster, cluster_security, remote_timeout, remote_m
         if cluster_security is not None and not isinstance(cluster, str):
             raise ValueError("cluster_security goes with a scheduler address; a "
                              "distributed.Client brings its own")
+        if cluster_security is not None:
+            import distributed
+            if not isinstance(cluster_security, (bool, distributed.Security)):
+                # Said here: Dask's own refusal would read as the scheduler out of reach.
+                raise TypeError("cluster_security must be a distributed.Security (or True for "
+                                f"temporary credentials), got {cluster_security!r}")
     return {"cluster": cluster, "cluster_security": cluster_security,
             "remote_timeout": _args.real("remote_timeout", remote_timeout, above=0),
             "remote_min": remote_min}

@@ -190,6 +190,10 @@ def test_a_cluster_needs_workers_auto(shared_dask_cluster, image_tree):
         stoker.Loader(image_tree, workers=2, cluster=shared_dask_cluster.address)
     with pytest.raises(ValueError, match="remote_min=1 needs a cluster"):
         stoker.Loader(image_tree, remote_min=1)
+    # Named before any connection (Dask's refusal read as the scheduler out of reach).
+    with pytest.raises(TypeError, match="cluster_security must be a distributed.Security"):
+        stoker.Loader(image_tree, workers="auto", cluster=shared_dask_cluster.address,
+                      cluster_security="x")
 
 
 @pytest.mark.timeout(120)

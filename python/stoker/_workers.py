@@ -1365,7 +1365,8 @@ def _write(writer, payload):
             entry = ["a", a.dtype, a.shape, None, _numpy_order(a)]
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
-            copies.append((a, entry[3], entry[4][2] if entry[0] == "t" else None))
+            # With its layout: a tensor's dimension order (_layout), an array's "C" or "F".
+            copies.append((a, entry[3], entry[4][2] if entry[0] == "t" else entry[4]))
         table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
@@ -1387,7 +1388,7 @@ def _write(writer, payload):
         else:
             import numpy as np
             np.frombuffer(m, dtype=a.dtype, count=a.size, offset=off).reshape(
-                a.shape, order=_numpy_order(a))[...] = a
+                a.shape, order=order)[...] = a
     m[meta_off:meta_off + len(meta)] = meta
     return meta_off, len(meta)
 
@@ -1412,6 +1413,11 @@ def read_batch(view, meta_off, meta_len):
     table, body = pickle.loads(view[meta_off:meta_off + meta_len].tobytes())
     arrays = [_rebuild(view, entry) for entry in table]
     payload = _Unpickler(io.BytesIO(body), arrays).load()
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch._utils, "_sparse_tensors_to_validate", None):
+        # Sparse tensors unpickled wait there for a check that torch.load
+        # makes at its end; held there for ever otherwise, with their segments.
+        torch._utils._validate_loaded_sparse_tensors()
     from . import _shards
     if type(payload) is _shards.PartRefs:  # a shard's batches, each where its part put it
         return _shards.Batches(read_batch(view, off, n) for off, n in payload)
@@ -1443,5 +1449,4 @@ def _rebuild(view, entry):
     count = 1
     for d in shape:
         count *= d
-    order = entry[4] if len(entry) > 4 else "C"
-    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape, order=order)
+    return np.frombuffer(view, dtype=dt, count=count, offset=off).reshape(shape, order=entry[4])

@@ -971,6 +971,9 @@ class _Plan:
         if orders:  # a resume loads these, so that __iter__ gives that epoch's order again
             self.record["sampler_states"] = orders
             self.record["sampler_states_after"] = self._order_states()
+        facts = _order_facts(self._options)
+        if facts:  # a resume that gets other batches names what changed
+            self.record["sampler_facts"] = facts
         if isinstance(self.dataset, _shards.ShardTable):  # which shards its items are
             self.record["shards"] = self.dataset.digest()
         self._set(epoch, flat, offsets, keys, digest)
@@ -1007,7 +1010,8 @@ class _Plan:
                 ("epoch", int, False), ("rng", str, False), ("base_seed", int, False),
                 ("drew_seed", bool, False), ("digest", str, False), ("batches", int, True),
                 ("dataset_len", int, True), ("rng_after", str, True), ("shards", str, True),
-                ("sampler_states", dict, True), ("sampler_states_after", dict, True)):
+                ("sampler_states", dict, True), ("sampler_states_after", dict, True),
+                ("sampler_facts", dict, True)):
             if optional and field not in record:
                 continue
             if not isinstance(record.get(field), kind):
@@ -1113,26 +1117,35 @@ class _Plan:
                 f"that shards() now names otherwise or orders otherwise ({batches} shards): "
                 "a resume would read other data; resume with the shards as they were then",
                 kept=False)
-        if batches != record.get("batches", batches):
-            raise _Refused(
-                f"the state dict's epoch {record['epoch']} had {record['batches']} batches "
-                f"(a dataset of {record.get('dataset_len')} samples); the sampler now gives it "
-                f"{batches} (a dataset of {dataset_len}): resume with the dataset as it was "
-                "then", kept=False)
-        if _digest(flat, offsets, keys) != record["digest"]:
+        other_count = batches != record.get("batches", batches)
+        if other_count or _digest(flat, offsets, keys) != record["digest"]:
             if record.get("dataset_len", dataset_len) != dataset_len:
                 raise _Refused(
                     f"the state dict's epoch {record['epoch']} read a dataset of "
                     f"{record['dataset_len']} samples; it has {dataset_len} now, and the sampler "
-                    "gives that epoch other batches: resume with the dataset as it was then",
-                    kept=False)
+                    f"gives that epoch other batches ({record.get('batches')} batches then, {batches} "
+                    "now): "
+                    "resume with the dataset as it was then", kept=False)
+            changed = _changed_facts(record.get("sampler_facts"), _order_facts(self._options))
+            made_with = _order_settings(self._options)
+            settings = {k: v for k, v in changed.items() if k in made_with}
+            if settings:  # the sampler made otherwise (a world size, a seed)
+                raise _Refused(
+                    f"the sampler gives the state dict's epoch {record['epoch']} other batches "
+                    f"now ({record.get('batches')} batches then, {batches} now): it is made "
+                    "otherwise ("
+                    + ", ".join(f"{k} {old!r} then, {now!r} now" for k, (old, now) in
+                                changed.items())
+                    + "): resume with the sampler as it was then", kept=False)
             # The sampler a user's batch_sampler draws from, not torch's placeholder.
             sampler = getattr(self._options.batch_sampler, "sampler", self._options.sampler)
             shared = self._generator is None and self._options.workers != 0 and \
                 self._options.worker_kind != "processes"
             restored = record.get("sampler_states", {})
             yourself = ("restore it yourself, after load_state_dict(), to its state before that "
-                        "epoch's iter(), e.g. its set_epoch()")
+                        "epoch's iter(), e.g. its set_epoch()" + "".join(
+                            f" ({k} {old!r} then, {now!r} now)"
+                            for k, (old, now) in changed.items()))
             if restored:
                 why = (f"the state_dict() of its {', '.join(restored)}, restored as it was "
                        "before that epoch's iter(), misses state its order depends on")
@@ -1302,16 +1315,61 @@ def _stateful_orders(options):
         return callable(getattr(s, "state_dict", None)) and \
             callable(getattr(s, "load_state_dict", None))
 
+    drawn_from = not stateful(options.batch_sampler)  # its own state holds its sampler's
+    return [(name, s) for name, s in _orders(options)
+            if stateful(s) and (drawn_from or name != "batch_sampler.sampler")]
+
+
+def _orders(options):
+    """[(name, order)]: the sampler, the batch sampler and the sampler it draws from, once each."""
     batch_sampler = options.batch_sampler
-    found = [("sampler", options.sampler), ("batch_sampler", batch_sampler)]
-    if not stateful(batch_sampler):
-        found.append(("batch_sampler.sampler", getattr(batch_sampler, "sampler", None)))
+    found = [("sampler", options.sampler), ("batch_sampler", batch_sampler),
+             ("batch_sampler.sampler", getattr(batch_sampler, "sampler", None))]
     seen, orders = set(), []
     for name, s in found:
-        if stateful(s) and id(s) not in seen:
+        if s is not None and id(s) not in seen:
             seen.add(id(s))
             orders.append((name, s))
     return orders
+
+
+def _order_settings(options):
+    """Of _order_facts' names, those an order was made with (its class's
+    __init__ takes them: a DistributedSampler's num_replicas, not its epoch)."""
+    names = set()
+    for name, s in _orders(options):
+        try:
+            made_with = inspect.signature(type(s).__init__).parameters
+        except (TypeError, ValueError):  # a builtin's, with no signature
+            continue
+        names.update(f"{name}.{p}" for p in made_with if p != "self")
+    return names
+
+
+def _order_facts(options):
+    """The plain attributes (public ints, floats, bools, strings) of the
+    sampler and the batch sampler, by "name.attribute": what a resume compares
+    to name what gave its epoch other batches (a DistributedSampler's
+    num_replicas, seed, epoch)."""
+    facts = {}
+    for name, s in _orders(options):
+        for attribute, value in sorted(getattr(s, "__dict__", {}).items())[:_FACTS_EACH]:
+            if not attribute.startswith("_") and type(value) in (int, float, bool, str) and \
+                    (type(value) is not str or len(value) <= 200):
+                facts[f"{name}.{attribute}"] = value
+    return facts
+
+
+_FACTS_EACH = 64  # attributes looked at per sampler: a bound on a checkpoint's size
+
+
+def _changed_facts(then, now):
+    """{name: (then, now)} of _order_facts that differ (nothing where the
+    checkpoint has none: an older stoker's)."""
+    if then is None:
+        return {}
+    return {k: (then.get(k), now.get(k)) for k in sorted(set(then) | set(now))
+            if then.get(k) != now.get(k)}
 
 
 def _return_freed_heap():

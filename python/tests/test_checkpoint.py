@@ -260,3 +260,54 @@ def test_a_samplers_state_this_loaders_sampler_cannot_load_is_refused_naming_it(
     with stoker.DataLoader(Indexed(), batch_sampler=batches) as dl:
         with pytest.raises(ValueError, match="a state of the batch_sampler.sampler, which"):
             dl.load_state_dict(state)
+
+
+class _Numbers(torch.utils.data.Dataset):
+    def __len__(self):
+        return 101
+
+    def __getitem__(self, i):
+        return i
+
+
+def _distributed_checkpoint(batch_size):
+    data = _Numbers()
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=0, seed=3)
+    with stoker.DataLoader(data, batch_size=batch_size, sampler=sampler) as dl:
+        sampler.set_epoch(1)
+        it = iter(dl)
+        next(it)
+        return dl.state_dict()
+
+
+@pytest.mark.parametrize("batch_size", [4, 32])  # 13 -> 9 batches; 2 -> 2
+def test_a_resume_under_another_world_size_is_refused_naming_it_whatever_the_batch_count(
+        batch_size):
+    # Before: "resume with the dataset as it was then" (unchanged) at 4, and
+    # "e.g. its set_epoch()" (called) at 32, the checkpoint then kept for ever.
+    state = _distributed_checkpoint(batch_size)
+    data = _Numbers()
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=3, rank=0, seed=3)
+    with stoker.DataLoader(data, batch_size=batch_size, sampler=sampler) as dl:
+        sampler.set_epoch(1)
+        dl.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(dl)
+        said = str(e.value)
+        assert "sampler.num_replicas 2 then, 3 now" in said and "dataset" not in said
+        assert "the checkpoint is dropped" in said
+        assert sorted(i for b in dl for i in b.tolist()) == sorted(sampler)  # a new epoch, whole
+
+
+def test_a_resume_before_set_epoch_names_the_epoch_and_stays_loaded():
+    state = _distributed_checkpoint(4)
+    data = _Numbers()
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=0, seed=3)
+    with stoker.DataLoader(data, batch_size=4, sampler=sampler) as dl:
+        dl.load_state_dict(state)
+        with pytest.raises(ValueError) as e:
+            iter(dl)
+        assert "sampler.epoch 1 then, 0 now" in str(e.value) and "stays loaded" in str(e.value)
+        sampler.set_epoch(1)
+        rest = [i for b in dl for i in b.tolist()]
+        assert rest == list(sampler)[4:]

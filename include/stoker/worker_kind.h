@@ -26,7 +26,7 @@ struct WorkerCost {
   int64_t cpu_ns = 0;         // CPU time spent elsewhere (another process) for this worker
   int64_t thread_cpu_ns = 0;  // CPU time of this process's other threads running its items
   int64_t queue_ns = 0;       // of the wall time, waiting for a CPU elsewhere or on those threads
-  int64_t setup_ns = 0;       // of the wall time, starting the worker (a process made): no item's
+  int64_t setup_ns = 0;       // of the wall time, its process starting or ending: no item's
   /// Memory the worker holds for the loader (the memory budget counts it).
   size_t bytes = 0;
   /// Of `bytes`, what a fresh worker would not hold: past the per-sample cap,

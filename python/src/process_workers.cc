@@ -518,8 +518,11 @@ Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples, co
 
 void ProcessWorker::Stop() {
   if (!proc_) return;
+  // Its end (the exit, the zygote's reap) is no item's, as its start is not.
+  const int64_t began = SteadyNanos();
   (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
   workers_->Reap(*proc_);
+  setup_ns_.fetch_add(SteadyNanos() - began, std::memory_order_relaxed);
   proc_.reset();
   proc_epoch_ = -1;
   private_.store(0, std::memory_order_relaxed);

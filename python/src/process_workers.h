@@ -339,7 +339,7 @@ class ProcessWorker : public KindWorker {
   std::atomic<size_t> baseline_{0};  // its unique memory after its first batch
   std::atomic<int64_t> cpu_ns_{0};
   std::atomic<int64_t> queue_ns_{0};
-  std::atomic<int64_t> setup_ns_{0};       // wall time its processes took to start (Spawn, Init)
+  std::atomic<int64_t> setup_ns_{0};       // wall time its processes took to start and end
   int64_t cpu_seen_ = 0, queue_seen_ = 0;  // the process's own totals at its last reply
 };
 

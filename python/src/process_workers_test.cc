@@ -192,8 +192,8 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
 }
 
 // A fake worker: greets, takes INIT (noting its base seed), then answers
-// TASKs until EXIT or end of file.
-[[noreturn]] void FakeWorker(int sock, int notify) {
+// TASKs until EXIT (after which it takes `exit_ms` to end) or end of file.
+[[noreturn]] void FakeWorker(int sock, int notify, int exit_ms) {
   // kDies needs SIGTERM's default action, whatever the test inherited.
   signal(SIGTERM, SIG_DFL);
   sigset_t term;
@@ -209,6 +209,10 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   while (true) {
     Result<Message> m = ReceiveMessage(sock);
     if (m.ok() && (m->tag == Tag::kYield || m->tag == Tag::kDrop)) continue;  // its shard ended
+    if (m.ok() && m->tag == Tag::kExit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(exit_ms));
+      _exit(0);
+    }
     if (!m.ok() || m->tag != Tag::kTask) _exit(0);
     using T = protocol::TaskWord;
     const int64_t id = m->words[T::kSegment], size = m->words[T::kSegmentSize];
@@ -223,14 +227,14 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
 }
 
 // FORK: a fake worker, its socket sent back with FORKED.
-void ForkWorker(int ctl, int notify, std::vector<int>& children) {
+void ForkWorker(int ctl, int notify, int exit_ms, std::vector<int>& children) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) _exit(3);
   const int pid = fork();
   if (pid == 0) {
     close(ctl);
     close(pair[0]);
-    FakeWorker(pair[1], notify);
+    FakeWorker(pair[1], notify, exit_ms);
   }
   close(pair[1]);
   children.push_back(pid);
@@ -242,7 +246,7 @@ void ForkWorker(int ctl, int notify, std::vector<int>& children) {
 
 // The fake zygote: FORK, REAP (waitpid, REAPED), and EXIT or end of file
 // (kill the workers, collect them, exit 0).
-[[noreturn]] void FakeZygote(int ctl, int notify) {
+[[noreturn]] void FakeZygote(int ctl, int notify, int exit_ms) {
   std::vector<int> children;
   while (true) {
     Result<Message> m = ReceiveMessage(ctl);
@@ -252,7 +256,7 @@ void ForkWorker(int ctl, int notify, std::vector<int>& children) {
       _exit(0);
     }
     if (m->tag == Tag::kFork) {
-      ForkWorker(ctl, notify, children);
+      ForkWorker(ctl, notify, exit_ms, children);
     } else if (m->tag == Tag::kReap) {
       const auto pid = static_cast<int>(m->words[protocol::ReapWord::kPid]);
       int status = 0;
@@ -271,8 +275,10 @@ void ForkWorker(int ctl, int notify, std::vector<int>& children) {
 // the ProcessWorkers that talks to it; collects the zygote at the end.
 class ProcessWorkersTest : public ::testing::Test {
  protected:
-  // `item_name`: "shard" for a sharded stream's items (which may yield).
-  explicit ProcessWorkersTest(const std::string& item_name = "batch") {
+  // `item_name`: "shard" for a sharded stream's items (which may yield);
+  // `persistent`: processes kept across epochs; `exit_ms`: each one's end.
+  explicit ProcessWorkersTest(const std::string& item_name = "batch", bool persistent = true,
+                              int exit_ms = 0) {
     int ctl[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl), 0);
     EXPECT_EQ(pipe2(notify_, O_CLOEXEC), 0);
@@ -280,12 +286,12 @@ class ProcessWorkersTest : public ::testing::Test {
     if (zygote_pid_ == 0) {
       close(ctl[0]);
       close(notify_[0]);
-      FakeZygote(ctl[1], notify_[1]);
+      FakeZygote(ctl[1], notify_[1], exit_ms);
     }
     close(ctl[1]);
     close(notify_[1]);
     batches_ = std::make_shared<EpochBatches>(kBatches, item_name);
-    workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, batches_, true);
+    workers_ = std::make_shared<ProcessWorkers>(ctl[0], zygote_pid_, batches_, persistent);
     kind_ = std::make_unique<ProcessKind>(workers_);
   }
   ~ProcessWorkersTest() override {
@@ -409,6 +415,36 @@ TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) 
   EXPECT_FALSE(workers_->PartOf(3, 5, 0).has_value());
   EXPECT_FALSE(workers_->Unpublish(3, 5));  // none left
   workers_->Release(lease->segment_id, lease->ticket);
+}
+
+// Processes that end with their epoch, taking a while to end.
+class EpochProcessesTest : public ProcessWorkersTest {
+ protected:
+  EpochProcessesTest() : ProcessWorkersTest("batch", false, kExitMs) {}
+  static constexpr int kExitMs = 300;
+};
+
+TEST_F(EpochProcessesTest, AProcessEndedWithItsEpochIsSetUpTimeNotTheNextBatchs) {
+  // The end (EXIT, the zygote's reap) comes inside the next epoch's first
+  // item; as a start, it is no item's: the tuner read it as reads waiting.
+  SetEpoch(0);
+  std::unique_ptr<KindWorker> worker = NewWorker();
+  Descriptor d{};
+  ASSERT_TRUE(Run(worker.get(), 0, 0, &d).ok());
+  EXPECT_EQ(Take(d), Expected(0));
+  const int64_t before = worker->cost().setup_ns;
+  Status next = Internal("not run");
+  std::thread runs([&] { next = Run(worker.get(), 1, 0, &d); });  // waits for epoch 1's list
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (worker->cost().setup_ns - before < int64_t{kExitMs} * 1'000'000 &&
+         std::chrono::steady_clock::now() < patience) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  SetEpoch(1);
+  runs.join();
+  ASSERT_TRUE(next.ok()) << next.message();
+  Take(d);
+  EXPECT_GE(worker->cost().setup_ns - before, int64_t{kExitMs} * 1'000'000);
 }
 
 class ProcessShardsTest : public ProcessWorkersTest {

@@ -65,14 +65,23 @@ def _recognise(dataset, options):
         raise _Off(f"dataset {kind.__qualname__} is not torchvision's ImageFolder or "
                    "DatasetFolder")
     import torchvision
+    from PIL import Image, ImageFile
     loader = getattr(dataset, "loader", None)
-    if loader is folder.default_loader:
+    if _own(loader, folder, "default_loader"):
         if torchvision.get_image_backend() != "PIL":
             raise _Off(f"torchvision's image backend is {torchvision.get_image_backend()!r}, "
                        "not 'PIL'")
-    elif loader is not folder.pil_loader:
+    elif not _own(loader, folder, "pil_loader"):
         raise _Off(f"the dataset's loader {_name(loader)} is not torchvision's default_loader")
-    from PIL import ImageFile
+    # What those loaders look up at each call, where a script may patch them.
+    for where, function, module, name, whose in (
+            ("torchvision.datasets.folder.pil_loader", folder.pil_loader, folder, "pil_loader",
+             "torchvision's"),
+            ("PIL.Image.open", getattr(getattr(folder, "Image", None), "open", None), Image,
+             "open", "PIL's")):
+        if not _own(function, module, name):
+            raise _Off(f"{where} is {_name(function)}, not {whose} own (a patch: the images are "
+                       "what it makes)")
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         raise _Off("PIL.ImageFile.LOAD_TRUNCATED_IMAGES is set: PIL decodes a file cut short "
                    "(what it lacks left black), stoker's decoder refuses it")
@@ -102,6 +111,14 @@ def _through_subsets(dataset):
         indices = level if indices is None else [level[i] for i in indices]
         dataset = dataset.dataset
     return dataset, indices
+
+
+def _own(function, module, name):
+    """Whether `function` is `name` as `module`'s source defines it, not a
+    replacement patched in."""
+    code = getattr(function, "__code__", None)
+    return (code is not None and getattr(function, "__qualname__", None) == name and
+            code.co_filename == getattr(module, "__file__", None))
 
 
 def _name(thing):

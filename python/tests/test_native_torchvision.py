@@ -365,6 +365,44 @@ def test_datasets_stoker_cannot_see_through_run_python(folder, make, reason):
         assert images.shape == (2, 3, 32, 32)
 
 
+def _gray_loader(path):
+    with open(path, "rb") as f:
+        return Image.open(f).convert("L").convert("RGB")
+
+
+_PILS_OPEN = Image.open
+
+
+def _gray_open(fp, *args, **kwargs):
+    return _PILS_OPEN(fp, *args, **kwargs).convert("L")
+
+
+@pytest.mark.parametrize("patched, reason", [
+    ("pil_loader", "torchvision.datasets.folder.pil_loader is _gray_loader, not torchvision's own"),
+    ("loader=pil_loader", "loader _gray_loader is not torchvision's default_loader"),
+    ("Image.open", "PIL.Image.open is _gray_open, not PIL's own"),
+])
+def test_a_patched_image_loader_runs_python_as_torch_calls_it(folder, monkeypatch, patched,
+                                                               reason):
+    # default_loader looks up folder.pil_loader, and it PIL.Image.open, at
+    # each call: a script that patches either changes torch's samples.
+    import torchvision.datasets.folder as tv_folder
+    if patched == "Image.open":
+        monkeypatch.setattr(Image, "open", _gray_open)
+    else:
+        monkeypatch.setattr(tv_folder, "pil_loader", _gray_loader)
+    load = tv_folder.pil_loader if patched == "loader=pil_loader" else default_loader
+    dataset = ImageFolder(folder, transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]),
+                          loader=load)
+    want = _torch_batches(dataset, batch_size=8)
+    with stoker.DataLoader(dataset, batch_size=8, num_workers=0) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "python"
+        assert reason in loader.stats()["pipeline_reason"], loader.stats()["pipeline_reason"]
+    assert all(torch.equal(g[0], w[0]) for g, w in zip(got, want))
+    assert (got[0][0][:, 0] == got[0][0][:, 1]).all()  # gray: the patch ran
+
+
 @pytest.mark.parametrize("kind, native", [(np.int32, False), (np.int64, True), (int, True)])
 def test_labels_keep_the_type_default_collate_gives_them(folder, kind, native):
     dataset = ImageFolder(folder, transform=T.Compose([T.Resize((16, 16)), T.PILToTensor()]))

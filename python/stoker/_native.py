@@ -167,8 +167,11 @@ def _source(dataset, indices=None):
                                            str(getattr(label, "dtype", "")) == "int64"):
             raise _Off(f"label {label!r} of {os.fsdecode(name)!r} is not an int or int64 "
                        f"(a {type(label).__name__}: torch's default_collate keeps its type)")
+        label = int(label)
+        if not _args.INT64[0] <= label <= _args.INT64[1]:  # the Python path raises as torch does
+            raise _Off(f"label {label} of {os.fsdecode(name)!r} does not fit in int64")
         paths.append(name)
-        labels.append(int(label))
+        labels.append(label)
     classes = [os.fsencode(c) for c in getattr(dataset, "classes", [])]
     return _stoker.open_path_source(paths, labels, classes)
 

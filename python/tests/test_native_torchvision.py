@@ -403,6 +403,23 @@ def test_a_patched_image_loader_runs_python_as_torch_calls_it(folder, monkeypatc
     assert (got[0][0][:, 0] == got[0][0][:, 1]).all()  # gray: the patch ran
 
 
+def test_a_label_past_int64_runs_python_and_fails_at_its_batch_as_torchs(folder):
+    # Before, pybind11 refused the whole source with a repr of every sample.
+    dataset = ImageFolder(folder, transform=T.Compose([T.Resize((16, 16)), T.PILToTensor()]))
+    path = dataset.samples[5][0]
+    dataset.samples[5] = (path, 2**64)
+    with pytest.raises(RuntimeError, match="Overflow when unpacking long"):
+        _torch_batches(dataset, batch_size=4)
+    with stoker.DataLoader(dataset, batch_size=4, num_workers=0) as loader:
+        assert loader.stats()["pipeline"] == "python"
+        assert (f"label {2**64} of {path!r} does not fit in int64" in
+                loader.stats()["pipeline_reason"])
+        it = iter(loader)
+        next(it)
+        with pytest.raises(RuntimeError, match="Overflow when unpacking long"):
+            next(it)
+
+
 @pytest.mark.parametrize("kind, native", [(np.int32, False), (np.int64, True), (int, True)])
 def test_labels_keep_the_type_default_collate_gives_them(folder, kind, native):
     dataset = ImageFolder(folder, transform=T.Compose([T.Resize((16, 16)), T.PILToTensor()]))

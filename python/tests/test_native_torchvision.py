@@ -114,6 +114,36 @@ def test_eval_pipelines_give_torchvisions_batches(folder, name):
         assert worst.max().item() <= 1 + SLACK_LEVELS, (name, worst.tolist())
 
 
+def _noise_folder(root, sizes, low):
+    """root/a/ with a PNG of random pixels in [low, 256) for each (w, h) of `sizes`."""
+    (root / "a").mkdir(parents=True)
+    rng = np.random.default_rng(4)
+    for w, h in sizes:
+        pixels = rng.integers(low, 256, (h, w, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "a" / f"{w}x{h}.png")
+    return str(root)
+
+
+def _native_within_a_level(root, steps):
+    """Asserts that the native path gives torch's batch of every image under root."""
+    dataset = ImageFolder(root, transform=T.Compose(steps + [T.PILToTensor()]))
+    want = _torch_batches(dataset, batch_size=len(dataset))
+    with stoker.DataLoader(dataset, batch_size=len(dataset), num_workers=0) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "native"
+    worst = _levels(got[0][0], want[0][0], False)
+    assert worst.max().item() <= 1, (steps, worst.tolist())
+
+
+def test_a_centre_crop_one_to_three_pixels_larger_pads_as_torchvision(tmp_path):
+    # torchvision pads (crop - size) // 2 zeros before the image and the rest
+    # after: a crop one pixel larger has its zero column (or row) after it.
+    sizes = [(19, 20), (18, 20), (17, 20), (20, 19), (20, 18), (20, 17)]
+    root = _noise_folder(tmp_path / "pad", sizes, low=64)  # no zeros of their own
+    _native_within_a_level(root, [T.CenterCrop(20)])
+    _native_within_a_level(root, [T.Resize((19, 18)), T.CenterCrop((20, 21))])
+
+
 def test_shuffled_order_is_torchs_for_the_same_generator(folder):
     dataset = ImageFolder(folder, transform=T.Compose([T.Resize(40), T.CenterCrop(32),
                                                        T.ToTensor()]))

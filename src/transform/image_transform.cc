@@ -162,8 +162,10 @@ class ImageTransform final : public Transform {
             std::min(scaled_h, static_cast<int>(std::ceil((box.y + box.height) / d)))};
     } else {
       g = EvalGeometry(width, height, o_);
-      pad_x = g.left < 0;
-      pad_y = g.top < 0;
+      // torchvision pads (crop - size) // 2 before and the rest after: a
+      // crop one larger than the image pads only after, with left still 0.
+      pad_x = o_.width > g.resized_width;
+      pad_y = o_.height > g.resized_height;
       if (jpeg && o_.dct_scaling) {
         denom = ChooseDctDenominator(width, height, g.resized_width, g.resized_height);
       }

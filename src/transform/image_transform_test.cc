@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "testing/test_images.h"
 
@@ -188,38 +190,70 @@ TEST(ImageTransformTest, EvalGeometryPadsACropLargerThanTheImage) {
   EXPECT_EQ(g.resized_width, 266);
   EXPECT_EQ(g.left, 21);
   EXPECT_EQ(g.top, -12);
+  // One, two and three pixels larger: 0, 1 and 1 zeros before (torchvision's
+  // F.center_crop), so a crop one larger pads after the image alone.
+  o.resize_shorter = 0;
+  for (const auto& [more, before] : {std::pair{1, 0}, std::pair{2, 1}, std::pair{3, 1}}) {
+    o.width = 150 + more;
+    o.height = 260;
+    g = EvalGeometry(150, 260, o);
+    EXPECT_EQ(std::tie(g.left, g.top), std::make_tuple(-before, 0)) << more;
+    o.width = 150;
+    o.height = 260 + more;
+    g = EvalGeometry(150, 260, o);
+    EXPECT_EQ(std::tie(g.left, g.top), std::make_tuple(0, -before)) << more;
+  }
 }
 
 // The padding is zeros before the layout's mapping (normalised: -mean / std),
-// and the image inside it is what a crop that fits gives.
+// and the image inside it is what a crop that fits gives. The zeros before
+// the image are torchvision's (F.center_crop of a 150x260 image); the rest
+// of the larger side is zeros after it, also where the crop is one larger.
 TEST(ImageTransformTest, PaddedCentreCropIsZerosAroundTheImage) {
   const int w = 150, h = 260;
-  auto pic = MakePicture(w, h, 5);
-  auto file = Jpeg(pic, w, h);
+  auto file = Jpeg(MakePicture(w, h, 5), w, h);
+  struct Case {
+    int width, height;     // the crop
+    int zeros_x, zeros_y;  // zero columns and rows before the image
+  };
+  const Case cases[] = {{224, 200, 37, 0}, {151, h, 0, 0}, {152, h, 1, 0}, {153, h, 1, 0},
+                        {w, 261, 0, 0},    {w, 262, 0, 1}, {w, 263, 0, 1}};
   for (ImageInterpolation filter : {ImageInterpolation::kBilinear, ImageInterpolation::kBicubic}) {
+    for (const Case& k : cases) {
+      ImageTransformOptions o;
+      o.mode = ImageMode::kEval;
+      o.resize_shorter = 0;
+      o.interpolation = filter;
+      o.layout = ImageLayout::kUInt8HWC;
+      o.width = std::min(k.width, w);
+      o.height = std::min(k.height, h);
+      std::vector<uint8_t> padded, inner;
+      ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &inner, nullptr).ok());
+      const int inner_w = o.width, inner_h = o.height;
+      o.width = k.width;
+      o.height = k.height;
+      ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &padded, nullptr).ok());
+      for (int y = 0; y < k.height; ++y) {
+        for (int x = 0; x < k.width; ++x) {
+          const bool inside = x >= k.zeros_x && x < k.zeros_x + inner_w && y >= k.zeros_y &&
+                              y < k.zeros_y + inner_h;
+          for (int c = 0; c < 3; ++c) {
+            const uint8_t got = padded[(static_cast<size_t>(y) * k.width + x) * 3 + c];
+            const uint8_t want =
+                inside
+                    ? inner[(static_cast<size_t>(y - k.zeros_y) * inner_w + x - k.zeros_x) * 3 + c]
+                    : 0;
+            ASSERT_EQ(got, want) << k.width << "x" << k.height << " at x " << x << " y " << y;
+          }
+        }
+      }
+    }
     ImageTransformOptions o;
     o.mode = ImageMode::kEval;
     o.resize_shorter = 0;
     o.interpolation = filter;
-    o.layout = ImageLayout::kUInt8HWC;
-    o.width = 224;  // pads 37 columns before, 37 after
-    o.height = 200;
-    std::vector<uint8_t> padded, inner;
-    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &padded, nullptr).ok());
-    o.width = w;
-    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &inner, nullptr).ok());
-    for (int y = 0; y < 200; ++y) {
-      for (int x = 0; x < 224; ++x) {
-        for (int c = 0; c < 3; ++c) {
-          const uint8_t got = padded[(static_cast<size_t>(y) * 224 + x) * 3 + c];
-          const bool inside = x >= 37 && x < 37 + w;
-          const uint8_t want = inside ? inner[(static_cast<size_t>(y) * w + x - 37) * 3 + c] : 0;
-          ASSERT_EQ(got, want) << "x " << x << " y " << y;
-        }
-      }
-    }
     o.width = 224;
-    o.layout = ImageLayout::kFloat32CHW;
+    o.height = 200;
     std::vector<uint8_t> normalised;
     ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &normalised, nullptr).ok());
     const float* f = reinterpret_cast<const float*>(normalised.data());

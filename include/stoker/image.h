@@ -60,6 +60,12 @@ struct ImageTransformOptions {
   double ratio_max = 4.0 / 3.0;
   /// kTrain: probability of a horizontal flip.
   double flip_probability = 0.5;
+  /// kTrain: the flip comes before the crop (torchvision's
+  /// Compose([RandomHorizontalFlip, RandomResizedCrop])): the box is drawn as
+  /// on the flipped image, so a flipped sample's box is mirrored. Random
+  /// boxes keep their distribution; the centre fallback lands where
+  /// torchvision's does when the image is an odd number of pixels wider.
+  bool flip_before_crop = false;
 
   /// kEval: the shorter side is resized to this, then the centre
   /// height x width is cut out. REQUIRES: >= max(height, width).

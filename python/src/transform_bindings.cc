@@ -60,9 +60,9 @@ void BindTransforms(py::module_& m) {
   m.def(
       "image_transform",
       [](const std::string& mode, int height, int width, double scale_min, double scale_max,
-         double ratio_min, double ratio_max, double flip_probability, int resize_shorter,
-         int resize_height, int resize_width, const std::string& layout, std::array<float, 3> mean,
-         std::array<float, 3> std, int64_t max_pixels, bool dct_scaling,
+         double ratio_min, double ratio_max, double flip_probability, bool flip_before_crop,
+         int resize_shorter, int resize_height, int resize_width, const std::string& layout,
+         std::array<float, 3> mean, std::array<float, 3> std, int64_t max_pixels, bool dct_scaling,
          const std::string& interpolation) {
         ImageTransformOptions o;
         o.mode = ModeFromName(mode);
@@ -73,6 +73,7 @@ void BindTransforms(py::module_& m) {
         o.ratio_min = ratio_min;
         o.ratio_max = ratio_max;
         o.flip_probability = flip_probability;
+        o.flip_before_crop = flip_before_crop;
         o.resize_shorter = resize_shorter;
         o.resize_height = resize_height;
         o.resize_width = resize_width;
@@ -89,9 +90,9 @@ void BindTransforms(py::module_& m) {
       },
       py::arg("mode"), py::arg("height"), py::arg("width"), py::arg("scale_min"),
       py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip_probability"),
-      py::arg("resize_shorter"), py::arg("resize_height"), py::arg("resize_width"),
-      py::arg("layout"), py::arg("mean"), py::arg("std"), py::arg("max_pixels"),
-      py::arg("dct_scaling"), py::arg("interpolation"));
+      py::arg("flip_before_crop"), py::arg("resize_shorter"), py::arg("resize_height"),
+      py::arg("resize_width"), py::arg("layout"), py::arg("mean"), py::arg("std"),
+      py::arg("max_pixels"), py::arg("dct_scaling"), py::arg("interpolation"));
 
   m.def(
       "raw_transform",

@@ -208,6 +208,7 @@ class _Pipeline:
     crop: object = None      # RandomResizedCrop's (size, scale, ratio)
     interpolation: str = "bilinear"  # the resize's filter (RandomResizedCrop's or Resize's)
     flip: float = 0.0
+    flip_first: bool = False  # the flip comes before RandomResizedCrop
     resize: object = None    # an int (shorter side) or (h, w)
     center: object = None    # CenterCrop's (h, w)
     tensor: str = ""         # "" (a PIL image), "uint8" or "float"
@@ -306,6 +307,7 @@ def _step_RandomHorizontalFlip(p, step):
     if not 0.0 <= value <= 1.0:
         raise _Off(f"RandomHorizontalFlip p={step.p!r} is not a probability")
     p.flip = value
+    p.flip_first = p.crop is None
 
 
 def _step_Resize(p, step):
@@ -415,7 +417,7 @@ def _make(p):
         if p.crop is not None:
             size, scale, ratio = p.crop
             return transforms.Image("train", size, scale=scale, ratio=ratio, flip=p.flip,
-                                    **common)
+                                    flip_before_crop=p.flip_first, **common)
         if p.flip:
             raise _Off("RandomHorizontalFlip without RandomResizedCrop is not native")
         if p.center is None:

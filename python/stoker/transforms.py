@@ -55,7 +55,9 @@ class Image(Transform):
     applies one geometry:
 
     mode="train": RandomResizedCrop(size, scale, ratio), then a horizontal flip
-        with probability ``flip``.
+        with probability ``flip`` (``flip_before_crop=True``: the flip first,
+        as Compose([RandomHorizontalFlip, RandomResizedCrop]); a flipped
+        sample's box is then drawn as on the flipped image).
     mode="eval": Resize(resize) of the shorter side (default size * 256 / 224),
         or to exactly (height, width) when ``resize`` is a pair, or none when
         ``resize=0``, then CenterCrop(size) (all of the resized image when
@@ -75,7 +77,8 @@ class Image(Transform):
     """
 
     def __init__(self, mode="train", size=224, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                 flip=0.5, resize=None, mean=IMAGENET_MEAN, std=IMAGENET_STD, layout="float32",
+                 flip=0.5, flip_before_crop=False, resize=None, mean=IMAGENET_MEAN,
+                 std=IMAGENET_STD, layout="float32",
                  max_pixels=89_478_485, dct_scaling=False, interpolation="bilinear"):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
@@ -100,6 +103,7 @@ class Image(Transform):
         self.mode = mode
         self._impl = _stoker.image_transform(
             mode, height, width, scale[0], scale[1], ratio[0], ratio[1], _args.real("flip", flip),
+            _args.boolean("flip_before_crop", flip_before_crop),
             _args.integer("resize", resize, *_args.INT32), resize_height, resize_width, layout, _args.reals("mean", mean, 3),
             _args.reals("std", std, 3), _args.integer("max_pixels", max_pixels, *_args.INT64),
             _args.boolean("dct_scaling", dct_scaling), interpolation)

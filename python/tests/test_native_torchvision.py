@@ -169,6 +169,16 @@ def test_bicubic_random_resized_crop_runs_natively(folder):
     assert images.min().item() >= 0.0 and images.max().item() <= 1.0  # clamped
 
 
+def test_a_flip_before_random_resized_crop_gives_torchvisions_centre_fallback(tmp_path):
+    # A ratio range the images lie outside: get_params takes its centre box,
+    # of the flipped image when the flip comes first, whose mirror is a pixel
+    # right of the original's centre box where the spare width is odd (101).
+    root = _noise_folder(tmp_path / "rrc", [(101, 80), (100, 80), (64, 40)], low=0)
+    crop = dict(size=(20, 8), scale=(1, 1), ratio=(0.1, 0.2))
+    _native_within_a_level(root, [T.RandomHorizontalFlip(1.0), T.RandomResizedCrop(**crop)])
+    _native_within_a_level(root, [T.RandomResizedCrop(**crop), T.RandomHorizontalFlip(1.0)])
+
+
 TRAIN = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ToTensor(),
          T.Normalize(MEAN, STD)]
 

@@ -151,6 +151,7 @@ class ImageTransform final : public Transform {
     if (o_.mode == ImageMode::kTrain) {
       CropBox box = RandomResizedCropBox(width, height, o_, rng);
       flip = rng.Uniform() < o_.flip_probability;
+      if (flip && o_.flip_before_crop) box.x = width - box.width - box.x;
       if (jpeg && o_.dct_scaling)
         denom = ChooseDctDenominator(box.width, box.height, o_.width, o_.height);
       const double d = denom;

@@ -450,6 +450,46 @@ TEST(ImageTransformTest, FlipMirrorsAndNormaliseFollowsTheFormula) {
   }
 }
 
+// Compose([RandomHorizontalFlip, RandomResizedCrop]): torchvision draws the
+// box on the flipped image, its mirror in the original. Where the ratio range
+// forces the centre fallback (16x80 of a 101x80 image, 85 columns spare),
+// that is columns [43, 59) of the original, not the floor-centred [42, 58).
+TEST(ImageTransformTest, AFlipBeforeTheCropDrawsTheBoxOnTheFlippedImage) {
+  const int w = 101, h = 80;
+  const auto pixels = MakePicture(w, h, 3);
+  const auto file = testing::Png(pixels, w, h, PNG_COLOR_TYPE_RGB, 8);
+  const Image full{w, h, pixels};
+  ImageTransformOptions o;
+  o.layout = ImageLayout::kUInt8HWC;
+  o.width = 8;
+  o.height = 20;
+  o.scale_min = o.scale_max = 1.0;
+  o.ratio_min = 0.1;
+  o.ratio_max = 0.2;
+  o.flip_probability = 1.0;
+  for (const bool before : {false, true}) {
+    o.flip_before_crop = before;
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, 0, &out, nullptr).ok());
+    const CropBox box{before ? 43 : 42, 0, 16, 80};
+    EXPECT_LE(Compare(out, ReferenceTrain(full, box, 8, 20), true, 8).max, 1.0) << before;
+  }
+  // A random box is mirrored the same way (the same distribution).
+  o = ImageTransformOptions{};
+  o.layout = ImageLayout::kUInt8HWC;
+  o.width = o.height = 32;
+  o.flip_probability = 1.0;
+  o.flip_before_crop = true;
+  for (uint64_t i = 0; i < 6; ++i) {
+    std::vector<uint8_t> out;
+    ASSERT_TRUE(ApplyTo(*Make(o), file, i, &out, nullptr).ok());
+    SampleRng rng(7, 0, i);
+    CropBox box = RandomResizedCropBox(w, h, o, rng);
+    box.x = w - box.width - box.x;
+    EXPECT_LE(Compare(out, ReferenceTrain(full, box, 32, 32), true, 32).max, 1.0) << i;
+  }
+}
+
 // ToTensor alone (mean 0, std 1): white stays 1.0 and black 0.0 through any
 // resize, as torchvision's bytes do (float rounding took white to 1.0000004).
 TEST(ImageTransformTest, ToTensorStaysWithinZeroAndOne) {

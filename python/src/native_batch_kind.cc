@@ -64,6 +64,9 @@ class NativeBatchWorker : public KindWorker {
     int64_t header[NativeBatchWord::kCount];
     header[NativeBatchWord::kMagic] = protocol::kNativeMagic;
     header[NativeBatchWord::kSamples] = made;
+    header[NativeBatchWord::kAsked] = planned;
+    header[NativeBatchWord::kEpoch] = epoch;
+    header[NativeBatchWord::kBatch] = item;
     header[NativeBatchWord::kLabelsOffset] = static_cast<int64_t>(labels_offset_);
     header[NativeBatchWord::kImagesOffset] = static_cast<int64_t>(images_offset_);
     std::memcpy(out.data(), header, sizeof header);

@@ -51,6 +51,9 @@ TEST(NativeBatchKindTest, WritesTheBatchsSamplesAndLeavesOutFailures) {
   ASSERT_TRUE(worker->Run(4, 0, out, &outcome).ok());
   EXPECT_EQ(Word(out, NativeBatchWord::kMagic), protocol::kNativeMagic);
   ASSERT_EQ(Word(out, NativeBatchWord::kSamples), 2);
+  EXPECT_EQ(Word(out, NativeBatchWord::kAsked), 3);
+  EXPECT_EQ(Word(out, NativeBatchWord::kEpoch), 4);
+  EXPECT_EQ(Word(out, NativeBatchWord::kBatch), 0);
   EXPECT_EQ(outcome.samples, 2);
   ASSERT_EQ(outcome.failures.size(), 1u);
   EXPECT_EQ(outcome.failures[0].index, 7);

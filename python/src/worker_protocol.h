@@ -185,9 +185,14 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // A batch of stoker.DataLoader's native path (native_batch_kind.h): the
 // engine's item holds it whole: these words, then `samples` int64 labels
 // from labels_offset, then the samples, back to back, from images_offset.
+// `asked`: the indices the batch held (0: the batch sampler gave []);
+// `epoch` and `batch`: the engine's, which name it.
 #define STOKER_NATIVE_BATCH(X)     \
   X(Magic, magic)                  \
   X(Samples, samples)              \
+  X(Asked, asked)                  \
+  X(Epoch, epoch)                  \
+  X(Batch, batch)                  \
   X(LabelsOffset, labels_offset)   \
   X(ImagesOffset, images_offset)
 

@@ -60,11 +60,19 @@ def failed_batch_error(message, failed):
             kind, cause = pickle.loads(failed.pickled) if failed.pickled else (None, None)
         except Exception:  # noqa: BLE001 -- as sample_error
             kind, cause = None, None
-    if failed.trace:
-        message += "\n\nIn the worker:\n" + failed.trace
+    return batch_error(message, kind, cause, failed.trace)
+
+
+def batch_error(message, kind, cause, trace):
+    """The exception to raise for a batch whose collate_fn raised `cause`
+    (of type `kind`; None where it could not be brought over): a DataError
+    saying `message` and the worker's `trace` (empty: none), of that type
+    and chained to it. Never raises."""
+    if trace:
+        message += "\n\nIn the worker:\n" + trace
     error = DataError(message)
     error.code = "data error"  # the engine's code for a failed batch
-    return _raised_as(error, kind, cause, failed.trace)
+    return _raised_as(error, kind, cause, trace)
 
 
 def _raised_as(error, kind, cause, trace):

@@ -16,7 +16,7 @@ import numbers
 import os
 import sys
 
-from . import _args, _stoker, transforms
+from . import _args, _errors, _stoker, _workers, transforms
 from ._workers import NO_SAMPLE
 
 _HEADER = _stoker.protocol.NATIVE_BATCH
@@ -439,13 +439,23 @@ def _make(p):
 def read_batch(buffer, plan):
     """[images, labels] as torch tensors over `buffer` (the engine's item, a
     numpy uint8 array; no copy), as default_collate gives them; NO_SAMPLE
-    when every sample of the batch failed."""
+    when every sample of the batch failed. An empty batch (the batch
+    sampler gave []) is default_collate([]), as the Python path calls it:
+    torch's IndexError, raised as a DataError naming the batch."""
     import numpy as np
     import torch
     header = buffer[:_HEADER.words * 8].view(np.int64)
     if int(header[_HEADER.magic]) != _stoker.protocol.NATIVE_MAGIC:
         raise RuntimeError("a native batch without its header: stoker's bug")
     n = int(header[_HEADER.samples])
+    if n == 0 and int(header[_HEADER.asked]) == 0:
+        try:
+            return torch.utils.data.default_collate([])
+        except Exception as e:  # noqa: BLE001 -- the batch's error, as the Python path's
+            reason, _, e = _workers._collate_failure(e)
+            raise _errors.batch_error(
+                f"batch {int(header[_HEADER.batch])} of epoch {int(header[_HEADER.epoch])}: "
+                f"{reason}", type(e), e, "")
     if n == 0:
         return NO_SAMPLE
     labels_at, images_at = int(header[_HEADER.labels_offset]), int(header[_HEADER.images_offset])

@@ -641,6 +641,38 @@ def test_a_batch_sampler_giving_more_than_its_batch_size_runs_natively(folder):
         assert loader.stats()["pipeline"] == "native" and loader._remade == 1
 
 
+class _WithAnEmptyBatch:
+    batch_size = 4
+
+    def __iter__(self):
+        return iter([[0, 1], [], [2, 3]])
+
+    def __len__(self):
+        return 3
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_empty_batch_raises_as_default_collate_does_then_the_rest_arrives(folder, native):
+    # The native path dropped it: an epoch one batch short of len(loader), silently.
+    dataset = ImageFolder(folder, transform=T.Compose([T.CenterCrop(24), T.PILToTensor()]))
+    with pytest.raises(IndexError):
+        _torch_batches(dataset, batch_sampler=_WithAnEmptyBatch())
+    with stoker.DataLoader(dataset, batch_sampler=_WithAnEmptyBatch(), num_workers=1,
+                           native=native) as loader:
+        assert loader.stats()["pipeline"] == ("native" if native else "python")
+        assert len(loader) == 3
+        it = iter(loader)
+        assert next(it)[1].tolist() == dataset.targets[0:2]
+        with pytest.raises(IndexError, match=r"^batch 1 of epoch 0: collate_fn raised "
+                                             r"IndexError: list index out of range") as raised:
+            next(it)
+        assert isinstance(raised.value, stoker.DataError)
+        assert isinstance(raised.value.__cause__, IndexError)
+        assert next(it)[1].tolist() == dataset.targets[2:4]
+        with pytest.raises(StopIteration):
+            next(it)
+
+
 def test_a_batch_size_past_the_data_sets_end_holds_room_for_what_the_sampler_gives(folder):
     # 100,000 samples of 224x224 would be 60 GB of room; an epoch gives 21.
     dataset = ImageFolder(folder, transform=T.Compose([T.Resize((224, 224)), T.ToTensor()]))

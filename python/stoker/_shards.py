@@ -27,7 +27,8 @@ class ShardedIterable(torch.utils.data.IterableDataset):
     live; under torch's DataLoader, ``__iter__`` splits the rank's shards by
     ``get_worker_info()`` (worker i reads every num_workers-th shard), so the
     same dataset runs unchanged there. Ranks: ``rank`` and ``world_size``,
-    both or neither (default: torchrun's RANK and WORLD_SIZE, else 0 and 1), take every
+    both or neither (default: torch.distributed's process group where one is
+    made, else torchrun's RANK and WORLD_SIZE, else 0 and 1), take every
     world_size-th shard from ``rank`` on."""
 
     rank = None
@@ -66,22 +67,34 @@ def overrides_iter(dataset):
 
 
 def _rank_split(dataset):
-    """(rank, world_size): the dataset's own, else the launcher's
-    (stoker.shard_from_env: torchrun's, Open MPI's), else (0, 1)."""
+    """(rank, world_size): the dataset's own, else torch.distributed's
+    process group (as a DistributedSampler reads it: mp.spawn sets no
+    RANK), else the launcher's (stoker.shard_from_env: torchrun's, Open
+    MPI's), else (0, 1)."""
     world, rank = getattr(dataset, "world_size", None), getattr(dataset, "rank", None)
     if (world is None) != (rank is None):  # as stoker.Loader: one alone names no rank
         given, missing = ("world_size", "rank") if rank is None else ("rank", "world_size")
         raise ValueError(f"{type(dataset).__name__} has a {given} ({getattr(dataset, given)!r}) "
                          f"but no {missing}: give both rank and world_size, or neither (then "
-                         "torchrun's RANK and WORLD_SIZE are read)")
+                         "torch.distributed's process group, or torchrun's RANK and WORLD_SIZE, is read)")
+    if world is None:
+        rank, world = _process_group()
     if world is None:
         from ._loader import shard_from_env
         launched = shard_from_env()
-        world = launched["world_size"] if world is None else world
-        rank = launched["rank"] if rank is None else rank
+        world, rank = launched["world_size"], launched["rank"]
     world = _args.integer("world_size", world, 1, 1 << 20)
     rank = _args.integer("rank", rank, 0, world - 1)
     return rank, world
+
+
+def _process_group():
+    """(rank, world_size) of torch.distributed's default group where one is
+    made, else (None, None)."""
+    import torch.distributed as distributed
+    if distributed.is_available() and distributed.is_initialized():
+        return distributed.get_rank(), distributed.get_world_size()
+    return None, None
 
 
 def rank_shards(dataset):

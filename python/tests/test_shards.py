@@ -375,6 +375,35 @@ def test_ranks_take_disjoint_shards_that_cover_the_set(monkeypatch):
         loader(Shards(), 1)
 
 
+def test_ranks_of_a_process_group_made_without_torchruns_variables_take_their_own_shards():
+    # mp.spawn's way: init_process_group(rank=, world_size=) and no RANK in
+    # the environment. Before, every rank read every shard (rank 0 of 1).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = textwrap.dedent(f"""
+        import sys
+        import torch.distributed as dist
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_shards import Shards, batches, ids, loader
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}",
+                                rank=int(sys.argv[1]), world_size=2)
+        with loader(Shards(), 2) as dl:
+            print(sorted(ids(batches(dl))))
+        dist.destroy_process_group()
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    ranks = [subprocess.Popen([sys.executable, "-c", code, str(r)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    said = [p.communicate(timeout=120) for p in ranks]
+    assert [p.returncode for p in ranks] == [0, 0], said
+    parts = [json.loads(out.strip().splitlines()[-1]) for out, _ in said]
+    ds = Shards()
+    assert parts == [ds.every(shards=range(0, 8, 2)), ds.every(shards=range(1, 8, 2))]
+
+
 @pytest.mark.parametrize("given", [{"world_size": 2}, {"rank": 1}])
 def test_a_rank_or_world_size_alone_is_refused_naming_the_other(monkeypatch, given):
     # Before: world_size=2 alone was read as rank 0 of 2 (each process the

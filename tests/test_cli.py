@@ -689,6 +689,22 @@ def _start_run(*args):
     return p
 
 
+def _signal_after(seconds, sig, *args):
+    """Runs stoker with `args` and sends `sig` after `seconds` (by then its
+    loop, and its signal handling, runs); its exit code, stdout, stderr and
+    the seconds it took to end after the signal."""
+    p = subprocess.Popen([CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_default_signals)
+    try:
+        p.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    start = time.monotonic()
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    return p.returncode, out, err, time.monotonic() - start
+
+
 @pytest.mark.parametrize("command,sig,code", [("run", signal.SIGINT, 130),
                                               ("run", signal.SIGTERM, 143),
                                               ("demo", signal.SIGTERM, 143)])
@@ -815,6 +831,17 @@ def test_a_signal_mid_bench_with_json_says_interrupted(tmp_path):
     # nothing (it rang a "best" at 0 workers), and the earlier one stays.
     assert j["sweep"] == [] and j["plot"] is None
     assert plot.read_text() == "an earlier plot"
+
+
+def test_a_signal_mid_bench_ends_the_slow_reads_under_way():
+    # 8 workers queue for one read slot of 2 s: bench waited out every read
+    # (some 15 s) before it exited, where `stoker run` cancels them.
+    code, out, err, seconds = _signal_after(
+        2, signal.SIGTERM, "bench", "--synthetic", "--size", "8", "--sweep", "8",
+        "--read-latency-ms", "2000", "--read-slots", "1", "--point-seconds", "5",
+        "--tuned-seconds", "1", "--json")
+    assert code == 143 and seconds < 4, (seconds, err)
+    assert json.loads(out)["signal"] == "SIGTERM"
 
 
 def test_run_gpu_util_without_nvml_says_so_once():

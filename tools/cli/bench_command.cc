@@ -134,7 +134,8 @@ int RunBench(const BenchFlags& f) {
   // so far are printed, as `stoker run` prints its partial summary. Output
   // that stdout no longer takes (its reader left) ends it too: nobody sees it.
   StopSignals signals;
-  so.stop = [&signals] { return signals.received() != 0 || StdoutWriteError() != 0; };
+  so.stop = StopEndingSlowReads(
+      *p, [&signals] { return signals.received() != 0 || StdoutWriteError() != 0; });
   auto r = RunSweep(p->loader, so);
   if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
   // Nothing measured (stopped before the first count): no plot, and an

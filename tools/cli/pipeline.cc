@@ -185,4 +185,12 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
   return p;
 }
 
+std::function<bool()> StopEndingSlowReads(const Pipeline& p, std::function<bool()> stop) {
+  return [slow = p.slow, stop = std::move(stop)] {
+    const bool stopping = stop();
+    if (stopping && slow != nullptr) slow->Cancel();
+    return stopping;
+  };
+}
+
 }  // namespace stoker::cli

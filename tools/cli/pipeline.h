@@ -1,6 +1,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -53,6 +54,12 @@ struct Pipeline {
 /// set first when no --data is given and it is missing. Errors name the flag
 /// or the file.
 Result<Pipeline> BuildPipeline(const PipelineFlags& flags, bool quiet);
+
+/// `stop` for a loop over `p`'s loaders (a run's or a sweep's) that, once it
+/// says true, also ends the reads --read-latency-ms keeps waiting
+/// (SlowSource::Cancel, for good): a stopped loop's loader is then destroyed
+/// at once, not after its workers' slow reads (seconds each).
+std::function<bool()> StopEndingSlowReads(const Pipeline& p, std::function<bool()> stop);
 
 /// `status` (from Loader::Make or a sweep) with the LoaderOptions it names
 /// (batch_size, the transform's samples, tuner memory_budget_bytes) named as

@@ -74,10 +74,10 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   // From here on SIGINT and SIGTERM end the loop, not the process: the
   // summary of what ran is printed. Before it there is nothing to summarise.
   StopSignals signals;
-  co.stop = [&signals] { return signals.received() != 0; };
+  co.stop = StopEndingSlowReads(p, [&signals] { return signals.received() != 0; });
   auto stats = Consume(*loader, co);
-  // The loop is over: the workers' simulated reads need not be waited out
-  // (a summary ten seconds late after Ctrl-C, with --read-latency-ms 10000).
+  // A loop that --seconds ended need not wait out its workers' simulated
+  // reads either (a summary ten seconds late, with --read-latency-ms 10000).
   if (p.slow != nullptr) p.slow->Cancel();
   if (!f.quiet) view.Finish();
   if (!stats.ok()) return stats.status();

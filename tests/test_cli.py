@@ -742,6 +742,21 @@ def test_a_signal_ends_a_batch_made_without_workers():
     assert j["interrupted"] is True and j["samples"] == 16
 
 
+def test_a_signal_ends_a_run_whose_workers_skip_every_sample(tmp_path):
+    # Workers skipping a long stretch of bad files deliver no batch: the
+    # signal went unnoticed until the epoch's end (then exit 1, "delivered
+    # nothing"), some 15 s here.
+    (tmp_path / "c0").mkdir()
+    for i in range(3000):
+        (tmp_path / "c0" / f"{i}.jpg").write_bytes(b"")
+    code, out, err, seconds = _signal_after(
+        2, signal.SIGINT, "run", "--data", str(tmp_path), "--on-error", "skip", "--epochs", "1",
+        "--read-latency-ms", "5", "--workers", "1", "--quiet", "--json")
+    assert code == 130 and seconds < 4, (seconds, err)
+    j = json.loads(out)
+    assert j["interrupted"] is True and j["samples"] == 0 and j["skipped"] > 0
+
+
 def test_the_same_stop_sent_twice_at_once_still_prints_the_summary():
     # `timeout`, job schedulers and container runtimes signal the process and
     # its group: two SIGTERMs within a millisecond are one request to stop.

@@ -350,7 +350,8 @@ class Loader {
   void SetInterrupt(std::function<bool()> interrupted);
 
   /// Waits up to `timeout` until Next() would not block; true when it would.
-  /// Starts the next epoch if none is running. Its time counts as consumer
+  /// Starts the next epoch if none is running; passes over the batches whose
+  /// every sample was skipped, as Next() does. Its time counts as consumer
   /// wait (like Next's) and the tuner ticks meanwhile, so a consumer may
   /// wait in short slices, e.g. to handle signals, without hiding its waiting.
   bool WaitReady(std::chrono::nanoseconds timeout);

@@ -230,6 +230,14 @@ class Loader::Impl {
           Build(next.epoch);
           continue;
         }
+        // A batch whose every sample was skipped is passed over here, as
+        // Next() would pass it over before waiting: "ready" would send the
+        // consumer into that wait, deaf to its stop until a batch comes.
+        if (next.step == EpochScheduler::Step::kDeliver && sched_.Peek()->count() == 0 &&
+            !sched_.Peek()->failed()) {
+          Deliver();  // nothing of it is left to hand out
+          continue;
+        }
         ready = next.step != EpochScheduler::Step::kWait || workers_.target() == 0;
         if (ready || std::chrono::steady_clock::now() >= deadline) break;
         AwaitBatch(deadline);

@@ -412,6 +412,49 @@ bool ThreadExists(pid_t tid) {
   return std::filesystem::exists("/proc/self/task/" + std::to_string(tid), ec);
 }
 
+// A source whose samples below `bad_below` are bad (the sample's fault); the
+// others it reads from `inner`.
+class BadBelowSource final : public Source {
+ public:
+  BadBelowSource(std::shared_ptr<const Source> inner, int64_t bad_below)
+      : inner_(std::move(inner)), bad_below_(bad_below) {}
+  int64_t size() const override { return inner_->size(); }
+  Status Read(int64_t index, ReadBuffer& buffer, Record* record) const override {
+    if (index < bad_below_) return DataError("not an image");
+    return inner_->Read(index, buffer, record);
+  }
+  std::string Key(int64_t index) const override { return inner_->Key(index); }
+
+ private:
+  std::shared_ptr<const Source> inner_;
+  const int64_t bad_below_;
+};
+
+// Under kSkip, batches whose every sample was skipped are not "ready": they
+// sent a consumer waiting in slices (to notice Ctrl-C) into a Next() that
+// passed over them and blocked until a batch came, deaf to the signal.
+TEST(LoaderTest, WaitReadyPassesOverBatchesWhoseEverySampleWasSkipped) {
+  constexpr int64_t kBatch = 4;
+  // Batches 0..3 are all bad; the reads of batch 4 on block until Open().
+  auto gated = std::make_shared<GatedSource>(100, 8, 4 * kBatch);
+  auto o = SyntheticLoaderOptions(100, kBatch, 8);
+  o.source = std::make_shared<BadBelowSource>(gated, 4 * kBatch);
+  o.on_error = ErrorPolicy::kSkip;
+  o.shuffle = false;
+  o.workers = 1;
+  auto loader = MakeUntunedLoader(o);
+  ASSERT_NE(loader, nullptr);
+  OpenOnExit open_on_exit{gated.get()};
+  EXPECT_FALSE(loader->WaitReady(std::chrono::milliseconds(300)));
+  gated->Open();
+  ASSERT_TRUE(loader->WaitReady(std::chrono::seconds(60)));
+  auto batch = loader->Next();
+  ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status().ToString();
+  EXPECT_EQ((**batch).index(), 4);
+  EXPECT_EQ((**batch).sample_indices()[0], 4 * kBatch);
+  EXPECT_EQ(loader->Skipped().size(), static_cast<size_t>(4 * kBatch));
+}
+
 TEST(LoaderTest, DestroyMidEpochWithBlockedWorkersReturns) {
   constexpr int64_t kBatch = 4;
   // Batch 0 reads freely; every later read blocks inside Source::Read.

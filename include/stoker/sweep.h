@@ -99,7 +99,9 @@ struct SweepOptions {
   bool run_tuned = true;        // false: the static sweep only
   /// After the tuned run, the best static setting is measured once more and
   /// the reference becomes the mean of before and after: a machine whose
-  /// speed drifts over minutes then moves both sides of the ratio alike.
+  /// speed drifts over minutes then moves both sides of the ratio alike. A
+  /// mean that falls below another count's row has that count measured again
+  /// too: the reference is always the best row.
   bool bracket = true;
   double step_ms = 0;
   /// Progress lines for people (may be empty).

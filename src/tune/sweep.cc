@@ -195,6 +195,14 @@ void Log(const SweepOptions& o, const std::string& line) {
   if (o.log) o.log(line);
 }
 
+// The row of the highest samples/s (the first of equals). REQUIRES: !sweep.empty().
+SweepPoint& BestRow(std::vector<SweepPoint>& sweep) {
+  assert(!sweep.empty());
+  return *std::max_element(
+      sweep.begin(), sweep.end(),
+      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+}
+
 // One static setting: a fresh loader with `workers`, warmed up, then
 // measured; nullopt when options.stop ended it (report.interrupted is set).
 Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const SweepOptions& o,
@@ -280,9 +288,7 @@ Status ConfirmBest(const LoaderOptions& base, const SweepOptions& o, SweepReport
     p.stall_fraction = (p.stall_fraction + again->stall_fraction) / 2;
   }
   if (report.sweep.empty()) return Status::Ok();  // interrupted before the first point
-  report.best_static = *std::max_element(
-      report.sweep.begin(), report.sweep.end(),
-      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+  report.best_static = BestRow(report.sweep);
   report.recommended = RecommendedSweepPoint(report.sweep);
   return Status::Ok();
 }
@@ -314,21 +320,29 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
   return Status::Ok();
 }
 
-// The best static setting measured again after the tuned run: the reference
-// becomes the mean of before and after.
+// The best static setting measured again after the tuned run: its row
+// becomes the mean of before and after, and the reference is the best row
+// so bracketed. A mean that falls below another row makes that row the best,
+// and it is bracketed in turn (each count once, so this ends): the reference
+// is never a lesser row, nor one measured only before the tuned run.
 Status Bracket(const LoaderOptions& base, const SweepOptions& o, SweepReport& report) {
-  Log(o, "  the best static setting again, after the tuned run ...");
-  STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> after,
-                          MeasureStatic(base, o, report.best_static.workers, report));
-  if (!after) return Status::Ok();
-  SweepPoint& best = report.best_static;
-  best.samples_per_s = (best.samples_per_s + after->samples_per_s) / 2;
-  best.stall_fraction = (best.stall_fraction + after->stall_fraction) / 2;
-  // One figure per count: its row in the table and plot, and the count
-  // recommended from the rows, read the same as the reference.
-  for (SweepPoint& p : report.sweep) {
-    if (p.workers == best.workers) p = best;
+  std::vector<int> bracketed;
+  for (SweepPoint* best = &BestRow(report.sweep);
+       std::find(bracketed.begin(), bracketed.end(), best->workers) == bracketed.end();
+       best = &BestRow(report.sweep)) {
+    Log(o, bracketed.empty() ? "  the best static setting again, after the tuned run ..."
+                             : "  workers " + std::to_string(best->workers) +
+                                   ", now the best static setting, again ...");
+    STOKER_ASSIGN_OR_RETURN(std::optional<SweepPoint> after,
+                            MeasureStatic(base, o, best->workers, report));
+    if (!after) break;
+    best->samples_per_s = (best->samples_per_s + after->samples_per_s) / 2;
+    best->stall_fraction = (best->stall_fraction + after->stall_fraction) / 2;
+    bracketed.push_back(best->workers);
   }
+  // One figure per count: the reference, its row in the table and plot, and
+  // the count recommended from the rows.
+  report.best_static = BestRow(report.sweep);
   report.recommended = RecommendedSweepPoint(report.sweep);
   return Status::Ok();
 }

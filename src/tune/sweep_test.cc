@@ -5,6 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "stoker/synthetic.h"
 #include "testing/loader_harness.h"
 
 namespace stoker {
@@ -65,6 +71,39 @@ TEST(SweepTest, ConsumeCountsWhatTheWorkersProduced) {
   // the look-ahead may have produced some of a third epoch.
   EXPECT_GE(st->produced, st->samples);
   EXPECT_LE(st->produced, 6000);
+}
+
+// The reference re-measured after the tuned run may fall below another row
+// (a machine slowed by another job meanwhile): it named a lesser row "best
+// static" and divided the tuned figure by it. The best is the best row.
+TEST(SweepTest, TheBestStaticSettingIsTheBestRowAfterItIsMeasuredAgain) {
+  auto o = testing::SyntheticLoaderOptions(100000, 1, 8, {});
+  // Read-bound: 5 ms a read, so 3 workers deliver about 1.5 times what 2 do.
+  auto slow = std::make_shared<SlowSource>(o.source, std::chrono::milliseconds(5));
+  o.source = slow;
+  SweepOptions so;
+  so.workers = {2, 3};
+  so.max_workers = 4;
+  so.warmup_seconds = 0.1;
+  so.point_seconds = 0.4;
+  so.confirm_top = 0;
+  so.tuned_seconds = 0.3;
+  // Reads 20 times slower from the bracket on: the mean of 3 workers' row
+  // falls below the row of 2.
+  so.log = [&slow](const std::string& line) {
+    if (line.find("after the tuned run") != std::string::npos) {
+      slow->set_latency(std::chrono::milliseconds(100));
+    }
+  };
+  auto r = RunSweep(o, so);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->sweep.size(), 2u);
+  const SweepPoint top = *std::max_element(
+      r->sweep.begin(), r->sweep.end(),
+      [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
+  EXPECT_EQ(r->best_static.workers, top.workers);
+  EXPECT_DOUBLE_EQ(r->best_static.samples_per_s, top.samples_per_s);
+  EXPECT_DOUBLE_EQ(r->ratio, r->tuned_samples_per_s / top.samples_per_s);
 }
 
 }  // namespace

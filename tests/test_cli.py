@@ -227,6 +227,15 @@ def test_an_unwritable_plot_fails_before_the_sweep(tmp_path):
     assert "samples/s" not in r.stdout  # no point of the sweep was run
 
 
+def test_a_plot_not_named_svg_is_refused_before_the_sweep(tmp_path):
+    # --plot out.png wrote SVG text into a .png, which image viewers refuse.
+    plot = tmp_path / "out.png"
+    r = stoker("bench", "--synthetic", "--plot", str(plot), check=False)
+    assert r.returncode == 2 and "--plot" in r.stderr and str(plot) in r.stderr, r.stderr
+    assert "samples/s" not in r.stdout and not plot.exists()
+    assert ".svg" in stoker("bench", "--help").stdout
+
+
 def test_a_failed_bench_leaves_no_plot_and_fifos_never_block(tmp_path):
     (tmp_path / "empty").mkdir()
     plot = tmp_path / "sweep.svg"

@@ -2,8 +2,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -208,8 +210,19 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
             return list.ok() ? std::string() : list.status().message();
           },
           "LIST"));
-  cmd->add_option("--plot", f->plot, "write an SVG of the sweep and the tuned run")
-      ->check(PathGiven());
+  // The plot is SVG alone: a .png name would get SVG text no image viewer opens.
+  cmd->add_option("--plot", f->plot,
+                  "write an SVG of the sweep and the tuned run to FILE, whose name ends in .svg")
+      ->check(PathGiven())
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            std::string extension = std::filesystem::path(path).extension().string();
+            for (char& c : extension)
+              c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            if (extension == ".svg") return std::string();
+            return "the plot is SVG: expected a name ending in .svg, got '" + path + "'";
+          },
+          "FILE.svg"));
   cmd->add_flag("--no-gpus", f->no_gpus, "skip the NVML probe (pin_memory is then False)");
   cmd->add_flag("--json", f->json, "print JSON on stdout");
   cmd->callback([f, &exit_code] { exit_code = RunBench(*f); });

@@ -75,6 +75,16 @@ def test_demo_says_the_wait_at_the_count_it_ended_with():
     assert "over the whole run" in line, line
 
 
+def test_demo_without_a_step_states_no_demand_and_no_step_to_try():
+    # --step-ms 0 said "the consumer takes about 0 samples/s" and advised
+    # "Try --step-ms 0", the option given.
+    out = stoker("demo", "--synthetic", "--synthetic-size", "4000", "--synthetic-cpu-us", "0",
+                 "--size", "16", "--seconds", "1", "--step-ms", "0", "--quiet").stdout
+    found = out[out.index("What the tuner found"):]
+    assert "as soon as it comes (no step)" in found and "samples/s;" not in found, found
+    assert "--step-ms 0" not in found, found
+
+
 def test_run_json_summary(tmp_path):
     trace = tmp_path / "trace.jsonl"
     j = json.loads(stoker("run", "--synthetic", "--synthetic-size", "4000", "--synthetic-cpu-us",

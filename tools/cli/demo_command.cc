@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "command_output.h"
 #include "commands.h"
@@ -23,9 +24,13 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   cmd->callback([f, &exit_code] {
     if (!f->json) {
       std::cout << "stoker demo: a stand-in training loop takes a batch of "
-                << f->pipeline.batch_size << " every " << f->step_ms
-                << " ms (the simulated accelerator step);\nthe tuner looks for the fewest "
-                   "workers that keep it from ever waiting.\n\n";
+                << f->pipeline.batch_size;
+      if (f->step_ms > 0) {
+        std::cout << " every " << f->step_ms << " ms (the simulated accelerator step)";
+      } else {
+        std::cout << " as soon as it comes (no accelerator step)";
+      }
+      std::cout << ";\nthe tuner looks for the fewest workers that keep it from ever waiting.\n\n";
     }
     auto s = RunJob(*f);
     if (!s.ok()) {
@@ -40,7 +45,6 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
     std::cout << "\n" << s->description << "\n";
     PrintRunSummary(*s, std::cout);
     if (s->signal != 0) return;  // asked to stop: the summary is enough
-    const double demand = f->step_ms > 0 ? 1000.0 / f->step_ms * f->pipeline.batch_size : 0;
     // The wait at the count the run ended with: the trailing stretch of the
     // timeline at that count, not the whole run's (start-up, other counts).
     const auto& timeline = s->stats.timeline;
@@ -64,10 +68,20 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
                     s->workers_final, s->workers_final == 1 ? "" : "s",
                     s->stats.stall_fraction * 100);
     }
-    std::cout << "\nWhat the tuner found: the consumer takes about " << static_cast<int>(demand)
-              << " samples/s; " << line << ". The decisions above say why.\n"
-              << "Try --step-ms 0 (a consumer as fast as possible), --read-latency-ms 5 (slow "
-                 "storage), or `stoker bench` for the samples/s per worker table.\n";
+    // With no step the consumer takes whatever comes: there is no demand to
+    // state, and --step-ms 0 is no option left to try.
+    const bool stepped = f->step_ms > 0;
+    const std::string demand =
+        stepped
+            ? "takes about " +
+                  std::to_string(static_cast<int>(1000.0 / f->step_ms * f->pipeline.batch_size)) +
+                  " samples/s"
+            : "takes each batch as soon as it comes (no step)";
+    std::cout << "\nWhat the tuner found: the consumer " << demand << "; " << line
+              << ". The decisions above say why.\n"
+              << "Try " << (stepped ? "--step-ms 0 (a consumer as fast as possible), " : "")
+              << "--read-latency-ms 5 (slow storage), or `stoker bench` for the samples/s per "
+                 "worker table.\n";
   });
 }
 

@@ -652,6 +652,21 @@ def test_make_dataset_refuses_what_the_built_in_data_set_would_ignore(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing made
 
 
+def test_make_dataset_counts_past_images_name_the_options(tmp_path):
+    # "classes = 10, expected 1..images (3)" named no option, and the user
+    # never typed the 10.
+    out = tmp_path / "out"
+    for args, said in ((["--images", "3"], "--classes 10 (the default) is more than --images 3"),
+                       (["--images", "3", "--classes", "1", "--shards", "5"],
+                        "--shards 5 is more than --images 3")):
+        r = stoker("make-dataset", str(out), *args, check=False)
+        assert r.returncode == 2 and said in r.stderr, r.stderr
+        assert not out.exists()
+    j = json.loads(stoker("make-dataset", str(out), "--images", "2", "--classes", "4", "--json",
+                          check=False).stdout)
+    assert "--classes 4 is more than --images 2: each class needs an image" in j["error"], j
+
+
 def test_make_dataset_refuses_a_folder_of_other_files(tmp_path):
     # An interrupted run of an older stoker left images here: a new run once
     # mixed them in (662 images reported as 100).

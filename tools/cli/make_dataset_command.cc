@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -25,6 +26,27 @@ struct MakeDatasetFlags {
 // its own settings, shared by every command that uses it).
 constexpr const char* kShapeOptions[] = {"--images", "--classes", "--seed", "--shards", "--photos"};
 
+// The counts that --images bounds, named as the options they came from (the
+// maker's own check names its fields), a default not typed said to be one.
+Status CheckCountsFitImages(const MakeDatasetFlags& flags) {
+  auto named = [&flags](const std::string& option, int64_t value) {
+    const bool typed =
+        std::find(flags.given.begin(), flags.given.end(), option) != flags.given.end();
+    return option + " " + std::to_string(value) + (typed ? "" : " (the default)");
+  };
+  const MakeDatasetOptions& o = flags.options;
+  const std::string images = named("--images", o.images);
+  if (o.classes > o.images) {
+    return InvalidArgument(named("--classes", o.classes) + " is more than " + images +
+                           ": each class needs an image");
+  }
+  if (o.shards > o.images) {
+    return InvalidArgument(named("--shards", o.shards) + " is more than " + images +
+                           ": each shard needs an image");
+  }
+  return Status::Ok();
+}
+
 int RunMakeDataset(const MakeDatasetFlags& flags) {
   // SIGINT and SIGTERM stop it between images, and the half-made folder goes.
   if (flags.options.output.empty()) {
@@ -47,6 +69,9 @@ int RunMakeDataset(const MakeDatasetFlags& flags) {
       std::cout << *path << "\n";
     }
     return 0;
+  }
+  if (Status st = CheckCountsFitImages(flags); !st.ok()) {
+    return ReportError("make-dataset", st, flags.json);
   }
   auto report = StoppedBySignals([&](std::function<bool()> stop) {
     MakeDatasetOptions options = flags.options;

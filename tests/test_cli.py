@@ -336,6 +336,18 @@ def test_an_option_the_source_would_ignore_is_refused(args, named):
         assert r.returncode == 2 and named in json.loads(r.stdout)["error"], (command, r.stderr)
 
 
+@pytest.mark.parametrize("listed,counts", [("0 ,1", [0, 1]), ("0, 1", [0, 1]), (" 1 ", [1])])
+def test_white_space_around_a_sweep_count_is_read_alike_on_either_side(listed, counts):
+    # "0, 1" was read and "0 ,1" or "1 " refused.
+    j = json.loads(stoker("bench", "--synthetic", "--synthetic-size", "200", "--size", "8",
+                          "--synthetic-cpu-us", "0", "--sweep", listed, "--point-seconds", "0.05",
+                          "--tuned-seconds", "0.1", "--json").stdout)
+    assert [p["workers"] for p in j["sweep"]] == counts
+    j = json.loads(stoker("run", "--synthetic", "--synthetic-size", "200", "--size", "8",
+                          "--workers", listed.split(",")[-1], "--json", "--quiet").stdout)
+    assert j["workers_final"] == counts[-1]
+
+
 def test_a_misspelt_command_is_named():
     r = stoker("bnech", "--json", check=False)
     assert r.returncode == 2 and "unknown command 'bnech'" in r.stderr

@@ -16,10 +16,15 @@
 namespace stoker::cli {
 
 std::optional<int> ParseCount(const std::string& text) {
+  // White space on either side alike: std::stoi skips it before the count only.
+  constexpr const char* kSpace = " \t\n\v\f\r";
+  const size_t first = text.find_first_not_of(kSpace);
+  if (first == std::string::npos) return std::nullopt;
+  const std::string count = text.substr(first, text.find_last_not_of(kSpace) + 1 - first);
   try {
     size_t used = 0;
-    const int value = std::stoi(text, &used);
-    if (used == text.size() && value >= 0) return value;
+    const int value = std::stoi(count, &used);
+    if (used == count.size() && value >= 0) return value;
   } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
   }
   return std::nullopt;

@@ -36,8 +36,9 @@ struct PipelineFlags {
   int64_t synthetic_size = 20000;
 };
 
-/// A count >= 0 filling all of `text`, read as std::stoi reads it (leading
-/// white space and a '+' are accepted); nullopt for anything else.
+/// A count >= 0 filling all of `text` but white space on either side, read
+/// as std::stoi reads it (a '+' is accepted); nullopt for anything else. The
+/// one reading of --workers and of each item of --sweep's list.
 std::optional<int> ParseCount(const std::string& text);
 
 /// Registers the flags on `cmd`.

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
 namespace stoker {
 
@@ -19,12 +20,19 @@ inline constexpr int kMaxWorkers = 128;
 /// process (or of its cgroup limit).
 inline constexpr double kMemoryBudgetShare = 0.8;
 
-/// The prefetch depth, in batches, for `workers` workers when nobody chose
-/// one: 2 for up to 3 workers, then one more per 4 workers, up to 16. Workers
-/// share batches (a task is a run of one batch's samples), so a few batches
-/// absorb jitter; many workers need a wider window to all find work. Each
+/// The prefetch depth, in batches of `batch_items` items, for `workers`
+/// workers when nobody chose one: 2 for up to 3 workers, then one more per 4
+/// workers, up to 16, and never fewer than hold two items a worker. Workers
+/// share batches (a task is a run of one batch's items), so a few batches
+/// absorb jitter; many workers need a wider window to all find work; where
+/// an item is a whole user batch (stoker.DataLoader's kinds, batch_items 1)
+/// each worker needs its own, two as torch's prefetch_factor gives it. Each
 /// batch in flight is memory (a float32 224x224 batch of 64 is 38.5 MiB).
-constexpr int DefaultPrefetch(int workers) { return std::clamp(2 + workers / 4, 2, 16); }
+constexpr int DefaultPrefetch(int workers, int64_t batch_items) {
+  const int64_t items = std::max<int64_t>(batch_items, 1);
+  const int64_t fill = (2 * static_cast<int64_t>(std::max(workers, 0)) + items - 1) / items;
+  return static_cast<int>(std::max<int64_t>(std::clamp(2 + workers / 4, 2, 16), fill));
+}
 
 /// How far back the recent figures reach (LoaderMetrics::recent, stats()'s
 /// samples_per_s and stall_fraction): about this many seconds of the

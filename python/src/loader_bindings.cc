@@ -487,8 +487,9 @@ void BindLoader(py::module_& m) {
       "closing_at_exit", [] { closing_at_exit.store(true); },
       "From now on, close() leaves behind the workers still on an item once it named them "
       "(the interpreter is exiting).");
-  m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"),
-        "The prefetch depth, in batches, for a fixed worker count when none is given.");
+  m.def("default_prefetch", &DefaultPrefetch, py::arg("workers"), py::arg("batch_items"),
+        "The prefetch depth, in batches of `batch_items` items, for a fixed worker count when "
+        "none is given.");
   m.def("stall_fraction", &StallFraction, py::arg("wait_s"), py::arg("elapsed_s"),
         "The share of `elapsed_s` the consumer spent waiting, in [0, 1].");
   BindOptions(m);

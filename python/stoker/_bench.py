@@ -269,9 +269,13 @@ def _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, s
     best["best"] = True
     table = _stoker.sweep_table(rows, best["num_workers"])
     # What the best count ran with: torch keeps prefetch_factor batches per
-    # worker in flight, stoker.DataLoader its default depth.
-    in_flight = (best["num_workers"] * prefetch_factor if kind == "torch"
-                 else _stoker.default_prefetch(best["num_workers"]))
+    # worker in flight, stoker.DataLoader its default depth (each of its
+    # engine's items a whole batch).
+    if kind == "torch":
+        in_flight = best["num_workers"] * prefetch_factor
+    else:
+        from ._dataloader import _ENGINE_BATCH
+        in_flight = _stoker.default_prefetch(best["num_workers"], _ENGINE_BATCH)
     args = _stoker.loader_args_from_sweep(
         kind, data, batch_size, best["num_workers"], best["samples_per_s"],
         best["stall_fraction"], in_flight, gpus)

@@ -32,6 +32,8 @@ from ._loader import _error_policy, _prefetch_batches, _resolve_device
 _FORMAT = "stoker.DataLoader/2"
 # How often a consumer waiting for a shard looks for its batches made so far.
 _PART_POLL_S = 0.003
+# The user's batches are the engine's items, one to an engine batch.
+_ENGINE_BATCH = 1
 _PROTOCOL = _stoker.protocol
 _PROCESS, _THREAD = _PROTOCOL.PROCESS_DESCRIPTOR, _PROTOCOL.THREAD_DESCRIPTOR
 
@@ -849,7 +851,8 @@ def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_ki
         "initial_workers": _initial_workers(max_workers) if auto else 0,
         "prefetch_factor": prefetch_factor,
         "prefetch_batches": _prefetch_batches(
-            None if prefetch_factor is None or auto else prefetch_factor * workers, workers),
+            None if prefetch_factor is None or auto else prefetch_factor * workers, workers,
+            _ENGINE_BATCH),
         "worker_kind": worker_kind, "worker_init_fn": worker_init_fn, "max_workers": max_workers,
         "persistent_workers": bool(persistent_workers),
         "multiprocessing_context": _start_method(multiprocessing_context),
@@ -1535,7 +1538,7 @@ class _Run:
         # The user's batches are the engine's items, one to an engine batch, in
         # plan order; the engine's policy handles the failed samples they carry.
         self.engine = _stoker.Loader(_stoker.LoaderOptions(
-            kind=kind, batch_size=1, shuffle=False, workers=options.workers,
+            kind=kind, batch_size=_ENGINE_BATCH, shuffle=False, workers=options.workers,
             prefetch_batches=options.prefetch_batches, on_error=_error_policy(options.on_error),
             ordered=options.in_order, tuner=tuner))
         if self.cluster is not None:

@@ -88,10 +88,10 @@ def _resolve_output(output):
     return torch
 
 
-def _prefetch_batches(prefetch, workers):
+def _prefetch_batches(prefetch, workers, batch_items):
     """The engine's prefetch bound: `prefetch` batches, or for None the
-    default for `workers` (stoker/defaults.h)."""
-    return _stoker.default_prefetch(workers) if prefetch is None else prefetch
+    default for `workers` making batches of `batch_items` (stoker/defaults.h)."""
+    return _stoker.default_prefetch(workers, batch_items) if prefetch is None else prefetch
 
 
 def _error_policy(on_error):
@@ -251,7 +251,8 @@ class Loader:
             **samples, batch_size=batch_size,
             shuffle=shuffle, seed=seed, drop_last=drop_last, rank=self.rank,
             world_size=self.world_size, workers=workers,
-            prefetch_batches=_prefetch_batches(prefetch, workers), prefetch_bytes=prefetch_bytes,
+            prefetch_batches=_prefetch_batches(prefetch, workers, batch_size),
+            prefetch_bytes=prefetch_bytes,
             on_error=_error_policy(on_error), ordered=ordered, start_epoch=start_epoch,
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))

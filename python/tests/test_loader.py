@@ -91,7 +91,7 @@ def test_state_dict_errors_name_the_field():
 def test_shared_defaults_come_from_the_engine():
     from stoker import _stoker
     assert _stoker.MAX_WORKERS >= 1 and 0 < _stoker.MEMORY_BUDGET_SHARE <= 1
-    assert _stoker.default_prefetch(0) <= _stoker.default_prefetch(_stoker.MAX_WORKERS)
+    assert _stoker.default_prefetch(0, 64) <= _stoker.default_prefetch(_stoker.MAX_WORKERS, 64)
     assert _stoker.stall_fraction(1.0, 4.0) == 0.25 and _stoker.stall_fraction(0.0, 0.0) == 0.0
 
 

@@ -179,12 +179,13 @@ void OpenFilesRule(const MachineFacts& facts, const AdviseInputs&, Draft& d) {
          d.workers, limited);
 }
 
-void PrefetchRule(const MachineFacts&, const AdviseInputs&, Draft& d) {
-  d.prefetch = DefaultPrefetch(d.workers);
-  d.Rule(
-      "prefetch depth", Workers(d.workers),
-      "2 batches, one more per 4 workers, at most 16 -> " + std::to_string(d.prefetch) + " batches",
-      d.prefetch);
+void PrefetchRule(const MachineFacts&, const AdviseInputs& inputs, Draft& d) {
+  const int64_t batch_size = inputs.batch_size.value_or(kAssumedBatchSize);
+  d.prefetch = DefaultPrefetch(d.workers, batch_size);
+  d.Rule("prefetch depth", Workers(d.workers) + ", batch " + std::to_string(batch_size),
+         "2 batches, one more per 4 workers, at most 16, at least 2 samples a worker -> " +
+             std::to_string(d.prefetch) + " batches",
+         d.prefetch);
 }
 
 // What this process may still take: available memory, or the cgroup's room
@@ -383,7 +384,7 @@ LoaderArgs ArgsFor(LoaderKind loader, int workers, int prefetch_batches, int gpu
                       Workers(a.num_workers) + ", rounded up (torch counts it per worker)");
   } else if (!torch && a.num_workers > 0) {
     a.rules.push_back("prefetch: the default for " + Workers(a.num_workers) + ", " +
-                      std::to_string(DefaultPrefetch(a.num_workers)) + " batches in flight");
+                      std::to_string(prefetch_batches) + " batches in flight");
   }
   a.rules.push_back(std::string("pin_memory=") + (a.pin_memory ? "True" : "False") + ": " +
                     (a.pin_memory

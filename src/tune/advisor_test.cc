@@ -91,8 +91,8 @@ TEST(AdvisorTest, MemoryLimitThenShmCapProcessWorkersOnABigHost) {
   ASSERT_DOUBLE_EQ(facts.cpu.budget_cores.value_or(-1), 16);
 
   Advice threads = Advise(facts);
-  EXPECT_EQ(threads.workers, 15);                            // 16 cores - 1 for the trainer
-  EXPECT_EQ(threads.prefetch_batches, DefaultPrefetch(15));  // 5
+  EXPECT_EQ(threads.workers, 15);                                // 16 cores - 1 for the trainer
+  EXPECT_EQ(threads.prefetch_batches, DefaultPrefetch(15, 64));  // 5
 
   // Budget 80 % of 1.5 GiB = 1228.8 MiB. A 256 MiB process plus one 9.19 MiB
   // batch each: 4 workers (1060.75 MiB); with 2 batches each, 8 batches
@@ -153,9 +153,9 @@ TEST(AdvisorTest, PinnedHostUsesItsAffinity) {
   FakeMachine m;
   hw::BuildPinnedHost(m);
   Advice a = Advise(ProbeMachine(m.Options()));
-  EXPECT_EQ(a.workers, 3);                            // 4 CPUs - 1 for the trainer
-  EXPECT_EQ(a.prefetch_batches, DefaultPrefetch(3));  // 2
-  EXPECT_EQ(Rule(a, "prefetch depth").value, DefaultPrefetch(3));
+  EXPECT_EQ(a.workers, 3);                                // 4 CPUs - 1 for the trainer
+  EXPECT_EQ(a.prefetch_batches, DefaultPrefetch(3, 64));  // 2
+  EXPECT_EQ(Rule(a, "prefetch depth").value, DefaultPrefetch(3, 64));
   EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (16.0 * kGiB)));
 }
 
@@ -189,7 +189,7 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   };
   Advice hdd = with_storage(Kind::kLocal, Disk::kHdd, true);
   EXPECT_EQ(hdd.workers, 2);
-  EXPECT_EQ(hdd.prefetch_batches, DefaultPrefetch(2));  // 2
+  EXPECT_EQ(hdd.prefetch_batches, DefaultPrefetch(2, 64));  // 2
   EXPECT_TRUE(Rule(hdd, "storage").limited);
   EXPECT_TRUE(Has(Rule(hdd, "storage").outcome, "HDD: more than 2 concurrent readers"));
   EXPECT_EQ(with_storage(Kind::kLocal, Disk::kSsd, false).workers, 3);
@@ -204,7 +204,7 @@ TEST(AdvisorTest, StorageKindShapesTheWorkerCount) {
   // Latency-bound: 4 per core of the rank's 4 cores = 16 (within 8..64).
   Advice nfs = with_storage(Kind::kNetwork, Disk::kUnknown);
   EXPECT_EQ(nfs.workers, 16);
-  EXPECT_EQ(nfs.prefetch_batches, DefaultPrefetch(16));  // 6
+  EXPECT_EQ(nfs.prefetch_batches, DefaultPrefetch(16, 64));  // 6
   EXPECT_TRUE(Has(Rule(nfs, "storage").outcome, "latency-bound"));
   EXPECT_EQ(with_storage(Kind::kFuse, Disk::kUnknown).workers, 16);
   EXPECT_TRUE(Has(Rule(Advise(facts), "storage").input, "no data path"));
@@ -330,9 +330,9 @@ TEST(AdvisorTest, TheAdvicesArgumentsSayNothingWasMeasured) {
 // stoker's native pipeline. A sweep answers for the loader it measured, and
 // names it and the data.
 TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
-  // Best at 6 workers, which ran with DefaultPrefetch(6) = 3 batches in flight.
+  // Best at 6 workers, which ran with DefaultPrefetch(6, 64) = 3 batches in flight.
   const SweepSubject native{LoaderKind::kNative, "images in /data (2000), train 224", 64};
-  const LoaderArgs a = LoaderArgsFromSweep(native, 6, 812.5, 0.004, DefaultPrefetch(6), 0);
+  const LoaderArgs a = LoaderArgsFromSweep(native, 6, 812.5, 0.004, DefaultPrefetch(6, 64), 0);
   EXPECT_TRUE(a.measured);
   EXPECT_EQ(a.Line(), "stoker.Loader(workers=6, pin_memory=False)");
   EXPECT_EQ(a.basis,
@@ -368,13 +368,13 @@ TEST(AdvisorTest, ASweepAnswersForTheLoaderItMeasuredOnly) {
       "highest samples/s (RecommendedSweepPoint)");
 
   const SweepSubject stoker_dl{LoaderKind::kStokerDataLoader, "Squares (48 samples)", 4};
-  const LoaderArgs sd = LoaderArgsFromSweep(stoker_dl, 3, 120, 0.1, DefaultPrefetch(3), 0);
+  const LoaderArgs sd = LoaderArgsFromSweep(stoker_dl, 3, 120, 0.1, DefaultPrefetch(3, 1), 0);
   EXPECT_EQ(sd.Line(), "stoker.DataLoader(num_workers=3, pin_memory=False)");
   EXPECT_TRUE(sd.Text().starts_with("For stoker.DataLoader (measured on Squares"));
   EXPECT_TRUE(Has(sd.note, "num_workers=\"auto\"")) << sd.note;
 
   // Best without workers: no prefetch_factor (torch refuses it at 0).
-  const LoaderArgs none = LoaderArgsFromSweep(torch, 0, 90, 0.5, DefaultPrefetch(0), 0);
+  const LoaderArgs none = LoaderArgsFromSweep(torch, 0, 90, 0.5, DefaultPrefetch(0, 64), 0);
   EXPECT_EQ(none.Line(), "DataLoader(num_workers=0, pin_memory=False, persistent_workers=False)");
   EXPECT_EQ(none.rules[0],
             "num_workers=0: the sweep's best count (90.0 samples/s, stall 50.0 %), measured "

@@ -209,7 +209,7 @@ Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const
                                                 int workers, SweepReport& report) {
   LoaderOptions lo = base;
   lo.workers = workers;
-  lo.prefetch_batches = DefaultPrefetch(workers);
+  lo.prefetch_batches = DefaultPrefetch(workers, base.batch_size);
   STOKER_ASSIGN_OR_RETURN(auto loader, Loader::Make(lo));
   ConsumeOptions warm;
   warm.seconds = o.warmup_seconds;

@@ -90,8 +90,8 @@ namespace {
 class Tuner final : public Controller {
  public:
   Tuner(TunerOptions options, const Advice& advice, double cpu_budget, NodeShare node,
-        size_t batch_bytes, std::string item, std::unique_ptr<TraceWriter> trace_writer,
-        std::unique_ptr<GpuSampler> gpus)
+        size_t batch_bytes, int64_t batch_items, std::string item,
+        std::unique_ptr<TraceWriter> trace_writer, std::unique_ptr<GpuSampler> gpus)
       : options_(std::move(options)),
         core_(advice.workers, advice.prefetch_batches, TunerParams{}, std::move(item)),
         node_(std::move(node)),
@@ -105,6 +105,7 @@ class Tuner final : public Controller {
     budgets_.memory_bytes = options_.memory_budget_bytes > 0 ? options_.memory_budget_bytes
                                                              : advice.memory_budget_bytes;
     budgets_.batch_bytes = batch_bytes;
+    budgets_.batch_items = batch_items;
     budgets_.worker_bytes = kAssumedWorkerBytes;
     MutexLock lock(mu_);
     view_.workers = advice.workers;
@@ -419,14 +420,15 @@ class Tuner final : public Controller {
 
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      std::string item, std::unique_ptr<TraceWriter> trace_writer) {
+                                      int64_t batch_items, std::string item,
+                                      std::unique_ptr<TraceWriter> trace_writer) {
   // NVML only where the probe saw a GPU through it (loading it costs time).
   std::unique_ptr<GpuSampler> gpus;
   if (!facts.gpus.empty()) {
     if (auto opened = GpuSampler::Open(); opened.ok()) gpus = std::move(*opened);
   }
   return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), MakeNodeShare(facts),
-                                 batch_bytes, std::move(item), std::move(trace_writer),
+                                 batch_bytes, batch_items, std::move(item), std::move(trace_writer),
                                  std::move(gpus));
 }
 

@@ -23,6 +23,7 @@ namespace stoker {
 /// consumer's thread; View and Trace are safe from any thread.
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      std::string item, std::unique_ptr<TraceWriter> trace_writer);
+                                      int64_t batch_items, std::string item,
+                                      std::unique_ptr<TraceWriter> trace_writer);
 
 }  // namespace stoker

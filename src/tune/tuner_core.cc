@@ -80,7 +80,7 @@ int TunerCore::Cap(const Budgets& b) const {
 }
 
 int TunerCore::PrefetchFor(int workers, const Budgets& b) const {
-  int p = DefaultPrefetch(workers);
+  int p = DefaultPrefetch(workers, b.batch_items);
   if (b.memory_bytes > 0 && b.batch_bytes > 0) {
     size_t used = static_cast<size_t>(workers) * b.worker_bytes;
     size_t room = b.memory_bytes > used ? b.memory_bytes - used : 0;

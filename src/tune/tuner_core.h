@@ -42,6 +42,7 @@ struct Budgets {
   int max_workers = kMaxWorkers;  // hard cap (configuration, rlimits)
   size_t memory_bytes = 0;        // 0 = unbounded
   size_t batch_bytes = 0;         // one batch buffer
+  int64_t batch_items = 64;       // items a batch holds (1: a kind's whole user batch)
   size_t worker_bytes = 0;        // one worker's footprint, measured or assumed
   // Cores of the CPUs we may run on that are not ours to use (other ranks',
   // or beyond a quota): other processes running there take nothing from us.

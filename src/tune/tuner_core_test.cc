@@ -1606,11 +1606,18 @@ TEST(TunerCoreTest, NoiseDoesNotCauseOscillation) {
 }
 
 TEST(TunerCoreTest, PrefetchGrowsWithManyWorkersAndStaysWithinTheMemoryBudget) {
-  EXPECT_EQ(DefaultPrefetch(1), 2);  // few workers share a batch: little slack needed
-  EXPECT_EQ(DefaultPrefetch(3), 2);
-  EXPECT_EQ(DefaultPrefetch(4), 3);
-  EXPECT_EQ(DefaultPrefetch(56), 16);  // many workers need a wide window to find work
-  EXPECT_EQ(DefaultPrefetch(500), 16);
+  EXPECT_EQ(DefaultPrefetch(1, 64), 2);  // few workers share a batch: little slack needed
+  EXPECT_EQ(DefaultPrefetch(3, 64), 2);
+  EXPECT_EQ(DefaultPrefetch(4, 64), 3);
+  EXPECT_EQ(DefaultPrefetch(56, 64), 16);  // many workers need a wide window to find work
+  EXPECT_EQ(DefaultPrefetch(500, 64), 16);
+  // Where a batch is one item (a kind's whole user batch), two for each
+  // worker, as torch's prefetch_factor of 2: fewer leave workers idle.
+  EXPECT_EQ(DefaultPrefetch(1, 1), 2);
+  EXPECT_EQ(DefaultPrefetch(8, 1), 16);
+  EXPECT_EQ(DefaultPrefetch(48, 1), 96);
+  EXPECT_EQ(DefaultPrefetch(48, 4), 24);  // 96 items in 24 batches of 4
+  EXPECT_EQ(DefaultPrefetch(0, 0), 2);
   // The model jumps to many workers, but the budget leaves room for few batches.
   SimWorkload w;
   w.cpu_s = 0.00005;
@@ -1623,7 +1630,7 @@ TEST(TunerCoreTest, PrefetchGrowsWithManyWorkersAndStaysWithinTheMemoryBudget) {
   SimRun r = Drive(core, w, b, 100);
   ASSERT_FALSE(r.decisions.empty());
   for (auto& d : r.decisions) {
-    EXPECT_LE(d.prefetch_after, DefaultPrefetch(d.workers_after));
+    EXPECT_LE(d.prefetch_after, DefaultPrefetch(d.workers_after, b.batch_items));
     EXPECT_LE(static_cast<size_t>(d.workers_after) * b.worker_bytes +
                   static_cast<size_t>(d.prefetch_after) * b.batch_bytes,
               b.memory_bytes)

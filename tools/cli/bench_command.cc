@@ -163,7 +163,7 @@ int RunBench(const BenchFlags& f) {
     const SweepPoint& best = r->recommended;
     const SweepSubject subject{LoaderKind::kNative, p->description, f.pipeline.batch_size};
     answer = LoaderArgsFromSweep(subject, best.workers, best.samples_per_s, best.stall_fraction,
-                                 DefaultPrefetch(best.workers), gpus);
+                                 DefaultPrefetch(best.workers, f.pipeline.batch_size), gpus);
   }
   if (f.json) {
     nlohmann::json j = SweepToJson(*r);

@@ -83,9 +83,8 @@ void AddPipelineFlags(CLI::App* cmd, PipelineFlags& f) {
           },
           "auto|INT"));
   cmd->add_option("--prefetch", f.prefetch,
-                  "prefetch depth in batches, with fixed --workers (default: " +
-                      std::to_string(DefaultPrefetch(0)) + ", more for many workers, up to " +
-                      std::to_string(DefaultPrefetch(kMaxWorkers)) + ")")
+                  "prefetch depth in batches, with fixed --workers (default: 2, one more per 4 "
+                  "workers, up to 16, at least 2 samples a worker)")
       ->check(CountIn(1, kMaxPrefetch));
   CLI::Option* latency =
       cmd->add_option("--read-latency-ms", f.read_latency_ms,
@@ -137,7 +136,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     }
     lo.workers = *workers;
   }
-  lo.prefetch_batches = f.prefetch > 0 ? f.prefetch : DefaultPrefetch(lo.workers);
+  lo.prefetch_batches = f.prefetch > 0 ? f.prefetch : DefaultPrefetch(lo.workers, lo.batch_size);
   lo.tuner.memory_budget_bytes = static_cast<size_t>(f.memory_budget_mib * 1024 * 1024);
 
   std::shared_ptr<const Source> source;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/clock.h"
+#include "core/fd_registry.h"
 #include "core/number_text.h"
 #include "stoker/probe.h"
 #include "stoker/rng.h"
@@ -57,11 +58,6 @@ std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return std::to_string(sig) + (abbrev != nullptr ? std::string(" (SIG") + abbrev + ")" : "");
 }
-
-// A lock-free table (fd + 1; 0 = empty), so that a child forked while another
-// thread registers still reads a consistent copy.
-constexpr int kMaxRegistered = 4096;
-std::atomic<int> g_registered_fds[kMaxRegistered];
 
 // The failure of a Python dataset's sample: `reason`, the worker's traceback
 // after it; kUnavailable (never skipped) when it is not the sample's fault.
@@ -554,27 +550,6 @@ Result<bool> Mapping::Pin(const std::shared_ptr<const CudaRuntime>& cuda) {
   if (pinned_ != nullptr) return false;
   STOKER_ASSIGN_OR_RETURN(pinned_, HostRegistration::Make(cuda, addr, size, "a batch segment"));
   return true;
-}
-
-void RegisterFd(int fd) {
-  for (auto& slot : g_registered_fds) {
-    int empty = 0;
-    if (slot.compare_exchange_strong(empty, fd + 1)) return;
-  }
-}
-
-void UnregisterFd(int fd) {
-  for (auto& slot : g_registered_fds) {
-    int expected = fd + 1;
-    if (slot.compare_exchange_strong(expected, 0)) return;
-  }
-}
-
-void CloseRegisteredFds(int keep) {
-  for (auto& slot : g_registered_fds) {
-    const int fd = slot.exchange(0) - 1;
-    if (fd >= 0 && fd != keep) ::close(fd);
-  }
 }
 
 // ProcessWorkers

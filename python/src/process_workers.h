@@ -400,11 +400,4 @@ SampleFailure FailedSample(std::shared_ptr<SampleErrorDetail> detail, const std:
 Status BatchFailureStatus(const std::string& reason, std::string trace,
                           std::shared_ptr<SampleErrorDetail> detail);
 
-/// Descriptors stoker holds (segments, sockets), for a forked child to close:
-/// a zygote must not keep another loader's segments or sockets open.
-void RegisterFd(int fd);
-void UnregisterFd(int fd);
-/// In a freshly forked child: closes every registered descriptor except `keep`.
-void CloseRegisteredFds(int keep);
-
 }  // namespace stoker::python

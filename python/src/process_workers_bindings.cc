@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "core/fd_registry.h"
 #include "errors.h"
 #include "process_workers.h"
 

@@ -522,6 +522,43 @@ def test_loaders_closed_before_their_first_batch_leave_no_socket():
     assert sockets_open() == before
 
 
+def _descriptors(pid):
+    """What each descriptor of process `pid` names."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass  # closed meanwhile
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_worker_holds_no_descriptor_of_the_loaders_beside_it(tmp_path, monkeypatch):
+    # Each engine thread reads its run delay from /proc/thread-self/schedstat,
+    # and a tuned loader holds the node registry: a plain fork() keeps both
+    # (O_CLOEXEC acts at exec only), so every zygote and worker held two per
+    # thread of every loader alive (39 in each worker beside 20 loaders).
+    monkeypatch.setenv("STOKER_NODE_REGISTRY", str(tmp_path / "registry"))
+    others = [stoker.DataLoader(Numbers(40), batch_size=4, num_workers=w,
+                                persistent_workers=True) for w in (2, "auto")]
+    try:
+        for dl in others:
+            assert len(indices_of(dl)) == 40
+        with stoker.DataLoader(Numbers(40), batch_size=4, num_workers=2,
+                               persistent_workers=True) as dl:
+            assert len(indices_of(dl)) == 40
+            pids = dl.stats(gpu=False)["worker_pids"]
+            assert pids
+            for pid in pids:
+                held = _descriptors(pid)
+                mine = f"/proc/{os.getpid()}/"
+                assert not [d for d in held if d.startswith(mine) or "registry" in d], held
+    finally:
+        for dl in others:
+            dl.close()
+
+
 def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
     dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=1)
     next(iter(dl))

@@ -5,13 +5,19 @@
 
 #include <charconv>
 
+#include "core/fd_registry.h"
+
 namespace stoker {
 
 RunDelayClock::RunDelayClock() : fd_(::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {
   if (fd_.valid() && ReadNanos() < 0) fd_.reset();
+  // A plain fork() keeps it (O_CLOEXEC acts at exec only): a zygote closes it.
+  if (fd_.valid()) RegisterFd(fd_.get());
 }
 
-RunDelayClock::~RunDelayClock() = default;
+RunDelayClock::~RunDelayClock() {
+  if (fd_.valid()) UnregisterFd(fd_.get());
+}
 
 int64_t RunDelayClock::ReadNanos() const {
   if (!fd_.valid()) return -1;

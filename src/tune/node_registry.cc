@@ -16,6 +16,8 @@
 #include <thread>
 #include <type_traits>
 
+#include "core/fd_registry.h"
+
 namespace stoker {
 namespace {
 
@@ -282,11 +284,14 @@ NodeRegistry::NodeRegistry(std::string path, UniqueFd fd, std::unique_ptr<Table>
       token_(NewToken()),
       start_ticks_(ReadProcessStart(::getpid()).value_or(ProcessStart{}).ticks),
       pid_ns_(PidNamespace()),
-      pid_(::getpid()) {}
+      pid_(::getpid()) {
+  RegisterFd(fd_.get());  // not for a zygote to keep, nor the workers it forks
+}
 
 NodeRegistry::~NodeRegistry() {
   // In a forked child the entry is the parent's. A busy lock leaves the
   // entry to go stale: the others free it within stale_s.
+  if (::getpid() == pid_) UnregisterFd(fd_.get());
   if (::getpid() == pid_ && Lock().ok()) {
     if (Load().ok()) {
       if (const int own = FindOwn(); own >= 0) {

@@ -740,6 +740,11 @@ ProcessWorkers::Ending ProcessWorkers::Reap(const WorkerProcess& worker) {
     if (worker.id >= 0 && worker.id < static_cast<int>(ids_in_use_.size())) {
       ids_in_use_[static_cast<size_t>(worker.id)] = false;
     }
+    if (FreeKeptLocked() == 0) {
+      for (auto& s : segments_) {
+        if (!s->busy) DropLocked(*s);
+      }
+    }
   }
   UnregisterFd(worker.conn.get());
   protocol::Words<protocol::ReapWord> reap{};
@@ -795,14 +800,16 @@ Result<SegmentLease> ProcessWorkers::Acquire(size_t bytes) {
     if (!s->busy && (pick == nullptr || s->size > pick->size)) pick = s.get();
   }
   if (pick == nullptr) {
-    const int fd = memfd_create("stoker-batch", MFD_CLOEXEC);
-    if (fd < 0) return ErrnoError("creating a shared-memory segment (memfd_create)", errno);
     auto s = std::make_unique<Segment>();
     s->id = static_cast<int>(segments_.size());
-    s->fd.reset(fd);
-    RegisterFd(fd);
     segments_.push_back(std::move(s));
     pick = segments_.back().get();
+  }
+  if (!pick->fd.valid()) {  // new, or dropped while no process lived (FreeKeptLocked)
+    const int fd = memfd_create("stoker-batch", MFD_CLOEXEC);
+    if (fd < 0) return ErrnoError("creating a shared-memory segment (memfd_create)", errno);
+    pick->fd.reset(fd);
+    RegisterFd(fd);
   }
   STOKER_RETURN_IF_ERROR(MapLocked(*pick, bytes).status());
   pick->busy = true;
@@ -915,9 +922,10 @@ void ProcessWorkers::FreeLocked(Segment& s) {
   // mapping stays valid: it touches a segment again only once regrown.
   const auto free_with_memory = std::count_if(segments_.begin(), segments_.end(),
                                               [](auto& t) { return !t->busy && t->size > 0; });
-  if (free_with_memory > kFreeKept && ftruncate(s.fd.get(), 0) == 0) {
-    s.size = 0;
-    s.map.reset();
+  if (FreeKeptLocked() == 0) {
+    DropLocked(s);
+  } else if (free_with_memory > kFreeKept) {
+    EmptyLocked(s);
   }
   // Acquire hands out the largest free segment, so a large batch's segment
   // goes to the next batch and a later large one grows another: kept at
@@ -931,6 +939,16 @@ void ProcessWorkers::FreeLocked(Segment& s) {
     s.map.reset();
   }
   if (shutdown_) DropLocked(s);
+}
+
+void ProcessWorkers::EmptyLocked(Segment& s) {
+  if (s.size == 0 || !s.fd.valid() || ftruncate(s.fd.get(), 0) != 0) return;
+  s.size = 0;
+  s.map.reset();
+}
+
+int ProcessWorkers::FreeKeptLocked() const {
+  return persistent_ || !live_pids_.empty() ? kFreeKept : 0;
 }
 
 void ProcessWorkers::DropLocked(Segment& s) {

@@ -215,6 +215,15 @@ class ProcessWorkers {
   void FreeLocked(Segment& s) REQUIRES(mu_);
   /// Lets go of `s`'s memory and descriptor (the loader is closed).
   void DropLocked(Segment& s) REQUIRES(mu_);
+  /// Lets go of free segment `s`'s memory, keeping its descriptor: a worker
+  /// grows it again when it next holds a batch.
+  void EmptyLocked(Segment& s) REQUIRES(mu_);
+  /// How many free segments keep their memory: kFreeKept while worker
+  /// processes live or persist; none between epochs without persistent
+  /// workers, where nothing writes them before the next iter() (an idle
+  /// validation loader held 8 batches of shared memory, torch's none): their
+  /// descriptors go too (no live process knows them), and Acquire makes new.
+  int FreeKeptLocked() const REQUIRES(mu_);
 
   /// The segment `id`, or nullptr for an id never handed out.
   Segment* FindLocked(int id) REQUIRES(mu_);

@@ -424,6 +424,24 @@ class EpochProcessesTest : public ProcessWorkersTest {
   static constexpr int kExitMs = 300;
 };
 
+TEST_F(EpochProcessesTest, AFreeSegmentGoesWhollyWhileNoProcessLives) {
+  // Without persistent workers, between epochs nothing writes a segment
+  // before the next iter(): one given back keeps neither its memory nor its
+  // descriptor (an idle loader held 8 batches of both), and is made anew.
+  Result<SegmentLease> lease = workers_->Acquire(4096);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  EXPECT_GT(workers_->segment_bytes().first, 0u);
+  workers_->Release(lease->segment_id, lease->ticket);
+  EXPECT_EQ(workers_->segment_bytes().first, 0u);
+  EXPECT_EQ(fcntl(lease->fd, F_GETFD), -1);  // closed
+  Result<SegmentLease> again = workers_->Acquire(4096);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->segment_id, lease->segment_id);
+  EXPECT_GE(fcntl(again->fd, F_GETFD), 0);
+  EXPECT_TRUE(workers_->View(again->segment_id, again->ticket).ok());
+  workers_->Release(again->segment_id, again->ticket);
+}
+
 TEST_F(EpochProcessesTest, AProcessEndedWithItsEpochIsSetUpTimeNotTheNextBatchs) {
   // The end (EXIT, the zygote's reap) comes inside the next epoch's first
   // item; as a start, it is no item's: the tuner read it as reads waiting.

@@ -893,6 +893,36 @@ def test_segments_of_batches_held_then_dropped_give_their_memory_back():
             [float(i) for i in range(40)]
 
 
+
+class _Big(Dataset):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return torch.full((64, 1024), float(i))  # 256 KiB a sample, 1 MiB a batch
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_loader_between_epochs_holds_shared_memory_only_for_persistent_workers(persistent):
+    # Without persistent workers the processes end with the epoch, and
+    # nothing writes a segment before the next iter(): an idle loader (a
+    # validation set's, between its runs) kept 8 batches of memory, torch's
+    # none. Persistent workers keep them for the next epoch's batches.
+    with stoker.DataLoader(_Big(), batch_size=4, num_workers=2,
+                           persistent_workers=persistent) as dl:
+        for _ in range(2):  # and the second epoch's batches grow them again
+            assert sorted(float(b[i, 0, 0]) for b in dl for i in range(len(b))) == \
+                [float(i) for i in range(40)]
+            deadline = time.monotonic() + 30
+            while not persistent and dl.stats(gpu=False)["worker_pids"] and \
+                    time.monotonic() < deadline:
+                time.sleep(0.02)
+            stats = dl.stats(gpu=False)
+            if persistent:  # kept, and some in use: the next epoch's, made ahead
+                assert stats["segment_bytes"] >= 2 << 20
+            else:
+                assert stats["worker_pids"] == [] and stats["segment_bytes"] == 0
+
 @pytest.mark.parametrize("kind", ["tensor", "tuple", "list", "dict", "mixed"])
 @pytest.mark.parametrize("width", [1, 2048])  # collated at once, and placed per sample
 def test_default_collation_in_workers_is_torchs(kind, width):
@@ -1188,12 +1218,13 @@ class OneLarge(Dataset):
 
 def test_a_budget_that_fits_an_epoch_fits_every_later_one():
     # The large batch lands in another segment each epoch: the segments must
-    # not keep every one at its largest, eating the workers' share.
+    # not keep every one at its largest, eating the workers' share. (Kept
+    # across epochs by persistent workers; without them they go between.)
     def collate(b):
         return [i for i, _ in b], [x for _, x in b]
 
     with stoker.DataLoader(OneLarge(), batch_size=4, collate_fn=collate, num_workers=2,
-                           memory_budget_bytes=300_000_000) as dl:
+                           persistent_workers=True, memory_budget_bytes=300_000_000) as dl:
         sizes = []
         for _ in range(4):
             assert sorted(i for idx, _ in dl for i in idx) == list(range(64))

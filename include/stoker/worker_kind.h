@@ -187,6 +187,11 @@ class WorkerKind {
   /// unknown): what each remote slot holds, for the memory budget. Any
   /// thread; must not block.
   virtual size_t remote_task_bytes() const { return 0; }
+  /// Bytes one item's output holds outside the engine's batch buffer (a
+  /// worker process's batch segment), as measured lately (0: none, or not
+  /// yet known): the look-ahead keeps within half the memory budget of
+  /// them. Any thread; must not block.
+  virtual size_t output_bytes() const { return 0; }
 
   /// The engine is stopping for good: wake whatever its workers wait on for
   /// the kind (a process's greeting, a batch list), so that they can leave.

@@ -899,6 +899,7 @@ void ProcessWorkers::SetSize(const SegmentLease& lease, size_t size, size_t used
   if (Segment* s = LeasedLocked(lease)) {
     s->size = std::max(s->size, size);
     s->used = std::max(s->used, std::min(used, s->size));
+    output_bytes_.store(s->size, std::memory_order_relaxed);
   }
 }
 

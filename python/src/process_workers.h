@@ -120,6 +120,8 @@ class ProcessWorkers {
   /// Notes the segment's size after a worker grew it, and that its batch
   /// takes `used` bytes of it (the most noted for this use counts).
   void SetSize(const SegmentLease& lease, size_t size, size_t used) EXCLUDES(mu_);
+  /// The size of the segment the latest batch was published in (0: none yet).
+  size_t output_bytes() const { return output_bytes_.load(std::memory_order_relaxed); }
   /// Gives the segment back if `ticket` is its current use; else nothing.
   void Release(int segment_id, uint64_t ticket) EXCLUDES(mu_);
   /// The parent's mapping of a leased segment (mapped or remapped to its
@@ -254,6 +256,7 @@ class ProcessWorkers {
   std::atomic<int64_t> handed_over_{0};
   std::atomic<int64_t> shard_deaths_{0};
   std::atomic<int64_t> running_{0};
+  std::atomic<size_t> output_bytes_{0};
 
   mutable Mutex mu_;
   std::shared_ptr<const CudaRuntime> cuda_ GUARDED_BY(mu_);  // set once by Pin()
@@ -365,6 +368,8 @@ class ProcessKind : public WorkerKind {
   std::string Key(int64_t) const override { return ""; }
   /// Each item is what its plan's items are (EpochBatches::item_name).
   std::string item_name() const override { return workers_->batches().item_name(); }
+  /// The segment the latest batch grew.
+  size_t output_bytes() const override { return workers_->output_bytes(); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// Workers learn the local count with their next task (get_worker_info()).
   void Resized(int workers, int remote) const override;

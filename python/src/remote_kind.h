@@ -30,6 +30,7 @@ class LocalFirstKind : public WorkerKind {
   void Resized(int workers, int remote) const override;
   int remote_capacity() const override { return slots_->capacity(); }
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
+  size_t output_bytes() const override { return local_->output_bytes(); }
   void Cancel() const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

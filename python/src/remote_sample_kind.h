@@ -37,6 +37,7 @@ class LocalFirstSampleKind : public WorkerKind {
   void Resized(int workers, int remote) const override;
   int remote_capacity() const override { return slots_->capacity(); }
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
+  size_t output_bytes() const override { return local_->output_bytes(); }
 
  private:
   std::shared_ptr<const WorkerKind> local_;

@@ -30,6 +30,7 @@ EpochScheduler::EpochScheduler(const Options& options, BatchPool* pool)
       pool_(pool),
       prefetch_batches_(std::max(options.prefetch_batches, 1)),
       prefetch_bytes_(std::max<size_t>(options.prefetch_bytes, 1)),
+      look_ahead_bytes_(options.look_ahead_bytes),
       next_epoch_(options.start_epoch) {}
 
 EpochScheduler::~EpochScheduler() {
@@ -45,7 +46,13 @@ EpochScheduler::~EpochScheduler() {
 }
 
 int EpochScheduler::depth() const {
-  const size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
+  size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
+  // Outputs that live outside the pool's buffers (a worker process's batch
+  // segment) are memory too: 2 batches a worker must not pass the budget.
+  if (look_ahead_bytes_ > 0 && item_bytes_ > 0) {
+    const size_t batch = item_bytes_ * static_cast<size_t>(std::max<int64_t>(shape_.batch_size, 1));
+    by_bytes = std::min(by_bytes, look_ahead_bytes_ / batch);
+  }
   return static_cast<int>(
       std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));
 }

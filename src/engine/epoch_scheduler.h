@@ -102,6 +102,9 @@ class EpochScheduler {
     int64_t start_epoch = 0;
     int prefetch_batches = 4;
     size_t prefetch_bytes = size_t{1} << 30;
+    /// Bytes the look-ahead's item outputs may hold outside the pool's
+    /// buffers (WorkerKind::output_bytes; 0: no bound): half the budget.
+    size_t look_ahead_bytes = 0;
   };
   /// `pool` supplies and takes back batch slots; it must outlive the scheduler.
   EpochScheduler(const Options& options, BatchPool* pool);
@@ -221,7 +224,9 @@ class EpochScheduler {
   void SetPrefetch(int batches, size_t bytes);
   int prefetch_batches() const { return prefetch_batches_; }
   size_t prefetch_bytes() const { return prefetch_bytes_; }
-  /// Batches that may be open at once: the tighter of the two bounds, >= 1.
+  /// What one item's output holds outside the pool's buffers, as measured.
+  void SetItemBytes(size_t bytes) { item_bytes_ = bytes; }
+  /// Batches that may be open at once: the tightest of the bounds, >= 1.
   int depth() const;
 
   /// Started and not yet delivered, including those of abandoned epochs
@@ -244,6 +249,8 @@ class EpochScheduler {
   BatchPool* const pool_;
   int prefetch_batches_;
   size_t prefetch_bytes_;
+  const size_t look_ahead_bytes_;
+  size_t item_bytes_ = 0;
   std::unique_ptr<EpochRun> cur_;    // being delivered; null between epochs
   std::unique_ptr<EpochRun> ahead_;  // the next epoch, prefetched
   int64_t next_epoch_;

@@ -536,6 +536,23 @@ TEST(EpochSchedulerTest, PrefetchBoundCountsAbandonedBatchesStillBeingWritten) {
   EXPECT_EQ(s.ClaimTask(1, &other).work, Work::kTask);
 }
 
+TEST(EpochSchedulerTest, OutputsOutsideThePoolKeepTheLookAheadWithinItsBytes) {
+  // A worker process's batch lies in a segment of its own, not the pool's
+  // buffer: 2 batches a worker of 16 MiB each passed a 256 MiB budget.
+  BatchPool pool({{1}, DType::kUInt8}, 4);
+  EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8, .look_ahead_bytes = 100}, &pool);
+  EXPECT_EQ(s.depth(), 8);  // nothing measured yet
+  s.SetItemBytes(10);       // 40 bytes a batch of 4: two fit in 100
+  EXPECT_EQ(s.depth(), 2);
+  s.SetItemBytes(1000);  // one batch always
+  EXPECT_EQ(s.depth(), 1);
+  s.SetItemBytes(0);
+  EXPECT_EQ(s.depth(), 8);
+  EpochScheduler unbounded({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
+  unbounded.SetItemBytes(1000);
+  EXPECT_EQ(unbounded.depth(), 8);
+}
+
 TEST(EpochSchedulerTest, AnIdleWorkerHelpsTheEarliestRunningTaskAndEachPositionGoesOnce) {
   BatchPool pool({{1}, DType::kUInt8}, 4);
   EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 2}, &pool);

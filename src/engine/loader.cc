@@ -163,6 +163,7 @@ class Loader::Impl {
                 .start_epoch = options_.start_epoch,
                 .prefetch_batches = options_.prefetch_batches,
                 .prefetch_bytes = options_.prefetch_bytes,
+                .look_ahead_bytes = cap_.budget_bytes / 2,
             },
             pool_.get()),
         consumer_ctx_(-1, WorkerPlace::kConsumer, *kind_, cap_),
@@ -465,6 +466,7 @@ class Loader::Impl {
     if (!fatal_.ok()) return false;
     BatchTask task;
     EpochScheduler::Claim claim;
+    sched_.SetItemBytes(kind_->output_bytes());
     try {
       claim = sched_.ClaimTask(threads, &task, ctx.worker->expects());
     } catch (const std::bad_alloc&) {  // a batch buffer or a task; the scheduler is unchanged

@@ -15,6 +15,7 @@ tensors and arrays as raw bytes, everything else pickled beside them.
 """
 
 import ctypes
+import errno
 import functools
 import gc
 import io
@@ -81,13 +82,34 @@ def _pdeathsig():
 
 # --- the zygote ---------------------------------------------------------------
 
+# What the system refuses for want of a resource (descriptors, processes,
+# memory): a ResourceError naming what was asked, not a bare OSError.
+_REFUSED = {errno.EMFILE: "RLIMIT_NOFILE", errno.ENFILE: "the system's open files",
+            errno.EAGAIN: "RLIMIT_NPROC or the cgroup's pids.max", errno.ENOMEM: "memory"}
+
+
+def _refused(what, error):
+    """`error` (an OSError) as stoker.ResourceError naming what was asked,
+    where the system refused a resource; else `error` itself."""
+    limit = _REFUSED.get(error.errno)
+    if limit is None:
+        return error
+    if error.errno == errno.EMFILE:
+        import resource
+        limit += f" {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}"
+    return _stoker.ResourceError(f"{what}: {os.strerror(error.errno)} ({limit})")
+
+
 def start_zygote(job, context=None):
     """Starts the zygote for ``job`` (a _Job); returns (parent's socket fd,
     pid). Forked here, or with a "spawn" or "forkserver" multiprocessing
     ``context`` started afresh by it (the job is then pickled, as torch's
     workers' datasets are under those methods)."""
     sweep_zygotes()
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError as e:
+        raise _refused("the socket to the worker processes' zygote (socketpair)", e) from e
     if context is not None and context.get_start_method() != "fork":
         process = context.Process(target=_zygote_main, args=(child, job), daemon=False,
                                   name="stoker-zygote")
@@ -121,10 +143,15 @@ def start_zygote(job, context=None):
         child.close()
         _stoker.unregister_fd(parent.fileno())
         return parent.detach(), pid
-    except BaseException:  # Ctrl-C right after the fork: the zygote goes with the error
+    except BaseException as e:  # Ctrl-C right after the fork: the zygote goes with the error
         if pid:
             _kill(pid)
             end_zygote(pid)
+        _stoker.unregister_fd(parent.fileno())
+        if pid is None and isinstance(e, OSError):
+            parent.close()
+            child.close()
+            raise _refused("forking the worker processes' zygote", e) from e
         raise
 
 

@@ -559,6 +559,54 @@ def test_a_worker_holds_no_descriptor_of_the_loaders_beside_it(tmp_path, monkeyp
             dl.close()
 
 
+_OUT_OF_DESCRIPTORS = """
+import os, resource, sys
+import stoker
+from torch.utils.data import Dataset
+
+class D(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return i
+
+with stoker.DataLoader(D(), batch_size=4, num_workers=1) as dl:
+    assert len(list(dl)) == 2  # what it imports, imported
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+for free in range(4):
+    for fd in held:
+        os.close(fd)
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+    for fd in held[len(held) - free:]:
+        os.close(fd)
+    del held[len(held) - free:]
+    try:
+        with stoker.DataLoader(D(), batch_size=4, num_workers=1) as dl:
+            list(dl)
+    except stoker.ResourceError as e:
+        assert "Too many open files" in str(e), e
+        print(free, "refused:", e)
+    except Exception as e:
+        print(free, "FAIL", type(e).__name__, e)
+        sys.exit(1)
+"""
+
+
+def test_a_loader_out_of_descriptors_is_a_resource_error_naming_the_limit():
+    # socketpair() for the zygote raised a bare OSError at RLIMIT_NOFILE.
+    run = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert "refused:" in run.stdout, run.stdout
+
+
 def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():
     dl = stoker.DataLoader(Numbers(40), batch_size=4, num_workers=1)
     next(iter(dl))

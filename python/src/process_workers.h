@@ -222,8 +222,7 @@ class ProcessWorkers {
   void EmptyLocked(Segment& s) REQUIRES(mu_);
   /// How many free segments keep their memory: kFreeKept while worker
   /// processes live or persist; none between epochs without persistent
-  /// workers, where nothing writes them before the next iter() (an idle
-  /// validation loader held 8 batches of shared memory, torch's none): their
+  /// workers, where nothing writes them before the next iter(): their
   /// descriptors go too (no live process knows them), and Acquire makes new.
   int FreeKeptLocked() const REQUIRES(mu_);
 

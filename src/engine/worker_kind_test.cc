@@ -418,6 +418,55 @@ TEST(WorkerKindTest, AWorkerGrownPastTheCapIsReplacedBetweenItems) {
   EXPECT_GE(kind->workers_made.load(), 3);
 }
 
+// FakeKind whose workers start (Ready: a worker process) only once `open`.
+class GatedKind : public FakeKind {
+ public:
+  explicit GatedKind(int64_t items) : FakeKind(items, {}) {}
+  std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override {
+    return std::make_unique<Gate>(FakeKind::NewWorker(place, cap), open);
+  }
+  mutable std::atomic<bool> open{false};
+
+ private:
+  class Gate : public KindWorker {
+   public:
+    Gate(std::unique_ptr<KindWorker> inner, const std::atomic<bool>& open)
+        : inner_(std::move(inner)), open_(open) {}
+    Status Ready() override {
+      while (!open_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return inner_->Ready();
+    }
+    Status Run(int64_t epoch, int64_t item, std::span<std::byte> out,
+               ItemOutcome* outcome) override {
+      return inner_->Run(epoch, item, out, outcome);
+    }
+    WorkerCost cost() const override { return inner_->cost(); }
+
+   private:
+    std::unique_ptr<KindWorker> inner_;
+    const std::atomic<bool>& open_;
+  };
+};
+
+// Workers still starting are running threads but not yet listed in the
+// metrics: the tuner reads no window of a pool that is not yet up.
+TEST(WorkerKindTest, WorkersStillStartingRunButAreNotYetListed) {
+  auto kind = std::make_shared<GatedKind>(10);
+  auto loader = MakeUntunedLoader(KindOptions(kind, 3));
+  LoaderMetrics m = loader->Metrics();
+  EXPECT_EQ(m.workers_running, 3);
+  EXPECT_TRUE(m.workers.empty());
+  kind->open = true;
+  EXPECT_EQ(DrainEpoch(*loader).items.size(), 10u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((m = loader->Metrics()).workers.size() < 3 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(m.workers_running, 3);
+  EXPECT_EQ(m.workers.size(), 3u);
+}
+
 // Each item is one sample (its output: the item), made by workers that want
 // their tasks named first; item `bad` fails as a sample does.
 class ExpectingKind : public WorkerKind {

@@ -39,7 +39,9 @@ TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams para
       items_(Plural(item_)),
       workers_(std::max(1, initial_workers)),
       prefetch_(std::max(1, initial_prefetch)),
-      store_(params.store_queued, params.store_headroom, 5 * params.gain) {}
+      store_(params.store_queued, params.store_headroom, 5 * params.gain) {
+  starting_until_s_ = params_.max_start_s;
+}
 
 std::string TunerCore::Words(const char* fmt) const {
   std::string text = fmt;
@@ -248,6 +250,10 @@ std::optional<TunerDecision> TunerCore::Set(int workers, const Budgets& b, const
     };
     skip_until_s_ = refill(params_.refill_samples);
     early_until_s_ = short_refill ? refill(params_.linear_refill_samples) : skip_until_s_;
+    skip_for_s_ = skip_until_s_ - t_s;
+    early_for_s_ = early_until_s_ - t_s;
+    settle_for_s_ = settle_after_s_ > 0 ? settle_after_s_ - t_s : 0;
+    starting_until_s_ = t_s + params_.max_start_s;
     pool_ = {};
     early_ = {};
   }
@@ -343,6 +349,17 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
 
 std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
   const TunerParams& k = params_;
+  if (o.starting > 0 && o.t_s < starting_until_s_) {
+    // Workers still start: the skips after the change begin once they all
+    // have (a pool half up reads low, and a step judged against it pays).
+    skip_windows_ = std::max(skip_windows_, 1);
+    skip_until_s_ = std::max(skip_until_s_, o.t_s + skip_for_s_);
+    early_until_s_ = std::max(early_until_s_, o.t_s + early_for_s_);
+    if (settle_after_s_ > 0) settle_after_s_ = std::max(settle_after_s_, o.t_s + settle_for_s_);
+    pool_ = {};
+    early_ = {};
+    return std::nullopt;
+  }
   if (skip_windows_ > 0 || o.t_s < early_until_s_) {
     skip_windows_ = std::max(0, skip_windows_ - 1);
     return std::nullopt;

@@ -34,6 +34,10 @@ struct Observation {
   // unknown): time other processes ran there, and time they were idle.
   double others_s = -1;
   double idle_s = -1;
+  // Workers of the count still starting at the window's end (a worker
+  // process not yet up): the pool is not yet what `workers` says. 0: none,
+  // or unknown.
+  int starting = 0;
 };
 
 /// Limits the tuner must keep, re-read as the machine changes.
@@ -55,7 +59,8 @@ struct Budgets {
 /// Not thread-safe: one caller at a time.
 ///
 /// Method: windows are pooled until they hold enough evidence (time, and
-/// batches or samples); the first pooled window sizes the pool by Little's
+/// batches or samples), none while workers of the count still start (worker
+/// processes; at most max_start_s); the first pooled window sizes the pool by Little's
 /// law (workers = demand rate x wall time per sample, the wall time counted
 /// without its queueing for a CPU; a consumer with no measurable demand
 /// takes what the CPUs allow, so its demand is not a bound), capped where
@@ -386,6 +391,11 @@ class TunerCore {
   double early_until_s_ = 0;
   Pooled early_;
   bool short_refill_ = false;  // the next change is such a jump or step
+  // The skips' lengths after the last change (from its time), to start
+  // again once every worker has started; windows while some still start
+  // are not read until this time (max_start_s after the change).
+  double skip_for_s_ = 0, early_for_s_ = 0, settle_for_s_ = 0;
+  double starting_until_s_ = 0;
   // The settled reference at the current worker count.
   std::optional<Pooled> reference_;
   int reference_workers_ = -1;

@@ -19,6 +19,10 @@ struct TunerParams {
   // count that grew the rate in proportion: from this many samples' wall
   // time on, the windows may show that it pays (the rest wait as above).
   double linear_refill_samples = 3;
+  // Windows while workers of the count still start (worker processes) are
+  // not read, nor the refill skip begun, for at most this long after a
+  // change: a pool half started reads low, and steps judged against it pay.
+  double max_start_s = 10;
 
   // The model (Little's law).
   double headroom = 1.2;     // provision this much above the demand

@@ -232,10 +232,13 @@ struct AwaitedBatch {
 };
 
 struct LoaderMetrics {
-  int64_t time_ns = 0;           // steady clock when taken
-  int workers_target = 0;        // local workers (Resize), remote slots aside
-  int workers_running = 0;       // threads running, remote slots' included
-  int workers_remote = 0;        // remote slots (SetRemote), as the engine keeps them
+  int64_t time_ns = 0;      // steady clock when taken
+  int workers_target = 0;   // local workers (Resize), remote slots aside
+  int workers_running = 0;  // threads running, remote slots' included
+  int workers_remote = 0;   // remote slots (SetRemote), as the engine keeps them
+  // Of those running, workers not yet up: before KindWorker::Ready returned,
+  // or starting as their kind says (WorkerKind::starting).
+  int workers_starting = 0;
   int remote_capacity = 0;       // remote slots the kind's cluster offers now
   size_t remote_task_bytes = 0;  // what one remote slot's task brings back (0: unknown)
   int prefetch_batches = 0;

@@ -192,6 +192,10 @@ class WorkerKind {
   /// yet known): the look-ahead keeps within half the memory budget of
   /// them. Any thread; must not block.
   virtual size_t output_bytes() const { return 0; }
+  /// Workers starting now (a process forking, greeting, or running the
+  /// user's worker_init_fn): they make no item yet, so the tuner reads no
+  /// window of a pool not yet up. Any thread; must not block.
+  virtual int starting() const { return 0; }
 
   /// The engine is stopping for good: wake whatever its workers wait on for
   /// the kind (a process's greeting, a batch list), so that they can leave.

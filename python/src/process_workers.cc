@@ -37,6 +37,18 @@ constexpr int kFreeKept = 8;  // free segments that keep their memory
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// One worker counted in `n` while this lives (ProcessWorkers::starting).
+class Counted {
+ public:
+  explicit Counted(std::atomic<int>& n) : n_(n) { n_.fetch_add(1, std::memory_order_relaxed); }
+  ~Counted() { n_.fetch_sub(1, std::memory_order_relaxed); }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+
 // The descriptor of what a worker wrote in `lease`'s segment for batch `item`.
 std::array<int64_t, kDescriptorWords> DescriptorOf(const SegmentLease& lease, int64_t size,
                                                    int64_t meta_off, int64_t meta_len,
@@ -578,6 +590,7 @@ ProcessWorkers::~ProcessWorkers() {
 }
 
 Result<WorkerProcess> ProcessWorkers::Spawn() {
+  const Counted starting(starting_);
   int id = 0;
   int workers = 0;
   {
@@ -647,6 +660,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
 }
 
 Status ProcessWorkers::Init(WorkerProcess& w, int64_t base_seed) {
+  const Counted starting(starting_);
   const std::string named =
       "worker " + std::to_string(w.id) + " (pid " + std::to_string(w.pid) + ")";
   protocol::Words<protocol::InitWord> init{};

@@ -122,6 +122,8 @@ class ProcessWorkers {
   void SetSize(const SegmentLease& lease, size_t size, size_t used) EXCLUDES(mu_);
   /// The size of the segment the latest batch was published in (0: none yet).
   size_t output_bytes() const { return output_bytes_.load(std::memory_order_relaxed); }
+  /// Workers in Spawn or Init now: forked and not yet through worker_init_fn.
+  int starting() const { return starting_.load(std::memory_order_relaxed); }
   /// Gives the segment back if `ticket` is its current use; else nothing.
   void Release(int segment_id, uint64_t ticket) EXCLUDES(mu_);
   /// The parent's mapping of a leased segment (mapped or remapped to its
@@ -256,6 +258,7 @@ class ProcessWorkers {
   std::atomic<int64_t> shard_deaths_{0};
   std::atomic<int64_t> running_{0};
   std::atomic<size_t> output_bytes_{0};
+  std::atomic<int> starting_{0};  // in Spawn or Init
 
   mutable Mutex mu_;
   std::shared_ptr<const CudaRuntime> cuda_ GUARDED_BY(mu_);  // set once by Pin()
@@ -369,6 +372,7 @@ class ProcessKind : public WorkerKind {
   std::string item_name() const override { return workers_->batches().item_name(); }
   /// The segment the latest batch grew.
   size_t output_bytes() const override { return workers_->output_bytes(); }
+  int starting() const override { return workers_->starting(); }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// Workers learn the local count with their next task (get_worker_info()).
   void Resized(int workers, int remote) const override;

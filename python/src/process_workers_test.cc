@@ -191,9 +191,10 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   return done;
 }
 
-// A fake worker: greets, takes INIT (noting its base seed), then answers
-// TASKs until EXIT (after which it takes `exit_ms` to end) or end of file.
-[[noreturn]] void FakeWorker(int sock, int notify, int exit_ms) {
+// A fake worker: greets, takes INIT (noting its base seed; its
+// worker_init_fn takes `slow_ms`), then answers TASKs until EXIT (after
+// which it takes `slow_ms` to end) or end of file.
+[[noreturn]] void FakeWorker(int sock, int notify, int slow_ms) {
   // kDies needs SIGTERM's default action, whatever the test inherited.
   signal(SIGTERM, SIG_DFL);
   sigset_t term;
@@ -204,13 +205,14 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
   Result<Message> init = ReceiveMessage(sock);
   if (!init.ok() || init->tag != Tag::kInit) _exit(0);
   if (init->words[protocol::InitWord::kBaseSeed] != kSeed) _exit(4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   (void)SendMessage(sock, Tag::kInitDone, {});
   std::map<int64_t, int> segments;  // id -> descriptor, sent with its first task
   while (true) {
     Result<Message> m = ReceiveMessage(sock);
     if (m.ok() && (m->tag == Tag::kYield || m->tag == Tag::kDrop)) continue;  // its shard ended
     if (m.ok() && m->tag == Tag::kExit) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(exit_ms));
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
       _exit(0);
     }
     if (!m.ok() || m->tag != Tag::kTask) _exit(0);
@@ -227,14 +229,14 @@ std::optional<protocol::Words<protocol::DoneWord>> FakeTask(int sock, int64_t* w
 }
 
 // FORK: a fake worker, its socket sent back with FORKED.
-void ForkWorker(int ctl, int notify, int exit_ms, std::vector<int>& children) {
+void ForkWorker(int ctl, int notify, int slow_ms, std::vector<int>& children) {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) _exit(3);
   const int pid = fork();
   if (pid == 0) {
     close(ctl);
     close(pair[0]);
-    FakeWorker(pair[1], notify, exit_ms);
+    FakeWorker(pair[1], notify, slow_ms);
   }
   close(pair[1]);
   children.push_back(pid);
@@ -246,7 +248,7 @@ void ForkWorker(int ctl, int notify, int exit_ms, std::vector<int>& children) {
 
 // The fake zygote: FORK, REAP (waitpid, REAPED), and EXIT or end of file
 // (kill the workers, collect them, exit 0).
-[[noreturn]] void FakeZygote(int ctl, int notify, int exit_ms) {
+[[noreturn]] void FakeZygote(int ctl, int notify, int slow_ms) {
   std::vector<int> children;
   while (true) {
     Result<Message> m = ReceiveMessage(ctl);
@@ -256,7 +258,7 @@ void ForkWorker(int ctl, int notify, int exit_ms, std::vector<int>& children) {
       _exit(0);
     }
     if (m->tag == Tag::kFork) {
-      ForkWorker(ctl, notify, exit_ms, children);
+      ForkWorker(ctl, notify, slow_ms, children);
     } else if (m->tag == Tag::kReap) {
       const auto pid = static_cast<int>(m->words[protocol::ReapWord::kPid]);
       int status = 0;
@@ -276,9 +278,9 @@ void ForkWorker(int ctl, int notify, int exit_ms, std::vector<int>& children) {
 class ProcessWorkersTest : public ::testing::Test {
  protected:
   // `item_name`: "shard" for a sharded stream's items (which may yield);
-  // `persistent`: processes kept across epochs; `exit_ms`: each one's end.
+  // `persistent`: processes kept across epochs; `slow_ms`: each one's end.
   explicit ProcessWorkersTest(const std::string& item_name = "batch", bool persistent = true,
-                              int exit_ms = 0) {
+                              int slow_ms = 0) {
     int ctl[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl), 0);
     EXPECT_EQ(pipe2(notify_, O_CLOEXEC), 0);
@@ -286,7 +288,7 @@ class ProcessWorkersTest : public ::testing::Test {
     if (zygote_pid_ == 0) {
       close(ctl[0]);
       close(notify_[0]);
-      FakeZygote(ctl[1], notify_[1], exit_ms);
+      FakeZygote(ctl[1], notify_[1], slow_ms);
     }
     close(ctl[1]);
     close(notify_[1]);
@@ -417,11 +419,11 @@ TEST_F(ProcessWorkersTest, PartsOfAnItemArePublishedInOrderUntilItsAttemptEnds) 
   workers_->Release(lease->segment_id, lease->ticket);
 }
 
-// Processes that end with their epoch, taking a while to end.
+// Processes that end with their epoch, taking a while to start and to end.
 class EpochProcessesTest : public ProcessWorkersTest {
  protected:
-  EpochProcessesTest() : ProcessWorkersTest("batch", false, kExitMs) {}
-  static constexpr int kExitMs = 300;
+  EpochProcessesTest() : ProcessWorkersTest("batch", false, kSlowMs) {}
+  static constexpr int kSlowMs = 300;
 };
 
 TEST_F(EpochProcessesTest, AFreeSegmentGoesWhollyWhileNoProcessLives) {
@@ -442,6 +444,28 @@ TEST_F(EpochProcessesTest, AFreeSegmentGoesWhollyWhileNoProcessLives) {
   workers_->Release(again->segment_id, again->ticket);
 }
 
+TEST_F(EpochProcessesTest, AWorkerIsStartingUntilItsWorkerInitFnReturns) {
+  // The tuner reads no window while a worker starts: its worker_init_fn
+  // runs in its first item, and a pool half up reads low.
+  SetEpoch(0);
+  std::unique_ptr<KindWorker> worker = NewWorker();
+  EXPECT_EQ(kind_->starting(), 0);  // greeted, idle
+  Descriptor d{};
+  Status ran = Internal("not run");
+  std::thread runs([&] { ran = Run(worker.get(), 0, 0, &d); });
+  const auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int seen = 0;
+  while (seen == 0 && std::chrono::steady_clock::now() < patience) {
+    seen = kind_->starting();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  runs.join();
+  ASSERT_TRUE(ran.ok()) << ran.message();
+  EXPECT_EQ(Take(d), Expected(0));
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(kind_->starting(), 0);
+}
+
 TEST_F(EpochProcessesTest, AProcessEndedWithItsEpochIsSetUpTimeNotTheNextBatchs) {
   // The end (EXIT, the zygote's reap) comes inside the next epoch's first
   // item; as a start, it is no item's: the tuner read it as reads waiting.
@@ -454,7 +478,7 @@ TEST_F(EpochProcessesTest, AProcessEndedWithItsEpochIsSetUpTimeNotTheNextBatchs)
   Status next = Internal("not run");
   std::thread runs([&] { next = Run(worker.get(), 1, 0, &d); });  // waits for epoch 1's list
   const auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (worker->cost().setup_ns - before < int64_t{kExitMs} * 1'000'000 &&
+  while (worker->cost().setup_ns - before < int64_t{kSlowMs} * 1'000'000 &&
          std::chrono::steady_clock::now() < patience) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -462,7 +486,7 @@ TEST_F(EpochProcessesTest, AProcessEndedWithItsEpochIsSetUpTimeNotTheNextBatchs)
   runs.join();
   ASSERT_TRUE(next.ok()) << next.message();
   Take(d);
-  EXPECT_GE(worker->cost().setup_ns - before, int64_t{kExitMs} * 1'000'000);
+  EXPECT_GE(worker->cost().setup_ns - before, int64_t{kSlowMs} * 1'000'000);
 }
 
 class ProcessShardsTest : public ProcessWorkersTest {

@@ -31,6 +31,7 @@ class LocalFirstKind : public WorkerKind {
   int remote_capacity() const override { return slots_->capacity(); }
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
   size_t output_bytes() const override { return local_->output_bytes(); }
+  int starting() const override { return local_->starting(); }
   void Cancel() const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

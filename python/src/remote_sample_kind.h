@@ -38,6 +38,7 @@ class LocalFirstSampleKind : public WorkerKind {
   int remote_capacity() const override { return slots_->capacity(); }
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
   size_t output_bytes() const override { return local_->output_bytes(); }
+  int starting() const override { return local_->starting(); }
 
  private:
   std::shared_ptr<const WorkerKind> local_;

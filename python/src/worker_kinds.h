@@ -52,6 +52,7 @@ class EitherKind : public WorkerKind {
   std::string Key(int64_t item) const override { return process_.Key(item); }
   std::string item_name() const override { return process_.item_name(); }
   size_t output_bytes() const override { return process_.output_bytes(); }
+  int starting() const override { return process_.starting(); }
   /// A worker whose process is forked as the process kind's are, until
   /// threads are chosen for good.
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;

@@ -361,6 +361,9 @@ class Loader::Impl {
       m.device_prefetch_batches = d.max_prefetched;
     }
     stats_board_.AddTo(consumer_ctx_.stats, &m);
+    // The live list holds the workers past Ready; the kind counts its own starts.
+    m.workers_starting =
+        std::max(m.workers_running - static_cast<int>(m.workers.size()), kind_->starting());
     return m;
   }
 

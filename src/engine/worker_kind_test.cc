@@ -448,13 +448,14 @@ class GatedKind : public FakeKind {
   };
 };
 
-// Workers still starting are running threads but not yet listed in the
-// metrics: the tuner reads no window of a pool that is not yet up.
+// Workers still starting are running threads, counted as starting, not
+// yet listed: the tuner reads no window of a pool that is not yet up.
 TEST(WorkerKindTest, WorkersStillStartingRunButAreNotYetListed) {
   auto kind = std::make_shared<GatedKind>(10);
   auto loader = MakeUntunedLoader(KindOptions(kind, 3));
   LoaderMetrics m = loader->Metrics();
   EXPECT_EQ(m.workers_running, 3);
+  EXPECT_EQ(m.workers_starting, 3);
   EXPECT_TRUE(m.workers.empty());
   kind->open = true;
   EXPECT_EQ(DrainEpoch(*loader).items.size(), 10u);
@@ -464,6 +465,7 @@ TEST(WorkerKindTest, WorkersStillStartingRunButAreNotYetListed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(m.workers_running, 3);
+  EXPECT_EQ(m.workers_starting, 0);
   EXPECT_EQ(m.workers.size(), 3u);
 }
 

@@ -205,8 +205,7 @@ class Tuner final : public Controller {
     o.busy_s = seconds(m.busy_ns - l.busy_ns);
     o.cpu_s = seconds(m.cpu_ns - l.cpu_ns);
     o.queue_s = seconds(m.queue_ns - l.queue_ns);
-    // Threads running less those past their worker's start (the live list).
-    o.starting = std::max(0, m.workers_running - static_cast<int>(m.workers.size()));
+    o.starting = m.workers_starting;
     if (now.machine && last.machine && now.machine->cpus == last.machine->cpus) {
       // Our CPUs' busy time less this process's is other processes' (the
       // hypervisor's steal is neither: ReadCpuTimes keeps it apart).

@@ -196,6 +196,10 @@ class WorkerKind {
   /// user's worker_init_fn): they make no item yet, so the tuner reads no
   /// window of a pool not yet up. Any thread; must not block.
   virtual int starting() const { return 0; }
+  /// Each worker is a process of its own: past the count whose CPU share
+  /// fills the cores, more cost CPU (switches, memory) and the rate falls,
+  /// so the tuner gives I/O-bound pools of them little headroom above it.
+  virtual bool workers_are_processes() const { return false; }
 
   /// The engine is stopping for good: wake whatever its workers wait on for
   /// the kind (a process's greeting, a batch list), so that they can leave.

@@ -373,6 +373,7 @@ class ProcessKind : public WorkerKind {
   /// The segment the latest batch grew.
   size_t output_bytes() const override { return workers_->output_bytes(); }
   int starting() const override { return workers_->starting(); }
+  bool workers_are_processes() const override { return true; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;
   /// Workers learn the local count with their next task (get_worker_info()).
   void Resized(int workers, int remote) const override;

@@ -32,6 +32,7 @@ class LocalFirstKind : public WorkerKind {
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
   size_t output_bytes() const override { return local_->output_bytes(); }
   int starting() const override { return local_->starting(); }
+  bool workers_are_processes() const override { return local_->workers_are_processes(); }
   void Cancel() const override;
   bool recycles() const override { return true; }
   void Recycle(std::span<std::byte> out) const override;

@@ -39,6 +39,7 @@ class LocalFirstSampleKind : public WorkerKind {
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
   size_t output_bytes() const override { return local_->output_bytes(); }
   int starting() const override { return local_->starting(); }
+  bool workers_are_processes() const override { return local_->workers_are_processes(); }
 
  private:
   std::shared_ptr<const WorkerKind> local_;

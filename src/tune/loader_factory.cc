@@ -86,9 +86,10 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
   // The tuner's unit: a sample of a Source, or a kind's item (a whole user
   // batch for stoker.DataLoader's kinds), so that its reasons say which.
   std::string item = options.kind != nullptr ? options.kind->item_name() : "sample";
+  const bool processes = options.kind != nullptr && options.kind->workers_are_processes();
   std::unique_ptr<Controller> tuner =
       MakeTuner(options.tuner, advice, facts, *BatchBytes(options), options.batch_size,
-                std::move(item), std::move(trace_writer));
+                std::move(item), processes, std::move(trace_writer));
   return MakeEngineLoader(std::move(options), budget, std::move(tuner));
 }
 

@@ -90,10 +90,10 @@ namespace {
 class Tuner final : public Controller {
  public:
   Tuner(TunerOptions options, const Advice& advice, double cpu_budget, NodeShare node,
-        size_t batch_bytes, int64_t batch_items, std::string item,
+        size_t batch_bytes, int64_t batch_items, std::string item, const TunerParams& params,
         std::unique_ptr<TraceWriter> trace_writer, std::unique_ptr<GpuSampler> gpus)
       : options_(std::move(options)),
-        core_(advice.workers, advice.prefetch_batches, TunerParams{}, std::move(item)),
+        core_(advice.workers, advice.prefetch_batches, params, std::move(item)),
         node_(std::move(node)),
         start_(std::chrono::steady_clock::now()),
         trace_writer_(std::move(trace_writer)),
@@ -421,16 +421,18 @@ class Tuner final : public Controller {
 
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      int64_t batch_items, std::string item,
+                                      int64_t batch_items, std::string item, bool processes,
                                       std::unique_ptr<TraceWriter> trace_writer) {
   // NVML only where the probe saw a GPU through it (loading it costs time).
   std::unique_ptr<GpuSampler> gpus;
   if (!facts.gpus.empty()) {
     if (auto opened = GpuSampler::Open(); opened.ok()) gpus = std::move(*opened);
   }
+  TunerParams params;
+  if (processes) params.io_headroom = params.process_io_headroom;
   return std::make_unique<Tuner>(std::move(options), advice, CpuBudget(facts), MakeNodeShare(facts),
-                                 batch_bytes, batch_items, std::move(item), std::move(trace_writer),
-                                 std::move(gpus));
+                                 batch_bytes, batch_items, std::move(item), params,
+                                 std::move(trace_writer), std::move(gpus));
 }
 
 }  // namespace stoker

@@ -18,12 +18,13 @@ namespace stoker {
 /// prefetch bound the loader was made with, and the memory budget unless
 /// options.memory_budget_bytes sets one) and the CPU budget in `facts`;
 /// `batch_bytes` is one batch buffer; `item` names the engine's item in its
-/// reasons and figures ("sample", or a kind's WorkerKind::item_name()).
+/// reasons and figures ("sample", or a kind's WorkerKind::item_name());
+/// `processes`: each worker is a process (WorkerKind::workers_are_processes).
 /// Decisions go to `trace_writer` too when it is not null. Tick runs on the
 /// consumer's thread; View and Trace are safe from any thread.
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,
-                                      int64_t batch_items, std::string item,
+                                      int64_t batch_items, std::string item, bool processes,
                                       std::unique_ptr<TraceWriter> trace_writer);
 
 }  // namespace stoker

@@ -562,17 +562,20 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
             trial_from_, workers_, gain * 100, p.wait_per_sample() * 1e3, trial_wait_before_ * 1e3),
         t_s);
   }
-  const std::pair<int, int> step{trial_from_, workers_};
-  if (gain < -params_.change && std::exchange(lost_step_, step) == step) {
-    // The same step lost as much the last time: it is the step that loses
-    // (a store overloaded past it), not the workload.
-    knee_ = trial_from_;
-    return Set(trial_from_, b, p,
-               Fmt("knee at %.0f workers: %.0f lost %.1f %% again, the step and not the workload",
-                   trial_from_, workers_, -gain * 100),
-               t_s);
-  }
   if (gain < -params_.change) {
+    const std::pair<int, int> before = std::exchange(lost_step_, {trial_from_, workers_});
+    if (before.first == trial_from_ && before.second > trial_from_) {
+      // A step up from this count lost as much the last time (the same, or
+      // another size: the model moves between them): it is the steps that
+      // lose (a store overloaded past it, processes past the cores), not
+      // the workload.
+      knee_ = trial_from_;
+      return Set(trial_from_, b, p,
+                 Fmt("knee at %.0f workers: %.0f lost %.1f %%, as a step up from it did before: "
+                     "the step and not the workload",
+                     trial_from_, workers_, -gain * 100),
+                 t_s);
+    }
     // More workers do not lose this much of the throughput: the workload
     // changed under the trial (other processes started, say). Back, with no
     // knee marked, to judge afresh on settled windows.

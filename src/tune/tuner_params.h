@@ -27,7 +27,9 @@ struct TunerParams {
   // The model (Little's law).
   double headroom = 1.2;     // provision this much above the demand
   double io_headroom = 3.0;  // and this much above I/O-bound work's CPU-saturation point
-  double over_budget = 1;    // CPU-bound work holds at most the CPU budget + this many workers
+  // ... or this much where each worker is a process (WorkerKind::workers_are_processes).
+  double process_io_headroom = 1.2;
+  double over_budget = 1;  // CPU-bound work holds at most the CPU budget + this many workers
 
   // What the consumer's waiting means.
   double stall_high = 0.01;  // it waits too much above this share of the time

@@ -10,14 +10,19 @@ The digest walks the dataset's object graph breadth first, at most
 by length and elements (large ones by a fixed sample of their elements,
 and by the hash of all of them where every one hashes),
 arrays and tensors by their memory (address, shape, dtype, strides; small
-ones by their bytes), functions by their code, defaults and closure, and
-anything else by its identity. The dataset's classes defined in its class's
+ones by their bytes; array.array too), functions by their code, defaults
+and closure, torch's generators by their state, objects whose class says
+how to pickle them (random.Random, functools.partial, numpy's generators,
+whose state lives in C) by what they pickle to as well, and anything else
+by its identity. The dataset's classes defined in its class's
 module are walked by their attributes too, and that module's functions by
 the module globals their code names (a curriculum level kept in a global or
 a class attribute). What lies past the budget, or in an element of a large
 container that the sample skips, or in the bytes of a large array, or in
 another module's state, is not seen."""
 
+import array
+import collections
 import functools
 import hashlib
 import types
@@ -82,7 +87,8 @@ def _globals_read(function):
 def _parts(o, kind, h, home):
     """What `o` holds, to walk next; what it is by itself goes into `h`.
     Classes and functions of module `home` bring what they read there."""
-    if kind in (list, tuple, set, frozenset, dict) or isinstance(o, (list, tuple, dict)):
+    if kind in (list, tuple, set, frozenset, dict) or \
+            isinstance(o, (list, tuple, dict, collections.deque)):
         items = list(o.items()) if isinstance(o, dict) else o
         if isinstance(o, (set, frozenset)):
             items = sorted(o, key=repr) if len(o) <= _SAMPLE else ()
@@ -116,16 +122,43 @@ def _parts(o, kind, h, home):
                 [v for name in ("__getitem__", "__getitems__", "__iter__")
                  if isinstance(v := vars(o).get(name), types.FunctionType)]
         return []
+    if _torch_generator(o):  # its state by value: a reseed in place (manual_seed)
+        h.update(o.get_state().numpy().tobytes())
+        return []
     fields = getattr(o, "__dict__", None)
     slots = [s for c in kind.__mro__ for s in _slot_names(c) if hasattr(o, s)]
-    if fields is None and not slots:
+    pickled = _pickled_state(o, kind)
+    if fields is None and not slots and pickled is None:
         h.update(id(o).to_bytes(8, "little"))  # opaque: by identity
         return []
-    parts = []
+    parts = pickled or []
     named = sorted((fields or {}).items(), key=lambda item: repr(item[0]))
     for name, value in named + [(s, getattr(o, s)) for s in slots]:
         parts += [name, value]
     return parts
+
+
+def _pickled_state(o, kind):
+    """What an object whose class says how to pickle it (its own __reduce__
+    or __reduce_ex__: random.Random, functools.partial, numpy's generators,
+    whose state lives in C where __dict__ does not show it) pickles to, its
+    arguments and state, to walk; None for other objects and for those that
+    refuse (a lock, a file: then by identity)."""
+    if kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__:
+        return None
+    try:
+        reduced = o.__reduce_ex__(4)
+    except Exception:  # noqa: BLE001 -- whatever refuses to pickle is opaque
+        return None
+    if not isinstance(reduced, tuple) or len(reduced) < 2:
+        return None
+    return list(reduced[1:3])  # its arguments and state (items after, iterators, are not read)
+
+
+def _torch_generator(o):
+    import sys
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(o, torch.Generator)
 
 
 def _scalar(o, kind):
@@ -159,9 +192,13 @@ def _sampled(items):
 
 
 def _memory(o):
-    """(where it lies, its bytes if small) of a numpy array or a torch
-    tensor; None for anything else."""
+    """(where it lies, its bytes if small) of a numpy array, a torch tensor
+    or an array.array; None for anything else."""
     import sys
+    if isinstance(o, array.array):
+        nbytes = len(o) * o.itemsize
+        where = (o.buffer_info()[0], len(o), o.typecode)
+        return where, o.tobytes() if nbytes <= _SMALL_BYTES else None
     np = sys.modules.get("numpy")
     if np is not None and isinstance(o, np.ndarray):
         where = (o.__array_interface__["data"][0], o.shape, o.dtype.str, o.strides)

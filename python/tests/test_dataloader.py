@@ -1754,6 +1754,38 @@ def test_a_dataset_changed_between_epochs_reaches_the_workers_as_with_torch(
         assert remade == 3
 
 
+class Reseeded(Dataset):
+    """Draws from its own random.Random, which set_epoch() reseeds in place:
+    the change lives in C, where the dataset's __dict__ does not show it."""
+
+    def __init__(self):
+        self.rng = random.Random(0)
+
+    def set_epoch(self, epoch):
+        self.rng.seed(epoch)
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return round(self.rng.random(), 6)
+
+
+def test_a_generator_reseeded_in_place_between_epochs_reaches_the_workers_as_with_torch():
+    def epochs(loader_class):
+        ds = Reseeded()
+        dl = loader_class(ds, batch_size=4, num_workers=1)
+        out = []
+        for epoch in range(3):
+            ds.set_epoch(epoch)
+            out.append([b.tolist() for b in dl])
+        getattr(dl, "close", lambda: None)()
+        return out
+    want = epochs(torch.utils.data.DataLoader)
+    assert len({str(e) for e in want}) == 3  # torch's workers draw anew each epoch
+    assert epochs(stoker.DataLoader) == want
+
+
 def test_an_unchanged_dataset_keeps_its_pool_and_its_look_ahead():
     with stoker.DataLoader(Levelled(), batch_size=4, num_workers=2) as dl:
         zygote = dl._run.zygote_pid

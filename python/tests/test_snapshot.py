@@ -2,6 +2,11 @@
 DataLoader compares at each iter() to make its workers anew for a dataset
 changed between epochs, as torch's non-persistent workers see it."""
 
+import array
+import collections
+import functools
+import random
+
 import numpy as np
 import pytest
 
@@ -22,6 +27,13 @@ class Data:
         self.table = np.arange(1_000_000)
         self.small = torch.zeros(4)
         self.fn = lambda x: x + 1
+        # State that lives in C, where __dict__ does not show it.
+        self.rng = random.Random(0)
+        self.generator = torch.Generator().manual_seed(0)
+        self.np_rng = np.random.default_rng(0)
+        self.scale = functools.partial(pow, 2)
+        self.codes = array.array("q", range(100))
+        self.recent = collections.deque(range(100), maxlen=100)
 
 
 def _changed(change):
@@ -42,6 +54,12 @@ def _changed(change):
     lambda d: setattr(d, "table", np.arange(5)),             # another array
     lambda d: d.small.add_(1),                               # a small tensor's values
     lambda d: setattr(d, "fn", lambda x: x + 2),             # another function
+    lambda d: d.rng.seed(1),                                 # set_epoch() reseeds in place
+    lambda d: d.generator.manual_seed(1),
+    lambda d: setattr(d, "np_rng", np.random.default_rng(1)),
+    lambda d: setattr(d, "scale", functools.partial(pow, 3)),  # its __dict__ is empty
+    lambda d: d.codes.__setitem__(50, -1),
+    lambda d: d.recent.append(-1),
 ])
 def test_what_a_training_loop_changes_changes_the_digest(change):
     assert _changed(change)

@@ -228,10 +228,11 @@ class DataLoader(torch.utils.data.DataLoader):
         some = args["num_workers"] != 0
         workers = _resolve_workers(args["num_workers"], args["prefetch_factor"] if some else None,
                                    args["persistent_workers"] and some,
-                                   args["worker_kind"],
-                                   args["worker_init_fn"], args["multiprocessing_context"],
+                                   args["worker_kind"], args["worker_init_fn"],
+                                   args["multiprocessing_context"] if some else None,
                                    args["max_workers"], args["memory_budget_bytes"],
                                    args["tune_interval"], args["trace_path"])
+        _check_timeout(delivery["timeout"], workers["workers"])
         remote = _remote.resolve("num_workers", workers["workers"], args["cluster"],
                                  args["cluster_security"], args["remote_timeout"],
                                  args["remote_min"])
@@ -712,6 +713,7 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
     workers = _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_kind,
                                worker_init_fn, multiprocessing_context, max_workers,
                                memory_budget_bytes, tune_interval, trace_path)
+    _check_timeout(delivery["timeout"], workers["workers"])
     remote = _remote.resolve("num_workers", workers["workers"], cluster, cluster_security,
                              remote_timeout, remote_min)
     return _DataLoaderOptions(**batching, **delivery, **workers, **remote)
@@ -815,6 +817,15 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
             "device": device, "device_budget": budget, "generator": generator}
 
 
+def _check_timeout(timeout, workers):
+    """A timeout needs workers: without them each batch is made on the
+    caller's thread, which nothing can stop waiting (torch refuses it too)."""
+    if timeout > 0 and workers == 0:
+        raise ValueError(f"timeout={timeout!r} needs num_workers > 0 (or 'auto'): with "
+                         "num_workers=0 each batch is made on this thread, which no timeout "
+                         "can interrupt")
+
+
 def _torch_default(name):
     """The default of torch's DataLoader argument `name` in the installed torch."""
     return inspect.signature(_torch().utils.data.DataLoader.__init__).parameters[name].default
@@ -838,6 +849,9 @@ def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_ki
         prefetch_factor = _args.integer("prefetch_factor", prefetch_factor, 1, 1 << 16)
     if persistent_workers and workers == 0:
         raise ValueError("persistent_workers option needs num_workers > 0 (or 'auto')")
+    if multiprocessing_context is not None and workers == 0:
+        raise ValueError("multiprocessing_context can only be used with multi-process loading "
+                         "(num_workers > 0 or 'auto'), but got num_workers=0")
     if worker_kind not in ("processes", "threads", "auto"):
         raise ValueError("worker_kind must be 'processes', 'threads' or 'auto', got "
                          f"{worker_kind!r}")

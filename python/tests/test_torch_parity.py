@@ -301,8 +301,11 @@ def test_skipped_records_outlive_a_run_made_anew():
 
 @pytest.mark.parametrize("kwargs,error,words", [
     ({"num_workers": 0, "persistent_workers": True}, ValueError, "persistent_workers"),
-    ({"multiprocessing_context": "threads"}, ValueError, "valid start method"),
-    ({"multiprocessing_context": 3}, TypeError, "context object"),
+    ({"num_workers": 1, "multiprocessing_context": "threads"}, ValueError, "valid start method"),
+    ({"num_workers": 1, "multiprocessing_context": 3}, TypeError, "context object"),
+    ({"num_workers": 0, "multiprocessing_context": "spawn"}, ValueError, "multi-process loading"),
+    # torch asserts at iter(); no timeout can stop a batch made on this thread.
+    ({"num_workers": 0, "timeout": 1}, ValueError, "timeout=1.0 needs num_workers > 0"),
     ({"pin_memory_device": "mps", "pin_memory": True}, ValueError, "pin_memory_device"),
     # Device strings torch refuses ("Invalid device string") when it pins; stoker took them.
     ({"pin_memory_device": "cuda:abc", "pin_memory": True}, ValueError, "pin_memory_device"),

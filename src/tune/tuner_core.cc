@@ -306,6 +306,7 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   if (o.workers != workers_) {
     // Someone else resized the loader: adopt it and measure afresh.
     workers_ = std::max(1, o.workers);
+    starting_until_s_ = o.t_s + params_.max_start_s;
     windows_at_count_ = 0;
     settled_s_ = 0;
     settled_produced_ = 0;

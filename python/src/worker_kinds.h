@@ -53,7 +53,7 @@ class EitherKind : public WorkerKind {
   std::string item_name() const override { return process_.item_name(); }
   size_t output_bytes() const override { return process_.output_bytes(); }
   int starting() const override { return process_.starting(); }
-  bool workers_are_processes() const override { return true; }  // until threads are chosen
+  bool workers_are_processes() const override { return true; }  // it starts on processes
   /// A worker whose process is forked as the process kind's are, until
   /// threads are chosen for good.
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;

@@ -56,7 +56,8 @@ def _changed(change):
     lambda d: setattr(d, "fn", lambda x: x + 2),             # another function
     lambda d: d.rng.seed(1),                                 # set_epoch() reseeds in place
     lambda d: d.generator.manual_seed(1),
-    lambda d: setattr(d, "np_rng", np.random.default_rng(1)),
+    lambda d: setattr(d.np_rng.bit_generator, "state",             # reseeded in place
+                      np.random.default_rng(1).bit_generator.state),
     lambda d: setattr(d, "scale", functools.partial(pow, 3)),  # its __dict__ is empty
     lambda d: d.codes.__setitem__(50, -1),
     lambda d: d.recent.append(-1),

@@ -39,9 +39,7 @@ TunerCore::TunerCore(int initial_workers, int initial_prefetch, TunerParams para
       items_(Plural(item_)),
       workers_(std::max(1, initial_workers)),
       prefetch_(std::max(1, initial_prefetch)),
-      store_(params.store_queued, params.store_headroom, 5 * params.gain) {
-  starting_until_s_ = params_.max_start_s;
-}
+      store_(params.store_queued, params.store_headroom, 5 * params.gain) {}
 
 std::string TunerCore::Words(const char* fmt) const {
   std::string text = fmt;

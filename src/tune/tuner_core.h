@@ -59,8 +59,8 @@ struct Budgets {
 /// Not thread-safe: one caller at a time.
 ///
 /// Method: windows are pooled until they hold enough evidence (time, and
-/// batches or samples), none while workers of the count still start (worker
-/// processes; at most max_start_s); the first pooled window sizes the pool by Little's
+/// batches or samples; none while workers of the count still start, for at
+/// most max_start_s); the first pooled window sizes the pool by Little's
 /// law (workers = demand rate x wall time per sample, the wall time counted
 /// without its queueing for a CPU; a consumer with no measurable demand
 /// takes what the CPUs allow, so its demand is not a bound), capped where
@@ -395,7 +395,7 @@ class TunerCore {
   // again once every worker has started; windows while some still start
   // are not read until this time (max_start_s after the change).
   double skip_for_s_ = 0, early_for_s_ = 0, settle_for_s_ = 0;
-  double starting_until_s_ = 0;
+  double starting_until_s_ = params_.max_start_s;
   // The settled reference at the current worker count.
   std::optional<Pooled> reference_;
   int reference_workers_ = -1;

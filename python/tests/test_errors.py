@@ -342,9 +342,11 @@ def test_a_samples_error_is_a_data_error_of_its_own_type(kind):
         assert (error.index, error.key) == (6, None)
         assert error.worker == (None if kind == "zero" else 0)
         assert error.code == "data error"
-        # The message as before: the batch, the sample, the exception, the traceback.
+        # The batch (and that its good samples come next: unlike torch's, the
+        # batch is short), the sample, the exception, the traceback.
         text = str(error)
-        assert text.startswith("batch 1 of epoch 0: sample 6: OSError: image file is truncated")
+        assert text.startswith("batch 1 of epoch 0 (its 3 other samples come as the next batch): "
+                               "sample 6: OSError: image file is truncated")
         assert "Traceback" in text and "__getitem__" in text
         # Chained to the original: itself in this process, a copy from a worker process.
         cause = error.__cause__

@@ -1,8 +1,10 @@
 #include "engine/batch_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -75,6 +77,14 @@ void BatchSlot::Note(int64_t position, std::vector<SampleFailure> failures) {
 
 int64_t BatchSlot::samples() const {
   return count_ + extra_samples_.load(std::memory_order_relaxed);
+}
+
+int64_t BatchSlot::good_samples() const {
+  // A failed position holds no sample; an item's noted failures are not in its count.
+  const auto failed =
+      std::ranges::count_if(std::span(outcomes_.data(), static_cast<size_t>(count_)),
+                            [](const Status& st) { return !st.ok(); });
+  return samples() - failed;
 }
 
 void BatchSlot::Fail(int64_t position, int64_t index, std::string key, Status cause) {

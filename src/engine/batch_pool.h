@@ -98,6 +98,8 @@ class BatchSlot {
   std::vector<SkipRecord>& skips() { return skips_; }
   /// Whether the consumer was already told of this batch's failures.
   bool failures_reported() const { return failures_reported_; }
+  /// The user samples left once every failed one is dropped.
+  int64_t good_samples() const;
   void set_failures_reported() { failures_reported_ = true; }
 
   // -- Delivered: count() samples at the front.

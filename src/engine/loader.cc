@@ -808,6 +808,15 @@ class Loader::Impl {
                      " (first: " + name + ": " + first.reason + ")");
   }
 
+  // What a batch's error says of its good samples: the next call hands them
+  // out, a batch short of its size (a named item's failures are the kind's).
+  static std::string RestOf(const BatchSlot& slot, bool named) {
+    const int64_t rest = slot.good_samples();
+    if (named || rest == 0) return "";
+    return rest == 1 ? " (its other sample comes as the next batch)"
+                     : " (its " + std::to_string(rest) + " other samples come as the next batch)";
+  }
+
   // One error for every failed sample left in `slot`, with the code and
   // detail of the first that is not the sample's fault (else of the first);
   // a detail saying which sample that is where its kind gave none.
@@ -817,7 +826,7 @@ class Loader::Impl {
     // place among the epoch's items.
     const bool named = std::ranges::all_of(failures, [](const auto& f) { return !f.name.empty(); });
     const std::string where = (named ? "" : "batch " + std::to_string(slot.batch()) + " of ") +
-                              "epoch " + std::to_string(slot.epoch());
+                              "epoch " + std::to_string(slot.epoch()) + RestOf(slot, named);
     size_t lead = 0;
     std::string message = where + ", " + std::to_string(failures.size()) + " samples failed: ";
     for (size_t i = 0; i < failures.size(); ++i) {

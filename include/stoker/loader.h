@@ -360,8 +360,9 @@ class Loader {
   bool WaitReady(std::chrono::nanoseconds timeout);
 
   /// Makes `epoch` the one the next Next() starts; abandons an epoch in
-  /// progress (its remaining batches are dropped). Errors only in a forked
-  /// child.
+  /// progress (its remaining batches are dropped). A checkpoint restored and
+  /// not yet started is kept when `epoch` is its epoch (a resumed loop calls
+  /// SetEpoch as it always does). Errors only in a forked child.
   Status SetEpoch(int64_t epoch);
   /// SetEpoch(epoch) for a kind whose item count changes between epochs (a
   /// user's data set that grows or shrinks): `epoch`, and each epoch after

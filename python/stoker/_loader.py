@@ -313,7 +313,9 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Makes ``epoch`` the one the next pass yields (its order and
-        augmentations depend on it); abandons an epoch in progress."""
+        augmentations depend on it); abandons an epoch in progress. After
+        load_state_dict, set_epoch of the checkpoint's epoch keeps it: a
+        resumed loop calls set_epoch as it always does."""
         self._impl.set_epoch(_args.integer("epoch", epoch, 0, _args.INT64[1]))
         self._ended = False
 

@@ -69,6 +69,25 @@ def test_resume_mid_epoch_with_other_worker_count(image_tree):
     assert torch.equal(torch.cat([head[1], tail[1]]), full[1])
 
 
+def test_a_resumed_loop_calls_set_epoch_as_always(image_tree):
+    # for epoch in range(start, n): loader.set_epoch(epoch); for b in loader: ...
+    a = _train_loader(image_tree, 2)
+    a.set_epoch(1)
+    it = iter(a)
+    next(it), next(it)
+    state = a.state_dict()
+    tail = _epoch(a)
+    a.close()
+    b = _train_loader(image_tree, 1)
+    b.load_state_dict(state)
+    b.set_epoch(state["epoch"])  # keeps the checkpoint: the rest of epoch 1
+    got = _epoch(b)
+    assert torch.equal(got[0], tail[0]) and torch.equal(got[1], tail[1])
+    b.load_state_dict(state)
+    b.set_epoch(2)  # another epoch: whole
+    assert len(_epoch(b)[1]) == len(tail[1]) + 2 * 5
+
+
 def test_state_dict_from_another_seed_is_refused(image_tree):
     state = _train_loader(image_tree, 1).state_dict()
     other = stoker.Loader(image_tree, batch_size=5, seed=12, transforms=stoker.transforms.train(20))

@@ -328,7 +328,8 @@ void EpochScheduler::Abandon(std::unique_ptr<EpochRun>& run) {
   run.reset();
 }
 
-void EpochScheduler::SetEpoch(int64_t epoch, bool keep_ahead) {
+void EpochScheduler::SetEpoch(int64_t epoch, bool keep_ahead, bool keep_restore) {
+  if (keep_restore && pending_restore_ && pending_restore_->epoch == epoch) return;
   Abandon(cur_);
   if (ahead_ != nullptr && (ahead_->epoch() != epoch || !keep_ahead)) Abandon(ahead_);
   next_epoch_ = epoch;

@@ -204,8 +204,9 @@ class EpochScheduler {
 
   /// Makes `epoch` the one the next Advance() starts; abandons the epoch in
   /// progress. The look-ahead is kept when it is that epoch and `keep_ahead`
-  /// (false: what its items were made from changed).
-  void SetEpoch(int64_t epoch, bool keep_ahead = true);
+  /// (false: what its items were made from changed); a restored checkpoint
+  /// not yet started, when it is that epoch and `keep_restore`.
+  void SetEpoch(int64_t epoch, bool keep_ahead = true, bool keep_restore = false);
   /// The item count (PlanOptions::num_samples, >= 0) of the epochs started
   /// from now on, for a kind whose count changes between epochs; a
   /// look-ahead of another count is abandoned. The epoch in progress keeps

@@ -250,10 +250,11 @@ class Loader::Impl {
 
   // `items`: the count of `epoch` and the epochs after it (a kind's), or
   // unchanged.
-  void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead) EXCLUDES(mu_) {
+  void SetEpoch(int64_t epoch, std::optional<int64_t> items, bool keep_ahead,
+                bool keep_restore = false) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     if (items) sched_.SetItems(*items);
-    sched_.SetEpoch(epoch, keep_ahead);
+    sched_.SetEpoch(epoch, keep_ahead, keep_restore);
     StartTally(/*whole=*/true);
     work_cv_.NotifyAll();
   }
@@ -1154,7 +1155,7 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 }
 Status Loader::SetEpoch(int64_t epoch) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
-  impl_->SetEpoch(epoch, std::nullopt, /*keep_ahead=*/true);
+  impl_->SetEpoch(epoch, std::nullopt, /*keep_ahead=*/true, /*keep_restore=*/true);
   return Status::Ok();
 }
 Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {

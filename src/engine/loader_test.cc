@@ -613,6 +613,31 @@ TEST(LoaderTest, ResumesFromCheckpointWithOtherWorkerCounts) {
   }
 }
 
+// A resumed loop calls SetEpoch at each epoch's start, as it always does:
+// SetEpoch of the checkpoint's epoch keeps it; of another epoch, drops it.
+TEST(LoaderTest, SetEpochOfARestoredCheckpointsEpochKeepsIt) {
+  auto o = SyntheticLoaderOptions(640, 32, 16);
+  o.seed = 5;
+  o.workers = 2;
+  auto first = MakeUntunedLoader(o);
+  ASSERT_TRUE(first->SetEpoch(3).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(first->Next().ok());
+  const LoaderState state = *first->State();
+  const auto rest = DrainEpoch(*first);
+  ASSERT_EQ(rest.size(), 15u);
+  first.reset();
+
+  auto resumed = MakeUntunedLoader(o);
+  ASSERT_TRUE(resumed->Restore(state).ok());
+  ASSERT_TRUE(resumed->SetEpoch(3).ok());
+  EXPECT_EQ(DrainEpoch(*resumed), rest);
+
+  auto other = MakeUntunedLoader(o);
+  ASSERT_TRUE(other->Restore(state).ok());
+  ASSERT_TRUE(other->SetEpoch(4).ok());
+  EXPECT_EQ(DrainEpoch(*other).size(), 20u) << "epoch 4, whole";
+}
+
 TEST(LoaderTest, RestoreRejectsForeignCheckpoints) {
   auto loader = MakeUntunedLoader(SyntheticLoaderOptions(100, 10, 8));
   const LoaderState own = *loader->State();

@@ -2,7 +2,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "stoker/status.h"
 #include "stoker/transform.h"
@@ -96,6 +99,14 @@ struct ImageTransformOptions {
   /// data's eval (exact: within 1/255). Off by default for eval and train
   /// (bench/dct_accuracy.py did not show equal accuracy); opt in for speed.
   bool dct_scaling = false;
+
+  /// Decodes a record that is neither JPEG nor PNG (a file named .jpg that
+  /// holds a GIF or a WebP, which torchvision's loader reads through PIL) to
+  /// 8-bit RGB rows into `rgb`, setting `width` and `height`; the geometry
+  /// then applies as to a PNG. Empty: such a record is a DataError.
+  std::function<Status(std::span<const std::byte> record, std::vector<uint8_t>* rgb, int* width,
+                       int* height)>
+      other_decoder;
 };
 
 /// Makes the transform that decodes JPEG or PNG records (detected from their

@@ -3,6 +3,8 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,6 +38,51 @@ ImageInterpolation InterpolationFromName(const std::string& name) {
   throw py::value_error("interpolation must be 'bilinear' or 'bicubic', got '" + name + "'");
 }
 
+bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+// ImageTransformOptions::other_decoder calling `decode` (bytes -> an
+// (H, W, 3) uint8 array) under the GIL, from whichever engine thread needs it.
+auto OtherDecoder(py::object decode) {
+  // The transform may be dropped on a thread without the GIL, or after the
+  // interpreter has gone (then the object is left, as everything else is).
+  std::shared_ptr<py::object> fn(new py::object(std::move(decode)), [](py::object* f) {
+    if (Finalizing()) {
+      (void)f->release();
+      delete f;
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    delete f;
+  });
+  return [fn](std::span<const std::byte> record, std::vector<uint8_t>* rgb, int* width,
+              int* height) -> Status {
+    if (Finalizing()) return Cancelled("the interpreter is exiting");
+    py::gil_scoped_acquire gil;
+    try {
+      const auto* data = reinterpret_cast<const char*>(record.data());
+      auto pixels = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(
+          (*fn)(py::bytes(data, record.size())));
+      if (!pixels || pixels.ndim() != 3 || pixels.shape(2) != 3) {
+        return DataError("the decoder of other formats gave no (height, width, 3) array");
+      }
+      *height = static_cast<int>(pixels.shape(0));
+      *width = static_cast<int>(pixels.shape(1));
+      rgb->assign(pixels.data(), pixels.data() + pixels.size());
+      return Status::Ok();
+    } catch (py::error_already_set& e) {
+      const std::string what = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+                               py::str(e.value()).cast<std::string>();
+      return e.matches(PyExc_MemoryError) ? ResourceExhausted(what) : DataError(what);
+    }
+  };
+}
+
 }  // namespace
 
 py::dtype NumpyDType(DType dtype) { return py::dtype(DTypeName(dtype)); }
@@ -63,7 +110,7 @@ void BindTransforms(py::module_& m) {
          double ratio_min, double ratio_max, double flip_probability, bool flip_before_crop,
          int resize_shorter, int resize_height, int resize_width, const std::string& layout,
          std::array<float, 3> mean, std::array<float, 3> std, int64_t max_pixels, bool dct_scaling,
-         const std::string& interpolation) {
+         const std::string& interpolation, const py::object& decode_other) {
         ImageTransformOptions o;
         o.mode = ModeFromName(mode);
         o.height = height;
@@ -83,6 +130,7 @@ void BindTransforms(py::module_& m) {
         o.max_pixels = max_pixels;
         o.dct_scaling = dct_scaling;
         o.interpolation = InterpolationFromName(interpolation);
+        if (!decode_other.is_none()) o.other_decoder = OtherDecoder(decode_other);
         std::ostringstream d;
         d << mode << " " << height << "x" << width << " " << layout;
         if (o.interpolation != ImageInterpolation::kBilinear) d << " " << interpolation;
@@ -92,7 +140,8 @@ void BindTransforms(py::module_& m) {
       py::arg("scale_max"), py::arg("ratio_min"), py::arg("ratio_max"), py::arg("flip_probability"),
       py::arg("flip_before_crop"), py::arg("resize_shorter"), py::arg("resize_height"),
       py::arg("resize_width"), py::arg("layout"), py::arg("mean"), py::arg("std"),
-      py::arg("max_pixels"), py::arg("dct_scaling"), py::arg("interpolation"));
+      py::arg("max_pixels"), py::arg("dct_scaling"), py::arg("interpolation"),
+      py::arg("decode_other") = py::none());
 
   m.def(
       "raw_transform",

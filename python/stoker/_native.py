@@ -21,7 +21,8 @@ from ._workers import NO_SAMPLE
 
 _HEADER = _stoker.protocol.NATIVE_BATCH
 # What stoker's decoder reads (by content; the name must say so, since
-# torchvision's loader also reads .bmp, .tif, .webp ... through PIL).
+# torchvision's loader also reads .bmp, .tif, .webp ... through PIL). A
+# file so named holding another format goes through PIL (_pil_rgb).
 _NATIVE_EXTENSIONS = (b".jpg", b".jpeg", b".png")
 
 
@@ -405,6 +406,22 @@ def _pil_pixel_limit():
     return _args.INT64[1] if limit is None else 2 * int(limit)
 
 
+def _pil_rgb(record):
+    """torchvision's pil_loader for a file whose name says JPEG or PNG and
+    whose bytes are another format PIL reads (a GIF or WebP named .jpg, as
+    scraped data sets hold): its RGB pixels, as an (H, W, 3) array."""
+    import io
+
+    import numpy
+    from PIL import Image
+    try:
+        image = Image.open(io.BytesIO(record))
+    except Image.UnidentifiedImageError:  # its text names the BytesIO: said plainly
+        raise Image.UnidentifiedImageError("PIL cannot identify it either") from None
+    with image:
+        return numpy.asarray(image.convert("RGB"))
+
+
 def _make(p):
     """The stoker transform for the steps read."""
     if not p.tensor:
@@ -412,7 +429,7 @@ def _make(p):
     layout = "float32" if p.tensor == "float" else "uint8_chw"
     mean, std = p.normalize if p.normalize is not None else ((0.0,) * 3, (1.0,) * 3)
     common = {"layout": layout, "mean": mean, "std": std, "interpolation": p.interpolation,
-              "max_pixels": _pil_pixel_limit()}
+              "max_pixels": _pil_pixel_limit(), "decode_other": _pil_rgb}
     try:
         if p.crop is not None:
             size, scale, ratio = p.crop

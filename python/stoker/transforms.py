@@ -73,18 +73,24 @@ class Image(Transform):
     for both modes: bench/dct_accuracy.py did not show equal training accuracy.
     Images over ``max_pixels`` fail. ``interpolation``: "bilinear" (Pillow's
     antialiased BILINEAR, torchvision's default) or "bicubic" (Pillow's
-    BICUBIC, antialiased, clamped to the byte range).
+    BICUBIC, antialiased, clamped to the byte range). ``decode_other``: a
+    function from a record's bytes to its (H, W, 3) uint8 RGB pixels, for
+    records that are neither JPEG nor PNG (without one they fail); it runs
+    on the engine's threads under the GIL.
     """
 
     def __init__(self, mode="train", size=224, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                  flip=0.5, flip_before_crop=False, resize=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, layout="float32",
-                 max_pixels=89_478_485, dct_scaling=False, interpolation="bilinear"):
+                 max_pixels=89_478_485, dct_scaling=False, interpolation="bilinear",
+                 decode_other=None):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         if interpolation not in _INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got "
                              f"{interpolation!r}")
+        if decode_other is not None and not callable(decode_other):
+            raise TypeError(f"decode_other must be a function or None, got {decode_other!r}")
         if layout not in _LAYOUTS:
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         height, width = _size_pair(size)
@@ -106,7 +112,7 @@ class Image(Transform):
             _args.boolean("flip_before_crop", flip_before_crop),
             _args.integer("resize", resize, *_args.INT32), resize_height, resize_width, layout, _args.reals("mean", mean, 3),
             _args.reals("std", std, 3), _args.integer("max_pixels", max_pixels, *_args.INT64),
-            _args.boolean("dct_scaling", dct_scaling), interpolation)
+            _args.boolean("dct_scaling", dct_scaling), interpolation, decode_other)
 
 
 def train(size=224, **options):

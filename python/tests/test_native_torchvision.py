@@ -734,6 +734,27 @@ def test_subsets_of_an_image_folder_run_natively(folder):
             assert torch.equal(g[1], w[1]) and bool((_levels(g[0], w[0], False) <= 1).all())
 
 
+# -- a file named .jpg holding another format: through PIL, as torchvision --
+
+def test_a_file_named_jpeg_holding_another_format_gives_torchvisions_pixels(tmp_path):
+    rng = np.random.default_rng(4)
+    root = tmp_path / "misnamed"
+    (root / "c").mkdir(parents=True)
+    for i, fmt in enumerate(["JPEG", "GIF", "BMP", "WEBP", "TIFF", "PNG"]):
+        Image.fromarray(_picture(rng, 40 + i, 50)).save(root / "c" / f"{i}.jpg", format=fmt)
+    for steps in ([T.Resize(32), T.CenterCrop(32), T.ToTensor()],
+                  [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.PILToTensor()]):
+        dataset = ImageFolder(str(root), transform=T.Compose(steps))
+        with stoker.DataLoader(dataset, batch_size=3, num_workers=2) as loader:
+            assert loader.stats()["pipeline"] == "native", loader.stats()["pipeline_reason"]
+            got = list(loader)
+        assert [len(b[1]) for b in got] == [3, 3]
+        if isinstance(steps[0], T.Resize):  # random crops: the shapes alone
+            expected = _torch_batches(dataset, batch_size=3)
+            for (images, _), (want, _) in zip(got, expected):
+                assert _levels(images, want, False).max() <= 1 + SLACK_LEVELS
+
+
 # -- a bad file: as the Python path ------------------------------------------
 
 @pytest.fixture

@@ -109,18 +109,30 @@ class ImageTransform final : public Transform {
              ImageScratch& s) const {
     if (bytes.empty()) return DataError("empty record (0 bytes), not an image");
     const bool jpeg = LooksLikeJpeg(bytes);
-    if (!jpeg && !LooksLikePng(bytes)) {
+    const bool png = !jpeg && LooksLikePng(bytes);
+    if (!jpeg && !png && !o_.other_decoder) {
       return DataError("not a JPEG or PNG image (first bytes: " + FirstBytes(bytes) + ")");
     }
-    int width, height;
+    int width = 0, height = 0;
     if (jpeg) {
       STOKER_RETURN_IF_ERROR(s.jpeg.ReadHeader(bytes));
       width = s.jpeg.width();
       height = s.jpeg.height();
-    } else {
+    } else if (png) {
       STOKER_RETURN_IF_ERROR(s.png.ReadHeader(bytes));
       width = s.png.width();
       height = s.png.height();
+    } else {
+      // Decoded whole before any check: the decoder guards its own bombs.
+      if (Status st = o_.other_decoder(bytes, &s.pixels, &width, &height); !st.ok()) {
+        return Status(st.code(), "not a JPEG or PNG image (first bytes: " + FirstBytes(bytes) +
+                                     "), and " + st.message());
+      }
+      if (s.pixels.size() != static_cast<size_t>(std::max(width, 0)) * std::max(height, 0) * 3) {
+        return DataError("the decoder of other formats gave " + std::to_string(s.pixels.size()) +
+                         " bytes for " + std::to_string(width) + "x" + std::to_string(height) +
+                         " RGB pixels");
+      }
     }
     if (width <= 0 || height <= 0) {
       return DataError("image header says " + std::to_string(width) + "x" + std::to_string(height) +
@@ -185,9 +197,11 @@ class ImageTransform final : public Transform {
     if (jpeg) {
       STOKER_RETURN_IF_ERROR(s.jpeg.DecodeRegion(denom, s.taps_x.first, s.taps_y.first,
                                                  s.taps_x.end, s.taps_y.end, &s.pixels, &region));
-    } else {
+    } else if (png) {
       STOKER_RETURN_IF_ERROR(s.png.DecodeRegion(s.taps_x.first, s.taps_y.first, s.taps_x.end,
                                                 s.taps_y.end, &s.pixels, &region));
+    } else {
+      region = {s.pixels.data(), 0, 0, width, height, static_cast<size_t>(width) * 3};
     }
     if (o_.interpolation == ImageInterpolation::kBicubic) {
       // Pillow's order: horizontal first, rounded and clamped to bytes, then

@@ -554,6 +554,45 @@ TEST(ImageTransformTest, GrayscaleAndPngInputs) {
   for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], 90, 1);
 }
 
+// A record neither JPEG nor PNG (a GIF named .jpg) goes to other_decoder,
+// and the same geometry applies to its pixels as to a PNG of them, in both
+// modes; without one, and when it fails, the sample is a DataError.
+TEST(ImageTransformTest, OtherFormatsGoThroughTheOtherDecoder) {
+  const int w = 130, h = 90;
+  const auto pic = MakePicture(w, h, 2);
+  const std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 1, 2, 3};
+  for (ImageMode mode : {ImageMode::kEval, ImageMode::kTrain}) {
+    ImageTransformOptions o;
+    o.layout = ImageLayout::kUInt8HWC;
+    o.mode = mode;
+    o.height = o.width = 64;
+    o.resize_shorter = 72;
+    std::vector<uint8_t> out, want;
+    EXPECT_EQ(ApplyTo(*Make(o), gif, 3, &out, nullptr).code(), StatusCode::kDataError);
+    ASSERT_TRUE(
+        ApplyTo(*Make(o), testing::Png(pic, w, h, PNG_COLOR_TYPE_RGB, 8), 3, &want, nullptr).ok());
+    int calls = 0;
+    o.other_decoder = [&](std::span<const std::byte> record, std::vector<uint8_t>* rgb, int* width,
+                          int* height) {
+      ++calls;
+      EXPECT_EQ(record.size(), gif.size());
+      rgb->assign(pic.begin(), pic.end());
+      *width = w;
+      *height = h;
+      return Status::Ok();
+    };
+    ASSERT_TRUE(ApplyTo(*Make(o), gif, 3, &out, nullptr).ok());
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(out, want) << "mode " << static_cast<int>(mode);
+    o.other_decoder = [](std::span<const std::byte>, std::vector<uint8_t>*, int*, int*) {
+      return DataError("cannot identify image file");
+    };
+    const Status st = ApplyTo(*Make(o), gif, 3, &out, nullptr);
+    EXPECT_EQ(st.code(), StatusCode::kDataError);
+    EXPECT_NE(st.message().find("cannot identify"), std::string::npos) << st.ToString();
+  }
+}
+
 // A damaged file gets one verdict whatever crop a sample's random stream
 // draws (so in every epoch): a crop that stops above the damage fails too.
 TEST(ImageTransformTest, TruncatedImageFailsUnderEveryCrop) {

@@ -14,6 +14,8 @@ client, with the user's Security (TLS) when given.
 """
 
 import collections
+import functools
+import io
 import os
 import pickle
 import sys
@@ -149,7 +151,7 @@ def _remote_batch(job, epoch, batch, indices, seed, keys, expected):
             # It fails whole, as it does in a worker process (its shared-memory write).
             failed = (f"the batch failed outside its samples: {type(e).__name__}: {e}",
                       traceback.format_exc(),
-                      _workers._pickled_exception(e, _workers.P.MAX_MESSAGE_BYTES))
+                      _workers._pickled_exception(e, _workers.P.MAX_MESSAGE_BYTES, _pickler()))
             made = _Batch(*_pack((None, (info[0], info[1], failed, epoch, batch))))
         _register_serializers()
         return made
@@ -211,20 +213,29 @@ def _register_serializers():
     _registered = True
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles plain CPU tensors as numpy arrays, whose data travels out of
+@functools.cache
+def _pickler():
+    """The batch's pickler, made at first use (Dask is imported only with a
+    cluster): cloudpickle's, as Dask's, where a class of the user's script,
+    which a Dask worker has only as cloudpickle rebuilt it, goes by value
+    (plain pickle cannot name it there) and comes back as the consumer's own
+    class; plain CPU tensors go as numpy arrays, whose data travels out of
     band (torch's own pickling saves each storage into an archive in-band)."""
+    import cloudpickle
 
-    def reducer_override(self, obj):
-        torch = sys.modules.get("torch")
-        if torch is None or type(obj) is not torch.Tensor or obj.device.type != "cpu" \
-                or obj.requires_grad or obj.layout != torch.strided or obj.has_names():
-            return NotImplemented
-        try:
-            array = obj.numpy()  # shares the tensor's memory
-        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
-            return NotImplemented
-        return _tensor, (array,)
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            torch = sys.modules.get("torch")
+            if torch is None or type(obj) is not torch.Tensor or obj.device.type != "cpu" \
+                    or obj.requires_grad or obj.layout != torch.strided or obj.has_names():
+                return super().reducer_override(obj)
+            try:
+                array = obj.numpy()  # shares the tensor's memory
+            except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16)
+                return super().reducer_override(obj)
+            return _tensor, (array,)
+
+    return Pickler
 
 
 def _tensor(array):
@@ -235,10 +246,9 @@ def _tensor(array):
 
 def _pack(made):
     """(pickled header, the arrays' bytes, out of band: no copy into the header)."""
-    import io
     buffers = []
     out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(made)
+    _pickler()(out, protocol=5, buffer_callback=buffers.append).dump(made)
     return out.getvalue(), [b.raw() for b in buffers]
 
 
@@ -254,7 +264,9 @@ def _portable(info):
     out = []
     for index, reason, trace, fatal, error in failures:
         try:
-            pickle.loads(pickle.dumps(error))
+            pickled = io.BytesIO()
+            _pickler()(pickled).dump(error)
+            pickle.loads(pickled.getvalue())
         except Exception:  # noqa: BLE001 -- whatever pickling raises
             error = None
         out.append((index, reason, trace, fatal, error))

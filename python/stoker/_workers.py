@@ -685,16 +685,17 @@ class _Bounded(io.BytesIO):
         return super().write(data)
 
 
-def _pickled_exception(error, limit):
+def _pickled_exception(error, limit, pickler=pickle.Pickler):
     """(type, error) pickled, for the parent to raise as that type with the
     original as its cause; else (type, None) when the exception does not
     survive pickle here (a field that does not pickle, a constructor its
     args do not fit); else b"" (a type pickle cannot name, or over `limit`
-    bytes). Best effort: never raises."""
+    bytes). `pickler`: a remote worker's is cloudpickle's. Best effort:
+    never raises."""
     for value in ((type(error), error), (type(error), None)):
         out = _Bounded(limit)
         try:
-            pickle.dump(value, out, protocol=pickle.HIGHEST_PROTOCOL)
+            pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
             pickle.loads(out.getvalue())
         except Exception:  # noqa: BLE001 -- anything a user's class may raise
             continue

@@ -565,6 +565,18 @@ def test_a_cluster_whose_workers_all_die_hands_its_batches_to_local_workers_at_o
     assert rejoined["capacity"] == 1 and rejoined["batches"] > remote["batches"]
 
 
+def run_script(code, address):
+    """Runs `code` as a script of its own (its __main__) with the cluster's
+    address as its argument, importing this stoker and the tests' modules."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__))), tests,
+         env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
+                          timeout=100, env=env)
+
+
 EXIT_OPEN = """
 import sys
 import stoker
@@ -584,15 +596,80 @@ def test_a_script_that_ends_with_a_remote_loader_open_exits_quietly(shared_dask_
     # tornado's "ERROR - Exception in callback ... done_callback ...
     # RuntimeError: cannot schedule new futures after shutdown": its done
     # callback went to Dask's executor, which the exit had shut down first.
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(stoker.__file__))), tests,
-         env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", EXIT_OPEN, shared_dask_cluster.address],
-                         capture_output=True, text=True, timeout=100, env=env)
+    out = run_script(EXIT_OPEN, shared_dask_cluster.address)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
+
+
+SCRIPT_CLASSES = """
+import dataclasses
+import sys
+import time
+import stoker
+import torch
+from distributed import get_worker
+
+
+@dataclasses.dataclass
+class Sample:
+    index: int
+
+
+class Refused(Exception):
+    pass
+
+
+def remote():
+    try:
+        get_worker()
+        return True
+    except ValueError:
+        return False
+
+
+class Samples(torch.utils.data.Dataset):
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        time.sleep(0.01)  # a read: the remote slot starts while the epoch runs
+        if i % 40 == 39 and remote():
+            raise Refused(f"sample {i}")
+        return Sample(i)
+
+
+dl = stoker.DataLoader(Samples(), batch_size=4, num_workers="auto", cluster=sys.argv[1],
+                       max_workers=1, remote_min=1, collate_fn=list)
+got, raised = [], []
+it = iter(dl)
+while True:
+    try:
+        batch = next(it)
+    except StopIteration:
+        break
+    except Refused as e:  # of this script's own type, wherever it was raised
+        raised.append(e.index)
+        continue
+    assert all(type(s) is Sample for s in batch), batch  # this script's own class
+    got.extend(s.index for s in batch)
+remote = dl.stats()["remote"]["batches"]
+dl.close()
+print(remote, len(raised), sorted(got + raised) == list(range(400)))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_classes_of_the_users_script_come_back_as_its_own_from_a_remote_batch(
+        shared_dask_cluster):
+    # A Dask worker holds a class of the script (__main__) only as cloudpickle
+    # rebuilt it: a batch of its instances, or its exception, pickled there
+    # by plain pickle failed the batch ("it's not the same object as
+    # __main__.Sample") or lost the exception's type.
+    out = run_script(SCRIPT_CLASSES, shared_dask_cluster.address)
+    assert out.returncode == 0, out.stderr
+    remote, raised, whole = out.stdout.split()
+    assert int(remote) > 0 and int(raised) > 0, out.stdout  # remote batches, remote failures
+    assert whole == "True", out.stdout  # each sample delivered or raised, once
 
 
 def job_holders(dl):

@@ -323,7 +323,7 @@ def read(shard_job, position, seed, at, collate, consumer=False, made=None, star
     if start and shard_job.shuffle_buffer <= 1 and shard_job.opens_at:
         opened, skip = start, 0
     dataset = shard_job.dataset
-    reader = getattr(dataset, "_iter_shard_marked", None) or dataset.iter_shard
+    reader = _marked_reader(dataset) or dataset.iter_shard
     stream = _numbered(lambda: iter(reader(name, **({"start": opened} if opened else {}))),
                        at, failed, consumer, opened)
     made = made or (lambda k, batch, last: None)
@@ -351,6 +351,17 @@ def opens_at(dataset):
         return "start" in inspect.signature(dataset.iter_shard).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _marked_reader(dataset):
+    """The dataset's ``_iter_shard_marked``, where its ``iter_shard`` is the
+    one that goes with it: a subclass with an iter_shard of its own (a filter,
+    a decode) is read through that, as torch reads it."""
+    kind = type(dataset)
+    owner = next((c for c in kind.__mro__ if "_iter_shard_marked" in c.__dict__), None)
+    if owner is None or getattr(kind, "iter_shard", None) is not owner.__dict__.get("iter_shard"):
+        return None
+    return dataset._iter_shard_marked
 
 
 class Failed:

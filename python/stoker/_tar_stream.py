@@ -48,8 +48,9 @@ class TarStream(ShardedIterable):
         """iter_shard as stoker.DataLoader reads it: a sample that cannot be
         read (no label, no image stoker decodes) is a _shards.Failed in its
         place, every one from the shard's start, and the shard goes on, as
-        TarShards fails that sample alone; an error of the archive itself
-        (cut, a bad header) ends it. `start` counts good samples."""
+        TarShards fails that sample alone (a transform that raises on it
+        too); an error of the archive itself (cut, a bad header) ends it.
+        `start` counts good samples (transformed: the transform may fail one)."""
         from ._shards import Failed
         reader = _stoker.TarShardReader(os.fsencode(shard))
         transform, good = self.transform, 0
@@ -63,9 +64,16 @@ class TarStream(ShardedIterable):
                     raise
                 yield Failed(e)
                 continue
+            sample = image, label
+            if transform is not None:
+                try:
+                    sample = transform(image, label)
+                except Exception as e:  # noqa: BLE001 -- the sample's, as PIL's on a bad JPEG
+                    yield Failed(e)
+                    continue
             good += 1
             if good > start:
-                yield (image, label) if transform is None else transform(image, label)
+                yield sample
 
     def records(self, shard):
         """Shard ``shard``'s raw samples in order, untransformed:

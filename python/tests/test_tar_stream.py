@@ -182,3 +182,41 @@ def test_a_bad_sample_fails_alone_and_the_shard_goes_on(tmp_path, workers, kind)
     # Under torch's DataLoader, iter_shard raises at the bad sample, as a stream does there.
     with pytest.raises(stoker.DataError, match="s02.webp"):
         list(stream.iter_shard(str(paths[0])))
+
+
+def _refusing(image, label):
+    """A transform that raises on some samples, as PIL does on a corrupt JPEG."""
+    if label % 5 == 3:
+        raise OSError(f"image file is truncated (label {label})")
+    return label
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sample_its_transform_refuses_fails_alone_and_the_shard_goes_on(tmp_path, workers):
+    # Before, the transform's error ended the shard: 8 of 38 good samples came.
+    paths = [tmp_path / "a.tar", tmp_path / "b.tar"]
+    for p in paths:
+        _shard_with_bad_samples(p, bad=())
+    stream = stoker.TarStream([str(p) for p in paths], transform=_refusing)
+    good = sorted(i for _ in paths for i in range(12) if i % 5 != 3)
+    with stoker.DataLoader(stream, batch_size=4, num_workers=workers, on_error="skip") as dl:
+        assert sorted(v for b in dl for v in b.tolist()) == good
+        assert len(dl.skipped()) == 4
+
+
+class _EvenLabels(stoker.TarStream):
+    """A subclass that filters and decodes in its own iter_shard."""
+
+    def iter_shard(self, shard, start=0):
+        for _, label in super().iter_shard(shard, start):
+            if label % 2 == 0:
+                yield label
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_subclass_is_read_through_its_own_iter_shard_as_torch_reads_it(shards, workers):
+    stream = _EvenLabels(shards)
+    want = sorted(v for b in torch.utils.data.DataLoader(stream, batch_size=4) for v in b.tolist())
+    assert want and all(v % 2 == 0 for v in want)
+    with stoker.DataLoader(stream, batch_size=4, num_workers=workers) as dl:
+        assert sorted(v for b in dl for v in b.tolist()) == want

@@ -45,11 +45,13 @@ _SPLIT_BUDGET = 5_000  # objects splits_by_worker looks at, at most
 
 def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
     """Whether an IterableDataset's code may split its samples among workers:
-    the code it holds or calls (its classes' methods, the functions its
-    fields hold, the module globals and module attributes their code names)
-    both calls get_worker_info and reads a worker count (num_workers), as
-    a split does (a stream that asks only for its worker's seed splits
-    nothing); a torch ChainDataset when each of its datasets does. One that
+    a function among the code it holds or calls (its classes' methods, the
+    functions its fields hold, the module globals and module attributes
+    their code names) both calls get_worker_info and reads a worker count
+    (num_workers), as a split does (a stream that asks only for its
+    worker's seed splits nothing, whatever else reads a num_workers); a
+    torch ChainDataset when each of its datasets does. A split the code
+    holds but a flag turns off still reads as one. One that
     does not yields every sample in each worker, so num_workers="auto" keeps
     it at one (torch's default is none). Past `budget` objects the answer is
     no: the one safe count."""
@@ -61,7 +63,6 @@ def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
     # Python's and torch's own code splits nothing: its names are not followed.
     foreign = set(sys.stdlib_module_names) | {"torch", "numpy", "builtins"}
     queue, seen, at = [dataset], set(), 0
-    asks = counts = False  # get_worker_info called; a worker count read
     while at < len(queue) and at < budget:
         o = queue[at]
         at += 1
@@ -80,10 +81,11 @@ def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
                 names.update(code.co_names)
                 codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
             found = o.__globals__
-            asks = asks or "get_worker_info" in names or any(
+            # Both in one function (its nested code too): a config's
+            # num_workers read elsewhere is no split.
+            asks = "get_worker_info" in names or any(
                 found.get(name) is torch.utils.data.get_worker_info for name in names)
-            counts = counts or "num_workers" in names
-            if asks and counts:
+            if asks and "num_workers" in names:
                 return True
             for name in names:
                 value = found.get(name)

@@ -255,6 +255,22 @@ class Piped(torch.utils.data.IterableDataset):
         return samples
 
 
+class _Config:
+    num_workers = 8
+
+
+class SeededWithAConfig(torch.utils.data.IterableDataset):
+    """Asks for its seed only; keeps a config's num_workers (for its logs)."""
+
+    def __init__(self, config):
+        self.num_workers = config.num_workers
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(0 if info is None else info.seed)
+        return iter([rng.random() for _ in range(6)])
+
+
 def _split_stage(samples):
     w, k = _mine()
     return (s for i, s in enumerate(samples) if i % k == w)
@@ -271,6 +287,7 @@ def test_which_code_may_split_by_worker():
     assert _iterable.splits_by_worker(chain([ByHelper(), Stream()]))
     assert not _iterable.splits_by_worker(chain([ByHelper(), Naive()]))
     assert not _iterable.splits_by_worker(Seeded())  # asks for its seed only
+    assert not _iterable.splits_by_worker(SeededWithAConfig(_Config()))  # a count read elsewhere
     assert not _iterable.splits_by_worker(Stream(), budget=3)  # undecided: the safe answer
 
 

@@ -527,6 +527,25 @@ def _shut(torch_iterator):
         shutdown()
 
 
+def _ending_with(epoch, get):
+    """torch's _try_get_data (`get`) in slices of 0.1 s, raising once the
+    epoch (a weak reference) ends by close() or a newer iter(): a thread
+    waiting in next() when its workers are shut under it would otherwise
+    poll for ever. The timeout asked for holds."""
+    def try_get(timeout=torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL):
+        deadline = time.monotonic() + timeout
+        while True:
+            live = epoch()
+            if live is not None and live._ended_by is not None:
+                raise live.ended_error()
+            del live
+            left = deadline - time.monotonic()
+            got = get(max(0.0, min(left, 0.1)))
+            if got[0] or left <= 0.1:
+                return got
+    return try_get
+
+
 class _Epoch:
     """One epoch: torch's iterator, timed (the consumer's wait in next(), the
     wall time since iter()) into its `record` in stats()["epochs"]."""
@@ -546,6 +565,9 @@ class _Epoch:
             # __del__ would run in the wrong process.
             gc.collect()
         self._torch = iter(stream._inner)  # starts the workers (or resets persistent ones)
+        get = getattr(self._torch, "_try_get_data", None)
+        if get is not None:
+            self._torch._try_get_data = _ending_with(weakref.ref(self), get)
         self._timed(self._start)
 
     def __iter__(self):
@@ -556,11 +578,7 @@ class _Epoch:
 
     def __next__(self):
         if self._ended_by is not None:
-            raise RuntimeError(
-                f"this iterator's epoch {self._record['epoch']} was ended by {self._ended_by} "
-                f"on the same stoker.DataLoader after {self._record['batches']} batches: a "
-                "loader runs one epoch at a time (drop or finish an iterator before starting "
-                "another)")
+            raise self.ended_error()
         if self.finished:
             raise StopIteration
         start = time.perf_counter()
@@ -584,6 +602,13 @@ class _Epoch:
             from ._dataloader import _to_device
             batch = _to_device(batch, device)
         return batch
+
+    def ended_error(self):
+        return RuntimeError(
+            f"this iterator's epoch {self._record['epoch']} was ended by {self._ended_by} "
+            f"on the same stoker.DataLoader after {self._record['batches']} batches: a "
+            "loader runs one epoch at a time (drop or finish an iterator before starting "
+            "another)")
 
     def _timed(self, start):
         self._last = time.perf_counter()

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -608,3 +609,35 @@ def test_device_moves_each_batch():
     assert all(b[1].device.type == "cuda" for b in got)
     assert [plain(b) for b in got] == epoch(theirs)
     loader.close()
+
+
+class Stalled(torch.utils.data.IterableDataset):
+    """A stream whose first read never ends (a stalled store)."""
+
+    def __iter__(self):
+        time.sleep(60)
+        yield 0
+
+
+@pytest.mark.timeout(60)
+def test_close_ends_a_next_waiting_on_a_stalled_stream_in_another_thread():
+    # Before, the waiting next() polled for ever: torch's iterator, its
+    # workers shut under it, sees no failed worker.
+    loader = stoker.DataLoader(Stalled(), batch_size=None, num_workers=1)
+    outcome = []
+
+    def consume():
+        try:
+            next(iter(loader))
+            outcome.append("a sample")
+        except Exception as e:  # noqa: BLE001 -- the test looks at it
+            outcome.append(e)
+
+    waiting = threading.Thread(target=consume, daemon=True)
+    waiting.start()
+    time.sleep(1)
+    assert waiting.is_alive() and not outcome
+    loader.close()  # torch's join of the stalled worker, then its end
+    waiting.join(10)
+    assert not waiting.is_alive(), "next() still waits after close()"
+    assert isinstance(outcome[0], RuntimeError) and "close()" in str(outcome[0]), outcome

@@ -222,6 +222,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   const bool sharded = workers_->batches().sharded();
   bool may_yield = outcome->may_leave != nullptr && sharded;
   bool may_drop = outcome->abandoned != nullptr && sharded;
+  int64_t drop_by_ns = 0;  // DROP sent: a process still in its sample then is killed
   while (true) {
     if (may_yield && (*outcome->may_leave)()) {
       STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kYield, {}));
@@ -230,12 +231,26 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
     if (may_drop && outcome->Abandoned()) {
       STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kDrop, {}));
       may_drop = false;
+      drop_by_ns = SteadyNanos() + std::chrono::nanoseconds(kDropGrace).count();
     }
-    const bool poll = may_yield || may_drop;
+    const bool poll = may_yield || may_drop || drop_by_ns > 0;
     Result<Message> got =
         poll ? ReceiveMessageWithin(proc_->conn.get(), kYieldPoll, [] { return false; })
              : ReceiveMessage(proc_->conn.get());
-    if (poll && got.status().code() == StatusCode::kUnavailable) continue;  // none yet
+    if (poll && got.status().code() == StatusCode::kUnavailable) {  // none yet
+      if (drop_by_ns > 0 && SteadyNanos() >= drop_by_ns) {
+        // Stalled in a sample of an abandoned epoch (a read that never
+        // ends): its item is dropped, and a fresh process serves the next.
+        kill(proc_->pid, SIGKILL);
+        workers_->Reap(*proc_);
+        proc_.reset();
+        proc_epoch_ = -1;
+        private_.store(0, std::memory_order_relaxed);
+        reply->dropped = true;
+        return Status::Ok();
+      }
+      continue;
+    }
     STOKER_ASSIGN_OR_RETURN(Message m, std::move(got));
     if (m.tag == Tag::kDropped) {
       reply->dropped = true;

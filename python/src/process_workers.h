@@ -37,6 +37,10 @@ namespace stoker::python {
 /// How often an engine thread waiting for a sharded stream's item asks
 /// whether it may leave the pool (ItemOutcome::may_leave), processes and threads.
 inline constexpr std::chrono::milliseconds kYieldPoll{20};
+/// How long a worker process may take to answer DROP (it stops at its next
+/// sample) before it is killed and replaced: one stalled in a read that never
+/// ends must not hold the next epoch back.
+inline constexpr std::chrono::milliseconds kDropGrace{1000};
 
 /// A delivered item as the engine carries it: protocol::ProcessDescriptor.
 inline constexpr int kDescriptorWords = protocol::ProcessDescriptor::kCount;

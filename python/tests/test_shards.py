@@ -899,6 +899,50 @@ def test_an_epoch_left_mid_shard_stops_its_shards_and_the_next_starts_at_once(tm
         assert first == [0, 1, 2, 3]
 
 
+class Stalling(Shards):
+    """The first reading of shards 0 and 1 stalls after its first sample (a
+    read that never ends) while the file `long` exists; later ones do not."""
+
+    def __init__(self, folder):
+        super().__init__(lens=(6, 9, 5, 7))
+        self.folder = str(folder)
+        self.long = os.path.join(self.folder, "long")
+
+    def iter_shard(self, shard):
+        i = int(shard.split("-")[1])
+        for k, sample in enumerate(super().iter_shard(shard)):
+            yield sample
+            if k == 0 and i < 2 and self._first(i):
+                while os.path.exists(self.long):
+                    time.sleep(0.01)
+
+    def _first(self, i):
+        try:
+            os.close(os.open(os.path.join(self.folder, f"read-{i}"), os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            return False
+
+
+@pytest.mark.timeout(120)
+def test_an_epoch_left_while_its_workers_stall_in_a_sample_does_not_hold_the_next(tmp_path):
+    # Before, the next epoch waited until the stalled samples returned (for
+    # ever here): a process that does not answer DROP within kDropGrace is
+    # killed and replaced, as torch's next epoch starts fresh workers.
+    ds = Stalling(tmp_path)
+    open(ds.long, "w").close()
+    try:
+        with loader(ds, 2, shuffle=False, batch_size=1) as dl:
+            it = iter(dl)
+            next(it)
+            time.sleep(0.5)  # both workers in a stalled sample
+            del it
+            got = ids(batches(dl))  # the next epoch: whole, from fresh workers
+    finally:
+        os.remove(ds.long)
+    assert sorted(got) == ds.every(), got
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", ["processes", "threads"])
 def test_the_epoch_after_one_left_mid_shard_delivers_each_sample_once(tmp_path, kind):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 namespace stoker {
@@ -144,6 +145,12 @@ double TunerCore::CpuFill(const Pooled& p, const Budgets& b) const {
   // the cores slowly, so it gets io_headroom.
   const double fill = AvailableCores(p, b) * wall / cpu;
   return IoHeadroom(p) ? fill * params_.io_headroom : fill;
+}
+
+double TunerCore::CpuRoom(const Pooled& p, const Budgets& b) const {
+  const double busy = p.worker_cores();
+  if (busy <= 0 || !p.machine_known || p.contended) return std::numeric_limits<double>::infinity();
+  return AvailableCores(p, b) / busy - 1;
 }
 
 bool TunerCore::IoHeadroom(const Pooled& p) const {
@@ -617,6 +624,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   if (trial_fill_before_ > 0 && trial_from_ > static_cast<int>(std::ceil(trial_fill_before_))) {
     trim_fill_ = static_cast<int>(std::ceil(trial_fill_before_));
     trim_kept_ = 1;
+    trim_paid_ = false;
     why +=
         Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it", trim_fill_);
   }
@@ -826,6 +834,29 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
             params_.over_budget),
         t_s);
   }
+  // Our workers keep the cores busy: no step up can add `gain`, whatever a
+  // reading says (heavy-tailed reads scatter a window's rate by 10 %: the
+  // pool climbed 15 -> 128 on "gains" of 3-16 % with 1.97 of 2 cores busy).
+  // Above the count whose CPU share fills the cores, steps down verify it.
+  if (const double room = CpuRoom(p, b); room < params_.gain) {
+    const double fill = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom
+                                      : AvailableCores(p, b) * p.unqueued_per_sample() /
+                                            std::max(p.cpu_per_sample(), 1e-12);
+    if (fill > 0 && workers_ > static_cast<int>(std::ceil(fill))) {
+      trim_fill_ = static_cast<int>(std::ceil(fill));
+      trim_kept_ = 1;
+      trim_paid_ = false;
+    }
+    std::string why =
+        Fmt("knee at %.0f workers: the CPUs are full (%.2f of %.2f cores busy), a "
+            "step up cannot add %.0f %%",
+            workers_, p.worker_cores(), AvailableCores(p, b), params_.gain * 100);
+    if (trim_fill_ > 0) {
+      why += Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it",
+                 trim_fill_);
+    }
+    return KneeHere(b, p, std::move(why), t_s);
+  }
   if (workers_ >= cap) return std::nullopt;
   // Steps of half the pool, whole while they keep paying handsomely: big
   // enough that their gain stands out of the noise of a one-second window.
@@ -854,7 +885,10 @@ std::optional<TunerDecision> TunerCore::TrimDown(const Pooled& p, const Budgets&
   // A step of store_step x the pool, never below the count that fills the
   // cores (below it the CPUs idle: a certain loss, not worth a trial).
   // Above a count that lost, halving toward it, until within two of it.
-  int step = StoreStepOf(workers_);
+  // Steps that gained handsomely (workers past the cores each costing CPU)
+  // halve toward the fill instead.
+  int step = trim_paid_ ? std::max(StoreStepOf(workers_), (workers_ - trim_fill_) / 2)
+                        : StoreStepOf(workers_);
   if (floor_) step = workers_ - *floor_ > 2 ? std::min(step, (workers_ - *floor_) / 2) : 0;
   const int to = std::max({workers_ - step, trim_fill_, floor_.value_or(0) + 1});
   if (to >= workers_ || CpuBound(p)) {
@@ -883,6 +917,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets
   reference_.reset();
   if (KeepsRate(change, kept)) {
     trim_kept_ = kept;
+    trim_paid_ = change > params_.big_gain;
     knee_ = workers_;
     return Set(workers_, b, p,
                Say("%.0f -> %.0f workers keep the rate (%+.1f %%, %.0f {items}/s against %.0f)",
@@ -891,6 +926,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets
   }
   floor_ = workers_;
   knee_ = trial_from_;
+  trim_paid_ = false;
   const bool more = trial_from_ - workers_ > 2;  // counts between are tried (TrimDown)
   if (!more) trim_fill_ = 0;
   return Set(trial_from_, b, p,

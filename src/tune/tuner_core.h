@@ -351,6 +351,9 @@ class TunerCore {
   // Workers whose CPU share fills the available cores (I/O-bound work: with
   // io_headroom); 0 when nothing was produced.
   double CpuFill(const Pooled& p, const Budgets& b) const;
+  // The most a step up could add while the CPU time per sample holds: the
+  // share of the available cores our workers leave idle (infinite unknown).
+  double CpuRoom(const Pooled& p, const Budgets& b) const;
   // Work that waits off the CPU for half its wall time or more: its fill
   // gets io_headroom.
   bool IoHeadroom(const Pooled& p) const;
@@ -414,6 +417,7 @@ class TunerCore {
   // count; 0: none): steps down verify it, their losses adding up.
   int trim_fill_ = 0;
   double trim_kept_ = 1;
+  bool trim_paid_ = false;  // the last step down of a trim gained over big_gain: halve next
   // Other processes compete for our CPUs.
   bool contended_ = false;
   // Storage that saturates: what the windows showed; whether it saturated

@@ -527,11 +527,15 @@ def _shut(torch_iterator):
         shutdown()
 
 
-def _ending_with(epoch, get):
-    """torch's _try_get_data (`get`) in slices of 0.1 s, raising once the
+def _ending_with(epoch, torch_iterator):
+    """torch_iterator's _try_get_data in slices of 0.1 s, raising once the
     epoch (a weak reference) ends by close() or a newer iter(): a thread
     waiting in next() when its workers are shut under it would otherwise
-    poll for ever. The timeout asked for holds."""
+    poll for ever. The timeout asked for holds. The class's function, with
+    the iterator held weakly: no cycle keeps its workers, and a persistent
+    iterator's next epoch wraps it anew, not the last wrapper."""
+    get, owner = type(torch_iterator)._try_get_data, weakref.ref(torch_iterator)
+
     def try_get(timeout=torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL):
         deadline = time.monotonic() + timeout
         while True:
@@ -540,7 +544,7 @@ def _ending_with(epoch, get):
                 raise live.ended_error()
             del live
             left = deadline - time.monotonic()
-            got = get(max(0.0, min(left, 0.1)))
+            got = get(owner(), max(0.0, min(left, 0.1)))
             if got[0] or left <= 0.1:
                 return got
     return try_get
@@ -564,10 +568,12 @@ class _Epoch:
             # finalized here, not in the workers forked next, where its
             # __del__ would run in the wrong process.
             gc.collect()
+        kept = getattr(stream._inner, "_iterator", None)  # persistent workers' iterator
+        if kept is not None:  # its reset waits for them: not through the last epoch's wrapper
+            kept.__dict__.pop("_try_get_data", None)
         self._torch = iter(stream._inner)  # starts the workers (or resets persistent ones)
-        get = getattr(self._torch, "_try_get_data", None)
-        if get is not None:
-            self._torch._try_get_data = _ending_with(weakref.ref(self), get)
+        if hasattr(self._torch, "_try_get_data"):  # worker processes
+            self._torch._try_get_data = _ending_with(weakref.ref(self), self._torch)
         self._timed(self._start)
 
     def __iter__(self):

@@ -641,3 +641,18 @@ def test_close_ends_a_next_waiting_on_a_stalled_stream_in_another_thread():
     waiting.join(10)
     assert not waiting.is_alive(), "next() still waits after close()"
     assert isinstance(outcome[0], RuntimeError) and "close()" in str(outcome[0]), outcome
+
+
+def test_persistent_workers_next_epoch_is_not_ended_by_the_one_a_newer_iter_ended():
+    # Each epoch wraps torch's persistent iterator anew: the epoch a newer
+    # iter() ended, still referenced, does not end the next one's waits.
+    loader = stoker.DataLoader(Stream(tagged=True), batch_size=4, num_workers=2,
+                               persistent_workers=True)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)  # ends the first
+    assert samples(epoch(second)) == samples(epoch(torch.utils.data.DataLoader(
+        Stream(tagged=True), batch_size=4, num_workers=2)))
+    with pytest.raises(RuntimeError, match="newer iter"):
+        next(first)
+    loader.close()

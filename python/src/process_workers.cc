@@ -241,11 +241,7 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
       if (drop_by_ns > 0 && SteadyNanos() >= drop_by_ns) {
         // Stalled in a sample of an abandoned epoch (a read that never
         // ends): its item is dropped, and a fresh process serves the next.
-        kill(proc_->pid, SIGKILL);
-        workers_->Reap(*proc_);
-        proc_.reset();
-        proc_epoch_ = -1;
-        private_.store(0, std::memory_order_relaxed);
+        Stop(/*kill=*/true);
         reply->dropped = true;
         return Status::Ok();
       }
@@ -539,11 +535,15 @@ Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples, co
                                     "num_workers"));
 }
 
-void ProcessWorker::Stop() {
+void ProcessWorker::Stop(bool kill) {
   if (!proc_) return;
   // Its end (the exit, the zygote's reap) is no item's, as its start is not.
   const int64_t began = SteadyNanos();
-  (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
+  if (kill) {
+    ::kill(proc_->pid, SIGKILL);
+  } else {
+    (void)SendMessage(proc_->conn.get(), Tag::kExit, {});
+  }
   workers_->Reap(*proc_);
   setup_ns_.fetch_add(SteadyNanos() - began, std::memory_order_relaxed);
   proc_.reset();

@@ -303,8 +303,9 @@ class ProcessWorker : public KindWorker {
   /// Start, before the first item: a refused fork (a pids limit) keeps the
   /// engine's thread from taking work.
   Status Ready() override { return Start(); }
-  /// Ends its process, if any; a later item forks a fresh one. Its own thread only.
-  void Stop();
+  /// Ends its process, if any (EXIT; `kill`: SIGKILL, for one stalled in a
+  /// sample); a later item forks a fresh one. Its own thread only.
+  void Stop(bool kill = false);
 
  private:
   struct Reply {

@@ -147,6 +147,15 @@ double TunerCore::CpuFill(const Pooled& p, const Budgets& b) const {
   return IoHeadroom(p) ? fill * params_.io_headroom : fill;
 }
 
+std::string TunerCore::TrimAbove(int knee, double fill) {
+  const int fills = static_cast<int>(std::ceil(fill));
+  if (fill <= 0 || knee <= fills) return "";
+  trim_fill_ = fills;
+  trim_kept_ = 1;
+  trim_paid_ = false;
+  return Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it", fills);
+}
+
 double TunerCore::CpuRoom(const Pooled& p, const Budgets& b) const {
   const double busy = p.worker_cores();
   if (busy <= 0 || !p.machine_known || p.contended) return std::numeric_limits<double>::infinity();
@@ -621,13 +630,7 @@ std::optional<TunerDecision> TunerCore::JudgeTrialUp(const Pooled& p, const Budg
   // A knee that io_headroom put above the count whose CPU share fills the
   // cores (measured there, before the trial) is a prior: steps down verify
   // it, each judged by throughput.
-  if (trial_fill_before_ > 0 && trial_from_ > static_cast<int>(std::ceil(trial_fill_before_))) {
-    trim_fill_ = static_cast<int>(std::ceil(trial_fill_before_));
-    trim_kept_ = 1;
-    trim_paid_ = false;
-    why +=
-        Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it", trim_fill_);
-  }
+  if (trial_fill_before_ > 0) why += TrimAbove(trial_from_, trial_fill_before_);
   return Set(trial_from_, b, p, std::move(why), t_s);
 }
 
@@ -835,27 +838,15 @@ std::optional<TunerDecision> TunerCore::StepUp(const Pooled& p, const Budgets& b
         t_s);
   }
   // Our workers keep the cores busy: no step up can add `gain`, whatever a
-  // reading says (heavy-tailed reads scatter a window's rate by 10 %: the
-  // pool climbed 15 -> 128 on "gains" of 3-16 % with 1.97 of 2 cores busy).
-  // Above the count whose CPU share fills the cores, steps down verify it.
+  // noisy reading says (docs/tuner.md, "Steps up and down").
   if (const double room = CpuRoom(p, b); room < params_.gain) {
-    const double fill = IoHeadroom(p) ? CpuFill(p, b) / params_.io_headroom
-                                      : AvailableCores(p, b) * p.unqueued_per_sample() /
-                                            std::max(p.cpu_per_sample(), 1e-12);
-    if (fill > 0 && workers_ > static_cast<int>(std::ceil(fill))) {
-      trim_fill_ = static_cast<int>(std::ceil(fill));
-      trim_kept_ = 1;
-      trim_paid_ = false;
-    }
-    std::string why =
-        Fmt("knee at %.0f workers: the CPUs are full (%.2f of %.2f cores busy), a "
-            "step up cannot add %.0f %%",
-            workers_, p.worker_cores(), AvailableCores(p, b), params_.gain * 100);
-    if (trim_fill_ > 0) {
-      why += Fmt("; the CPUs fill at %.0f workers: steps down verify the threads above it",
-                 trim_fill_);
-    }
-    return KneeHere(b, p, std::move(why), t_s);
+    const double headroom = IoHeadroom(p) ? params_.io_headroom : 1;
+    return KneeHere(b, p,
+                    Fmt("knee at %.0f workers: the CPUs are full (%.2f of %.2f cores busy), a "
+                        "step up cannot add %.0f %%",
+                        workers_, p.worker_cores(), AvailableCores(p, b), params_.gain * 100) +
+                        TrimAbove(workers_, CpuFill(p, b) / headroom),
+                    t_s);
   }
   if (workers_ >= cap) return std::nullopt;
   // Steps of half the pool, whole while they keep paying handsomely: big

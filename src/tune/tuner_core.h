@@ -354,6 +354,9 @@ class TunerCore {
   // The most a step up could add while the CPU time per sample holds: the
   // share of the available cores our workers leave idle (infinite unknown).
   double CpuRoom(const Pooled& p, const Budgets& b) const;
+  // A knee above `fill` (the count whose CPU share fills the cores) is a
+  // prior: starts the steps down that verify it; the trace's words for it.
+  std::string TrimAbove(int knee, double fill);
   // Work that waits off the CPU for half its wall time or more: its fill
   // gets io_headroom.
   bool IoHeadroom(const Pooled& p) const;

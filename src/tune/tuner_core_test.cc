@@ -974,9 +974,8 @@ GridScore ScoreShape(const GridShape& g, int initial, int ticks) {
 
 // 4 ms of CPU on 2 cores past 4 slots of 5 ms with heavy-tailed reads:
 // the cores are the limit (500 samples/s) from 6 workers on, and slow reads
-// scatter a window's rate by 10 %. Steps up "paid" 3-16 % on that noise and
-// the pool climbed 15 -> 22 -> 44 -> 66 -> 128; with the cores full no step
-// up can add `gain`: a knee, verified by steps down.
+// scatter a window's rate by 10 %: steps up would "pay" on that noise. With
+// the cores full no step up can add `gain`: a knee, verified by steps down.
 TEST(TunerCoreTest, NoStepUpPastCoresOurWorkersFill) {
   const GridShape g{4, 0.005, 0, 0.01, 0.004, 2, /*seed=*/2};
   const SimWorkload w = WorkloadOf(g);

@@ -26,7 +26,7 @@ def stoker(*args, check=True):
 def test_version_and_help():
     assert stoker("--version").stdout.startswith("stoker ")
     out = stoker("--help").stdout
-    for sub in ("demo", "run", "bench", "probe", "advise", "make-dataset"):
+    for sub in ("demo", "run", "bench", "probe", "advise", "make-dataset", "monitor"):
         assert sub in out
 
 
@@ -202,6 +202,19 @@ def test_a_bad_file_under_skip_is_recorded(tmp_path):
     assert record["key"].endswith("zz_broken.jpg")
     # The record names the file in "key": the reason is the cause alone.
     assert record["reason"].startswith("data error: ") and "zz_broken" not in record["reason"]
+
+
+def test_bench_under_skip_says_which_samples_its_rates_left_out(tmp_path):
+    data, bad = _folder_with_a_bad_jpeg(tmp_path)
+    args = ("bench", "--data", str(data), "--batch-size", "2", "--sweep", "0,1",
+            "--point-seconds", "0.3", "--tuned-seconds", "0.6", "--on-error", "skip")
+    j = json.loads(stoker(*args, "--json").stdout)
+    assert j["skipped"] == 1  # once, though every run met it
+    assert j["skipped_samples"][0]["key"].endswith("zz_broken.jpg")
+    assert j["skipped_samples"][0]["reason"].startswith("data error: ")
+    out = stoker(*args).stdout
+    assert "skipped 1 sample (their errors skipped, the rates count only the others)" in out
+    assert "zz_broken.jpg: data error: " in out
 
 
 def test_an_epoch_whose_every_file_is_bad_fails_under_skip(tmp_path):
@@ -961,3 +974,75 @@ def test_a_signal_while_the_built_in_data_set_is_made_leaves_nothing_behind(tmp_
     assert j["exit_code"] == code and j["command"] == args[0]
     assert list(tmp_path.iterdir()) == []
 
+
+
+def test_monitor_lists_the_loaders_running_on_this_machine(tmp_path):
+    env = dict(os.environ, STOKER_NODE_REGISTRY=str(tmp_path / "registry"))
+    j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
+                                  capture_output=True, text=True, timeout=60).stdout)
+    assert j["loaders"] == [] and j["registries"] == [] and j["notes"] == []
+    run = [CLI, "run", "--synthetic", "--synthetic-size", "100000000", "--size", "16",
+           "--step-ms", "2", "--seconds", "60", "--quiet"]
+    tuned = subprocess.Popen(run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    fixed = subprocess.Popen(run + ["--workers", "2", "--prefetch", "3"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until both have published a rate
+            j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env,
+                                          check=True, capture_output=True, text=True,
+                                          timeout=60).stdout)
+            by_pid = {l["pid"]: l for l in j["loaders"]}
+            if all(p.pid in by_pid and by_pid[p.pid]["samples_per_s"] > 0
+                   for p in (tuned, fixed)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert j["registries"] == [str(tmp_path / "registry")]
+        t, f = by_pid[tuned.pid], by_pid[fixed.pid]
+        assert t["tuned"] is True and t["workers"] >= 1 and t["share_cores"] > 0
+        assert t["command"].startswith(CLI + " run --synthetic")
+        assert f["tuned"] is False and f["workers"] == 2 and f["prefetch_batches"] == 3
+        assert f["share_cores"] is None and f["want_cores"] is None
+        assert 0 <= f["stall_fraction"] <= 1 and f["heartbeat_age_s"] < 2.5
+        # Repeating: one JSON object per line; the human table names both.
+        lines = subprocess.run([CLI, "monitor", "--count", "2", "--interval", "0.1", "--json"],
+                               env=env, check=True, capture_output=True, text=True,
+                               timeout=60).stdout.splitlines()
+        assert len(lines) == 2 and all("loaders" in json.loads(l) for l in lines)
+        text = subprocess.run([CLI, "monitor", "--once"], env=env, check=True,
+                              capture_output=True, text=True, timeout=60).stdout
+        assert str(tuned.pid) in text and str(fixed.pid) in text and "fixed" in text
+        assert "2 loaders (node registry " in text and "stoker run --synthetic" in text
+    finally:
+        for p in (tuned, fixed):
+            p.kill()
+            p.wait()
+    # A killed loader's entry is no longer listed once its heartbeat is stale.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
+                                      capture_output=True, text=True, timeout=60).stdout)
+        if not j["loaders"]:
+            break
+        time.sleep(0.2)
+    assert j["loaders"] == []
+
+
+def test_monitor_refuses_bad_options_and_a_registry_turned_off():
+    r = stoker("monitor", "--interval", "0", check=False)
+    assert r.returncode == 2 and "--interval" in r.stderr
+    env = dict(os.environ, STOKER_NODE_REGISTRY="off")
+    r = subprocess.run([CLI, "monitor", "--once", "--json"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1
+    assert "STOKER_NODE_REGISTRY=off" in json.loads(r.stdout)["error"]
+
+
+def test_monitor_ends_on_sigint(tmp_path):
+    env = dict(os.environ, STOKER_NODE_REGISTRY=str(tmp_path / "registry"))
+    p = subprocess.Popen([CLI, "monitor", "--interval", "5"], env=env, stdout=subprocess.PIPE,
+                         text=True, preexec_fn=_default_signals)
+    assert p.stdout.readline().startswith("stoker monitor ")
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    assert p.returncode == 130

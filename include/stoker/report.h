@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stoker/gpu_sampler.h"
@@ -47,6 +48,17 @@ nlohmann::json SkipRecordToJson(const SkipRecord& record);
 /// budget_cores, loaders, workers, cpu_cores}: NodeView's fields.
 nlohmann::json NodeViewToJson(const NodeView& view);
 
+/// {"registries": [...], "notes": [...], "loaders": [{pid, loader_id,
+/// local_rank (null: none), tuned, workers, prefetch_batches, samples_per_s,
+/// stall_fraction, cpu_cores, want_cores (null: data-bound), share_cores,
+/// budget_cores (both null for a fixed count), heartbeat_age_s, command}]}.
+nlohmann::json NodeLoadersToJson(const NodeLoaders& node);
+
+/// `stoker monitor`'s table: a row per loader (pid, rank, workers, prefetch,
+/// samples/s, stall, CPU, share, command cut to fit `columns`; 0: whole), its totals,
+/// and a line naming the registry, or saying there is no loader.
+std::string FormatNodeLoaders(const NodeLoaders& node, size_t columns);
+
 /// {workers, prefetch_batches, cpu_budget_workers, max_workers,
 /// memory_budget_bytes, samples_per_s, stall_fraction, phase, decisions,
 /// last_decision, node}: the last decision as TunerDecisionToJson writes it,
@@ -81,6 +93,16 @@ class LiveView {
   double cpu_last_s_ = 0;
   double wall_last_s_ = 0;
 };
+
+/// `text` as a terminal may show it: control bytes other than newline and
+/// tab (ESC, CR, BEL in a file or tar member name) as \xNN, so a name cannot
+/// move the cursor, recolour or retitle the terminal. For human output (the CLI's, the report's
+/// tables).
+std::string Printable(std::string_view text);
+
+/// The columns of the terminal `out` is now (it may be resized), else
+/// $COLUMNS, else 80.
+size_t TerminalColumns(std::FILE* out);
 
 /// The live view's words for a loader's place on its node, e.g. "share
 /// 1.5/4.0 cores, node: 3 loaders, 7 workers"; "no node registry" without

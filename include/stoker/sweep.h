@@ -135,6 +135,9 @@ struct SweepReport {
   /// the ratio are set only when tuned_measured.
   bool interrupted = false;
   bool tuned_measured = false;
+  /// The samples skipped (ErrorPolicy::kSkip) in any of its runs, each once
+  /// (by index), first seen first: the rates count only the others.
+  std::vector<SkipRecord> skipped;
 };
 
 /// A measured setting that beats the fewer-worker settings by less than this

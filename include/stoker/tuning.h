@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stoker/gpu_sampler.h"
+#include "stoker/status.h"
 
 namespace stoker {
 
@@ -116,5 +117,36 @@ struct TunerView {
   int64_t decisions = 0;
   NodeView node;
 };
+
+/// A loader on this machine as the node registry lists it: what `stoker
+/// monitor` shows. Figures are its own, over its last second or so.
+struct NodeLoaderInfo {
+  int pid = 0;
+  uint64_t loader_id = 0;  // unique within its process
+  int local_rank = -1;     // LOCAL_RANK, or -1
+  bool tuned = true;       // false: a fixed worker count
+  int workers = 0;
+  int prefetch_batches = 0;
+  double samples_per_s = 0;  // the user's samples delivered
+  double stall = 0;          // the share of time its consumer waited for data
+  double cpu_cores = 0;      // its workers' CPU use
+  double want_cores = 0;     // its need (+inf: data-bound); tuned loaders only
+  double share_cores = 0;    // its share of the node's budget; tuned loaders only
+  double budget_cores = 0;   // the node's CPU budget as it reads it; tuned loaders only
+  double heartbeat_age_s = 0;
+  std::string command;  // its process's command line ("" when /proc does not show it)
+};
+
+/// Every loader in the node registry (this user's loaders on this machine).
+struct NodeLoaders {
+  std::vector<std::string> registries;  // the tables read (those that exist)
+  std::vector<std::string> notes;       // a table that could not be read, and why
+  std::vector<NodeLoaderInfo> loaders;  // by pid, then loader
+};
+
+/// Reads the node registry's tables (NodeRegistry::DefaultPaths, so
+/// $STOKER_NODE_REGISTRY too) without joining them. No table is no loaders;
+/// the error is only that the registry is turned off. Safe from any thread.
+Result<NodeLoaders> ReadNodeLoaders();
 
 }  // namespace stoker

@@ -120,9 +120,9 @@ def test_paths_a_second_user_planted_are_refused_and_users_do_not_share(second_u
         PROBE 2
         wait
         cat /tmp/theirs.json
-        test -f /dev/shm/stoker-0/node-v2
-        ! AS_U sh -c 'echo x >> /dev/shm/stoker-0/node-v2' 2>/dev/null
+        test -f /dev/shm/stoker-0/node-v3
+        ! AS_U sh -c 'echo x >> /dev/shm/stoker-0/node-v3' 2>/dev/null
     """, name)
-    assert root["registry"] == "/dev/shm/stoker-0/node-v2" and root["loaders"] == 1, root
-    assert theirs["registry"] == f"/dev/shm/stoker-{uid}/node-v2", theirs
+    assert root["registry"] == "/dev/shm/stoker-0/node-v3" and root["loaders"] == 1, root
+    assert theirs["registry"] == f"/dev/shm/stoker-{uid}/node-v3", theirs
     assert theirs["loaders"] == 1, theirs

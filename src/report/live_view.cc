@@ -14,7 +14,25 @@ namespace {
 
 constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
 
-// The terminal's columns now (it may be resized), else $COLUMNS, else 80.
+}  // namespace
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 size_t TerminalColumns(std::FILE* out) {
   struct winsize size {};
   if (::ioctl(fileno(out), TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
@@ -22,8 +40,6 @@ size_t TerminalColumns(std::FILE* out) {
   const long n = columns != nullptr ? std::strtol(columns, nullptr, 10) : 0;
   return n > 0 ? static_cast<size_t>(n) : 80;
 }
-
-}  // namespace
 
 LiveView::LiveView(std::FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {
   cpu_last_s_ = ProcessCpuSeconds();

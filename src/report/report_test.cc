@@ -6,7 +6,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -375,4 +377,50 @@ TEST(LiveViewTest, TunerDecisionsRecordTheGpus) {
 }
 
 }  // namespace
+// `stoker monitor`'s view: a fixed count shows "fixed" and null shares in
+// JSON; a data-bound need is null, not inf; the command loses its folder
+// and control bytes, and is cut to the terminal's width.
+TEST(NodeLoadersTest, TableAndJsonShowEachLoader) {
+  NodeLoaders node;
+  node.registries = {"/dev/shm/stoker-0/node-v3"};
+  NodeLoaderInfo tuned;
+  tuned.pid = 4242;
+  tuned.local_rank = 1;
+  tuned.workers = 6;
+  tuned.prefetch_batches = 4;
+  tuned.samples_per_s = 1500;
+  tuned.stall = 0.25;
+  tuned.cpu_cores = 3.5;
+  tuned.want_cores = std::numeric_limits<double>::infinity();
+  tuned.share_cores = 4;
+  tuned.budget_cores = 8;
+  tuned.command = "/usr/bin/python3 train.py --epochs 90";
+  NodeLoaderInfo fixed = tuned;
+  fixed.pid = 4343;
+  fixed.tuned = false;
+  fixed.workers = 2;
+  fixed.command = "python3 \x1b]0;title";
+  node.loaders = {tuned, fixed};
+  const std::string text = FormatNodeLoaders(node, 0);
+  EXPECT_NE(text.find("python3 train.py --epochs 90"), std::string::npos) << text;
+  EXPECT_EQ(text.find("/usr/bin"), std::string::npos) << text;
+  EXPECT_NE(text.find("4.0/8.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("fixed"), std::string::npos) << text;
+  EXPECT_NE(text.find("25%"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_NE(text.find("2 loaders (node registry /dev/shm/stoker-0/node-v3)"), std::string::npos);
+  std::istringstream lines(FormatNodeLoaders(node, 80));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("node registry") == std::string::npos) EXPECT_LE(line.size(), 80u) << line;
+  }
+  const nlohmann::json j = NodeLoadersToJson(node);
+  EXPECT_EQ(j["loaders"][0]["local_rank"], 1);
+  EXPECT_TRUE(j["loaders"][0]["want_cores"].is_null());
+  EXPECT_EQ(j["loaders"][0]["share_cores"], 4.0);
+  EXPECT_EQ(j["loaders"][1]["tuned"], false);
+  EXPECT_TRUE(j["loaders"][1]["share_cores"].is_null());
+  EXPECT_EQ(j["loaders"][0]["command"], tuned.command);
+  EXPECT_NE(FormatNodeLoaders(NodeLoaders{}, 80).find("no stoker loader"), std::string::npos);
+}
+
 }  // namespace stoker

@@ -7,6 +7,23 @@
 
 namespace stoker {
 
+namespace {
+
+// The samples the runs skipped (--on-error skip), at most ten named: the
+// rates above left them out.
+void PrintSkipped(const SweepReport& r, std::ostringstream& out) {
+  if (r.skipped.empty()) return;
+  constexpr size_t kNamed = 10;
+  out << "\nskipped " << r.skipped.size() << (r.skipped.size() == 1 ? " sample" : " samples")
+      << " (their errors skipped, the rates count only the others):\n";
+  for (size_t i = 0; i < r.skipped.size() && i < kNamed; ++i) {
+    out << "  " << Printable(r.skipped[i].key) << ": " << Printable(r.skipped[i].reason) << "\n";
+  }
+  if (r.skipped.size() > kNamed) out << "  and " << r.skipped.size() - kNamed << " more\n";
+}
+
+}  // namespace
+
 std::string FormatSweepTable(const SweepReport& r) {
   std::ostringstream out;
   char line[200];
@@ -22,6 +39,7 @@ std::string FormatSweepTable(const SweepReport& r) {
       out << "\ninterrupted: " << r.sweep.size() << (r.sweep.size() == 1 ? " count" : " counts")
           << " measured, no tuned run\n";
     }
+    PrintSkipped(r, out);
     return out.str();
   }
   std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d workers (max %d)\n",
@@ -35,6 +53,7 @@ std::string FormatSweepTable(const SweepReport& r) {
                 r.ratio * 100, reached);
   out << line;
   if (r.interrupted) out << "interrupted before the best static setting was measured again\n";
+  PrintSkipped(r, out);
   return out.str();
 }
 
@@ -65,6 +84,8 @@ nlohmann::json SweepToJson(const SweepReport& r) {
     recommended = {{"workers", r.recommended.workers},
                    {"samples_per_s", r.recommended.samples_per_s}};
   }
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const SkipRecord& k : r.skipped) skipped.push_back(SkipRecordToJson(k));
   nlohmann::json tuned = nullptr;
   if (r.tuned_measured) {
     tuned = {{"samples_per_s", r.tuned_samples_per_s},
@@ -81,7 +102,9 @@ nlohmann::json SweepToJson(const SweepReport& r) {
           {"tuned", tuned},
           {"ratio", r.tuned_measured ? nlohmann::json(r.ratio) : nlohmann::json(nullptr)},
           {"decisions", decisions},
-          {"interrupted", r.interrupted}};
+          {"interrupted", r.interrupted},
+          {"skipped", r.skipped.size()},
+          {"skipped_samples", skipped}};
 }
 
 }  // namespace stoker

@@ -74,7 +74,7 @@ Result<std::unique_ptr<Loader>> Loader::Make(LoaderOptions options) {
   }
   // Before the tuner is made (it joins the node's registry).
   STOKER_RETURN_IF_ERROR(CheckBatchFits(options, budget));
-  if (!tuned) return MakeEngineLoader(std::move(options), budget, nullptr);
+  if (!tuned) return MakeEngineLoader(std::move(options), budget, MakeNodeListing(facts));
   if (options.tuner.initial_workers > 0) {
     advice.workers = options.tuner.max_workers > 0
                          ? std::min(options.tuner.initial_workers, options.tuner.max_workers)

@@ -2,28 +2,35 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 
 #include "core/fd_registry.h"
+#include "stoker/tuning.h"
 
 namespace stoker {
 namespace {
 
 constexpr char kMagic[8] = {'s', 't', 'o', 'k', 'n', 'o', 'd', 'e'};
 // 2: heartbeats on CLOCK_REALTIME (one clock for every time namespace).
-constexpr uint32_t kVersion = 2;
+// 3: samples/s, share, prefetch and fixed-count loaders, for the monitor.
+constexpr uint32_t kVersion = 3;
 
 // One loader's slot. Written only under the file lock. The record is
 // stored as it is: the header's entry size (and version) tell a table of
@@ -61,6 +68,64 @@ uint64_t NewToken() {
 
 std::atomic<uint64_t> next_loader_id{1};
 
+// Entry `e` as the registry lists it at `now_ns` (self false).
+NodeLoader Listed(const Entry& e, int64_t now_ns) {
+  NodeLoader l;
+  l.record = e.record;
+  l.pid = e.pid;
+  l.loader_id = e.loader_id;
+  l.heartbeat_age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
+  return l;
+}
+
+// Takes an OFD lock of `type` (F_RDLCK, F_WRLCK) on the whole file, or
+// F_UNLCK drops it, trying up to `tries` times `pause` apart rather than
+// wait: 0, EAGAIN when it stayed busy, or another errno.
+int LockFile(int fd, short type, int tries = 1,
+             std::chrono::microseconds pause = std::chrono::microseconds(0)) {
+  struct flock lock = {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  for (int tried = 1; ::fcntl(fd, F_OFD_SETLK, &lock) != 0; ++tried) {
+    if (errno != EAGAIN && errno != EACCES) return errno;
+    if (tried >= tries) return EAGAIN;
+    std::this_thread::sleep_for(pause);
+  }
+  return 0;
+}
+
+// $STOKER_NODE_REGISTRY when set to something (empty: as if unset).
+const char* ChosenPath() {
+  const char* set = std::getenv("STOKER_NODE_REGISTRY");
+  return set != nullptr && *set != '\0' ? set : nullptr;
+}
+
+// Why a chosen relative path is refused: loaders started in other folders
+// would each have a table of their own.
+std::string RelativeChosen(const std::string& path) {
+  return "node registry $STOKER_NODE_REGISTRY=" + path +
+         ": not an absolute path (every loader on the machine must name the same file)";
+}
+
+// Whether entry `e` holds a live loader at `now_ns`, as seen from pid
+// namespace `pid_ns`: taken, its heartbeat within stale_s, and (once older
+// than check_pid_after_s, in our pid namespace) its process still there.
+bool EntryLive(const Entry& e, int64_t now_ns, const NodeRegistryOptions& options,
+               uint64_t pid_ns) {
+  if (e.token == 0) return false;
+  const double age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
+  // From the future (a clock set back, a forged entry): judged by our clock.
+  if (age_s > options.stale_s || age_s < -options.stale_s) return false;
+  if (age_s <= options.check_pid_after_s || e.pid_ns == 0 || e.pid_ns != pid_ns) {
+    // Young, or in another pid namespace (its pid means nothing here).
+    return true;
+  }
+  if (const std::optional<ProcessStart> s = ReadProcessStart(e.pid)) {
+    return !s->zombie && (e.start_ticks == 0 || s->ticks == e.start_ticks);
+  }
+  return !(::kill(e.pid, 0) != 0 && errno == ESRCH);
+}
+
 }  // namespace
 
 struct NodeRegistry::Table {
@@ -71,7 +136,7 @@ struct NodeRegistry::Table {
   uint32_t reserved;
   Entry entry[kEntries];
 };
-static_assert(std::is_trivially_copyable_v<Entry> && sizeof(Entry) == 96);
+static_assert(std::is_trivially_copyable_v<Entry> && sizeof(Entry) == 120);
 static_assert(std::is_trivially_copyable_v<NodeLoaderRecord>);
 
 std::optional<ProcessStart> ReadProcessStart(pid_t pid) {
@@ -94,8 +159,8 @@ std::optional<ProcessStart> ReadProcessStart(pid_t pid) {
 }
 
 std::vector<std::string> NodeRegistry::DefaultPaths() {
-  if (const char* set = std::getenv("STOKER_NODE_REGISTRY")) {
-    if (std::strcmp(set, "off") == 0 || *set == '\0') return {};
+  if (const char* set = ChosenPath()) {
+    if (::strcasecmp(set, "off") == 0) return {};
     return {set};
   }
   // The layout's version is in the name: loaders of another version keep
@@ -135,7 +200,8 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault(bool* busy) {
   if (paths.empty()) {
     return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
   }
-  const bool chosen = std::getenv("STOKER_NODE_REGISTRY") != nullptr;
+  const bool chosen = ChosenPath() != nullptr;
+  if (chosen && paths.front().front() != '/') return Unavailable(RelativeChosen(paths.front()));
   std::string why;
   for (const std::string& path : paths) {
     if (!chosen) {
@@ -162,26 +228,14 @@ Result<std::unique_ptr<NodeRegistry>> NodeRegistry::Open(const std::string& path
   // have put a link or a file of theirs there.
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd.valid()) return ErrnoError("node registry " + path + ": cannot open", errno);
-  struct flock lock = {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
   // Creation and first initialisation under the lock: two loaders starting
   // together must not both write the header.
-  int tries = 0;
-  while (::fcntl(fd.get(), F_OFD_SETLK, &lock) != 0) {
-    if (errno != EAGAIN && errno != EACCES) {
-      return ErrnoError("node registry " + path + ": cannot lock", errno);
-    }
-    if (++tries > 200) {
-      if (busy != nullptr) *busy = true;
-      return Unavailable("node registry " + path + ": lock busy while opening");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (const int err = LockFile(fd.get(), F_WRLCK, 200, std::chrono::milliseconds(1)); err != 0) {
+    if (err != EAGAIN) return ErrnoError("node registry " + path + ": cannot lock", err);
+    if (busy != nullptr) *busy = true;
+    return Unavailable("node registry " + path + ": lock busy while opening");
   }
-  auto unlock = [&] {
-    lock.l_type = F_UNLCK;
-    ::fcntl(fd.get(), F_OFD_SETLK, &lock);
-  };
+  auto unlock = [&] { LockFile(fd.get(), F_UNLCK); };
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
     const int err = errno;
@@ -250,6 +304,15 @@ bool NodeRegistry::Detached() const {
              : there.st_dev != held.st_dev || there.st_ino != held.st_ino;
 }
 
+bool NodeRegistry::Damaged() const {
+  struct stat st;
+  if (::fstat(fd_.get(), &st) != 0) return false;
+  if (st.st_size != static_cast<off_t>(sizeof(Table))) return true;
+  char header[offsetof(Table, entry)];
+  return ::pread(fd_.get(), header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+         std::memcmp(header, table_.get(), sizeof header) != 0;
+}
+
 bool NodeRegistry::HeaderFits(const Table& table) {
   return std::memcmp(table.magic, kMagic, sizeof kMagic) == 0 && table.version == kVersion &&
          table.entries == kEntries && table.entry_bytes == sizeof(Entry);
@@ -304,26 +367,15 @@ NodeRegistry::~NodeRegistry() {
 }
 
 Status NodeRegistry::Lock() {
-  struct flock lock = {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
   // Held for microseconds by each publisher; a holder that is stopped (not
   // dead: the kernel drops a dead one's lock) must not stall our consumer.
-  for (int tries = 0; ::fcntl(fd_.get(), F_OFD_SETLK, &lock) != 0; ++tries) {
-    if ((errno != EAGAIN && errno != EACCES) || tries >= 20) {
-      return Unavailable("node registry " + path_ + ": lock busy");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(250));
+  if (LockFile(fd_.get(), F_WRLCK, 21, std::chrono::microseconds(250)) != 0) {
+    return Unavailable("node registry " + path_ + ": lock busy");
   }
   return Status::Ok();
 }
 
-void NodeRegistry::Unlock() {
-  struct flock lock = {};
-  lock.l_type = F_UNLCK;
-  lock.l_whence = SEEK_SET;
-  ::fcntl(fd_.get(), F_OFD_SETLK, &lock);
-}
+void NodeRegistry::Unlock() { LockFile(fd_.get(), F_UNLCK); }
 
 int NodeRegistry::FindOwn() const {
   for (int i = 0; i < kEntries; ++i) {
@@ -334,19 +386,40 @@ int NodeRegistry::FindOwn() const {
 }
 
 bool NodeRegistry::Live(int index, int64_t now_ns) const {
-  const Entry& e = table_->entry[index];
-  if (e.token == 0) return false;
-  const double age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
-  // From the future (a clock set back, a forged entry): judged by our clock.
-  if (age_s > options_.stale_s || age_s < -options_.stale_s) return false;
-  if (age_s <= options_.check_pid_after_s || e.pid_ns == 0 || e.pid_ns != pid_ns_) {
-    // Young, or in another pid namespace (its pid means nothing here).
-    return true;
+  return EntryLive(table_->entry[index], now_ns, options_, pid_ns_);
+}
+
+Result<std::vector<NodeLoader>> NodeRegistry::Read(const std::string& path,
+                                                   NodeRegistryOptions options) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return NotFound("node registry " + path + ": no such file");
+    return ErrnoError("node registry " + path + ": cannot open", errno);
   }
-  if (const std::optional<ProcessStart> s = ReadProcessStart(e.pid)) {
-    return !s->zombie && (e.start_ticks == 0 || s->ticks == e.start_ticks);
+  if (LockFile(fd.get(), F_RDLCK, 200, std::chrono::milliseconds(1)) != 0) {
+    return Unavailable("node registry " + path + ": lock busy");
   }
-  return !(::kill(e.pid, 0) != 0 && errno == ESRCH);
+  struct stat st;
+  auto table = std::make_unique<Table>();
+  const bool read =
+      ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+      st.st_size == static_cast<off_t>(sizeof(Table)) &&
+      ::pread(fd.get(), table.get(), sizeof(Table), 0) == static_cast<ssize_t>(sizeof(Table));
+  LockFile(fd.get(), F_UNLCK);
+  static const char kZero[8] = {};
+  if (read && std::memcmp(table->magic, kZero, sizeof kZero) == 0) return std::vector<NodeLoader>{};
+  if (!read || !HeaderFits(*table)) {
+    return DataError("node registry " + path + ": not a stoker node registry of version " +
+                     std::to_string(kVersion));
+  }
+  const int64_t now = HeartbeatNs();
+  const uint64_t pid_ns = PidNamespace();
+  std::vector<NodeLoader> live;
+  for (const Entry& e : table->entry) {
+    if (!EntryLive(e, now, options, pid_ns)) continue;
+    live.push_back(Listed(e, now));
+  }
+  return live;
 }
 
 Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& record) {
@@ -384,18 +457,68 @@ Result<std::vector<NodeLoader>> NodeRegistry::Publish(const NodeLoaderRecord& re
   for (int i = 0; i < kEntries; ++i) {
     const Entry& x = table_->entry[i];
     if (x.token == 0) continue;
-    NodeLoader l;
-    l.record = x.record;
-    l.pid = x.pid;
-    l.loader_id = x.loader_id;
-    l.heartbeat_age_s = static_cast<double>(now - x.heartbeat_ns) * 1e-9;
-    l.self = i == own;
-    live.push_back(l);
+    live.push_back(Listed(x, now));
+    live.back().self = i == own;
   }
   Status st = Store();
   Unlock();
   if (!st.ok()) return st;
   return live;
+}
+
+namespace {
+
+// /proc/<pid>/cmdline with its NULs as spaces; "" when it cannot be read.
+std::string CommandLine(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  std::replace(text.begin(), text.end(), '\0', ' ');
+  return text;
+}
+
+}  // namespace
+
+Result<NodeLoaders> ReadNodeLoaders() {
+  const std::vector<std::string> paths = NodeRegistry::DefaultPaths();
+  if (paths.empty()) return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
+  if (ChosenPath() != nullptr && paths.front().front() != '/') {
+    return Unavailable(RelativeChosen(paths.front()));
+  }
+  NodeLoaders out;
+  // Every table there is: a loader that could not use the first path is in a later one.
+  for (const std::string& path : paths) {
+    Result<std::vector<NodeLoader>> live = NodeRegistry::Read(path);
+    if (!live.ok()) {
+      if (live.status().code() != StatusCode::kNotFound)
+        out.notes.push_back(live.status().message());
+      continue;
+    }
+    out.registries.push_back(path);
+    for (const NodeLoader& l : *live) {
+      NodeLoaderInfo i;
+      i.pid = l.pid;
+      i.loader_id = l.loader_id;
+      i.local_rank = l.record.local_rank;
+      i.tuned = l.record.tuned != 0;
+      i.workers = l.record.workers;
+      i.prefetch_batches = l.record.prefetch_batches;
+      i.samples_per_s = l.record.samples_per_s;
+      i.stall = l.record.stall;
+      i.cpu_cores = l.record.cpu_cores;
+      i.want_cores = l.record.want_cores;
+      i.share_cores = l.record.share_cores;
+      i.budget_cores = l.record.budget_cores;
+      i.heartbeat_age_s = l.heartbeat_age_s;
+      i.command = CommandLine(l.pid);
+      out.loaders.push_back(std::move(i));
+    }
+  }
+  std::sort(out.loaders.begin(), out.loaders.end(),
+            [](const NodeLoaderInfo& a, const NodeLoaderInfo& b) {
+              return std::tie(a.pid, a.loader_id) < std::tie(b.pid, b.loader_id);
+            });
+  return out;
 }
 
 }  // namespace stoker

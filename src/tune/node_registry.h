@@ -23,6 +23,11 @@ struct NodeLoaderRecord {
   double want_cores = 0;    // its need: the cores it would use; +inf: data-bound
   double budget_cores = 0;  // the node's CPU budget as its probe reads it
   uint64_t domain = 0;      // the CPUs it may run on (a hash of its affinity mask)
+  // For `stoker monitor`; not read by the split.
+  double samples_per_s = 0;  // the user's samples delivered, recently
+  double share_cores = 0;    // its share of the budget at its last tick
+  int32_t prefetch_batches = 0;
+  int32_t tuned = 1;  // 0: a fixed worker count, listed only (no need, no share)
 };
 
 /// A live loader as the registry lists it.
@@ -72,11 +77,18 @@ class NodeRegistry {
                                                     bool* busy = nullptr);
 
   /// Where the default table lives, in the order tried: $STOKER_NODE_REGISTRY
-  /// when set ("off": none), else node-v<layout version> in a folder
+  /// when set and not empty ("off" in any case: none; a relative path is
+  /// refused by OpenDefault and ReadNodeLoaders), else node-v<layout version> in a folder
   /// stoker-<uid> (made 0700, and refused unless only this user can write
   /// it) of /dev/shm, then $XDG_RUNTIME_DIR/stoker-node-v<version>, then in
   /// stoker-<uid> of /tmp. Per user: loaders of other users do not see it.
   static std::vector<std::string> DefaultPaths();
+  /// The live loaders in the table at `path`, read without joining it (a
+  /// shared lock, nothing written, no entry taken): `stoker monitor`. NotFound
+  /// when there is no file; other errors as Open's.
+  static Result<std::vector<NodeLoader>> Read(const std::string& path,
+                                              NodeRegistryOptions options = {});
+
   /// Opens the first default path that works; the error (none is usable, or
   /// the registry is turned off) names each path and why. A path whose lock
   /// is busy ends the search (the loaders there must not be split from by
@@ -99,6 +111,10 @@ class NodeRegistry {
   /// Whether the file it holds is no longer the one at path() (removed, or
   /// replaced): new loaders would register apart from this one.
   bool Detached() const;
+  /// Whether the file it holds no longer has a table's size and header
+  /// (truncated or overwritten by another process): Publish fails until it
+  /// is opened again (Open initialises an emptied file, refuses another).
+  bool Damaged() const;
   uint64_t loader_id() const { return loader_id_; }
 
  private:

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "stoker/tuning.h"
 #include "testing/source_test_util.h"
 
 namespace stoker {
@@ -291,6 +292,16 @@ TEST(NodeRegistryTest, EnvironmentChoosesOrTurnsOffTheRegistry) {
   auto off = NodeRegistry::OpenDefault();
   ASSERT_FALSE(off.ok());
   EXPECT_NE(off.status().message().find("STOKER_NODE_REGISTRY"), std::string::npos);
+  ::setenv("STOKER_NODE_REGISTRY", "OFF", 1);
+  EXPECT_TRUE(NodeRegistry::DefaultPaths().empty());
+  // Relative: loaders started in other folders would not meet.
+  ::setenv("STOKER_NODE_REGISTRY", "reg", 1);
+  auto relative = NodeRegistry::OpenDefault();
+  ASSERT_FALSE(relative.ok());
+  EXPECT_NE(relative.status().message().find("not an absolute path"), std::string::npos);
+  EXPECT_FALSE(ReadNodeLoaders().ok());
+  ::setenv("STOKER_NODE_REGISTRY", "", 1);  // empty: the defaults, as unset
+  EXPECT_EQ(NodeRegistry::DefaultPaths().front().rfind("/dev/shm/", 0), 0u);
   ::unsetenv("STOKER_NODE_REGISTRY");
   const std::vector<std::string> defaults = NodeRegistry::DefaultPaths();
   ASSERT_FALSE(defaults.empty());
@@ -299,4 +310,46 @@ TEST(NodeRegistryTest, EnvironmentChoosesOrTurnsOffTheRegistry) {
 }
 
 }  // namespace
+// The monitor's read: the live entries, with nothing written (no entry
+// taken, so a full table stays full and no heartbeat is refreshed); a
+// missing file is NotFound, a file of something else an error naming it.
+TEST(NodeRegistryTest, ReadListsTheLiveLoadersWithoutJoining) {
+  testing::TempDir dir;
+  const std::string path = dir / "reg";
+  auto missing = NodeRegistry::Read(path);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  NodeRegistryOptions quick;
+  quick.stale_s = 0.3;
+  auto a = OpenOrDie(path, quick);
+  ASSERT_NE(a, nullptr);
+  NodeLoaderRecord r = Record(5, 2);
+  r.samples_per_s = 1234;
+  r.prefetch_batches = 7;
+  r.tuned = 0;
+  ASSERT_TRUE(a->Publish(r).ok());
+  const std::string before = testing::ReadFile(path);
+  auto read = NodeRegistry::Read(path, quick);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->size(), 1u);
+  EXPECT_EQ((*read)[0].pid, ::getpid());
+  EXPECT_EQ((*read)[0].loader_id, a->loader_id());
+  EXPECT_EQ((*read)[0].record.workers, 5);
+  EXPECT_EQ((*read)[0].record.prefetch_batches, 7);
+  EXPECT_DOUBLE_EQ((*read)[0].record.samples_per_s, 1234);
+  EXPECT_EQ((*read)[0].record.tuned, 0);
+  EXPECT_FALSE((*read)[0].self);
+  EXPECT_EQ(testing::ReadFile(path), before);  // nothing written
+  // Once its heartbeat is stale, it is no longer listed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  read = NodeRegistry::Read(path, quick);
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(read->empty());
+  const std::string other = dir / "other";
+  ASSERT_TRUE(testing::WriteFile(other, std::string(100, 'x')));
+  auto bad = NodeRegistry::Read(other);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(other), std::string::npos);
+}
+
 }  // namespace stoker

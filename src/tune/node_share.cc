@@ -72,7 +72,7 @@ uint64_t CpuDomain() {
 
 NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_none,
                      std::optional<int> local_rank, std::optional<int> local_world_size,
-                     Opener reopen)
+                     Opener reopen, bool tuned)
     : registry_(std::move(registry)),
       reopen_(std::move(reopen)),
       next_open_(std::chrono::steady_clock::now() +
@@ -80,7 +80,8 @@ NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_non
                      std::chrono::duration<double>(kReopenS))),
       local_rank_(local_rank),
       local_world_size_(std::max(1, local_world_size.value_or(1))),
-      domain_(CpuDomain()) {
+      domain_(CpuDomain()),
+      tuned_(tuned) {
   if (registry_) {
     view_.registry = registry_->path();
   } else {
@@ -91,10 +92,13 @@ NodeShare::NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_non
 void NodeShare::Rejoin() {
   if (!reopen_) return;
   const auto now = std::chrono::steady_clock::now();
-  if (registry_ && registry_->Detached()) {
+  if (registry_ && (registry_->Detached() || registry_->Damaged())) {
     // Removed (a clean-up of /dev/shm) or replaced: loaders made since are
     // in the file at the path, and each would count the whole budget.
+    // Truncated or overwritten: opened again, it is made anew or refused,
+    // as a loader starting now would find it.
     registry_.reset();
+    view_.registry.clear();
     next_open_ = now;
   }
   if (registry_ || now < next_open_) return;
@@ -112,22 +116,25 @@ void NodeShare::Rejoin() {
 }
 
 double NodeShare::Update(double window_s, double wait_s, double cpu_s, int workers,
-                         double node_budget_cores) {
+                         double node_budget_cores, int64_t samples, int prefetch) {
   Rejoin();
   if (window_s > 0) {
-    recent_.push_back({window_s, std::clamp(wait_s, 0.0, window_s), std::max(0.0, cpu_s)});
+    recent_.push_back({window_s, std::clamp(wait_s, 0.0, window_s), std::max(0.0, cpu_s),
+                       std::max<int64_t>(0, samples)});
   }
-  Tick sum{0, 0, 0};
+  Tick sum{0, 0, 0, 0};
   for (const Tick& t : recent_) {
     sum.window_s += t.window_s;
     sum.wait_s += t.wait_s;
     sum.cpu_s += t.cpu_s;
+    sum.samples += t.samples;
   }
   // Keep the newest ticks that cover kNeedWindowS.
   while (!recent_.empty() && sum.window_s - recent_.front().window_s >= kNeedWindowS) {
     sum.window_s -= recent_.front().window_s;
     sum.wait_s -= recent_.front().wait_s;
     sum.cpu_s -= recent_.front().cpu_s;
+    sum.samples -= recent_.front().samples;
     recent_.pop_front();
   }
   const double stall = sum.window_s > 0 ? sum.wait_s / sum.window_s : 0;
@@ -152,6 +159,10 @@ double NodeShare::Update(double window_s, double wait_s, double cpu_s, int worke
   mine.want_cores = want;
   mine.budget_cores = node_budget_cores;
   mine.domain = domain_;
+  mine.samples_per_s = sum.window_s > 0 ? static_cast<double>(sum.samples) / sum.window_s : 0;
+  mine.share_cores = view_.share_cores;
+  mine.prefetch_batches = prefetch;
+  mine.tuned = tuned_ ? 1 : 0;
   Result<std::vector<NodeLoader>> live = registry_->Publish(mine);
   if (!live.ok()) {
     view_.note = live.status().message();
@@ -170,7 +181,7 @@ double NodeShare::Update(double window_s, double wait_s, double cpu_s, int worke
   };
   for (const NodeLoader& l : *live) {
     if (!l.self && l.record.domain != domain_) continue;  // other CPUs: not our budget
-    if (!l.self && !plausible(l.record)) continue;
+    if (!l.self && (!plausible(l.record) || l.record.tuned == 0)) continue;  // listed only
     if (l.self) self = wants.size();
     wants.push_back(l.self ? mine.want_cores : l.record.want_cores);
     node_workers += l.self ? workers : l.record.workers;

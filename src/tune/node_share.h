@@ -59,16 +59,20 @@ class NodeShare {
   /// registry that could not be opened (a lock busy a moment) is tried again
   /// every kReopenS, and one whose file was removed or replaced under it
   /// (Detached) is left for the file at its path.
+  /// A loader with a fixed worker count (`tuned` false) is listed for the
+  /// monitor but takes no part in the split: the others' shares ignore it.
   NodeShare(std::unique_ptr<NodeRegistry> registry, std::string why_none,
-            std::optional<int> local_rank, std::optional<int> local_world_size, Opener reopen = {});
+            std::optional<int> local_rank, std::optional<int> local_world_size, Opener reopen = {},
+            bool tuned = true);
   static constexpr double kReopenS = 1.0;
 
   /// Feeds one tick's window (its length, the consumer's wait, the workers'
   /// CPU seconds, the worker count) and returns this loader's share of
   /// `node_budget_cores`. When the registry cannot be reached this tick
-  /// (its lock busy), the last share is kept.
-  double Update(double window_s, double wait_s, double cpu_s, int workers,
-                double node_budget_cores);
+  /// (its lock busy), the last share is kept. `samples` (the user's samples
+  /// delivered in the window) and `prefetch` are published for the monitor.
+  double Update(double window_s, double wait_s, double cpu_s, int workers, double node_budget_cores,
+                int64_t samples = 0, int prefetch = 0);
 
   /// The last tick's picture.
   const NodeView& view() const { return view_; }
@@ -83,9 +87,11 @@ class NodeShare {
   const std::optional<int> local_rank_;
   const int local_world_size_;
   const uint64_t domain_;
+  const bool tuned_;
   // The last second or so of ticks: window, wait and CPU seconds.
   struct Tick {
     double window_s, wait_s, cpu_s;
+    int64_t samples;
   };
   std::deque<Tick> recent_;
   bool data_bound_ = false;

@@ -201,4 +201,73 @@ TEST(NodeShareTest, AnImplausibleEntryIsLeftOut) {
 }
 
 }  // namespace
+// A loader with a fixed worker count is listed (for the monitor, with its
+// rate and prefetch) but takes no share: the tuned loader beside it keeps
+// the whole budget and counts only itself.
+TEST(NodeShareTest, AFixedCountLoaderIsListedButNotSplitWith) {
+  testing::TempDir dir;
+  auto open = [&] {
+    auto r = NodeRegistry::Open(dir / "reg");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  };
+  NodeShare tuned(open(), "", 0, 1);
+  NodeShare fixed(open(), "", 1, 1, {}, /*tuned=*/false);
+  for (int tick = 0; tick < 3; ++tick) {
+    fixed.Update(0.5, 0.25, 0.5, 4, 0, /*samples=*/500, /*prefetch=*/6);
+    tuned.Update(0.5, 0.5, 0.5, 2, 2, 100, 3);
+  }
+  EXPECT_DOUBLE_EQ(tuned.Update(0.5, 0.5, 0.5, 2, 2, 100, 3), 2);
+  EXPECT_EQ(tuned.view().loaders, 1);
+  EXPECT_EQ(tuned.view().workers, 2);
+  auto listed = NodeRegistry::Read(dir / "reg");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 2u);
+  for (const NodeLoader& l : *listed) {
+    EXPECT_FALSE(l.self);
+    if (l.record.tuned == 0) {
+      EXPECT_EQ(l.record.local_rank, 1);
+      EXPECT_EQ(l.record.workers, 4);
+      EXPECT_EQ(l.record.prefetch_batches, 6);
+      EXPECT_DOUBLE_EQ(l.record.samples_per_s, 1000);  // 500 per 0.5 s window
+      EXPECT_DOUBLE_EQ(l.record.stall, 0.5);
+    } else {
+      EXPECT_EQ(l.record.prefetch_batches, 3);
+      EXPECT_DOUBLE_EQ(l.record.samples_per_s, 200);
+      EXPECT_DOUBLE_EQ(l.record.share_cores, 2);  // its share at the tick before
+    }
+  }
+}
+
+// A registry file truncated or overwritten under running loaders: they
+// opened it again at their next tick (an emptied file is made anew and they
+// meet there again), or, refused, fall back to the split by local ranks
+// without a registry named; before, they kept a stale share for good.
+TEST(NodeShareTest, ALoaderReopensARegistryDamagedUnderIt) {
+  testing::TempDir dir;
+  const std::string path = dir / "reg";
+  auto reopen = [path](bool* busy) { return NodeRegistry::Open(path, {}, busy); };
+  auto a_reg = reopen(nullptr);
+  auto b_reg = reopen(nullptr);
+  ASSERT_TRUE(a_reg.ok() && b_reg.ok());
+  NodeShare a(std::move(*a_reg), "", 0, 2, reopen);
+  NodeShare b(std::move(*b_reg), "", 1, 2, reopen);
+  a.Update(0.2, 0.2, 0.3, 2, 2);
+  b.Update(0.2, 0.2, 0.3, 2, 2);
+  ASSERT_EQ(b.view().loaders, 2);
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);
+  a.Update(0.2, 0.2, 0.3, 2, 2);  // makes the table anew, alone there
+  b.Update(0.2, 0.2, 0.3, 2, 2);  // joins it
+  a.Update(0.2, 0.2, 0.3, 2, 2);
+  EXPECT_EQ(a.view().loaders, 2);
+  EXPECT_EQ(b.view().loaders, 2);
+  EXPECT_EQ(a.view().note, "");
+  EXPECT_DOUBLE_EQ(a.view().share_cores + b.view().share_cores, 2);
+  ASSERT_TRUE(testing::WriteFile(path, std::string(100, 'x')));  // another file's bytes
+  const double share = a.Update(0.2, 0.2, 0.3, 2, 2);
+  EXPECT_DOUBLE_EQ(share, 1);  // budget / LOCAL_WORLD_SIZE
+  EXPECT_EQ(a.view().registry, "");
+  EXPECT_NE(a.view().note.find(path), std::string::npos) << a.view().note;
+}
+
 }  // namespace stoker

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 
 namespace stoker {
@@ -203,6 +204,15 @@ SweepPoint& BestRow(std::vector<SweepPoint>& sweep) {
       [](const SweepPoint& x, const SweepPoint& y) { return x.samples_per_s < y.samples_per_s; });
 }
 
+// Adds the samples `loader` skipped that the report does not hold yet.
+void NoteSkipped(const Loader& loader, SweepReport& report) {
+  std::set<int64_t> known;
+  for (const SkipRecord& r : report.skipped) known.insert(r.index);
+  for (SkipRecord& r : loader.Skipped()) {
+    if (known.insert(r.index).second) report.skipped.push_back(std::move(r));
+  }
+}
+
 // One static setting: a fresh loader with `workers`, warmed up, then
 // measured; nullopt when options.stop ended it (report.interrupted is set).
 Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const SweepOptions& o,
@@ -222,6 +232,7 @@ Result<std::optional<SweepPoint>> MeasureStatic(const LoaderOptions& base, const
     run.seconds = o.point_seconds;
     STOKER_ASSIGN_OR_RETURN(st, Consume(*loader, run));
   }
+  NoteSkipped(*loader, report);
   if (warmed.stopped || st.stopped) {
     report.interrupted = true;
     return std::optional<SweepPoint>();
@@ -305,6 +316,7 @@ Status RunTuned(const LoaderOptions& base, const SweepOptions& o, SweepReport& r
   run.step_ms = o.step_ms;
   run.stop = o.stop;
   STOKER_ASSIGN_OR_RETURN(ConsumeStats st, Consume(*loader, run));
+  NoteSkipped(*loader, report);
   if (st.stopped) {
     report.interrupted = true;
     return Status::Ok();

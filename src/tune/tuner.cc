@@ -36,12 +36,12 @@ double CpuBudget(const MachineFacts& f) {
   return std::max(NodeBudget(f) / std::max(local, 1), 0.5);
 }
 
-NodeShare MakeNodeShare(const MachineFacts& f) {
+NodeShare MakeNodeShare(const MachineFacts& f, bool tuned = true) {
   Result<std::unique_ptr<NodeRegistry>> registry = NodeRegistry::OpenDefault();
-  return NodeShare(registry.ok() ? std::move(*registry) : nullptr,
-                   registry.ok() ? "" : registry.status().message(), f.ranks.local_rank,
-                   f.ranks.local_world_size,
-                   [](bool* busy) { return NodeRegistry::OpenDefault(busy); });
+  return NodeShare(
+      registry.ok() ? std::move(*registry) : nullptr,
+      registry.ok() ? "" : registry.status().message(), f.ranks.local_rank,
+      f.ranks.local_world_size, [](bool* busy) { return NodeRegistry::OpenDefault(busy); }, tuned);
 }
 
 }  // namespace
@@ -243,7 +243,9 @@ class Tuner final : public Controller {
     }
     // This loader's share of the node, re-split by need every tick.
     const double share = std::max(
-        0.5, node_.Update(o.window_s, o.wait_s, o.cpu_s, now.metrics.workers_target, node_cores_));
+        0.5, node_.Update(o.window_s, o.wait_s, o.cpu_s, now.metrics.workers_target, node_cores_,
+                          now.metrics.user_samples_delivered - last.metrics.user_samples_delivered,
+                          now.metrics.prefetch_batches));
     budgets_.cpu_cores = std::max(0.5, share - (trainer_cores_ > 0.25 ? trainer_cores_ : 0));
     // Our CPUs beyond this rank's budget belong to others (other ranks,
     // other tenants under a quota): their use there is no contention.
@@ -417,7 +419,35 @@ class Tuner final : public Controller {
   std::vector<TunerDecision> trace_ GUARDED_BY(mu_);
 };
 
+// A loader with a fixed worker count: listed in the node registry for
+// `stoker monitor` (NodeShare with tuned false), nothing decided.
+class NodeListing final : public Controller {
+ public:
+  explicit NodeListing(NodeShare node) : node_(std::move(node)) {}
+  std::chrono::nanoseconds interval() const override { return std::chrono::milliseconds(500); }
+  void Tick(Loader& loader) override {
+    LoaderMetrics now = loader.Metrics();
+    if (last_) {
+      const LoaderMetrics& l = *last_;
+      (void)node_.Update(static_cast<double>(now.time_ns - l.time_ns) * 1e-9,
+                         static_cast<double>(now.consumer_wait_ns - l.consumer_wait_ns) * 1e-9,
+                         static_cast<double>(now.cpu_ns - l.cpu_ns) * 1e-9, now.workers_target, 0,
+                         now.user_samples_delivered - l.user_samples_delivered,
+                         now.prefetch_batches);
+    }
+    last_ = std::move(now);
+  }
+
+ private:
+  NodeShare node_;
+  std::optional<LoaderMetrics> last_;
+};
+
 }  // namespace
+
+std::unique_ptr<Controller> MakeNodeListing(const MachineFacts& facts) {
+  return std::make_unique<NodeListing>(MakeNodeShare(facts, /*tuned=*/false));
+}
 
 std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice,
                                       const MachineFacts& facts, size_t batch_bytes,

@@ -27,4 +27,9 @@ std::unique_ptr<Controller> MakeTuner(TunerOptions options, const Advice& advice
                                       int64_t batch_items, std::string item, bool processes,
                                       std::unique_ptr<TraceWriter> trace_writer);
 
+/// What Loader::Make attaches to a loader with a fixed worker count: a
+/// Controller that only lists it in the node registry (its workers, rate,
+/// stall), for `stoker monitor`; it changes nothing. `facts` gives its rank.
+std::unique_ptr<Controller> MakeNodeListing(const MachineFacts& facts);
+
 }  // namespace stoker

@@ -12,6 +12,7 @@
 #include <streambuf>
 
 #include "stoker/json_text.h"
+#include "stoker/report.h"
 #include "stop_signals.h"
 
 namespace stoker::cli {
@@ -92,23 +93,6 @@ int FinishOutput(const std::string& command, int exit_code) {
   std::cerr << (command == "stoker" ? "stoker" : "stoker " + command)
             << ": cannot write the output to stdout: " << std::strerror(error) << "\n";
   return exit_code != 0 ? exit_code : kExitFailed;
-}
-
-std::string Printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
 }
 
 void PrintJson(const nlohmann::json& value) {

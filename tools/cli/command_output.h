@@ -36,11 +36,6 @@ int StdoutWriteError();
 /// whether it read what it was given cannot be known.
 int FinishOutput(const std::string& command, int exit_code);
 
-/// `text` as a terminal may show it: control bytes other than newline and
-/// tab (ESC, CR, BEL in a file or tar member name) as \xNN, so a name cannot
-/// move the cursor, recolour or retitle the terminal. For human output.
-std::string Printable(std::string_view text);
-
 /// Prints `value` on stdout, indented, through DumpJson (any bytes in its
 /// strings are fine), then a newline.
 void PrintJson(const nlohmann::json& value);

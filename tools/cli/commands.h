@@ -14,5 +14,6 @@ void AddBenchCommand(CLI::App& app, int& exit_code);
 void AddProbeCommand(CLI::App& app, int& exit_code);
 void AddAdviseCommand(CLI::App& app, int& exit_code);
 void AddMakeDatasetCommand(CLI::App& app, int& exit_code);
+void AddMonitorCommand(CLI::App& app, int& exit_code);
 
 }  // namespace stoker::cli

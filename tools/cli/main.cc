@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   cli::AddProbeCommand(app, exit_code);
   cli::AddAdviseCommand(app, exit_code);
   cli::AddMakeDatasetCommand(app, exit_code);
+  cli::AddMonitorCommand(app, exit_code);
   const int code = ParseAndRun(app, argc, argv, exit_code);
   // A command succeeds only when its output, --help's too, reached stdout.
   return cli::FinishOutput(CommandName(app), code);

@@ -1209,7 +1209,19 @@ class _Plan:
         if isinstance(options.num_workers, int) and options.workers > 0:
             ahead = (options.prefetch_factor or _torch_default("prefetch_factor") or 2) * \
                 options.workers
-        return _Draws(self._generator, drawn[1], ahead, taken, self._rng_state)
+        generators = drawn[2]
+        return _Draws(generators, drawn[1], ahead, taken, lambda: _states(generators))
+
+    def _order_generators(self):
+        """The torch.Generators an epoch's order may draw from late, as torch's
+        iterator pulls it: the loader's, and a sampler's own (RandomSampler(
+        generator=g), as HF's Trainer makes it), each once."""
+        found = [] if self._generator is None else [self._generator]
+        for _, order in _orders(self._options):
+            g = getattr(order, "generator", None)
+            if isinstance(g, _torch().Generator) and all(g is not h for h in found):
+                found.append(g)
+        return found
 
     def _rng_state(self):
         torch = _torch()
@@ -1236,8 +1248,10 @@ class _Plan:
         source = iter(order)
         batches = ([i] for i in source) if options.unbatched else source
         flat, offsets, keys = array.array("q"), array.array("q", [0]), None
-        track = epoch is not None and self._generator is not None and options.shards is None
-        drawn = [(0, self._rng_state())] if track else None
+        generators = self._order_generators() if epoch is not None and options.shards is None \
+            else []
+        track = bool(generators)
+        drawn = [(0, _states(generators))] if track else None
         for b in batches:
             if len(offsets) > bound:  # an endless order: the rest of it goes to torch's loader
                 told = [pickle.loads(keys[i]) if keys else list(flat[offsets[i]:offsets[i + 1]])
@@ -1266,17 +1280,22 @@ class _Plan:
                 keys.append(_pickled(b))
                 flat.extend(range(len(b)))
             offsets.append(len(flat))
-            if track and (state := self._rng_state()) != drawn[-1][1]:
+            if track and (state := _states(generators)) != drawn[-1][1]:
                 drawn.append((len(offsets) - 1, state))
         if track:  # the pull that found the order's end may draw too
-            if (state := self._rng_state()) != drawn[-1][1]:
+            if (state := _states(generators)) != drawn[-1][1]:
                 drawn.append((len(offsets), state))
-            self._drawn = (epoch, drawn)
+            self._drawn = (epoch, drawn, generators)
         return flat, offsets, keys or []
 
 
+def _states(generators):
+    """The states of `generators` (torch.Generator), as bytes, in a tuple."""
+    return tuple(g.get_state().numpy().tobytes() for g in generators)
+
+
 class _Draws:
-    """The user's generator where torch's would be as an epoch goes on.
+    """The user's generators where torch's would be as an epoch goes on.
     torch's iterator asks its sampler for batches as it goes (those taken,
     and with workers prefetch_factor x num_workers ahead), and a sampler may
     draw late: RandomSampler's trailing permutation comes only at the pull
@@ -1285,8 +1304,8 @@ class _Draws:
     would have made, and forward as batches are taken -- never over the
     user's own draws from it since (then it is left as it is)."""
 
-    def __init__(self, generator, changes, ahead, taken, state_of):
-        self._generator, self._ahead, self._state_of = generator, ahead, state_of
+    def __init__(self, generators, changes, ahead, taken, state_of):
+        self._generators, self._ahead, self._state_of = generators, ahead, state_of
         self._changes = collections.deque(changes)  # [(pulls, state)], the last its state now
         self._set = changes[-1][1]  # the state last left in it
         self._before = taken  # batches taken before this iterator (a resume's)
@@ -1303,7 +1322,8 @@ class _Draws:
             changes.clear()
             return
         torch = _torch()
-        self._generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+        for generator, one in zip(self._generators, state):
+            generator.set_state(torch.frombuffer(bytearray(one), dtype=torch.uint8))
         self._set = state
 
 
@@ -1942,11 +1962,13 @@ class _Iterator:
         return self
 
     def __len__(self):
-        if self._sharded:  # the loader's, as torch's len() of an IterableDataset (not the shards)
-            owner = self._owner()
-            return len(owner) if owner is not None else \
-                _shards.approximate_len(self._dataset, *self._shape)
-        return self._batches
+        # torch's: len(loader), the order's len() (not what it gave), or an
+        # IterableDataset's (not its shards').
+        owner = self._owner()
+        if owner is not None:
+            return len(owner)
+        return _shards.approximate_len(self._dataset, *self._shape) if self._sharded \
+            else self._batches
 
     def end(self, by):
         """The loader moved on (`by` says how): an iterator not at its epoch's

@@ -137,8 +137,8 @@ def unplanned(dataset, sampler, batch_sampler):
             continue
         try:
             len(order)
-        except TypeError:
-            return f"{name} {type(order).__name__} has no len()"
+        except Exception as e:  # noqa: BLE001 -- torch calls len() only for len(loader)
+            return f"{name} {type(order).__name__} has no len() ({type(e).__name__})"
         return None
     return None
 

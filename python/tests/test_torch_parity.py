@@ -115,6 +115,59 @@ def test_an_epoch_left_early_leaves_the_generator_where_torchs_does(workers, pre
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_left_early_leaves_a_samplers_own_generator_where_torchs_does(workers):
+    # RandomSampler(generator=g) given as the sampler (HF's Trainer's way), the
+    # loader without one: g was left one permutation ahead of torch's after a
+    # break, and every later epoch differed.
+    def run(cls):
+        g = torch.Generator().manual_seed(3)
+        loader = cls(Indexed(40), batch_size=4, num_workers=workers,
+                     sampler=torch.utils.data.RandomSampler(Indexed(40), generator=g))
+        seen = []
+        for stop in (2, 100, 5):
+            got = []
+            for i, b in enumerate(loader):
+                got.append(b.tolist())
+                if i + 1 == stop:
+                    break
+            seen.append(got)
+        if cls is stoker.DataLoader:
+            loader.close()
+        return seen
+    assert run(stoker.DataLoader) == run(TorchDataLoader)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sampler_whose_len_raises_runs_as_torchs_and_lengths_follow_len(workers):
+    # torch asks a sampler's len() only for len(loader), and len(iter(loader))
+    # is len(loader) even when the sampler gives more or fewer than it says.
+    class Unsized(torch.utils.data.Sampler):
+        def __iter__(self):
+            return iter(range(6))
+
+        def __len__(self):
+            raise NotImplementedError
+
+    class Says10Gives25(torch.utils.data.Sampler):
+        def __iter__(self):
+            return iter(range(25))
+
+        def __len__(self):
+            return 10
+
+    for cls in (TorchDataLoader, stoker.DataLoader):
+        loader = cls(Indexed(30), batch_size=4, sampler=Unsized(None), num_workers=workers)
+        assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5]], cls
+        loader = cls(Indexed(30), batch_size=4, sampler=Says10Gives25(None),
+                     num_workers=workers)
+        it = iter(loader)
+        assert (len(loader), len(it)) == (3, 3), cls
+        assert sum(len(b) for b in it) == 25
+        if cls is stoker.DataLoader:
+            loader.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_shuffle_with_torchs_global_seed_gives_torchs_batches_and_leaves_its_generator(workers):
     after = []
     for cls in (TorchDataLoader, stoker.DataLoader):

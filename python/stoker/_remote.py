@@ -377,11 +377,15 @@ class Cluster:
                         f"{e}{hint}") from e
             if part is not None:
                 name, value, error = part
+                # A function or class by its own name; any other value by its type's.
+                named = value if hasattr(value, "__qualname__") else type(value)
+                advice = ("keep paths in it, open files in __getitem__" if name == "dataset"
+                          else "define it at a module's top level, holding no lock, file or "
+                          "connection")
                 raise ClusterError(
-                    f"the loader's {name} ({type(value).__module__}.{type(value).__qualname__}) "
+                    f"the loader's {name} ({named.__module__}.{named.__qualname__}) "
                     f"cannot be sent to the Dask workers at {self.address}: it does not pickle "
-                    f"({type(error).__name__}: {error}); keep paths in it, open files in "
-                    "__getitem__") from error
+                    f"({type(error).__name__}: {error}); {advice}") from error
         except BaseException:
             self.close()
             raise

@@ -775,6 +775,24 @@ def test_a_dataset_that_does_not_pickle_is_named_with_the_reason(shared_dask_clu
     assert isinstance(refused.value.__cause__, TypeError)
 
 
+@pytest.mark.timeout(60)
+def test_a_collate_fn_that_does_not_pickle_is_named_by_its_own_name(shared_dask_cluster):
+    # Before: "collate_fn (builtins.function)", and advice for a dataset.
+    lock = threading.Lock()
+
+    def collate_holding_a_lock(batch):
+        with lock:
+            return torch.utils.data.default_collate(batch)
+
+    with pytest.raises(stoker.ClusterError) as refused:
+        remote_loader(Seeded(16), shared_dask_cluster.address,
+                      collate_fn=collate_holding_a_lock).close()
+    message = str(refused.value)
+    assert "collate_fn (test_remote.test_a_collate_fn_that_does_not_pickle_is_named_by_its_own_" \
+        "name.<locals>.collate_holding_a_lock)" in message, message
+    assert "__getitem__" not in message and "top level" in message, message
+
+
 @pytest.mark.timeout(120)
 def test_a_worker_of_another_stoker_version_that_joins_late_is_named_and_left_out(
         dask_cluster_factory):

@@ -49,7 +49,12 @@ class Source(_args.Remade):
 
 class ImageFolder(Source):
     """``root/<class>/**/<image>``: the same samples, order and labels as
-    torchvision.datasets.ImageFolder on that tree."""
+    torchvision.datasets.ImageFolder on that tree, with two differences on
+    trees it could not walk whole: a folder that cannot be read (its
+    permissions, an I/O error) raises an OSError naming it, where torchvision
+    leaves its images out without a word; and a folder reached again through
+    a symlink loop is listed once, where torchvision follows the loop until
+    the path is too long."""
 
     def __init__(self, root):
         self._adopt(_stoker.open_image_folder(_path_bytes(root)), root)

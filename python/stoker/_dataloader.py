@@ -250,6 +250,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._plan.reassigned(self._options)
         for name in changed:  # as the run now has it
             setattr(self, name, getattr(self._options, name))
+        self.prefetch_factor = self._options.prefetch_factor  # follows num_workers when not given
         return True
 
     def _remake(self):
@@ -860,10 +861,14 @@ def _resolve_workers(num_workers, prefetch_factor, persistent_workers, worker_ki
                          "process (worker_kind='threads')")
     max_workers = _args.integer("max_workers", max_workers, 0, _stoker.MAX_WORKERS)
     auto = workers == _stoker.AUTO_WORKERS
+    # The attribute as torch's reads: 2 with workers when none was given (1.x's
+    # default, 2.x's resolution), else its default (1.x: 2, 2.x: None).
+    shown = prefetch_factor if prefetch_factor is not None else \
+        2 if workers != 0 else _torch_default("prefetch_factor")
     return {
         "num_workers": num_workers, "workers": workers,
         "initial_workers": _initial_workers(max_workers) if auto else 0,
-        "prefetch_factor": prefetch_factor,
+        "prefetch_factor": shown,
         "prefetch_batches": _prefetch_batches(
             None if prefetch_factor is None or auto else prefetch_factor * workers, workers,
             _ENGINE_BATCH),
@@ -1207,8 +1212,7 @@ class _Plan:
         options = self._options
         ahead = 0  # batches torch's iterator asks for beyond those taken
         if isinstance(options.num_workers, int) and options.workers > 0:
-            ahead = (options.prefetch_factor or _torch_default("prefetch_factor") or 2) * \
-                options.workers
+            ahead = options.prefetch_factor * options.workers
         generators = drawn[2]
         return _Draws(generators, drawn[1], ahead, taken, lambda: _states(generators))
 

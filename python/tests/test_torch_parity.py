@@ -167,6 +167,29 @@ def test_a_sampler_whose_len_raises_runs_as_torchs_and_lengths_follow_len(worker
             loader.close()
 
 
+def test_prefetch_factor_reads_as_torchs_and_rebuilds_a_torch_loader():
+    # It read None: code that rebuilds a DataLoader from the loader's
+    # attributes (accelerate's skip_first_batches) failed, and
+    # num_workers * prefetch_factor raised a TypeError.
+    for workers in (0, 2, "auto"):
+        ours = stoker.DataLoader(Indexed(12), batch_size=4, num_workers=workers)
+        count = 0 if workers == 0 else 2
+        theirs = TorchDataLoader(Indexed(12), batch_size=4, num_workers=count)
+        assert ours.prefetch_factor == theirs.prefetch_factor, workers
+        rebuilt = TorchDataLoader(Indexed(12), batch_size=ours.batch_size,
+                                  num_workers=ours.num_workers,
+                                  prefetch_factor=ours.prefetch_factor)
+        assert [b.tolist() for b in rebuilt] == [b.tolist() for b in ours]
+        ours.close()
+    # Reassigned counts: it follows, as torch's reads at each iter().
+    ours = stoker.DataLoader(Indexed(12), batch_size=4, num_workers=2, prefetch_factor=3)
+    assert ours.prefetch_factor == 3
+    ours.num_workers = 0
+    assert [len(b) for b in ours] == [4, 4, 4]
+    assert ours.prefetch_factor == TorchDataLoader(Indexed(12)).prefetch_factor
+    ours.close()
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_shuffle_with_torchs_global_seed_gives_torchs_batches_and_leaves_its_generator(workers):
     after = []

@@ -977,10 +977,14 @@ def test_a_signal_while_the_built_in_data_set_is_made_leaves_nothing_behind(tmp_
 
 
 def test_monitor_lists_the_loaders_running_on_this_machine(tmp_path):
-    env = dict(os.environ, STOKER_NODE_REGISTRY=str(tmp_path / "registry"))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env["STOKER_NODE_REGISTRY"] = str(tmp_path / "registry")
     j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
                                   capture_output=True, text=True, timeout=60).stdout)
-    assert j["loaders"] == [] and j["registries"] == [] and j["notes"] == []
+    # A chosen path with no file yet: said, since a typo there would look like an idle machine.
+    assert j["loaders"] == [] and j["registries"] == []
+    assert len(j["notes"]) == 1 and "registry: no such file" in j["notes"][0], j
     run = [CLI, "run", "--synthetic", "--synthetic-size", "100000000", "--size", "16",
            "--step-ms", "2", "--seconds", "60", "--quiet"]
     tuned = subprocess.Popen(run, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -1000,6 +1004,7 @@ def test_monitor_lists_the_loaders_running_on_this_machine(tmp_path):
         assert j["registries"] == [str(tmp_path / "registry")]
         t, f = by_pid[tuned.pid], by_pid[fixed.pid]
         assert t["tuned"] is True and t["workers"] >= 1 and t["share_cores"] > 0
+        assert t["local_rank"] is None  # no launcher: no rank (was 0, as if a job's rank 0)
         assert t["command"].startswith(CLI + " run --synthetic")
         assert f["tuned"] is False and f["workers"] == 2 and f["prefetch_batches"] == 3
         assert f["share_cores"] is None and f["want_cores"] is None
@@ -1028,14 +1033,21 @@ def test_monitor_lists_the_loaders_running_on_this_machine(tmp_path):
     assert j["loaders"] == []
 
 
-def test_monitor_refuses_bad_options_and_a_registry_turned_off():
+def test_monitor_refuses_bad_options_and_a_registry_turned_off(tmp_path):
     r = stoker("monitor", "--interval", "0", check=False)
     assert r.returncode == 2 and "--interval" in r.stderr
-    env = dict(os.environ, STOKER_NODE_REGISTRY="off")
-    r = subprocess.run([CLI, "monitor", "--once", "--json"], env=env, capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 1
-    assert "STOKER_NODE_REGISTRY=off" in json.loads(r.stdout)["error"]
+    r = stoker("monitor", "--once", "--count", "3", check=False)
+    assert r.returncode == 2 and "--count" in r.stderr
+    for off in ("off", "OFF"):
+        env = dict(os.environ, STOKER_NODE_REGISTRY=off)
+        r = subprocess.run([CLI, "monitor", "--once", "--json"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1
+        assert f"STOKER_NODE_REGISTRY={off})" in json.loads(r.stdout)["error"]
+    env = dict(os.environ, STOKER_NODE_REGISTRY=str(tmp_path))  # a folder
+    j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
+                                  capture_output=True, text=True, timeout=60).stdout)
+    assert j["loaders"] == [] and j["notes"] == [f"node registry {tmp_path}: a folder, not a file"]
 
 
 def test_monitor_ends_on_sigint(tmp_path):

@@ -75,6 +75,7 @@ NodeLoader Listed(const Entry& e, int64_t now_ns) {
   l.pid = e.pid;
   l.loader_id = e.loader_id;
   l.heartbeat_age_s = static_cast<double>(now_ns - e.heartbeat_ns) * 1e-9;
+  l.same_pid_namespace = e.pid_ns == 0 || e.pid_ns == PidNamespace();
   return l;
 }
 
@@ -98,6 +99,11 @@ int LockFile(int fd, short type, int tries = 1,
 const char* ChosenPath() {
   const char* set = std::getenv("STOKER_NODE_REGISTRY");
   return set != nullptr && *set != '\0' ? set : nullptr;
+}
+
+// Why there is no registry when $STOKER_NODE_REGISTRY turns it off.
+std::string TurnedOff() {
+  return std::string("node registry turned off ($STOKER_NODE_REGISTRY=") + ChosenPath() + ")";
 }
 
 // Why a chosen relative path is refused: loaders started in other folders
@@ -198,7 +204,7 @@ Status PrivateFolder(const std::string& dir) {
 Result<std::unique_ptr<NodeRegistry>> NodeRegistry::OpenDefault(bool* busy) {
   const std::vector<std::string> paths = DefaultPaths();
   if (paths.empty()) {
-    return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
+    return Unavailable(TurnedOff());
   }
   const bool chosen = ChosenPath() != nullptr;
   if (chosen && paths.front().front() != '/') return Unavailable(RelativeChosen(paths.front()));
@@ -401,6 +407,10 @@ Result<std::vector<NodeLoader>> NodeRegistry::Read(const std::string& path,
   }
   struct stat st;
   auto table = std::make_unique<Table>();
+  if (::fstat(fd.get(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    LockFile(fd.get(), F_UNLCK);
+    return DataError("node registry " + path + ": a folder, not a file");
+  }
   const bool read =
       ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
       st.st_size == static_cast<off_t>(sizeof(Table)) &&
@@ -481,7 +491,7 @@ std::string CommandLine(pid_t pid) {
 
 Result<NodeLoaders> ReadNodeLoaders() {
   const std::vector<std::string> paths = NodeRegistry::DefaultPaths();
-  if (paths.empty()) return Unavailable("node registry turned off ($STOKER_NODE_REGISTRY=off)");
+  if (paths.empty()) return Unavailable(TurnedOff());
   if (ChosenPath() != nullptr && paths.front().front() != '/') {
     return Unavailable(RelativeChosen(paths.front()));
   }
@@ -490,8 +500,11 @@ Result<NodeLoaders> ReadNodeLoaders() {
   for (const std::string& path : paths) {
     Result<std::vector<NodeLoader>> live = NodeRegistry::Read(path);
     if (!live.ok()) {
-      if (live.status().code() != StatusCode::kNotFound)
+      // No file at a default path: no loader made one. At a chosen path, say so
+      // (a typo there would look like an idle machine).
+      if (live.status().code() != StatusCode::kNotFound || ChosenPath() != nullptr) {
         out.notes.push_back(live.status().message());
+      }
       continue;
     }
     out.registries.push_back(path);
@@ -510,7 +523,7 @@ Result<NodeLoaders> ReadNodeLoaders() {
       i.share_cores = l.record.share_cores;
       i.budget_cores = l.record.budget_cores;
       i.heartbeat_age_s = l.heartbeat_age_s;
-      i.command = CommandLine(l.pid);
+      if (l.same_pid_namespace) i.command = CommandLine(l.pid);  // else its pid means another
       out.loaders.push_back(std::move(i));
     }
   }

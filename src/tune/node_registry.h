@@ -34,9 +34,10 @@ struct NodeLoaderRecord {
 struct NodeLoader {
   NodeLoaderRecord record;
   pid_t pid = 0;
-  uint64_t loader_id = 0;      // unique within its process
-  double heartbeat_age_s = 0;  // since it last published
-  bool self = false;           // the loader that read the list
+  uint64_t loader_id = 0;          // unique within its process
+  double heartbeat_age_s = 0;      // since it last published
+  bool self = false;               // the loader that read the list
+  bool same_pid_namespace = true;  // its pid names a process of the reader's namespace
 };
 
 /// Tunables of the registry; tests shorten them.

@@ -38,10 +38,13 @@ double CpuBudget(const MachineFacts& f) {
 
 NodeShare MakeNodeShare(const MachineFacts& f, bool tuned = true) {
   Result<std::unique_ptr<NodeRegistry>> registry = NodeRegistry::OpenDefault();
+  // A rank only under a launcher: a lone script is not "rank 0" beside a job's ranks.
+  const std::optional<int> local_rank =
+      f.ranks.launcher != "none" ? f.ranks.local_rank : std::nullopt;
   return NodeShare(
       registry.ok() ? std::move(*registry) : nullptr,
-      registry.ok() ? "" : registry.status().message(), f.ranks.local_rank,
-      f.ranks.local_world_size, [](bool* busy) { return NodeRegistry::OpenDefault(busy); }, tuned);
+      registry.ok() ? "" : registry.status().message(), local_rank, f.ranks.local_world_size,
+      [](bool* busy) { return NodeRegistry::OpenDefault(busy); }, tuned);
 }
 
 }  // namespace

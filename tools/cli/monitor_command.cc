@@ -51,7 +51,10 @@ int RunMonitor(const MonitorOptions& o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
-    if (signals.received() != 0) return ExitCodeFor(signals.received());
+    if (signals.received() != 0) {
+      if (tty) std::cout << "\n" << std::flush;  // the shell's prompt on a line of its own
+      return ExitCodeFor(signals.received());
+    }
     Result<NodeLoaders> node = ReadNodeLoaders();
     if (!node.ok()) return ReportError("monitor", node.status(), o.json);
     if (o.json) {
@@ -89,9 +92,10 @@ void AddMonitorCommand(CLI::App& app, int& exit_code) {
       "samples/s, stall, CPU and share of the node, refreshed live until Ctrl-C.");
   cmd->add_option("--interval", opts->interval_s, "seconds between refreshes")
       ->check(NumberIn(0.1, 3600));
-  cmd->add_option("--count", opts->count, "stop after this many refreshes (default: until Ctrl-C)")
-      ->check(CountIn(1, kMaxEpochs));
-  cmd->add_flag("--once", opts->once, "print one view and exit (as --count 1)");
+  CLI::Option* count = cmd->add_option("--count", opts->count,
+                                       "stop after this many refreshes (default: until Ctrl-C)")
+                           ->check(CountIn(1, kMaxEpochs));
+  cmd->add_flag("--once", opts->once, "print one view and exit (as --count 1)")->excludes(count);
   cmd->add_flag("--json", opts->json,
                 "print JSON on stdout: one object with --once, else one object per line");
   cmd->callback([opts, &exit_code] { exit_code = RunMonitor(*opts); });

@@ -2027,6 +2027,24 @@ class _Iterator:
         self.finished = self.done = True
         if self._draws is not None:
             self._draws.follow(math.inf)
+        if self._sharded:
+            self._warn_small_shards()
+
+    def _warn_small_shards(self):
+        """Once per loader: an epoch of far more batches than len() says, as
+        shards smaller than batch_size give (a batch never spans two shards)."""
+        owner = self._owner()
+        batch_size = self._shape[0]
+        if owner is None or batch_size is None or owner.__dict__.get("_small_shards_told"):
+            return
+        said = _shards.approximate_len(self._dataset, *self._shape)
+        if self.handed > 2 * said + 1:
+            owner._small_shards_told = True
+            warnings.warn(
+                f"stoker.DataLoader: this epoch gave {self.handed} batches where len(loader) says "
+                f"{said}: the dataset's shards are small beside batch_size={batch_size}, and a "
+                "batch never spans two shards (each shard's last batch is short). Fewer, larger "
+                "shards, or a smaller batch_size, give full batches.", stacklevel=3)
 
     def _open(self, batches):
         """A shard's batches, less those a resumed checkpoint had taken."""

@@ -85,6 +85,31 @@ def loader(dataset, workers, **kw):
                              generator=torch.Generator().manual_seed(5), **kw)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shards_smaller_than_a_batch_are_said_once(workers):
+    # 60 shards of 2 samples, batch_size 16: 60 batches of 2 where len() says
+    # 8, and no word of why (torch's workers batch across their shards).
+    import warnings
+    dl = loader(Shards(lens=[2] * 60), workers, batch_size=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            assert sorted(ids(batches(dl))) == Shards(lens=[2] * 60).every()
+    told = [str(w.message) for w in caught if "never spans two shards" in str(w.message)]
+    assert told == ["stoker.DataLoader: this epoch gave 60 batches where len(loader) says 8: the "
+                    "dataset's shards are small beside batch_size=16, and a batch never spans two "
+                    "shards (each shard's last batch is short). Fewer, larger shards, or a smaller "
+                    "batch_size, give full batches."]
+    dl.close()
+    # Shards of a few batches each: no word.
+    dl = loader(Shards(lens=[40, 33, 50]), workers, batch_size=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches(dl)
+    assert not [w for w in caught if "never spans" in str(w.message)]
+    dl.close()
+
+
 @pytest.mark.parametrize("kind", ["processes", "threads"])
 def test_the_same_batches_for_zero_one_three_and_auto_workers(kind):
     ds = Shards()

@@ -411,7 +411,9 @@ TEST(NodeLoadersTest, TableAndJsonShowEachLoader) {
   EXPECT_NE(text.find("2 loaders (node registry /dev/shm/stoker-0/node-v3)"), std::string::npos);
   std::istringstream lines(FormatNodeLoaders(node, 80));
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("node registry") == std::string::npos) EXPECT_LE(line.size(), 80u) << line;
+    if (line.find("node registry") == std::string::npos) {
+      EXPECT_LE(line.size(), 80u) << line;
+    }
   }
   const nlohmann::json j = NodeLoadersToJson(node);
   EXPECT_EQ(j["loaders"][0]["local_rank"], 1);

@@ -2037,7 +2037,10 @@ class _Iterator:
         batch_size = self._shape[0]
         if owner is None or batch_size is None or owner.__dict__.get("_small_shards_told"):
             return
-        said = _shards.approximate_len(self._dataset, *self._shape)
+        try:
+            said = _shards.approximate_len(self._dataset, *self._shape)
+        except TypeError:  # a dataset without len(): nothing said to compare with
+            return
         if self.handed > 2 * said + 1:
             owner._small_shards_told = True
             warnings.warn(

@@ -88,6 +88,25 @@ def test_a_resumed_loop_calls_set_epoch_as_always(image_tree):
     assert len(_epoch(b)[1]) == len(tail[1]) + 2 * 5
 
 
+def test_a_checkpoint_after_an_epochs_last_batch_is_that_epoch_all_delivered():
+    # Taken inside the loop after the last batch (a checkpoint every N steps,
+    # N dividing the epoch): it said the next epoch's start, so a resumed loop's
+    # set_epoch(this epoch) dropped it and the whole epoch came again.
+    a = stoker.Loader(stoker.Synthetic(size=20, shape=(1,)), batch_size=4, seed=3)
+    a.set_epoch(1)
+    for _ in a:
+        state, epoch = a.state_dict(), a.epoch
+    assert (state["epoch"], state["position"]) == (1, 5) and epoch == 1
+    b = stoker.Loader(stoker.Synthetic(size=20, shape=(1,)), batch_size=4, seed=3)
+    b.load_state_dict(state)
+    b.set_epoch(1)
+    assert list(b) == []  # all of epoch 1 was delivered
+    b.set_epoch(2)
+    assert len(list(b)) == 5
+    # After the loop (its end asked for): the next epoch's start, as before.
+    assert (a.state_dict()["epoch"], a.state_dict()["position"]) == (2, 0)
+
+
 def test_state_dict_from_another_seed_is_refused(image_tree):
     state = _train_loader(image_tree, 1).state_dict()
     other = stoker.Loader(image_tree, batch_size=5, seed=12, transforms=stoker.transforms.train(20))

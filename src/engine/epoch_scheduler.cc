@@ -368,10 +368,13 @@ LoaderState EpochScheduler::State() const {
   state.rank = plan_.rank;
   state.world_size = plan_.world_size;
   state.pad_shards = plan_.pad_shards;
-  if (cur_ == nullptr || cur_->finished()) {
-    state.epoch = cur_ == nullptr ? next_epoch_ : cur_->epoch() + 1;
+  if (cur_ == nullptr) {
+    state.epoch = next_epoch_;
     return state;
   }
+  // An epoch whose last batch was delivered but whose end was not yet asked
+  // for is that epoch, all delivered: a resumed loop that calls
+  // set_epoch(that epoch) gets none of it again, not the whole.
   const EpochRun& run = *cur_;
   state.epoch = run.epoch();
   state.num_samples = run.items();  // SetItems may have changed the next epochs'

@@ -323,10 +323,11 @@ class SchedulerSim {
     std::set<int64_t> described;
     for (int64_t b = 0; b < s.position; ++b) described.insert(b);
     described.insert(s.beyond.begin(), s.beyond.end());
-    // An empty epoch not yet started checkpoints as itself.
+    // An epoch whose end was asked for checkpoints as the next one's start;
+    // one all delivered but not yet ended (or empty, not yet started), as itself.
     const int64_t batches = Shape().num_batches;
-    if (static_cast<int64_t>(delivered_.size()) == batches && (batches > 0 || s.epoch != epoch_)) {
-      EXPECT_EQ(s.epoch, epoch_ + 1);  // a finished epoch checkpoints as the next one's start
+    if (static_cast<int64_t>(delivered_.size()) == batches && s.epoch != epoch_) {
+      EXPECT_EQ(s.epoch, epoch_ + 1);
       EXPECT_TRUE(described.empty());
       EXPECT_EQ(s.num_samples, plan_.num_samples);  // the next one's count
       saved_ = {s, {}};

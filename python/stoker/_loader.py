@@ -130,6 +130,31 @@ def _resolve_device(device, torch):
     return index, torch.device("cuda", index)
 
 
+class _Pass:
+    """One pass of a Loader (what iter() gives): the rest of its epoch, then
+    StopIteration for good, as an iterator must (the next iter() starts the
+    next pass). Before, iter(loader) was the loader, whose next() after the
+    end went on into the following epoch."""
+
+    def __init__(self, loader):
+        self._loader, self._done = loader, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        try:
+            return self._loader.__next__()
+        except StopIteration:
+            self._done = True
+            raise
+
+    def __len__(self):
+        return len(self._loader)
+
+
 class Loader:
     """Batches of ``(images, labels)`` from ``source``, made by a pool of C++
     worker threads whose size the tuner picks while you train.
@@ -186,8 +211,10 @@ class Loader:
         remote_timeout: seconds a task may take before it is re-sent
         elsewhere; remote_min: slots kept whatever the tuner says.
 
-    Iterating yields the rest of the current epoch; the next pass starts the
-    following epoch, or the one given to set_epoch(). Use from one thread.
+    Iterating yields the rest of the current epoch; the next pass (a new
+    iter(), the next ``for``) starts the following epoch, or the one given to
+    set_epoch(). A pass that ended keeps raising StopIteration. Use from one
+    thread.
     """
 
     def __init__(self, source, batch_size=64, shuffle=True, seed=0, drop_last=False,
@@ -273,7 +300,7 @@ class Loader:
     # Iteration -------------------------------------------------------------
 
     def __iter__(self):
-        return self
+        return _Pass(self)
 
     def __next__(self):
         stream = 0

@@ -107,6 +107,18 @@ def test_a_checkpoint_after_an_epochs_last_batch_is_that_epoch_all_delivered():
     assert (a.state_dict()["epoch"], a.state_dict()["position"]) == (2, 0)
 
 
+def test_a_pass_that_ended_stays_ended():
+    # iter(loader) was the loader: next() after StopIteration went on into the
+    # next epoch, and a loop stepping two loaders with next(it, None) until
+    # both ran dry got the shorter one's samples over and over.
+    loader = stoker.Loader(stoker.Synthetic(size=8, shape=(1,)), batch_size=4, seed=3)
+    it = iter(loader)
+    assert len(it) == 2 and len([next(it), next(it)]) == 2
+    assert next(it, None) is None and next(it, None) is None
+    assert len(list(loader)) == 2  # a new pass: the next epoch
+    assert loader.epoch == 2
+
+
 def test_state_dict_from_another_seed_is_refused(image_tree):
     state = _train_loader(image_tree, 1).state_dict()
     other = stoker.Loader(image_tree, batch_size=5, seed=12, transforms=stoker.transforms.train(20))

@@ -1048,6 +1048,12 @@ def test_monitor_refuses_bad_options_and_a_registry_turned_off(tmp_path):
     j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
                                   capture_output=True, text=True, timeout=60).stdout)
     assert j["loaders"] == [] and j["notes"] == [f"node registry {tmp_path}: a folder, not a file"]
+    fifo = tmp_path / "fifo"  # its open waited for a writer for good
+    os.mkfifo(fifo)
+    env = dict(os.environ, STOKER_NODE_REGISTRY=str(fifo))
+    j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
+                                  capture_output=True, text=True, timeout=60).stdout)
+    assert j["loaders"] == [] and "not a stoker node registry" in j["notes"][0], j
 
 
 def test_monitor_ends_on_sigint(tmp_path):

@@ -1228,10 +1228,9 @@ class _Plan:
         return found
 
     def _rng_state(self):
-        torch = _torch()
-        state = self._generator.get_state() if self._generator is not None else \
-            torch.get_rng_state()
-        return state.numpy().tobytes()
+        if self._generator is not None:
+            return _states([self._generator])[0]
+        return _torch().get_rng_state().numpy().tobytes()
 
     def _draw_seed(self):
         torch = _torch()  # torch's own draw, as its iterator makes it

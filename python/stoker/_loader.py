@@ -133,8 +133,7 @@ def _resolve_device(device, torch):
 class _Pass:
     """One pass of a Loader (what iter() gives): the rest of its epoch, then
     StopIteration for good, as an iterator must (the next iter() starts the
-    next pass). Before, iter(loader) was the loader, whose next() after the
-    end went on into the following epoch."""
+    next pass)."""
 
     def __init__(self, loader):
         self._loader, self._done = loader, False

@@ -397,7 +397,8 @@ bool NodeRegistry::Live(int index, int64_t now_ns) const {
 
 Result<std::vector<NodeLoader>> NodeRegistry::Read(const std::string& path,
                                                    NodeRegistryOptions options) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: a FIFO at the path must not hold the monitor until a writer comes.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd.valid()) {
     if (errno == ENOENT) return NotFound("node registry " + path + ": no such file");
     return ErrnoError("node registry " + path + ": cannot open", errno);

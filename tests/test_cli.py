@@ -204,6 +204,23 @@ def test_a_bad_file_under_skip_is_recorded(tmp_path):
     assert record["reason"].startswith("data error: ") and "zz_broken" not in record["reason"]
 
 
+def test_a_run_names_ten_skipped_samples_each_on_one_line_and_counts_the_rest(tmp_path):
+    # Every record was printed, a line each (187,000 after 3 s over 2,000 bad
+    # files), and a newline in a name split it in two.
+    data, bad = _folder_with_a_bad_jpeg(tmp_path)
+    for i in range(12):
+        (bad.parent / f"zz_bad{i:02}\n.jpg").write_bytes(b"not a JPEG")
+    args = ("run", "--data", str(data), "--batch-size", "2", "--epochs", "1", "--quiet",
+            "--on-error", "skip", "--no-shuffle", "--workers", "1")
+    out = stoker(*args).stdout
+    assert "skipped 13 samples:" in out, out
+    named = [line for line in out.splitlines() if ": data error: " in line]
+    assert len(named) == 10 and all(".jpg: data error: " in line for line in named), out
+    assert "zz_bad00\\x0a.jpg: data error: " in out, out
+    assert "and 3 more (--json lists all)" in out, out
+    assert len(json.loads(stoker(*args, "--json").stdout)["skipped_samples"]) == 13
+
+
 def test_bench_under_skip_says_which_samples_its_rates_left_out(tmp_path):
     data, bad = _folder_with_a_bad_jpeg(tmp_path)
     args = ("bench", "--data", str(data), "--batch-size", "2", "--sweep", "0,1",
@@ -331,6 +348,16 @@ def test_an_option_bench_would_ignore_or_contradict_is_refused(tmp_path, args, o
                check=False)
     assert r.returncode == 2 and option in json.loads(r.stdout)["error"], r.stderr
     assert option in r.stderr and not plot.exists()
+    if option.startswith("--") and " " not in option:  # refused, so not offered by the help
+        assert option not in stoker("bench", "--help").stdout
+
+
+def test_a_tuned_run_shorter_than_a_timeline_interval_has_its_rate():
+    # Under 0.25 s it had no timeline point: "tuned 0.0", a ratio of 0.
+    j = json.loads(stoker("bench", "--synthetic", "--synthetic-size", "200", "--size", "8",
+                          "--sweep", "1", "--point-seconds", "0.1", "--tuned-seconds", "0.15",
+                          "--json").stdout)
+    assert j["tuned"]["samples_per_s"] > 0 and j["ratio"] > 0, j["tuned"]
 
 
 @pytest.mark.parametrize("args,named", [
@@ -675,6 +702,12 @@ def test_make_dataset_refuses_what_the_built_in_data_set_would_ignore(tmp_path):
                            text=True, timeout=300, env=env)
         assert r.returncode == 2 and named in json.loads(r.stdout)["error"], (args, r.stderr)
     assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+def test_make_dataset_refuses_an_empty_photos_folder_naming_it(tmp_path):
+    r = stoker("make-dataset", str(tmp_path / "out"), "--photos", "", check=False)
+    assert r.returncode == 2 and "--photos" in r.stderr and "expected a path" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_make_dataset_counts_past_images_name_the_options(tmp_path):

@@ -43,6 +43,9 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 /// {"epoch", "index", "key", "reason"}. The key is a path's bytes as they
 /// are (not necessarily UTF-8).
 nlohmann::json SkipRecordToJson(const SkipRecord& record);
+/// The skipped samples as lines of a human view, each `indent`ed: the first
+/// ten named with their reasons, then how many more (JSON lists them all).
+std::string FormatSkipped(const std::vector<SkipRecord>& skipped, std::string_view indent);
 
 /// {registry (the file, or null without one), note, share_cores,
 /// budget_cores, loaders, workers, cpu_cores}: NodeView's fields.
@@ -99,6 +102,9 @@ class LiveView {
 /// move the cursor, recolour or retitle the terminal. For human output (the CLI's, the report's
 /// tables).
 std::string Printable(std::string_view text);
+/// Printable, newline and tab as \x0a and \x09 too: a name that is one line
+/// of a list (a file or tar member name, a command line).
+std::string PrintableLine(std::string_view text);
 
 /// The columns of the terminal `out` is now (it may be resized), else
 /// $COLUMNS, else 80.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "stoker/probe.h"
@@ -16,12 +17,14 @@ constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
 
 }  // namespace
 
-std::string Printable(std::string_view text) {
+namespace {
+
+std::string Escaped(std::string_view text, bool keep_lines) {
   std::string out;
   out.reserve(text.size());
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
+    if ((byte < 0x20 && !(keep_lines && (c == '\n' || c == '\t'))) || byte == 0x7f) {
       static constexpr char kHex[] = "0123456789abcdef";
       out += "\\x";
       out += kHex[byte >> 4];
@@ -29,6 +32,26 @@ std::string Printable(std::string_view text) {
     } else {
       out += c;
     }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Printable(std::string_view text) { return Escaped(text, true); }
+
+std::string PrintableLine(std::string_view text) { return Escaped(text, false); }
+
+std::string FormatSkipped(const std::vector<SkipRecord>& skipped, std::string_view indent) {
+  constexpr size_t kNamed = 10;  // a run over many bad files would print them all
+  std::string out;
+  for (size_t i = 0; i < skipped.size() && i < kNamed; ++i) {
+    out.append(indent) +=
+        PrintableLine(skipped[i].key) + ": " + Printable(skipped[i].reason) + "\n";
+  }
+  if (skipped.size() > kNamed) {
+    out.append(indent) +=
+        "and " + std::to_string(skipped.size() - kNamed) + " more (--json lists all)\n";
   }
   return out;
 }

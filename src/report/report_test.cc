@@ -100,6 +100,15 @@ TEST(ReportTest, AnInterruptedSweepShowsThePointsMeasuredAndSaysSo) {
   EXPECT_FALSE(SweepToJson(Example())["interrupted"].get<bool>());
 }
 
+TEST(ReportTest, ASkippedNameIsOneLineOfTheList) {
+  // A newline in a file's name made one skipped file read as two.
+  SweepReport r = Example();
+  r.skipped = {{.epoch = 0, .index = 3, .key = "a\nb\t.jpg", .reason = "bad\x1b[31m"}};
+  const std::string t = FormatSweepTable(r);
+  EXPECT_NE(t.find("a\\x0ab\\x09.jpg: bad\\x1b[31m"), std::string::npos) << t;
+  EXPECT_EQ(Printable("one\ntwo\t"), "one\ntwo\t");
+}
+
 TEST(ReportTest, SvgCountsWorkersInWholeNumbers) {
   SweepReport r = Example();
   r.sweep = {{1, 100, 0}, {2, 180, 0}, {3, 250, 0}, {4, 300, 0}, {5, 310, 0}};

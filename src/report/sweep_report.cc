@@ -9,17 +9,12 @@ namespace stoker {
 
 namespace {
 
-// The samples the runs skipped (--on-error skip), at most ten named: the
-// rates above left them out.
+// The samples the runs skipped (--on-error skip): the rates above left them out.
 void PrintSkipped(const SweepReport& r, std::ostringstream& out) {
   if (r.skipped.empty()) return;
-  constexpr size_t kNamed = 10;
   out << "\nskipped " << r.skipped.size() << (r.skipped.size() == 1 ? " sample" : " samples")
-      << " (their errors skipped, the rates count only the others):\n";
-  for (size_t i = 0; i < r.skipped.size() && i < kNamed; ++i) {
-    out << "  " << Printable(r.skipped[i].key) << ": " << Printable(r.skipped[i].reason) << "\n";
-  }
-  if (r.skipped.size() > kNamed) out << "  and " << r.skipped.size() - kNamed << " more\n";
+      << " (their errors skipped, the rates count only the others):\n"
+      << FormatSkipped(r.skipped, "  ");
 }
 
 }  // namespace

@@ -7,9 +7,16 @@
 namespace stoker {
 namespace {
 
+// A tar, a compressed one too (".tar.gz", ".tgz": refused naming its
+// compressor, not read as a list file), or a pattern.
 bool NamesTarShards(const std::string& path) {
-  constexpr std::string_view kTar = ".tar";
-  return path.ends_with(kTar) || path.find('{') != std::string::npos;
+  static constexpr std::string_view kSuffixes[] = {
+      ".tar",     ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar.lz4", ".tar.lzma",
+      ".tar.zip", ".tgz",    ".tbz",     ".tbz2",   ".txz",     ".tzst"};
+  for (std::string_view suffix : kSuffixes) {
+    if (path.ends_with(suffix)) return true;
+  }
+  return path.find('{') != std::string::npos;
 }
 
 bool Exists(const std::string& path) {

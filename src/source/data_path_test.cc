@@ -54,6 +54,21 @@ TEST(DataPathTest, ATarNameOrBracePatternIsShards) {
   EXPECT_EQ((*both)->size(), 2);
 }
 
+TEST(DataPathTest, ACompressedTarIsRefusedNamingItsCompressorHoweverShort) {
+  // It was read as a list file: "holds binary data ... not a list".
+  TempDir dir;
+  for (const char* name : {"a.tar.gz", "b.tgz"}) {
+    ASSERT_TRUE(WriteFile(dir / name, std::string("\x1f\x8b\x08\x00", 4)));
+    DataPathKind kind{};
+    auto source = OpenDataPath(dir / name, &kind);
+    ASSERT_FALSE(source.ok()) << name;
+    EXPECT_EQ(kind, DataPathKind::kTarShards);
+    const std::string& message = source.status().message();
+    EXPECT_NE(message.find("gzip-compressed file, not a tar"), std::string::npos) << message;
+    EXPECT_NE(message.find(name), std::string::npos) << message;
+  }
+}
+
 TEST(DataPathTest, ARegularFileIsAFileList) {
   TempDir dir;
   ASSERT_TRUE(WriteFile(dir / "a.jpg", "A"));

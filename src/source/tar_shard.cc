@@ -361,19 +361,18 @@ class TarScanner {
       auto at = [&] { return what_ + ": at byte " + std::to_string(here); };
       const size_t have = static_cast<size_t>(std::min<uint64_t>(kBlock, end - pos_));
       STOKER_RETURN_IF_ERROR(archive_.ReadAt(pos_, {block, have}).WithContext(what_));
+      // A compressed shard, however short, is named by its compressor.
+      if (const char* kind = here == 0 ? CompressedKind(std::span(block, have)) : nullptr) {
+        return DataError(what_ + ": a " + kind +
+                         "-compressed file, not a tar: stoker reads uncompressed tar shards "
+                         "(decompress it first)");
+      }
       if (have < kBlock) {
         return DataError(at() + ": truncated tar: a header of " + std::to_string(have) +
                          " of 512 bytes" + AfterLast());
       }
       if (IsZeroBlock(header, kBlock)) return std::optional<TarEntry>();  // end of archive
       if (!ChecksumMatches(header)) {
-        if (here == 0) {
-          if (const char* kind = CompressedKind(std::span(block, kBlock))) {
-            return DataError(what_ + ": a " + kind +
-                             "-compressed file, not a tar: stoker reads uncompressed tar shards "
-                             "(decompress it first)");
-          }
-        }
         return DataError(at() + ": bad tar header checksum (not a tar file, or corrupt)");
       }
       std::optional<uint64_t> header_size = ParseNumber(header, kSizeOff, kSizeLen);

@@ -183,6 +183,11 @@ Result<ConsumeStats> Consume(Loader& loader, const ConsumeOptions& o) {
   }
   s.seconds = Since(t0);
   LoaderMetrics end = loader.Metrics();
+  // A run shorter than one interval is one point, not none (a rate of 0).
+  if (s.timeline.empty() && s.seconds > 0) {
+    s.timeline.push_back(PointBetween(m0, end, s.seconds, s.seconds));
+    if (o.on_point) o.on_point(s.timeline.back());
+  }
   s.workers_max = std::max(s.workers_max, end.workers_target);
   s.produced = end.samples_produced - m0.samples_produced;
   s.stall_fraction = StallFraction(

@@ -73,6 +73,23 @@ TEST(SweepTest, ConsumeCountsWhatTheWorkersProduced) {
   EXPECT_LE(st->produced, 6000);
 }
 
+TEST(SweepTest, ARunShorterThanOneTimelineIntervalIsOnePoint) {
+  // The tuned run of `stoker bench --tuned-seconds 0.2` had no point, so its
+  // rate read 0 although it delivered samples.
+  auto o = testing::SyntheticLoaderOptions(2000, 32, 64, {});
+  o.workers = 1;
+  auto loader = testing::MakeLoader(o);
+  ConsumeOptions co;
+  co.epochs = 1;
+  co.timeline_interval_s = 3600;
+  auto st = Consume(*loader, co);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ(st->timeline.size(), 1u);
+  EXPECT_DOUBLE_EQ(st->timeline[0].t_s, st->seconds);
+  EXPECT_NEAR(st->timeline[0].samples_per_s * st->seconds, 2000, 1e-6);
+  EXPECT_GT(SettledRate(st->timeline, 0, st->seconds), 0);
+}
+
 // The reference re-measured after the tuned run may fall below another row
 // (a machine slowed by another job meanwhile): it named a lesser row "best
 // static" and divided the tuned figure by it. The best is the best row.

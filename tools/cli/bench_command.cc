@@ -193,6 +193,9 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       "Sweep worker counts on your data and machine (samples/s per setting), then run "
       "the tuner and compare.");
   AddPipelineFlags(cmd, f->pipeline);
+  // Kept to refuse them with advice (CheckBenchOptions), out of the help.
+  cmd->get_option("--workers")->group("");
+  cmd->get_option("--prefetch")->group("");
   cmd->add_option("--step-ms", f->step_ms, "simulated accelerator step per batch, ms")
       ->check(NumberIn(0, kMaxStepMs));
   cmd->add_option("--point-seconds", f->point_seconds, "measured seconds per sweep point")

@@ -138,7 +138,8 @@ void AddMakeDatasetCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CountIn(0, kMaxImages));
   cmd->add_option("--photos", o.photos, "folder of */contents/images*/ photographs")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(PathGiven());
   cmd->add_flag("--json", flags->json, "print JSON on stdout");
   cmd->callback([cmd, flags, &exit_code] {
     for (const char* name : kShapeOptions) {

@@ -134,10 +134,7 @@ void PrintRunSummary(const RunSummary& s, std::ostream& out) {
   out << line;
   if (s.signal != 0) out << "  interrupted by " << SignalName(s.signal) << "\n";
   if (!s.skipped.empty()) {
-    out << "  skipped " << s.skipped.size() << " samples:\n";
-    for (const auto& r : s.skipped) {
-      out << "    " << Printable(r.key) << ": " << Printable(r.reason) << "\n";
-    }
+    out << "  skipped " << s.skipped.size() << " samples:\n" << FormatSkipped(s.skipped, "    ");
   }
   if (!s.trace.empty()) {
     out << "  tuner decisions (" << s.trace.size() << "):\n";

@@ -129,7 +129,6 @@ def _remote_batch(job, epoch, batch, indices, seed, keys, expected):
     _workers.batch_scheduling()  # the worker's own threads (its comms) come first
     with _batch_lock:
         if not getattr(job, "_remote_ready", False):
-            job._remote_ready = True
             # As a worker process starts: one thread for torch, worker info, the init hook.
             torch = sys.modules.get("torch")
             if torch is not None and torch.get_num_threads() != 1:
@@ -141,8 +140,17 @@ def _remote_batch(job, epoch, batch, indices, seed, keys, expected):
                 _workers._set_worker_info(job, 0, 1, seed)
                 try:
                     job.worker_init_fn(0)
+                except Exception as e:  # noqa: BLE001 -- the user's hook: its batch fails
+                    # As a worker process's failed start: the user's error, raised
+                    # by the loader (not the cluster's loss); tried again next task.
+                    failed = (f"worker_init_fn failed on the cluster's worker: "
+                              f"{type(e).__name__}: {e}", traceback.format_exc(),
+                              _workers._pickled_exception(e, _workers.P.MAX_MESSAGE_BYTES,
+                                                          _pickler()))
+                    return _Batch(*_pack((None, ([], [], failed, epoch, batch))))
                 finally:
                     _workers._clear_worker_info()
+            job._remote_ready = True
         payload, info = _workers.run_batch(job, epoch, batch, indices, seed, keys)
         info = _portable(info)
         try:
@@ -290,6 +298,24 @@ def _configure_dask():
                          ignored + ["stoker"]})
 
 
+def _check_address(address):
+    """Refuses an address Dask cannot connect to at all, before a Client is
+    made: one made for it fails at once, then holds the interpreter's exit for
+    twice the timeout."""
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+    if not isinstance(address, str):
+        return
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+    except ValueError as e:
+        raise ClusterError(f"cluster={address!r} is not a Dask scheduler's address: {e}") from e
+    if not location:
+        raise ClusterError(f"cluster={address!r} names no scheduler: give its address, e.g. "
+                           "'tcp://host:8786'")
+
+
 class Cluster:
     """One loader's use of a Dask cluster: the client, the job scattered to it,
     and the remote slots' figures. `run` (a DataLoader's batch) or
@@ -311,6 +337,7 @@ class Cluster:
         self._per_thread = per_thread
         self._own_client = not isinstance(cluster, distributed.Client)
         if self._own_client:
+            _check_address(cluster)
             try:
                 self.client = distributed.Client(cluster, security=security, timeout=timeout_s,
                                                  set_as_default=False)
@@ -581,7 +608,9 @@ class Cluster:
         received = made.nbytes()
         with self._lock:
             self._batches += 1
-            self._received.append((time.monotonic(), received))
+            now = time.monotonic()
+            self._received.append((now, received))
+            self._forget_before(now - _RATE_WINDOW_S)
             # The largest lately: what a slot may hold, for the tuner's memory budget.
             self._slots.task_bytes = max(b for _, b in self._received)
         return made
@@ -801,6 +830,10 @@ class Cluster:
         _REFRESH_S (each read waits on the scheduler, so never on the
         consumer's thread or an engine thread)."""
         while not self._closing and self._lost is None:
+            if self.client.status in _CLOSED:  # closed under the loader: never answers again
+                self._lose(ClusterError(f"the connection to the scheduler was lost (the client "
+                                        f"is {self.client.status})"))
+                return
             try:
                 known = _within(self._timeout_s,
                                 lambda: _workers_of(self.client.scheduler_info()))
@@ -819,11 +852,15 @@ class Cluster:
             self._looked.wait(_REFRESH_S)  # or sooner, when a check ended
             self._looked.clear()
 
+    def _forget_before(self, since):
+        """Drops the received batches older than `since`. REQUIRES: _lock held."""
+        while self._received and self._received[0][0] < since:
+            self._received.popleft()
+
     def stats(self, target):
         now = time.monotonic()
         with self._lock:
-            while self._received and now - self._received[0][0] > _RATE_WINDOW_S:
-                self._received.popleft()
+            self._forget_before(now - _RATE_WINDOW_S)
             recent = sum(b for _, b in self._received)
             return {"workers": target, "peak": self._slots.peak, "batches": self._batches,
                     "bytes_per_s": recent / _RATE_WINDOW_S, "capacity": self._slots.capacity,

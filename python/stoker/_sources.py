@@ -13,6 +13,12 @@ def _path_bytes(path):
     return os.fsencode(path)
 
 
+def _made_at(path):
+    """`path` as pickled for a cluster's worker: absolute, so the worker opens
+    what this process opened, whatever its own working directory."""
+    return os.path.abspath(os.fspath(path))
+
+
 def expand_braces(pattern):
     """Expands brace ranges, e.g. "shard-{000..003}.tar" -> four names."""
     return [os.fsdecode(p) for p in _stoker.expand_braces(_path_bytes(pattern))]
@@ -62,6 +68,7 @@ class ImageFolder(Source):
     def _adopt(self, impl, root):
         self.root = os.fspath(root)
         self._impl = impl
+        self._made_with = ((_made_at(root),), {})
 
     def _describe(self):
         return repr(self.root)
@@ -77,6 +84,7 @@ class FileList(Source):
     def _adopt(self, impl, list_path):
         self.list_path = os.fspath(list_path)
         self._impl = impl
+        self._made_with = ((_made_at(list_path),), {})
 
     def _describe(self):
         return repr(self.list_path)
@@ -95,6 +103,7 @@ class TarShards(Source):
     def _adopt(self, impl, shards):
         self.shards = [os.fspath(s) for s in shards]
         self._impl = impl
+        self._made_with = (([_made_at(s) for s in shards],), {})
 
     def stream(self, transform=None):
         """The same shards as a ``stoker.TarStream``: read shard by shard in

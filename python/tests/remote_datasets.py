@@ -112,6 +112,13 @@ class FailsAt(Seeded):
         return super().__getitem__(i)
 
 
+def init_failing_where_made_remotely(worker_id):
+    """A worker_init_fn that raises on a Dask worker only (its environment
+    lacks what the script's own machine has)."""
+    if os.environ.get(WORKER_NAME_ENV):
+        raise KeyError(f"no shard for worker {worker_id} here")
+
+
 def collate_unpicklable_where_made(batch):
     """torch's default_collate, with a lock added where a Dask worker makes
     the batch: a batch that cannot be sent back."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import warnings
 
 import pytest
 
@@ -546,6 +547,28 @@ def test_a_remote_failure_that_does_not_travel_back_still_names_its_sample_and_k
     assert errors and all("the batch failed outside its samples: TypeError: cannot pickle" in
                           str(e) and isinstance(e, TypeError) for e in errors)
     assert len(errors) + len(got) == 16 and "lock" not in got[0]
+    assert remote["lost"] is None and remote["batches"] == len(errors)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_init_fn_failing_on_the_cluster_is_the_users_error_not_the_clusters(
+        shared_dask_cluster):
+    # It was taken for stoker's own bug: the cluster dropped ("a remote task
+    # failed outside its samples"), a warning the only sign.
+    pytest.importorskip("distributed")
+    from remote_datasets import Seeded, init_failing_where_made_remotely
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the cluster is not given up
+        with stoker.DataLoader(Seeded(64, delay_s=0.005), batch_size=8, num_workers="auto",
+                               max_workers=1, cluster=shared_dask_cluster.address,
+                               remote_min=1,
+                               worker_init_fn=init_failing_where_made_remotely) as dl:
+            errors, got = _remote_errors(dl, epochs=2)
+            remote = dl.stats()["remote"]
+    assert errors and all("worker_init_fn failed on the cluster's worker: KeyError: 'no shard "
+                          "for worker 0 here'" in str(e) and isinstance(e, KeyError)
+                          for e in errors), errors
+    assert len(errors) + len(got) == 16
     assert remote["lost"] is None and remote["batches"] == len(errors)
 
 

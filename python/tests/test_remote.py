@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import textwrap
 import time
 import warnings
 
@@ -235,6 +236,50 @@ def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
         assert held == []
     with pytest.raises(stoker.ClusterError, match="the Dask client given as cluster= is closed"):
         remote_loader(Seeded(n), client)
+
+
+@pytest.mark.timeout(60)
+def test_a_client_closed_between_tasks_is_said_lost(shared_dask_cluster):
+    # No remote task was running: nothing ever said the cluster was gone
+    # (lost stayed None, no warning), and the watch polled for good.
+    n = 96
+    want = reference(n, epochs=2)
+    client = distributed.Client(shared_dask_cluster.address, timeout=10)
+    with remote_loader(Seeded(n, delay_s=0.005), client, remote_min=1) as dl:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first = list(dl)
+            time.sleep(1)  # the look-ahead made: no task runs
+            client.close()
+            deadline = time.monotonic() + 20
+            while dl.stats()["remote"]["lost"] is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            second = list(dl)
+        remote = dl.stats()["remote"]
+    assert "clos" in (remote["lost"] or ""), remote  # the client is closing, or closed
+    assert any(shared_dask_cluster.address in str(w.message) for w in caught
+               if issubclass(w.category, RuntimeWarning))
+    assert_same_epoch(first, want[0])
+    assert_same_epoch(second, want[1])
+
+
+@pytest.mark.parametrize("address,said", [("http://127.0.0.1:8786", "unknown address scheme"),
+                                          ("", "names no scheduler")])
+def test_an_address_dask_cannot_use_is_refused_and_the_exit_is_prompt(address, said):
+    # A Client was made for it: refused at once, it then held the
+    # interpreter's exit for twice remote_timeout (124 s at the default).
+    script = textwrap.dedent(f"""
+        import stoker
+        from remote_datasets import Seeded
+        try:
+            stoker.DataLoader(Seeded(8), batch_size=4, num_workers="auto", cluster={address!r})
+        except stoker.ClusterError as e:
+            print("refused:", e)
+        """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=50, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and "refused:" in r.stdout and said in r.stdout, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_wait_for_the_cluster_ends_once_no_answer_can_come():
@@ -604,6 +649,7 @@ def test_a_script_that_ends_with_a_remote_loader_open_exits_quietly(shared_dask_
 SCRIPT_CLASSES = """
 import dataclasses
 import sys
+import textwrap
 import time
 import stoker
 import torch

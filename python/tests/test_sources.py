@@ -2,6 +2,7 @@
 
 import io
 import os
+import shutil
 import tarfile
 
 import torch
@@ -73,6 +74,30 @@ def test_make_dataset_folder_and_shards_agree(tmp_path):
                                 transforms=eval16))
     assert folder[0][1].tolist() == reference.targets
     assert sorted(shards[0][1].tolist()) == sorted(reference.targets)
+
+
+def test_a_source_opened_by_a_relative_path_pickles_as_the_same_files(image_tree, tmp_path,
+                                                                     monkeypatch):
+    # A cluster's worker opened the path as typed, in its own working folder:
+    # another tree there, with the same names, gave other pixels, no error.
+    import pickle
+    here, there = tmp_path / "here", tmp_path / "there"
+    shutil.copytree(image_tree, here / "data")
+    shutil.copytree(image_tree, there / "data")
+    for path in (there / "data").rglob("*.*"):
+        path.write_bytes(b"other bytes")
+    (here / "all.txt").write_text("data/" + os.path.relpath(stoker.ImageFolder(image_tree).key(0),
+                                                            image_tree) + "\t0\n")
+    _write_shards(str(here / "data"), str(here / "shards"), 1)
+    monkeypatch.chdir(here)
+    sources = [stoker.ImageFolder("data"), stoker.FileList("all.txt"),
+               stoker.TarShards("shards/shard-{000..000}.tar"), stoker.Loader("data").source]
+    pickled = [pickle.dumps(source) for source in sources]
+    monkeypatch.chdir(there)
+    for source, data in zip(sources, pickled):
+        again = pickle.loads(data)
+        assert [again.read(i) for i in range(len(again))] == \
+            [source.read(i) for i in range(len(source))], source
 
 
 def test_sources_and_transforms_pickle_as_what_made_them(image_tree, tmp_path):

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -189,11 +188,10 @@ class WorkerKind {
   /// thread; must not block.
   virtual size_t remote_task_bytes() const { return 0; }
   /// Bytes one item's output holds outside the engine's batch buffer (a
-  /// worker process's batch segment), as measured lately (nullopt: none
-  /// outside; 0: not measured yet): the look-ahead keeps within half the
-  /// memory budget of them, one item at a time until one is measured. Any
-  /// thread; must not block.
-  virtual std::optional<size_t> output_bytes() const { return std::nullopt; }
+  /// worker process's batch segment), as measured lately (0: none, or not
+  /// yet known): the look-ahead keeps within half the memory budget of
+  /// them. Any thread; must not block.
+  virtual size_t output_bytes() const { return 0; }
   /// Workers starting now (a process forking, greeting, or running the
   /// user's worker_init_fn): they make no item yet, so the tuner reads no
   /// window of a pool not yet up. Any thread; must not block.

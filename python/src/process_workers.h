@@ -375,8 +375,8 @@ class ProcessKind : public WorkerKind {
   std::string Key(int64_t) const override { return ""; }
   /// Each item is what its plan's items are (EpochBatches::item_name).
   std::string item_name() const override { return workers_->batches().item_name(); }
-  /// The segment the latest batch grew (0 before the first).
-  std::optional<size_t> output_bytes() const override { return workers_->output_bytes(); }
+  /// The segment the latest batch grew.
+  size_t output_bytes() const override { return workers_->output_bytes(); }
   int starting() const override { return workers_->starting(); }
   bool workers_are_processes() const override { return true; }
   std::unique_ptr<KindWorker> NewWorker(WorkerPlace place, const SampleCap& cap) const override;

@@ -37,7 +37,7 @@ class LocalFirstSampleKind : public WorkerKind {
   void Resized(int workers, int remote) const override;
   int remote_capacity() const override { return slots_->capacity(); }
   size_t remote_task_bytes() const override { return slots_->task_bytes(); }
-  std::optional<size_t> output_bytes() const override { return local_->output_bytes(); }
+  size_t output_bytes() const override { return local_->output_bytes(); }
   int starting() const override { return local_->starting(); }
   bool workers_are_processes() const override { return local_->workers_are_processes(); }
 

@@ -51,7 +51,7 @@ class EitherKind : public WorkerKind {
   int64_t items() const override { return process_.items(); }
   std::string Key(int64_t item) const override { return process_.Key(item); }
   std::string item_name() const override { return process_.item_name(); }
-  std::optional<size_t> output_bytes() const override { return process_.output_bytes(); }
+  size_t output_bytes() const override { return process_.output_bytes(); }
   int starting() const override { return process_.starting(); }
   bool workers_are_processes() const override { return true; }  // it starts on processes
   /// A worker whose process is forked as the process kind's are, until

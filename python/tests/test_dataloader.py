@@ -173,10 +173,8 @@ def test_the_tuner_counts_and_names_batches_for_a_dataloader():
 
 
 class _Rendezvous(Dataset):
-    """Its samples 1 to `parties` each wait, up to 30 s, until all of them
-    are being made at once (a file each in `folder`, seen by any process).
-    Sample 0 comes first alone: until a batch is measured, one is made at a
-    time (docs/engine.md, "Memory budget")."""
+    """Its first `parties` samples each wait, up to 30 s, until all of them
+    are being made at once (a file each in `folder`, seen by any process)."""
 
     def __init__(self, folder, parties, n):
         self.folder, self.parties, self.n = folder, parties, n
@@ -185,7 +183,7 @@ class _Rendezvous(Dataset):
         return self.n
 
     def __getitem__(self, i):
-        if 1 <= i <= self.parties:
+        if i < self.parties:
             open(os.path.join(self.folder, str(i)), "w").close()
             deadline = time.monotonic() + 30
             while len(os.listdir(self.folder)) < self.parties:
@@ -1267,9 +1265,7 @@ class OneLarge(Dataset):
 
 
 class _Inherited(Dataset):
-    """Each sample the same 6 MiB array, inherited by the workers (read, never
-    copied); the first sample slow, so the other workers start theirs before
-    any batch is measured."""
+    """Each sample the same 6 MiB array, inherited by the workers (read, never copied)."""
 
     def __init__(self):
         self.array = np.ones(6 << 18, dtype=np.float32)
@@ -1278,16 +1274,13 @@ class _Inherited(Dataset):
         return 96
 
     def __getitem__(self, i):
-        if i == 0:
-            time.sleep(0.5)
         return self.array
 
 
 def test_batches_made_ahead_stay_within_half_the_memory_budget():
     # A worker process's batch lies in a segment, outside the engine's own
     # buffers: two batches a worker of 24 MiB each (384 MiB) passed a budget
-    # of 256 MiB. The look-ahead keeps within half of it, as measured, and
-    # to one batch before the first is (8 workers each started one: 208 MiB).
+    # of 256 MiB. The look-ahead keeps within half of it, as measured.
     budget = 256 << 20
     with stoker.DataLoader(_Inherited(), batch_size=4, num_workers=8, persistent_workers=True,
                            memory_budget_bytes=budget) as dl:

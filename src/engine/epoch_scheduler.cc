@@ -49,12 +49,9 @@ int EpochScheduler::depth() const {
   size_t by_bytes = prefetch_bytes_ / std::max<size_t>(pool_->batch_bytes(), 1);
   // Outputs that live outside the pool's buffers (a worker process's batch
   // segment) are memory too: 2 batches a worker must not pass the budget.
-  // Unmeasured, one at a time: every worker starting a batch at once would
-  // hold one each, however large, before the bound knew of them.
-  if (look_ahead_bytes_ > 0 && item_bytes_) {
-    const size_t batch =
-        *item_bytes_ * static_cast<size_t>(std::max<int64_t>(shape_.batch_size, 1));
-    by_bytes = batch == 0 ? 1 : std::min(by_bytes, look_ahead_bytes_ / batch);
+  if (look_ahead_bytes_ > 0 && item_bytes_ > 0) {
+    const size_t batch = item_bytes_ * static_cast<size_t>(std::max<int64_t>(shape_.batch_size, 1));
+    by_bytes = std::min(by_bytes, look_ahead_bytes_ / batch);
   }
   return static_cast<int>(
       std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(prefetch_batches_), by_bytes)));

@@ -104,7 +104,6 @@ class EpochScheduler {
     size_t prefetch_bytes = size_t{1} << 30;
     /// Bytes the look-ahead's item outputs may hold outside the pool's
     /// buffers (WorkerKind::output_bytes; 0: no bound): half the budget.
-    /// Until an output is measured, one batch is open at a time.
     size_t look_ahead_bytes = 0;
   };
   /// `pool` supplies and takes back batch slots; it must outlive the scheduler.
@@ -226,9 +225,8 @@ class EpochScheduler {
   void SetPrefetch(int batches, size_t bytes);
   int prefetch_batches() const { return prefetch_batches_; }
   size_t prefetch_bytes() const { return prefetch_bytes_; }
-  /// What one item's output holds outside the pool's buffers, as measured
-  /// (WorkerKind::output_bytes).
-  void SetItemBytes(std::optional<size_t> bytes) { item_bytes_ = bytes; }
+  /// What one item's output holds outside the pool's buffers, as measured.
+  void SetItemBytes(size_t bytes) { item_bytes_ = bytes; }
   /// Batches that may be open at once: the tightest of the bounds, >= 1.
   int depth() const;
 
@@ -253,7 +251,7 @@ class EpochScheduler {
   int prefetch_batches_;
   size_t prefetch_bytes_;
   const size_t look_ahead_bytes_;
-  std::optional<size_t> item_bytes_;
+  size_t item_bytes_ = 0;
   std::unique_ptr<EpochRun> cur_;    // being delivered; null between epochs
   std::unique_ptr<EpochRun> ahead_;  // the next epoch, prefetched
   int64_t next_epoch_;

@@ -542,14 +542,12 @@ TEST(EpochSchedulerTest, OutputsOutsideThePoolKeepTheLookAheadWithinItsBytes) {
   // buffer: 2 batches a worker of 16 MiB each passed a 256 MiB budget.
   BatchPool pool({{1}, DType::kUInt8}, 4);
   EpochScheduler s({.plan = SmallPlan(), .prefetch_batches = 8, .look_ahead_bytes = 100}, &pool);
-  EXPECT_EQ(s.depth(), 8);  // outputs in the pool's buffers
-  s.SetItemBytes(0);        // outside, not measured yet: one batch at a time
-  EXPECT_EQ(s.depth(), 1);
-  s.SetItemBytes(10);  // 40 bytes a batch of 4: two fit in 100
+  EXPECT_EQ(s.depth(), 8);  // nothing measured yet
+  s.SetItemBytes(10);       // 40 bytes a batch of 4: two fit in 100
   EXPECT_EQ(s.depth(), 2);
   s.SetItemBytes(1000);  // one batch always
   EXPECT_EQ(s.depth(), 1);
-  s.SetItemBytes(std::nullopt);
+  s.SetItemBytes(0);
   EXPECT_EQ(s.depth(), 8);
   EpochScheduler unbounded({.plan = SmallPlan(), .prefetch_batches = 8}, &pool);
   unbounded.SetItemBytes(1000);

@@ -38,6 +38,10 @@ constexpr int DefaultPrefetch(int workers, int64_t batch_items) {
 /// samples_per_s and stall_fraction): about this many seconds of the
 /// consumer's time, ending at its latest Next().
 inline constexpr double kRecentWindowS = 5.0;
+/// Skip records a loader keeps (Loader::Skipped): past them, skips are
+/// counted only (LoaderMetrics::samples_skipped), so a long run over bad
+/// files, epoch after epoch, does not grow without bound.
+inline constexpr size_t kSkipRecordsKept = 100'000;
 
 /// The share of a stretch of time the consumer spent waiting for data, in
 /// [0, 1]; 0 for an empty stretch. A wait that spans stretches is counted

@@ -271,11 +271,12 @@ struct LoaderMetrics {
   /// counters above average since the first Next().
   ConsumerCounters recent;
   int64_t next_calls = 0;
-  int ready_batches = 0;       // finished, not yet delivered
-  int open_batches = 0;        // started, not yet delivered
-  size_t bytes_in_flight = 0;  // buffers of open batches
-  size_t batch_bytes = 0;      // one batch buffer
-  size_t worker_bytes = 0;     // read buffers and transform scratch of running workers
+  int64_t samples_skipped = 0;  // under ErrorPolicy::kSkip, all (Skipped() lists the first)
+  int ready_batches = 0;        // finished, not yet delivered
+  int open_batches = 0;         // started, not yet delivered
+  size_t bytes_in_flight = 0;   // buffers of open batches
+  size_t batch_bytes = 0;       // one batch buffer
+  size_t worker_bytes = 0;      // read buffers and transform scratch of running workers
   // With a device (LoaderOptions::device), else 0.
   int64_t device_copies = 0;              // host-to-device batch copies
   int64_t device_copies_at_delivery = 0;  // of those, made in Next(): none were ahead
@@ -414,7 +415,8 @@ class Loader {
   /// The batch the consumer waits for now; nullopt while it does not wait
   /// (or takes batches out of order).
   std::optional<AwaitedBatch> Awaited() const;
-  /// Every sample skipped so far under ErrorPolicy::kSkip, in delivery order.
+  /// The samples skipped so far under ErrorPolicy::kSkip, in delivery order:
+  /// the first kSkipRecordsKept (LoaderMetrics::samples_skipped counts all).
   std::vector<SkipRecord> Skipped() const;
 
   /// The tuner's current picture; nullopt when the loader has no tuner

@@ -44,8 +44,9 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 /// are (not necessarily UTF-8).
 nlohmann::json SkipRecordToJson(const SkipRecord& record);
 /// The skipped samples as lines of a human view, each `indent`ed: the first
-/// ten named with their reasons, then how many more (JSON lists them all).
-std::string FormatSkipped(const std::vector<SkipRecord>& skipped, std::string_view indent);
+/// ten named with their reasons, then how many more of `count` in all.
+std::string FormatSkipped(const std::vector<SkipRecord>& skipped, int64_t count,
+                          std::string_view indent);
 
 /// {registry (the file, or null without one), note, share_cores,
 /// budget_cores, loaders, workers, cpu_cores}: NodeView's fields.

@@ -154,6 +154,7 @@ class DataLoader(torch.utils.data.DataLoader):
         self._refused = False     # that iter() dropped the checkpoint it refused: the next starts anew
         self._remade = 0          # runs made anew for a changed dataset
         self._skipped_before = []  # skipped() of the runs made before this one
+        self._skipped_count_before = 0  # and how many they skipped
         self._iterator = None     # the live iterator, if any
         self._skip = 0  # load_state_dict: batches of the resumed epoch's first shard taken
         shards = options.shards
@@ -260,6 +261,7 @@ class DataLoader(torch.utils.data.DataLoader):
             self._iterator = None
         workers = self._run.engine.workers
         self._skipped_before += self._run.engine.skipped()  # the new run's start with none
+        self._skipped_count_before += self._run.engine.metrics()["samples_skipped"]
         trial = self._run.trial
         if trial is not None:
             trial.suspend()
@@ -518,6 +520,7 @@ class DataLoader(torch.utils.data.DataLoader):
             "segment_bytes_in_use": busy,
             **_stats.worker_growth(run, m, total),
             "batches_delivered": m["batches_delivered"],
+            "samples_skipped": self._skipped_count_before + m["samples_skipped"],
             **_stats.consumer_rates(m, "user_samples_delivered"),
             "prefetch_batches": m["prefetch_batches"],
             "tuner": run.engine.tuner_view(),
@@ -538,7 +541,8 @@ class DataLoader(torch.utils.data.DataLoader):
     def skipped(self):
         """Samples left out under on_error="skip": dicts with epoch, index
         (the dataset's), key (empty: a dataset has none) and reason, as
-        stoker.Loader gives them."""
+        stoker.Loader gives them: a run's first, up to the records it keeps
+        (stats()'s "samples_skipped" counts all)."""
         if self._stream is not None:
             return self._stream.skipped()
         self._run.check_usable()

@@ -414,8 +414,9 @@ class Loader:
     tuner_trace = decisions  # stoker.DataLoader's first name for it
 
     def skipped(self):
-        """Every sample left out under on_error="skip": dicts with "epoch",
-        "index", "key" (its file) and "reason"."""
+        """The samples left out under on_error="skip": dicts with "epoch",
+        "index", "key" (its file) and "reason": the first, up to the records
+        a loader keeps (stats()["metrics"]["samples_skipped"] counts all)."""
         return self._impl.skipped()
 
     @property

@@ -373,6 +373,7 @@ def test_skipped_records_outlive_a_run_made_anew():
         dl.collate_fn = _tagged  # reassigned: the next iter() makes a new run
         list(dl)
         assert [(r["epoch"], r["index"]) for r in dl.skipped()] == [(0, 6), (1, 6)]
+        assert dl.stats(gpu=False)["samples_skipped"] == 2
 
 
 @pytest.mark.parametrize("kwargs,error,words", [

@@ -347,6 +347,7 @@ class Loader::Impl {
       m.prefetch_batches = sched_.prefetch_batches();
       m.prefetch_bytes = sched_.prefetch_bytes();
       m.ready_batches = sched_.ready_batches();
+      m.samples_skipped = skipped_total_;
       m.open_batches = sched_.open_batches();
       if (!refusal_.ok()) m.workers_refused = refusal_.message();
       m.workers_shed = workers_shed_;
@@ -756,9 +757,13 @@ class Loader::Impl {
     }
     std::unique_ptr<BatchSlot> slot = sched_.Deliver();
     if (idle_workers_ > 0) work_cv_.NotifyAll();
-    if (tally_.skipped == 0) tally_.first_skip = skipped_.size();
+    if (tally_.skipped == 0 && !slot->skips().empty()) tally_.first_skip = slot->skips().front();
     tally_.skipped += static_cast<int64_t>(slot->skips().size());
-    for (auto& skip : slot->skips()) skipped_.push_back(std::move(skip));
+    skipped_total_ += static_cast<int64_t>(slot->skips().size());
+    for (auto& skip : slot->skips()) {
+      if (skipped_.size() >= kSkipRecordsKept) break;
+      skipped_.push_back(std::move(skip));
+    }
     MutexUnlock unlock(mu_);
     batches_delivered_.fetch_add(1, std::memory_order_relaxed);
     if (slot->failed())
@@ -802,7 +807,7 @@ class Loader::Impl {
                                  ? "all " + skipped + " samples were skipped"
                                  : skipped + " of its " + std::to_string(planned) +
                                        " samples were skipped and the others failed";
-    const SkipRecord& first = skipped_[tally_.first_skip];
+    const SkipRecord& first = tally_.first_skip;
     const std::string name =
         first.key.empty() ? "sample " + std::to_string(first.index) : first.key;
     return DataError("epoch " + std::to_string(sched_.epoch()) + " delivered nothing: " + what +
@@ -947,12 +952,13 @@ class Loader::Impl {
   std::atomic<bool> tuned_{false};  // a controller sizes the pool
   int64_t workers_shed_ GUARDED_BY(mu_) = 0;
   std::string workers_shed_reason_ GUARDED_BY(mu_);
-  std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);
+  std::vector<SkipRecord> skipped_ GUARDED_BY(mu_);  // the first kSkipRecordsKept
+  int64_t skipped_total_ GUARDED_BY(mu_) = 0;
   // What the epoch being delivered has delivered and skipped so far.
   struct EpochTally {
     int64_t start_samples = 0;  // user_samples_delivered_ when it started
     int64_t skipped = 0;
-    size_t first_skip = 0;  // its first record in skipped_, when skipped > 0
+    SkipRecord first_skip;  // its first, when skipped > 0
     bool whole = true;      // delivered from its start by this loader
   };
   EpochTally tally_ GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -42,16 +43,19 @@ std::string Printable(std::string_view text) { return Escaped(text, true); }
 
 std::string PrintableLine(std::string_view text) { return Escaped(text, false); }
 
-std::string FormatSkipped(const std::vector<SkipRecord>& skipped, std::string_view indent) {
+std::string FormatSkipped(const std::vector<SkipRecord>& skipped, int64_t count,
+                          std::string_view indent) {
   constexpr size_t kNamed = 10;  // a run over many bad files would print them all
   std::string out;
   for (size_t i = 0; i < skipped.size() && i < kNamed; ++i) {
     out.append(indent) +=
         PrintableLine(skipped[i].key) + ": " + Printable(skipped[i].reason) + "\n";
   }
-  if (skipped.size() > kNamed) {
-    out.append(indent) +=
-        "and " + std::to_string(skipped.size() - kNamed) + " more (--json lists all)\n";
+  const int64_t named = static_cast<int64_t>(std::min(skipped.size(), kNamed));
+  if (count > named) {
+    out.append(indent) += "and " + std::to_string(count - named) + " more (--json lists " +
+                          (count > static_cast<int64_t>(skipped.size()) ? "the first " : "") +
+                          std::to_string(skipped.size()) + ")\n";
   }
   return out;
 }

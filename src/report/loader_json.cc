@@ -43,6 +43,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& m) {
             {"consumer_wait_ns", m.recent.consumer_wait_ns},
             {"consumer_step_ns", m.recent.consumer_step_ns}}},
           {"next_calls", m.next_calls},
+          {"samples_skipped", m.samples_skipped},
           {"ready_batches", m.ready_batches},
           {"open_batches", m.open_batches},
           {"bytes_in_flight", m.bytes_in_flight},

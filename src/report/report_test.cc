@@ -219,6 +219,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "consumer_step_ns",
                           "recent",
                           "next_calls",
+                          "samples_skipped",
                           "ready_batches",
                           "open_batches",
                           "bytes_in_flight",
@@ -233,7 +234,7 @@ TEST(LoaderJsonTest, MetricsHaveEveryCounterAndEachWorker) {
                           "workers"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
-  EXPECT_EQ(j.size(), 34u);
+  EXPECT_EQ(j.size(), 35u);
   EXPECT_EQ(j["workers_target"], 3);
   EXPECT_EQ(j["queue_ns"], 17);
   EXPECT_EQ(j["recent"], nlohmann::json({{"batches_delivered", 0},

@@ -14,7 +14,7 @@ void PrintSkipped(const SweepReport& r, std::ostringstream& out) {
   if (r.skipped.empty()) return;
   out << "\nskipped " << r.skipped.size() << (r.skipped.size() == 1 ? " sample" : " samples")
       << " (their errors skipped, the rates count only the others):\n"
-      << FormatSkipped(r.skipped, "  ");
+      << FormatSkipped(r.skipped, static_cast<int64_t>(r.skipped.size()), "  ");
 }
 
 }  // namespace

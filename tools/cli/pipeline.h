@@ -85,7 +85,8 @@ struct RunSummary {
   std::string description;
   ConsumeStats stats;
   int workers_final = 0;
-  std::vector<SkipRecord> skipped;
+  std::vector<SkipRecord> skipped;  // the first kSkipRecordsKept
+  int64_t skipped_count = 0;        // all
   std::vector<TunerDecision> trace;
   std::optional<TunerView> view;
   size_t peak_rss_bytes = 0;

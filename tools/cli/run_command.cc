@@ -89,6 +89,7 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   s.stats = *stats;
   s.workers_final = loader->workers();
   s.skipped = loader->Skipped();
+  s.skipped_count = loader->Metrics().samples_skipped;
   s.trace = loader->tuner_trace();
   s.view = loader->tuner_view();
   s.peak_rss_bytes = PeakRssBytes();
@@ -110,7 +111,7 @@ nlohmann::json RunSummaryToJson(const RunSummary& s) {
           {"workers_max", std::max(s.stats.workers_max, s.workers_final)},
           {"decisions", decisions},
           {"peak_rss_bytes", s.peak_rss_bytes},
-          {"skipped", s.skipped.size()},
+          {"skipped", s.skipped_count},
           {"skipped_samples", skipped},
           {"epochs_completed", s.stats.epochs_completed},
           {"interrupted", s.signal != 0},
@@ -134,7 +135,8 @@ void PrintRunSummary(const RunSummary& s, std::ostream& out) {
   out << line;
   if (s.signal != 0) out << "  interrupted by " << SignalName(s.signal) << "\n";
   if (!s.skipped.empty()) {
-    out << "  skipped " << s.skipped.size() << " samples:\n" << FormatSkipped(s.skipped, "    ");
+    out << "  skipped " << s.skipped_count << " samples:\n"
+        << FormatSkipped(s.skipped, s.skipped_count, "    ");
   }
   if (!s.trace.empty()) {
     out << "  tuner decisions (" << s.trace.size() << "):\n";

@@ -584,6 +584,7 @@ class _Memory:
         self.segments = segments  # id -> _Segment: the loader's memory, not this worker's
         self.exact, self.anon, self.measured_at = 0, 0, 0.0
         self.start, self.grew = 0, 0  # at the batch's start; over the last batch
+        self.batches = 0  # ended in this process
         try:
             self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -637,8 +638,13 @@ class _Memory:
             raise _OverLimit(samples, self.exact)
 
     def ended(self):
-        """At the batch's end, before its reply."""
-        self.grew = max(0, self.estimate() - self.start)
+        """At the batch's end, before its reply. A process's first batch
+        holds its one-time growth (a cache or file the dataset opens on first
+        use), which later batches do not repeat: predicted from it, every
+        process was replaced after one batch, for good."""
+        grew = max(0, self.estimate() - self.start)
+        self.grew = grew if self.batches else 0
+        self.batches += 1
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

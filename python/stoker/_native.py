@@ -65,6 +65,8 @@ def _recognise(dataset, options):
                        f"{folder.DatasetFolder.__name__} (it may change __getitem__)")
         raise _Off(f"dataset {kind.__qualname__} is not torchvision's ImageFolder or "
                    "DatasetFolder")
+    for attr in ("__getitem__", "__len__"):
+        _check_library_code(getattr(kind, attr, None), f"{kind.__qualname__}.{attr}")
     import torchvision
     from PIL import Image, ImageFile
     loader = getattr(dataset, "loader", None)
@@ -227,6 +229,8 @@ def _transform(transform):
         if _is_compose(transform, composes):
             raise _Off(f"transform {_name(transform)} is a subclass of Compose")
         raise _Off(f"transform step {_name(transform)} is not native")
+    if type(transform) in composes:
+        _check_plain(transform)
     p = _Pipeline()
     for step in steps:
         kind = kinds.get(type(step))
@@ -250,6 +254,23 @@ def _check_plain(step):
     own = vars(step) if hasattr(step, "__dict__") else {}
     if "forward" in own or "__call__" in own:
         raise _Off(f"transform step {type(step).__name__} has a forward of its own")
+    for attr in ("forward", "__call__"):
+        _check_library_code(getattr(type(step), attr, None),
+                            f"transform step {type(step).__name__}'s {attr}")
+
+
+def _check_library_code(function, what):
+    """`function` (a class's method, as looked up now) is torchvision's or
+    torch's own code, not a replacement patched into the class."""
+    if function is None:
+        return
+    module = sys.modules.get(getattr(function, "__module__", None) or "")
+    code = getattr(function, "__code__", None)
+    if (module is None or code is None or
+            not module.__name__.startswith(("torchvision.", "torch.")) or
+            code.co_filename != getattr(module, "__file__", None)):
+        raise _Off(f"{what} is {_name(function)}, not torchvision's own (a patch: the "
+                   "samples are what it makes)")
 
 
 def _pil_step(p, name):
@@ -272,13 +293,21 @@ def _interpolation(p, step, name):
     # antialias: PIL images are always resized with antialiasing, whatever it says.
 
 
+def _whole(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _pair(size, name):
-    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+    if _whole(size):
         return int(size), int(size)
     try:
-        values = [int(v) for v in size]
-    except (TypeError, ValueError):
+        values = list(size)
+    except TypeError:
         raise _Off(f"{name} size {size!r} is not an int or (h, w)") from None
+    # A float is PIL's to refuse or round (torchvision passes it on): not native.
+    if not all(_whole(v) for v in values):
+        raise _Off(f"{name} size {size!r} is not of ints")
+    values = [int(v) for v in values]
     if len(values) == 1:
         return values[0], values[0]
     if len(values) != 2:
@@ -319,11 +348,11 @@ def _step_Resize(p, step):
     if getattr(step, "max_size", None) is not None:
         raise _Off(f"Resize max_size={step.max_size!r} is not native")
     size = step.size
-    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+    if _whole(size):
         p.resize = int(size)
     else:
-        values = list(size)
-        p.resize = int(values[0]) if len(values) == 1 else _pair(values, "Resize")
+        values = _pair(size, "Resize")
+        p.resize = values[0] if len(list(size)) == 1 else values
 
 
 def _step_CenterCrop(p, step):

@@ -368,6 +368,12 @@ FALLBACKS = {
                      dict(native=False), "native=False"),
     "unbatched": (dict(transform=T.Compose([T.Resize((32, 32)), T.ToTensor()])),
                   dict(batch_size=None), "batch_size=None"),
+    # PIL refuses or rounds a float size where stoker truncated it.
+    "float-center-crop": (dict(transform=T.Compose([T.CenterCrop((20.6, 20.6)),
+                                                    T.PILToTensor()])), {},
+                          "CenterCrop size (20.6, 20.6) is not of ints"),
+    "float-resize": (dict(transform=T.Compose([T.Resize((30.6, 30)), T.ToTensor()])), {},
+                     "Resize size (30.6, 30) is not of ints"),
 }
 
 
@@ -383,7 +389,7 @@ def test_what_is_not_native_runs_python_and_says_why(folder, name):
         # The Python path runs it as today (where torchvision can batch it).
         if "transform" in dataset_kwargs and name not in (
                 "no-tensor", "resize-int-alone", "center-alone",
-                "normalize-uint8"):
+                "normalize-uint8", "float-resize"):  # PIL refuses a float size
             next(iter(loader))
 
 
@@ -403,6 +409,35 @@ def test_datasets_stoker_cannot_see_through_run_python(folder, make, reason):
         assert reason in loader.stats()["pipeline_reason"]
         images, _ = next(iter(loader))
         assert images.shape == (2, 3, 32, 32)
+
+
+def _labels_plus_100(self, index):
+    path, target = self.samples[index]
+    return self.transform(self.loader(path)), target + 100
+
+
+def _normalize_times_10(self, tensor):
+    return (tensor - 0.5) * 10
+
+
+@pytest.mark.parametrize("patched, reason", [
+    ((ImageFolder, "__getitem__", _labels_plus_100),
+     "ImageFolder.__getitem__ is _labels_plus_100, not torchvision's own"),
+    ((T.Normalize, "forward", _normalize_times_10),
+     "transform step Normalize's forward is _normalize_times_10, not torchvision's own"),
+])
+def test_a_class_patched_by_the_script_runs_the_python_path(folder, monkeypatch, patched, reason):
+    # Only instances and module functions were looked at: with a class's
+    # method patched, the native path gave torchvision's own samples.
+    monkeypatch.setattr(*patched)
+    dataset = ImageFolder(folder, transform=T.Compose([T.CenterCrop(16), T.ToTensor(),
+                                                       T.Normalize([0.5] * 3, [0.2] * 3)]))
+    want = _torch_batches(dataset, batch_size=8)
+    with stoker.DataLoader(dataset, batch_size=8, num_workers=0) as loader:
+        got = list(loader)
+        assert loader.stats()["pipeline"] == "python"
+        assert reason in loader.stats()["pipeline_reason"], loader.stats()["pipeline_reason"]
+    assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
 
 
 def _gray_loader(path):

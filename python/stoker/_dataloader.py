@@ -1608,7 +1608,7 @@ class _Run:
                 f"this stoker loader was made in process {self.pid} and cannot be used in a "
                 f"forked child (pid {os.getpid()}); make a new loader in the child")
         if self.closed:
-            raise ValueError("this stoker.DataLoader is closed")
+            raise _iterable.closed_error()
 
     def close(self):
         """Stops the workers, the engine and the zygote; idempotent. The

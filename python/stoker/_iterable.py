@@ -115,6 +115,11 @@ def splits_by_worker(dataset, budget=_SPLIT_BUDGET):
     return False
 
 
+def closed_error():
+    """What a stoker.DataLoader's use after close() raises, whatever its path."""
+    return ValueError("this stoker.DataLoader is closed")
+
+
 def is_plain(dataset):
     """An IterableDataset that does not say what its shards are."""
     return isinstance(dataset, torch.utils.data.IterableDataset) and \
@@ -126,9 +131,9 @@ def unplanned(dataset, sampler, batch_sampler):
     or None where it can: a plain IterableDataset, or an order without len()
     (stoker reads an epoch's whole order at iter(); torch reads it lazily)."""
     if is_plain(dataset):
-        if _shards.overrides_iter(dataset):
-            return (f"a ShardedIterable whose {type(dataset).__name__}.__iter__ is its own (what "
-                    "torch reads; its shards would bypass it)")
+        if _shards.names_shards(dataset) and _shards.overrides_iter(dataset):
+            return (f"a stream with shards whose {type(dataset).__name__}.__iter__ is its own "
+                    "(what torch reads; its shards would bypass it)")
         return "a plain IterableDataset"
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return None
@@ -322,7 +327,7 @@ class PlainStream:
 
     def _check_open(self):
         if self._closed:
-            raise ValueError("this stoker.DataLoader is closed")
+            raise closed_error()
 
     # -- iteration ----------------------------------------------------------
 
@@ -610,6 +615,8 @@ class _Epoch:
         return batch
 
     def ended_error(self):
+        if self._ended_by == "close()":  # as every other use of a closed loader says
+            return closed_error()
         return RuntimeError(
             f"this iterator's epoch {self._record['epoch']} was ended by {self._ended_by} "
             f"on the same stoker.DataLoader after {self._record['batches']} batches: a "

@@ -49,21 +49,28 @@ class ShardedIterable(torch.utils.data.IterableDataset):
             yield from self.iter_shard(shard)
 
 
-def is_sharded(dataset):
-    """Whether stoker splits `dataset` by shard: an IterableDataset with both
-    shards() and iter_shard(), unless a ShardedIterable's own __iter__ says
-    what its stream is (overrides_iter)."""
+def names_shards(dataset):
+    """An IterableDataset with both shards() and iter_shard()."""
     return (isinstance(dataset, torch.utils.data.IterableDataset) and
             callable(getattr(dataset, "shards", None)) and
-            callable(getattr(dataset, "iter_shard", None)) and not overrides_iter(dataset))
+            callable(getattr(dataset, "iter_shard", None)))
+
+
+def is_sharded(dataset):
+    """Whether stoker splits `dataset` by shard: it names its shards, and no
+    __iter__ of its own says what its stream is (overrides_iter)."""
+    return names_shards(dataset) and not overrides_iter(dataset)
 
 
 def overrides_iter(dataset):
-    """A ShardedIterable whose class defines __iter__ anew (filtering,
-    mapping its shards' samples): torch's DataLoader reads that, so stoker
-    does too, as a plain stream, rather than its shards."""
-    return isinstance(dataset, ShardedIterable) and \
-        type(dataset).__iter__ is not ShardedIterable.__iter__
+    """A stream whose class defines an __iter__ of its own, not
+    ShardedIterable's (filtering, mapping its shards' samples; any class
+    with shards() and iter_shard() that is no ShardedIterable): torch's
+    DataLoader reads that, so stoker does too, as a plain stream, rather
+    than its shards."""
+    own = getattr(type(dataset), "__iter__", None)
+    return own is not ShardedIterable.__iter__ and \
+        own is not getattr(torch.utils.data.IterableDataset, "__iter__", None)
 
 
 def _rank_split(dataset):

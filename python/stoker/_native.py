@@ -11,6 +11,7 @@ known here keeps the Python path, with the reason in
 ``stats()["pipeline_reason"]``. docs/dataloader.md lists the steps.
 """
 
+import collections.abc
 import dataclasses
 import numbers
 import os
@@ -348,11 +349,10 @@ def _step_Resize(p, step):
     if getattr(step, "max_size", None) is not None:
         raise _Off(f"Resize max_size={step.max_size!r} is not native")
     size = step.size
-    if _whole(size):
-        p.resize = int(size)
-    else:
-        values = _pair(size, "Resize")
-        p.resize = values[0] if len(list(size)) == 1 else values
+    # An int, or a sequence of one, resizes the shorter side; two, to (h, w).
+    one = _whole(size) or (isinstance(size, collections.abc.Sized) and len(size) == 1)
+    pair = _pair(size, "Resize")
+    p.resize = pair[0] if one else pair
 
 
 def _step_CenterCrop(p, step):

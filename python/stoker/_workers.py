@@ -640,8 +640,8 @@ class _Memory:
     def ended(self):
         """At the batch's end, before its reply. A process's first batch
         holds its one-time growth (a cache or file the dataset opens on first
-        use), which later batches do not repeat: predicted from it, every
-        process was replaced after one batch, for good."""
+        use), which later batches do not repeat: it predicts nothing (else
+        every process would be replaced after its first batch)."""
         grew = max(0, self.estimate() - self.start)
         self.grew = grew if self.batches else 0
         self.batches += 1

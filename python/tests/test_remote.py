@@ -238,26 +238,33 @@ def test_a_client_given_as_cluster_is_used_and_left_open(shared_dask_cluster):
         remote_loader(Seeded(n), client)
 
 
-@pytest.mark.timeout(60)
-def test_a_client_closed_between_tasks_is_said_lost(shared_dask_cluster):
-    # No remote task was running: nothing ever said the cluster was gone
-    # (lost stayed None, no warning), and the watch polled for good.
+@pytest.mark.timeout(120)
+def test_a_cluster_closed_between_tasks_is_said_lost():
+    # A LocalCluster closed while no remote task ran (its workers leave, then
+    # its scheduler): the client closed, yet nothing said the cluster was
+    # gone (lost stayed None, no warning) and the watch polled for good.
     n = 96
     want = reference(n, epochs=2)
-    client = distributed.Client(shared_dask_cluster.address, timeout=10)
-    with remote_loader(Seeded(n, delay_s=0.005), client, remote_min=1) as dl:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            first = list(dl)
-            time.sleep(1)  # the look-ahead made: no task runs
-            client.close()
-            deadline = time.monotonic() + 20
-            while dl.stats()["remote"]["lost"] is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            second = list(dl)
-        remote = dl.stats()["remote"]
-    assert "clos" in (remote["lost"] or ""), remote  # the client is closing, or closed
-    assert any(shared_dask_cluster.address in str(w.message) for w in caught
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                       host="127.0.0.1", dashboard_address=None)
+    address = cluster.scheduler_address
+    try:
+        with remote_loader(Seeded(n, delay_s=0.005), address, remote_min=1,
+                           remote_timeout=10) as dl:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                first = list(dl)
+                time.sleep(1)  # the look-ahead made: no task runs
+                cluster.close(timeout=20)
+                deadline = time.monotonic() + 60
+                while dl.stats()["remote"]["lost"] is None and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                remote = dl.stats()["remote"]
+                second = list(dl)
+    finally:
+        cluster.close()
+    assert remote["lost"], remote
+    assert any(address in str(w.message) for w in caught
                if issubclass(w.category, RuntimeWarning))
     assert_same_epoch(first, want[0])
     assert_same_epoch(second, want[1])

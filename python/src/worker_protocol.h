@@ -116,7 +116,8 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 #define STOKER_OVER_WORDS(X)   \
   X(Samples, samples)          \
   X(PrivateBytes, private_bytes)
-// Messages of no words: HELLO (worker -> parent: started, waiting for INIT),
+// Messages of no words: HELLO (worker -> parent: started, waiting for INIT;
+// a zygote started afresh by "spawn" or "forkserver" -> parent: started),
 // INITDONE (worker_init_fn ran: ready for tasks), EXIT, and those that carry
 // text.
 #define STOKER_NO_WORDS(X)

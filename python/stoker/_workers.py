@@ -23,6 +23,7 @@ import mmap
 import multiprocessing
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
@@ -111,7 +112,7 @@ def start_zygote(job, context=None):
     except OSError as e:
         raise _refused("the socket to the worker processes' zygote (socketpair)", e) from e
     if context is not None and context.get_start_method() != "fork":
-        process = context.Process(target=_zygote_main, args=(child, job), daemon=False,
+        process = context.Process(target=_zygote_main, args=(child, job, True), daemon=False,
                                   name="stoker-zygote")
         try:
             process.start()
@@ -120,6 +121,14 @@ def start_zygote(job, context=None):
         # Collected by end_zygote, not by multiprocessing (a zygote outlives no loader).
         multiprocessing.process._children.discard(process)
         _zygotes.add(process.pid)
+        try:
+            _await_started(parent, process, context.get_start_method())
+        except BaseException:  # Ctrl-C in the wait too: the zygote goes with the error
+            parent.close()
+            if process.exitcode is None:  # once collected its pid may be another's
+                _kill(process.pid)
+            end_zygote(process.pid)
+            raise
         return parent.detach(), process.pid
     _stoker.register_fd(parent.fileno())
     pid = None
@@ -153,6 +162,32 @@ def start_zygote(job, context=None):
             child.close()
             raise _refused("forking the worker processes' zygote", e) from e
         raise
+
+
+def _await_started(sock, process, method):
+    """Waits for a started zygote's HELLO. One that ends first failed while
+    its interpreter started: most often the main module, run again there,
+    making a loader at import (no ``if __name__ == "__main__":`` guard)."""
+    while not select.select([sock], [], [], 0.5)[0] and process.exitcode is None:
+        pass
+    if select.select([sock], [], [], 0)[0] and _parse(sock.recv(4096))[0] is P.HELLO:
+        return
+    process.join(5)
+    raise RuntimeError(
+        f"the worker processes' zygote (pid {process.pid}), started by multiprocessing_context "
+        f"{method!r}, ended before it was ready ({_ended_how(process.exitcode)}; its error is "
+        f"printed above): under {method!r} the main module is run again in it, so the code that "
+        "makes and iterates loaders must be inside `if __name__ == \"__main__\":`, as torch's "
+        "DataLoader needs under that method too")
+
+
+def _ended_how(code):
+    """A multiprocessing exit code as words."""
+    if code is None:
+        return "it closed its socket"
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 # Every zygote started and not yet collected: collected by end_zygote, or by
@@ -247,11 +282,13 @@ def sweep_zygotes(patience_s=1.0):
             _killed.discard(pid)
 
 
-def _zygote_main(ctl, job):
+def _zygote_main(ctl, job, greet=False):
     """Serves the parent until it says EXIT, closes its socket, or dies (a
     process forked by the user may hold a copy of the parent's socket, so
     the zygote also watches its parent's pid), then ends its workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if greet:  # started afresh: start_zygote waits for it
+        ctl.send(_message(P.HELLO))
     torch = sys.modules.get("torch")
     if torch is not None:  # its workers inherit it (see _worker_main)
         torch.set_num_threads(1)

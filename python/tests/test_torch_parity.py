@@ -611,6 +611,27 @@ def test_spawn_starts_the_zygote_afresh_with_the_dataset_pickled():
         assert dl.multiprocessing_context.get_start_method() == "spawn"
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_script_without_a_main_guard_is_told_so_under_spawn(tmp_path, method):
+    # The zygote runs the main module again, which makes a loader at import
+    # and fails there: the loader that started it names the missing guard
+    # (it said "the worker fork server is gone: Bad file descriptor").
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""
+        import stoker
+        loader = stoker.DataLoader(list(range(8)), batch_size=4, num_workers=2,
+                                   multiprocessing_context={method!r})
+        print(sum(len(b) for b in loader))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: the worker processes' zygote"), done.stderr[-2000:]
+    assert f"started by multiprocessing_context {method!r}" in last
+    assert 'if __name__ == "__main__":' in last
+
+
 def test_a_zygote_whose_loader_closes_while_it_forks_ends_without_a_word(capfd):
     # The loader closes (Ctrl-C, close() while the tuner grows the pool) just
     # after asking for a worker: the zygote's answer finds the socket closed,

@@ -149,6 +149,11 @@ class _Pass:
         except StopIteration:
             self._done = True
             raise
+        except _stoker.DataError:
+            if self._loader._ended:  # the epoch ended with its error: so does this pass,
+                self._loader._ended = False  # and the next pass is the next epoch's
+                self._done = True
+            raise
 
     def __len__(self):
         return len(self._loader)

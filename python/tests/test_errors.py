@@ -661,6 +661,24 @@ def test_a_loaders_pass_whose_every_sample_is_skipped_ends_after_its_error(tmp_p
     loader.close()
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_pass_after_an_epoch_that_skipped_every_sample_is_the_next_epoch(tmp_path, workers):
+    # A `for` leaves at the epoch's error; the next `for` (a new pass) runs
+    # the next epoch: it gave nothing and no error, and every epoch after it
+    # was one behind the loop's count.
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("not an image\n")
+    (tmp_path / "list.txt").write_text(f"{bad}\t0\n")
+    loader = stoker.Loader(str(tmp_path / "list.txt"), batch_size=4, shuffle=False,
+                           workers=workers, output="numpy", on_error="skip",
+                           transforms=stoker.transforms.eval(8))
+    for epoch in range(3):
+        with pytest.raises(stoker.DataError, match=f"epoch {epoch} delivered nothing"):
+            for _ in loader:
+                pass
+    loader.close()
+
+
 def test_an_exception_that_does_not_unpickle_here_gives_a_plain_data_error():
     from stoker import _errors
     engine = stoker.DataError("batch 0 of epoch 0: sample 3: Gone: away\n\nIn the worker:\nTb")

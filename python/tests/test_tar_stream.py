@@ -220,3 +220,48 @@ def test_a_subclass_is_read_through_its_own_iter_shard_as_torch_reads_it(shards,
     assert want and all(v % 2 == 0 for v in want)
     with stoker.DataLoader(stream, batch_size=4, num_workers=workers) as dl:
         assert sorted(v for b in dl for v in b.tolist()) == want
+
+
+@pytest.mark.parametrize("form", ["gnu", "posix"])
+def test_a_link_or_a_sparse_member_is_named_not_read_as_a_missing_image(tmp_path, form):
+    # GNU tar writes a file's second hard link as a link member (no option
+    # needed) and, with -S, a file with holes as a sparse one; stoker reads
+    # regular members only. Each such sample fails naming its member (it
+    # said "a label but no image", or read the pax stand-in's sparse map).
+    tar = shutil.which("tar")
+    if tar is None:
+        pytest.skip("no tar program")
+    import subprocess
+    src = tmp_path / "src"
+    src.mkdir()
+    Image.new("RGB", (4, 4)).save(src / "a.jpg")
+    with open(src / "s.jpg", "wb") as f:  # a hole of a MiB
+        f.write((src / "a.jpg").read_bytes())
+        f.seek(1 << 20)
+        f.write(b"x" * 4096)
+    os.link(src / "a.jpg", src / "h.jpg")
+    for key, label in (("a", 1), ("s", 2), ("h", 3)):
+        (src / f"{key}.cls").write_text(str(label))
+    shard = str(tmp_path / "links.tar")
+    subprocess.run([tar, f"--format={form}", "-S", "-cf", shard, "-C", str(src), "a.jpg", "a.cls",
+                    "s.jpg", "s.cls", "h.jpg", "h.cls"], check=True)
+    source = stoker.TarShards(shard)
+    assert len(source) == 3
+    assert source.read(0)[1] == 1
+    for i, name in ((1, "s.jpg"), (2, "h.jpg")):
+        with pytest.raises(stoker.DataError) as e:
+            source.read(i)
+        assert f"links.tar:{name}: the member is a link or a GNU sparse file" in str(e.value)
+
+
+def test_a_shard_named_by_two_paths_is_refused(tmp_path, shards):
+    # A relative and an absolute path, or a symlinked folder: one file, whose
+    # samples came twice.
+    link = tmp_path / "link"
+    link.symlink_to(os.path.dirname(shards[0]))
+    relative = os.path.relpath(shards[0])
+    for other in (relative, str(link / os.path.basename(shards[0]))):
+        with pytest.raises(ValueError, match="is named twice"):
+            stoker.TarShards([shards[0], other])
+        with pytest.raises(ValueError, match="is named twice"):
+            stoker.TarStream([shards[0], other]).shards()

@@ -39,6 +39,9 @@ constexpr size_t kChksumOff = 148, kChksumLen = 8;
 constexpr size_t kTypeOff = 156;
 constexpr size_t kMagicOff = 257;
 constexpr size_t kPrefixOff = 345, kPrefixLen = 155;
+// An old GNU sparse header's flag: more of its map follows in a block (whose
+// own flag is at kGnuSparseMoreOff).
+constexpr size_t kGnuSparseExtendedOff = 482, kGnuSparseMoreOff = 504;
 
 uint64_t RoundUpToBlock(uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
 
@@ -245,8 +248,11 @@ bool ChecksumMatches(const std::byte* header) {
 
 // Reads the records of a pax extended header ("<len> <key>=<value>\n") and
 // keeps the two that change how the next member is read.
+// GNU.sparse.* records (any of GNU tar's pax sparse formats) set `*sparse`;
+// GNU.sparse.name is then the member's own name (its path is a stand-in).
 Status ParsePax(std::string_view data, std::optional<std::string>* path,
-                std::optional<uint64_t>* size, const std::string& where) {
+                std::optional<uint64_t>* size, bool* sparse, const std::string& where) {
+  std::optional<std::string> sparse_name;
   while (!data.empty()) {
     if (data.front() == '\0') break;  // padding some writers leave
     size_t space = data.find(' ');
@@ -276,8 +282,12 @@ Status ParsePax(std::string_view data, std::optional<std::string>* path,
         v = v * 10 + static_cast<uint64_t>(c - '0');
       }
       *size = v;
+    } else if (key.starts_with("GNU.sparse.")) {
+      *sparse = true;
+      if (key == "GNU.sparse.name") sparse_name = std::string(value);
     }
   }
+  if (sparse_name) *path = std::move(sparse_name);
   return Status::Ok();
 }
 
@@ -393,8 +403,19 @@ class TarScanner {
       }
       const uint64_t size = (!is_meta && pax_size_) ? *pax_size_ : *header_size;
       if (!is_meta) pax_size_.reset();
+      const bool sparse = type == 'S' || (!is_meta && pax_sparse_);
+      if (!is_meta) pax_sparse_ = false;
 
-      const uint64_t data = pos_ + kBlock;
+      uint64_t data = pos_ + kBlock;
+      // An old GNU sparse member's map may go on in extension blocks (their
+      // flag at 482 in the header, then at 504 in each) before its data.
+      for (bool more = type == 'S' && header[kGnuSparseExtendedOff] != std::byte{0}; more;) {
+        std::byte extension[kBlock];
+        if (end - data < kBlock) return DataError(at() + ": truncated GNU sparse header");
+        STOKER_RETURN_IF_ERROR(archive_.ReadAt(data, extension).WithContext(what_));
+        more = extension[kGnuSparseMoreOff] != std::byte{0};
+        data += kBlock;
+      }
       // Link, device, directory and fifo entries carry no data whatever their
       // size field says; everything else (regular files, unknown types) does.
       const bool has_data = !(type >= '1' && type <= '6');
@@ -421,20 +442,24 @@ class TarScanner {
           break;
         }
         case 'x':
-          STOKER_RETURN_IF_ERROR(ParsePax(content_, &long_name_, &pax_size_, at()));
+          STOKER_RETURN_IF_ERROR(ParsePax(content_, &long_name_, &pax_size_, &pax_sparse_, at()));
           break;
         case '0':
         case '\0':
         case '7':
+        case 'S':
           // Old (pre-POSIX) archives mark directories by a trailing '/'.
           if (!(type == '\0' && !name.empty() && name.back() == '/')) {
             last_name_ = name;
             any_ = true;
-            return std::optional<TarEntry>(TarEntry{std::move(name), data, size});
+            return std::optional<TarEntry>(TarEntry{std::move(name), data, size, sparse});
           }
           break;
+        case '1':
+        case '2':  // named, so that a sample whose image is one says so
+          return std::optional<TarEntry>(TarEntry{std::move(name), data, 0, true});
         default:
-          break;  // 'K' long link names, 'g' global pax, links, dirs, unknown
+          break;  // 'K' long link names, 'g' global pax, dirs, unknown
       }
     }
     // A tar ends with zero blocks. Without one it was cut short, perhaps right
@@ -453,7 +478,8 @@ class TarScanner {
   uint64_t pos_ = 0;                      // of the next header
   std::optional<std::string> long_name_;  // from a GNU 'L' or pax 'path'
   std::optional<uint64_t> pax_size_;
-  std::string content_;  // of the last meta entry
+  bool pax_sparse_ = false;  // the pax header named a GNU sparse member
+  std::string content_;      // of the last meta entry
   std::string last_name_;
   bool any_ = false;  // whether a member was returned
 };
@@ -464,7 +490,7 @@ Result<std::vector<TarEntry>> IndexTar(ArchiveReader& archive, const std::string
   while (true) {
     STOKER_ASSIGN_OR_RETURN(std::optional<TarEntry> entry, scanner.Next());
     if (!entry) return entries;
-    entries.push_back(std::move(*entry));
+    if (!entry->unread) entries.push_back(std::move(*entry));
   }
 }
 
@@ -653,8 +679,16 @@ class SampleGrouper {
   // Takes the shard's next member.
   Status Add(TarEntry entry) {
     const auto [key, ext] = SplitSampleKey(entry.name);
-    const bool image = IsImageExtension(ext);
-    const bool cls = ExtensionIs(ext, "cls");
+    const bool image = IsImageExtension(ext) && !entry.unread;
+    const bool cls = ExtensionIs(ext, "cls") && !entry.unread;
+    if (entry.unread && (IsImageExtension(ext) || ExtensionIs(ext, "cls"))) {
+      // The key's sample, or its stray one, is named after it (UnreadMember).
+      const std::string& kept = members_.emplace_back(std::move(entry.name));
+      const std::string_view kept_key = SplitSampleKey(kept).first;
+      other_member_.insert_or_assign(kept_key, kept);
+      stray_member_.insert_or_assign(kept_key, kept);
+      return Status::Ok();
+    }
     if (!image && !cls) {
       // Named like an image or a label of another field ("img.004.jpg": key
       // "img", field "004.jpg"): remembered, so a key left with no sample
@@ -802,6 +836,16 @@ bool StillItsHeader(const std::byte* header, uint32_t size) {
 Status ReadSample(const ShardFile& shard, const TarSample& s, std::string_view name,
                   ReadBuffer& buffer, Record* record) {
   auto key = [&] { return shard.path() + ":" + std::string(name); };
+  // Named after an image or a label that it lacks: that member is a link or
+  // a sparse file (SampleGrouper::Add).
+  const std::string_view ext = SplitSampleKey(name).second;
+  if (s.image_size == TarSample::kNoImage &&
+      (IsImageExtension(ext) || (ExtensionIs(ext, "cls") && s.cls_size == TarSample::kNoCls))) {
+    return DataError(key() +
+                     ": the member is a link or a GNU sparse file, not a regular file: stoker "
+                     "reads regular members only (write the tar with the file itself: GNU tar "
+                     "--hard-dereference, without --sparse)");
+  }
   if (s.cls_size == TarSample::kNoCls && s.image_size == TarSample::kNoImage) {
     return DataError(key() + ": its sample key '" + std::string(SplitSampleKey(name).first) +
                      "' has no image (" + std::string(kImageExtensions) + ") and no .cls member" +
@@ -949,14 +993,30 @@ class TarShardStream final : public TarShardReader {
 
 }  // namespace
 
+namespace {
+
+// What two names of one shard share: the file's device and inode (a relative
+// and an absolute path, a symlinked folder, a hard link), else, for a file
+// not there yet, the absolute path's normal form.
+std::string ShardIdentity(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    return "file " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  }
+  std::error_code error;
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  return (error ? std::filesystem::path(path) : absolute).lexically_normal().string();
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> ExpandShards(const std::vector<std::string>& paths_or_patterns) {
   std::vector<std::string> paths;
-  std::unordered_map<std::string, size_t> seen;  // normal form -> position in `paths`
+  std::unordered_map<std::string, size_t> seen;  // ShardIdentity -> position in `paths`
   for (const std::string& pattern : paths_or_patterns) {
     STOKER_ASSIGN_OR_RETURN(std::vector<std::string> expanded, ExpandBraces(pattern));
     for (std::string& path : expanded) {
-      auto [it, fresh] =
-          seen.try_emplace(std::filesystem::path(path).lexically_normal().string(), paths.size());
+      auto [it, fresh] = seen.try_emplace(ShardIdentity(path), paths.size());
       if (!fresh) {
         const std::string& first = paths[it->second];
         return InvalidArgument("tar shard " + path + " is named twice" +

@@ -36,6 +36,9 @@ struct TarEntry {
   std::string name;
   uint64_t offset = 0;
   uint64_t size = 0;
+  // A link or a GNU sparse file: its bytes are not the file's, and stoker
+  // reads none (a sample whose image it is says so).
+  bool unread = false;
 };
 
 /// Lists the regular-file members of the tar archive held in `bytes`: ustar

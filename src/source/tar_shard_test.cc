@@ -696,6 +696,23 @@ TEST(TarSourceTest, AShardNamedTwiceIsRefusedNamingIt) {
   EXPECT_EQ(*both, (std::vector<std::string>{dir / "s-0.tar", dir / "s-1.tar"}));
 }
 
+TEST(TarSourceTest, AShardNamedTwiceThroughALinkIsRefused) {
+  // A symlinked folder or a hard link names the same file by another path
+  // (so does a relative path beside an absolute one): its samples came twice.
+  TempDir dir;
+  WriteShard(dir / "s-0.tar", {{"a.jpg", "1"}, {"a.cls", "1"}});
+  std::filesystem::create_directory_symlink(dir.path(), dir / "link");
+  std::filesystem::create_hard_link(dir / "s-0.tar", dir / "hard.tar");
+  for (const std::string& other : {dir / "link/s-0.tar", dir / "hard.tar"}) {
+    auto source = OpenTarShards({dir / "s-0.tar", other});
+    ASSERT_FALSE(source.ok()) << other;
+    EXPECT_EQ(source.status().message().find("tar shard " + other + " is named twice (also as " +
+                                             (dir / "s-0.tar") + ")"),
+              0u)
+        << source.status().message();
+  }
+}
+
 TEST(TarSourceTest, SampleKeys) {
   EXPECT_EQ(SplitSampleKey("a/b.c/n01.seg.png"),
             (std::pair<std::string_view, std::string_view>("a/b.c/n01", "seg.png")));

@@ -1,6 +1,7 @@
 #include "dataset/dataset_maker.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -205,16 +206,38 @@ std::string StripTrailingSlashes(std::string s) {
   return s;
 }
 
-// The folder to write: `output` without trailing slashes, or, when it is a
-// symbolic link, the folder it points to (a link is replaced by rename, not
-// the folder behind it).
+// The folder to write: `output` without trailing slashes, a last "." or
+// ".." as the folder's own path (the data set is made beside its target,
+// never inside it), or, when it is a symbolic link, the folder it points to
+// (a link is replaced by rename, not the folder behind it).
 Result<std::string> ResolveOutput(const std::string& output) {
   std::string root = StripTrailingSlashes(output);
   std::error_code ec;
+  if (const std::string last = fs::path(root).filename().string(); last == "." || last == "..") {
+    const fs::path absolute = fs::absolute(root, ec);
+    if (ec) return IoError("make-dataset: " + root + ": " + ec.message());
+    root = StripTrailingSlashes(absolute.lexically_normal().string());
+  }
   if (!fs::is_symlink(root, ec)) return root;
   const fs::path target = fs::canonical(root, ec);
   if (ec) return IoError("make-dataset: " + root + " is a symbolic link: " + ec.message());
   return target.string();
+}
+
+// A folder on another file system than the one it is in (a volume, a fresh
+// disk) cannot be renamed into: refused before the work, naming a way out.
+Status CheckNotMountPoint(const std::string& dir) {
+  struct stat own, parent;
+  const std::string above = fs::path(dir).parent_path().string();
+  if (::stat(dir.c_str(), &own) != 0 || ::stat(above.empty() ? "." : above.c_str(), &parent) != 0 ||
+      own.st_dev == parent.st_dev) {
+    return Status::Ok();
+  }
+  return FailedPrecondition("make-dataset: " + dir +
+                            " is a mount point: a data set is made beside its folder and moved "
+                            "into place, which cannot cross file systems; name a folder inside "
+                            "it (" +
+                            dir + "/data)");
 }
 
 // Written last into each folder a run makes: with it the folder is a
@@ -251,31 +274,80 @@ Status CheckReplaceable(const std::string& dir) {
                             "folder");
 }
 
+// A folder MoveIntoPlace moved in: Finish() drops the earlier data set it
+// moved aside, Undo() puts that back and `made` where it was.
+struct Placed {
+  std::string made, target;
+  std::string old;      // the earlier data set, moved aside ("" if none)
+  bool filled = false;  // `made`'s entries went into the target, an empty folder that stays
+  bool moved = false;
+
+  void Finish() {
+    std::error_code ec;
+    if (!old.empty()) fs::remove_all(old, ec);
+  }
+  void Undo() {
+    std::error_code ec;
+    if (moved && filled) {
+      for (const fs::path& entry : SortedEntries(target)) fs::remove_all(entry, ec);
+    } else if (moved) {
+      fs::rename(target, made, ec);
+    }
+    if (!old.empty()) fs::rename(old, target, ec);
+  }
+};
+
 // Moves the complete folder `made` to `target`, replacing what `placement`
 // allows there; under kKeepComplete a complete data set there stays and
-// `made` is left for the caller to remove.
-Status MoveIntoPlace(const std::string& made, const std::string& target, Placement placement) {
+// `made` is left for the caller to remove. An empty folder there stays and
+// gets `made`'s entries, its marker last (it may be the caller's working
+// folder, which a rename would leave deleted under it).
+Status MoveIntoPlace(const std::string& made, const std::string& target, Placement placement,
+                     Placed* placed) {
+  *placed = Placed{made, target};
   std::error_code ec;
   if (placement == Placement::kKeepComplete) {
     if (fs::exists(target + "/" + kDatasetCompleteMarker, ec)) return Status::Ok();
   } else {
     STOKER_RETURN_IF_ERROR(CheckReplaceable(target));
   }
-  std::string old;
-  if (fs::exists(fs::symlink_status(target, ec)) && !fs::is_empty(target, ec)) {
-    old = target + ".old-" + std::to_string(::getpid());
-    fs::remove_all(old, ec);
-    fs::rename(target, old, ec);
-    if (ec) return IoError("make-dataset: cannot move " + target + " aside: " + ec.message());
+  const bool exists = fs::exists(fs::symlink_status(target, ec));
+  if (exists && fs::is_directory(fs::symlink_status(target, ec)) && fs::is_empty(target, ec)) {
+    std::vector<fs::path> entries = SortedEntries(made);
+    std::stable_partition(entries.begin(), entries.end(),
+                          [](const fs::path& e) { return e.filename() != kDatasetCompleteMarker; });
+    placed->moved = placed->filled = true;
+    for (const fs::path& entry : entries) {
+      fs::rename(entry, fs::path(target) / entry.filename(), ec);
+      if (ec) {
+        const Status error = IoError("make-dataset: cannot move " + entry.string() + " into " +
+                                     target + ": " + ec.message());
+        placed->Undo();
+        *placed = Placed{made, target};
+        return error;
+      }
+    }
+    fs::remove(made, ec);
+    return Status::Ok();
+  }
+  if (exists && !fs::is_empty(target, ec)) {
+    placed->old = target + ".old-" + std::to_string(::getpid());
+    fs::remove_all(placed->old, ec);
+    fs::rename(target, placed->old, ec);
+    if (ec) {
+      placed->old.clear();
+      return IoError("make-dataset: cannot move " + target + " aside: " + ec.message());
+    }
   }
   fs::rename(made, target, ec);  // rename(2) replaces an empty folder
   if (ec) {
     const Status error =
         IoError("make-dataset: cannot move " + made + " to " + target + ": " + ec.message());
-    if (!old.empty()) fs::rename(old, target, ec);  // the earlier data set back
+    placed->Undo();  // the earlier data set back
+    placed->old.clear();
     return error;
   }
-  if (!old.empty()) fs::remove_all(old, ec);
+  placed->moved = true;
   return Status::Ok();
 }
 
@@ -490,6 +562,8 @@ Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& o, Placement p
     STOKER_RETURN_IF_ERROR(CheckReplaceable(root));
     if (o.shards > 0) STOKER_RETURN_IF_ERROR(CheckReplaceable(shard_root));
   }
+  STOKER_RETURN_IF_ERROR(CheckNotMountPoint(root));
+  if (o.shards > 0) STOKER_RETURN_IF_ERROR(CheckNotMountPoint(shard_root));
   STOKER_ASSIGN_OR_RETURN(std::vector<std::string> photos, FindPhotos(o.photos));
 
   // Made in a fresh folder beside the target and moved into place complete:
@@ -513,11 +587,19 @@ Result<MakeDatasetReport> MakeDatasetAt(const MakeDatasetOptions& o, Placement p
   }
   MakeDatasetReport report;
   Status status = WriteDataset(o, photos, making, report);
-  // Each folder moves in whole, its marker in it.
+  // Each folder moves in whole, its marker in it; the shards go back out
+  // when the images cannot follow (a data set's two folders match).
+  Placed shards, images;
   if (status.ok() && o.shards > 0) {
-    status = MoveIntoPlace(making + "-shards", shard_root, placement);
+    status = MoveIntoPlace(making + "-shards", shard_root, placement, &shards);
   }
-  if (status.ok()) status = MoveIntoPlace(making, root, placement);
+  if (status.ok()) status = MoveIntoPlace(making, root, placement, &images);
+  if (status.ok()) {
+    shards.Finish();
+    images.Finish();
+  } else {
+    shards.Undo();
+  }
   remove_making();
   if (!status.ok()) {
     for (const fs::path& p : made_parents) fs::remove(p, parent_ec);  // fails when not empty

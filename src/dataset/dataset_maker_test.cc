@@ -1,6 +1,7 @@
 #include "dataset/dataset_maker.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +331,32 @@ TEST(DatasetMakerTest, KeepCompletePlacementMakesBesideAndKeepsAComplete) {
   ASSERT_TRUE(MakeDatasetAt(o, Placement::kKeepComplete).ok());
   EXPECT_EQ(ReadTree(o.output).size(), 5u);
   EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "photos"}));
+}
+
+// An empty folder named with a last "." (`make-dataset .` in it): made
+// beside it, not inside it (the run refused its own making folder there and
+// left `.-shards` behind), and filled in place, so that it is still the
+// folder the caller's shell is in.
+TEST(DatasetMakerTest, AnEmptyFolderNamedByItsDotIsFilledInPlace) {
+  TempDir tmp;
+  MakeDatasetOptions o = SmallDataset(tmp, "out", 4, 2);
+  o.shards = 1;
+  fs::create_directory(o.output);
+  struct stat before, after;
+  ASSERT_EQ(::stat(o.output.c_str(), &before), 0);
+  const std::string folder = o.output;
+  o.output = folder + "/.";
+  auto report = MakeDataset(o);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->root, folder);
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "out-shards", "photos"}));
+  ASSERT_EQ(::stat(folder.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(ReadTree(folder).size(), 4u);
+  EXPECT_TRUE(fs::exists(folder + "/" + kDatasetCompleteMarker));
+  // Again, now over the complete data set there.
+  ASSERT_TRUE(MakeDataset(o).ok());
+  EXPECT_EQ(Names(tmp.path()), (std::vector<std::string>{"out", "out-shards", "photos"}));
 }
 
 // An older stoker made the built-in data set in `<root>.making-P.making-P`:

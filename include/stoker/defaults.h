@@ -16,6 +16,10 @@ inline constexpr int kAutoWorkers = -1;
 /// (SweepOptions::max_workers, --max-workers).
 inline constexpr int kMaxWorkers = 128;
 
+/// The largest epoch a loader starts at (start_epoch, SetEpoch, a
+/// checkpoint's): far from int64's end, so the passes after it never wrap.
+inline constexpr int64_t kMaxEpoch = int64_t{1} << 62;
+
 /// The default memory budget: this share of the memory available to the
 /// process (or of its cgroup limit).
 inline constexpr double kMemoryBudgetShare = 0.8;

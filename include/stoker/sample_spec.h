@@ -2,7 +2,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
+
+#include "stoker/status.h"
 
 namespace stoker {
 
@@ -21,6 +24,9 @@ struct SampleSpec {
 
   int64_t elements() const;
   size_t bytes() const { return static_cast<size_t>(elements()) * DTypeSize(dtype); }
+  /// InvalidArgument naming `what` unless the shape has a dimension, each
+  /// at least 1, and its bytes fit in an int64 (bytes() is then exact).
+  Status Check(std::string_view what) const;
 };
 
 }  // namespace stoker

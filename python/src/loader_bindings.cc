@@ -481,6 +481,7 @@ void BindLoader(py::module_& m) {
   // The shared defaults (stoker/defaults.h), so that Python repeats none of them.
   m.attr("AUTO_WORKERS") = kAutoWorkers;
   m.attr("MAX_WORKERS") = kMaxWorkers;
+  m.attr("MAX_EPOCH") = kMaxEpoch;
   m.attr("MEMORY_BUDGET_SHARE") = kMemoryBudgetShare;
   m.attr("RECENT_WINDOW_S") = kRecentWindowS;
   m.def(

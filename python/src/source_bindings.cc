@@ -191,6 +191,7 @@ void BindSources(py::module_& m) {
          int64_t num_classes, uint64_t content_seed, int64_t cpu_cost_ns, int64_t read_latency_ns,
          std::vector<int64_t> fail_indices) {
         SampleSpec spec{shape, DTypeFromName(dtype)};
+        ThrowIfError(spec.Check("synthetic shape"));
         SyntheticOptions o;
         o.size = size;
         o.sample_bytes = spec.bytes();

@@ -13,6 +13,8 @@ import os
 
 import numpy
 
+from . import _stoker
+
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 UINT64_MAX = 2**64 - 1
@@ -127,7 +129,7 @@ def optional_path(name, value):
 
 # The checkpoint's integer fields and their C++ types' largest values, and
 # its boolean fields: where the epoch stands and the plan it belongs to.
-_STATE_COUNTS = {"seed": UINT64_MAX, "epoch": INT64[1], "position": INT64[1],
+_STATE_COUNTS = {"seed": UINT64_MAX, "epoch": _stoker.MAX_EPOCH, "position": INT64[1],
                  "num_samples": INT64[1], "batch_size": INT64[1], "rank": INT32[1],
                  "world_size": INT32[1]}
 _STATE_FLAGS = ("shuffle", "drop_last", "pad_shards")

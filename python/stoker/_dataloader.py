@@ -399,7 +399,7 @@ class DataLoader(torch.utils.data.DataLoader):
         if self._stream is not None:
             return self._stream.set_epoch(epoch)
         self._run.check_usable()
-        epoch = _args.integer("epoch", epoch, 0, 2**62)
+        epoch = _args.integer("epoch", epoch, 0, _stoker.MAX_EPOCH)
         for s in (self.sampler, self.batch_sampler):
             if hasattr(s, "set_epoch"):
                 s.set_epoch(epoch)
@@ -465,7 +465,8 @@ class DataLoader(torch.utils.data.DataLoader):
         engine = state.get("engine")
         if not isinstance(engine, dict):
             raise ValueError("state dict has no 'engine' entry")
-        epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0, 2**62)
+        epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0,
+                              _stoker.MAX_EPOCH)
         record = _Plan.check_record(state.get("epoch_start"))
         self._plan.check_order_states(record)
         skip = _shards.check_stream_state(state.get("stream"))

@@ -241,10 +241,11 @@ class Loader:
         drop_last = _args.boolean("drop_last", drop_last)
         if isinstance(workers, str):
             if workers != "auto":
-                raise ValueError(f"workers must be 'auto' or an int >= 0, got {workers!r}")
+                raise ValueError(f"workers must be 'auto' or an int in [0, {_stoker.MAX_WORKERS}], "
+                                 f"got {workers!r}")
             workers = _stoker.AUTO_WORKERS
         else:
-            workers = _args.integer("workers", workers, 0, _args.INT32[1])
+            workers = _args.integer("workers", workers, 0, _stoker.MAX_WORKERS)
         prefetch = _args.optional_integer("prefetch", prefetch, 1, _args.INT32[1])
         on_error = _args.on_error(on_error)
         ordered = _args.boolean("ordered", ordered)
@@ -259,7 +260,7 @@ class Loader:
                          max_workers=max_workers, trace_path=trace_path,
                          tune_interval=tune_interval)
         tune_interval = _args.tune_interval(tune_interval)
-        start_epoch = _args.integer("start_epoch", start_epoch, 0, _args.INT64[1])
+        start_epoch = _args.integer("start_epoch", start_epoch, 0, _stoker.MAX_EPOCH)
         self.rank, self.world_size = _resolve_ranks(rank, world_size)
         self._torch = _resolve_output(output)
         pin_memory = _args.boolean("pin_memory", pin_memory)
@@ -347,7 +348,7 @@ class Loader:
         augmentations depend on it); abandons an epoch in progress. After
         load_state_dict, set_epoch of the checkpoint's epoch keeps it: a
         resumed loop calls set_epoch as it always does."""
-        self._impl.set_epoch(_args.integer("epoch", epoch, 0, _args.INT64[1]))
+        self._impl.set_epoch(_args.integer("epoch", epoch, 0, _stoker.MAX_EPOCH))
         self._ended = False
 
     @property

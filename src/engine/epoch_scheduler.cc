@@ -5,6 +5,8 @@
 #include <concepts>
 #include <string>
 
+#include "stoker/defaults.h"
+
 namespace stoker {
 
 EpochRun::EpochRun(std::shared_ptr<const EpochPlan> plan)
@@ -417,8 +419,9 @@ Status EpochScheduler::Restore(const LoaderState& state, bool items_vary) {
   STOKER_RETURN_IF_ERROR(SamePlanField("rank", state.rank, plan_.rank));
   STOKER_RETURN_IF_ERROR(SamePlanField("world_size", state.world_size, plan_.world_size));
   STOKER_RETURN_IF_ERROR(SamePlanField("pad_shards", state.pad_shards, plan_.pad_shards));
-  if (state.epoch < 0) {
-    return InvalidArgument("checkpoint epoch must be >= 0, got " + std::to_string(state.epoch));
+  if (state.epoch < 0 || state.epoch > kMaxEpoch) {
+    return InvalidArgument("checkpoint epoch must be in [0, " + std::to_string(kMaxEpoch) +
+                           "], got " + std::to_string(state.epoch));
   }
   if (state.position < 0 || state.position > n) {
     return InvalidArgument("checkpoint position " + std::to_string(state.position) +

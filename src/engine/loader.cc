@@ -993,6 +993,12 @@ class Loader::Impl {
 
 namespace {
 
+Status CheckEpoch(int64_t epoch) {
+  if (epoch >= 0 && epoch <= kMaxEpoch) return Status::Ok();
+  return InvalidArgument("epoch must be in [0, " + std::to_string(kMaxEpoch) + "], got " +
+                         std::to_string(epoch));
+}
+
 int64_t ItemCount(const LoaderOptions& o) {
   return o.kind != nullptr ? o.kind->items() : o.source->size();
 }
@@ -1097,9 +1103,9 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
         "option 'device' must be a CUDA device index >= 0 or kNoDevice (-1), got " +
         std::to_string(o.device));
   }
-  if (o.start_epoch < 0) {
-    return InvalidArgument("option 'start_epoch' must be >= 0, got " +
-                           std::to_string(o.start_epoch));
+  if (o.start_epoch < 0 || o.start_epoch > kMaxEpoch) {
+    return InvalidArgument("option 'start_epoch' must be in [0, " + std::to_string(kMaxEpoch) +
+                           "], got " + std::to_string(o.start_epoch));
   }
   if (ItemSpec(o).bytes() == 0) return InvalidArgument("the sample spec has zero bytes");
   const PlanOptions plan = PlanOptionsOf(o);
@@ -1161,11 +1167,13 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 }
 Status Loader::SetEpoch(int64_t epoch) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  STOKER_RETURN_IF_ERROR(CheckEpoch(epoch));
   impl_->SetEpoch(epoch, std::nullopt, /*keep_ahead=*/true, /*keep_restore=*/true);
   return Status::Ok();
 }
 Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
+  STOKER_RETURN_IF_ERROR(CheckEpoch(epoch));
   if (!impl_->items_vary()) {
     return InvalidArgument(
         "SetEpoch with an item count needs option 'kind' of items that are not samples (a "

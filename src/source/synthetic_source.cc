@@ -132,6 +132,12 @@ Result<std::shared_ptr<const Source>> MakeSyntheticSource(const SyntheticOptions
   if (options.cpu_cost.count() < 0 || options.read_latency.count() < 0) {
     return InvalidArgument("synthetic cpu_cost and read_latency must be >= 0");
   }
+  for (int64_t i : options.fail_indices) {
+    if (i < 0 || i >= options.size) {  // it would never fail
+      return InvalidArgument("synthetic fail index " + std::to_string(i) + " is not in [0, " +
+                             std::to_string(options.size) + ")");
+    }
+  }
   return std::shared_ptr<const Source>(std::make_shared<SyntheticSource>(options));
 }
 

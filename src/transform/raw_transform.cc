@@ -38,10 +38,7 @@ class RawTransform final : public Transform {
 }  // namespace
 
 Result<std::shared_ptr<const Transform>> MakeRawTransform(SampleSpec spec, bool mix_rng) {
-  if (spec.shape.empty()) return InvalidArgument("raw transform: sample shape is empty");
-  for (int64_t d : spec.shape) {
-    if (d <= 0) return InvalidArgument("raw transform: every dimension must be >= 1");
-  }
+  STOKER_RETURN_IF_ERROR(spec.Check("raw transform: sample shape"));
   return std::shared_ptr<const Transform>(std::make_shared<RawTransform>(std::move(spec), mix_rng));
 }
 

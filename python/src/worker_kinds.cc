@@ -17,15 +17,39 @@ namespace {
 // whose figures it passes on.
 class EitherWorker : public KindWorker {
  public:
-  EitherWorker(const WorkerKinds& kinds, std::unique_ptr<KindWorker> thread,
-               std::unique_ptr<KindWorker> process)
-      : kinds_(kinds), thread_(std::move(thread)), process_(std::move(process)) {}
+  EitherWorker(WorkerKinds& kinds, const ThreadKind& thread_kind,
+               std::unique_ptr<KindWorker> thread, std::unique_ptr<KindWorker> process)
+      : kinds_(kinds),
+        thread_kind_(thread_kind),
+        thread_(std::move(thread)),
+        process_(std::move(process)) {}
 
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
     if (kinds_.kind() == KindChoice::kProcesses) return process_->Run(epoch, item, out, outcome);
     if (kinds_.retire_processes()) static_cast<ProcessWorker*>(process_.get())->Stop();
     std::fill(out.begin(), out.end(), std::byte{0});
-    return thread_->Run(epoch, item, out, outcome);
+    const ItemOutcome asked = *outcome;
+    Status status = thread_->Run(epoch, item, out, outcome);
+    const bool failed = status.ok() ? !outcome->failures.empty()
+                                    : status.code() == StatusCode::kDataError;  // collate_fn's
+    if (kinds_.retire_processes() || outcome->yielded || !failed) return status;
+    // Failed on threads before threads were chosen: the dataset may work only
+    // in processes (a handle bound to the thread that made it). Processes for
+    // good, and this batch made again there, so the trial costs no sample.
+    std::string why = status.message();
+    if (status.ok()) {
+      const SampleFailure& f = outcome->failures.front();
+      why = (!f.name.empty() ? f.name
+             : f.key.empty() ? "sample " + std::to_string(f.index)
+                             : f.key) +
+            ": " + f.status.message();
+    }
+    kinds_.ThreadsFailed(why);
+    if (!kinds_.remake_failed()) return status;
+    if (status.ok()) thread_kind_.Recycle(out);
+    std::fill(out.begin(), out.end(), std::byte{0});
+    *outcome = asked;
+    return process_->Run(epoch, item, out, outcome);
   }
   WorkerCost cost() const override {
     WorkerCost cost = process_->cost();
@@ -36,7 +60,8 @@ class EitherWorker : public KindWorker {
   }
 
  private:
-  const WorkerKinds& kinds_;
+  WorkerKinds& kinds_;
+  const ThreadKind& thread_kind_;
   std::unique_ptr<KindWorker> thread_;
   std::unique_ptr<KindWorker> process_;
 };
@@ -49,7 +74,7 @@ EitherKind::EitherKind(std::shared_ptr<WorkerKinds> kinds)
 std::unique_ptr<KindWorker> EitherKind::NewWorker(WorkerPlace place, const SampleCap& cap) const {
   // Once threads are chosen, a new engine thread forks no process.
   const WorkerPlace forks = kinds_->retire_processes() ? WorkerPlace::kConsumer : place;
-  return std::make_unique<EitherWorker>(*kinds_, thread_.NewWorker(place, cap),
+  return std::make_unique<EitherWorker>(*kinds_, thread_, thread_.NewWorker(place, cap),
                                         process_.NewWorker(forks, cap));
 }
 
@@ -70,8 +95,9 @@ void EitherKind::Recycle(std::span<std::byte> out) const {
 
 void BindWorkerKinds(py::module_& m) {
   py::class_<WorkerKinds, std::shared_ptr<WorkerKinds>>(m, "WorkerKinds")
-      .def(py::init<std::shared_ptr<ProcessWorkers>, std::shared_ptr<ThreadWorkers>>(),
-           py::arg("processes"), py::arg("threads"))
+      .def(py::init<std::shared_ptr<ProcessWorkers>, std::shared_ptr<ThreadWorkers>, bool>(),
+           py::arg("processes"), py::arg("threads"), py::arg("remake_failed"))
+      .def_property_readonly("threads_failed", &WorkerKinds::threads_failed)
       .def("as_kind",
            [](const std::shared_ptr<WorkerKinds>& k) {
              return KindHandle{std::make_shared<EitherKind>(k)};

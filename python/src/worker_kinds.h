@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
+#include "core/thread_annotations.h"
 #include "process_workers.h"
 #include "stoker/worker_kind.h"
 #include "thread_workers.h"
@@ -19,17 +21,40 @@ enum class KindChoice : int { kProcesses = 0, kThreads = 1 };
 /// Both kinds' workers and the kind new batches go to. Thread-safe.
 class WorkerKinds {
  public:
-  WorkerKinds(std::shared_ptr<ProcessWorkers> processes, std::shared_ptr<ThreadWorkers> threads)
-      : processes_(std::move(processes)), threads_(std::move(threads)) {}
+  /// `remake_failed`: a batch that fails on threads while the trial runs is
+  /// made again on processes (not for a stream's shards, whose batches the
+  /// consumer may already have taken).
+  WorkerKinds(std::shared_ptr<ProcessWorkers> processes, std::shared_ptr<ThreadWorkers> threads,
+              bool remake_failed)
+      : processes_(std::move(processes)),
+        threads_(std::move(threads)),
+        remake_failed_(remake_failed) {}
 
   /// Batches started from now on run as `kind`. `final`: the choice is made,
   /// so with threads each engine thread ends its worker process at its next task.
-  void Set(KindChoice kind, bool final) {
+  void Set(KindChoice kind, bool final) EXCLUDES(mu_) {
+    if (kind == KindChoice::kThreads && !threads_failed().empty()) return;  // processes for good
     retire_processes_.store(final && kind == KindChoice::kThreads, std::memory_order_relaxed);
     kind_.store(static_cast<int>(kind), std::memory_order_release);
   }
   KindChoice kind() const { return static_cast<KindChoice>(kind_.load(std::memory_order_acquire)); }
   bool retire_processes() const { return retire_processes_.load(std::memory_order_relaxed); }
+  bool remake_failed() const { return remake_failed_; }
+
+  /// A batch failed on threads before the choice: processes for good, and
+  /// `why` (its first failure) kept for the trial to say. The first one counts.
+  void ThreadsFailed(const std::string& why) EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      if (threads_failed_.empty()) threads_failed_ = why.empty() ? "a batch failed" : why;
+    }
+    Set(KindChoice::kProcesses, true);
+  }
+  /// What failed on threads before the choice; empty if nothing did.
+  std::string threads_failed() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return threads_failed_;
+  }
 
   const std::shared_ptr<ProcessWorkers>& processes() const { return processes_; }
   const std::shared_ptr<ThreadWorkers>& threads() const { return threads_; }
@@ -37,8 +62,11 @@ class WorkerKinds {
  private:
   const std::shared_ptr<ProcessWorkers> processes_;
   const std::shared_ptr<ThreadWorkers> threads_;
+  const bool remake_failed_;
   std::atomic<int> kind_{static_cast<int>(KindChoice::kProcesses)};
   std::atomic<bool> retire_processes_{false};
+  mutable Mutex mu_;
+  std::string threads_failed_ GUARDED_BY(mu_);
 };
 
 /// Runs each batch as WorkerKinds says when it starts; its output is the

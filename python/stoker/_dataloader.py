@@ -1552,7 +1552,8 @@ class _Run:
                 run = functools.partial(_run_batch, job, parts=self.parts)
             self.threads = _stoker.ThreadWorkers(run, self.plan.table)
         if self.workers is not None and self.threads is not None:
-            self.kinds = _stoker.WorkerKinds(self.workers, self.threads)
+            self.kinds = _stoker.WorkerKinds(self.workers, self.threads,
+                                             remake_failed=options.shards is None)
             return self.kinds.as_kind()
         return (self.threads if self.workers is None else self.workers).as_kind()
 
@@ -1586,7 +1587,7 @@ class _Run:
         if self.cluster is not None:
             self.cluster.follow(self.engine)
         if self.kinds is not None:
-            self.trial = _KindTrial(self.engine, self.kinds,
+            self.trial = _KindTrial(self.engine, self.kinds, options.shards is None,
                                     "worker_init_fn needs worker processes"
                                     if options.worker_init_fn is not None else None)
 
@@ -1715,9 +1716,10 @@ class _KindTrial:
     MIN_BATCHES = 8
     TIE = 0.05
 
-    def __init__(self, engine, kinds, fixed_reason=None):
+    def __init__(self, engine, kinds, remake, fixed_reason=None):
         self._engine = engine
         self._kinds = kinds
+        self._kinds_remake = remake  # a batch failed on threads is made again on processes
         self.phase = "processes"  # then "threads", then "done"
         self.reason = "measuring processes"
         self.figures = {}
@@ -1730,11 +1732,25 @@ class _KindTrial:
             self.phase, self.reason = "done", f"processes: {fixed_reason}"
 
     def report(self):
+        self._threads_failed()
         return {"chosen": self._kinds.kind if self.phase == "done" else None,
                 "reason": self.reason, "figures": dict(self.figures)}
 
+    def _threads_failed(self):
+        """Ends the trial where a batch failed on threads (WorkerKinds chose
+        processes for good then, and made it again there, a stream's shard
+        apart): a dataset bound to the thread that made it fails every one."""
+        why = self._kinds.threads_failed
+        if self.phase == "done" or not why:
+            return
+        again = "; it was made again on processes" if self._kinds_remake else ""
+        self.phase = "done"
+        self.reason = (f"processes: a batch failed on threads ({why.splitlines()[0][:300]})"
+                       + again)
+
     def observe(self, kind, interval, now):
         """The consumer took a batch made by `kind`, `interval` s after its last one."""
+        self._threads_failed()
         if self.phase == "done":
             return
         if self._phase_start is None:

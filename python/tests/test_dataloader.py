@@ -1122,6 +1122,44 @@ def test_the_kind_trial_ends_over_short_epochs_even_when_the_dataset_changes(
             assert figures["batches_per_s"] < 20 * batches / loop_s, (trial, batches / loop_s)
 
 
+class ThreadBound(Dataset):
+    """A handle that works only on the thread that made it (sqlite3's
+    check_same_thread): every worker process's main thread is that thread's
+    copy; any other thread of this process fails."""
+
+    def __init__(self, n=60):
+        self.n, self.owner = n, threading.get_ident()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import multiprocessing
+        if multiprocessing.parent_process() is None and threading.get_ident() != self.owner:
+            raise RuntimeError("the handle was made in another thread")
+        time.sleep(0.002)
+        return i
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_auto_kind_goes_back_to_processes_when_threads_fail_and_loses_nothing(
+        quick_trial, on_error):
+    # The trial moved to threads, whose every batch failed: raised in the
+    # second epoch, or skipped (95 % of it lost), and the trial never ended.
+    with stoker.DataLoader(ThreadBound(), batch_size=4, num_workers=2, worker_kind="auto",
+                           on_error=on_error) as dl:
+        for _ in range(30):
+            assert sorted(i for b in dl for i in b.tolist()) == list(range(60))
+            if dl.stats()["kind_trial"]["chosen"] is not None:
+                break
+        trial = dl.stats()["kind_trial"]
+        assert trial["chosen"] == "processes" == dl.stats()["worker_kind"]
+        assert "a batch failed on threads" in trial["reason"]
+        assert "another thread" in trial["reason"] and "made again on processes" in trial["reason"]
+        assert dl.skipped() == []
+        assert sorted(i for b in dl for i in b.tolist()) == list(range(60))
+
+
 def test_auto_kind_keeps_processes_when_worker_init_fn_needs_them():
     with stoker.DataLoader(Plain(40), batch_size=4, num_workers=2, worker_kind="auto",
                            worker_init_fn=lambda worker_id: None, persistent_workers=True) as dl:

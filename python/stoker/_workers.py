@@ -747,13 +747,15 @@ def _pickled_exception(error, limit, pickler=pickle.Pickler):
 
 
 def _own_private_bytes():
-    """This process's unique memory (USS: private pages, clean and dirty), what it
-    costs beyond what it shares with the zygote and the other workers."""
+    """This process's unique memory, what it costs beyond what it shares with
+    the zygote and the other workers: the private pages it wrote. Clean ones
+    are left out: they are a file's cached pages (a numpy.memmap read), the
+    kernel's to drop, which stay when the process goes."""
     total = 0
     try:
         with open("/proc/self/smaps_rollup", "rb") as f:
             for line in f:
-                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                if line.startswith(b"Private_Dirty:"):
                     total += int(line.split()[1]) * 1024
     except OSError:
         pass

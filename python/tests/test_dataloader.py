@@ -1243,6 +1243,51 @@ def test_a_worker_that_grew_once_in_its_first_batch_is_kept():
     assert len(set(rows[:, 1].tolist())) == 2
 
 
+def test_a_files_pages_a_worker_reads_are_not_its_memory(tmp_path):
+    # Clean pages of a file (the kernel's cache, dropped at will and kept when
+    # the process goes) counted as the worker's: past its share, every
+    # process was replaced after a few batches (7-8 forked for 2 workers).
+    # In a small program of its own: workers forked from pytest's copy its
+    # heap as they touch it, which would fill their share by itself.
+    script = tmp_path / "mapped.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        import numpy as np, torch, stoker
+
+        rows, row_bytes = 512, 256 << 10  # 128 MiB, twice the budget
+        path = sys.argv[1]
+        with open(path, "wb") as f:
+            for i in range(rows):
+                f.write(bytes([i % 251]) * row_bytes)
+            f.flush()
+            os.fsync(f.fileno())  # its pages clean, as a data set's are
+
+        class Mapped(torch.utils.data.Dataset):
+            def __init__(self):
+                self.m = np.memmap(path, dtype=np.uint8, mode="r", shape=(rows, row_bytes))
+            def __len__(self):
+                return rows
+            def __getitem__(self, i):
+                return torch.tensor([i, int(self.m[i].sum(dtype=np.int64)) // row_bytes,
+                                     os.getpid()])
+
+        if __name__ == "__main__":
+            got = []
+            with stoker.DataLoader(Mapped(), batch_size=4, num_workers=2,
+                                   memory_budget_bytes=64 << 20) as dl:
+                for batch in dl:  # a training step: the workers measure meanwhile
+                    got += batch.tolist()
+                    time.sleep(0.02)
+            assert sorted(r[0] for r in got) == list(range(rows))
+            assert all(r[1] == r[0] % 251 for r in got)
+            print(len({r[2] for r in got}))
+    """))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "rows.bin")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2"], "worker processes used for 2 workers"
+
+
 class Caching(Dataset):
     """Sample i: i; each sample also keeps `grow` bytes of fresh pages alive in
     the process that loaded it (a per-process cache that is never trimmed)."""

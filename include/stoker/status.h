@@ -76,11 +76,17 @@ class [[nodiscard]] Status {
   Status WithDetail(std::shared_ptr<const StatusDetail> detail) const;
   /// The detail attached by WithDetail, or null.
   const std::shared_ptr<const StatusDetail>& detail() const;
+  /// The errno of the system call that failed (ErrnoError), kept through
+  /// WithContext and WithDetail; 0 where none is known.
+  int os_error() const { return rep_ != nullptr ? rep_->os_error : 0; }
+  /// Returns a copy carrying `os_error`. REQUIRES: !ok().
+  Status WithOsError(int os_error) const;
 
  private:
   struct Rep {
     std::string message;
     std::shared_ptr<const StatusDetail> detail;
+    int os_error = 0;
   };
   // Out of line: only errors pay for them.
   static Rep* Make(std::string message);

@@ -64,6 +64,13 @@ void SetSampleFields(py::handle exc, const SampleDetail& s) {
 // catches every bad sample, `except FileNotFoundError` still catches it.
 py::object RaisedType(const Status& status, const SampleDetail* sample) {
   PyObject* type = ExceptionTypeFor(status.code());
+  py::object specific;  // an OSError's subclass for its errno, as Python picks it
+  if (status.os_error() != 0 && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type),
+                                                 reinterpret_cast<PyTypeObject*>(PyExc_OSError))) {
+    specific =
+        py::type::of(py::reinterpret_borrow<py::object>(PyExc_OSError)(status.os_error(), ""));
+    type = specific.ptr();
+  }
   if (sample != nullptr && sample->index != SampleDetail::kNoSample && type != g_data_error &&
       IsSampleError(status)) {
     py::object both = py::module_::import("stoker._errors").attr("data_error_of")(py::handle(type));
@@ -89,6 +96,10 @@ void SetPythonError(const Status& status) {
   if (PyObject_SetAttrString(exc.ptr(), "code", py::str(StatusCodeName(status.code())).ptr()) !=
       0) {
     PyErr_Clear();  // the message alone still says what happened
+  }
+  if (status.os_error() != 0 && PyObject_IsInstance(exc.ptr(), PyExc_OSError) == 1 &&
+      PyObject_SetAttrString(exc.ptr(), "errno", py::int_(status.os_error()).ptr()) != 0) {
+    PyErr_Clear();
   }
   if (sample != nullptr) {
     try {

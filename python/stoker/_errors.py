@@ -86,6 +86,8 @@ def _raised_as(error, kind, cause, trace):
         made = None
     if made is None:
         made = _fields(_engine_type(error)(*error.args), error)
+    if isinstance(made, OSError) and isinstance(cause, OSError):
+        made.errno = cause.errno  # as torch's own error has it (a filename would replace str())
     made.__cause__ = cause
     made.__suppress_context__ = True  # the engine's plain error says nothing more
     return made
@@ -126,6 +128,8 @@ def _fields(made, error):
     made.code = getattr(error, "code", None)
     for name in ("index", "key", "worker"):  # a RuntimeError from pickle has none yet
         setattr(made, name, getattr(error, name, None))
+    if isinstance(made, OSError) and getattr(error, "errno", None) is not None:
+        made.errno = error.errno  # the system call's (errors.cc)
     return made
 
 

@@ -833,3 +833,24 @@ def test_a_bad_file_is_skipped_and_recorded(bad_folder, native):
     assert labels == [t for i, t in enumerate(dataset.targets) if i != index]
     assert [s["index"] for s in skipped] == [index]
 
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_files_system_error_keeps_its_errno_and_its_type(tmp_path, native):
+    # The native path raised a plain OSError with no errno for any failed
+    # open (torch: PermissionError for EACCES, errno 13); a symbolic link to
+    # itself is the case root can make (ELOOP, a plain OSError in torch too).
+    import errno
+    root = _write_folder(str(tmp_path / "data"), per_class=1)
+    os.symlink("loop.jpg", os.path.join(root, "ant", "loop.jpg"))
+    dataset = ImageFolder(root, transform=T.Compose([T.CenterCrop(16), T.PILToTensor()]))
+    with pytest.raises(OSError) as theirs:
+        _torch_batches(dataset, batch_size=len(dataset))
+    with stoker.DataLoader(dataset, batch_size=len(dataset), num_workers=1,
+                           native=native) as loader:
+        with pytest.raises(OSError) as ours:
+            next(iter(loader))
+        assert loader.stats()["pipeline"] == ("native" if native else "python")
+    assert theirs.value.errno == ours.value.errno == errno.ELOOP
+    assert type(ours.value).__mro__[1:].count(type(theirs.value)) == 1
+    assert "loop.jpg" in str(ours.value)

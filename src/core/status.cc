@@ -45,6 +45,15 @@ Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
   Status s(code_, context + ": " + message());
   s.rep_->detail = detail();
+  s.rep_->os_error = os_error();
+  return s;
+}
+
+Status Status::WithOsError(int os_error) const {
+  assert(!ok());
+  Status s = *this;
+  if (s.rep_ == nullptr) s.rep_ = Make("");
+  s.rep_->os_error = os_error;
   return s;
 }
 
@@ -106,7 +115,7 @@ Status ErrnoError(const std::string& what, int err) {
       code = StatusCode::kUnavailable;
       break;
   }
-  return Status(code, what + ": " + std::strerror(err));
+  return Status(code, what + ": " + std::strerror(err)).WithOsError(err);
 }
 
 bool IsSampleError(const Status& status) {

@@ -52,6 +52,17 @@ TEST(StatusTest, ResultPropagates) {
   EXPECT_EQ(r.status().message(), "x=3 is odd");
 }
 
+TEST(StatusTest, ASystemCallsErrnoIsKeptThroughContextAndDetail) {
+  // Python raises it as the errno's own OSError (PermissionError for EACCES).
+  const Status st = ErrnoError("open a", EACCES);
+  EXPECT_EQ(st.os_error(), EACCES);
+  EXPECT_EQ(st.WithContext("sample 3").os_error(), EACCES);
+  EXPECT_EQ(st.WithDetail(nullptr).os_error(), EACCES);
+  EXPECT_EQ(Status(st).os_error(), EACCES);
+  EXPECT_EQ(IoError("no errno").os_error(), 0);
+  EXPECT_EQ(Status::Ok().os_error(), 0);
+}
+
 TEST(StatusTest, RefusedResourcesAreNotTheSamplesFault) {
   EXPECT_EQ(ErrnoError("open a", EMFILE).code(), StatusCode::kUnavailable);
   EXPECT_EQ(ErrnoError("read a", ENOMEM).code(), StatusCode::kUnavailable);

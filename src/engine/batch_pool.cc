@@ -117,7 +117,8 @@ Status BatchSlot::Failure::Named() const {
   if (!says_key) return status.WithContext(where);
   return Status(status.code(),
                 SampleName(index, key) + ": " + status.message().substr(key.size() + 2))
-      .WithDetail(status.detail());
+      .WithDetail(status.detail())
+      .WithOsError(status.os_error());
 }
 
 std::string SampleName(int64_t index, const std::string& key) {

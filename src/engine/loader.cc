@@ -135,7 +135,7 @@ uint64_t ForkGeneration() {
 Status CauseOf(const Status& st, const std::string& key) {
   const std::string& m = st.message();
   if (m.size() > key.size() + 2 && m.starts_with(key) && m.compare(key.size(), 2, ": ") == 0) {
-    return Status(st.code(), m.substr(key.size() + 2));
+    return Status(st.code(), m.substr(key.size() + 2)).WithOsError(st.os_error());
   }
   return st;
 }
@@ -849,7 +849,9 @@ class Loader::Impl {
       detail = std::move(sample);
     }
     if (failures.size() == 1) return first.Named().WithContext(where).WithDetail(detail);
-    return Status(first.status.code(), message).WithDetail(detail);
+    return Status(first.status.code(), message)
+        .WithDetail(detail)
+        .WithOsError(first.status.os_error());
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {

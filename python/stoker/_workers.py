@@ -885,6 +885,15 @@ class _Short(list):
         self.asked = asked
 
 
+class _Given:
+    """In place of a batch's samples: what the dataset's __getitems__ gave
+    where it is no list (a dict of stacked columns, a tensor): collate_fn
+    gets it as it is, as torch's fetcher hands it over."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 class _BatchRaised:
     """In place of a batch's samples: the dataset's __getitems__ raised `error`."""
 
@@ -904,7 +913,10 @@ def _load_batched(job, indices, keys, at, samples, consumer):
         if consumer and isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         return _BatchRaised(e), [], []
-    got = list(got)
+    if type(got) is not list:
+        if at is not None:
+            at(-1)
+        return _Given(got), list(indices), []
     if len(got) != len(keys):  # collated as torch collates the list; named if that raises
         samples = _Short(len(keys))
     for sample in got:
@@ -926,6 +938,8 @@ def _collate_or_error(job, samples, failures, writer=None):
     if not samples and failures:
         return NO_SAMPLE, None
     try:
+        if isinstance(samples, _Given):
+            return _collate(job, samples.value, writer), None
         if isinstance(samples, _Stream):
             return samples.collate(lambda plain: _collate(job, plain, writer)), None
         return _collate(job, samples, writer), None

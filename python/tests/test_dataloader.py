@@ -1817,6 +1817,47 @@ def test_a_datasets_getitems_is_used_for_a_batch_as_torch_uses_it(kind):
     assert "the dataset's __getitems__ gave 0 samples for 4 keys" in str(error)
 
 
+class Columns(Dataset):
+    """A dataset whose __getitems__ gathers a batch at once into its own batch
+    object (a dict of stacked columns, a tensor of rows), as a column store
+    does, for a collate_fn that takes it as it is."""
+
+    def __init__(self, shape):
+        self.x, self.shape = torch.arange(24.0).view(12, 2), shape
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return self.x[i]
+
+    def __getitems__(self, keys):
+        if self.shape == "dict":
+            return {"x": self.x[keys], "y": torch.tensor(keys)}
+        return self.x[keys]
+
+
+@pytest.mark.parametrize("shape", ["dict", "tensor"])
+@pytest.mark.parametrize("kind", ["processes", "threads", "zero"])
+def test_what_getitems_gives_reaches_collate_fn_as_it_is(shape, kind):
+    # torch's fetcher hands it to collate_fn unchanged; stoker made a list
+    # of it: the dict's keys ['x', 'y'], or a tensor's rows, silently.
+    def given(batch):
+        return batch
+    theirs = list(torch.utils.data.DataLoader(Columns(shape), batch_size=4, collate_fn=given))
+    with stoker.DataLoader(Columns(shape), batch_size=4, collate_fn=given,
+                           num_workers=0 if kind == "zero" else 2,
+                           worker_kind="processes" if kind == "zero" else kind) as dl:
+        ours = list(dl)
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        assert type(a) is type(b)
+        if shape == "dict":
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        else:
+            assert torch.equal(a, b)
+
+
 # --- a dataset changed between epochs ---
 
 

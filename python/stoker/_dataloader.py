@@ -435,7 +435,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 stream = {"item": opened[0], "batches_taken": opened[1]}
         return {"format": _FORMAT,
                 # Of the checkpoint's epoch (the record's), else as they are now.
-                "dataset_len": (record or {}).get("dataset_len", len(self._plan.dataset)),
+                "dataset_len": (record or {}).get("dataset_len", _len_or_none(self._plan.dataset)),
                 "batches_per_epoch": (record or {}).get("batches", len(self._plan.order())),
                 "batch_size": options.batch_size,
                 "drop_last": options.drop_last,
@@ -705,9 +705,11 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
         batching = _resolve_shard_batching(dataset, batch_size, shuffle, sampler,
                                            batch_sampler, drop_last, collate_fn, generator,
                                            shuffle_buffer)
-    elif not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise TypeError("dataset must have __getitem__ and __len__, got "
-                        f"{type(dataset).__name__}")
+    elif not hasattr(dataset, "__getitem__") or (
+            not hasattr(dataset, "__len__") and sampler is None and batch_sampler is None):
+        # torch's default samplers read its length; a sampler of the user's names its keys.
+        raise TypeError("dataset must have __getitem__, and __len__ unless a sampler or "
+                        f"batch_sampler names its keys; got {type(dataset).__name__}")
     elif shuffle_buffer:
         raise ValueError("shuffle_buffer is for sharded streams (stoker.ShardedIterable); "
                          "a map-style dataset is shuffled by its sampler (shuffle=True)")
@@ -764,6 +766,12 @@ def _resolve_shard_batching(dataset, batch_size, shuffle, sampler, batch_sampler
             "default_collate": default_collate, "batches_per_epoch": len(table),
             "shards": _shards.ShardJob(dataset, table, batch_size, bool(drop_last),
                                        shuffle_buffer, unbatched)}
+
+
+def _len_or_none(dataset):
+    """len(dataset), or None for a map-style one read by its sampler's keys
+    alone (torch needs no __len__ then)."""
+    return len(dataset) if hasattr(dataset, "__len__") else None
 
 
 def _resolve_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last,
@@ -987,12 +995,14 @@ class _Plan:
         drew = self._seed_each_epoch or self._base_seed is None
         if drew:
             self._base_seed = self._draw_seed()
-        dataset_len = len(self.dataset)
+        dataset_len = _len_or_none(self.dataset)
         flat, offsets, keys = self._read(epoch)
         digest = _digest(flat, offsets, keys)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
                        "base_seed": self._base_seed, "drew_seed": drew, "digest": digest,
-                       "batches": len(offsets) - 1, "dataset_len": dataset_len}
+                       "batches": len(offsets) - 1}
+        if dataset_len is not None:
+            self.record["dataset_len"] = dataset_len
         if self._generator is not None:  # torch's global one is the user's between epochs
             self.record["rng_after"] = base64.b64encode(self._rng_state()).decode()
         if orders:  # a resume loads these, so that __iter__ gives that epoch's order again
@@ -1136,7 +1146,7 @@ class _Plan:
                 torch.set_rng_state(state)
                 self._load_order_states(record.get("sampler_states", {}))
                 flat, offsets, keys = self._replay(record, epoch)
-        batches, dataset_len = len(offsets) - 1, len(self.dataset)
+        batches, dataset_len = len(offsets) - 1, _len_or_none(self.dataset)
         if "shards" in record and record["epoch"] == epoch and \
                 self.dataset.digest() != record["shards"]:
             raise _Refused(

@@ -611,6 +611,34 @@ def test_spawn_starts_the_zygote_afresh_with_the_dataset_pickled():
         assert dl.multiprocessing_context.get_start_method() == "spawn"
 
 
+class _Store(Dataset):
+    """A map-style dataset read by string keys, with no __len__ (torch's
+    Dataset defines none): its sampler says which keys to read."""
+
+    def __getitem__(self, key):
+        return int(key[1:]) * 10
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_without_len_is_read_by_its_samplers_keys(workers):
+    keys = ["k3", "k1", "k5", "k0", "k2"]
+    for options in ({"sampler": keys, "batch_size": 2},
+                    {"batch_sampler": [keys[:2], keys[2:]]}):
+        theirs = [b.tolist() for b in TorchDataLoader(_Store(), **options)]
+        with stoker.DataLoader(_Store(), num_workers=workers, **options) as dl:
+            ours = [b.tolist() for b in dl]
+            it = iter(dl)
+            next(it)
+            state = dl.state_dict()
+        assert ours == theirs
+        with stoker.DataLoader(_Store(), num_workers=workers, **options) as dl:
+            dl.load_state_dict(state)
+            assert [b.tolist() for b in dl] == theirs[1:]
+    # Without a sampler torch's own would need its length: refused, saying so.
+    with pytest.raises(TypeError, match="__len__ unless a sampler or batch_sampler"):
+        stoker.DataLoader(_Store(), batch_size=2)
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_a_script_without_a_main_guard_is_told_so_under_spawn(tmp_path, method):
     # The zygote runs the main module again, which makes a loader at import

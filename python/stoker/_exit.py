@@ -20,8 +20,8 @@ from . import _stoker, _workers
 _open = weakref.WeakSet()
 
 # How long the exit waits for thread workers' batches to stop (at their next
-# sample, their loaders closed): 2 s, or up to 10 s while they compute (see
-# wait_for_thread_batches).
+# sample, their loaders closed): 2 s, or while they compute, said on stderr
+# past 10 s (see wait_for_thread_batches).
 _GRACE_S = 2.0
 _BUSY_S = 10.0
 

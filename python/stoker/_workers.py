@@ -1109,25 +1109,34 @@ def serve_thread_worker(inbox, finish, cancelled, run_batch, worker, yield_asked
 def wait_for_thread_batches(grace_s, busy_s):
     """Waits for the batches running on thread workers' threads to end (those
     of closed loaders end at their next sample): up to `grace_s`, then on
-    while they still use CPU, up to `busy_s`. For the interpreter's exit: a
-    daemon thread woken inside C++ code (a torch op taking the GIL back) once
-    finalisation began is ended by the interpreter mid-C++, which aborts the
-    process. A sample blocked past the grace (hung) is left to its daemon
-    thread. In a forked child the parent's threads are not alive."""
+    while they still use CPU, saying so on stderr once past `busy_s`. For the
+    interpreter's exit: a daemon thread woken inside C++ code (a torch op
+    taking the GIL back) once finalisation began is ended by the interpreter
+    mid-C++, which aborts the process. A sample blocked past the grace (hung)
+    is left to its daemon thread; Ctrl-C ends the wait. In a forked child the
+    parent's threads are not alive."""
     start = time.monotonic()
-    cpu_before = None
-    while running := [t for t in list(_threads_in_a_batch) if t.is_alive()]:
-        waited = time.monotonic() - start
-        if waited >= busy_s:
-            return
-        if waited < grace_s:
-            time.sleep(0.01)
-            continue
-        cpu = {t: _cpu_ns(t) for t in running}
-        if cpu_before is not None and not any(cpu[t] > cpu_before.get(t, cpu[t]) for t in cpu):
-            return  # none of them ran in the last interval: blocked
-        cpu_before = cpu
-        time.sleep(0.1)
+    cpu_before, said = None, False
+    try:
+        while running := [t for t in list(_threads_in_a_batch) if t.is_alive()]:
+            waited = time.monotonic() - start
+            if waited < grace_s:
+                time.sleep(0.01)
+                continue
+            cpu = {t: _cpu_ns(t) for t in running}
+            if cpu_before is not None and not any(cpu[t] > cpu_before.get(t, cpu[t])
+                                                  for t in cpu):
+                return  # none of them ran in the last interval: blocked
+            if waited >= busy_s and not said:
+                said = True
+                print(f"stoker: the exit waits for {len(running)} sample(s) still computing on "
+                      "thread workers of closed loaders (ended now, the process would abort "
+                      "inside their C++ code); Ctrl-C to stop waiting", file=sys.stderr,
+                      flush=True)
+            cpu_before = cpu
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        return
 
 
 def _cpu_ns(thread):

@@ -1562,6 +1562,39 @@ def test_an_uncaught_error_with_a_loader_open_exits_with_it_not_an_abort(kind):
         assert "terminate called" not in out.stderr
 
 
+LONG_SAMPLE = """
+import time, torch, stoker
+from stoker import _exit
+_exit._BUSY_S = 1.0  # the note comes sooner; the wait is as long as the sample
+torch.set_num_threads(1)
+class D(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+    def __getitem__(self, i):
+        if i >= 8:  # a long sample of torch's C++ ops, the GIL released inside
+            a, start = torch.randn(300, 300), time.time()
+            while time.time() - start < 4:
+                a = torch.tanh(a @ a)
+        return torch.tensor(i)
+dl = stoker.DataLoader(D(), batch_size=4, num_workers=2, worker_kind="threads")
+it = iter(dl)
+next(it), next(it)
+time.sleep(0.5)
+{close}
+"""
+
+
+@pytest.mark.parametrize("close", ["", "dl.close()"])
+def test_the_exit_waits_for_a_sample_computing_on_a_thread_worker(close):
+    # It waited 10 s at most, then let finalisation end the thread inside
+    # torch's C++: "terminate called without an active exception", SIGABRT.
+    out = subprocess.run([sys.executable, "-c", LONG_SAMPLE.format(close=close)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "terminate called" not in out.stderr
+    assert "the exit waits for" in out.stderr and "still computing" in out.stderr
+
+
 COUNTS = (0, 2, "auto")
 
 

@@ -164,8 +164,9 @@ class Loader:
     worker threads whose size the tuner picks while you train.
 
     source: a stoker source (ImageFolder, FileList, TarShards, Synthetic), or
-        a path: a folder means ImageFolder, "*.tar" or a brace pattern means
-        TarShards, another file a FileList.
+        a path: a folder means ImageFolder, a file ending in .tar or a brace
+        pattern ("shard-{000..099}.tar"; globs are not expanded) TarShards,
+        another file a FileList.
     transforms: stoker.transforms.train(224) (the default for image sources),
         stoker.transforms.eval(224), stoker.transforms.Image(...), a dict of
         Image's options, or "train" / "eval". Synthetic sources default to

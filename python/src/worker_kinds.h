@@ -33,9 +33,9 @@ class WorkerKinds {
   /// Batches started from now on run as `kind`. `final`: the choice is made,
   /// so with threads each engine thread ends its worker process at its next task.
   void Set(KindChoice kind, bool final) EXCLUDES(mu_) {
-    if (kind == KindChoice::kThreads && !threads_failed().empty()) return;  // processes for good
-    retire_processes_.store(final && kind == KindChoice::kThreads, std::memory_order_relaxed);
-    kind_.store(static_cast<int>(kind), std::memory_order_release);
+    MutexLock lock(mu_);
+    if (kind == KindChoice::kThreads && !threads_failed_.empty()) return;  // processes for good
+    SetLocked(kind, final);
   }
   KindChoice kind() const { return static_cast<KindChoice>(kind_.load(std::memory_order_acquire)); }
   bool retire_processes() const { return retire_processes_.load(std::memory_order_relaxed); }
@@ -44,11 +44,9 @@ class WorkerKinds {
   /// A batch failed on threads before the choice: processes for good, and
   /// `why` (its first failure) kept for the trial to say. The first one counts.
   void ThreadsFailed(const std::string& why) EXCLUDES(mu_) {
-    {
-      MutexLock lock(mu_);
-      if (threads_failed_.empty()) threads_failed_ = why.empty() ? "a batch failed" : why;
-    }
-    Set(KindChoice::kProcesses, true);
+    MutexLock lock(mu_);
+    if (threads_failed_.empty()) threads_failed_ = why.empty() ? "a batch failed" : why;
+    SetLocked(KindChoice::kProcesses, true);
   }
   /// What failed on threads before the choice; empty if nothing did.
   std::string threads_failed() const EXCLUDES(mu_) {
@@ -62,6 +60,11 @@ class WorkerKinds {
  private:
   const std::shared_ptr<ProcessWorkers> processes_;
   const std::shared_ptr<ThreadWorkers> threads_;
+  void SetLocked(KindChoice kind, bool final) REQUIRES(mu_) {
+    retire_processes_.store(final && kind == KindChoice::kThreads, std::memory_order_relaxed);
+    kind_.store(static_cast<int>(kind), std::memory_order_release);
+  }
+
   const bool remake_failed_;
   std::atomic<int> kind_{static_cast<int>(KindChoice::kProcesses)};
   std::atomic<bool> retire_processes_{false};

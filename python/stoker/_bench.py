@@ -44,11 +44,13 @@ def _planned_sizes(loader):
 
 def _batch_samples(batch, batch_size):
     """Samples in a batch whatever the collate_fn made, where the plan does
-    not say: a list or tuple of batch_size (a collate_fn that keeps the
-    samples), else the length of a tensor or array, or of the first field of
-    a tuple, list or dict; else batch_size."""
-    if isinstance(batch, (tuple, list)) and len(batch) == batch_size:
-        return batch_size
+    not say: a list or tuple of batch_size, or of samples that are tuples,
+    lists or dicts (a collate_fn that keeps the samples, as detection's
+    does), else the length of a tensor or array, or of the first field of a
+    tuple, list or dict; else batch_size."""
+    if isinstance(batch, (tuple, list)) and (
+            len(batch) == batch_size or (batch and isinstance(batch[0], (tuple, list, dict)))):
+        return len(batch)
     first = batch
     if isinstance(first, dict) and first:
         first = next(iter(first.values()))
@@ -66,9 +68,13 @@ def _measure(loader, batch_size, batches, seconds, step_s, warm_batches=1):
     """Takes `warm_batches` batches unmeasured (worker start and the first
     round: each worker's first batch was begun at the start, so counting
     those after the first would credit the measurement with work done
-    before it), then batches until `batches` or `seconds`, starting new
-    epochs as needed. Returns (samples, batches, seconds, seconds waited in
-    next())."""
+    before it), then batches until `batches`, or until `seconds` have passed
+    and the batches taken are whole rounds of `warm_batches` (workers that
+    each make a batch deliver them in bursts: a window that closed at the
+    first batch after `seconds` counted one batch of each round, so that a
+    store slower than `seconds` a batch read alike at every count), starting
+    new epochs as needed. Returns (samples, batches, seconds, seconds waited
+    in next())."""
     planned = _planned_sizes(loader)
     it = iter(loader)
     try:
@@ -87,7 +93,7 @@ def _measure(loader, batch_size, batches, seconds, step_s, warm_batches=1):
     waited = 0.0
     start = time.perf_counter()
     elapsed = 0.0
-    while (batches is None or taken < batches) and elapsed < seconds:
+    while (batches is None or taken < batches) and (elapsed < seconds or taken % warm_batches):
         t0 = time.perf_counter()
         try:
             batch = next(it)
@@ -167,8 +173,11 @@ def _point(loader, workers, batch_size, batches, seconds, step_s):
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         samples, taken, elapsed, waited = _measure(loader, batch_size, batches, seconds, step_s,
                                                    max(1, workers))
+    # stoker.DataLoader with on_error="skip": the rate counts what was delivered.
+    skipped = (getattr(loader, "stats", lambda: {})() or {}).get("samples_skipped") or 0
     return {"num_workers": workers, **_stats.rates(samples, waited, elapsed),
-            "samples": samples, "batches": taken, "seconds": elapsed, "best": False}
+            "samples": samples, "batches": taken, "seconds": elapsed, "skipped": skipped,
+            "best": False}
 
 
 def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=None, seconds=2.0,
@@ -200,7 +209,8 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     "torch.utils.data.DataLoader" or "stoker.DataLoader"), "data" (the
     dataset measured, as the text names it: its type and length), "points"
     (one per count: num_workers, samples_per_s, stall_fraction, samples,
-    batches, seconds, best), "best" (the recommended point), "dataloader" (the answer for the loader measured: "loader" (its
+    batches, seconds, skipped (stoker.DataLoader's on_error="skip"), best),
+    "skipped" (their sum, also said after the table), "best" (the recommended point), "dataloader" (the answer for the loader measured: "loader" (its
     name), "measured" (True), "basis" (the data measured), num_workers,
     prefetch_factor and persistent_workers (torch's; None for
     stoker.DataLoader), pin_memory, "line", "rules", "note", "text" (as
@@ -283,8 +293,12 @@ def _sweep(dataset, batch_size, collate_fn, counts, batches, seconds, step_ms, s
         _stoker.write_sweep_svg(rows, best["num_workers"],
                                 f"stoker.bench: {what}, {type(dataset).__name__}", plot)
     say("\n" + table.rstrip("\n"))
+    skipped = sum(p["skipped"] for p in points)
+    if skipped:
+        say(f"skipped {skipped} samples (on_error='skip'): the rates count the samples "
+            "delivered, not those skipped")
     if plot is not None:
         say(f"plot written to {plot}")
     say("\n" + args["text"].rstrip("\n"))
     return {"loader": what, "data": data, "points": points, "best": best, "dataloader": args,
-            "table": table, "plot": plot}
+            "table": table, "plot": plot, "skipped": skipped}

@@ -260,6 +260,57 @@ def test_skipped_samples_are_not_counted_as_measured():
     assert point["samples"] == point["batches"] > 0
 
 
+def test_skipped_samples_are_said_with_the_table(capsys):
+    # The rates count what was delivered: half the data set skipped was
+    # nowhere in the table, the text or the result.
+    r = stoker.bench(_HalfBad(), batch_size=2, num_workers=[0], batches=10, kind="stoker",
+                     on_error="skip", shuffle=False, gpus=0)
+    assert r["points"][0]["skipped"] >= 10 and r["skipped"] == r["points"][0]["skipped"]
+    assert f"skipped {r['skipped']} samples (on_error='skip')" in capsys.readouterr().out
+    clean = stoker.bench(Squares(), batch_size=4, num_workers=[0], batches=2, quiet=True, gpus=0)
+    assert clean["skipped"] == 0 and clean["points"][0]["skipped"] == 0
+
+
+class _SlowStore(torch.utils.data.Dataset):
+    """A store slower than the measured window a batch: 25 ms a sample."""
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        import time
+        time.sleep(0.025)
+        return torch.tensor([i])
+
+
+def test_workers_slower_than_the_window_a_batch_are_measured_in_whole_rounds():
+    # Each worker makes a batch, so they arrive in bursts of one per worker:
+    # the window closed at the first batch past `seconds` and counted one of
+    # each burst, so 4 workers read as 0 (20/s both) and 0 was recommended.
+    r = stoker.bench(_SlowStore(), batch_size=16, num_workers=[0, 4], seconds=0.2, gpus=0,
+                     quiet=True)
+    zero, four = r["points"]
+    assert four["batches"] % 4 == 0
+    assert four["samples_per_s"] > 2.5 * zero["samples_per_s"], r["points"]
+    assert r["best"]["num_workers"] == 4
+
+
+def test_a_list_of_samples_is_counted_by_its_length_in_a_short_batch():
+    # A collate_fn that keeps the samples (detection's): a stream's batch
+    # short of batch_size was counted as its first sample's field count.
+    class Shards(stoker.ShardedIterable):
+        def shards(self):
+            return [0, 1, 2]
+
+        def iter_shard(self, shard):
+            return ((torch.zeros(3, 4, 4), shard * 10 + k) for k in range(10))
+
+    r = stoker.bench(Shards(), batch_size=64, collate_fn=lambda items: items, num_workers=[0],
+                     batches=2, seconds=60, gpus=0, quiet=True, kind="stoker")
+    assert r["points"][0]["samples"] == 20  # two batches of one shard's 10
+    assert stoker._bench._batch_samples([(torch.zeros(3), 1)] * 7, 64) == 7
+
+
 def test_a_sweep_leaves_no_process_behind_without_a_garbage_collection():
     # With the garbage collector off, as it may not run for long: before, each
     # count's loader kept its zygote and workers until bench returned and a

@@ -332,13 +332,20 @@ std::optional<TunerDecision> TunerCore::Observe(const Observation& o, const Budg
   std::optional<Pooled> pooled = Accumulate(o);
   if (!pooled) return std::nullopt;
   Pooled& p = *pooled;
-  Note(p, b);
-  Learn(p, b);
   const double t = o.t_s;
   const int cap = Cap(b);
+  // Nothing finished over several windows: no rate or figure to learn from
+  // or to start a step by (a step judged against a rate of 0 "paid" any
+  // gain); a trial's count that made nothing has lost, and is judged.
+  const bool blank = p.produced == 0 && phase_ != Phase::kTrialUp && phase_ != Phase::kTrialDown;
+  if (!blank) {
+    Note(p, b);
+    Learn(p, b);
+  }
   if (workers_ > cap) {
     return Set(cap, b, p, Fmt("over budget: cap is %.0f workers", cap), t);
   }
+  if (blank) return std::nullopt;
   if (phase_ != Phase::kStart && workers_ > CpuBoundCap(b) && CpuBound(p)) {
     // CPU-bound, and more workers than the budget allows (someone resized
     // the loader, or the work changed): back within it at once.
@@ -416,6 +423,9 @@ std::optional<TunerCore::Pooled> TunerCore::Accumulate(const Observation& o) {
         pool_.window_s < k.max_window_s) {
       return std::nullopt;
     }
+    // Workers that finished nothing yet (batches of seconds on a busy CPU)
+    // give no rate and no per-sample figure: pooled on, up to 4 windows.
+    if (pool_.produced == 0 && pool_.window_s < 4 * k.max_window_s) return std::nullopt;
   }
   Pooled p = pool_;
   pool_ = {};

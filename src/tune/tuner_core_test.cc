@@ -1525,6 +1525,39 @@ TEST(TunerCoreTest, ContendedCpuBoundWorkStaysWithinTheBudget) {
   EXPECT_LE(MostWorkers(dear), 3);
 }
 
+TEST(TunerCoreTest, AWindowInWhichWorkersFinishedNothingStartsNoStepUp) {
+  // 20 ms sleeps took the pool to 64; then each sample costs 20 ms of CPU:
+  // 64 workers on 2 cores finish a batch in seconds, and windows pass in
+  // which the consumer takes buffered batches and the workers finish none.
+  // A step up was judged against that window's rate, 0: "+581778816518.4
+  // %", kept, and the pool went to 96 and 128.
+  SimWorkload io;
+  io.io_s = 0.02;
+  TunerCore core(1, 4);
+  const Budgets b = TwoCores();
+  Drive(core, io, b, 150);
+  const int before = core.workers();
+  ASSERT_GE(before, 4);
+  double t = 150 * kTick;
+  for (int i = 0; i < 30; ++i) {
+    Observation o;
+    t += kTick;
+    o.t_s = t;
+    o.window_s = kTick;
+    o.workers = core.workers();
+    o.prefetch = core.prefetch();
+    o.batches = 2;
+    o.samples = 128;
+    o.wait_s = 0.5 * kTick;  // the consumer waits half the window
+    o.step_s = 0.5 * kTick;
+    o.busy_s = core.workers() * kTick;  // every worker busy, none done
+    o.others_s = 0;
+    o.idle_s = 0;
+    auto d = core.Observe(o, b);
+    EXPECT_LE(core.workers(), before) << (d ? d->reason : "");
+  }
+}
+
 // The model's first jump for `w`, from `initial` workers (workers_after 0
 // when there was none).
 TunerDecision FirstJump(const SimWorkload& w, const Budgets& b, int initial) {

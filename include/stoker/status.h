@@ -71,6 +71,9 @@ class [[nodiscard]] Status {
 
   /// Returns a copy whose message is "<context>: <message>" (detail kept).
   Status WithContext(const std::string& context) const;
+  /// Returns a copy whose message is `message`, its code, detail and
+  /// os_error kept.
+  Status WithMessage(std::string message) const;
 
   /// Returns a copy carrying `detail` (null: none). REQUIRES: !ok().
   Status WithDetail(std::shared_ptr<const StatusDetail> detail) const;

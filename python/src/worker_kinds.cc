@@ -98,6 +98,7 @@ void BindWorkerKinds(py::module_& m) {
       .def(py::init<std::shared_ptr<ProcessWorkers>, std::shared_ptr<ThreadWorkers>, bool>(),
            py::arg("processes"), py::arg("threads"), py::arg("remake_failed"))
       .def_property_readonly("threads_failed", &WorkerKinds::threads_failed)
+      .def_property_readonly("remake_failed", &WorkerKinds::remake_failed)
       .def("as_kind",
            [](const std::shared_ptr<WorkerKinds>& k) {
              return KindHandle{std::make_shared<EitherKind>(k)};

@@ -1597,7 +1597,7 @@ class _Run:
         if self.cluster is not None:
             self.cluster.follow(self.engine)
         if self.kinds is not None:
-            self.trial = _KindTrial(self.engine, self.kinds, options.shards is None,
+            self.trial = _KindTrial(self.engine, self.kinds,
                                     "worker_init_fn needs worker processes"
                                     if options.worker_init_fn is not None else None)
 
@@ -1726,10 +1726,9 @@ class _KindTrial:
     MIN_BATCHES = 8
     TIE = 0.05
 
-    def __init__(self, engine, kinds, remake, fixed_reason=None):
+    def __init__(self, engine, kinds, fixed_reason=None):
         self._engine = engine
         self._kinds = kinds
-        self._kinds_remake = remake  # a batch failed on threads is made again on processes
         self.phase = "processes"  # then "threads", then "done"
         self.reason = "measuring processes"
         self.figures = {}
@@ -1753,7 +1752,7 @@ class _KindTrial:
         why = self._kinds.threads_failed
         if self.phase == "done" or not why:
             return
-        again = "; it was made again on processes" if self._kinds_remake else ""
+        again = "; it was made again on processes" if self._kinds.remake_failed else ""
         self.phase = "done"
         self.reason = (f"processes: a batch failed on threads ({why.splitlines()[0][:300]})"
                        + again)

@@ -43,9 +43,13 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  Status s(code_, context + ": " + message());
-  s.rep_->detail = detail();
-  s.rep_->os_error = os_error();
+  return WithMessage(context + ": " + message());
+}
+
+Status Status::WithMessage(std::string message) const {
+  if (ok()) return *this;
+  Status s = *this;
+  s.rep_->message = std::move(message);
   return s;
 }
 

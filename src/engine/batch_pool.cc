@@ -115,10 +115,8 @@ Status BatchSlot::Failure::Named() const {
   if (index < 0) return key.empty() || says_key ? status : status.WithContext(key);
   const std::string where = SampleName(index, says_key ? "" : key);
   if (!says_key) return status.WithContext(where);
-  return Status(status.code(),
-                SampleName(index, key) + ": " + status.message().substr(key.size() + 2))
-      .WithDetail(status.detail())
-      .WithOsError(status.os_error());
+  return status.WithMessage(SampleName(index, key) + ": " +
+                            status.message().substr(key.size() + 2));
 }
 
 std::string SampleName(int64_t index, const std::string& key) {

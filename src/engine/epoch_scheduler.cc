@@ -9,6 +9,12 @@
 
 namespace stoker {
 
+Status CheckEpoch(const std::string& what, int64_t epoch) {
+  if (epoch >= 0 && epoch <= kMaxEpoch) return Status::Ok();
+  return InvalidArgument(what + " must be in [0, " + std::to_string(kMaxEpoch) + "], got " +
+                         std::to_string(epoch));
+}
+
 EpochRun::EpochRun(std::shared_ptr<const EpochPlan> plan)
     : plan_(std::move(plan)), delivered_(static_cast<size_t>(plan_->num_batches()), 0) {}
 
@@ -419,10 +425,7 @@ Status EpochScheduler::Restore(const LoaderState& state, bool items_vary) {
   STOKER_RETURN_IF_ERROR(SamePlanField("rank", state.rank, plan_.rank));
   STOKER_RETURN_IF_ERROR(SamePlanField("world_size", state.world_size, plan_.world_size));
   STOKER_RETURN_IF_ERROR(SamePlanField("pad_shards", state.pad_shards, plan_.pad_shards));
-  if (state.epoch < 0 || state.epoch > kMaxEpoch) {
-    return InvalidArgument("checkpoint epoch must be in [0, " + std::to_string(kMaxEpoch) +
-                           "], got " + std::to_string(state.epoch));
-  }
+  STOKER_RETURN_IF_ERROR(CheckEpoch("checkpoint epoch", state.epoch));
   if (state.position < 0 || state.position > n) {
     return InvalidArgument("checkpoint position " + std::to_string(state.position) +
                            " is outside [0, " + std::to_string(n) + "]");

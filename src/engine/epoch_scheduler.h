@@ -94,6 +94,10 @@ class EpochRun {
 /// Building an epoch's order is O(samples): the scheduler asks for it
 /// (kBuild), the asking thread builds it with Prepare() without the lock and
 /// hands it back with Offer(). Not thread-safe.
+/// InvalidArgument naming `what` unless 0 <= epoch <= kMaxEpoch: the rule
+/// for a start_epoch, a SetEpoch and a checkpoint's epoch alike.
+Status CheckEpoch(const std::string& what, int64_t epoch);
+
 class EpochScheduler {
  public:
   struct Options {

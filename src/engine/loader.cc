@@ -135,7 +135,7 @@ uint64_t ForkGeneration() {
 Status CauseOf(const Status& st, const std::string& key) {
   const std::string& m = st.message();
   if (m.size() > key.size() + 2 && m.starts_with(key) && m.compare(key.size(), 2, ": ") == 0) {
-    return Status(st.code(), m.substr(key.size() + 2)).WithOsError(st.os_error());
+    return st.WithMessage(m.substr(key.size() + 2));
   }
   return st;
 }
@@ -849,9 +849,7 @@ class Loader::Impl {
       detail = std::move(sample);
     }
     if (failures.size() == 1) return first.Named().WithContext(where).WithDetail(detail);
-    return Status(first.status.code(), message)
-        .WithDetail(detail)
-        .WithOsError(first.status.os_error());
+    return first.status.WithMessage(message).WithDetail(detail);
   }
 
   void WorkerMain(int id) EXCLUDES(mu_) {
@@ -995,12 +993,6 @@ class Loader::Impl {
 
 namespace {
 
-Status CheckEpoch(int64_t epoch) {
-  if (epoch >= 0 && epoch <= kMaxEpoch) return Status::Ok();
-  return InvalidArgument("epoch must be in [0, " + std::to_string(kMaxEpoch) + "], got " +
-                         std::to_string(epoch));
-}
-
 int64_t ItemCount(const LoaderOptions& o) {
   return o.kind != nullptr ? o.kind->items() : o.source->size();
 }
@@ -1105,10 +1097,7 @@ Status ValidateEngineOptions(const LoaderOptions& o) {
         "option 'device' must be a CUDA device index >= 0 or kNoDevice (-1), got " +
         std::to_string(o.device));
   }
-  if (o.start_epoch < 0 || o.start_epoch > kMaxEpoch) {
-    return InvalidArgument("option 'start_epoch' must be in [0, " + std::to_string(kMaxEpoch) +
-                           "], got " + std::to_string(o.start_epoch));
-  }
+  STOKER_RETURN_IF_ERROR(CheckEpoch("option 'start_epoch'", o.start_epoch));
   if (ItemSpec(o).bytes() == 0) return InvalidArgument("the sample spec has zero bytes");
   const PlanOptions plan = PlanOptionsOf(o);
   STOKER_RETURN_IF_ERROR(ValidatePlanOptions(plan));
@@ -1169,13 +1158,13 @@ bool Loader::WaitReady(std::chrono::nanoseconds timeout) {
 }
 Status Loader::SetEpoch(int64_t epoch) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
-  STOKER_RETURN_IF_ERROR(CheckEpoch(epoch));
+  STOKER_RETURN_IF_ERROR(CheckEpoch("epoch", epoch));
   impl_->SetEpoch(epoch, std::nullopt, /*keep_ahead=*/true, /*keep_restore=*/true);
   return Status::Ok();
 }
 Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {
   STOKER_RETURN_IF_ERROR(impl_->CheckProcess());
-  STOKER_RETURN_IF_ERROR(CheckEpoch(epoch));
+  STOKER_RETURN_IF_ERROR(CheckEpoch("epoch", epoch));
   if (!impl_->items_vary()) {
     return InvalidArgument(
         "SetEpoch with an item count needs option 'kind' of items that are not samples (a "

@@ -424,10 +424,15 @@ class DataLoader(torch.utils.data.DataLoader):
         self._run.check_usable()
         options = self._options
         record = self._plan.record
-        engine, stream = self._run.engine.state(), None
+        it = self._iterator
+        # With device=, batches copied ahead are not yet the user's.
+        ahead = it.checkpoint_state() if it is not None and (it.finished or not it.done) else None
+        engine, stream = self._run.engine.state() if ahead is None else ahead[0], None
         if options.shards is not None:
-            it = self._iterator
-            opened = it.open_item() if it is not None and not it.done else None
+            if ahead is not None:
+                opened = ahead[1]
+            else:
+                opened = it.open_item() if it is not None and not it.done else None
             if self._resume and self._skip:
                 stream = {"item": self._skip[0], "batches_taken": self._skip[1]}
             elif opened is not None:  # the shard whose batches are being handed out
@@ -1883,33 +1888,43 @@ class _DeviceAhead:
     is raised after the batches before it, so the order is the loader's.
     `produce` (the next host batch) and `ready_now` (whether one can be had
     without waiting) are its iterator's, given at each call (held, they would
-    make a cycle that only the garbage collector frees)."""
+    make a cycle that only the garbage collector frees). `taken()` says where
+    the iterator stood after each batch it produced; a checkpoint is taken
+    where it stood after the last one handed over (`handed_state`), not
+    after those copied ahead."""
 
     def __init__(self, device, budget):
         torch = _torch()
         self._device, self._budget = device, budget
         cuda = device.type == "cuda"
         self._stream = torch.cuda.Stream(device) if cuda else None
-        self._queue = collections.deque()  # (batch on the device, event, bytes, host batch)
+        # (batch on the device, event, bytes, host batch, the iterator's state after it)
+        self._queue = collections.deque()
         self._bytes = 0
         self._copying = []                 # (event, host batch) handed over, copy maybe running
         self._pending = None               # raised once the batches before it are handed over
+        self.handed_state = None           # the state after the last batch handed over
 
-    def next(self, produce, ready_now):
+    def ahead(self):
+        """Whether batches (or an error) were taken from the iterator and not
+        yet handed over."""
+        return bool(self._queue) or self._pending is not None
+
+    def next(self, produce, ready_now, taken):
         torch = _torch()
         self._let_go()
         if not self._queue:
             if self._pending is not None:
                 pending, self._pending = self._pending, None
                 raise pending
-            self._send(produce())
+            self._send(produce(), taken())
         while self._pending is None and (len(self._queue) < 2 or self._bytes < self._budget) \
                 and ready_now():
             try:
-                self._send(produce())
+                self._send(produce(), taken())
             except Exception as e:  # noqa: BLE001 -- StopIteration and DataError included
                 self._pending = e
-        batch, event, size, host = self._queue.popleft()
+        batch, event, size, host, self.handed_state = self._queue.popleft()
         self._bytes -= size
         if event is not None:
             current = torch.cuda.current_stream(self._device)
@@ -1919,7 +1934,7 @@ class _DeviceAhead:
             self._copying.append((event, host))
         return batch
 
-    def _send(self, host):
+    def _send(self, host, state):
         torch = _torch()
         if self._stream is None:
             batch, event = _to_device(host, self._device), None
@@ -1929,7 +1944,7 @@ class _DeviceAhead:
                 event = torch.cuda.Event()
                 event.record(self._stream)
         size = sum(t.numel() * t.element_size() for t in _tensors(batch, []))
-        self._queue.append((batch, event, size, host))
+        self._queue.append((batch, event, size, host, state))
         self._bytes += size
 
     def _let_go(self):
@@ -1937,7 +1952,7 @@ class _DeviceAhead:
 
     def __del__(self):
         # Host batches go back to the workers now: their copies must be done.
-        for event in [e for _, e, _, _ in self._queue] + [e for e, _ in self._copying]:
+        for event in [q[1] for q in self._queue] + [e for e, _ in self._copying]:
             if event is not None:
                 event.synchronize()
 
@@ -2017,7 +2032,21 @@ class _Iterator:
             return self._next_host()
         if self._ahead is None:
             self._ahead = _DeviceAhead(self._device, self.run.options.device_budget)
-        return self._ahead.next(self._next_host, self._ready_now)
+        return self._ahead.next(self._next_host, self._ready_now, self._taken_state)
+
+    def _taken_state(self):
+        """(engine state, open item) now: what a checkpoint after the batch
+        just produced holds."""
+        return self._engine.state(), (self.open_item() if not self.done else None)
+
+    def checkpoint_state(self):
+        """(engine state, open item) after the last batch handed to the user
+        where batches were copied to the device ahead of it; else None (the
+        iterator's own state is the user's)."""
+        ahead = self._ahead
+        if ahead is None or not ahead.ahead() or ahead.handed_state is None:
+            return None
+        return ahead.handed_state
 
     def _ready_now(self):
         """A batch can be had without waiting (device look-ahead only takes those)."""

@@ -992,3 +992,20 @@ def test_the_epoch_after_one_left_mid_shard_delivers_each_sample_once(tmp_path, 
             got = ids(batches(dl))
             assert sorted(got) == ds.every(), got
         assert dl.stats()["handovers"] == 0  # dropped, not handed over
+
+
+def test_a_shards_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(monkeypatch):
+    from test_checkpoint import _device_ahead, _taken_ahead
+    _device_ahead(monkeypatch)
+    ds = Shards(lens=(30, 30))
+    with loader(ds, 2, shuffle=False) as dl:
+        whole = batches(dl)
+    with loader(ds, 2, shuffle=False, device="gpu-stand-in",
+                device_prefetch_bytes=1 << 20) as dl:
+        head = [(a.flatten().tolist(), b.flatten().tolist())
+                for a, b in _taken_ahead(iter(dl), 2)]
+        state = dl.state_dict()
+    assert head == whole[:len(head)]
+    with loader(ds, 2, shuffle=False) as dl:
+        dl.load_state_dict(state)
+        assert head + batches(dl) == whole

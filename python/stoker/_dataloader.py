@@ -822,6 +822,10 @@ def _resolve_delivery(pin_memory, pin_memory_device, device, device_prefetch_byt
         raise ValueError("pin_memory_device must be '' or a CUDA device ('cuda', 'cuda:N') with "
                          f"pin_memory=True, got {pin_memory_device!r}: stoker pins memory for "
                          "CUDA only")
+    if pin_memory and pin_memory_device.startswith("cuda:") and torch.cuda.is_available() and \
+            int(pin_memory_device[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"pin_memory_device={pin_memory_device!r} is out of range: torch sees "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
     if pin_memory_device and not pin_memory:  # unused, as torch warns (a CPU run's str(device))
         warnings.warn("pin memory device is set and pin_memory flag is not used then device "
                       "pinned memory won't be used please set pin_memory to true, if you need "
@@ -1851,30 +1855,37 @@ class _KindTrial:
         return "processes", "processes: as fast, no less CPU with threads, " + rates + cpu
 
 
-def _tensors(payload, out):
-    """The tensors in a collated batch (nested tuples, lists and dicts)."""
+def _to_device(payload, device, moved=None):
+    """`payload` with its tensors copied to `device` (non-blocking, on the
+    current stream), each copy appended to `moved`; walked as torch's
+    pin_memory walks a batch (mappings, namedtuples, sequences), and
+    dataclasses field by field. Objects of other types are left as they are."""
     torch = _torch()
     if isinstance(payload, torch.Tensor):
-        out.append(payload)
-    elif isinstance(payload, dict):
-        for v in payload.values():
-            _tensors(v, out)
-    elif isinstance(payload, (list, tuple)):
-        for v in payload:
-            _tensors(v, out)
-    return out
-
-
-def _to_device(payload, device):
-    torch = _torch()
-    if isinstance(payload, torch.Tensor):
-        return payload.to(device, non_blocking=True)
-    if isinstance(payload, dict):
-        return type(payload)((k, _to_device(v, device)) for k, v in payload.items())
+        payload = payload.to(device, non_blocking=True)
+        if moved is not None:
+            moved.append(payload)
+        return payload
+    if isinstance(payload, (str, bytes)):
+        return payload
+    if isinstance(payload, collections.abc.Mapping):
+        items = {k: _to_device(v, device, moved) for k, v in payload.items()}
+        try:
+            return type(payload)(items)
+        except TypeError:  # a mapping that cannot be made from a dict, as torch's falls back
+            return items
     if isinstance(payload, tuple) and hasattr(payload, "_fields"):  # a namedtuple
-        return type(payload)(*(_to_device(v, device) for v in payload))
-    if isinstance(payload, (list, tuple)):
-        return type(payload)(_to_device(v, device) for v in payload)
+        return type(payload)(*(_to_device(v, device, moved) for v in payload))
+    if isinstance(payload, collections.abc.Sequence):
+        items = [_to_device(v, device, moved) for v in payload]
+        try:
+            return type(payload)(items)
+        except TypeError:
+            return items
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        return dataclasses.replace(payload, **{
+            f.name: _to_device(getattr(payload, f.name), device, moved)
+            for f in dataclasses.fields(payload) if f.init})
     return payload
 
 
@@ -1898,7 +1909,8 @@ class _DeviceAhead:
         self._device, self._budget = device, budget
         cuda = device.type == "cuda"
         self._stream = torch.cuda.Stream(device) if cuda else None
-        # (batch on the device, event, bytes, host batch, the iterator's state after it)
+        # (batch on the device, its device tensors, event, bytes, host batch, the
+        # iterator's state after it)
         self._queue = collections.deque()
         self._bytes = 0
         self._copying = []                 # (event, host batch) handed over, copy maybe running
@@ -1924,27 +1936,28 @@ class _DeviceAhead:
                 self._send(produce(), taken())
             except Exception as e:  # noqa: BLE001 -- StopIteration and DataError included
                 self._pending = e
-        batch, event, size, host, self.handed_state = self._queue.popleft()
+        batch, moved, event, size, host, self.handed_state = self._queue.popleft()
         self._bytes -= size
         if event is not None:
             current = torch.cuda.current_stream(self._device)
             current.wait_event(event)
-            for t in _tensors(batch, []):
+            for t in moved:
                 t.record_stream(current)
             self._copying.append((event, host))
         return batch
 
     def _send(self, host, state):
         torch = _torch()
+        moved = []
         if self._stream is None:
-            batch, event = _to_device(host, self._device), None
+            batch, event = _to_device(host, self._device, moved), None
         else:
             with torch.cuda.stream(self._stream):
-                batch = _to_device(host, self._device)
+                batch = _to_device(host, self._device, moved)
                 event = torch.cuda.Event()
                 event.record(self._stream)
-        size = sum(t.numel() * t.element_size() for t in _tensors(batch, []))
-        self._queue.append((batch, event, size, host, state))
+        size = sum(t.numel() * t.element_size() for t in moved)
+        self._queue.append((batch, moved, event, size, host, state))
         self._bytes += size
 
     def _let_go(self):
@@ -1952,7 +1965,7 @@ class _DeviceAhead:
 
     def __del__(self):
         # Host batches go back to the workers now: their copies must be done.
-        for event in [q[1] for q in self._queue] + [e for e, _ in self._copying]:
+        for event in [q[2] for q in self._queue] + [e for e, _ in self._copying]:
             if event is not None:
                 event.synchronize()
 
@@ -2187,7 +2200,7 @@ class _Iterator:
             torch = _torch()
             if torch.cuda.is_available():
                 from torch.utils.data._utils.pin_memory import pin_memory
-                payload = pin_memory(payload)
+                payload = pin_memory(payload, self.run.options.pin_memory_device or None)
         return payload
 
     def _warn_past_len(self):

@@ -331,9 +331,12 @@ class Loader:
             if len(labels):  # a batch whose samples were all skipped is left out
                 break
         if self.device is not None:
-            # A zero-copy view: the tensor keeps stoker's batch alive.
+            # A zero-copy view: the tensor keeps stoker's batch alive. The
+            # labels' copy is queued on the current stream (a blocking one
+            # would wait for all the work queued there); CUDA stages a copy
+            # from pageable memory before the call returns.
             return (self._torch.as_tensor(images, device=self.device),
-                    self._torch.from_numpy(labels).to(self.device))
+                    self._torch.from_numpy(labels).to(self.device, non_blocking=True))
         if self._torch is not None:
             return self._torch.from_numpy(images), self._torch.from_numpy(labels)
         return images, labels

@@ -86,6 +86,19 @@ def fake_cudart(monkeypatch):
     return lib
 
 
+@pytest.fixture
+def gpu_stand_in(monkeypatch):
+    """device="gpu-stand-in" for stoker.DataLoader on a torch without CUDA: its
+    batches are copied ahead to a device as on a GPU (_DeviceAhead), to the
+    CPU, without the CUDA stream and events."""
+    torch = pytest.importorskip("torch")
+    from stoker import _dataloader
+    real = _dataloader._resolve_device
+    monkeypatch.setattr(_dataloader, "_resolve_device", lambda device, t: (
+        (None, torch.device("cpu")) if device == "gpu-stand-in" else real(device, t)))
+    return "gpu-stand-in"
+
+
 # --- a real Dask cluster on 127.0.0.1 (python/tests/dask_cluster.py) ---------
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -313,15 +313,6 @@ def test_a_resume_before_set_epoch_names_the_epoch_and_stays_loaded():
         assert rest == list(sampler)[4:]
 
 
-def _device_ahead(monkeypatch):
-    """device= on a CPU-only torch: the loader copies batches ahead to a
-    device as on a GPU (its _DeviceAhead), to the CPU, without the CUDA stream."""
-    from stoker import _dataloader
-    real = _dataloader._resolve_device
-    monkeypatch.setattr(_dataloader, "_resolve_device", lambda device, torch: (
-        (None, torch.device("cpu")) if device == "gpu-stand-in" else real(device, torch)))
-
-
 def _taken_ahead(it, taken):
     """`taken` batches, then more until the device look-ahead holds batches
     the user has not had (the workers make them meanwhile)."""
@@ -334,12 +325,11 @@ def _taken_ahead(it, taken):
 
 
 @pytest.mark.parametrize("workers", [2, "auto"])
-def test_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(monkeypatch, workers):
-    _device_ahead(monkeypatch)
+def test_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(gpu_stand_in, workers):
 
     def made():
         return stoker.DataLoader(list(range(40)), batch_size=2, num_workers=workers,
-                                 device="gpu-stand-in", device_prefetch_bytes=1 << 20)
+                                 device=gpu_stand_in, device_prefetch_bytes=1 << 20)
     with made() as dl:
         head = _taken_ahead(iter(dl), 3)
         state = dl.state_dict()

@@ -132,3 +132,32 @@ def test_stats_show_the_gpus_or_say_why_not(monkeypatch):
             got = dl.stats()
             assert (got["gpu"] is None) == (stats["gpu"] is None)
             assert "gpu" not in dl.stats(gpu=False)
+
+
+def test_a_batch_is_walked_to_the_device_as_torchs_pin_memory_walks_it():
+    # Dataclasses, mappings and sequences of any type keep their type, each
+    # tensor in them moved and counted; str, bytes and other objects stay.
+    # A dtype stands in for the device: .to() takes either.
+    torch = pytest.importorskip("torch")
+    import collections
+    import dataclasses
+    from stoker._dataloader import _to_device
+
+    @dataclasses.dataclass
+    class Batch:
+        images: object
+        meta: object
+        name: str = "b"
+
+    Pair = collections.namedtuple("Pair", "a b")
+    batch = Batch(images=torch.zeros(2, 3), meta=collections.OrderedDict(
+        pair=Pair(torch.ones(2), [torch.ones(1), b"raw"]), other=range(3)), name="x")
+    moved = []
+    out = _to_device(batch, torch.float64, moved)
+    assert type(out) is Batch and out.name == "x"
+    assert out.images.dtype == torch.float64
+    assert type(out.meta) is collections.OrderedDict
+    assert type(out.meta["pair"]) is Pair and out.meta["pair"].a.dtype == torch.float64
+    assert out.meta["pair"].b[0].dtype == torch.float64 and out.meta["pair"].b[1] == b"raw"
+    assert list(out.meta["other"]) == [0, 1, 2]  # a range cannot be remade from a list
+    assert len(moved) == 3

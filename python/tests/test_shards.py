@@ -994,13 +994,12 @@ def test_the_epoch_after_one_left_mid_shard_delivers_each_sample_once(tmp_path, 
         assert dl.stats()["handovers"] == 0  # dropped, not handed over
 
 
-def test_a_shards_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(monkeypatch):
-    from test_checkpoint import _device_ahead, _taken_ahead
-    _device_ahead(monkeypatch)
+def test_a_shards_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(gpu_stand_in):
+    from test_checkpoint import _taken_ahead
     ds = Shards(lens=(30, 30))
     with loader(ds, 2, shuffle=False) as dl:
         whole = batches(dl)
-    with loader(ds, 2, shuffle=False, device="gpu-stand-in",
+    with loader(ds, 2, shuffle=False, device=gpu_stand_in,
                 device_prefetch_bytes=1 << 20) as dl:
         head = [(a.flatten().tolist(), b.flatten().tolist())
                 for a, b in _taken_ahead(iter(dl), 2)]

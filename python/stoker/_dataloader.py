@@ -301,8 +301,13 @@ class DataLoader(torch.utils.data.DataLoader):
 
     @multiprocessing_context.setter
     def multiprocessing_context(self, value):
-        raise ValueError("multiprocessing_context cannot be changed after a stoker.DataLoader "
-                         "is made: its zygote is started then")
+        # The one it has (a script setting it again after the loader is
+        # made) changes nothing.
+        ours, theirs = self.multiprocessing_context, _start_method(value)
+        if (ours and ours.get_start_method()) != (theirs and theirs.get_start_method()):
+            raise ValueError(f"multiprocessing_context cannot be changed after a stoker.DataLoader "
+                             f"is made (it has {ours and ours.get_start_method()!r}, given "
+                             f"{value!r}): its zygote is started then")
 
     # -- iteration ----------------------------------------------------------
 

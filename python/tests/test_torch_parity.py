@@ -240,6 +240,13 @@ def test_the_loader_is_a_torch_dataloader_with_its_attributes_and_refusals():
                 setattr(dl, name, value)
         with pytest.raises(ValueError, match="multiprocessing_context cannot be changed"):
             dl.multiprocessing_context = "spawn"
+        dl.multiprocessing_context = None  # the one it has: nothing changes
+    with stoker.DataLoader(Indexed(), batch_size=4, num_workers=1,
+                           multiprocessing_context="spawn") as dl:
+        dl.multiprocessing_context = torch.multiprocessing.get_context("spawn")
+        with pytest.raises(ValueError, match="has 'spawn', given 'fork'"):
+            dl.multiprocessing_context = "fork"
+        assert len([b for b in dl]) == 14
     with stoker.DataLoader(Indexed(), num_workers=0) as dl:
         assert type(dl.sampler) is SequentialSampler and dl.batch_sampler.batch_size == 1
     # num_workers is an int, as code written for torch reads it (a Lightning-style

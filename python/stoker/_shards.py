@@ -40,6 +40,18 @@ class ShardedIterable(torch.utils.data.IterableDataset):
     def iter_shard(self, shard):
         raise NotImplementedError(f"{type(self).__name__} must define iter_shard(shard)")
 
+    def __getstate__(self):
+        # A copy sent to a fresh interpreter (torch's workers started by
+        # spawn, as they are in mp.spawn's ranks) finds no process group
+        # there: the group's rank goes with it, as the copy's own.
+        getstate = getattr(super(), "__getstate__", None)  # object's, since Python 3.11
+        state = getstate() if getstate is not None else self.__dict__
+        if self.rank is None and self.world_size is None and isinstance(state, dict):
+            rank, world = _process_group()
+            if world is not None:
+                state = dict(state, rank=rank, world_size=world)
+        return state
+
     def __iter__(self):
         mine = rank_shards(self)
         info = torch.utils.data.get_worker_info()

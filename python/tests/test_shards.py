@@ -1008,3 +1008,40 @@ def test_a_shards_batches_copied_ahead_to_the_device_are_not_in_the_checkpoint(g
     with loader(ds, 2, shuffle=False) as dl:
         dl.load_state_dict(state)
         assert head + batches(dl) == whole
+
+
+SPAWNED_RANKS = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+    sys.path.insert(0, {tests!r})
+    from test_shards import Shards
+
+    def run(rank, port):
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{{port}}", rank=rank,
+                                world_size=2)
+        got = sorted(int(ids) for ids, _ in torch.utils.data.DataLoader(
+            Shards(), batch_size=None, num_workers=1, multiprocessing_context="spawn"))
+        print(rank, got, flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=({port},), nprocs=2)
+""")
+
+
+def test_torchs_spawned_workers_read_the_process_groups_rank_not_every_shard(tmp_path):
+    # mp.spawn's ranks set no RANK; torch's workers started by spawn have no
+    # process group: each read every shard (each sample twice an epoch).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "ranks.py"
+    script.write_text(SPAWNED_RANKS.format(tests=os.path.dirname(__file__), port=port))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = dict((int(line.split(" ", 1)[0]), json.loads(line.split(" ", 1)[1]))
+               for line in out.stdout.splitlines())
+    ds = Shards()
+    assert got == {r: ds.every(range(r, len(ds.lens), 2)) for r in (0, 1)}

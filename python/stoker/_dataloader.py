@@ -1007,14 +1007,16 @@ class _Plan:
         state = self._rng_state()
         orders = self._order_states()  # with the generator's: a sampler may hold it
         drew = self._seed_each_epoch or self._base_seed is None
+        calls = 2 if drew and self._options.workers != 0 else 1
+        seed, source = self._iterated(drew, calls)
         if drew:
-            self._base_seed = self._draw_seed()
+            self._base_seed = seed
         dataset_len = _len_or_none(self.dataset)
-        flat, offsets, keys = self._read(epoch)
+        flat, offsets, keys = self._read(epoch, source)
         digest = _digest(flat, offsets, keys)
         self.record = {"epoch": epoch, "rng": base64.b64encode(state).decode(),
                        "base_seed": self._base_seed, "drew_seed": drew, "digest": digest,
-                       "batches": len(offsets) - 1}
+                       "batches": len(offsets) - 1, "iter_calls": calls}
         if dataset_len is not None:
             self.record["dataset_len"] = dataset_len
         if self._generator is not None:  # torch's global one is the user's between epochs
@@ -1062,12 +1064,15 @@ class _Plan:
                 ("drew_seed", bool, False), ("digest", str, False), ("batches", int, True),
                 ("dataset_len", int, True), ("rng_after", str, True), ("shards", str, True),
                 ("sampler_states", dict, True), ("sampler_states_after", dict, True),
-                ("sampler_facts", dict, True)):
+                ("sampler_facts", dict, True), ("iter_calls", int, True)):
             if optional and field not in record:
                 continue
             if not isinstance(record.get(field), kind):
                 raise ValueError(f"state dict's epoch_start[{field!r}] is missing or not "
                                  f"{kind.__name__}: {record.get(field)!r}")
+        if record.get("iter_calls", 1) not in (1, 2):
+            raise ValueError("state dict's epoch_start['iter_calls'] is not 1 or 2: "
+                             f"{record['iter_calls']!r}")
         size = _torch().get_rng_state().numel()  # a CPU generator's state, in bytes
         for field in ("rng", "rng_after"):
             if field not in record:
@@ -1226,10 +1231,26 @@ class _Plan:
         return True
 
     def _replay(self, record, epoch):
-        if record["drew_seed"]:
-            self._draw_seed()
+        # As the checkpoint's epoch called them (the worker count may differ now).
+        _, source = self._iterated(record["drew_seed"], record.get("iter_calls", 0))
         self._base_seed = record["base_seed"]
-        return self._read(epoch)
+        return self._read(epoch, source)
+
+    def _iterated(self, drew, calls):
+        """(the base seed drawn or None, the order's iterator to read): iter()
+        called as torch's iterator calls it, since an order's __iter__ may
+        draw at once (one that builds its list and returns iter() of it):
+        before the seed's draw and, with workers (`calls` 2), again after it
+        (torch's multiprocessing iterator resets itself at its start), that
+        one read; once where no seed is drawn (persistent workers' later
+        epochs). `calls` 0: once, after the draw (a checkpoint of an earlier
+        stoker, which recorded no `iter_calls`)."""
+        order = self.order()
+        source = iter(order) if calls else None
+        seed = self._draw_seed() if drew else None
+        if calls != 1 and drew:
+            source = iter(order)
+        return seed, source if source is not None else iter(order)
 
     def draws(self, epoch, taken):
         """The iter() of `epoch`, `taken` of its batches taken before (a
@@ -1265,7 +1286,7 @@ class _Plan:
         torch = _torch()  # torch's own draw, as its iterator makes it
         return int(torch.empty((), dtype=torch.int64).random_(generator=self._generator).item())
 
-    def _read(self, epoch=None):
+    def _read(self, epoch=None, source=None):
         """The epoch's batches: (flat, where each starts (one more than
         batches), keys), flat and offsets as arrays of int64 (a list would
         hold an int object per sample: 100 MiB at 3 million, whose freed heap
@@ -1277,7 +1298,7 @@ class _Plan:
         options = self._options
         order = options.sampler if options.unbatched else options.batch_sampler
         bound = 2 * len(order) + _ORDER_SLACK
-        source = iter(order)
+        source = iter(order) if source is None else source
         batches = ([i] for i in source) if options.unbatched else source
         flat, offsets, keys = array.array("q"), array.array("q", [0]), None
         generators = self._order_generators() if epoch is not None and options.shards is None \

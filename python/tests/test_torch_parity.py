@@ -67,6 +67,53 @@ def both(make, **kwargs):
     return got
 
 
+class EagerBatches(torch.utils.data.Sampler):
+    """A batch sampler whose __iter__ draws its order when called (builds its
+    list, returns iter() of it), as length-grouping samplers do."""
+
+    def __init__(self, n=12, size=3):
+        self.n, self.size = n, size
+
+    def __len__(self):
+        return self.n // self.size
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n).view(-1, self.size).tolist())
+
+
+class EagerSampler(EagerBatches):
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n).tolist())
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("order", ["batch_sampler", "sampler"])
+def test_an_order_drawing_in_its_iter_gives_torchs_batches_and_generator_state(
+        workers, persistent, order):
+    # torch calls iter() before drawing its base seed and, with workers, again
+    # after it; the order it reads is the last one.
+    def make(cls):
+        given = {"batch_sampler": EagerBatches()} if order == "batch_sampler" else \
+            {"sampler": EagerSampler(), "batch_size": None}
+        return cls([torch.tensor(i) for i in range(12)], num_workers=workers,
+                   persistent_workers=persistent, **given)
+    theirs, ours = both(make)
+    assert ours == theirs
+    for cls in (TorchDataLoader, stoker.DataLoader):  # the global generator after an epoch
+        torch.manual_seed(7)
+        loader = make(cls)
+        list(loader)
+        after = torch.rand(1)
+        if cls is TorchDataLoader:
+            expected = after
+        else:
+            loader.close()
+    assert torch.equal(after, expected)
+
+
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
 def test_shuffle_with_a_generator_gives_torchs_batches(workers, persistent):
     def make(cls):

@@ -5,6 +5,7 @@ a new process with no seed of the user's."""
 
 import copy
 import functools
+import itertools
 import json
 import os
 import pickle
@@ -112,6 +113,24 @@ def test_an_order_drawing_in_its_iter_gives_torchs_batches_and_generator_state(
         else:
             loader.close()
     assert torch.equal(after, expected)
+
+
+@pytest.mark.parametrize("taken_at,resumed_at", [(2, 0), (0, 2)])
+def test_an_order_drawing_in_its_iter_resumes_at_another_worker_count(taken_at, resumed_at):
+    data = [torch.tensor(i) for i in range(12)]
+
+    def epoch(workers, taken=None, state=None):
+        torch.manual_seed(3 if state is None else 99)
+        with stoker.DataLoader(data, batch_sampler=EagerBatches(), num_workers=workers) as dl:
+            if state is not None:
+                dl.load_state_dict(state)
+            it = iter(dl)
+            got = [b.tolist() for b in itertools.islice(it, taken)]
+            return got, dl.state_dict()
+    whole, _ = epoch(taken_at)
+    head, state = epoch(taken_at, taken=2)
+    rest, _ = epoch(resumed_at, state=state)
+    assert head + rest == whole
 
 
 @pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])

@@ -16,6 +16,7 @@ client, with the user's Security (TLS) when given.
 import collections
 import functools
 import io
+import logging
 import os
 import pickle
 import sys
@@ -70,7 +71,16 @@ def _differences(mine, theirs):
                      if theirs.get(k) != v)
 
 
-class _VersionMismatch(RuntimeError):
+class _WorkerMismatch(RuntimeError):
+    """A worker that would not make this loader's tasks as its process does:
+    refused, said once; the other workers go on."""
+
+
+class _VersionMismatch(_WorkerMismatch):
+    pass
+
+
+class _SourceMismatch(_WorkerMismatch):
     pass
 
 
@@ -172,6 +182,24 @@ class SampleJob:
         self.source = source
         self.transform = transform
         self.seed = seed
+        # A worker opens the source again by its path (Remade): what it finds
+        # there must be what this process opened, or its samples would differ.
+        self.identity = source._identity()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._seen = self.source._identity()  # once, where it is loaded
+
+    def check_source(self):
+        """In a task: _SourceMismatch unless the source this worker opened
+        holds the samples, by count and keys, that the loader's does."""
+        (count, keys), (seen, seen_keys) = self.identity, self._seen
+        if (seen, seen_keys) == (count, keys):
+            return
+        differs = (f"{seen} samples where the loader's process has {count}" if seen != count
+                   else f"{seen} samples as the loader's process, but other keys")
+        raise _SourceMismatch(f"this Dask worker opened {self.source!r} again from its path and "
+                              f"found {differs}: the data changed since the loader was made")
 
 
 def _remote_samples(job, epoch, items, cap_bytes, expected):
@@ -180,6 +208,7 @@ def _remote_samples(job, epoch, items, cap_bytes, expected):
     several tasks at once), packed: a _Batch of (samples, labels, failures)."""
     from . import _stoker, _workers
     _check_here(expected)
+    job.check_source()
     _workers.batch_scheduling()
     made = _Batch(*_pack(_stoker.make_samples(job.source._impl, job.transform._impl, job.seed,
                                               epoch, items, cap_bytes)))
@@ -299,21 +328,50 @@ def _configure_dask():
 
 
 def _check_address(address):
-    """Refuses an address Dask cannot connect to at all, before a Client is
-    made: one made for it fails at once, then holds the interpreter's exit for
-    twice the timeout."""
+    """Refuses an address Dask cannot connect to at all, read by Dask's own
+    parsers (its scheme's: a port for tcp:// and tls://), before a Client is
+    made."""
     from distributed.comm import parse_address
     from distributed.comm.registry import get_backend
     if not isinstance(address, str):
         return
     try:
         scheme, location = parse_address(address)
-        get_backend(scheme)
+        backend = get_backend(scheme)
     except ValueError as e:
         raise ClusterError(f"cluster={address!r} is not a Dask scheduler's address: {e}") from e
     if not location:
         raise ClusterError(f"cluster={address!r} names no scheduler: give its address, e.g. "
                            "'tcp://host:8786'")
+    try:
+        backend.get_address_host_port(location)
+    except NotImplementedError:  # not host:port (inproc://): the scheme's own form
+        pass
+    except ValueError as e:
+        raise ClusterError(f"cluster={address!r} is not a Dask scheduler's address: {e}; give "
+                           f"its host and port, e.g. '{scheme}://host:8786'") from e
+
+
+@functools.cache
+def _client_class():
+    """distributed.Client, closed at once when it fails to start: one left
+    half-made (an address its scheme refuses, tls:// without a Security)
+    would be closed by its __del__ at the interpreter's exit, which then
+    waited twice its timeout."""
+    import distributed
+
+    class Client(distributed.Client):
+        def __init__(self, *args, **kwargs):
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                try:
+                    self.close(timeout=2)
+                except Exception:  # noqa: BLE001 -- what close raises: the first error is the one
+                    pass
+                raise
+
+    return Client
 
 
 class Cluster:
@@ -339,11 +397,13 @@ class Cluster:
         if self._own_client:
             _check_address(cluster)
             try:
-                self.client = distributed.Client(cluster, security=security, timeout=timeout_s,
-                                                 set_as_default=False)
+                self.client = _client_class()(cluster, security=security, timeout=timeout_s,
+                                              set_as_default=False)
             except Exception as e:  # noqa: BLE001 -- every way a connection fails
+                hint = ("; a tls:// scheduler needs cluster_security"
+                        if security is None and str(cluster).startswith("tls://") else "")
                 raise ClusterError(f"cannot reach the Dask scheduler at {cluster}: "
-                                   f"{type(e).__name__}: {e}") from e
+                                   f"{type(e).__name__}: {e}{hint}") from e
         else:
             if cluster.status != "running":  # closed (a `with` block ended), or not yet connected
                 raise ClusterError(f"the Dask client given as cluster= is {cluster.status}, not "
@@ -369,6 +429,7 @@ class Cluster:
         self._warming = {}                    # worker that joined later -> its check's future
         self._checks = 0                      # checks sent, for their keys
         self._check_errors = {}               # worker -> its checks that raised
+        self._load_errors = {}                # worker -> sends of the job it could not load
         self._looked = threading.Event()      # a check ended: the watch looks again now
         self._lagged = {}                     # worker address -> when a task of it lagged
         self._lagged_tasks = 0                      # tasks that lagged, made locally instead
@@ -392,16 +453,18 @@ class Cluster:
                 part = _unpicklable(job)
                 if part is None:
                     # It pickles here: the workers could not take it, most often
-                    # for a module of the dataset's they cannot import.
-                    dataset = getattr(job, "dataset", None)
+                    # for a module of the dataset's they cannot import. Dask's
+                    # error is its connection's, closed by the worker that failed.
+                    found = self._why_not_loaded(None)
+                    why = (f"{e}" if not found else
+                           "; ".join(f"{why} (on {worker})" for worker, why in found.items()))
                     hint = ("; its classes must be importable there (their modules on the "
                             "workers' PYTHONPATH)"
-                            if "No module named" in str(e) or "Can't get attribute" in str(e)
+                            if "No module named" in why or "Can't get attribute" in why
                             else "")
                     raise ClusterError(
                         f"the Dask workers at {self.address} cannot load the loader's job "
-                        f"(dataset {type(dataset).__module__}.{type(dataset).__qualname__}): "
-                        f"{e}{hint}") from e
+                        f"({self._job_name()}): {why}{hint}") from e
             if part is not None:
                 name, value, error = part
                 # A function or class by its own name; any other value by its type's.
@@ -419,6 +482,25 @@ class Cluster:
         self._note_workers(_workers_of(self.client.scheduler_info()))
         self.refresh()
         threading.Thread(target=self._watch, name="stoker-cluster-watch", daemon=True).start()
+
+    def _job_name(self):
+        """The part of the job a worker loads that is the user's: its dataset or source."""
+        what = "dataset" if hasattr(self._jobdata, "dataset") else "source"
+        data = getattr(self._jobdata, what, None)
+        return f"{what} {type(data).__module__}.{type(data).__qualname__}"
+
+    def _why_not_loaded(self, workers):
+        """{worker: why the job does not load there} for those of `workers`
+        (None: all) where it does not, found by loading it there; {} when
+        the cluster cannot say. Waits up to the timeout."""
+        from distributed.protocol import pickle as dask_pickle
+        try:
+            blob = dask_pickle.dumps(self._jobdata)
+            found = _within(self._timeout_s, lambda: self.client.run(
+                _load_error, blob, workers=workers, on_error="return"))
+        except Exception:  # noqa: BLE001 -- cut off, or the workers gone: nothing found
+            return {}
+        return {worker: why for worker, why in found.items() if isinstance(why, str)}
 
     def _check_versions(self):
         try:
@@ -453,6 +535,9 @@ class Cluster:
             del self._warming[worker]
             if future.status == "error":  # it raised there: another stoker, or the job lost
                 error = future.exception()
+                if isinstance(error, _WorkerMismatch):  # its source differs: for good
+                    self._refuse_worker(worker, error)
+                    continue
                 self._check_errors[worker] = self._check_errors.get(worker, 0) + 1
                 if self._check_errors[worker] >= _ATTEMPTS:
                     self._refuse_worker(worker, ClusterError(
@@ -584,7 +669,7 @@ class Cluster:
                 if not (usable & set(workers) if restricted else usable or self._cut_off):
                     _cancel(future)  # every worker it may run on is gone
                     return None
-        except _VersionMismatch as e:
+        except _WorkerMismatch as e:
             self._refuse(future.key, e)
             return None
         except (distributed.client.CancelledError, distributed.scheduler.KilledWorker,
@@ -661,6 +746,8 @@ class Cluster:
             job = self.client.scatter(self._jobdata, workers=workers, broadcast=True,
                                       hash=False, timeout=self._timeout_s)
         except Exception:  # noqa: BLE001 -- a worker gone, the connection lost: tried again
+            if not self._closing:
+                self._count_load_errors(workers)
             self._send_failed = time.monotonic()
             return
         if self._closing:
@@ -669,6 +756,19 @@ class Cluster:
         with self._lock:
             self._job, self._rescatter = job, False
         self._looked.set()  # the watch offers the slots now
+
+    def _count_load_errors(self, workers):
+        """A send of the job to `workers` failed: each of them where it does
+        not load counts a failure, and is refused at the _ATTEMPTS-th, with
+        the reason found there (a send that fails for a worker gone is no
+        worker's fault)."""
+        for worker, why in self._why_not_loaded(workers).items():
+            with self._lock:
+                self._load_errors[worker] = self._load_errors.get(worker, 0) + 1
+                refuse = self._load_errors[worker] >= _ATTEMPTS
+            if refuse:
+                self._refuse_worker(worker, ClusterError(
+                    f"it cannot load the loader's job ({self._job_name()}): {why}"))
 
     def _usable_workers(self, avoid):
         """(the workers a task may go to, whether that is fewer than all): a
@@ -779,10 +879,13 @@ class Cluster:
         self._refuse_worker(where, error)
 
     def _refuse_worker(self, where, error):
-        """Worker `where` runs other versions: no task of this loader, said once."""
+        """Worker `where` cannot make this loader's tasks (other versions,
+        another source, the job does not load there): no task of this
+        loader, said once."""
         with self._lock:
             first = where not in self._refused
             self._refused[where] = str(error)
+        self.refresh()  # its slots go now, not at the watch's next look
         if first and not self._closing:
             warnings.warn(f"stoker: Dask worker {where} of the cluster at {self.address} is not "
                           f"used ({error}); the other workers are", RuntimeWarning, stacklevel=2)
@@ -794,6 +897,11 @@ class Cluster:
                 return
             self._lost = f"{type(error).__name__}: {error}"
         self._slots.capacity = 0
+        if self._own_client:
+            # Closed now, not at the loader's close: it would try to reconnect
+            # until its timeout, then log that it failed.
+            threading.Thread(target=self._close_client, name="stoker-cluster-close",
+                             daemon=True).start()
         if self._closing:
             return  # a task that outlived its closed loader: nobody to tell
         warnings.warn(f"stoker: the Dask cluster at {self.address} is no longer used "
@@ -865,7 +973,7 @@ class Cluster:
             return {"workers": target, "peak": self._slots.peak, "batches": self._batches,
                     "bytes_per_s": recent / _RATE_WINDOW_S, "capacity": self._slots.capacity,
                     "retries": self._retries, "lagged": self._lagged_tasks, "lost": self._lost,
-                    "address": self.address}
+                    "refused": dict(self._refused), "address": self.address}
 
     def cancel(self):
         """The loader is closing: waits for tasks end, their batches unmade."""
@@ -877,10 +985,33 @@ class Cluster:
         if not self._own_client and getattr(self, "_job", None) is not None:
             _cancel(self._job)
         if self._own_client:
-            try:
-                self.client.close(timeout=2)
-            except Exception:  # noqa: BLE001 -- a scheduler gone: nothing to close
-                pass
+            self._close_client()
+
+    def _close_client(self):
+        """Closes the loader's own client, within 2 s."""
+        # Closing cancels its attempts to reconnect to a scheduler gone,
+        # which Dask logs as errors with their tracebacks, on its client's
+        # logger and on the one of the frame that ran the task (asyncio's):
+        # the loss was said already (_lose).
+        hush = _Hush()
+        quiet = [logging.getLogger(name) for name in ("distributed.client", "asyncio.events")]
+        for logger in quiet:
+            logger.addFilter(hush)
+        try:
+            self.client.close(timeout=2)
+        except Exception:  # noqa: BLE001 -- a scheduler gone: nothing to close
+            pass
+        finally:
+            for logger in quiet:
+                logger.removeFilter(hush)
+
+
+class _Hush(logging.Filter):
+    """Drops the records of a task's cancellation (a closing client's)."""
+
+    def filter(self, record):
+        import asyncio
+        return not (record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError))
 
 
 def _workers_of(info):
@@ -963,8 +1094,23 @@ def _unpicklable(job):
 
 def _checked(*held):
     """A Dask task on a worker that joined late: its versions(), once `held`
-    (the job, when it was sent) is there."""
+    (the job, when it was sent) is there and, for a Loader's, its source
+    checked (_SourceMismatch)."""
+    for job in held:
+        if isinstance(job, SampleJob):
+            job.check_source()
     return versions()
+
+
+def _load_error(blob):
+    """On a worker (Client.run): why the pickled job does not load there,
+    "Type: message", or None when it does."""
+    from distributed.protocol import pickle as dask_pickle
+    try:
+        dask_pickle.loads(blob)
+    except Exception as e:  # noqa: BLE001 -- whatever loading the user's objects raises
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _blame(dask_scheduler, key, job):

@@ -1,6 +1,7 @@
 """Sources: where samples come from. Each opens once and is shared, read-only,
 by every worker of every loader made from it."""
 
+import hashlib
 import os
 
 import numpy
@@ -45,6 +46,17 @@ class Source(_args.Remade):
     def classes(self):
         """Class names by label (image folders); [] for other sources."""
         return [os.fsdecode(n) for n in self._impl.class_names()]
+
+    def _identity(self):
+        """(samples, a digest of their keys and the class names): what a
+        cluster's worker that opens this source again by its path must find."""
+        digest = hashlib.blake2b(digest_size=16)
+        for name in self._impl.class_names():
+            digest.update(name + b"\0")
+        digest.update(b"\0")
+        for i in range(len(self)):
+            digest.update(self._impl.key(i) + b"\0")
+        return len(self), digest.hexdigest()
 
     def __repr__(self):
         return f"stoker.{type(self).__name__}({self._describe()}, {len(self)} samples)"
@@ -135,6 +147,9 @@ class Synthetic(Source):
             _nanoseconds("cpu_cost_us", cpu_cost_us),
             _nanoseconds("read_latency_us", read_latency_us),
             _args.integers("fail_indices", fail_indices, *int64))
+
+    def _identity(self):
+        return len(self), None  # made from its arguments alone: nothing on disk to differ
 
     def _describe(self):
         return f"shape={self.shape}, dtype={self.dtype}"

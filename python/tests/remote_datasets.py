@@ -126,3 +126,17 @@ def collate_unpicklable_where_made(batch):
     if os.environ.get(WORKER_NAME_ENV):
         made["lock"] = threading.Lock()
     return made
+
+
+MISSING_THERE = "/nonexistent/stoker-test/index.bin"
+
+
+class LoadsOnlyHere(Seeded):
+    """Seeded, which does not load on a Dask worker: it opens MISSING_THERE
+    as it loads there (FileNotFoundError), as a dataset that reads an index
+    file the worker's machine lacks."""
+
+    def __setstate__(self, state):
+        if os.environ.get(WORKER_NAME_ENV):
+            open(MISSING_THERE).close()
+        self.__dict__.update(state)

@@ -31,8 +31,8 @@ torch = pytest.importorskip("torch")
 distributed = pytest.importorskip("distributed")
 import stoker  # noqa: E402
 from dask_cluster import DaskCluster, make_tls_files, port_open  # noqa: E402
-from remote_datasets import (GATE_ENV, HANG_ENV, SLOW_ENV, STARTED_DIR_ENV, LoadsAtGate,  # noqa: E402
-                             Seeded, SeededShards)
+from remote_datasets import (GATE_ENV, HANG_ENV, MISSING_THERE, SLOW_ENV,  # noqa: E402
+                             STARTED_DIR_ENV, LoadsAtGate, LoadsOnlyHere, Seeded, SeededShards)
 
 BATCH = 8
 SEED = 1234
@@ -209,11 +209,11 @@ def test_remote_batches_are_the_local_ones_exactly_once(shared_dask_cluster):
     for g, w in zip(got, want):
         assert_same_epoch(g, w)
     assert set(remote) == {"workers", "peak", "batches", "bytes_per_s", "capacity", "retries",
-                           "lagged", "lost", "address"}
+                           "lagged", "lost", "refused", "address"}
     assert remote["batches"] > 0 and remote["peak"] >= 1 and remote["bytes_per_s"] >= 0
     assert remote["capacity"] == 2  # two workers of one thread
     assert remote["address"] == shared_dask_cluster.address
-    assert remote["lost"] is None and remote["retries"] == 0
+    assert remote["lost"] is None and remote["retries"] == 0 and remote["refused"] == {}
 
 
 @pytest.mark.timeout(60)
@@ -271,10 +271,14 @@ def test_a_cluster_closed_between_tasks_is_said_lost():
 
 
 @pytest.mark.parametrize("address,said", [("http://127.0.0.1:8786", "unknown address scheme"),
-                                          ("", "names no scheduler")])
+                                          ("", "names no scheduler"),
+                                          ("tcp://127.0.0.1", "missing port number"),
+                                          ("tls://127.0.0.1:8786", "needs cluster_security")])
 def test_an_address_dask_cannot_use_is_refused_and_the_exit_is_prompt(address, said):
     # A Client was made for it: refused at once, it then held the
-    # interpreter's exit for twice remote_timeout (124 s at the default).
+    # interpreter's exit for twice remote_timeout (124 s at the default);
+    # for an address only the Client refused (no port, tls:// without
+    # cluster_security), the Client left half-made did.
     script = textwrap.dedent(f"""
         import stoker
         from remote_datasets import Seeded
@@ -314,6 +318,40 @@ def test_a_dataset_the_workers_cannot_import_is_a_cluster_error_naming_it(shared
     with pytest.raises(stoker.ClusterError, match=r"cannot load the loader's job \(dataset "
                        r"only_here\.OnlyHere\): .*No module named 'only_here'.*importable"):
         remote_loader(only_here.OnlyHere(), shared_dask_cluster.address)
+
+
+@pytest.mark.timeout(60)
+def test_a_dataset_that_does_not_load_on_the_workers_is_a_cluster_error_with_its_reason(
+        shared_dask_cluster):
+    # Before: Dask's "Stream is closed" (the worker's connection, closed as
+    # it failed); the FileNotFoundError was in the worker's log alone.
+    with pytest.raises(stoker.ClusterError, match=r"cannot load the loader's job \(dataset "
+                       r"remote_datasets\.LoadsOnlyHere\): FileNotFoundError: .*" +
+                       MISSING_THERE):
+        remote_loader(LoadsOnlyHere(8), shared_dask_cluster.address)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_joins_late_and_cannot_load_the_job_is_named_and_left_out(
+        dask_cluster_factory):
+    # Before: its sends failed every 5 s for good, without a word.
+    cluster = dask_cluster_factory(workers=0)
+    n, epochs = 80, 100
+    want = reference(n, epochs)
+    with remote_loader(LoadsOnlyHere(n), cluster.address, remote_min=1) as dl:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            worker = cluster.worker_address(cluster.add_worker())
+            for epoch in range(epochs):  # the sends fail 5 s apart: three in 10 s and more
+                assert_same_epoch(list(dl), want[epoch])  # made here meanwhile
+                if (remote := dl.stats()["remote"])["refused"]:
+                    break
+                time.sleep(0.5)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any(worker in m and "FileNotFoundError" in m and MISSING_THERE in m
+               for m in said), said
+    assert list(remote["refused"]) == [worker] and MISSING_THERE in remote["refused"][worker]
+    assert remote["capacity"] == 0 and remote["lost"] is None and remote["batches"] == 0
 
 
 @pytest.mark.timeout(60)
@@ -461,7 +499,9 @@ def test_a_checkpoint_resumes_with_or_without_a_cluster_with_exactly_the_rest(
         it = iter(dl)
         head = [next(it) for _ in range(taken)]
         state = dl.state_dict()
-    with make_loader(Seeded(n), num_workers=0) as dl:  # the same position, no cluster
+    # The same position, no cluster (with workers: torch's iterator, and so the
+    # checkpoint's iter_calls, differ without).
+    with make_loader(Seeded(n), num_workers=1) as dl:
         it = iter(dl)
         for _ in range(taken):
             next(it)

@@ -11,6 +11,7 @@ made, so the bytes are identical. No test asserts a time.
 
 import itertools
 import os
+import shutil
 import signal
 import time
 import warnings
@@ -20,7 +21,7 @@ import pytest
 
 pytest.importorskip("distributed")
 import stoker  # noqa: E402
-from conftest import write_tree  # noqa: E402
+from conftest import CLASSES, write_tree  # noqa: E402
 
 BATCH = 8
 SEED = 77
@@ -220,3 +221,30 @@ def test_a_stopped_worker_lags_and_its_samples_are_made_locally(dask_cluster_fac
             os.kill(cluster.pid(name), signal.SIGCONT)
     assert stats["lagged"] >= 2 and stats["lost"] is None
     assert suspects == {cluster.worker_address(name)}
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_finds_the_data_changed_is_refused_naming_both_counts(
+        dask_cluster_factory, fresh_tree):
+    # A file added to the tree after the loader was made: a worker that
+    # joins opens the tree again by its path and finds one sample more.
+    # Before, its samples were other files under the same indices (other
+    # pixels and labels), without a word.
+    cluster = dask_cluster_factory(workers=0)
+    source = stoker.ImageFolder(fresh_tree)
+    count = len(source)
+    with remote(source, cluster.address) as loader:
+        shutil.copy(os.path.join(fresh_tree, CLASSES[0], "img00.jpg"),
+                    os.path.join(fresh_tree, CLASSES[0], "img00a.jpg"))
+        worker = cluster.worker_address(cluster.add_worker())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for epoch in epochs_within():
+                assert_same_epoch(epoch_of(loader), reference(source, epoch))
+                stats = loader.stats()["remote"]
+                if stats["refused"]:
+                    break
+    assert list(stats["refused"]) == [worker], stats
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any(worker in m and f"{count + 1} samples" in m and str(count) in m for m in said), said
+    assert stats["capacity"] == 0 and stats["lost"] is None

@@ -43,6 +43,23 @@ def test_probe_json_has_the_stable_keys():
     assert j["cpu"]["budget_cores"] >= 1
 
 
+@pytest.mark.parametrize("ranks,problem", [
+    ({"RANK": "3", "WORLD_SIZE": "2"}, "$RANK 3 is not below $WORLD_SIZE 2"),
+    ({"RANK": "0"}, "$WORLD_SIZE is not set")])
+def test_probe_shows_a_ranks_problem_as_its_json_does(ranks, problem):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+           and not k.startswith("OMPI_")}
+    env.update(ranks)
+    args = [CLI, "probe", "--no-gpus"]
+    j = json.loads(subprocess.run([*args, "--json"], capture_output=True, text=True, env=env,
+                                  check=True, timeout=300).stdout)
+    assert j["ranks"]["problem"] == problem
+    out = subprocess.run(args, capture_output=True, text=True, env=env, check=True,
+                         timeout=300).stdout
+    assert any(line.split() == ["problem", *problem.split()] for line in out.splitlines()), out
+
+
 def test_advise_json():
     j = json.loads(stoker("advise", "--json", "--no-gpus", "--batch-size", "32").stdout)
     assert j["workers"] >= 1 and j["prefetch_batches"] >= 1
@@ -153,6 +170,21 @@ def test_bench_ends_with_the_line_for_what_it_measured():
     assert tail[-1].strip().startswith("Not a count for a DataLoader over your own Dataset")
 
 
+def test_the_figures_that_name_the_data_are_whole():
+    # They were cut: "+1234. ms", "+59999 ms", "+0.000 ms", "0 us CPU" for
+    # 0.5, "step 2.500000 ms".
+    for latency in ("1234.5", "59999.9", "0.0001"):
+        first = stoker("run", "--synthetic", "--synthetic-size", "8", "--size", "8",
+                       "--read-latency-ms", latency, "--seconds", "0.1", "--quiet").stdout
+        assert first.splitlines()[0].endswith(f", +{latency} ms per read"), first
+    first = stoker("run", "--synthetic", "--synthetic-size", "8", "--size", "8",
+                   "--synthetic-cpu-us", "0.5", "--epochs", "1", "--quiet").stdout
+    assert first.startswith("stoker run: synthetic source (8 samples, 0.5 us CPU each)"), first
+    out = stoker("bench", "--synthetic", "--synthetic-size", "8", "--size", "8", "--sweep", "1",
+                 "--point-seconds", "0.05", "--tuned-seconds", "0.1", "--step-ms", "2.5").stdout
+    assert out.splitlines()[0].endswith(", batch 64, step 2.5 ms"), out
+
+
 def test_dct_scaling_is_opt_in_and_named(tmp_path):
     data = tmp_path / "made"
     stoker("make-dataset", str(data), "--images", "4", "--classes", "2")
@@ -234,6 +266,15 @@ def test_bench_under_skip_says_which_samples_its_rates_left_out(tmp_path):
     assert "zz_broken.jpg: data error: " in out
 
 
+def test_a_file_skipped_in_each_epoch_is_listed_with_its_epoch(tmp_path):
+    # The same file twice, told apart by nothing in the human view.
+    data, bad = _folder_with_a_bad_jpeg(tmp_path)
+    out = stoker("run", "--data", str(data), "--batch-size", "2", "--epochs", "2", "--quiet",
+                 "--on-error", "skip").stdout
+    for epoch in (0, 1):
+        assert f"    epoch {epoch}: {bad}: data error: " in out, out
+
+
 def test_an_epoch_whose_every_file_is_bad_fails_under_skip(tmp_path):
     data, _ = _folder_with_a_bad_jpeg(tmp_path)
     files = sorted(p for p in data.rglob("*.jpg"))
@@ -308,22 +349,50 @@ def test_make_dataset_stopped_by_a_signal_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no data.making-<pid> of 8 MB and more
 
 
-def test_a_trace_that_cannot_be_written_fails_naming_it(tmp_path):
+def _limit_file_size():
     # A file size limit refuses the writes as a full disk would (EFBIG, not
-    # the signal). Before, the run exited 0 with a short trace and no word.
+    # the signal), past the up-front checks, which write nothing.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+@pytest.mark.parametrize("json_out", [True, False])
+def test_a_trace_that_cannot_be_written_fails_naming_it_after_the_summary(tmp_path, json_out):
+    # Before, the run exited 0 with a short trace and no word; then it failed
+    # and dropped the summary of the run it had made.
     trace = tmp_path / "t.jsonl"
-
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE,
-                           (16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
     r = subprocess.run([CLI, "run", "--synthetic", "--synthetic-size", "4000", "--size", "16",
-                        "--seconds", "2", "--json", "--quiet", "--trace", str(trace)],
-                       capture_output=True, text=True, timeout=300, preexec_fn=limit_file_size)
+                        "--seconds", "2", "--quiet", "--trace", str(trace),
+                        *(["--json"] if json_out else [])],
+                       capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size)
     assert r.returncode == 1, r.stderr
-    assert f"write trace file {trace}: File too large" in json.loads(r.stdout)["error"]
     assert f"write trace file {trace}: File too large" in r.stderr
+    if json_out:
+        j = json.loads(r.stdout)  # the summary, whole
+        assert j["samples"] > 0 and f"write trace file {trace}: File too large" in j["trace_error"]
+    else:
+        assert " samples in " in r.stdout and "workers: " in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("json_out", [True, False])
+def test_a_plot_that_cannot_be_written_at_the_end_keeps_the_sweep(tmp_path, json_out):
+    # The sweep was thrown away, table and recommendation, for a failed plot.
+    plot = tmp_path / "sweep.svg"
+    r = subprocess.run([CLI, "bench", "--synthetic", "--synthetic-size", "400", "--size", "8",
+                        "--synthetic-cpu-us", "0", "--sweep", "0,1", "--point-seconds", "0.1",
+                        "--tuned-seconds", "0.3", "--plot", str(plot),
+                        *(["--json"] if json_out else [])],
+                       capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size)
+    assert r.returncode == 1, r.stderr
+    assert f"cannot write --plot {plot}: write: File too large" in r.stderr
+    assert list(tmp_path.iterdir()) == []  # no empty or cut plot left
+    if json_out:
+        j = json.loads(r.stdout)
+        assert [p["workers"] for p in j["sweep"]] == [0, 1] and j["recommendation"]["line"]
+        assert j["plot"] is None and f"cannot write --plot {plot}" in j["plot_error"]
+    else:
+        assert "<- best" in r.stdout and "stoker.Loader(workers=" in r.stdout, r.stdout
+        assert "plot written" not in r.stdout
 
 
 def test_an_option_the_run_would_ignore_is_refused(tmp_path):
@@ -558,6 +627,9 @@ BAD_OPTIONS = [
     (["bench", "--data", "/no/such/place"], "--data: no such file or folder"),
     (["demo", "--data", "/no/such/place"], "--data: no such file or folder"),
     (["bench", "--synthetic", "--sweep", "1,2,1"], "--sweep: worker count 1 is listed twice"),
+    # A trailing comma was dropped: "1," read as "1".
+    (["bench", "--synthetic", "--sweep", "1,"], "--sweep: expected worker counts from 0 to 128 "
+                                                "separated by commas, got '' in '1,'"),
     (["make-dataset", "--images", "0"], "--images"),
     (["make-dataset", "--classes", "-2"], "--classes"),
     (["run", "--no-such-flag"], "--no-such-flag"),
@@ -917,6 +989,36 @@ def test_a_signal_mid_bench_prints_the_counts_measured_so_far():
     assert "interrupted by SIGINT" in out
 
 
+def _bench_until_its_first_row(*args):
+    p = subprocess.Popen([CLI, "bench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=_default_signals)
+    lines = []
+    while not any(line.startswith("  workers") for line in lines):
+        line = p.stdout.readline()
+        assert line, "stoker bench ended before its first row: " + p.stderr.read()
+        lines.append(line)
+    return p, "".join(lines)
+
+
+def test_a_bench_stopped_after_one_count_recommends_nothing():
+    # It still ended with a count to paste, "the sweep's best count ... the
+    # fewest workers within 3 % of the highest", of a sweep of one count.
+    p, out = _bench_until_its_first_row("--synthetic", "--synthetic-size", "100000", "--size",
+                                        "16", "--synthetic-cpu-us", "100", "--sweep", "0,1,2",
+                                        "--point-seconds", "3", "--tuned-seconds", "60")
+    p.send_signal(signal.SIGINT)  # within the second count's 3 s
+    rest, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    out += rest
+    rows = [r for r in out[out.index("workers       samples/s"):].splitlines()
+            if r.strip() and r.split()[0].isdigit()]
+    if len(rows) == 1:
+        assert "no recommendation: interrupted after 1 count, nothing to compare" in out, out
+        assert "paste:" not in out and "stoker.Loader(workers=" not in out, out
+    else:  # the machine took 3 s to deliver the signal: a partial sweep, said so
+        assert f"by this sweep, interrupted after {len(rows)} counts), paste:" in out, out
+
+
 def test_a_signal_mid_bench_with_json_says_interrupted(tmp_path):
     plot = tmp_path / "sweep.svg"
     plot.write_text("an earlier plot")
@@ -941,6 +1043,8 @@ def test_a_signal_mid_bench_with_json_says_interrupted(tmp_path):
     # Stopped inside its first count (30 s): nothing measured, no plot of
     # nothing (it rang a "best" at 0 workers), and the earlier one stays.
     assert j["sweep"] == [] and j["plot"] is None
+    assert j["recommendation"] is None
+    assert j["no_recommendation"].startswith("interrupted after 0 counts, nothing to compare")
     assert plot.read_text() == "an earlier plot"
 
 

@@ -44,7 +44,7 @@ nlohmann::json LoaderMetricsToJson(const LoaderMetrics& metrics);
 /// are (not necessarily UTF-8).
 nlohmann::json SkipRecordToJson(const SkipRecord& record);
 /// The skipped samples as lines of a human view, each `indent`ed: the first
-/// ten named with their reasons, then how many more of `count` in all.
+/// ten named with their epochs and reasons, then how many more of `count` in all.
 std::string FormatSkipped(const std::vector<SkipRecord>& skipped, int64_t count,
                           std::string_view indent);
 

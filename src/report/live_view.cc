@@ -48,8 +48,10 @@ std::string FormatSkipped(const std::vector<SkipRecord>& skipped, int64_t count,
   constexpr size_t kNamed = 10;  // a run over many bad files would print them all
   std::string out;
   for (size_t i = 0; i < skipped.size() && i < kNamed; ++i) {
-    out.append(indent) +=
-        PrintableLine(skipped[i].key) + ": " + Printable(skipped[i].reason) + "\n";
+    // The epoch, as the JSON has it: a run of several epochs skips a bad file once in each.
+    out.append(indent) += "epoch " + std::to_string(skipped[i].epoch) + ": " +
+                          PrintableLine(skipped[i].key) + ": " + Printable(skipped[i].reason) +
+                          "\n";
   }
   const int64_t named = static_cast<int64_t>(std::min(skipped.size(), kNamed));
   if (count > named) {

@@ -80,6 +80,19 @@ TEST(ReportTest, TableMarksTheBest) {
   EXPECT_NE(t.find("1.5 s"), std::string::npos);
 }
 
+TEST(ReportTest, TheTunedLinesReadAsSentences) {
+  // "settled on 1 workers", and "reached after never".
+  SweepReport r = Example();
+  r.tuned_workers_final = 1;
+  r.seconds_to_95pct = -1;
+  const std::string t = FormatSweepTable(r);
+  EXPECT_NE(t.find("settled on 1 worker (max 3)"), std::string::npos) << t;
+  EXPECT_NE(t.find("; 95 % of the best never reached\n"), std::string::npos) << t;
+  const std::string reached = FormatSweepTable(Example());
+  EXPECT_NE(reached.find("settled on 2 workers (max 3)"), std::string::npos) << reached;
+  EXPECT_NE(reached.find("; 95 % of the best reached after 1.5 s\n"), std::string::npos) << reached;
+}
+
 TEST(ReportTest, AnInterruptedSweepShowsThePointsMeasuredAndSaysSo) {
   SweepReport r = Example();
   r.sweep.resize(2);

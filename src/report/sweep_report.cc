@@ -37,14 +37,15 @@ std::string FormatSweepTable(const SweepReport& r) {
     PrintSkipped(r, out);
     return out.str();
   }
-  std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d workers (max %d)\n",
+  std::snprintf(line, sizeof line, "%9s  %14.1f  %7.1f%%   settled on %d worker%s (max %d)\n",
                 "tuned", r.tuned_samples_per_s, r.tuned_stall_fraction * 100, r.tuned_workers_final,
-                r.tuned_workers_max);
+                r.tuned_workers_final == 1 ? "" : "s", r.tuned_workers_max);
   out << line;
-  char reached[32] = "never";
-  if (r.seconds_to_95pct >= 0) std::snprintf(reached, sizeof reached, "%.1f s", r.seconds_to_95pct);
-  std::snprintf(line, sizeof line,
-                "\ntuned / best static: %.1f %%; 95 %% of the best reached after %s\n",
+  char reached[48] = "never reached";
+  if (r.seconds_to_95pct >= 0) {
+    std::snprintf(reached, sizeof reached, "reached after %.1f s", r.seconds_to_95pct);
+  }
+  std::snprintf(line, sizeof line, "\ntuned / best static: %.1f %%; 95 %% of the best %s\n",
                 r.ratio * 100, reached);
   out << line;
   if (r.interrupted) out << "interrupted before the best static setting was measured again\n";

@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -9,10 +10,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "command_output.h"
 #include "commands.h"
+#include "core/number_text.h"
 #include "core/unique_fd.h"
 #include "option_checks.h"
 #include "pipeline.h"
@@ -39,15 +40,19 @@ struct BenchFlags {
 
 Result<std::vector<int>> ParseList(const std::string& text) {
   std::vector<int> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  // Every item between commas, the empty one after a trailing comma too
+  // (std::getline drops it: "1," read as "1"); no text is no item.
+  for (size_t start = 0; !text.empty() && start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
     std::optional<int> count = ParseCount(item);
     if (!count || *count > kMaxWorkers) {
       return InvalidArgument("expected worker counts from 0 to " + std::to_string(kMaxWorkers) +
-                             " separated by commas, got '" + item + "'");
+                             " separated by commas, got '" + item + "'" +
+                             (item == text ? "" : " in '" + text + "'"));
     }
     out.push_back(*count);
+    start = end + 1;
   }
   STOKER_RETURN_IF_ERROR(CheckSweepCounts(out));
   return out;
@@ -129,7 +134,7 @@ int RunBench(const BenchFlags& f) {
   if (!f.json) {
     std::cout << "stoker bench: " << measured << " over " << Printable(p->description) << ", batch "
               << f.pipeline.batch_size
-              << (f.step_ms > 0 ? ", step " + std::to_string(f.step_ms) + " ms" : "") << "\n";
+              << (f.step_ms > 0 ? ", step " + FormatNumber(f.step_ms) + " ms" : "") << "\n";
     so.log = [](const std::string& line) { std::cout << line << "\n" << std::flush; };
   }
   // SIGINT and SIGTERM end the sweep, not the process: the points measured
@@ -141,21 +146,30 @@ int RunBench(const BenchFlags& f) {
   auto r = RunSweep(p->loader, so);
   if (!r.ok()) return ReportError("bench", NameFlags(r.status(), f.pipeline), f.json);
   // Nothing measured (stopped before the first count): no plot, and an
-  // earlier one stays.
-  const bool plotted = !f.plot.empty() && !r->sweep.empty();
-  if (plotted) {
-    Status st = ReplaceFile(f.plot, SweepToSvg(*r, "stoker bench: " + p->description));
-    if (!st.ok())
-      return ReportError("bench", st.WithContext("cannot write --plot " + f.plot), f.json);
-    plot.Written();
+  // earlier one stays. A plot that cannot be written (a full disk) fails the
+  // command, but after the results it would have drawn are printed.
+  const bool plotting = !f.plot.empty() && !r->sweep.empty();
+  Status plot_status;
+  if (plotting) {
+    plot_status = ReplaceFile(f.plot, SweepToSvg(*r, "stoker bench: " + p->description))
+                      .WithContext("cannot write --plot " + f.plot);
+    if (plot_status.ok()) plot.Written();
   }
+  const bool plotted = plotting && plot_status.ok();
   const int signal = r->interrupted ? signals.received() : 0;
   // The answer for the loader measured, stoker's native pipeline, and no
   // other: the best static count and the prefetch it ran with (what kept the
   // consumer fed), not the tuned run's end state. A count for a DataLoader
   // over the user's own Dataset takes a sweep of that (stoker.bench).
+  // A sweep stopped after one count compared it with nothing: no answer.
+  const size_t measured_counts = r->sweep.size();
   std::optional<LoaderArgs> answer;
-  if (!r->sweep.empty()) {
+  std::string no_answer;
+  if (measured_counts == 0 || (r->interrupted && measured_counts == 1)) {
+    no_answer = "interrupted after " + std::to_string(measured_counts) +
+                (measured_counts == 1 ? " count" : " counts") +
+                ", nothing to compare; a whole sweep gives one";
+  } else {
     ProbeOptions probe;
     probe.skip_gpus = f.no_gpus;
     const int gpus = static_cast<int>(ProbeMachine(probe).gpus.size());
@@ -164,24 +178,31 @@ int RunBench(const BenchFlags& f) {
     const SweepSubject subject{LoaderKind::kNative, p->description, f.pipeline.batch_size};
     answer = LoaderArgsFromSweep(subject, best.workers, best.samples_per_s, best.stall_fraction,
                                  DefaultPrefetch(best.workers, f.pipeline.batch_size), gpus);
+    // The best of the counts measured, not of those the sweep would have tried.
+    if (r->interrupted) {
+      answer->basis += ", interrupted after " + std::to_string(measured_counts) + " counts";
+    }
   }
   if (f.json) {
     nlohmann::json j = SweepToJson(*r);
     j["loader"] = LoaderKindName(LoaderKind::kNative);
     j["data"] = p->description;
     j["recommendation"] = answer ? LoaderArgsToJson(*answer) : nlohmann::json();
+    j["no_recommendation"] = answer ? nlohmann::json() : nlohmann::json(no_answer);
     j["signal"] = signal != 0 ? nlohmann::json(SignalName(signal)) : nlohmann::json();
     j["plot"] = plotted ? nlohmann::json(f.plot) : nlohmann::json();
+    j["plot_error"] = plot_status.ok() ? nlohmann::json() : nlohmann::json(plot_status.ToString());
     PrintJson(j);
   } else {
     std::cout << "\n" << FormatSweepTable(*r);
     if (plotted) std::cout << "plot written to " << f.plot << "\n";
-    if (!f.plot.empty() && !plotted) std::cout << "no plot written: no count was measured\n";
-    if (answer) std::cout << "\n" << answer->Text();
+    if (!f.plot.empty() && !plotting) std::cout << "no plot written: no count was measured\n";
+    std::cout << "\n" << (answer ? answer->Text() : "no recommendation: " + no_answer + "\n");
+    if (signal != 0) std::cout << "interrupted by " << SignalName(signal) << "\n";
   }
-  if (signal == 0) return 0;
-  if (!f.json) std::cout << "interrupted by " << SignalName(signal) << "\n";
-  return ExitCodeFor(signal);
+  // On stderr alone: stdout holds the results, whole (one JSON object with --json).
+  if (!plot_status.ok()) return ReportError("bench", plot_status.ToString(), /*json=*/false);
+  return signal != 0 ? ExitCodeFor(signal) : 0;
 }
 
 }  // namespace

@@ -40,11 +40,15 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
     if (s->signal != 0) exit_code = ExitCodeFor(s->signal);
     if (f->json) {
       PrintJson(RunSummaryToJson(*s));
+      exit_code = ReportTraceError("demo", *s, exit_code);
       return;
     }
     std::cout << "\n" << s->description << "\n";
     PrintRunSummary(*s, std::cout);
-    if (s->signal != 0) return;  // asked to stop: the summary is enough
+    if (s->signal != 0) {  // asked to stop: the summary is enough
+      exit_code = ReportTraceError("demo", *s, exit_code);
+      return;
+    }
     // The wait at the count the run ended with: the trailing stretch of the
     // timeline at that count, not the whole run's (start-up, other counts).
     const auto& timeline = s->stats.timeline;
@@ -82,6 +86,7 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
               << "Try " << (stepped ? "--step-ms 0 (a consumer as fast as possible), " : "")
               << "--read-latency-ms 5 (slow storage), or `stoker bench` for the samples/s per "
                  "worker table.\n";
+    exit_code = ReportTraceError("demo", *s, exit_code);
   });
 }
 

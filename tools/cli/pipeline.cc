@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/number_text.h"
 #include "option_checks.h"
 #include "stoker/dataset.h"
 #include "stoker/defaults.h"
@@ -149,7 +150,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
     STOKER_ASSIGN_OR_RETURN(lo.transform,
                             MakeRawTransform({{f.size, f.size, 3}, DType::kUInt8}, true));
     p.description = "synthetic source (" + std::to_string(f.synthetic_size) + " samples, " +
-                    std::to_string(static_cast<int>(f.synthetic_cpu_us)) + " us CPU each)";
+                    FormatNumber(f.synthetic_cpu_us) + " us CPU each)";
   } else {
     std::string data = f.data;
     if (data.empty()) {
@@ -180,7 +181,7 @@ Result<Pipeline> BuildPipeline(const PipelineFlags& f, bool quiet) {
         source, std::chrono::nanoseconds(static_cast<int64_t>(f.read_latency_ms * 1e6)),
         f.read_slots);
     source = p.slow;
-    p.description += ", +" + std::to_string(f.read_latency_ms).substr(0, 5) + " ms per read";
+    p.description += ", +" + FormatNumber(f.read_latency_ms) + " ms per read";
     if (f.read_slots > 0) {
       p.description += " (at most " + std::to_string(f.read_slots) + " at once)";
     }

@@ -90,7 +90,8 @@ struct RunSummary {
   std::vector<TunerDecision> trace;
   std::optional<TunerView> view;
   size_t peak_rss_bytes = 0;
-  int signal = 0;  // SIGINT or SIGTERM when one ended the run early, else 0
+  int signal = 0;       // SIGINT or SIGTERM when one ended the run early, else 0
+  Status trace_status;  // --trace's file not written (a full disk): the run failed
 };
 
 /// Runs the stand-in training loop the flags describe, with the live view on
@@ -100,5 +101,8 @@ struct RunSummary {
 Result<RunSummary> RunJob(const RunFlags& flags);
 nlohmann::json RunSummaryToJson(const RunSummary& summary);
 void PrintRunSummary(const RunSummary& summary, std::ostream& out);
+/// After the summary is printed: a --trace file not written is reported on
+/// stderr (stdout has the summary) and the command fails; else `exit_code`.
+int ReportTraceError(const std::string& command, const RunSummary& summary, int exit_code);
 
 }  // namespace stoker::cli

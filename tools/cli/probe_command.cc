@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "option_checks.h"
 #include "stoker/probe.h"
+#include "stoker/report.h"
 
 namespace stoker::cli {
 namespace {
@@ -88,6 +89,7 @@ std::vector<Row> FactRows(const MachineFacts& f) {
       {"", "rank / world size", Or(f.ranks.rank, "?") + " / " + Or(f.ranks.world_size, "?")});
   rows.push_back({"", "local rank / size",
                   Or(f.ranks.local_rank, "?") + " / " + Or(f.ranks.local_world_size, "?")});
+  if (!f.ranks.problem.empty()) rows.push_back({"", "problem", PrintableLine(f.ranks.problem)});
   return rows;
 }
 

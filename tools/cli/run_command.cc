@@ -81,10 +81,10 @@ Result<RunSummary> RunJob(const RunFlags& f) {
   if (p.slow != nullptr) p.slow->Cancel();
   if (!f.quiet) view.Finish();
   if (!stats.ok()) return stats.status();
-  // --trace asked for the decisions on disk: a run that could not write them
-  // (a full disk) failed, though its loop ran.
-  if (Status traced = loader->FlushTrace(); !traced.ok()) return traced;
   RunSummary s;
+  // --trace asked for the decisions on disk: a run that could not write them
+  // (a full disk) failed, though its loop ran and its summary is printed.
+  s.trace_status = loader->FlushTrace();
   s.description = p.description;
   s.stats = *stats;
   s.workers_final = loader->workers();
@@ -116,6 +116,8 @@ nlohmann::json RunSummaryToJson(const RunSummary& s) {
           {"epochs_completed", s.stats.epochs_completed},
           {"interrupted", s.signal != 0},
           {"signal", s.signal != 0 ? nlohmann::json(SignalName(s.signal)) : nlohmann::json()},
+          {"trace_error",
+           s.trace_status.ok() ? nlohmann::json() : nlohmann::json(s.trace_status.ToString())},
           // A point every 0.25 s: the rate once settled, without the start-up
           // that "samples_per_s" includes.
           {"timeline", TimelineToJson(s.stats.timeline)}};
@@ -146,6 +148,12 @@ void PrintRunSummary(const RunSummary& s, std::ostream& out) {
       out << line << d.reason << "\n";
     }
   }
+}
+
+int ReportTraceError(const std::string& command, const RunSummary& s, int exit_code) {
+  if (s.trace_status.ok()) return exit_code;
+  // On stderr alone: stdout holds the summary, whole (one JSON object with --json).
+  return ReportError(command, s.trace_status.ToString(), /*json=*/false);
 }
 
 void AddRunFlags(CLI::App* cmd, RunFlags& f) {
@@ -185,6 +193,7 @@ void AddRunCommand(CLI::App& app, int& exit_code) {
       std::cout << "stoker run: " << Printable(s->description) << "\n";
       PrintRunSummary(*s, std::cout);
     }
+    exit_code = ReportTraceError("run", *s, exit_code);
   });
 }
 

@@ -212,7 +212,8 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
   task[T::kBatch] = batch;
   task[T::kSegment] = id;
   task[T::kSegmentSize] = static_cast<int64_t>(map->size);
-  task[T::kNumWorkers] = reply->workers = workers_->running();
+  reply->workers = workers_->running();
+  task[T::kNumWorkers] = workers_->NumWorkersSeen();
   task[T::kMemoryLimit] = static_cast<int64_t>(MemoryShare());
   STOKER_RETURN_IF_ERROR(SendMessage(proc_->conn.get(), Tag::kTask, task, known ? -1 : lease.fd));
   if (!known) proc_->known_segments.push_back(id);
@@ -604,17 +605,24 @@ ProcessWorkers::~ProcessWorkers() {
   for (auto& s : segments_) DropLocked(*s);
 }
 
+int64_t ProcessWorkers::NumWorkersSeen() const {
+  MutexLock lock(mu_);
+  int64_t span = 0;  // the highest id in use, plus one
+  for (size_t id = 0; id < ids_in_use_.size(); ++id) {
+    if (ids_in_use_[id]) span = static_cast<int64_t>(id) + 1;
+  }
+  return std::max(running(), span);
+}
+
 Result<WorkerProcess> ProcessWorkers::Spawn() {
   const Counted starting(starting_);
   int id = 0;
-  int workers = 0;
   {
     MutexLock lock(mu_);
     if (shutdown_) return Cancelled("the loader was closed");
     while (id < static_cast<int>(ids_in_use_.size()) && ids_in_use_[static_cast<size_t>(id)]) ++id;
     if (id == static_cast<int>(ids_in_use_.size())) ids_in_use_.push_back(false);
     ids_in_use_[static_cast<size_t>(id)] = true;
-    workers = static_cast<int>(std::count(ids_in_use_.begin(), ids_in_use_.end(), true));
   }
   auto give_back_id = [&] {
     MutexLock lock(mu_);
@@ -624,7 +632,7 @@ Result<WorkerProcess> ProcessWorkers::Spawn() {
   {
     protocol::Words<protocol::ForkWord> fork{};
     fork[protocol::ForkWord::kWorkerId] = id;
-    fork[protocol::ForkWord::kNumWorkers] = running() > 0 ? running() : workers;
+    fork[protocol::ForkWord::kNumWorkers] = NumWorkersSeen();  // this id counted
     Result<Message> r = AskZygote(Tag::kFork, fork, true);
     if (!r.ok()) {
       give_back_id();

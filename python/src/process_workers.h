@@ -194,8 +194,12 @@ class ProcessWorkers {
   /// what is left and exits.
   void Close() EXCLUDES(mu_, zygote_mu_);
   bool shut_down() const EXCLUDES(mu_);
-  /// The engine's worker count, as get_worker_info().num_workers tells it.
+  /// The engine's worker count.
   int64_t running() const { return running_.load(std::memory_order_relaxed); }
+  /// get_worker_info().num_workers: the count running, or more where a shrink
+  /// left a worker of a higher id (the first to reach a task leaves, not the
+  /// highest id): ids stay below it, as under torch.
+  int64_t NumWorkersSeen() const EXCLUDES(mu_);
   void set_running(int workers) { running_.store(workers, std::memory_order_relaxed); }
   /// Pids of the worker processes alive now.
   std::vector<int> pids() const EXCLUDES(mu_);

@@ -285,6 +285,37 @@ def test_unbatched_worker_info_and_init_fn():
     assert torch.utils.data.get_worker_info() is None  # not in the main process
 
 
+class WorkerInfoOf(Dataset):
+    """Sample i: i, get_worker_info()'s id and num_workers."""
+
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        info = torch.utils.data.get_worker_info()
+        return torch.tensor([i, info.id, info.num_workers])
+
+
+def test_a_workers_id_stays_below_num_workers_as_the_pool_is_resized():
+    # A shrink lets the first worker to reach a task leave, not the highest
+    # id: the others went on with id 2 of num_workers 1, and code indexing a
+    # list of num_workers by id failed.
+    rng = random.Random(2)
+    seen = set()
+    with stoker.DataLoader(WorkerInfoOf(), batch_size=4, num_workers="auto") as dl:
+        for _ in range(2):
+            samples = []
+            for b in dl:
+                samples += b[:, 0].tolist()
+                seen.update(map(tuple, b[:, 1:].tolist()))
+                if rng.random() < 0.3:
+                    dl._run.engine.resize(rng.randint(1, 4))
+            assert sorted(samples) == list(range(400))
+    assert all(0 <= wid < n for wid, n in seen), sorted(seen)
+    assert len({n for _, n in seen}) > 1  # the pool was resized
+
+
 def test_a_failing_sample_is_named_then_the_rest_of_its_batch_arrives():
     with stoker.DataLoader(Failing(40, bad={5, 6, 33}), batch_size=8, num_workers=2) as dl:
         got, errors = drain(dl)

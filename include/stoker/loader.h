@@ -70,7 +70,8 @@ struct LoaderOptions {
   int64_t start_epoch = 0;
   /// Page-locks each recycled batch buffer once, with cudaHostRegister when
   /// it is made (unregistered when freed), so that copies to a GPU are
-  /// asynchronous. Needs the CUDA runtime (loaded at run time).
+  /// asynchronous. Needs the CUDA runtime (loaded at run time) and a device; where
+  /// none can be used, nothing is pinned (Loader::pin_skipped says why).
   bool pin_memory = false;
   /// kNoDevice: batches stay in host memory. Otherwise a CUDA device index:
   /// each batch is also copied, on the loader's own stream, into a device
@@ -380,6 +381,9 @@ class Loader {
   int64_t batches_per_epoch() const;
   int64_t samples_per_epoch() const;
   const SampleSpec& spec() const;
+  /// Why pin_memory (without a device) page-locks nothing: no CUDA device
+  /// this process can use; empty where it pins, or was not asked to.
+  const std::string& pin_skipped() const;
 
   /// Where the current epoch stands, with the plan it belongs to. After the
   /// last batch of an epoch was delivered, this is the start of the next one.

@@ -521,6 +521,7 @@ void BindLoader(py::module_& m) {
       .def_property_readonly("samples_per_epoch",
                              [](PyLoader& l) { return l.loader().samples_per_epoch(); })
       .def_property_readonly("workers", [](PyLoader& l) { return l.loader().workers(); })
+      .def_property_readonly("pin_skipped", [](PyLoader& l) { return l.loader().pin_skipped(); })
       .def(
           "resize",
           [](PyLoader& l, int workers) {

@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 
 from . import _args, _exit, _remote, _stats, _stoker
 from . import transforms as _transforms
@@ -197,7 +198,9 @@ class Loader:
         the loader is gone); labels are int64.
     pin_memory: page-lock the loader's recycled batch buffers once (with
         cudaHostRegister; the CUDA runtime is loaded when asked for), so that
-        ``images.to("cuda", non_blocking=True)`` copies asynchronously.
+        ``images.to("cuda", non_blocking=True)`` copies asynchronously. Where
+        no CUDA device can be used, nothing is pinned (as torch's DataLoader)
+        and a RuntimeWarning says why.
     device: None (host batches), "cuda" (torch's current device) or
         "cuda:N": images and labels are torch tensors on that device. stoker
         copies each batch on its own CUDA stream as soon as it is ready (at
@@ -289,6 +292,9 @@ class Loader:
             on_error=_error_policy(on_error), ordered=ordered, start_epoch=start_epoch,
             pin_memory=pin_memory, device=self._device_index,
             device_prefetch_bytes=device_prefetch_bytes, tuner=tuner))
+        if self._impl.pin_skipped:  # as torch's DataLoader, which pins only where CUDA is
+            warnings.warn(f"stoker.Loader(pin_memory=True): {self._impl.pin_skipped}: its "
+                          "batches are not page-locked", RuntimeWarning, stacklevel=2)
         if self._cluster is not None:
             self._cluster.follow(self._impl)
         _exit.close_at_exit(self)  # its threads must not outlive the interpreter

@@ -71,6 +71,14 @@ Result<std::shared_ptr<const CudaRuntime>> CudaRuntime::Load() {
                      "); install the CUDA runtime or set STOKER_CUDART to libcudart's path");
 }
 
+Result<int> CudaRuntime::Devices() const {
+  int count = 0;
+  if (Status st = Check(api_.cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !st.ok()) {
+    return st.WithContext("no usable CUDA device (" + path_ + ")");
+  }
+  return count;
+}
+
 Status CudaRuntime::Check(int rc, const std::string& call) const {
   if (rc == kSuccess) return Status::Ok();
   const char* text = api_.cudaGetErrorString(rc);

@@ -40,6 +40,9 @@ class CudaRuntime {
   /// Ok for kSuccess; otherwise kUnavailable (kResourceExhausted for out of
   /// memory) "<call>: <cudaGetErrorString> (error <rc>)".
   Status Check(int rc, const std::string& call) const;
+  /// The CUDA devices this process sees (0: none); an error when the runtime
+  /// cannot count them (no driver), naming the library.
+  Result<int> Devices() const;
   const std::string& path() const { return path_; }
 
   // The bound entry points, named after the calls (see the CUDA runtime API).

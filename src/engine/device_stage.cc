@@ -49,10 +49,9 @@ Result<std::shared_ptr<DeviceStage>> DeviceStage::Make(std::shared_ptr<const Cud
                                                        size_t batch_bytes) {
   const std::string option = "option 'device' = " + std::to_string(device);
   const auto& api = cuda->api();
-  int count = 0;
-  if (Status st = cuda->Check(api.cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !st.ok()) {
-    return st.WithContext(option + ": no usable CUDA device (" + cuda->path() + ")");
-  }
+  Result<int> devices = cuda->Devices();
+  if (!devices.ok()) return devices.status().WithContext(option);
+  const int count = *devices;
   if (count == 0) return Unavailable(option + ": no CUDA device (" + cuda->path() + ")");
   if (device < 0 || device >= count) {
     return InvalidArgument(option + " is out of range: this machine has " + std::to_string(count) +

@@ -198,6 +198,8 @@ class Loader::Impl {
     next_tick_ns_ = 0;
   }
   Controller* controller() const { return controller_.get(); }
+  void set_pin_skipped(std::string why) { pin_skipped_ = std::move(why); }
+  const std::string& pin_skipped() const { return pin_skipped_; }
   void set_owner(Loader* owner) { owner_ = owner; }
 
   Result<std::optional<Batch>> Next() EXCLUDES(mu_) {
@@ -971,6 +973,7 @@ class Loader::Impl {
   bool interrupted_ = false;                // consumer thread only: interrupt_ said yes
   Loader* owner_ = nullptr;                 // for the controller's Tick
   std::unique_ptr<Controller> controller_;  // consumer thread only
+  std::string pin_skipped_;                 // set once, before the loader is handed out
   int64_t next_tick_ns_ = 0;                // consumer thread only
   int64_t last_return_ns_ = 0;              // consumer thread only
   // The batch the consumer last slept on (AwaitBatch) and since when.
@@ -1118,6 +1121,19 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o, size_t budget_
   const PlanOptions plan = PlanOptionsOf(o);
   std::shared_ptr<const CudaRuntime> cuda;
   std::shared_ptr<DeviceStage> device;
+  // pin_memory without a device where no CUDA device can be used: nothing
+  // would copy the batches to one, so none is page-locked (as torch's
+  // DataLoader does then); pin_skipped() says why.
+  std::string pin_skipped;
+  if (o.pin_memory && o.device == LoaderOptions::kNoDevice) {
+    auto loaded = CudaRuntime::Load();
+    Result<int> devices = loaded.ok() ? (*loaded)->Devices() : Result<int>(loaded.status());
+    if (!devices.ok() || *devices == 0) {
+      pin_skipped =
+          devices.ok() ? "no CUDA device (" + (*loaded)->path() + ")" : devices.status().message();
+      o.pin_memory = false;
+    }
+  }
   if (o.pin_memory || o.device != LoaderOptions::kNoDevice) {
     const std::string option = o.device != LoaderOptions::kNoDevice
                                    ? "option 'device' = " + std::to_string(o.device)
@@ -1134,6 +1150,7 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o, size_t budget_
   auto impl =
       std::make_unique<Loader::Impl>(std::move(o), plan, cap, std::move(cuda), std::move(device));
   impl->SetController(std::move(controller));
+  impl->set_pin_skipped(std::move(pin_skipped));
   std::unique_ptr<Loader> loader(new Loader(std::move(impl)));
   STOKER_RETURN_IF_ERROR(loader->impl_->Start());
   return loader;
@@ -1178,6 +1195,7 @@ Status Loader::SetEpoch(int64_t epoch, int64_t items, bool keep_ahead) {
 }
 int64_t Loader::epoch() const { return impl_->epoch(); }
 int64_t Loader::batches_per_epoch() const { return impl_->batches_per_epoch(); }
+const std::string& Loader::pin_skipped() const { return impl_->pin_skipped(); }
 int64_t Loader::samples_per_epoch() const { return impl_->samples_per_epoch(); }
 const SampleSpec& Loader::spec() const { return impl_->spec(); }
 Result<LoaderState> Loader::State() const {

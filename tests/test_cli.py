@@ -589,6 +589,8 @@ def test_a_brace_pattern_of_a_trillion_names_is_refused_at_once(tmp_path):
 # --- option values and errors as JSON -----------------------------------------
 
 BAD_OPTIONS = [
+    # Shown in the live view alone, which --quiet turns off: it was ignored.
+    (["run", "--synthetic", "--quiet", "--gpu-util"], "--quiet excludes --gpu-util"),
     (["run", "--synthetic", "--workers", "100000"], "--workers"),
     (["run", "--synthetic", "--workers", "-1"], "--workers"),
     (["run", "--synthetic", "--workers", "lots"], "--workers"),
@@ -1191,6 +1193,34 @@ def test_monitor_refuses_bad_options_and_a_registry_turned_off(tmp_path):
     j = json.loads(subprocess.run([CLI, "monitor", "--once", "--json"], env=env, check=True,
                                   capture_output=True, text=True, timeout=60).stdout)
     assert j["loaders"] == [] and "not a stoker node registry" in j["notes"][0], j
+
+
+def _on_a_terminal(args, env):
+    """What `args` printed on stdout, a pseudo-terminal, to its end."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(args, env=env, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child's side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    return seen
+
+
+def test_monitor_once_on_a_terminal_leaves_the_screen_as_it_was(tmp_path):
+    # Its one view cleared the screen first, as each redraw of a live view does.
+    env = dict(os.environ, STOKER_NODE_REGISTRY=str(tmp_path / "registry"))
+    once = _on_a_terminal([CLI, "monitor", "--once"], env)
+    assert b"stoker monitor" in once and b"\x1b[2J" not in once, once
+    live = _on_a_terminal([CLI, "monitor", "--count", "2", "--interval", "0.1"], env)
+    assert live.count(b"\x1b[H\x1b[2J") == 2, live
 
 
 def test_monitor_ends_on_sigint(tmp_path):

@@ -69,8 +69,8 @@ int RunMonitor(const MonitorOptions& o) {
         std::cout << DumpJson(j) << "\n";
       }
     } else {
-      if (tty)
-        std::cout << "\033[H\033[2J";  // redraw in place
+      if (tty && count != 1)
+        std::cout << "\033[H\033[2J";  // redraw in place (a single view stays in the scrollback)
       else if (shown > 0)
         std::cout << "\n";
       std::cout << "stoker monitor " << Clock() << "\n"

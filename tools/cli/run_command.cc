@@ -170,9 +170,11 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--trace", f.trace, "append the tuner's decisions to FILE as JSON lines")
       ->check(PathGiven());
   cmd->add_flag("--json", f.json, "print the summary as JSON on stdout");
-  cmd->add_flag("--quiet", f.quiet, "no live view");
+  CLI::Option* quiet = cmd->add_flag("--quiet", f.quiet, "no live view");
+  // Shown in the live view alone: with --quiet it would be ignored, unsaid.
   cmd->add_flag("--gpu-util", f.gpu_util,
-                "show GPU utilisation, memory and PCIe throughput (NVML) in the live view");
+                "show GPU utilisation, memory and PCIe throughput (NVML) in the live view")
+      ->excludes(quiet);
 }
 
 void AddRunCommand(CLI::App& app, int& exit_code) {

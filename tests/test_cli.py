@@ -940,6 +940,21 @@ def test_the_same_stop_sent_twice_at_once_still_prints_the_summary():
     assert j["interrupted"] is True and j["signal"] == "SIGTERM" and j["samples"] > 0
 
 
+def _read_to_end(master):
+    """What a pseudo-terminal's other side wrote until it closed; closes `master`."""
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child's side is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return seen
+
+
 def test_sigint_on_a_terminal_ends_the_live_line_then_prints_the_summary():
     # stderr on a pseudo-terminal: the live view redraws one line there.
     master, slave = pty.openpty()
@@ -952,15 +967,7 @@ def test_sigint_on_a_terminal_ends_the_live_line_then_prints_the_summary():
         seen += os.read(master, 4096)
     p.send_signal(signal.SIGINT)
     out = p.communicate(timeout=30)[0]
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the child's side is closed
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
+    seen += _read_to_end(master)
     assert p.returncode == 130
     assert b"interrupted by SIGINT" in out and b"samples in" in out
     assert b"\r\x1b[K" in seen and seen.endswith(b"\n"), seen[-200:]
@@ -1200,16 +1207,7 @@ def _on_a_terminal(args, env):
     master, slave = pty.openpty()
     p = subprocess.Popen(args, env=env, stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
-    seen = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the child's side is closed
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(master)
+    seen = _read_to_end(master)
     assert p.wait(timeout=60) == 0, p.stderr.read()
     return seen
 

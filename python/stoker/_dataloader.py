@@ -432,7 +432,8 @@ class DataLoader(torch.utils.data.DataLoader):
         it = self._iterator
         # With device=, batches copied ahead are not yet the user's.
         ahead = it.checkpoint_state() if it is not None and (it.finished or not it.done) else None
-        engine, stream = self._run.engine.state() if ahead is None else ahead[0], None
+        engine = self._run.engine.state() if ahead is None else copy.deepcopy(ahead[0])
+        stream = None
         if options.shards is not None:
             if ahead is not None:
                 opened = ahead[1]
@@ -1246,11 +1247,13 @@ class _Plan:
         epochs). `calls` 0: once, after the draw (a checkpoint of an earlier
         stoker, which recorded no `iter_calls`)."""
         order = self.order()
-        source = iter(order) if calls else None
-        seed = self._draw_seed() if drew else None
-        if calls != 1 and drew:
-            source = iter(order)
-        return seed, source if source is not None else iter(order)
+        if calls == 0:
+            return (self._draw_seed() if drew else None), iter(order)
+        source = iter(order)
+        if not drew:
+            return None, source
+        seed = self._draw_seed()
+        return seed, iter(order) if calls == 2 else source
 
     def draws(self, epoch, taken):
         """The iter() of `epoch`, `taken` of its batches taken before (a

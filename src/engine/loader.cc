@@ -1132,9 +1132,11 @@ Result<std::unique_ptr<Loader>> MakeEngineLoader(LoaderOptions o, size_t budget_
       pin_skipped =
           devices.ok() ? "no CUDA device (" + (*loaded)->path() + ")" : devices.status().message();
       o.pin_memory = false;
+    } else {
+      cuda = std::move(loaded).value();  // loaded once
     }
   }
-  if (o.pin_memory || o.device != LoaderOptions::kNoDevice) {
+  if (cuda == nullptr && (o.pin_memory || o.device != LoaderOptions::kNoDevice)) {
     const std::string option = o.device != LoaderOptions::kNoDevice
                                    ? "option 'device' = " + std::to_string(o.device)
                                    : std::string("option 'pin_memory'");

@@ -925,6 +925,17 @@ std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets
                    trial_from_, workers_, change * 100, p.produced_rate(), trial_rate_before_),
                t_s);
   }
+  // A loss within a spread of the bar (heavy-tailed reads scatter a
+  // second's rate by 5 % and more): back, and the same step once more from
+  // a fresh reading before the count below marks a floor.
+  const double noise = ReadingNoise(p.window_s, StoreEvidence());
+  if (-params_.gain - change < noise && std::exchange(trim_doubted_, workers_) != workers_) {
+    return Set(trial_from_, b, p,
+               Say("back to %.0f workers: %.0f lost %.1f %% (%.0f {items}/s against %.0f)",
+                   trial_from_, workers_, -change * 100, p.produced_rate(), trial_rate_before_) +
+                   Fmt(", within the noise of a reading (%.1f %%): it is tried again", noise * 100),
+               t_s);
+  }
   floor_ = workers_;
   knee_ = trial_from_;
   trim_paid_ = false;

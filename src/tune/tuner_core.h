@@ -421,6 +421,9 @@ class TunerCore {
   int trim_fill_ = 0;
   double trim_kept_ = 1;
   bool trim_paid_ = false;  // the last step down of a trim gained over big_gain: halve next
+  // The count a trim's step down reached whose loss lay within the noise of
+  // a reading: the same step is tried once more before it marks a floor.
+  int trim_doubted_ = 0;
   // Other processes compete for our CPUs.
   bool contended_ = false;
   // Storage that saturates: what the windows showed; whether it saturated

@@ -988,6 +988,24 @@ TEST(TunerCoreTest, NoStepUpPastCoresOurWorkersFill) {
   EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128));
 }
 
+// 4 ms of CPU on 2 cores past 16 slots of 5 ms with heavy-tailed reads:
+// the cores are the limit from 5 workers on, and steps down from the knee
+// read at 16 verify it. One 3 s reading scatters by 3-6 %: a step down
+// whose loss lies within that noise is tried again before it is a floor
+// (the descent held 11 workers on one unlucky reading of 9).
+TEST(TunerCoreTest, AStepDownWithinTheNoiseIsTriedAgain) {
+  const GridShape g{16, 0.005, 0, 0.01, 0.004, 2, /*seed=*/2};
+  const SimWorkload w = WorkloadOf(g);
+  const SimRun r = DriveShape(g, 3);
+  const bool again = std::any_of(r.decisions.begin(), r.decisions.end(), [](const auto& d) {
+    return d.reason.find("lost") != std::string::npos &&
+           d.reason.find("it is tried again") != std::string::npos;
+  });
+  EXPECT_TRUE(again);
+  EXPECT_LE(r.Final(), PeakOf(w, 128) + 2);
+  EXPECT_GE(w.Rate(r.Final()), 0.97 * BestStatic(w, 128));
+}
+
 TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   // SIM_SHAPE="slots io_ms overload tail cpu_ms cores initial" (with
   // SIM_TRACE=1): that one shape alone.
@@ -1056,7 +1074,7 @@ TEST(TunerCoreTest, StoreShapesOutsideTheSuite) {
   EXPECT_GE(sum / shapes, 0.991);
   if (seeds.size() == 3) {  // the counts are over the three draws
     EXPECT_LE(slow, 195);
-    EXPECT_LE(past, 100);
+    EXPECT_LE(past, 85);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "core/number_text.h"
 #include "source/tar_shard.h"
 #include "stoker/rng.h"
+#include "transform/image_format.h"
 #include "transform/jpeg_decoder.h"
 #include "transform/jpeg_encoder.h"
 #include "transform/png_decoder.h"
@@ -114,7 +115,7 @@ class PhotoLoader {
       width = png_.width();
       height = png_.height();
     } else {
-      return DataError(path + ": not a JPEG or PNG image");
+      return DataError(path + ": " + NotJpegOrPng(bytes));
     }
     if (static_cast<int64_t>(width) * height > kMaxPhotoPixels) {
       return ResourceExhausted(path + ": " + std::to_string(width) + "x" + std::to_string(height) +

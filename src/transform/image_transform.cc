@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/number_text.h"
+#include "transform/image_format.h"
 #include "transform/jpeg_decoder.h"
 #include "transform/png_decoder.h"
 #include "transform/resize.h"
@@ -20,17 +21,6 @@ int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 Status BadOption(const std::string& name, double value, const std::string& expected) {
   return InvalidArgument("image transform: " + name + " = " + FormatNumber(value) + ", expected " +
                          expected);
-}
-
-std::string FirstBytes(std::span<const std::byte> data) {
-  std::string s;
-  char buf[4];
-  for (size_t i = 0; i < data.size() && i < 8; ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", static_cast<unsigned>(data[i]));
-    if (!s.empty()) s += ' ';
-    s += buf;
-  }
-  return s;
 }
 
 class ImageScratch final : public TransformScratch {
@@ -111,7 +101,11 @@ class ImageTransform final : public Transform {
     const bool jpeg = LooksLikeJpeg(bytes);
     const bool png = !jpeg && LooksLikePng(bytes);
     if (!jpeg && !png && !o_.other_decoder) {
-      return DataError("not a JPEG or PNG image (first bytes: " + FirstBytes(bytes) + ")");
+      // A format known by name has a way out: a decoder of other formats.
+      const bool known = !OtherImageFormat(bytes).empty();
+      return DataError(NotJpegOrPng(bytes) + (known ? ": convert it, or decode it in Python "
+                                                      "(stoker.transforms.Image(decode_other=...))"
+                                                    : ""));
     }
     int width = 0, height = 0;
     if (jpeg) {
@@ -125,8 +119,7 @@ class ImageTransform final : public Transform {
     } else {
       // Decoded whole before any check: the decoder guards its own bombs.
       if (Status st = o_.other_decoder(bytes, &s.pixels, &width, &height); !st.ok()) {
-        return Status(st.code(), "not a JPEG or PNG image (first bytes: " + FirstBytes(bytes) +
-                                     "), and " + st.message());
+        return Status(st.code(), NotJpegOrPng(bytes) + ", and " + st.message());
       }
       if (s.pixels.size() != static_cast<size_t>(std::max(width, 0)) * std::max(height, 0) * 3) {
         return DataError("the decoder of other formats gave " + std::to_string(s.pixels.size()) +

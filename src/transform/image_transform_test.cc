@@ -647,6 +647,29 @@ TEST(ImageTransformTest, BadInputsAreClearErrors) {
          "not a JPEG or PNG image (first bytes: 3c 68 74 6d");
   expect(std::vector<uint8_t>(good.begin(), good.begin() + 2000), StatusCode::kDataError,
          "Premature end of JPEG file");
+  // Images of formats stoker does not decode are named as such, with the
+  // way out: torchvision lists them in an image folder, and "not an image"
+  // would read as a corrupt file.
+  auto bytes = [](std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  using namespace std::string_view_literals;
+  for (auto [file, format] : {std::pair{"BM\x36\x0c\0\0\0\0\0\0"sv, "a BMP image"},
+                              {"II*\0\x08\0\0\0"sv, "a TIFF image"},
+                              {"MM\0*\0\0\0\x08"sv, "a TIFF image"},
+                              {"RIFF\x24\0\0\0WEBPVP8 "sv, "a WebP image"},
+                              {"GIF89a\x01\0\x01\0"sv, "a GIF image"},
+                              {"P6\n1 1\n255\n\0\0\0"sv, "a PNM image"},
+                              {"\0\0\0\x1c"
+                               "ftypavif"sv,
+                               "an AVIF image"},
+                              {"\0\0\0\x18"
+                               "ftypheic"sv,
+                               "a HEIF image"}}) {
+    expect(bytes(file), StatusCode::kDataError,
+           std::string(format) + " (stoker decodes JPEG and PNG)");
+    expect(bytes(file), StatusCode::kDataError, "decode_other");
+  }
+  // Text that starts "P6" is no PNM: a PNM's magic is followed by a space.
+  expect(bytes("P6x"), StatusCode::kDataError, "not a JPEG or PNG image");
   // 60000 x 60000 in the frame header: refused from the header alone.
   expect(WithFrameSize(good, 60000, 60000), StatusCode::kResourceExhausted,
          "60000x60000 = 3600000000 pixels");

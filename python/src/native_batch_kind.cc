@@ -41,7 +41,12 @@ class NativeBatchWorker : public KindWorker {
     std::byte* images = out.data() + images_offset_;
     const uint64_t seed = static_cast<uint64_t>(batch.seed);
     int64_t made = 0;
+    // Each sample draws by its place in the batch under the batch's seed, so
+    // that a key picked twice (a sampler with replacement, repeated
+    // augmentation) gets two crops, as under torch, whichever worker runs it.
+    uint64_t place = 0;
     for (int64_t key : batch.indices) {
+      const uint64_t stream = place++;
       // As a Python list (ImageFolder.samples) is indexed: -1 is the last.
       const int64_t index = key < 0 ? key + source_.size() : key;
       if (index < 0 || index >= source_.size()) {
@@ -53,8 +58,8 @@ class NativeBatchWorker : public KindWorker {
       }
       ItemOutcome one;
       Status st = sample_.RunSeeded(
-          seed, epoch, index, {images + static_cast<size_t>(made) * sample_bytes_, sample_bytes_},
-          &one);
+          seed, epoch, index, stream,
+          {images + static_cast<size_t>(made) * sample_bytes_, sample_bytes_}, &one);
       if (!st.ok()) {
         outcome->failures.push_back(Failed(index, std::move(st)));
         continue;

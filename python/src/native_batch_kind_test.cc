@@ -66,12 +66,36 @@ TEST(NativeBatchKindTest, WritesTheBatchsSamplesAndLeavesOutFailures) {
   SampleWorker reference(*f.source, *f.transform, 0, SampleCap{});
   const uint64_t seed = static_cast<uint64_t>(f.batches->Get(4, 0).value().seed);
   const int64_t kept[] = {3, 12};
+  const uint64_t place[] = {0, 2};  // their places in the batch {3, 7, 12}
   for (int k = 0; k < 2; ++k) {
     std::vector<std::byte> one(16);
     ItemOutcome o;
-    ASSERT_TRUE(reference.RunSeeded(seed, 4, kept[k], one, &o).ok());
+    ASSERT_TRUE(reference.RunSeeded(seed, 4, kept[k], place[k], one, &o).ok());
     EXPECT_EQ(Word(out, static_cast<int>(kind.labels_offset() / 8) + k), kept[k] % 3);
     EXPECT_EQ(std::memcmp(out.data() + kind.images_offset() + k * 16, one.data(), 16), 0);
+  }
+}
+
+TEST(NativeBatchKindTest, AKeyPickedTwiceInABatchDrawsAgain) {
+  // A sampler with replacement (or repeated augmentation) picks index 3
+  // three times: three draws, not one copied; the same again when rerun.
+  Fixture f;
+  ASSERT_TRUE(f.batches->Set(0, {3, 3, 3}, {0, 3}, 5).ok());
+  NativeBatchKind kind(f.source, f.transform, f.batches, 3);
+  std::vector<std::byte> out(kind.spec().bytes()), again(kind.spec().bytes());
+  ItemOutcome outcome, outcome_again;
+  ASSERT_TRUE(
+      kind.NewWorker(WorkerPlace::kWorkerThread, SampleCap{})->Run(0, 0, out, &outcome).ok());
+  ASSERT_TRUE(kind.NewWorker(WorkerPlace::kWorkerThread, SampleCap{})
+                  ->Run(0, 0, again, &outcome_again)
+                  .ok());
+  ASSERT_EQ(outcome.samples, 3);
+  EXPECT_EQ(out, again);
+  const std::byte* images = out.data() + kind.images_offset();
+  for (int a = 0; a < 3; ++a) {
+    for (int b = a + 1; b < 3; ++b) {
+      EXPECT_NE(std::memcmp(images + a * 16, images + b * 16, 16), 0) << a << " and " << b;
+    }
   }
 }
 

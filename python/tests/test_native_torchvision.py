@@ -751,6 +751,25 @@ def test_negative_sampler_keys_index_from_the_end_natively_as_torch_does(folder)
     assert labels == [dataset.targets[0], dataset.targets[1]]  # the one past the end skipped
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sample_picked_twice_in_a_batch_gets_two_crops_natively(folder, workers):
+    # A sampler with replacement (class balancing, repeated augmentation)
+    # picks one image several times in a batch; under torch each pick is its
+    # own crop and flip. The native path gave every pick the same pixels.
+    dataset = ImageFolder(folder, transform=T.Compose(TRAIN))
+    sampler = [0] * 6 + [-len(dataset), 1]  # -len is key 0 too
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        with stoker.DataLoader(dataset, batch_size=8, sampler=sampler,
+                               num_workers=workers) as loader:
+            runs.append(next(iter(loader))[0])
+            assert loader.stats()["pipeline"] == "native"
+    crops = {runs[0][i].numpy().tobytes() for i in range(7)}
+    assert len(crops) == 7
+    assert torch.equal(runs[0], runs[1])  # the same seed, the same draws
+
+
 def test_subsets_of_an_image_folder_run_natively(folder):
     # random_split's Subsets (and a Subset of one) are seen through: the same
     # samples, in the Subset's order, as torch's loader gives them.

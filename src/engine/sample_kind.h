@@ -21,15 +21,17 @@ class SampleWorker final : public KindWorker {
                const SampleCap& cap);
 
   Status Run(int64_t epoch, int64_t item, std::span<std::byte> out, ItemOutcome* outcome) override {
-    return RunSeeded(seed_, epoch, item, out, outcome);
+    return RunSeeded(seed_, epoch, item, static_cast<uint64_t>(item), out, outcome);
   }
 
-  /// Run under `seed` instead of the kind's: for a kind whose seed changes
-  /// by epoch or batch (stoker.DataLoader's native path, seeded from
-  /// torch's base seed). REQUIRES: 0 <= item < the source's size.
-  Status RunSeeded(uint64_t seed, int64_t epoch, int64_t item, std::span<std::byte> out,
-                   ItemOutcome* outcome) {
-    SampleRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(item));
+  /// Run under `seed` instead of the kind's, its draws from the random
+  /// stream `stream`: for a kind whose seed changes by batch
+  /// (stoker.DataLoader's native path, seeded from torch's base seed), where
+  /// a sampler may pick one item twice in a batch and each pick is its own
+  /// draw. REQUIRES: 0 <= item < the source's size.
+  Status RunSeeded(uint64_t seed, int64_t epoch, int64_t item, uint64_t stream,
+                   std::span<std::byte> out, ItemOutcome* outcome) {
+    SampleRng rng(seed, static_cast<uint64_t>(epoch), stream);
     Record record;
     STOKER_RETURN_IF_ERROR(source_.Read(item, read_, &record));
     record.epoch = epoch;

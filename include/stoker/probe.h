@@ -29,6 +29,7 @@ struct MachineFacts {
     std::optional<uint64_t> available_bytes;       // MemAvailable
     std::optional<uint64_t> cgroup_limit_bytes;    // tightest cgroup memory limit
     std::optional<uint64_t> cgroup_current_bytes;  // use charged against that limit
+    std::optional<uint64_t> cgroup_cache_bytes;    // of it, file cache the kernel reclaims
   };
   struct Shm {
     std::optional<uint64_t> size_bytes;
@@ -172,7 +173,7 @@ size_t PeakRssBytes(const ProbeOptions& options = {});
 /// The facts as JSON with stable keys, null for unknown:
 /// {"cpu": {"logical", "physical_cores", "affinity", "quota_cores",
 /// "budget_cores", "model"}, "memory": {"total_bytes", "available_bytes",
-/// "cgroup_limit_bytes", "cgroup_current_bytes"}, "shm": {"size_bytes",
+/// "cgroup_limit_bytes", "cgroup_current_bytes", "cgroup_cache_bytes"}, "shm": {"size_bytes",
 /// "free_bytes"}, "limits": {"nproc", "nofile", "in_container"}, "storage":
 /// {"path", "device", "source", "mount_point", "fs_type", "rotational" (the
 /// kernel's flag, as read), "kind", "disk" (DiskKindName), "disk_evidence"}

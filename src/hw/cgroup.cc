@@ -44,6 +44,34 @@ std::string Quoted(const std::string& text) {
   return "'" + t + "'";
 }
 
+// The file cache charged to a memory cgroup: its pages on the file LRU
+// lists (v1 counts the hierarchy under "total_"), which the kernel reclaims
+// before it fails an allocation. Shared memory is not among them. nullopt
+// where memory.stat or its keys are missing.
+std::optional<uint64_t> FileCacheBytes(const std::string& path, bool is_v1,
+                                       std::vector<std::string>& notes) {
+  std::optional<std::string> text = ReadSmallFile(path);
+  if (!text) return std::nullopt;
+  const std::string_view keys[] = {is_v1 ? "total_active_file" : "active_file",
+                                   is_v1 ? "total_inactive_file" : "inactive_file"};
+  uint64_t sum = 0;
+  int found = 0;
+  for (std::string_view line : SplitLines(*text)) {
+    const size_t space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, space);
+    if (key != keys[0] && key != keys[1]) continue;
+    std::optional<uint64_t> n = ParseUint(Trim(line.substr(space + 1)));
+    if (!n) {
+      notes.push_back(path + ": " + Quoted(std::string(line)) + " is not a byte count");
+      return std::nullopt;
+    }
+    sum += *n;
+    ++found;
+  }
+  return found == 2 ? std::optional<uint64_t>(sum) : std::nullopt;
+}
+
 }  // namespace
 
 CgroupMembership ParseCgroupMembership(const std::string& text) {
@@ -168,6 +196,7 @@ CgroupMemory CgroupMemoryLimit(const std::vector<std::string>& dirs, bool is_v1,
     result.current_bytes = ParseUint(*text);
     if (!result.current_bytes)
       notes.push_back(path + ": " + Quoted(*text) + " is not a byte count");
+    result.cache_bytes = FileCacheBytes(JoinPath(dir, "memory.stat"), is_v1, notes);
     break;
   }
   return result;

@@ -40,10 +40,14 @@ std::optional<double> CgroupCpuQuota(const std::vector<std::string>& dirs, bool 
 struct CgroupMemory {
   std::optional<uint64_t> limit_bytes;
   std::optional<uint64_t> current_bytes;
+  // Of current_bytes, the file cache (memory.stat's active and inactive
+  // file pages): reclaimed by the kernel before an allocation fails.
+  std::optional<uint64_t> cache_bytes;
 };
 
 /// The tightest memory limit on the way from `dirs` to the root, and the use
-/// charged at that level (at the leaf when no level sets a limit).
+/// charged at that level (at the leaf when no level sets a limit), with its file
+/// cache.
 CgroupMemory CgroupMemoryLimit(const std::vector<std::string>& dirs, bool is_v1,
                                std::vector<std::string>& notes);
 

@@ -38,6 +38,7 @@ MachineFacts::Memory ReadMemoryFacts(const ProbeOptions& options, const CgroupMe
   CgroupMemory cg = CgroupMemoryLimit(dirs, is_v1, notes);
   memory.cgroup_limit_bytes = cg.limit_bytes;
   memory.cgroup_current_bytes = cg.current_bytes;
+  memory.cgroup_cache_bytes = cg.cache_bytes;
   return memory;
 }
 

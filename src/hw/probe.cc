@@ -117,7 +117,8 @@ nlohmann::json FactsToJson(const MachineFacts& f) {
   j["memory"] = {{"total_bytes", OrNull(f.memory.total_bytes)},
                  {"available_bytes", OrNull(f.memory.available_bytes)},
                  {"cgroup_limit_bytes", OrNull(f.memory.cgroup_limit_bytes)},
-                 {"cgroup_current_bytes", OrNull(f.memory.cgroup_current_bytes)}};
+                 {"cgroup_current_bytes", OrNull(f.memory.cgroup_current_bytes)},
+                 {"cgroup_cache_bytes", OrNull(f.memory.cgroup_cache_bytes)}};
   j["shm"] = {{"size_bytes", OrNull(f.shm.size_bytes)}, {"free_bytes", OrNull(f.shm.free_bytes)}};
   j["limits"] = {{"nproc", OrNull(f.limits.nproc)},
                  {"nofile", OrNull(f.limits.nofile)},

@@ -189,17 +189,24 @@ void PrefetchRule(const MachineFacts&, const AdviseInputs& inputs, Draft& d) {
 }
 
 // What this process may still take: available memory, or the cgroup's room
-// when smaller; described for the rule's input.
+// when smaller; described for the rule's input. The cgroup's file cache is
+// room, as MemAvailable counts the host's: the kernel reclaims it before an
+// allocation fails (a job that has read its data holds a cache the size of
+// its limit).
 uint64_t MemoryRoom(const MachineFacts::Memory& memory, std::string& input) {
   std::optional<uint64_t> room = memory.available_bytes;
   input = memory.available_bytes ? "available " + FormatBytes(*memory.available_bytes)
                                  : std::string("available unknown");
   if (memory.cgroup_limit_bytes) {
     const uint64_t limit = *memory.cgroup_limit_bytes;
-    const uint64_t used = std::min(limit, memory.cgroup_current_bytes.value_or(0));
+    const uint64_t current = memory.cgroup_current_bytes.value_or(0);
+    const uint64_t cache = std::min(current, memory.cgroup_cache_bytes.value_or(0));
+    const uint64_t used = std::min(limit, current - cache);
     input += ", cgroup limit " + FormatBytes(limit) +
-             (memory.cgroup_current_bytes ? " with " + FormatBytes(used) + " used"
-                                          : std::string(" (use unknown)"));
+             (!memory.cgroup_current_bytes ? std::string(" (use unknown)")
+              : cache > 0 ? " with " + FormatBytes(used) + " used (and " + FormatBytes(cache) +
+                                " of file cache, reclaimable)"
+                          : " with " + FormatBytes(used) + " used");
     room = room ? std::min(*room, limit - used) : limit - used;
   }
   if (!room) {

@@ -131,6 +131,41 @@ TEST(AdvisorTest, BatchLargerThanTheMemoryBudgetSaysSo) {
   EXPECT_EQ(a.prefetch_batches, 1);
 }
 
+// The facts of the machine `build` makes, with `stat` as the memory.stat
+// in its cgroup folder `dir`.
+MachineFacts WithMemoryStat(void (*build)(FakeMachine&), const std::string& dir,
+                            const std::string& stat) {
+  FakeMachine m;
+  build(m);
+  m.Write("sys/fs/cgroup/" + dir + "/memory.stat", stat);
+  return ProbeMachine(m.Options());
+}
+
+TEST(AdvisorTest, ACgroupsFileCacheIsRoomNotUse) {
+  // A job that has read its data: the cgroup's use is mostly file cache,
+  // which the kernel reclaims before an allocation fails. Counted as use,
+  // it left a budget of KiB and every batch was refused (torch ran).
+  // 2 GiB limit, 512 MiB charged, 384 MiB of it file cache (active + inactive).
+  const MachineFacts facts = WithMemoryStat(
+      hw::BuildQuotaContainerV2, "docker/abc123",
+      "anon 104857600\nfile 432013312\nactive_file 100663296\ninactive_file 301989888\n"
+      "shmem 29360128\n");
+  EXPECT_EQ(facts.memory.cgroup_cache_bytes, 384 * kMiB);
+  Advice a = Advise(facts);
+  EXPECT_EQ(a.memory_budget_bytes, static_cast<size_t>(0.8 * (2.0 * kGiB - 128.0 * kMiB)));
+  EXPECT_TRUE(Has(Rule(a, "memory").input,
+                  "cgroup limit 2.0 GiB with 128.0 MiB used (and 384.0 MiB of file cache"))
+      << Rule(a, "memory").input;
+  // v1 counts the hierarchy's under "total_"; a cache reading over the use
+  // (1 GiB limit, 256 MiB charged) leaves no use, never a wrapped one.
+  const MachineFacts v1 =
+      WithMemoryStat(hw::BuildPodV1, "memory/kubepods/pod1",
+                     "cache 999\nactive_file 1\ninactive_file 1\ntotal_active_file 536870912\n"
+                     "total_inactive_file 0\n");
+  EXPECT_EQ(v1.memory.cgroup_cache_bytes, 512 * kMiB);
+  EXPECT_EQ(Advise(v1).memory_budget_bytes, static_cast<size_t>(0.8 * kGiB));
+}
+
 TEST(AdvisorTest, PodV1QuotaAndMemoryLimit) {
   FakeMachine m;
   hw::BuildPodV1(m);

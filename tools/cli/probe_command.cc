@@ -57,6 +57,7 @@ std::vector<Row> FactRows(const MachineFacts& f) {
       {"", "available", Bytes(f.memory.available_bytes)},
       {"", "cgroup limit", Bytes(f.memory.cgroup_limit_bytes, "none")},
       {"", "cgroup use", Bytes(f.memory.cgroup_current_bytes)},
+      {"", "of it file cache", Bytes(f.memory.cgroup_cache_bytes)},
       {"shm", "size", Bytes(f.shm.size_bytes)},
       {"", "free", Bytes(f.shm.free_bytes)},
       {"limits", "processes (nproc)", Or(f.limits.nproc, "unlimited")},

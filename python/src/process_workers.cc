@@ -956,13 +956,21 @@ void ProcessWorkers::FreeLocked(Segment& s) {
   s.busy = false;
   s.ticket += 1;  // descriptors of this use are stale from here on
   // Batches the consumer held by the hundred (list(loader)) made many
-  // segments; past kFreeKept free ones the memory goes back. A worker's
-  // mapping stays valid: it touches a segment again only once regrown.
-  const auto free_with_memory = std::count_if(segments_.begin(), segments_.end(),
-                                              [](auto& t) { return !t->busy && t->size > 0; });
+  // segments; past kFreeKept free ones, or free ones over half the memory
+  // budget (the engine's look-ahead, which reuses them, stays within that
+  // half), the memory goes back. A worker's mapping stays valid: it touches
+  // a segment again only once regrown.
+  int64_t free_with_memory = 0;
+  size_t free_bytes = 0;
+  for (const auto& t : segments_) {
+    if (t->busy || t->size == 0) continue;
+    ++free_with_memory;
+    free_bytes += t->size;
+  }
+  const size_t budget = budget_bytes_.load(std::memory_order_relaxed);
   if (FreeKeptLocked() == 0) {
     DropLocked(s);
-  } else if (free_with_memory > kFreeKept) {
+  } else if (free_with_memory > kFreeKept || (budget > 0 && free_bytes > budget / 2)) {
     EmptyLocked(s);
   }
   // Acquire hands out the largest free segment, so a large batch's segment
@@ -1111,6 +1119,7 @@ std::unique_ptr<KindWorker> ProcessKind::NewWorker(WorkerPlace, const SampleCap&
   // On an engine thread, the engine calls Ready() as the thread starts: the
   // process is forked then, before a task needs it (a loader's first task
   // waits for iter()).
+  workers_->set_budget(cap.budget_bytes);
   return std::make_unique<ProcessWorker>(workers_, cap);
 }
 

@@ -201,6 +201,9 @@ class ProcessWorkers {
   /// highest id): ids stay below it, as under torch.
   int64_t NumWorkersSeen() const EXCLUDES(mu_);
   void set_running(int workers) { running_.store(workers, std::memory_order_relaxed); }
+  /// The loader's memory budget (0: none): free segments keep their memory
+  /// within half of it.
+  void set_budget(size_t bytes) { budget_bytes_.store(bytes, std::memory_order_relaxed); }
   /// Pids of the worker processes alive now.
   std::vector<int> pids() const EXCLUDES(mu_);
   /// Bytes of segments now: all, and those in use.
@@ -265,6 +268,7 @@ class ProcessWorkers {
   std::atomic<int64_t> handed_over_{0};
   std::atomic<int64_t> shard_deaths_{0};
   std::atomic<int64_t> running_{0};
+  std::atomic<size_t> budget_bytes_{0};
   std::atomic<size_t> output_bytes_{0};
   std::atomic<int> starting_{0};  // in Spawn or Init
 

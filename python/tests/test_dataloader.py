@@ -976,6 +976,30 @@ def test_segments_of_batches_held_then_dropped_give_their_memory_back():
             [float(i) for i in range(40)]
 
 
+def test_free_segments_keep_their_memory_within_half_the_budget():
+    # Six batches of 24 MiB held at once, then let go: the free segments kept
+    # for reuse held 144 MiB under a 200 MiB budget (up to eight were kept
+    # whatever their size); the engine's look-ahead needs at most half of it.
+    class Large(Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            return torch.full((3 << 20,), float(i))  # 12 MiB
+
+    budget = 200 << 20
+    with stoker.DataLoader(Large(), batch_size=2, num_workers=2, persistent_workers=True,
+                           memory_budget_bytes=budget) as dl:
+        held = list(dl)
+        assert [float(b[1, 0]) for b in held] == [2.0 * i + 1 for i in range(6)]
+        del held
+        gc.collect()
+        for _ in range(2):
+            stats = dl.stats()
+            assert stats["segment_bytes"] - stats["segment_bytes_in_use"] <= budget // 2, stats
+            assert sorted(float(b[i, 0]) for b in dl for i in range(len(b))) == \
+                [float(i) for i in range(12)]
+
 
 class _Big(Dataset):
     def __len__(self):
@@ -1479,10 +1503,16 @@ def test_auto_workers_drop_to_what_fits_the_memory_budget():
     # fresh worker over its share leaves, and its batch runs again elsewhere.
     if (stoker.probe()["cpu"]["budget_cores"] or 1) < 2:  # its CPU budget, not the cores
         pytest.skip("auto starts at one worker here")
+    # The tuner records the shed at its next tick, which comes as batches are
+    # taken: ticks often, and epochs until one came (an epoch of 32 ints may
+    # end within one tick).
     with stoker.DataLoader(TableHolding(), batch_size=4, num_workers="auto",
-                           max_workers=2, memory_budget_bytes=100_000_000) as dl:
-        for _ in range(2):
+                           max_workers=2, memory_budget_bytes=100_000_000,
+                           tune_interval=0.01) as dl:
+        for _ in range(20):
             assert sorted(int(i) for b in dl for i in b) == list(range(32))
+            if dl.decisions():
+                break
         reasons = [d["reason"] for d in dl.decisions()]
     assert any(r.startswith("memory: ") and "1 worker from now on" in r for r in reasons), reasons
 

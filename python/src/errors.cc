@@ -149,6 +149,12 @@ void RegisterErrors(py::module_& m) {
       py::arg("errno"),
       "Whether an OSError with this errno may be the sample's fault (skippable); False for a "
       "refused resource or a store gone or out of reach.");
+  m.def(
+      "errno_message",
+      [](const std::string& what, int err) { return ErrnoError(what, err).message(); },
+      py::arg("what"), py::arg("errno"),
+      "The engine's text for an OSError's errno met doing `what`: its strerror, and for a limit "
+      "(RLIMIT_NOFILE) which one and the way out.");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -274,6 +274,12 @@ Status ProcessWorker::Attempt(int64_t epoch, int64_t batch, const std::vector<in
       detail->worker = proc_->id;
       detail->exception = std::move(failure.exception);
       if (m.tag == Tag::kTaskFail) {
+        if (m.words[protocol::FailWord::kRefused] != 0) {
+          // The machine's, not the data's: a plain ResourceError, never skipped.
+          return ResourceExhausted(failure.trace.empty()
+                                       ? failure.reason
+                                       : failure.reason + "\n\nIn the worker:\n" + failure.trace);
+        }
         return BatchFailureStatus(failure.reason, std::move(failure.trace), detail);
       }
       detail->index = m.words[F::kIndex];

@@ -69,9 +69,12 @@ inline constexpr size_t kMaxMessageBytes = size_t{1} << 16;
 // worker -> parent: TASKFAIL instead of DONE, the batch failed outside its
 // samples (collate_fn raised, the batch could not be written); INITFAIL
 // instead of INITDONE, worker_init_fn raised. Text as SAMPFAIL's, the pickled
-// exception after it (exception_bytes, 0: none).
-#define STOKER_FAIL_WORDS(X) \
-  X(ExceptionBytes, exception_bytes)
+// exception after it (exception_bytes, 0: none). `refused`: the machine
+// refused a resource (memory, descriptors), no fault of the data's: a
+// ResourceError (TASKFAIL's; INITFAIL's is 0).
+#define STOKER_FAIL_WORDS(X)           \
+  X(ExceptionBytes, exception_bytes) \
+  X(Refused, refused)
 // worker -> parent: the batch is in the segment (`samples` of it loaded),
 // with the worker's figures (cumulative CPU and run-queue delay, unique
 // memory; 0: not measured).

@@ -84,9 +84,10 @@ def _pdeathsig():
 # --- the zygote ---------------------------------------------------------------
 
 # What the system refuses for want of a resource (descriptors, processes,
-# memory): a ResourceError naming what was asked, not a bare OSError.
-_REFUSED = {errno.EMFILE: "RLIMIT_NOFILE", errno.ENFILE: "the system's open files",
-            errno.EAGAIN: "RLIMIT_NPROC or the cgroup's pids.max", errno.ENOMEM: "memory"}
+# memory): a ResourceError naming what was asked, not a bare OSError. The
+# engine's text names the descriptor limits (errno_message); these the rest.
+_REFUSED = {errno.EMFILE: "", errno.ENFILE: "",
+            errno.EAGAIN: " (RLIMIT_NPROC or the cgroup's pids.max)", errno.ENOMEM: " (memory)"}
 
 
 def _refused(what, error):
@@ -95,10 +96,7 @@ def _refused(what, error):
     limit = _REFUSED.get(error.errno)
     if limit is None:
         return error
-    if error.errno == errno.EMFILE:
-        import resource
-        limit += f" {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}"
-    return _stoker.ResourceError(f"{what}: {os.strerror(error.errno)} ({limit})")
+    return _stoker.ResourceError(_stoker.errno_message(what, error.errno) + limit)
 
 
 def start_zygote(job, context=None):
@@ -534,7 +532,8 @@ def _worker_main(sock, job, worker_id, num_workers):
         if job.worker_init_fn is not None:
             job.worker_init_fn(worker_id)
     except BaseException as e:  # noqa: BLE001 -- said to the parent, which raises it as its type
-        sock.send(_failed(P.INITFAIL, f"{type(e).__name__}: {e}", traceback.format_exc(), e))
+        sock.send(_failed(P.INITFAIL, f"{type(e).__name__}: {e}", traceback.format_exc(), e,
+                          refused=0))
         return
     # CPU time from here, as the run-queue delay below: its tasks', never the start-up's.
     started_cpu = time.process_time_ns()
@@ -547,7 +546,7 @@ def _worker_main(sock, job, worker_id, num_workers):
     while True:
         waiting_since = _run_delay_ns()
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 4096, 1)
+            data, fds, flags, _ = socket.recv_fds(sock, 4096, 1)
         except OSError:
             return
         kind, words = _parse(data)
@@ -563,8 +562,13 @@ def _worker_main(sock, job, worker_id, num_workers):
             _set_worker_info(job, worker_id, num_workers, seed)
         if fds:
             segments[seg_id] = _Segment(fds[0])
-        seg = segments[seg_id]
+        seg = segments.get(seg_id)
         try:
+            if seg is None:
+                # The segment's descriptor came cut off: this process had
+                # none free for it (the kernel drops what does not fit).
+                code = errno.EMFILE if flags & socket.MSG_CTRUNC else errno.EBADF
+                raise OSError(code, os.strerror(code))
             seg.ensure(seg_size)
             meta_off, meta_len, kept, failures, collate_error = _run_task(
                 job, seg, epoch, batch, functools.partial(memory.check, words[T.memory_limit]),
@@ -585,8 +589,12 @@ def _worker_main(sock, job, worker_id, num_workers):
             sock.send(_message(P.OVER, samples=over.samples, private_bytes=over.private))
             return
         except BaseException as e:  # noqa: BLE001 -- the loader names the batch
-            sock.send(_task_failed(f"the batch failed outside its samples: {type(e).__name__}: "
-                                   f"{e}", traceback.format_exc(), e))
+            # Writing the batch (its segment, its mapping) met a limit: the
+            # machine's, named with the way out, never a DataError.
+            said = _refused("the batch's shared-memory segment", e) if isinstance(e, OSError) else e
+            sock.send(_task_failed("the batch failed outside its samples: " +
+                                   (str(said) if said is not e else f"{type(e).__name__}: {e}"),
+                                   traceback.format_exc(), e, refused=not_the_samples_fault(e)))
             continue
         for index, reason, trace, fatal, error in failures:
             sock.send(_sample_failed(index, reason, trace, fatal, error))
@@ -695,10 +703,12 @@ def _sample_failed(index, reason, trace, fatal, error):
                    not_the_samples_fault=int(fatal))
 
 
-def _task_failed(reason, trace, error):
+def _task_failed(reason, trace, error, refused=False):
     """The TASKFAIL message of a batch that failed outside its samples
-    (collate_fn raised), for the parent to raise as the error's type."""
-    return _failed(P.TASKFAIL, reason, trace, error)
+    (collate_fn raised), for the parent to raise as the error's type; where
+    the machine `refused` a resource writing it (memory, descriptors: no
+    fault of the data's), as a plain ResourceError."""
+    return _failed(P.TASKFAIL, reason, trace, None if refused else error, refused=int(refused))
 
 
 def _failed(kind, reason, trace, error, **words):

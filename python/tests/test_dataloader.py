@@ -7,6 +7,7 @@ import functools
 import gc
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -636,6 +637,38 @@ def test_a_loader_out_of_descriptors_is_a_resource_error_naming_the_limit():
                          text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert "refused:" in run.stdout, run.stdout
+
+
+_WORKER_HELD = []
+
+
+def _take_every_descriptor(worker_id):
+    """worker_init_fn: the worker's descriptors all taken (its limit at its
+    highest open one, every one below opened): its next one is refused."""
+    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))
+    try:
+        while True:
+            _WORKER_HELD.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_worker_out_of_descriptors_for_its_segment_is_a_resource_error_naming_the_limit(
+        on_error):
+    # A worker with no descriptor free for the batch's segment got it cut off
+    # in transit and failed with a KeyError ("exited ... outside any
+    # sample", twice); one whose mapping failed gave a DataError "the batch
+    # failed outside its samples: OSError", as if the data were at fault.
+    with stoker.DataLoader(Numbers(8), batch_size=4, num_workers=1, on_error=on_error,
+                           worker_init_fn=_take_every_descriptor) as dl:
+        with pytest.raises(stoker.ResourceError) as raised:
+            list(dl)
+    assert not isinstance(raised.value, stoker.DataError)
+    assert "Too many open files (the open-file limit, RLIMIT_NOFILE, is " in str(raised.value)
+    assert "ulimit -n" in str(raised.value)
 
 
 def test_fork_after_making_a_loader_is_an_error_in_the_child_not_a_hang():

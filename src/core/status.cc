@@ -1,5 +1,7 @@
 #include "stoker/status.h"
 
+#include <sys/resource.h>
+
 #include <cassert>
 #include <cerrno>
 #include <cstring>
@@ -119,7 +121,15 @@ Status ErrnoError(const std::string& what, int err) {
       code = StatusCode::kUnavailable;
       break;
   }
-  return Status(code, what + ": " + std::strerror(err)).WithOsError(err);
+  std::string text = what + ": " + std::strerror(err);
+  // Which limit was met, and the way out.
+  if (struct rlimit lim{}; err == EMFILE && getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    text += " (the open-file limit, RLIMIT_NOFILE, is " + std::to_string(lim.rlim_cur) +
+            ": raise it with ulimit -n, or hold fewer batches at once)";
+  } else if (err == ENFILE) {
+    text += " (the system's table of open files is full)";
+  }
+  return Status(code, text).WithOsError(err);
 }
 
 bool IsSampleError(const Status& status) {

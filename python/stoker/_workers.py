@@ -164,8 +164,9 @@ def start_zygote(job, context=None):
 
 def _await_started(sock, process, method):
     """Waits for a started zygote's HELLO. One that ends first failed while
-    its interpreter started: most often the main module, run again there,
-    making a loader at import (no ``if __name__ == "__main__":`` guard)."""
+    its interpreter started: the main module, run again there, making a
+    loader at import (no ``if __name__ == "__main__":`` guard), or the job
+    naming a class or function that only the guarded block defines."""
     while not select.select([sock], [], [], 0.5)[0] and process.exitcode is None:
         pass
     if select.select([sock], [], [], 0)[0] and _parse(sock.recv(4096))[0] is P.HELLO:
@@ -174,9 +175,10 @@ def _await_started(sock, process, method):
     raise RuntimeError(
         f"the worker processes' zygote (pid {process.pid}), started by multiprocessing_context "
         f"{method!r}, ended before it was ready ({_ended_how(process.exitcode)}; its error is "
-        f"printed above): under {method!r} the main module is run again in it, so the code that "
-        "makes and iterates loaders must be inside `if __name__ == \"__main__\":`, as torch's "
-        "DataLoader needs under that method too")
+        f"printed above): under {method!r} the main module is run again in it, without what its "
+        "`if __name__ == \"__main__\":` block defines, so the code that makes and iterates "
+        "loaders must be inside that block, and the dataset's classes and functions outside it "
+        "(importable), as torch's DataLoader needs under that method too")
 
 
 def _ended_how(code):

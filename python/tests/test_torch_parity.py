@@ -733,6 +733,34 @@ def test_a_script_without_a_main_guard_is_told_so_under_spawn(tmp_path, method):
     assert 'if __name__ == "__main__":' in last
 
 
+def test_a_dataset_class_inside_the_main_guard_is_named_under_spawn(tmp_path):
+    # The guard is there, but the dataset's class is defined inside it: the
+    # zygote runs the main module without the guarded block and cannot load
+    # the class. The error blamed a missing guard alone.
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent("""
+        import stoker
+        if __name__ == "__main__":
+            class Inside:
+                def __len__(self):
+                    return 4
+
+                def __getitem__(self, i):
+                    return i
+
+            loader = stoker.DataLoader(Inside(), batch_size=2, num_workers=2,
+                                       multiprocessing_context="spawn")
+            print(sum(len(b) for b in loader))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "Can't get attribute 'Inside'" in done.stderr  # the zygote's own error, printed
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: the worker processes' zygote"), done.stderr[-2000:]
+    assert "the dataset's classes and functions outside it (importable)" in last
+
+
 def test_a_zygote_whose_loader_closes_while_it_forks_ends_without_a_word(capfd):
     # The loader closes (Ctrl-C, close() while the tuner grows the pool) just
     # after asking for a worker: the zygote's answer finds the socket closed,

@@ -1433,7 +1433,21 @@ class _Pickler(pickle.Pickler):
 
 
 def _nbytes(a):
-    return a.numel() * a.element_size() if hasattr(a, "numel") else a.nbytes
+    """The bytes `a` takes in a segment: a broadcast tensor's memory span (_span)."""
+    if hasattr(a, "numel"):
+        return (_span(a) or a.numel()) * a.element_size()
+    return a.nbytes
+
+
+def _span(t):
+    """The elements of storage tensor `t` reaches, where fewer than its own
+    (a broadcast view: expand(), stride 0), else None: such a view is
+    written as that span and its strides, as torch's workers share its
+    storage; written whole, 4 bytes expanded to 10^8 elements took 400 MB."""
+    if t.numel() == 0 or t.is_contiguous():
+        return None
+    span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return span if span < t.numel() else None
 
 
 def _layout(t):
@@ -1460,10 +1474,12 @@ def _write(writer, payload):
         if hasattr(a, "numel"):
             # What a tensor is beyond its bytes comes back with it.
             names = a.names if any(n is not None for n in a.names) else None
-            order = _layout(a)  # its memory layout comes back too
+            span = _span(a)
+            order = None if span else _layout(a)  # its memory layout comes back too
             shape = tuple(a.shape) if order is None else tuple(a.shape[d] for d in order)
+            strides = (span, tuple(a.stride())) if span else None
             entry = ["t", str(a.dtype).removeprefix("torch."), shape, None,
-                     (a.requires_grad, names, order)]
+                     (a.requires_grad, names, order, strides)]
             placed = writer.placed.get(id(a))
             if placed is not None and placed[0] is a:
                 entry[3] = placed[1]  # already in the segment
@@ -1474,7 +1490,7 @@ def _write(writer, payload):
         if entry[3] is None:
             entry[3] = writer.reserve(_nbytes(a))
             # With its layout: a tensor's dimension order (_layout), an array's "C" or "F".
-            copies.append((a, entry[3], entry[4][2] if entry[0] == "t" else entry[4]))
+            copies.append((a, entry[3], entry[4][2:] if entry[0] == "t" else entry[4]))
         table.append(tuple(entry))
     meta = pickle.dumps((table, body.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
     meta_off = writer.reserve(len(meta))
@@ -1489,7 +1505,10 @@ def _write(writer, payload):
             src = a.detach()
             if any(n is not None for n in src.names):  # rename() warns even when names are none
                 src = src.rename(None)
-            if order is not None:  # written in its memory order (_layout)
+            order, strides = order
+            if strides is not None:  # a broadcast view: its span of storage (_span)
+                src = src.as_strided((strides[0],), (1,))
+            elif order is not None:  # written in its memory order (_layout)
                 src = src.permute(order)
             dst.view(a.dtype).view(src.shape).copy_(src)
             del dst
@@ -1537,16 +1556,20 @@ def _rebuild(view, entry):
     if kind == "t":
         import torch
         dt = getattr(torch, dtype)
+        requires_grad, names, order, strides = entry[4]
         count = 1
         for d in shape:
             count *= d
-        if count == 0:
+        if strides is not None:  # a broadcast view: its span, seen through its strides
+            itemsize = torch.empty((), dtype=dt).element_size()
+            t = torch.frombuffer(view, dtype=torch.uint8, count=strides[0] * itemsize,
+                                 offset=off).view(dt).as_strided(shape, strides[1])
+        elif count == 0:
             t = torch.empty(shape, dtype=dt)
         else:
             itemsize = torch.empty((), dtype=dt).element_size()
             t = torch.frombuffer(view, dtype=torch.uint8, count=count * itemsize,
                                  offset=off).view(dt).view(shape)
-        requires_grad, names, order = entry[4]
         if order is not None:  # back to its dimensions' order, in its memory layout
             t = t.permute(sorted(range(len(order)), key=order.__getitem__))
         if names is not None:

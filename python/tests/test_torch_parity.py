@@ -1199,8 +1199,8 @@ def test_a_failing_samplers_key_is_named_in_the_error(workers):
 
 
 class _Layouts(torch.utils.data.Dataset):
-    """Samples holding one tensor twice, a channels_last image, a transpose
-    and a strided view."""
+    """Samples holding one tensor twice, a channels_last image, a transpose,
+    a strided view and broadcast views (expand: stride 0)."""
 
     def __len__(self):
         return 4
@@ -1209,7 +1209,9 @@ class _Layouts(torch.utils.data.Dataset):
         t = torch.arange(24.0) + i
         image = torch.arange(2 * 3 * 4 * 5.0).reshape(2, 3, 4, 5) + i
         return {"a": t, "b": t, "image": image.contiguous(memory_format=torch.channels_last),
-                "transposed": t.reshape(4, 6).t(), "every_other": t[::2]}
+                "transposed": t.reshape(4, 6).t(), "every_other": t[::2],
+                "expanded": torch.full((1,), float(i)).expand(50_000_000),
+                "mask": torch.arange(6.0).reshape(1, 6, 1).expand(3, 6, 6)}
 
 
 @pytest.mark.parametrize("kind", ["processes", "threads"])
@@ -1225,3 +1227,8 @@ def test_a_samples_tensors_keep_their_identity_and_memory_layout_from_workers(ki
         assert g["a"] is g["b"]
         assert g["image"].is_contiguous(memory_format=torch.channels_last)
         assert g["transposed"].stride() == w["transposed"].stride()
+        # A broadcast view comes as its span of storage, not its 200 MB
+        # written out (torch's workers share its 4 bytes).
+        for key in ("expanded", "mask"):
+            assert g[key].stride() == w[key].stride(), key
+        assert g["expanded"].storage().nbytes() == 4

@@ -20,12 +20,47 @@ constexpr double kPlainEveryS = 2.0;  // off a terminal, one line this often
 
 namespace {
 
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no
+// overlong forms, surrogates or code points past U+10FFFF), 0 if none.
+size_t Utf8Length(std::string_view text, size_t i) {
+  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char lead = at(0);
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    if (lead == 0xe0) lo = 0xa0;
+    if (lead == 0xed) hi = 0x9f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    if (lead == 0xf0) lo = 0x90;
+    if (lead == 0xf4) hi = 0x8f;
+  }
+  if (n == 0 || i + n > text.size() || at(1) < lo || at(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (at(k) < 0x80 || at(k) > 0xbf) return 0;
+  }
+  return n;
+}
+
+// Control bytes, and bytes that are not UTF-8 (a file name's, read from a
+// disk), as \xNN: a terminal shows the name as it can be typed back.
 std::string Escaped(std::string_view text, bool keep_lines) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
     const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && !(keep_lines && (c == '\n' || c == '\t'))) || byte == 0x7f) {
+    if (byte >= 0x80) {
+      if (const size_t n = Utf8Length(text, i); n > 0) {
+        out.append(text.substr(i, n));
+        i += n;
+        continue;
+      }
+    }
+    if ((byte < 0x20 && !(keep_lines && (c == '\n' || c == '\t'))) || byte >= 0x7f) {
       static constexpr char kHex[] = "0123456789abcdef";
       out += "\\x";
       out += kHex[byte >> 4];
@@ -33,6 +68,7 @@ std::string Escaped(std::string_view text, bool keep_lines) {
     } else {
       out += c;
     }
+    ++i;
   }
   return out;
 }

@@ -122,6 +122,18 @@ TEST(ReportTest, ASkippedNameIsOneLineOfTheList) {
   EXPECT_EQ(Printable("one\ntwo\t"), "one\ntwo\t");
 }
 
+TEST(ReportTest, BytesThatAreNotUtf8AreEscapedAndUtf8IsKept) {
+  // A file name's raw bytes (ff fe) reached the terminal as they were, shown
+  // as replacement characters that cannot be typed back.
+  EXPECT_EQ(PrintableLine("zero\xff\xfe.jpg"), "zero\\xff\\xfe.jpg");
+  EXPECT_EQ(PrintableLine("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x93\xb7"),
+            "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x93\xb7");  // é, 日, a camera
+  // Overlong, surrogate, cut short, past U+10FFFF: escaped byte by byte.
+  EXPECT_EQ(PrintableLine("\xc0\xaf|\xed\xa0\x80|\xe6\x97|\xf4\x90\x80\x80"),
+            "\\xc0\\xaf|\\xed\\xa0\\x80|\\xe6\\x97|\\xf4\\x90\\x80\\x80");
+  EXPECT_EQ(PrintableLine("del\x7f"), "del\\x7f");
+}
+
 TEST(ReportTest, SvgCountsWorkersInWholeNumbers) {
   SweepReport r = Example();
   r.sweep = {{1, 100, 0}, {2, 180, 0}, {3, 250, 0}, {4, 300, 0}, {5, 310, 0}};

@@ -60,6 +60,24 @@ def test_probe_shows_a_ranks_problem_as_its_json_does(ranks, problem):
     assert any(line.split() == ["problem", *problem.split()] for line in out.splitlines()), out
 
 
+def test_advise_under_a_small_dev_shm_names_whom_the_shm_rule_binds():
+    # torch's DataLoader passes batches through /dev/shm, stoker.DataLoader's
+    # are memfds: an 8 MiB /dev/shm cut the advice for both to one worker.
+    # A mount namespace of its own with a small /dev/shm (root only).
+    cmd = ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=8m tmpfs /dev/shm && exec "
+           f"{CLI} advise --no-gpus --batch-size 64 --workers-kind processes"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("no unshare here")
+    if done.returncode != 0 and ("mount" in done.stderr or "unshare" in done.stderr):
+        pytest.skip("no mount namespace here: " + done.stderr.strip()[-200:])
+    assert done.returncode == 0, done.stderr
+    assert ("For worker processes (torch.utils.data.DataLoader; stoker.DataLoader's batches are "
+            "not in /dev/shm, so its shared memory rule does not bind it): start with 1 worker "
+            "process and 1 batch of prefetch") in done.stdout, done.stdout
+
+
 def test_advise_json():
     j = json.loads(stoker("advise", "--json", "--no-gpus", "--batch-size", "32").stdout)
     assert j["workers"] >= 1 and j["prefetch_batches"] >= 1

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -34,10 +35,17 @@ int RunAdvise(const AdviseCommandOptions& o) {
   Advice advice = Advise(facts, inputs);
   const bool processes = o.workers_kind == WorkersKind::kProcesses;
   // Who the advice is for: thread workers are stoker's native pipeline's.
+  // /dev/shm binds torch's DataLoader only (stoker.DataLoader's batches are
+  // memfds): where it lowered the advice, the advice is torch's.
+  const bool shm_bound = std::any_of(advice.rules.begin(), advice.rules.end(), [](const auto& r) {
+    return r.name == "shared memory" && r.limited;
+  });
   const std::string advised_for =
-      processes
-          ? "worker processes (torch.utils.data.DataLoader, stoker.DataLoader)"
-          : std::string(LoaderKindName(LoaderKind::kNative)) + " and stoker run (worker threads)";
+      !processes
+          ? std::string(LoaderKindName(LoaderKind::kNative)) + " and stoker run (worker threads)"
+      : shm_bound ? "worker processes (torch.utils.data.DataLoader; stoker.DataLoader's batches "
+                    "are not in /dev/shm, so its shared memory rule does not bind it)"
+                  : "worker processes (torch.utils.data.DataLoader, stoker.DataLoader)";
   // torch's DataLoader runs processes, whatever kind the advice above is for.
   AdviseInputs for_torch = inputs;
   for_torch.workers_kind = WorkersKind::kProcesses;
@@ -59,9 +67,9 @@ int RunAdvise(const AdviseCommandOptions& o) {
     std::cout << "For " << advised_for << ": start with " << advice.workers
               << (processes ? " worker process" : " worker thread")
               << (advice.workers == 1 ? "" : "s") << " and " << advice.prefetch_batches
-              << " batches of prefetch (" << FormatBytes(advice.prefetch_bytes)
-              << "), within a memory budget of " << FormatBytes(advice.memory_budget_bytes)
-              << ".\n\n";
+              << (advice.prefetch_batches == 1 ? " batch" : " batches") << " of prefetch ("
+              << FormatBytes(advice.prefetch_bytes) << "), within a memory budget of "
+              << FormatBytes(advice.memory_budget_bytes) << ".\n\n";
   } else {
     std::cout << "For " << advised_for << ": no setting fits: a loader holds 2 batches of "
               << FormatBytes(advice.batch_bytes) << ", over the memory budget of "

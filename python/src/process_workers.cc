@@ -524,22 +524,27 @@ Status ProcessWorker::Run(int64_t epoch, int64_t item, std::span<std::byte> out,
 
 std::string ProcessWorker::OverShareReason(int64_t epoch, int64_t batch, size_t samples,
                                            const Reply& reply) const {
+  const int64_t workers = std::max<int64_t>(1, workers_->running());
   return "batch " + std::to_string(batch) + " of epoch " + std::to_string(epoch) +
          " grew a fresh worker process to " + FormatBytes(static_cast<uint64_t>(reply.over_bytes)) +
          " of unique memory after " + std::to_string(reply.over_samples) + " of its " +
-         std::to_string(samples) + " samples, past its share of the memory budget (" +
-         FormatBytes(MemoryShare()) + ": memory_budget_bytes " + FormatBytes(budget_bytes_) +
-         ", less the batch segments, up to half of it, over " +
-         std::to_string(std::max<int64_t>(1, workers_->running())) + " workers)";
+         std::to_string(samples) + (samples == 1 ? " sample" : " samples") +
+         ", past its share of the memory budget (" + FormatBytes(MemoryShare()) +
+         ": memory_budget_bytes " + FormatBytes(budget_bytes_) +
+         ", less the batch segments, up to half of it, over " + std::to_string(workers) +
+         (workers == 1 ? " worker" : " workers") + " running)";
 }
 
 Status ProcessWorker::OverShare(int64_t epoch, int64_t batch, size_t samples, const Reply& reply,
                                 bool tuned) const {
-  return ResourceExhausted(OverShareReason(epoch, batch, samples, reply) +
-                           (tuned ? "; one worker alone does not fit: raise memory_budget_bytes, "
-                                    "or lower batch_size"
-                                  : "; raise memory_budget_bytes, or lower batch_size or "
-                                    "num_workers"));
+  // Fewer samples a batch help only where a batch has more than one.
+  const bool batched = samples > 1;
+  return ResourceExhausted(
+      OverShareReason(epoch, batch, samples, reply) +
+      (tuned ? std::string("; one worker alone does not fit: raise memory_budget_bytes") +
+                   (batched ? ", or lower batch_size" : "")
+             : std::string("; raise memory_budget_bytes, or lower ") +
+                   (batched ? "batch_size or num_workers" : "num_workers")));
 }
 
 void ProcessWorker::Stop(bool kill) {

@@ -1564,6 +1564,14 @@ def test_a_batch_that_alone_outgrows_a_workers_share_of_the_budget_is_a_resource
         with pytest.raises(stoker.ResourceError, match="one worker alone does not fit") as e:
             next(iter(dl))
     assert "num_workers" not in str(e.value)
+    # A batch of one sample: fewer samples a batch cannot help, and the
+    # count is the workers running (it said "lower batch_size", "1 workers").
+    with stoker.DataLoader(Caching(4, 128 << 20), batch_size=1, num_workers=1,
+                           memory_budget_bytes=64 << 20) as dl:
+        with pytest.raises(stoker.ResourceError, match="memory_budget_bytes") as e:
+            next(iter(dl))
+    assert "after 1 of its 1 sample, past" in str(e.value)
+    assert "over 1 worker running" in str(e.value) and "batch_size" not in str(e.value)
 
 
 def test_device_look_ahead_keeps_the_order_errors_included_within_its_budget():

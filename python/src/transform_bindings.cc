@@ -66,8 +66,21 @@ auto OtherDecoder(py::object decode) {
     py::gil_scoped_acquire gil;
     try {
       const auto* data = reinterpret_cast<const char*>(record.data());
-      auto pixels = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(
-          (*fn)(py::bytes(data, record.size())));
+      const py::object made = (*fn)(py::bytes(data, record.size()));
+      // Its values as they are: a cast would make [0, 1] floats black and
+      // wrap 300 to 44, so another dtype is refused, naming it.
+      const py::array given = py::array::ensure(made);
+      if (!given || given.dtype().kind() == 'O') {
+        return DataError("the decoder of other formats gave " +
+                         py::str(py::type::of(made).attr("__name__")).cast<std::string>() +
+                         ", not a (height, width, 3) uint8 array");
+      }
+      if (given.dtype().kind() != 'u' || given.dtype().itemsize() != 1) {
+        return DataError("the decoder of other formats gave " +
+                         py::str(given.dtype()).cast<std::string>() +
+                         " values; it must give uint8 RGB values (0-255)");
+      }
+      auto pixels = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(given);
       if (!pixels || pixels.ndim() != 3 || pixels.shape(2) != 3) {
         return DataError("the decoder of other formats gave no (height, width, 3) array");
       }

@@ -128,3 +128,40 @@ def test_eval_on_photographs_with_and_without_dct_scaling(tmp_path):
         if max_levels is not None:
             assert diff.max().item() < max_levels * ONE_LEVEL
         assert diff.mean().item() < mean_levels * ONE_LEVEL, dct
+
+
+def _bmp_folder(root):
+    """One class of two BMP images (formats stoker's own decoders do not read)."""
+    from PIL import Image
+    (root / "c").mkdir(parents=True)
+    rng = np.random.default_rng(4)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8)).save(
+            root / "c" / f"{i}.bmp")
+    return root
+
+
+def _pil_rgb(data):
+    import io
+    from PIL import Image
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def test_decode_other_decodes_what_stoker_does_not_and_refuses_other_dtypes(tmp_path):
+    root = _bmp_folder(tmp_path / "bmp")
+    expected = torch.stack([torch.from_numpy(_pil_rgb((root / "c" / f"{i}.bmp").read_bytes()))
+                            for i in range(2)])
+    uint8 = stoker.transforms.eval(16, resize=0, layout="uint8_hwc", decode_other=_pil_rgb)
+    with stoker.Loader(root, batch_size=2, shuffle=False, transforms=uint8) as loader:
+        images, _ = next(iter(loader))
+    assert torch.equal(images, expected[:, 2:18, 7:23])  # the centre 16 x 16
+    # Another dtype's values were cast: [0, 1] floats came out black, 300 as 44.
+    for made, said in [(lambda b: _pil_rgb(b) / 255.0, "gave float64 values; it must give "
+                        "uint8 RGB values (0-255)"),
+                       (lambda b: _pil_rgb(b).astype(np.int32) + 300, "gave int32 values"),
+                       (lambda b: None, "gave NoneType, not a (height, width, 3) uint8 array")]:
+        transform = stoker.transforms.eval(16, resize=0, layout="uint8_hwc", decode_other=made)
+        with stoker.Loader(root, batch_size=2, shuffle=False, transforms=transform) as loader:
+            with pytest.raises(stoker.DataError, match="0.bmp") as raised:
+                next(iter(loader))
+        assert said in str(raised.value)

@@ -63,6 +63,8 @@ class Image(Transform):
         ``resize=0``, then CenterCrop(size) (all of the resized image when
         they are equal; zeros around it where the crop is larger, as
         torchvision pads).
+    ``scale``, ``ratio``, ``flip`` and ``flip_before_crop`` are train's, ``resize``
+    eval's: given to the other mode, they are refused (it would ignore them).
 
     ``layout``: "float32" gives float32 (3, H, W) normalised with ``mean`` and
     ``std`` (ToTensor + Normalize); "uint8_chw" / "uint8_hwc" give raw RGB
@@ -79,13 +81,26 @@ class Image(Transform):
     on the engine's threads under the GIL.
     """
 
-    def __init__(self, mode="train", size=224, *, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                 flip=0.5, flip_before_crop=False, resize=None, mean=IMAGENET_MEAN,
+    def __init__(self, mode="train", size=224, *, scale=None, ratio=None, flip=None,
+                 flip_before_crop=None, resize=None, mean=IMAGENET_MEAN,
                  std=IMAGENET_STD, layout="float32",
                  max_pixels=89_478_485, dct_scaling=False, interpolation="bilinear",
                  decode_other=None):
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+        # An option of the other mode's geometry would do nothing: refused.
+        other = {"train": {"resize": resize},
+                 "eval": {"scale": scale, "ratio": ratio, "flip": flip,
+                          "flip_before_crop": flip_before_crop}}[mode]
+        for name, value in other.items():
+            if value is not None:
+                owner = "eval" if mode == "train" else "train"
+                raise ValueError(f"{name} is an option of mode={owner!r}"
+                                 f" only; mode={mode!r} does nothing with it, got {name}={value!r}")
+        scale = (0.08, 1.0) if scale is None else scale
+        ratio = (3 / 4, 4 / 3) if ratio is None else ratio
+        flip = 0.5 if flip is None else flip
+        flip_before_crop = False if flip_before_crop is None else flip_before_crop
         if interpolation not in _INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got "
                              f"{interpolation!r}")

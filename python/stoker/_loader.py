@@ -134,16 +134,19 @@ def _resolve_device(device, torch):
 class _Pass:
     """One pass of a Loader (what iter() gives): the rest of its epoch, then
     StopIteration for good, as an iterator must (the next iter() starts the
-    next pass)."""
+    next pass). A pass whose epoch another pass ended ends with it, never
+    running on into the next epoch."""
 
     def __init__(self, loader):
         self._loader, self._done = loader, False
+        self._epoch = loader.epoch
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        if self._done:
+        if self._done or self._loader.epoch != self._epoch:
+            self._done = True
             raise StopIteration
         try:
             return self._loader.__next__()

@@ -119,6 +119,18 @@ def test_a_pass_that_ended_stays_ended():
     assert loader.epoch == 2
 
 
+def test_a_pass_whose_epoch_another_pass_ended_ends_too():
+    # A peeked pass left unfinished ran on after a later loop ended its
+    # epoch: it took the whole next epoch, and the loop after started a
+    # third.
+    loader = stoker.Loader(stoker.Synthetic(size=16, shape=(1,)), batch_size=4, seed=3)
+    peeked = iter(loader)
+    next(peeked)
+    assert len(list(loader)) == 3 and loader.epoch == 1  # the rest of epoch 0
+    assert next(peeked, None) is None and loader.epoch == 1
+    assert len(list(loader)) == 4 and loader.epoch == 2  # epoch 1, whole
+
+
 def test_state_dict_from_another_seed_is_refused(image_tree):
     state = _train_loader(image_tree, 1).state_dict()
     other = stoker.Loader(image_tree, batch_size=5, seed=12, transforms=stoker.transforms.train(20))
@@ -357,15 +369,18 @@ def test_a_daemon_thread_iterating_at_the_interpreters_exit_does_not_abort_it(wo
 
 def test_a_trace_that_could_not_all_be_written_is_said_at_close(tmp_path):
     # A file size limit refuses the trace's writes as a full disk would. Before,
-    # the decisions were lost without a word.
+    # the decisions were lost without a word. Samples of 0.2 ms of CPU give
+    # the tuner a decision within a few epochs (samples of nothing gave it
+    # none in 2,000 at times).
     import textwrap
     trace = tmp_path / "t.jsonl"
     script = textwrap.dedent(f"""
         import resource, signal, warnings, stoker
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (16, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-        loader = stoker.Loader(stoker.Synthetic(size=64, shape=(8,)), batch_size=4,
-                               tune_interval=0.01, trace_path={str(trace)!r}, output="numpy")
+        loader = stoker.Loader(stoker.Synthetic(size=64, shape=(8,), cpu_cost_us=200),
+                               batch_size=4, tune_interval=0.01, trace_path={str(trace)!r},
+                               output="numpy")
         for _ in range(2000):
             for _ in loader:
                 pass

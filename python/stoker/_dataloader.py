@@ -422,8 +422,8 @@ class DataLoader(torch.utils.data.DataLoader):
         it was before the epoch's ``iter()``. A sampler that gives that epoch
         another order then (state of its own it has no such methods for) is
         refused, and so is a dataset whose length differs from that epoch's
-        (naming both); a state taken once its epoch ended starts the next one
-        with the dataset as it is then."""
+        (naming both); a state taken once its epoch ended (or set_epoch()
+        abandoned it) starts the next one with the dataset as it is then."""
         if self._stream is not None:
             return self._stream.state_dict()
         self._run.check_usable()
@@ -433,6 +433,13 @@ class DataLoader(torch.utils.data.DataLoader):
         # With device=, batches copied ahead are not yet the user's.
         ahead = it.checkpoint_state() if it is not None and (it.finished or not it.done) else None
         engine = self._run.engine.state() if ahead is None else copy.deepcopy(ahead[0])
+        if it is not None and it.done and not it.finished and not self._resume and record:
+            # Its epoch abandoned (set_epoch()): the next iter() starts the
+            # next epoch, as after an epoch's end, and so does a resume, from
+            # the generators as the abandoned epoch left them (its batches
+            # taken, as torch's iterator pulls its order).
+            engine = dict(engine, epoch=it.epoch + 1, position=0, beyond=[])
+            record = dict(record, **self._plan.left_by_abandoned())
         stream = None
         if options.shards is not None:
             if ahead is not None:
@@ -455,7 +462,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 # How a sharded stream's shards are mixed: a resume skips what
                 # that mix delivered.
                 "shuffle_buffer": 0 if options.shards is None else options.shards.shuffle_buffer,
-                "epoch_start": self._plan.record, "engine": engine, "stream": stream}
+                "epoch_start": record, "engine": engine, "stream": stream}
 
     def load_state_dict(self, state):
         """Resumes at ``state`` (from ``state_dict``): the next ``iter()``
@@ -1279,6 +1286,17 @@ class _Plan:
             if isinstance(g, _torch().Generator) and all(g is not h for h in found):
                 found.append(g)
         return found
+
+    def left_by_abandoned(self):
+        """The record's fields for the generators as an epoch abandoned now
+        leaves them, which the next epoch draws from: a checkpoint taken
+        then resumes at that next epoch."""
+        left = {}
+        if self._generator is not None:
+            left["rng_after"] = base64.b64encode(self._rng_state()).decode()
+        if "sampler_states_after" in (self.record or {}):
+            left["sampler_states_after"] = self._order_states()
+        return left
 
     def _rng_state(self):
         if self._generator is not None:

@@ -315,6 +315,30 @@ def test_a_resume_before_set_epoch_names_the_epoch_and_stays_loaded():
         assert rest == list(sampler)[4:]
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_after_set_epoch_cut_an_epoch_short_resumes_at_the_next_epoch(workers):
+    # set_epoch() abandons the epoch in progress: the loader's next iter()
+    # starts a new one. Its checkpoint still held the abandoned epoch at its
+    # third batch, and a resume gave that epoch's other 28 samples instead.
+    def make():
+        generator = torch.Generator()
+        generator.manual_seed(3)
+        return stoker.DataLoader(_Numbers(), batch_size=4, shuffle=True, num_workers=workers,
+                                 generator=generator)
+
+    with make() as dl:
+        it = iter(dl)
+        for _ in range(3):
+            next(it)
+        dl.set_epoch(1)
+        state = dl.state_dict()
+        want = [b.tolist() for b in dl]
+    with make() as dl:
+        dl.load_state_dict(state)
+        assert [b.tolist() for b in dl] == want
+    assert sorted(i for b in want for i in b) == list(range(len(_Numbers())))
+
+
 def _taken_ahead(it, taken):
     """`taken` batches, then more until the device look-ahead holds batches
     the user has not had (the workers make them meanwhile)."""

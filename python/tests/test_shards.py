@@ -727,7 +727,13 @@ def test_a_worker_that_leaves_mid_shard_hands_it_over_at_its_offset(tmp_path, ki
     with loader(ds, 2, shuffle=False, worker_kind=kind) as dl:
         it = iter(dl)
         got = batches_of([next(it)])
-        # Both workers wait in their shard, each with a part made: one leaves at its next part.
+        # Both workers wait in their shard, each with a part made (on a busy
+        # machine the second may not be there yet when the first batch
+        # comes): one leaves at its next part.
+        deadline = time.monotonic() + 60
+        while not {("shard-00", "3"), ("shard-01", "3")} <= {(s, k) for s, k, _ in ds.reads()}:
+            assert time.monotonic() < deadline, ds.reads()
+            time.sleep(0.01)
         dl._run.engine.resize(1)
         open(ds.go, "w").close()
         got += batches_of(it)

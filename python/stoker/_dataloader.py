@@ -2027,6 +2027,7 @@ class _Iterator:
         self._batches = batches  # its epoch's, as the sampler gave them
         # A sharded stream's item is a shard's batches, handed out one by one.
         self._pending = collections.deque()
+        self._failed = None    # a shard's error, raised once the batches it made are handed out
         self._item = None      # the engine item they come from
         self._taken = 0        # of its batches, how many were handed out
         # (item, batches of it already handed out) before the engine delivers
@@ -2129,6 +2130,9 @@ class _Iterator:
             if self._pending:
                 self._taken += 1
                 return self._hand(self._pending.popleft(), self._taken - 1)
+            if self._failed is not None:
+                error, self._failed = self._failed, None
+                raise error
             if self._early and (early := self._early_part()) is not None:
                 return self._hand(*early)
             payload = self._produce()
@@ -2286,6 +2290,12 @@ class _Iterator:
                 raise
             if self._sharded:  # its index is the shard's position in the rank's list
                 _shards.name_failure(error, self.run.options.shards.names)
+                if not self.done:
+                    # The batches the shard made before it failed come first, as
+                    # they are read (torch's order), whether or not some were
+                    # taken early: the engine delivers them next.
+                    self._failed = error
+                    return self._produce()
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

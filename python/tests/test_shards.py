@@ -241,6 +241,28 @@ def test_a_shard_that_raises_midway_is_named_then_the_rest(workers, kind):
     assert "raised after 3 samples" in skipped[0]["reason"]
 
 
+@pytest.mark.parametrize("workers,kind,in_order", [(0, "processes", True), (1, "processes", True),
+                                                   (2, "processes", True), (2, "threads", True),
+                                                   (2, "processes", False)])
+def test_what_a_shard_gave_before_it_raised_comes_before_its_error(workers, kind, in_order):
+    # As torch reads a stream: a loop ended by the error has seen the shard's
+    # samples before it. A shard that failed before the consumer reached it
+    # (the usual case beside a training step) gave its batches after its
+    # error, and where it was read whole (num_workers=0) always.
+    ds = Shards(lens=(8, 8, 10, 8), bad=2, bad_after=7)
+    with loader(ds, workers, shuffle=False, worker_kind=kind, in_order=in_order) as dl:
+        it = iter(dl)
+        seen = []
+        time.sleep(0.5)  # the workers read ahead: the shard fails before it is reached
+        with pytest.raises(OSError) as raised:
+            for got, _ in it:
+                seen += got.flatten().tolist()
+        assert "raised after 7 samples" in str(raised.value)
+        assert set(range(2000, 2007)) <= set(seen), seen
+        seen += ids(batches_of(it))
+    assert sorted(seen) == [i for i in ds.every() if not 2007 <= i < 3000]
+
+
 def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
     ds = Shards(lens=[40, 40, 40])
     plain = None

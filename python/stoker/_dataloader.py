@@ -718,7 +718,9 @@ def _resolve_options(dataset, *, batch_size, shuffle, sampler, batch_sampler, nu
                      shuffle_buffer=0):
     """A DataLoader's options, every one checked (TypeError or ValueError
     naming the option and its value) before anything is made."""
-    shuffle_buffer = _args.integer("shuffle_buffer", shuffle_buffer, 0, 1 << 31)
+    # None is off, as 0 (a config's unset value).
+    shuffle_buffer = _args.integer("shuffle_buffer", 0 if shuffle_buffer is None else shuffle_buffer,
+                                   0, 1 << 31)
     if _shards.is_sharded(dataset):
         batching = _resolve_shard_batching(dataset, batch_size, shuffle, sampler,
                                            batch_sampler, drop_last, collate_fn, generator,

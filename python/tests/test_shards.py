@@ -274,6 +274,8 @@ def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
         seen.append(got)
     with loader(ds, 0) as dl:
         plain = batches(dl)
+    with loader(ds, 0, shuffle_buffer=None) as dl:  # None is off, as 0
+        assert batches(dl) == plain
     assert seen[0] == seen[1]
     assert ids(seen[0]) != ids(plain)  # mixed within each shard
     assert [b[0] // 1000 for b, _ in seen[0]] == [b[0] // 1000 for b, _ in plain]

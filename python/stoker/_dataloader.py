@@ -486,6 +486,14 @@ class DataLoader(torch.utils.data.DataLoader):
         epoch = _args.integer("state['engine']['epoch']", engine.get("epoch"), 0,
                               _stoker.MAX_EPOCH)
         record = _Plan.check_record(state.get("epoch_start"))
+        if (record is None or record["epoch"] != epoch) and (
+                engine.get("position") or engine.get("beyond")):
+            # Mid-epoch, with no start of that epoch to replay: a resume would
+            # skip batches of an order drawn afresh (an edited or mixed state).
+            start = "none" if record is None else f"epoch {record['epoch']}'s"
+            raise ValueError(f"state dict's engine stands at batch {engine.get('position')} of "
+                             f"epoch {epoch}, but its epoch_start is {start}: a checkpoint in "
+                             "mid-epoch holds that epoch's start")
         self._plan.check_order_states(record)
         skip = _shards.check_stream_state(state.get("stream"))
         self._restored = json.dumps(engine)  # again, should the next iter() make a new run

@@ -339,6 +339,24 @@ def test_a_checkpoint_after_set_epoch_cut_an_epoch_short_resumes_at_the_next_epo
     assert sorted(i for b in want for i in b) == list(range(len(_Numbers())))
 
 
+def test_a_state_in_mid_epoch_without_its_epochs_start_is_refused():
+    # Edited or mixed: its engine at batch 3, no epoch start to replay. It
+    # was taken, and the resume skipped 3 batches of an order drawn afresh:
+    # 12 samples twice, 12 never.
+    with stoker.DataLoader(_Numbers(), batch_size=4, shuffle=True) as dl:
+        it = iter(dl)
+        for _ in range(3):
+            next(it)
+        state = dl.state_dict()
+        ended = dict(state, engine=dict(state["engine"], epoch=state["engine"]["epoch"] + 1))
+    for bad, said in [(dict(state, epoch_start=None), "its epoch_start is none"),
+                      (ended, "its epoch_start is epoch 0's")]:
+        with stoker.DataLoader(_Numbers(), batch_size=4, shuffle=True) as dl:
+            with pytest.raises(ValueError, match="engine stands at batch 3 of epoch") as e:
+                dl.load_state_dict(bad)
+            assert said in str(e.value)
+
+
 def _taken_ahead(it, taken):
     """`taken` batches, then more until the device look-ahead holds batches
     the user has not had (the workers make them meanwhile)."""

@@ -2098,6 +2098,14 @@ class _Iterator:
         self._pending.clear()  # a shard's batches not handed out: their segment is let go
 
     def __next__(self):
+        try:
+            return self._next()
+        except (_stoker.Cancelled, ValueError):
+            if _exit.ends_quietly() and self.run.closed:
+                raise SystemExit from None  # the exit closed it under this thread (_exit)
+            raise
+
+    def _next(self):
         self.run.check_usable()
         if self._device is None:
             return self._next_host()

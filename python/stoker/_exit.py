@@ -7,12 +7,14 @@ the interpreter where it stands; inside C++ (a daemon thread iterating a
 loader, whose next() waits for a batch without the GIL; a thread worker in a
 torch op) that ends in std::terminate ("terminate called without an active
 exception", SIGABRT). Closed here, while threads still run, such a next()
-returns with the loader's "closed" error, and the engine's own threads are
-joined before the exit runs any static destructor they could use.
+raises SystemExit, which ends its thread without a word (as torch's daemon
+threads stop at the exit), and the engine's own threads are joined before
+the exit runs any static destructor they could use.
 """
 
 import atexit
 import os
+import threading
 import weakref
 
 from . import _stoker, _workers
@@ -33,6 +35,18 @@ def close_at_exit(loader):
     _open.add(loader)
 
 
+_exiting = False  # the exit closes the loaders
+
+
+def ends_quietly():
+    """Whether a loader's stop seen now (its next() cancelled, or used after
+    close()) is the exit's, in a thread other than the main one: that
+    thread ends with SystemExit, which threading's excepthook leaves
+    unsaid, not a traceback ending "stoker.Cancelled" on every exit of a
+    program with a daemon thread iterating."""
+    return _exiting and threading.current_thread() is not threading.main_thread()
+
+
 # A forked child's loaders are its parent's: nothing of theirs to close there.
 os.register_at_fork(after_in_child=_open.clear)
 
@@ -41,6 +55,8 @@ os.register_at_fork(after_in_child=_open.clear)
 def _close_open_loaders():
     # A worker still on an item after a while (a read of a store that hangs)
     # is named and left behind: the process ends without it.
+    global _exiting
+    _exiting = True
     _stoker.closing_at_exit()
     for loader in list(_open):
         try:

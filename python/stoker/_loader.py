@@ -328,6 +328,10 @@ class Loader:
             epoch = self._impl.epoch
             try:
                 batch = self._impl.next(stream)
+            except _stoker.Cancelled:
+                if _exit.ends_quietly():
+                    raise SystemExit from None  # the exit closed it under this thread (_exit)
+                raise
             except _stoker.DataError:
                 # An epoch that delivered nothing (every sample skipped) ends
                 # with its error: the pass ends there, as after any other
@@ -447,7 +451,8 @@ class Loader:
     def close(self):
         """Stops and joins the workers now (also done when the loader is
         garbage-collected, and at the interpreter's exit, where a thread
-        still iterating gets stoker.Cancelled). Batches already yielded stay
+        still iterating ends quietly with SystemExit; closed by another
+        thread it gets stoker.Cancelled). Batches already yielded stay
         valid."""
         if self._cluster is not None:
             self._cluster.cancel()  # remote slots waiting on a task return

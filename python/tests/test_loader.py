@@ -365,6 +365,29 @@ def test_a_daemon_thread_iterating_at_the_interpreters_exit_does_not_abort_it(wo
                              capture_output=True, text=True, timeout=120, env=dict(os.environ))
         assert out.returncode == 0, out.stderr
         assert "terminate called" not in out.stderr
+        # Nor a traceback: the thread ends without a word, as torch's do
+        # (it printed "stoker.Cancelled: the loader was stopped" every exit).
+        assert "Traceback" not in out.stderr and "Cancelled" not in out.stderr, out.stderr
+
+
+DATALOADER_ITERATED_AT_EXIT = """
+import threading, time, stoker
+loader = stoker.DataLoader(list(range(10**6)), batch_size=64, num_workers={workers!r})
+def train():
+    while True:
+        for _ in loader:
+            time.sleep(0.01)
+threading.Thread(target=train, daemon=True).start()
+time.sleep(1)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_daemon_thread_iterating_a_dataloader_at_exit_ends_without_a_traceback(workers):
+    out = subprocess.run([sys.executable, "-c", DATALOADER_ITERATED_AT_EXIT.format(workers=workers)],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr
 
 
 def test_a_trace_that_could_not_all_be_written_is_said_at_close(tmp_path):

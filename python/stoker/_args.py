@@ -118,13 +118,19 @@ def tuner_only(workers_name, workers, **options):
 
 
 def optional_path(name, value):
-    """None, or ``value`` (str, bytes or os.PathLike) as a str."""
+    """None, or ``value`` (str, bytes or os.PathLike) as a str; an empty one
+    is refused (an unset variable: it would write nothing, unsaid), as the
+    command line refuses one."""
     if value is None:
         return None
     if not isinstance(value, (str, bytes, os.PathLike)):
         raise TypeError(f"{name} must be a path (str, bytes or os.PathLike), got "
                         f"{_describe(value)}")
-    return os.fsdecode(value)
+    path = os.fsdecode(value)
+    if not path:
+        raise ValueError(f"{name} must be a path, got an empty one (an unset variable?); "
+                         "None for none")
+    return path
 
 
 # The checkpoint's integer fields and their C++ types' largest values, and

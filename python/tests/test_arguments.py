@@ -165,6 +165,8 @@ def test_state_dict_with_numpy_integers_loads():
     ("scale[0]", lambda: stoker.transforms.Image(scale=("a", 1)), TypeError),
     ("resize", lambda: stoker.transforms.eval(224, resize=2**40), ValueError),
     ("dct_scaling", lambda: stoker.transforms.train(224, dct_scaling="yes"), TypeError),
+    ("trace_path must be a path, got an empty one",
+     lambda: stoker.Loader(_source(), trace_path=""), ValueError),
     # Another mode's geometry did nothing, unsaid.
     ("flip is an option of mode='train' only; mode='eval' does nothing with it",
      lambda: stoker.transforms.eval(224, flip=1.0), ValueError),

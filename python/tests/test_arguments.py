@@ -167,6 +167,15 @@ def test_state_dict_with_numpy_integers_loads():
     ("dct_scaling", lambda: stoker.transforms.train(224, dct_scaling="yes"), TypeError),
     ("trace_path must be a path, got an empty one",
      lambda: stoker.Loader(_source(), trace_path=""), ValueError),
+    # Named as the options are, not the engine's fields (height, scale_max,
+    # flip_probability), and a whole number in full.
+    ("image transform: size[0] (height) = 0, expected 1..65535",
+     lambda: stoker.transforms.eval(0), ValueError),
+    ("image transform: flip = 1.5", lambda: stoker.transforms.train(flip=1.5), ValueError),
+    ("image transform: scale[1] = 2, expected in [scale[0], 1]",
+     lambda: stoker.transforms.train(scale=(0.5, 2)), ValueError),
+    ("image transform: resize = 1000000000,",
+     lambda: stoker.transforms.eval(224, resize=10**9), ValueError),
     # Another mode's geometry did nothing, unsaid.
     ("flip is an option of mode='train' only; mode='eval' does nothing with it",
      lambda: stoker.transforms.eval(224, flip=1.0), ValueError),

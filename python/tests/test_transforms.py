@@ -98,6 +98,9 @@ def test_bad_transform_options_raise_value_error():
     with pytest.raises(ValueError, match="resize"):
         stoker.transforms.eval(224, resize=(0, 0))  # not the default Resize
     assert stoker.transforms.eval(224, resize=100).shape == (3, 224, 224)  # padded, as torchvision
+    # A large size's default resize (size * 256 / 224) stays within the largest
+    # side: it blamed resize, which the user never set.
+    assert stoker.transforms.eval(60000).shape == (3, 60000, 60000)
     with pytest.raises(ValueError):
         stoker.transforms.Image("sideways")
     with pytest.raises(ValueError, match="interpolation"):

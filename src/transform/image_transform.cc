@@ -18,9 +18,14 @@ namespace {
 // Python's round(): half to even, as torchvision's arithmetic uses it.
 int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 
+// Named as stoker.transforms.Image's options are (size, scale, ratio, flip,
+// resize), a whole number in full (not 1e+09).
 Status BadOption(const std::string& name, double value, const std::string& expected) {
-  return InvalidArgument("image transform: " + name + " = " + FormatNumber(value) + ", expected " +
-                         expected);
+  const bool whole = std::abs(value) < 1e15 && value == std::trunc(value);
+  return InvalidArgument(
+      "image transform: " + name + " = " +
+      (whole ? std::to_string(static_cast<int64_t>(value)) : FormatNumber(value)) + ", expected " +
+      expected);
 }
 
 class ImageScratch final : public TransformScratch {
@@ -337,35 +342,35 @@ int ChooseDctDenominator(double source_width, double source_height, int out_widt
 }
 
 Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
-  if (o.height < 1 || o.height > 65535) return BadOption("height", o.height, "1..65535");
-  if (o.width < 1 || o.width > 65535) return BadOption("width", o.width, "1..65535");
+  if (o.height < 1 || o.height > 65535) return BadOption("size[0] (height)", o.height, "1..65535");
+  if (o.width < 1 || o.width > 65535) return BadOption("size[1] (width)", o.width, "1..65535");
   if (o.mode == ImageMode::kTrain) {
     if (!(o.scale_min > 0 && o.scale_min <= 1)) {
-      return BadOption("scale_min", o.scale_min, "a fraction in (0, 1]");
+      return BadOption("scale[0]", o.scale_min, "a fraction in (0, 1]");
     }
     if (!(o.scale_max >= o.scale_min && o.scale_max <= 1)) {
-      return BadOption("scale_max", o.scale_max, "in [scale_min, 1]");
+      return BadOption("scale[1]", o.scale_max, "in [scale[0], 1]");
     }
     if (!(o.ratio_min > 0 && std::isfinite(o.ratio_min))) {
-      return BadOption("ratio_min", o.ratio_min, "> 0");
+      return BadOption("ratio[0]", o.ratio_min, "> 0");
     }
     if (!(o.ratio_max >= o.ratio_min && std::isfinite(o.ratio_max))) {
-      return BadOption("ratio_max", o.ratio_max, ">= ratio_min");
+      return BadOption("ratio[1]", o.ratio_max, ">= ratio[0]");
     }
     if (!(o.flip_probability >= 0 && o.flip_probability <= 1)) {
-      return BadOption("flip_probability", o.flip_probability, "a probability in [0, 1]");
+      return BadOption("flip", o.flip_probability, "a probability in [0, 1]");
     }
   } else if (o.resize_height != 0 || o.resize_width != 0) {
     // A crop larger than the resized image pads it with zeros, as torchvision does.
     if (o.resize_height < 1 || o.resize_height > 65535) {
-      return BadOption("resize_height", o.resize_height, "in [1, 65535] with resize_width");
+      return BadOption("resize[0] (height)", o.resize_height, "in [1, 65535] with resize[1]");
     }
     if (o.resize_width < 1 || o.resize_width > 65535) {
-      return BadOption("resize_width", o.resize_width, "in [1, 65535] with resize_height");
+      return BadOption("resize[1] (width)", o.resize_width, "in [1, 65535] with resize[0]");
     }
   } else {
     if (o.resize_shorter < 0 || o.resize_shorter > 65535) {
-      return BadOption("resize_shorter", o.resize_shorter, "in [0, 65535] (0: no resize)");
+      return BadOption("resize", o.resize_shorter, "in [0, 65535] (0: no resize)");
     }
   }
   if (o.layout == ImageLayout::kFloat32CHW) {

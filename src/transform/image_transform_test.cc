@@ -278,31 +278,37 @@ TEST(ImageTransformTest, OptionErrorsNameTheOption) {
     const char* name;
   };
   const Case cases[] = {
-      {[](ImageTransformOptions& o) { o.height = 0; }, "height"},
-      {[](ImageTransformOptions& o) { o.width = -3; }, "width"},
-      {[](ImageTransformOptions& o) { o.scale_min = 0; }, "scale_min"},
-      {[](ImageTransformOptions& o) { o.scale_max = 0.01; }, "scale_max"},
-      {[](ImageTransformOptions& o) { o.ratio_min = -1; }, "ratio_min"},
-      {[](ImageTransformOptions& o) { o.ratio_max = 0.5; }, "ratio_max"},
-      {[](ImageTransformOptions& o) { o.flip_probability = 1.5; }, "flip_probability"},
+      {[](ImageTransformOptions& o) { o.height = 0; }, "size[0] (height)"},
+      {[](ImageTransformOptions& o) { o.width = -3; }, "size[1] (width)"},
+      {[](ImageTransformOptions& o) { o.scale_min = 0; }, "scale[0]"},
+      {[](ImageTransformOptions& o) { o.scale_max = 0.01; }, "scale[1]"},
+      {[](ImageTransformOptions& o) { o.ratio_min = -1; }, "ratio[0]"},
+      {[](ImageTransformOptions& o) { o.ratio_max = 0.5; }, "ratio[1]"},
+      {[](ImageTransformOptions& o) { o.flip_probability = 1.5; }, "flip"},
       {[](ImageTransformOptions& o) { o.std[1] = 0; }, "std[1]"},
       {[](ImageTransformOptions& o) { o.max_pixels = 0; }, "max_pixels"},
       {[](ImageTransformOptions& o) {
          o.mode = ImageMode::kEval;
          o.resize_shorter = -1;
        },
-       "resize_shorter"},
+       "resize = -1"},
       {[](ImageTransformOptions& o) {
          o.mode = ImageMode::kEval;
          o.resize_height = 300;
          o.resize_width = 70000;
        },
-       "resize_width"},
+       "resize[1] (width) = 70000"},
       {[](ImageTransformOptions& o) {
          o.mode = ImageMode::kEval;
          o.resize_width = 300;
        },
-       "resize_height"},
+       "resize[0] (height)"},
+      // A whole number in full, not 1e+09.
+      {[](ImageTransformOptions& o) {
+         o.mode = ImageMode::kEval;
+         o.resize_shorter = 1000000000;
+       },
+       "resize = 1000000000, expected in [0, 65535]"},
   };
   for (const Case& c : cases) {
     ImageTransformOptions o;

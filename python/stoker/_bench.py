@@ -219,6 +219,11 @@ def bench(dataset, batch_size=64, collate_fn=None, num_workers=None, batches=Non
     """
     if kind not in ("torch", "stoker"):
         raise ValueError(f"kind must be 'torch' or 'stoker', got {kind!r}")
+    from ._sources import Source
+    if isinstance(dataset, Source):  # torch's loader would say "not subscriptable"
+        raise TypeError(f"stoker.bench measures a torch Dataset through a DataLoader, got a "
+                        f"stoker source ({type(dataset).__name__}); its sweep is "
+                        "`stoker bench --data PATH` (stoker's own pipeline)")
     batch_size = _args.integer("batch_size", batch_size, 1, _args.INT64[1])
     counts = _counts(num_workers)
     batches = _args.optional_integer("batches", batches, 1, _args.INT64[1])

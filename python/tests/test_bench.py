@@ -222,6 +222,13 @@ def test_a_plot_whose_folder_takes_no_new_file_is_refused_before_the_sweep():
         shutil.rmtree(folder)
 
 
+def test_a_stoker_source_is_pointed_to_stoker_bench():
+    # It failed inside torch's loader: "'Synthetic' object is not subscriptable".
+    with pytest.raises(TypeError, match=r"got a stoker source \(Synthetic\); its sweep is "
+                                        "`stoker bench --data PATH`"):
+        stoker.bench(stoker.Synthetic(size=8, shape=(2,)), num_workers=[0], gpus=0)
+
+
 def test_a_dataset_without_batches_is_named():
     with pytest.raises(ValueError, match=r"the dataset \(TensorDataset\) is empty"):
         stoker.bench(torch.utils.data.TensorDataset(torch.zeros(0, 2)), num_workers=[0], gpus=0)

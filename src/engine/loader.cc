@@ -676,7 +676,10 @@ class Loader::Impl {
     RetryRefused();
     if (controller_ == nullptr) return;
     const int64_t now = SteadyNanos();
-    if (now < next_tick_ns_) return;
+    // A worker that left the pool over its memory share is the tuner's to
+    // say at once: a short run may end before the next tick.
+    if (now < next_tick_ns_ && workers_shed_ == shed_ticked_) return;
+    shed_ticked_ = workers_shed_;
     next_tick_ns_ = now + controller_->interval().count();
     MutexUnlock unlock(mu_);
     controller_->Tick(*owner_);
@@ -968,14 +971,15 @@ class Loader::Impl {
   const pid_t made_in_pid_ = getpid();
 
   WorkerStatsBoard stats_board_;
-  WorkerContext consumer_ctx_;              // consumer thread only
-  std::function<bool()> interrupt_;         // consumer thread only (SetInterrupt)
-  bool interrupted_ = false;                // consumer thread only: interrupt_ said yes
-  Loader* owner_ = nullptr;                 // for the controller's Tick
-  std::unique_ptr<Controller> controller_;  // consumer thread only
-  std::string pin_skipped_;                 // set once, before the loader is handed out
-  int64_t next_tick_ns_ = 0;                // consumer thread only
-  int64_t last_return_ns_ = 0;              // consumer thread only
+  WorkerContext consumer_ctx_;               // consumer thread only
+  std::function<bool()> interrupt_;          // consumer thread only (SetInterrupt)
+  bool interrupted_ = false;                 // consumer thread only: interrupt_ said yes
+  Loader* owner_ = nullptr;                  // for the controller's Tick
+  std::unique_ptr<Controller> controller_;   // consumer thread only
+  std::string pin_skipped_;                  // set once, before the loader is handed out
+  int64_t next_tick_ns_ = 0;                 // consumer thread only
+  int64_t shed_ticked_ GUARDED_BY(mu_) = 0;  // workers_shed_ at the last tick
+  int64_t last_return_ns_ = 0;               // consumer thread only
   // The batch the consumer last slept on (AwaitBatch) and since when.
   struct {
     int64_t epoch = -1, batch = -1, since_ns = 0;

@@ -2313,7 +2313,12 @@ class _Iterator:
                     # they are read (torch's order), whether or not some were
                     # taken early: the engine delivers them next.
                     self._failed = error
-                    return self._produce()
+                    payload = self._produce()
+                    if payload is _END:  # none: the error now, the end after it
+                        self._failed = None
+                        self._reached_end()
+                        raise error
+                    return payload
             raise error  # chained to the sample's exception, its __cause__
         if got is None:
             return _END

@@ -263,6 +263,17 @@ def test_what_a_shard_gave_before_it_raised_comes_before_its_error(workers, kind
     assert sorted(seen) == [i for i in ds.every() if not 2007 <= i < 3000]
 
 
+@pytest.mark.parametrize("workers,kind", [(0, "processes"), (2, "processes"), (2, "threads")])
+def test_a_last_shard_that_raises_at_once_gives_its_error_then_the_end(workers, kind):
+    # Its error deferred behind batches it never made: the epoch's end came
+    # first and the error was lost.
+    ds = Shards(lens=(8, 8, 10), bad=2, bad_after=0)
+    with loader(ds, workers, shuffle=False, worker_kind=kind) as dl:
+        seen, errors = drain(dl, OSError)
+    assert len(errors) == 1 and "raised after 0 samples" in str(errors[0])
+    assert sorted(seen) == list(range(8)) + list(range(1000, 1008))
+
+
 def test_a_shuffle_buffer_mixes_a_shard_the_same_way_for_any_worker_count():
     ds = Shards(lens=[40, 40, 40])
     plain = None

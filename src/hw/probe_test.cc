@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "testing/fake_machine.h"
@@ -458,6 +459,19 @@ TEST(ProbeTest, JsonHasTheStableKeysWithNullForUnknown) {
     EXPECT_TRUE(e["cpu"].contains(key)) << key;
     EXPECT_TRUE(e["cpu"][key].is_null()) << key;
   }
+}
+
+TEST(ProbeTest, ADataPathThatCannotBeReadIsSaid) {
+  // A FUSE store whose server is gone answers ENOTCONN; its mount still read
+  // as a healthy store. A path under a file (ENOTDIR) stands in for it.
+  const std::string file = ::testing::TempDir() + "/probe_not_a_folder";
+  { std::ofstream(file) << "x"; }
+  ProbeOptions o;
+  o.data_path = file + "/train";
+  MachineFacts f = ProbeMachine(o);
+  std::filesystem::remove(file);
+  EXPECT_TRUE(NotesMention(f, o.data_path.value() + ": Not a directory (the data cannot be read "
+                                                    "there)"));
 }
 
 TEST(ProbeTest, RealMachineProbeDoesNotFail) {

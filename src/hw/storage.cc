@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -346,6 +348,12 @@ MachineFacts::Storage ReadStorageFacts(const ProbeOptions& options, const std::s
                                        Notes& notes) {
   MachineFacts::Storage storage;
   storage.path = AbsolutePath(path);
+  // A store that is there but cannot be read (a FUSE server gone:
+  // ENOTCONN; EIO) is said: its mount still reads as a healthy store.
+  if (struct stat st{}; ::stat(storage.path.c_str(), &st) != 0 && errno != ENOENT) {
+    notes.push_back(storage.path + ": " + std::strerror(errno) +
+                    " (the data cannot be read there)");
+  }
   const std::string mountinfo =
       ReadSmallFile(JoinPath(options.proc_root, "self/mountinfo"), 16 << 20).value_or("");
   std::optional<Mount> best;

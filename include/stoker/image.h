@@ -46,6 +46,9 @@ enum class ImageInterpolation {
   kBicubic,
 };
 
+/// The largest side, in pixels, of an image transform's output and resize.
+inline constexpr int kMaxTransformSide = 65535;
+
 /// What an image transform does. The defaults are the usual ImageNet
 /// training pipeline at 224x224.
 struct ImageTransformOptions {

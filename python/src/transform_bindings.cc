@@ -117,6 +117,7 @@ void BindTransforms(py::module_& m) {
         return std::string(DTypeName(t.transform->spec().dtype));
       });
 
+  m.attr("MAX_TRANSFORM_SIDE") = kMaxTransformSide;
   m.def(
       "image_transform",
       [](const std::string& mode, int height, int width, double scale_min, double scale_max,

@@ -1443,7 +1443,7 @@ def _span(t):
     """The elements of storage tensor `t` reaches, where fewer than its own
     (a broadcast view: expand(), stride 0), else None: such a view is
     written as that span and its strides, as torch's workers share its
-    storage; written whole, 4 bytes expanded to 10^8 elements took 400 MB."""
+    storage (docs/dataloader.md)."""
     if t.numel() == 0 or t.is_contiguous():
         return None
     span = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))

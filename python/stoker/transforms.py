@@ -110,7 +110,7 @@ class Image(Transform):
             raise ValueError(f"layout must be one of {_LAYOUTS}, got {layout!r}")
         height, width = _size_pair(size)
         if resize is None:  # within the largest side, so that a large size is no bad resize
-            resize = min(int(max(height, width) * 256 / 224), 65535)
+            resize = min(int(max(height, width) * 256 / 224), _stoker.MAX_TRANSFORM_SIDE)
         if not isinstance(resize, (str, bytes)) and hasattr(resize, "__len__"):
             resize_height, resize_width = _size_pair(resize, "resize")
             if min(resize_height, resize_width) < 1:  # (0, 0) would read as no pair at all

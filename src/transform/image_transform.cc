@@ -22,10 +22,8 @@ int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 // resize), a whole number in full (not 1e+09).
 Status BadOption(const std::string& name, double value, const std::string& expected) {
   const bool whole = std::abs(value) < 1e15 && value == std::trunc(value);
-  return InvalidArgument(
-      "image transform: " + name + " = " +
-      (whole ? std::to_string(static_cast<int64_t>(value)) : FormatNumber(value)) + ", expected " +
-      expected);
+  return InvalidArgument("image transform: " + name + " = " + FormatNumber(value, whole ? 15 : 6) +
+                         ", expected " + expected);
 }
 
 class ImageScratch final : public TransformScratch {
@@ -342,8 +340,13 @@ int ChooseDctDenominator(double source_width, double source_height, int out_widt
 }
 
 Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
-  if (o.height < 1 || o.height > 65535) return BadOption("size[0] (height)", o.height, "1..65535");
-  if (o.width < 1 || o.width > 65535) return BadOption("size[1] (width)", o.width, "1..65535");
+  const std::string side = std::to_string(kMaxTransformSide);
+  if (o.height < 1 || o.height > kMaxTransformSide) {
+    return BadOption("size[0] (height)", o.height, "1.." + side);
+  }
+  if (o.width < 1 || o.width > kMaxTransformSide) {
+    return BadOption("size[1] (width)", o.width, "1.." + side);
+  }
   if (o.mode == ImageMode::kTrain) {
     if (!(o.scale_min > 0 && o.scale_min <= 1)) {
       return BadOption("scale[0]", o.scale_min, "a fraction in (0, 1]");
@@ -362,15 +365,16 @@ Status ValidateImageTransformOptions(const ImageTransformOptions& o) {
     }
   } else if (o.resize_height != 0 || o.resize_width != 0) {
     // A crop larger than the resized image pads it with zeros, as torchvision does.
-    if (o.resize_height < 1 || o.resize_height > 65535) {
-      return BadOption("resize[0] (height)", o.resize_height, "in [1, 65535] with resize[1]");
+    if (o.resize_height < 1 || o.resize_height > kMaxTransformSide) {
+      return BadOption("resize[0] (height)", o.resize_height,
+                       "in [1, " + side + "] with resize[1]");
     }
-    if (o.resize_width < 1 || o.resize_width > 65535) {
-      return BadOption("resize[1] (width)", o.resize_width, "in [1, 65535] with resize[0]");
+    if (o.resize_width < 1 || o.resize_width > kMaxTransformSide) {
+      return BadOption("resize[1] (width)", o.resize_width, "in [1, " + side + "] with resize[0]");
     }
   } else {
-    if (o.resize_shorter < 0 || o.resize_shorter > 65535) {
-      return BadOption("resize", o.resize_shorter, "in [0, 65535] (0: no resize)");
+    if (o.resize_shorter < 0 || o.resize_shorter > kMaxTransformSide) {
+      return BadOption("resize", o.resize_shorter, "in [0, " + side + "] (0: no resize)");
     }
   }
   if (o.layout == ImageLayout::kFloat32CHW) {

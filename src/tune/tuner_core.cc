@@ -733,6 +733,7 @@ std::optional<TunerDecision> TunerCore::Remodel(const Pooled& p, const Budgets& 
   store_kept_ = 1;
   lost_step_ = {0, 0};
   doubted_from_ = 0;
+  trim_doubted_ = 0;
   store_moved_windows_ = 0;
   store_moved_s_ = 0;
   store_way_ = 0;
@@ -925,9 +926,9 @@ std::optional<TunerDecision> TunerCore::JudgeTrim(const Pooled& p, const Budgets
                    trial_from_, workers_, change * 100, p.produced_rate(), trial_rate_before_),
                t_s);
   }
-  // A loss within a spread of the bar (heavy-tailed reads scatter a
-  // second's rate by 5 % and more): back, and the same step once more from
-  // a fresh reading before the count below marks a floor.
+  // A loss within a spread of the bar (ReadingNoise: heavy-tailed reads
+  // scatter a reading): back, and the same step once more from a fresh
+  // reading before the count below marks a floor.
   const double noise = ReadingNoise(p.window_s, StoreEvidence());
   if (-params_.gain - change < noise && std::exchange(trim_doubted_, workers_) != workers_) {
     return Set(trial_from_, b, p,
